@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs every Debian package dtrain needs to build and test. Idempotent: packages already present are skipped,
+# and apt runs only when something is missing. Fails loudly (non-zero exit, the package named) on any error.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libcli11-dev libspdlog-dev libfmt-dev libyaml-cpp-dev doctest-dev
+  libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  python3 python3-torch python3-grpcio python3-protobuf
+  procps iproute2
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  sudo=sudo
+else
+  sudo=
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q || { echo "setup: apt-get update failed" >&2; exit 1; }
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}" || {
+  echo "setup: apt-get install failed for: ${missing[*]}" >&2
+  exit 1
+}
+echo "setup: done"
