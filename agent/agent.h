@@ -1,0 +1,63 @@
+#pragma once
+
+// The node agent: a gRPC server (session, store, worker reports) and the JobRunner that runs this node's workers.
+// Layering: Agent (server, sessions, lease) -> JobRunner (rounds) -> Supervisor (processes).
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "agent/job_runner.h"
+#include "agent/node/facts.h"
+#include "agent/session_stream.h"
+#include "agent/store/store.h"
+
+namespace dtrain::agent {
+
+struct AgentOptions {
+  std::string listen = "127.0.0.1:0";   // host:port the server binds; port 0 picks a free one
+  std::string advertise_host;           // address peers use to reach this node; empty = the listen host
+  bool one_shot = false;                // exit after the first session ends (agents a local launcher starts)
+  std::chrono::milliseconds default_lease{10000};   // until the launcher's Configure says otherwise
+  std::chrono::milliseconds default_grace{10000};   // stop grace when the session is lost before Configure
+  std::chrono::milliseconds default_heartbeat{1000};
+};
+
+class Agent {
+ public:
+  explicit Agent(AgentOptions options);
+  ~Agent();
+
+  // Runs until terminate() or, for one_shot, until the first session ended. Prints
+  // "dtrain-agent listening on HOST:PORT" on stdout once the server accepts connections.
+  // Returns the process exit code.
+  int run();
+
+  // Serves one session to its end; used by whichever service carried it in. Returns a status text ("" = clean).
+  std::string serve_session(SessionStream& stream);
+
+  // A worker's health report: forwarded on the session when the token is the current round's.
+  bool accept_report(const std::string& token, const v1::WorkerHealth& health);
+
+  // From the signal thread: stop the workers, end the session, leave run().
+  void terminate(int signal);
+
+ private:
+  AgentOptions options_;
+  node::Facts facts_;
+  store::Store store_;
+  std::unique_ptr<JobRunner> runner_;
+  std::string address_;   // host:port advertised to the launcher and to workers
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  SessionStream* session_ = nullptr;   // the one session being served
+  std::function<void(v1::AgentMessage)> forward_;   // pushes into the current session's outbox
+  bool session_ended_ = false;
+  int terminated_by_ = 0;
+};
+
+}  // namespace dtrain::agent

@@ -1,0 +1,97 @@
+#pragma once
+
+// JobRunner: the agent's part of one job. It owns the rounds (attempts) on this node: prepares a round on node 0
+// (MASTER_PORT, store namespace), starts the node's worker group through the Supervisor, turns process events
+// into session events, and stops the group on command or when the session is lost.
+//
+// Round lifecycle on one node:
+//
+//   idle --prepare_round (node 0 only)--> prepared --start_group--> running --all exited by themselves--> done
+//                                                                     |                                    |
+//                                                                stop_group                           stop_group
+//                                                                     v                                    v
+//                                                                  stopping --no descendant left--> stopped
+//
+// A new start_group is accepted from done/stopped/idle/prepared; one arriving while running is refused.
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "agent/store/store.h"
+#include "agent/supervisor/supervisor.h"
+#include "dtrain/v1/session.pb.h"
+
+namespace dtrain::agent {
+
+class JobRunner {
+ public:
+  using Emit = std::function<void(v1::AgentMessage)>;
+
+  // `advertise_host` is the address peers use to reach this node (MASTER_ADDR when it is node 0), `store_address`
+  // the host:port of this agent's store server.
+  JobRunner(store::Store& store, std::string advertise_host, std::string store_address);
+  ~JobRunner();
+
+  // Where events go; set before the first round, replaced when a new session begins.
+  void set_emit(Emit emit);
+
+  // Node 0: reserves MASTER_PORT and opens the round's store namespace (dropping the previous one).
+  v1::RoundPrepared prepare_round(const v1::PrepareRound& request);
+
+  // Starts the round's workers on this node. Returns an error text if it cannot (another round still running).
+  std::string start_group(const v1::StartGroup& request);
+
+  // Stops every process of the job on this node; emits GroupStopped once nothing is left.
+  void stop_group(std::uint32_t round, std::chrono::milliseconds grace);
+
+  // Stops everything and blocks until nothing is left or `timeout` passes. True when nothing is left.
+  bool stop_and_wait(std::chrono::milliseconds grace, std::chrono::milliseconds timeout);
+
+  // Round whose workers are running now, if any.
+  bool running() const;
+
+  // The store token of the current round (worker reports must carry it).
+  std::string current_token() const;
+
+ private:
+  struct Worker {
+    v1::WorkerSpec spec;
+    bool exited = false;
+  };
+
+  void on_started(std::uint64_t id, pid_t pid);
+  void on_line(std::uint64_t id, bool is_stderr, std::string_view line);
+  void on_exited(const supervisor::ProcessExit& exit);
+  void emit(v1::AgentMessage message);
+  void stop(std::chrono::milliseconds grace, std::function<void(unsigned killed)> done);
+
+  store::Store& store_;
+  std::string advertise_host_;
+  std::string store_address_;
+
+  mutable std::mutex mutex_;
+  Emit emit_;
+  std::string token_;
+  std::uint32_t round_ = 0;
+  bool group_active_ = false;   // a group was started and has not finished or been stopped
+  bool stopping_ = false;
+  std::map<std::uint32_t, Worker> workers_;  // by rank, current round only
+
+  // Declared last: destroyed first, so its thread never calls into a half-destroyed runner.
+  std::unique_ptr<supervisor::Supervisor> supervisor_;
+};
+
+// Process ids handed to the supervisor: the round in the high half, the rank in the low half, so an event from an
+// older round's process can never be mistaken for the current one.
+inline std::uint64_t process_id(std::uint32_t round, std::uint32_t rank) {
+  return (static_cast<std::uint64_t>(round) << 32) | rank;
+}
+
+// Binds an ephemeral TCP port on all interfaces and releases it; 0 on failure.
+unsigned reserve_port();
+
+}  // namespace dtrain::agent

@@ -1,0 +1,31 @@
+#pragma once
+
+// What a node agent tells its launcher about the machine it runs on. Gathered from the kernel (uname,
+// sched_getaffinity, sysfs, getifaddrs); no gRPC here, so the dry run and the agent share it.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dtrain::node {
+
+struct Facts {
+  std::string hostname;
+  std::string host_id;                 // /etc/machine-id, else the hostname: nodes with the same id share CPUs
+  std::vector<std::string> addresses;  // IPv4 addresses of interfaces that are up, loopback last
+  std::vector<unsigned> cpus;          // CPUs this process may run on (its affinity mask, so cgroups are respected)
+  std::vector<int> cpu_numa;           // NUMA node of each entry of `cpus` (0 where sysfs does not say)
+  unsigned gpu_count = 0;              // NVIDIA GPUs the driver exposes (/proc/driver/nvidia/gpus)
+  std::string kernel;                  // uname release
+};
+
+// Reads the facts of this machine. `sysfs_root` and `procfs_root` let tests point at a fake tree.
+Facts gather_facts(const std::string& sysfs_root = "/sys", const std::string& procfs_root = "/proc");
+
+// NUMA node of each CPU under <sysfs_root>/devices/system/node/node*/cpulist; CPUs not listed map to 0.
+std::vector<int> numa_of_cpus(const std::vector<unsigned>& cpus, const std::string& sysfs_root);
+
+// Parses a kernel CPU list ("0-3,8,10-11") into CPU ids; malformed parts are skipped.
+std::vector<unsigned> parse_cpu_list(const std::string& text);
+
+}  // namespace dtrain::node

@@ -1,0 +1,102 @@
+#include "agent/outbox.h"
+
+#include <chrono>
+
+namespace dtrain::agent {
+namespace {
+
+// Log lines merged into one message stay under this many bytes of text (well below gRPC's message limit).
+constexpr std::size_t kMaxLogBatchBytes = 1 << 20;
+
+std::uint64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+Outbox::Outbox(SessionStream& stream, std::chrono::milliseconds heartbeat_interval)
+    : stream_(stream), heartbeat_interval_(heartbeat_interval), writer_([this] { run(); }) {}
+
+Outbox::~Outbox() {
+  {
+    std::lock_guard lock(mutex_);
+    closing_ = true;
+  }
+  wake_.notify_all();
+  writer_.join();
+}
+
+void Outbox::push(v1::AgentMessage message) {
+  {
+    std::lock_guard lock(mutex_);
+    if (broken_) return;
+    queue_.push_back(std::move(message));
+  }
+  wake_.notify_one();
+}
+
+void Outbox::set_heartbeat_interval(std::chrono::milliseconds interval) {
+  {
+    std::lock_guard lock(mutex_);
+    heartbeat_interval_ = interval;
+  }
+  wake_.notify_one();
+}
+
+void Outbox::flush(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  drained_.wait_for(lock, timeout, [this] { return broken_ || (queue_.empty() && !in_flight_); });
+}
+
+bool Outbox::broken() const {
+  std::lock_guard lock(mutex_);
+  return broken_;
+}
+
+void Outbox::run() {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    bool idle = !wake_.wait_for(lock, heartbeat_interval_, [this] { return closing_ || !queue_.empty(); });
+    if (queue_.empty() && closing_) break;
+    v1::AgentMessage message;
+    if (idle) {
+      message.mutable_heartbeat()->set_sent_unix_ms(unix_ms());
+    } else {
+      message = std::move(queue_.front());
+      queue_.pop_front();
+      // Merge the log lines that follow into this message.
+      if (message.has_log_lines()) {
+        std::size_t bytes = 0;
+        for (const auto& line : message.log_lines().lines()) bytes += line.text().size();
+        while (!queue_.empty() && queue_.front().has_log_lines() &&
+               queue_.front().log_lines().round() == message.log_lines().round() && bytes < kMaxLogBatchBytes) {
+          for (auto& line : *queue_.front().mutable_log_lines()->mutable_lines()) {
+            bytes += line.text().size();
+            *message.mutable_log_lines()->add_lines() = std::move(line);
+          }
+          queue_.pop_front();
+        }
+      }
+    }
+    in_flight_ = true;
+    lock.unlock();
+    bool ok = stream_.write(message);
+    lock.lock();
+    in_flight_ = false;
+    if (!ok) {
+      broken_ = true;
+      queue_.clear();
+    }
+    if (queue_.empty()) drained_.notify_all();
+    if (broken_ && closing_) break;
+    if (broken_) {
+      // Nothing more can be sent; wait for the owner to close.
+      wake_.wait(lock, [this] { return closing_; });
+      break;
+    }
+  }
+  drained_.notify_all();
+}
+
+}  // namespace dtrain::agent

@@ -1,0 +1,34 @@
+#include "agent/service/session_service.h"
+
+#include "agent/agent.h"
+#include "agent/session_stream.h"
+
+namespace dtrain::agent {
+namespace {
+
+class ServerSessionStream final : public SessionStream {
+ public:
+  ServerSessionStream(grpc::ServerContext* context,
+                      grpc::ServerReaderWriter<v1::AgentMessage, v1::LauncherMessage>* stream)
+      : context_(context), stream_(stream) {}
+  bool read(v1::LauncherMessage& message) override { return stream_->Read(&message); }
+  bool write(const v1::AgentMessage& message) override { return stream_->Write(message); }
+  void cancel() override { context_->TryCancel(); }
+  std::string peer() const override { return context_->peer(); }
+
+ private:
+  grpc::ServerContext* context_;
+  grpc::ServerReaderWriter<v1::AgentMessage, v1::LauncherMessage>* stream_;
+};
+
+}  // namespace
+
+grpc::Status SessionService::Session(grpc::ServerContext* context,
+                                     grpc::ServerReaderWriter<v1::AgentMessage, v1::LauncherMessage>* stream) {
+  ServerSessionStream session(context, stream);
+  std::string error = agent_.serve_session(session);
+  if (error.empty()) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, error);
+}
+
+}  // namespace dtrain::agent

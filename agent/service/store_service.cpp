@@ -1,0 +1,135 @@
+#include "agent/service/store_service.h"
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dtrain::agent {
+namespace {
+
+constexpr std::string_view kTokenMetadata = "dtrain-token";
+
+grpc::StatusCode to_grpc(store::StatusCode code) {
+  switch (code) {
+    case store::StatusCode::ok: return grpc::StatusCode::OK;
+    case store::StatusCode::invalid_argument: return grpc::StatusCode::INVALID_ARGUMENT;
+    case store::StatusCode::unauthenticated: return grpc::StatusCode::UNAUTHENTICATED;
+    case store::StatusCode::deadline_exceeded: return grpc::StatusCode::DEADLINE_EXCEEDED;
+    case store::StatusCode::aborted: return grpc::StatusCode::ABORTED;
+    case store::StatusCode::failed_precondition: return grpc::StatusCode::FAILED_PRECONDITION;
+    case store::StatusCode::cancelled: return grpc::StatusCode::CANCELLED;
+    case store::StatusCode::unavailable: return grpc::StatusCode::UNAVAILABLE;
+  }
+  return grpc::StatusCode::UNKNOWN;
+}
+
+grpc::Status to_grpc(const store::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return {to_grpc(status.code()), status.message()};
+}
+
+// The round's token from the call's metadata; empty when the call carries none (the store refuses that).
+std::string_view token_of(const grpc::CallbackServerContext* context) {
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find(grpc::string_ref(kTokenMetadata.data(), kTokenMetadata.size()));
+  if (it == metadata.end()) return {};
+  return {it->second.data(), it->second.size()};
+}
+
+grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* context, const store::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(to_grpc(status));
+  return reactor;
+}
+
+std::vector<std::string> keys_of(const google::protobuf::RepeatedPtrField<std::string>& keys) {
+  return {keys.begin(), keys.end()};
+}
+
+// A Get or Wait in flight: finished by the store's callback, which may run on any thread and even before the
+// handler returns (gRPC queues a Finish that comes before the reactor is bound). gRPC calls OnCancel only after
+// the handler has returned, so the waiter id is known by then.
+class PendingCall final : public grpc::ServerUnaryReactor {
+ public:
+  explicit PendingCall(store::Store& store) : store_(store) {}
+
+  void attach(store::WaiterId id) { waiter_.store(id, std::memory_order_release); }
+
+  void OnCancel() override {
+    store::WaiterId id = waiter_.load(std::memory_order_acquire);
+    if (id != store::kNoWaiter) store_.cancel(id);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  store::Store& store_;
+  std::atomic<store::WaiterId> waiter_{store::kNoWaiter};
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* StoreService::Set(grpc::CallbackServerContext* context, const v1::SetRequest* request,
+                                            v1::SetResponse*) {
+  return finish(context, store_.set(token_of(context), request->key(), request->value()));
+}
+
+grpc::ServerUnaryReactor* StoreService::Get(grpc::CallbackServerContext* context, const v1::GetRequest* request,
+                                            v1::GetResponse* response) {
+  auto* call = new PendingCall(store_);
+  call->attach(store_.get(token_of(context), request->key(), std::chrono::milliseconds(request->timeout_ms()),
+                          [call, response](store::Result<std::string> result) {
+                            if (result.ok()) *response->mutable_value() = std::move(result.value);
+                            call->Finish(to_grpc(result.status));
+                          }));
+  return call;
+}
+
+grpc::ServerUnaryReactor* StoreService::Add(grpc::CallbackServerContext* context, const v1::AddRequest* request,
+                                            v1::AddResponse* response) {
+  store::Result<std::int64_t> result = store_.add(token_of(context), request->key(), request->delta());
+  response->set_value(result.value);
+  return finish(context, result.status);
+}
+
+grpc::ServerUnaryReactor* StoreService::CompareSet(grpc::CallbackServerContext* context,
+                                                   const v1::CompareSetRequest* request,
+                                                   v1::CompareSetResponse* response) {
+  store::Result<std::string> result =
+      store_.compare_set(token_of(context), request->key(), request->expected(), request->desired());
+  *response->mutable_value() = std::move(result.value);
+  return finish(context, result.status);
+}
+
+grpc::ServerUnaryReactor* StoreService::Check(grpc::CallbackServerContext* context, const v1::CheckRequest* request,
+                                              v1::CheckResponse* response) {
+  store::Result<bool> result = store_.check(token_of(context), keys_of(request->keys()));
+  response->set_all_present(result.value);
+  return finish(context, result.status);
+}
+
+grpc::ServerUnaryReactor* StoreService::Delete(grpc::CallbackServerContext* context,
+                                               const v1::DeleteRequest* request, v1::DeleteResponse* response) {
+  store::Result<bool> result = store_.delete_key(token_of(context), request->key());
+  response->set_deleted(result.value);
+  return finish(context, result.status);
+}
+
+grpc::ServerUnaryReactor* StoreService::NumKeys(grpc::CallbackServerContext* context, const v1::NumKeysRequest*,
+                                                v1::NumKeysResponse* response) {
+  store::Result<std::int64_t> result = store_.num_keys(token_of(context));
+  response->set_count(result.value);
+  return finish(context, result.status);
+}
+
+grpc::ServerUnaryReactor* StoreService::Wait(grpc::CallbackServerContext* context, const v1::WaitRequest* request,
+                                             v1::WaitResponse*) {
+  auto* call = new PendingCall(store_);
+  call->attach(store_.wait(token_of(context), keys_of(request->keys()),
+                           std::chrono::milliseconds(request->timeout_ms()),
+                           [call](store::Status status) { call->Finish(to_grpc(status)); }));
+  return call;
+}
+
+}  // namespace dtrain::agent

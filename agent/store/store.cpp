@@ -1,0 +1,422 @@
+#include "agent/store/store.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+
+namespace dtrain::store {
+namespace {
+
+constexpr std::size_t kClosedTokensRemembered = 64;
+constexpr std::size_t kKeysNamedInMessages = 5;
+
+// A key or value as it may appear in a message: quoted, printable, and short.
+std::string quoted(std::string_view text, std::size_t limit = 80) {
+  std::string out = "'";
+  for (std::size_t i = 0; i < text.size() && i < limit; ++i) {
+    auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
+      out += static_cast<char>(c);
+    } else {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
+      out += escaped;
+    }
+  }
+  if (text.size() > limit) out += "...";
+  return out + "'";
+}
+
+std::string ms_text(std::chrono::milliseconds ms) { return std::to_string(ms.count()) + " ms"; }
+
+// c10d stores add's counters as decimal strings; anything else (including "12abc") is not an integer.
+bool parse_integer(std::string_view text, std::int64_t& out) {
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  if (text.empty()) return false;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return error == std::errc() && end == text.data() + text.size();
+}
+
+std::vector<std::string> distinct(std::span<const std::string> keys) {
+  std::vector<std::string> out;
+  for (const auto& key : keys) {
+    if (std::find(out.begin(), out.end(), key) == out.end()) out.push_back(key);
+  }
+  return out;
+}
+
+void run_all(std::vector<std::function<void()>>& ready) {
+  for (auto& completion : ready) {
+    if (completion) completion();
+  }
+}
+
+}  // namespace
+
+Store::Store() : timer_([this] { timer_loop(); }) {}
+
+Store::~Store() {
+  shutdown();
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  timer_wakeup_.notify_all();
+  timer_.join();
+}
+
+Status Store::open_namespace(std::string token) {
+  if (token.empty()) return {StatusCode::invalid_argument, "a store namespace needs a non-empty token"};
+  std::lock_guard lock(mutex_);
+  if (shut_down_) return {StatusCode::unavailable, "the store is shutting down (the agent is stopping)"};
+  std::erase(closed_tokens_, token);
+  if (!namespaces_.contains(token)) namespaces_.emplace(std::move(token), std::make_unique<Namespace>());
+  return {};
+}
+
+bool Store::drop_namespace(std::string_view token) {
+  std::vector<Ready> ready;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = namespaces_.find(token);
+    if (it == namespaces_.end()) return false;
+    std::vector<WaiterId> ids(it->second->waiters.begin(), it->second->waiters.end());
+    for (WaiterId id : ids) {
+      ready.push_back(take_waiter(
+          id, {StatusCode::aborted, "namespace closed (the round ended) while this call was waiting"}));
+    }
+    namespaces_.erase(it);
+    closed_tokens_.emplace_back(token);
+    if (closed_tokens_.size() > kClosedTokensRemembered) closed_tokens_.pop_front();
+  }
+  run_all(ready);
+  return true;
+}
+
+void Store::shutdown() {
+  std::vector<Ready> ready;
+  {
+    std::lock_guard lock(mutex_);
+    shut_down_ = true;
+    std::vector<WaiterId> ids;
+    for (const auto& [id, waiter] : waiters_) ids.push_back(id);
+    for (WaiterId id : ids) {
+      ready.push_back(take_waiter(id, {StatusCode::unavailable, "the store is shutting down (the agent is stopping)"}));
+    }
+  }
+  run_all(ready);
+}
+
+Store::Namespace* Store::find_namespace(std::string_view token, Status& status) {
+  if (shut_down_) {
+    status = {StatusCode::unavailable, "the store is shutting down (the agent is stopping)"};
+    return nullptr;
+  }
+  if (token.empty()) {
+    status = {StatusCode::unauthenticated,
+              "no store token was given: every call must carry its round's token (DTRAIN_JOB_TOKEN) in the "
+              "'dtrain-token' metadata entry"};
+    return nullptr;
+  }
+  auto it = namespaces_.find(token);
+  if (it != namespaces_.end()) return it->second.get();
+  if (std::find(closed_tokens_.begin(), closed_tokens_.end(), token) != closed_tokens_.end()) {
+    status = {StatusCode::unauthenticated,
+              "the store token belongs to a round that has ended; its namespace is closed"};
+  } else {
+    status = {StatusCode::unauthenticated,
+              "the store token matches no open round of this job (each round has its own token, given to its "
+              "workers in DTRAIN_JOB_TOKEN)"};
+  }
+  return nullptr;
+}
+
+Status Store::check_key(std::string_view key) const {
+  if (key.empty()) return {StatusCode::invalid_argument, "store keys must not be empty"};
+  if (key.size() > kMaxKeyBytes) {
+    return {StatusCode::invalid_argument, "key " + quoted(key, 40) + " is " + std::to_string(key.size()) +
+                                              " bytes; the limit is " + std::to_string(kMaxKeyBytes) +
+                                              " bytes (4 KiB)"};
+  }
+  return {};
+}
+
+Status Store::check_keys(std::span<const std::string> keys) const {
+  if (keys.size() > kMaxKeysPerCall) {
+    return {StatusCode::invalid_argument, std::to_string(keys.size()) + " keys in one call; the limit is " +
+                                              std::to_string(kMaxKeysPerCall) + " keys per check or wait"};
+  }
+  for (const auto& key : keys) {
+    if (Status status = check_key(key); !status.ok()) return status;
+  }
+  return {};
+}
+
+namespace {
+
+Status check_value(std::string_view key, std::string_view what, std::size_t size) {
+  if (size <= kMaxValueBytes) return {};
+  return {StatusCode::invalid_argument, std::string(what) + " for key " + quoted(key) + " is " +
+                                            std::to_string(size) + " bytes; the limit is " +
+                                            std::to_string(kMaxValueBytes) + " bytes (64 MiB)"};
+}
+
+}  // namespace
+
+Result<Store::Clock::duration> Store::check_timeout(std::chrono::milliseconds timeout) const {
+  if (timeout.count() < 0) {
+    return {{StatusCode::invalid_argument, "timeout must not be negative (0 means the default of 300000 ms)"}};
+  }
+  if (timeout > kMaxTimeout) {
+    return {{StatusCode::invalid_argument,
+             "timeout of " + ms_text(timeout) + " is over the limit of " + ms_text(kMaxTimeout) + " (1 hour)"}};
+  }
+  return {{}, timeout.count() == 0 ? kDefaultTimeout : timeout};
+}
+
+Status Store::set(std::string_view token, std::string_view key, std::string value) {
+  if (Status status = check_key(key); !status.ok()) return status;
+  if (Status status = check_value(key, "value", value.size()); !status.ok()) return status;
+  std::vector<Ready> ready;
+  {
+    std::lock_guard lock(mutex_);
+    Status status;
+    Namespace* ns = find_namespace(token, status);
+    if (!ns) return status;
+    store_value(*ns, key, std::move(value), ready);
+  }
+  run_all(ready);
+  return {};
+}
+
+Result<std::int64_t> Store::add(std::string_view token, std::string_view key, std::int64_t delta) {
+  if (Status status = check_key(key); !status.ok()) return {status};
+  std::vector<Ready> ready;
+  std::int64_t sum = 0;
+  {
+    std::lock_guard lock(mutex_);
+    Status status;
+    Namespace* ns = find_namespace(token, status);
+    if (!ns) return {status};
+    std::int64_t current = 0;
+    if (auto it = ns->data.find(key); it != ns->data.end() && !parse_integer(it->second, current)) {
+      return {{StatusCode::failed_precondition,
+               "add on key " + quoted(key) + ": its value " + quoted(it->second, 32) +
+                   " is not a decimal integer (add works on keys that add created or that hold an integer)"}};
+    }
+    if (__builtin_add_overflow(current, delta, &sum)) {
+      return {{StatusCode::failed_precondition, "add on key " + quoted(key) + ": " + std::to_string(current) +
+                                                    " + " + std::to_string(delta) + " overflows a 64-bit integer"}};
+    }
+    store_value(*ns, key, std::to_string(sum), ready);
+  }
+  run_all(ready);
+  return {{}, sum};
+}
+
+Result<std::string> Store::compare_set(std::string_view token, std::string_view key, std::string_view expected,
+                                       std::string desired) {
+  if (Status status = check_key(key); !status.ok()) return {status};
+  if (Status status = check_value(key, "expected value", expected.size()); !status.ok()) return {status};
+  if (Status status = check_value(key, "desired value", desired.size()); !status.ok()) return {status};
+  std::vector<Ready> ready;
+  {
+    std::lock_guard lock(mutex_);
+    Status status;
+    Namespace* ns = find_namespace(token, status);
+    if (!ns) return {status};
+    auto it = ns->data.find(key);
+    if (it == ns->data.end()) {
+      if (!expected.empty()) return {{}, std::string(expected)};
+    } else if (it->second != expected) {
+      return {{}, it->second};
+    }
+    store_value(*ns, key, desired, ready);
+  }
+  run_all(ready);
+  return {{}, std::move(desired)};
+}
+
+Result<bool> Store::check(std::string_view token, std::span<const std::string> keys) {
+  if (Status status = check_keys(keys); !status.ok()) return {status};
+  std::lock_guard lock(mutex_);
+  Status status;
+  Namespace* ns = find_namespace(token, status);
+  if (!ns) return {status};
+  bool all = std::all_of(keys.begin(), keys.end(), [ns](const std::string& key) { return ns->data.contains(key); });
+  return {{}, all};
+}
+
+Result<bool> Store::delete_key(std::string_view token, std::string_view key) {
+  if (Status status = check_key(key); !status.ok()) return {status};
+  std::lock_guard lock(mutex_);
+  Status status;
+  Namespace* ns = find_namespace(token, status);
+  if (!ns) return {status};
+  auto it = ns->data.find(key);
+  if (it == ns->data.end()) return {{}, false};
+  ns->data.erase(it);
+  return {{}, true};
+}
+
+Result<std::int64_t> Store::num_keys(std::string_view token) {
+  std::lock_guard lock(mutex_);
+  Status status;
+  Namespace* ns = find_namespace(token, status);
+  if (!ns) return {status};
+  return {{}, static_cast<std::int64_t>(ns->data.size())};
+}
+
+WaiterId Store::get(std::string_view token, std::string_view key, std::chrono::milliseconds timeout,
+                    GetCallback done) {
+  if (Status status = check_key(key); !status.ok()) {
+    done({status});
+    return kNoWaiter;
+  }
+  return add_waiter(token, {std::string(key)}, true, timeout,
+                    [done = std::move(done)](Status status, std::string value) {
+                      done({std::move(status), std::move(value)});
+                    });
+}
+
+WaiterId Store::wait(std::string_view token, std::span<const std::string> keys, std::chrono::milliseconds timeout,
+                     WaitCallback done) {
+  if (Status status = check_keys(keys); !status.ok()) {
+    done(status);
+    return kNoWaiter;
+  }
+  return add_waiter(token, distinct(keys), false, timeout,
+                    [done = std::move(done)](Status status, std::string) { done(std::move(status)); });
+}
+
+WaiterId Store::add_waiter(std::string_view token, std::vector<std::string> keys, bool is_get,
+                           std::chrono::milliseconds timeout, std::function<void(Status, std::string)> done) {
+  Status failure;
+  std::string value;
+  {
+    std::lock_guard lock(mutex_);
+    Namespace* ns = find_namespace(token, failure);
+    Result<Clock::duration> limit = check_timeout(timeout);
+    if (ns && !limit.ok()) failure = limit.status;
+    if (ns && limit.ok()) {
+      bool all = std::all_of(keys.begin(), keys.end(), [ns](const std::string& key) { return ns->data.contains(key); });
+      if (all) {
+        if (is_get) value = ns->data.find(keys.front())->second;
+      } else {
+        WaiterId id = next_waiter_++;
+        Waiter& waiter = waiters_[id];
+        waiter.ns = ns;
+        waiter.is_get = is_get;
+        waiter.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(limit.value);
+        waiter.deadline = Clock::now() + limit.value;
+        waiter.done = std::move(done);
+        for (const auto& key : keys) ns->watchers[key].push_back(id);
+        waiter.keys = std::move(keys);
+        ns->waiters.insert(id);
+        auto [slot, inserted] = deadlines_.emplace(waiter.deadline, id);
+        if (slot == deadlines_.begin()) timer_wakeup_.notify_one();
+        return id;
+      }
+    }
+  }
+  done(std::move(failure), std::move(value));
+  return kNoWaiter;
+}
+
+bool Store::cancel(WaiterId id) {
+  Ready ready;
+  {
+    std::lock_guard lock(mutex_);
+    ready = take_waiter(id, {StatusCode::cancelled, "the call was cancelled by its caller"});
+  }
+  if (!ready) return false;
+  ready();
+  return true;
+}
+
+std::size_t Store::pending_waiters() const {
+  std::lock_guard lock(mutex_);
+  return waiters_.size();
+}
+
+void Store::store_value(Namespace& ns, std::string_view key, std::string value, std::vector<Ready>& ready) {
+  auto it = ns.data.find(key);
+  if (it == ns.data.end()) {
+    it = ns.data.emplace(std::string(key), std::move(value)).first;
+  } else {
+    it->second = std::move(value);
+  }
+  auto watching = ns.watchers.find(key);
+  if (watching == ns.watchers.end()) return;
+  std::vector<WaiterId> ids = watching->second;  // take_waiter edits the list
+  for (WaiterId id : ids) {
+    const Waiter& waiter = waiters_.at(id);
+    bool all = std::all_of(waiter.keys.begin(), waiter.keys.end(),
+                           [&ns](const std::string& k) { return ns.data.contains(k); });
+    if (!all) continue;
+    ready.push_back(take_waiter(id, {}, waiter.is_get ? it->second : std::string()));
+  }
+}
+
+Store::Ready Store::take_waiter(WaiterId id, Status status, std::string value) {
+  auto it = waiters_.find(id);
+  if (it == waiters_.end()) return {};
+  Waiter& waiter = it->second;
+  deadlines_.erase({waiter.deadline, id});
+  waiter.ns->waiters.erase(id);
+  for (const auto& key : waiter.keys) {
+    auto watching = waiter.ns->watchers.find(key);
+    if (watching == waiter.ns->watchers.end()) continue;
+    std::erase(watching->second, id);
+    if (watching->second.empty()) waiter.ns->watchers.erase(watching);
+  }
+  auto done = std::move(waiter.done);
+  waiters_.erase(it);
+  return [done = std::move(done), status = std::move(status), value = std::move(value)]() mutable {
+    done(std::move(status), std::move(value));
+  };
+}
+
+std::string Store::timeout_message(const Waiter& waiter) const {
+  if (waiter.is_get) {
+    return "no process set key " + quoted(waiter.keys.front()) + " within " + ms_text(waiter.timeout);
+  }
+  std::vector<const std::string*> missing;
+  for (const auto& key : waiter.keys) {
+    if (!waiter.ns->data.contains(key)) missing.push_back(&key);
+  }
+  std::string names;
+  for (std::size_t i = 0; i < missing.size() && i < kKeysNamedInMessages; ++i) {
+    names += (i ? ", " : "") + quoted(*missing[i]);
+  }
+  if (missing.size() > kKeysNamedInMessages) names += ", ...";
+  return "still missing " + names + " (" + std::to_string(missing.size()) + " of " +
+         std::to_string(waiter.keys.size()) + " keys) after " + ms_text(waiter.timeout);
+}
+
+void Store::timer_loop() {
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    if (deadlines_.empty()) {
+      timer_wakeup_.wait(lock);
+      continue;
+    }
+    Clock::time_point first = deadlines_.begin()->first;
+    if (Clock::now() < first) {
+      timer_wakeup_.wait_until(lock, first);
+      continue;
+    }
+    std::vector<Ready> ready;
+    Clock::time_point now = Clock::now();
+    while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+      WaiterId id = deadlines_.begin()->second;
+      std::string message = timeout_message(waiters_.at(id));
+      ready.push_back(take_waiter(id, {StatusCode::deadline_exceeded, std::move(message)}));
+    }
+    lock.unlock();
+    run_all(ready);
+    lock.lock();
+  }
+}
+
+}  // namespace dtrain::store

@@ -1,0 +1,258 @@
+#include "agent/supervisor/spawn.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <csignal>
+#include <cstring>
+#include <map>
+
+extern char** environ;
+
+namespace dtrain::supervisor {
+namespace {
+
+#ifndef CLOSE_RANGE_CLOEXEC
+constexpr unsigned CLOSE_RANGE_CLOEXEC = 1U << 2;
+#endif
+
+constexpr const char* kDefaultPath = "/usr/local/bin:/usr/bin:/bin";
+
+// Which step of the child setup failed; sent with errno through the report pipe.
+enum class ChildStage : int { kStdio = 1, kParentDeathSignal, kAffinity, kWorkingDir, kExec };
+struct ChildFailure {
+  ChildStage stage;
+  int error;
+};
+
+std::string join_cpus(const std::vector<unsigned>& cpus) {
+  std::string out;
+  for (const unsigned cpu : cpus) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(cpu);
+  }
+  return out;
+}
+
+std::string describe_failure(const ChildFailure& failure, const LaunchPlan& plan) {
+  const std::string reason = std::strerror(failure.error);
+  switch (failure.stage) {
+    case ChildStage::kStdio:
+      return "cannot set up stdin/stdout/stderr for '" + plan.program + "': " + reason;
+    case ChildStage::kParentDeathSignal:
+      return "cannot set the parent-death signal for '" + plan.program + "': " + reason;
+    case ChildStage::kAffinity:
+      return "cannot bind '" + plan.program + "' to cpus " + join_cpus(plan.cpus) + ": " + reason +
+             " (check the cpus exist and are allowed for this agent: taskset -cp " + std::to_string(getpid()) + ")";
+    case ChildStage::kWorkingDir:
+      return "cannot change to working directory '" + plan.working_dir + "' for '" + plan.program + "': " + reason;
+    case ChildStage::kExec:
+      return "cannot execute '" + plan.program + "': " + reason;
+  }
+  return "cannot start '" + plan.program + "': " + reason;
+}
+
+bool is_executable_file(const std::string& path, int& error) {
+  struct stat st{};
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  if (access(path.c_str(), X_OK) != 0) {
+    error = EACCES;
+    return false;
+  }
+  return true;
+}
+
+// Moves a descriptor off 0..2 so that installing the child's stdio cannot overwrite it (an agent started with its
+// stdio closed gets pipes numbered 0..2). Async-signal-safe.
+int above_stdio(int fd) { return fd > 2 ? fd : fcntl(fd, F_DUPFD_CLOEXEC, 3); }
+
+// The child between fork and exec: async-signal-safe calls only, no allocation, no locks.
+[[noreturn]] void run_child(const LaunchPlan& plan, char* const* argv, char* const* envp, pid_t parent, int null_fd,
+                            int out_fd, int err_fd, int report_fd) {
+  // By reference: report_fd is moved off 0..2 below, and the old number may then become the worker's stdout.
+  const auto fail = [&report_fd](ChildStage stage) {
+    const ChildFailure failure{stage, errno};
+    [[maybe_unused]] const ssize_t n = write(report_fd, &failure, sizeof failure);
+    _exit(127);
+  };
+  setpgid(0, 0);
+  if (plan.parent_death_signal != 0) {
+    if (prctl(PR_SET_PDEATHSIG, plan.parent_death_signal) != 0) fail(ChildStage::kParentDeathSignal);
+    // The parent may have died before prctl: then nobody would ever send the signal.
+    if (getppid() != parent) _exit(127);
+  }
+  if (plan.cpu_mask && sched_setaffinity(0, plan.cpu_mask_size, plan.cpu_mask.get()) != 0) fail(ChildStage::kAffinity);
+  report_fd = above_stdio(report_fd);
+  null_fd = above_stdio(null_fd);
+  out_fd = above_stdio(out_fd);
+  err_fd = above_stdio(err_fd);
+  if (report_fd < 0 || null_fd < 0 || out_fd < 0 || err_fd < 0) fail(ChildStage::kStdio);
+  if (dup2(null_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0) fail(ChildStage::kStdio);
+  // Descriptors other threads of the agent opened without O_CLOEXEC must not leak into workers.
+  syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+  if (!plan.working_dir.empty() && chdir(plan.working_dir.c_str()) != 0) fail(ChildStage::kWorkingDir);
+  // Ignored signals survive exec; workers start from the defaults. All signals are still blocked here (the parent
+  // blocked them around fork), so no handler of the agent can run in the child.
+  struct sigaction dfl{};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, nullptr);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  execve(plan.program.c_str(), argv, envp);
+  fail(ChildStage::kExec);
+  _exit(127);  // not reached: fail() exits
+}
+
+void close_all(std::initializer_list<int> fds) {
+  for (const int fd : fds) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+}  // namespace
+
+std::string search_path(const std::string& name, const std::string& path_var, const std::string& working_dir,
+                        int& error) {
+  error = ENOENT;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t colon = path_var.find(':', start);
+    std::string dir = path_var.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    if (dir.empty()) dir = ".";
+    const std::string candidate = dir + "/" + name;
+    // exec resolves a relative path after chdir, so check it from there too.
+    const std::string checked =
+        (candidate[0] != '/' && !working_dir.empty()) ? working_dir + "/" + candidate : candidate;
+    int candidate_error = 0;
+    if (is_executable_file(checked, candidate_error)) return candidate;
+    if (candidate_error == EACCES) error = EACCES;
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  return "";
+}
+
+std::variant<LaunchPlan, std::string> plan_launch(const ProcessSpec& spec) {
+  if (spec.argv.empty() || spec.argv[0].empty()) return std::string("cannot execute: empty command (argv)");
+  LaunchPlan plan;
+  plan.argv = spec.argv;
+  plan.working_dir = spec.working_dir;
+  plan.parent_death_signal = spec.parent_death_signal;
+  plan.cpus = spec.cpus;
+
+  std::map<std::string, std::string> env;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const char* eq = std::strchr(*entry, '=');
+    if (eq == nullptr) continue;
+    env.emplace(std::string(*entry, static_cast<std::size_t>(eq - *entry)), std::string(eq + 1));
+  }
+  for (const auto& [key, value] : spec.env) {
+    if (key.empty() || key.find('=') != std::string::npos) {
+      return "invalid environment variable name '" + key + "' for '" + spec.argv[0] + "': it must be non-empty "
+             "and must not contain '='";
+    }
+    env[key] = value;
+  }
+  for (const auto& [key, value] : env) plan.env.push_back(key + "=" + value);
+
+  const std::string& name = spec.argv[0];
+  if (name.find('/') != std::string::npos) {
+    plan.program = name;
+  } else {
+    const auto path_it = env.find("PATH");
+    const std::string path_var = path_it != env.end() ? path_it->second : kDefaultPath;
+    int error = 0;
+    plan.program = search_path(name, path_var, spec.working_dir, error);
+    if (plan.program.empty()) {
+      return "cannot execute '" + name + "': " + std::strerror(error) + " (PATH=" + path_var + ")";
+    }
+  }
+
+  if (!spec.cpus.empty()) {
+    unsigned max_cpu = 0;
+    for (const unsigned cpu : spec.cpus) max_cpu = std::max(max_cpu, cpu);
+    if (max_cpu >= 1U << 20) return "cannot bind '" + name + "' to cpu " + std::to_string(max_cpu) + ": no such cpu";
+    const int count = static_cast<int>(max_cpu) + 1;
+    plan.cpu_mask = {CPU_ALLOC(count), [](cpu_set_t* set) { CPU_FREE(set); }};
+    plan.cpu_mask_size = CPU_ALLOC_SIZE(count);
+    CPU_ZERO_S(plan.cpu_mask_size, plan.cpu_mask.get());
+    for (const unsigned cpu : spec.cpus) CPU_SET_S(cpu, plan.cpu_mask_size, plan.cpu_mask.get());
+  }
+
+  return plan;
+}
+
+std::variant<LaunchedChild, std::string> launch(const LaunchPlan& plan) {
+  int out[2] = {-1, -1}, err[2] = {-1, -1}, report[2] = {-1, -1};
+  const auto fail = [&](const char* what) {
+    const std::string message =
+        std::string("cannot start '") + plan.program + "': " + what + ": " + std::strerror(errno);
+    close_all({out[0], out[1], err[0], err[1], report[0], report[1]});
+    return message;
+  };
+  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 || pipe2(report, O_CLOEXEC) != 0) return fail("pipe");
+  if (fcntl(out[0], F_SETFL, O_NONBLOCK) != 0 || fcntl(err[0], F_SETFL, O_NONBLOCK) != 0) return fail("fcntl");
+  const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null_fd < 0) return fail("open /dev/null");
+
+  // execve wants mutable pointers; build them before fork (no allocation in the child).
+  std::vector<char*> argv, envp;
+  for (const auto& arg : plan.argv) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& entry : plan.env) envp.push_back(const_cast<char*>(entry.c_str()));
+  envp.push_back(nullptr);
+
+  const pid_t parent = getpid();
+  sigset_t all, previous;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &previous);
+  const pid_t pid = fork();
+  if (pid == 0) run_child(plan, argv.data(), envp.data(), parent, null_fd, out[1], err[1], report[1]);
+  const int fork_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  close_all({null_fd, out[1], err[1], report[1]});
+  out[1] = err[1] = report[1] = -1;
+  if (pid < 0) {
+    errno = fork_errno;
+    return fail("fork");
+  }
+  // The child does the same; doing it here too means the group exists before anyone signals it.
+  setpgid(pid, pid);
+  return LaunchedChild{pid, out[0], err[0], report[0]};
+}
+
+ExecReport await_exec(int report_fd, const LaunchPlan& plan, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  ChildFailure failure{};
+  std::size_t got = 0;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd p{report_fd, POLLIN, 0};
+    const int ready = poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) return {ExecReport::Outcome::kUndecided, ""};
+    const ssize_t n = read(report_fd, reinterpret_cast<char*>(&failure) + got, sizeof failure - got);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) {
+      // EOF: the write end was closed by a successful exec (or the child died before reporting anything).
+      if (got == 0) return {ExecReport::Outcome::kExecuted, ""};
+      return {ExecReport::Outcome::kFailed, "cannot start '" + plan.program + "': truncated failure report"};
+    }
+    got += static_cast<std::size_t>(n);
+    if (got == sizeof failure) return {ExecReport::Outcome::kFailed, describe_failure(failure, plan)};
+  }
+}
+
+}  // namespace dtrain::supervisor

@@ -1,0 +1,59 @@
+#pragma once
+// Fork + exec of one worker: everything the child needs is prepared before fork, so the child runs only
+// async-signal-safe calls (the agent has many threads; after fork only the forking one exists in the child).
+
+#include <sched.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "agent/supervisor/process_spec.h"
+
+namespace dtrain::supervisor {
+
+// A ProcessSpec turned into the exact bytes execve and the child setup need.
+struct LaunchPlan {
+  std::string program;              // path handed to execve (resolved through PATH when argv[0] has no '/')
+  std::vector<std::string> argv;    // as given
+  std::vector<std::string> env;     // "KEY=value": our environment overlaid with spec.env
+  std::string working_dir;          // "" = stay
+  std::vector<unsigned> cpus;       // for messages; the mask below is what the child applies
+  std::unique_ptr<cpu_set_t, void (*)(cpu_set_t*)> cpu_mask{nullptr, nullptr};  // null = inherit
+  std::size_t cpu_mask_size = 0;    // bytes, for sched_setaffinity
+  int parent_death_signal = 0;      // 0 = none
+};
+
+// Builds the plan, or returns the spawn error (empty argv, program not found on PATH, bad env name, bad cpu).
+std::variant<LaunchPlan, std::string> plan_launch(const ProcessSpec& spec);
+
+// Looks `name` (no '/') up in the ':'-separated `path_var`; relative entries are taken from `working_dir` (or ours).
+// Returns the path to exec, or "" with `error` set (ENOENT, or EACCES when only non-executable matches exist).
+std::string search_path(const std::string& name, const std::string& path_var, const std::string& working_dir,
+                        int& error);
+
+// A forked child; the descriptors are the parent's (read) ends, close-on-exec, stdout/stderr non-blocking.
+struct LaunchedChild {
+  pid_t pid = 0;
+  int stdout_fd = -1;
+  int stderr_fd = -1;
+  int report_fd = -1;  // EOF when exec succeeded; a failure record when the child setup or exec failed
+};
+
+// Forks and sets the child up (own process group, parent-death signal, cpu binding, stdin from /dev/null,
+// stdout/stderr to pipes, every other descriptor closed at exec, working dir, default signal dispositions, empty
+// signal mask) and execs. Returns the child, or the error when no child could be created.
+std::variant<LaunchedChild, std::string> launch(const LaunchPlan& plan);
+
+// What the report pipe said.
+struct ExecReport {
+  enum class Outcome { kExecuted, kFailed, kUndecided } outcome;  // kUndecided: nothing yet within the timeout
+  std::string error;                                              // kFailed: the spawn error for the user
+};
+// Waits up to `timeout` for the child to exec or report a failure. Does not close report_fd.
+ExecReport await_exec(int report_fd, const LaunchPlan& plan, std::chrono::milliseconds timeout);
+
+}  // namespace dtrain::supervisor

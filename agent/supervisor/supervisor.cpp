@@ -1,0 +1,475 @@
+#include "agent/supervisor/supervisor.h"
+
+#include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <future>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <unordered_map>
+
+#include "agent/supervisor/event_loop.h"
+#include "agent/supervisor/output_capture.h"
+#include "agent/supervisor/spawn.h"
+#include "agent/supervisor/stop_sweep.h"
+
+namespace dtrain::supervisor {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Stream = OutputCapture::Stream;
+
+// Bytes read from one pipe per wakeup, so one chatty worker cannot starve the others.
+constexpr std::size_t kReadBudget = 1 << 20;
+// Bytes read from a pipe when its worker exited or the sweep ended: everything buffered, but bounded in case a
+// surviving descendant keeps writing.
+constexpr std::size_t kDrainBudget = 64 << 20;
+
+std::atomic<bool> g_supervisor_exists{false};
+
+[[noreturn]] void throw_errno(const char* what) { throw std::system_error(errno, std::generic_category(), what); }
+
+void close_fd(int& fd) {
+  if (fd >= 0) close(fd);
+  fd = -1;
+}
+
+}  // namespace
+
+void prepare_process() {
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  if (const int err = pthread_sigmask(SIG_BLOCK, &chld, nullptr); err != 0) {
+    throw std::system_error(err, std::generic_category(), "pthread_sigmask(SIGCHLD)");
+  }
+  struct sigaction dfl{};
+  dfl.sa_handler = SIG_DFL;
+  if (sigaction(SIGCHLD, &dfl, nullptr) != 0) throw_errno("sigaction(SIGCHLD)");
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) throw_errno("prctl(PR_SET_CHILD_SUBREAPER)");
+}
+
+// One started worker. Kept after it is reaped while a descendant still holds its pipes open.
+struct Worker {
+  std::uint64_t id = 0;
+  pid_t pid = 0;
+  Clock::time_point started_at;
+  std::unique_ptr<OutputCapture> output;
+  EventLoop::Token tokens[2] = {0, 0};  // stdout, stderr watches
+  int pidfd = -1;                       // readable at exit: catches the exit even if a SIGCHLD went elsewhere
+  EventLoop::Token pidfd_token = 0;
+  int report_fd = -1;                   // exec verdict still pending when spawn() stopped waiting
+  std::unique_ptr<LaunchPlan> plan;     // for describing that late verdict
+  bool exit_reported = false;
+};
+
+struct Supervisor::Impl {
+  explicit Impl(Events e) : events(std::move(e)), stop(getpid()) {}
+
+  // --- loop thread ---
+  void run();
+  void start_all(const std::vector<ProcessSpec>& specs);
+  void start_one(const ProcessSpec& spec);
+  void report_spawn_failure(const ProcessSpec& spec, pid_t pid, std::string error);
+  void on_output(std::uint64_t serial, Stream stream);
+  void reap_children();
+  void on_worker_exited(std::uint64_t serial);
+  void on_worker_exit(std::uint64_t serial, int exit_code, int signal);
+  void drain(Worker& worker, std::size_t budget);
+  void forget_if_done(std::uint64_t serial);
+  void begin_stop(std::chrono::milliseconds grace, std::function<void(unsigned)> done);
+  void advance_stop();
+  void finish_stop();
+  void arm_timer(Clock::time_point deadline);
+  void begin_shutdown();
+  OutputCapture::LineSink sink_for(std::uint64_t id);
+
+  Events events;
+  EventLoop loop;
+  int signal_fd = -1;
+  int timer_fd = -1;
+  StopSweep stop;
+  std::map<std::uint64_t, std::unique_ptr<Worker>> workers;  // by serial (pids are recycled, serials are not)
+  std::unordered_map<pid_t, std::uint64_t> live;             // unreaped workers: pid -> serial
+  std::uint64_t next_serial = 1;
+  std::atomic<std::size_t> running{0};
+  bool shutting_down = false;
+  Clock::time_point shutdown_deadline{};
+  bool quit = false;
+  std::thread thread;
+};
+
+OutputCapture::LineSink Supervisor::Impl::sink_for(std::uint64_t id) {
+  return [this, id](bool is_stderr, std::string_view line) {
+    if (events.line) events.line(id, is_stderr, line);
+  };
+}
+
+void Supervisor::Impl::run() {
+  while (!quit) {
+    int timeout_ms = -1;
+    if (shutting_down) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(shutdown_deadline - Clock::now());
+      if (left.count() <= 0) break;
+      timeout_ms = static_cast<int>(left.count()) + 1;
+    }
+    loop.run_once(timeout_ms);
+  }
+}
+
+void Supervisor::Impl::start_all(const std::vector<ProcessSpec>& specs) {
+  for (const auto& spec : specs) start_one(spec);
+}
+
+void Supervisor::Impl::report_spawn_failure(const ProcessSpec& spec, pid_t pid, std::string error) {
+  ProcessExit exit;
+  exit.id = spec.id;
+  exit.pid = pid;
+  exit.exit_code = 127;
+  exit.spawn_error = std::move(error);
+  if (events.exited) events.exited(exit);
+}
+
+void Supervisor::Impl::start_one(const ProcessSpec& spec) {
+  if (shutting_down || stop.active()) {
+    report_spawn_failure(spec, 0, "not started: stop_all is in progress (spawn again once it has finished)");
+    return;
+  }
+  auto planned = plan_launch(spec);
+  if (auto* error = std::get_if<std::string>(&planned)) {
+    report_spawn_failure(spec, 0, std::move(*error));
+    return;
+  }
+  auto plan = std::make_unique<LaunchPlan>(std::move(std::get<LaunchPlan>(planned)));
+  int log_fd = -1;
+  if (!spec.log_path.empty()) {
+    std::string error;
+    log_fd = open_log_file(spec.log_path, error);
+    if (log_fd < 0) {
+      report_spawn_failure(spec, 0, std::move(error));
+      return;
+    }
+  }
+  auto launched = launch(*plan);
+  if (auto* error = std::get_if<std::string>(&launched)) {
+    close_fd(log_fd);
+    report_spawn_failure(spec, 0, std::move(*error));
+    return;
+  }
+  LaunchedChild child = std::get<LaunchedChild>(launched);
+  const Clock::time_point started_at = Clock::now();
+  const ExecReport verdict = await_exec(child.report_fd, *plan, kExecReportTimeout);
+  if (verdict.outcome == ExecReport::Outcome::kFailed) {
+    // The child exits with 127 right after its report; the reaper collects it as an unknown child.
+    close_fd(child.stdout_fd);
+    close_fd(child.stderr_fd);
+    close_fd(child.report_fd);
+    close_fd(log_fd);
+    report_spawn_failure(spec, child.pid, verdict.error);
+    return;
+  }
+
+  const std::uint64_t serial = next_serial++;
+  auto worker = std::make_unique<Worker>();
+  worker->id = spec.id;
+  worker->pid = child.pid;
+  worker->started_at = started_at;
+  worker->output = std::make_unique<OutputCapture>(child.stdout_fd, child.stderr_fd, log_fd, spec.log_path,
+                                                    spec.stderr_tail_lines);
+  if (verdict.outcome == ExecReport::Outcome::kUndecided) {
+    worker->report_fd = child.report_fd;
+    worker->plan = std::move(plan);
+  } else {
+    close_fd(child.report_fd);
+  }
+  for (const Stream stream : {Stream::kStdout, Stream::kStderr}) {
+    worker->tokens[static_cast<int>(stream)] = loop.add(
+        worker->output->fd(stream), EPOLLIN, [this, serial, stream](std::uint32_t) { on_output(serial, stream); });
+  }
+  worker->pidfd = static_cast<int>(syscall(SYS_pidfd_open, child.pid, 0));
+  if (worker->pidfd >= 0) {
+    worker->pidfd_token = loop.add(worker->pidfd, EPOLLIN, [this, serial](std::uint32_t) { on_worker_exited(serial); });
+  }
+  live.emplace(child.pid, serial);
+  workers.emplace(serial, std::move(worker));
+  running.fetch_add(1);
+  if (events.started) events.started(spec.id, child.pid);
+}
+
+void Supervisor::Impl::on_output(std::uint64_t serial, Stream stream) {
+  const auto it = workers.find(serial);
+  if (it == workers.end()) return;
+  Worker& worker = *it->second;
+  if (worker.output->read(stream, kReadBudget, sink_for(worker.id)) == OutputCapture::ReadResult::kEof) {
+    loop.remove(worker.tokens[static_cast<int>(stream)]);
+    forget_if_done(serial);
+  }
+}
+
+void Supervisor::Impl::drain(Worker& worker, std::size_t budget) {
+  for (const Stream stream : {Stream::kStdout, Stream::kStderr}) {
+    if (!worker.output->is_open(stream)) continue;
+    if (worker.output->read(stream, budget, sink_for(worker.id)) == OutputCapture::ReadResult::kEof) {
+      loop.remove(worker.tokens[static_cast<int>(stream)]);
+    }
+  }
+}
+
+void Supervisor::Impl::forget_if_done(std::uint64_t serial) {
+  const auto it = workers.find(serial);
+  if (it == workers.end()) return;
+  const Worker& worker = *it->second;
+  if (worker.exit_reported && !worker.output->is_open(Stream::kStdout) && !worker.output->is_open(Stream::kStderr)) {
+    workers.erase(it);
+  }
+}
+
+void Supervisor::Impl::reap_children() {
+  signalfd_siginfo info;
+  while (read(signal_fd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+  }
+  for (;;) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) break;  // 0: children left but none exited; -1/ECHILD: no children
+    const auto it = live.find(pid);
+    // Not a worker: an orphan reparented to us, or a child whose exec failed. Reaping it is all there is to do.
+    if (it == live.end()) continue;
+    const std::uint64_t serial = it->second;
+    live.erase(it);
+    if (WIFSIGNALED(status)) {
+      on_worker_exit(serial, 128 + WTERMSIG(status), WTERMSIG(status));
+    } else {
+      on_worker_exit(serial, WEXITSTATUS(status), 0);
+    }
+  }
+  advance_stop();
+}
+
+void Supervisor::Impl::on_worker_exited(std::uint64_t serial) {
+  reap_children();
+  const auto it = workers.find(serial);
+  if (it == workers.end() || live.count(it->second->pid) == 0) return;
+  // The pidfd says it exited, yet waitpid(-1) did not return it: its status was taken by a waitpid elsewhere in
+  // this process (which the rules forbid). Report what is known rather than watch a readable pidfd forever.
+  Worker& worker = *it->second;
+  siginfo_t info{};
+  const int rc = waitid(P_PIDFD, static_cast<id_t>(worker.pidfd), &info, WEXITED | WNOHANG);
+  if (rc == 0 && info.si_pid != 0) {
+    live.erase(worker.pid);
+    if (info.si_code == CLD_EXITED) {
+      on_worker_exit(serial, info.si_status, 0);
+    } else {
+      on_worker_exit(serial, 128 + info.si_status, info.si_status);
+    }
+  } else if (rc != 0 && errno == ECHILD) {
+    live.erase(worker.pid);
+    on_worker_exit(serial, -1, 0);
+  }
+  advance_stop();
+}
+
+void Supervisor::Impl::on_worker_exit(std::uint64_t serial, int exit_code, int signal) {
+  Worker& worker = *workers.at(serial);
+  running.fetch_sub(1);
+  loop.remove(worker.pidfd_token);
+  close_fd(worker.pidfd);
+
+  ProcessExit exit;
+  exit.id = worker.id;
+  exit.pid = worker.pid;
+  exit.exit_code = exit_code;
+  exit.signal = signal;
+  exit.stopped = stop.active();
+  exit.runtime = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - worker.started_at);
+  if (worker.report_fd >= 0) {
+    const ExecReport verdict = await_exec(worker.report_fd, *worker.plan, std::chrono::milliseconds(0));
+    if (verdict.outcome == ExecReport::Outcome::kFailed) exit.spawn_error = verdict.error;
+    close_fd(worker.report_fd);
+  }
+  // Everything the process wrote is in its pipes by now: read it all before reporting the exit.
+  drain(worker, kDrainBudget);
+  worker.output->flush_partial(sink_for(worker.id));
+  exit.stderr_tail = worker.output->stderr_tail();
+  worker.exit_reported = true;
+  forget_if_done(serial);
+  if (events.exited) events.exited(exit);
+}
+
+void Supervisor::Impl::begin_stop(std::chrono::milliseconds grace, std::function<void(unsigned)> done) {
+  stop.begin(grace, std::move(done), Clock::now());
+  advance_stop();
+}
+
+void Supervisor::Impl::advance_stop() {
+  if (!stop.active()) return;
+  const Clock::time_point now = Clock::now();
+  std::vector<pid_t> groups;
+  groups.reserve(live.size());
+  for (const auto& [pid, serial] : live) groups.push_back(pid);
+  const std::size_t found = stop.signal(groups, now);
+  if ((found == 0 && live.empty()) || stop.gave_up(now)) {
+    finish_stop();
+    return;
+  }
+  arm_timer(stop.next_deadline());
+}
+
+void Supervisor::Impl::finish_stop() {
+  arm_timer(Clock::time_point{});
+  // Every writer is gone, so the pipes hold their last bytes and then EOF.
+  std::vector<std::uint64_t> serials;
+  for (const auto& [serial, worker] : workers) {
+    if (worker->exit_reported) serials.push_back(serial);
+  }
+  for (const std::uint64_t serial : serials) {
+    const auto it = workers.find(serial);
+    if (it == workers.end()) continue;
+    Worker& worker = *it->second;
+    drain(worker, kDrainBudget);
+    worker.output->flush_partial(sink_for(worker.id));
+    for (const Stream stream : {Stream::kStdout, Stream::kStderr}) {
+      loop.remove(worker.tokens[static_cast<int>(stream)]);
+      worker.output->close(stream);
+    }
+    workers.erase(serial);
+  }
+  unsigned sigkilled = 0;
+  const std::vector<StopSweep::Done> callbacks = stop.finish(sigkilled);
+  if (shutting_down) {
+    quit = true;
+    return;
+  }
+  for (const auto& done : callbacks) done(sigkilled);
+}
+
+void Supervisor::Impl::arm_timer(Clock::time_point deadline) {
+  itimerspec spec{};
+  if (deadline != Clock::time_point{}) {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count();
+    // A zero it_value would disarm: a deadline already past still has to fire.
+    spec.it_value.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+    spec.it_value.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+    if (spec.it_value.tv_sec == 0 && spec.it_value.tv_nsec == 0) spec.it_value.tv_nsec = 1;
+  }
+  // steady_clock is CLOCK_MONOTONIC on Linux, the clock of timer_fd.
+  timerfd_settime(timer_fd, TFD_TIMER_ABSTIME, &spec, nullptr);
+}
+
+void Supervisor::Impl::begin_shutdown() {
+  shutting_down = true;
+  events = Events{};
+  shutdown_deadline = Clock::now() + kShutdownTimeout;
+  stop.begin(std::chrono::milliseconds(0), nullptr, Clock::now());
+  stop.escalate(Clock::now());
+  advance_stop();
+}
+
+Supervisor::Supervisor(Events events) {
+  sigset_t mask;
+  pthread_sigmask(SIG_SETMASK, nullptr, &mask);
+  int subreaper = 0;
+  prctl(PR_GET_CHILD_SUBREAPER, &subreaper);
+  if (sigismember(&mask, SIGCHLD) != 1 || subreaper != 1) {
+    throw std::logic_error(
+        "dtrain::supervisor::prepare_process() must be called first in main(), before any thread is created "
+        "(SIGCHLD must be blocked in every thread and the process must be a child subreaper)");
+  }
+  if (g_supervisor_exists.exchange(true)) {
+    throw std::logic_error("only one dtrain::supervisor::Supervisor may exist per process (it reaps every child)");
+  }
+  try {
+    impl_ = std::make_unique<Impl>(std::move(events));
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    impl_->signal_fd = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (impl_->signal_fd < 0) throw_errno("signalfd(SIGCHLD)");
+    impl_->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (impl_->timer_fd < 0) throw_errno("timerfd_create");
+    Impl* impl = impl_.get();
+    impl->loop.add(impl->signal_fd, EPOLLIN, [impl](std::uint32_t) { impl->reap_children(); });
+    impl->loop.add(impl->timer_fd, EPOLLIN, [impl](std::uint32_t) {
+      std::uint64_t expirations = 0;
+      [[maybe_unused]] const ssize_t n = read(impl->timer_fd, &expirations, sizeof expirations);
+      // Reaping first also collects zombies whose SIGCHLD never reached us (see on_worker_exited).
+      impl->reap_children();
+    });
+    impl->thread = std::thread([impl] { impl->run(); });
+  } catch (...) {
+    if (impl_) {
+      close_fd(impl_->signal_fd);
+      close_fd(impl_->timer_fd);
+    }
+    g_supervisor_exists = false;
+    throw;
+  }
+}
+
+Supervisor::~Supervisor() {
+  Impl* impl = impl_.get();
+  impl->loop.post([impl] { impl->begin_shutdown(); });
+  impl->thread.join();
+  impl->workers.clear();
+  close_fd(impl->signal_fd);
+  close_fd(impl->timer_fd);
+  impl_.reset();
+  g_supervisor_exists = false;
+}
+
+void Supervisor::spawn(std::vector<ProcessSpec> specs) {
+  Impl* impl = impl_.get();
+  if (std::this_thread::get_id() == impl->thread.get_id()) {
+    impl->start_all(specs);
+    return;
+  }
+  auto finished = std::make_shared<std::promise<void>>();
+  std::future<void> result = finished->get_future();
+  auto shared_specs = std::make_shared<std::vector<ProcessSpec>>(std::move(specs));
+  const auto timeout = std::chrono::seconds(10) + kExecReportTimeout * static_cast<int>(shared_specs->size());
+  impl->loop.post([impl, shared_specs, finished] {
+    try {
+      impl->start_all(*shared_specs);
+      finished->set_value();
+    } catch (...) {
+      finished->set_exception(std::current_exception());
+    }
+  });
+  if (result.wait_for(timeout) != std::future_status::ready) {
+    throw std::runtime_error("dtrain supervisor: spawn got no answer from the supervisor thread within " +
+                             std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout).count()) +
+                             " s; an event callback is probably blocking that thread (events must not block)");
+  }
+  result.get();
+}
+
+void Supervisor::stop_all(std::chrono::milliseconds grace, std::function<void(unsigned sigkilled)> done) {
+  Impl* impl = impl_.get();
+  impl->loop.post([impl, grace, done = std::move(done)] { impl->begin_stop(grace, done); });
+}
+
+bool Supervisor::stop_all_and_wait(std::chrono::milliseconds grace, std::chrono::milliseconds timeout) {
+  if (std::this_thread::get_id() == impl_->thread.get_id()) {
+    throw std::logic_error("dtrain supervisor: stop_all_and_wait called from an event; use stop_all there");
+  }
+  // Shared: done may run after this call gave up waiting.
+  auto finished = std::make_shared<std::promise<void>>();
+  std::future<void> result = finished->get_future();
+  stop_all(grace, [finished](unsigned) { finished->set_value(); });
+  return result.wait_for(timeout) == std::future_status::ready;
+}
+
+std::size_t Supervisor::running() const { return impl_->running.load(); }
+
+}  // namespace dtrain::supervisor

@@ -1,0 +1,91 @@
+#pragma once
+// The node agent's process supervisor: starts one job's workers, streams their output line by line, reports every
+// exit the moment it happens, and stops them so that nothing below the agent is left running.
+//
+// Rules for the agent:
+//  * Call prepare_process() first in main(), before any thread exists (the constructor checks it was called).
+//  * One Supervisor per process at a time: it reaps every child of the process (waitpid(-1)), including orphans
+//    reparented to the agent as subreaper, so other code in the agent must not fork children of its own
+//    (std::system, popen) while a Supervisor exists.
+//  * Events run on the supervisor's thread, one at a time, and must not block or throw. For one worker they come
+//    in order: started, line..., exited (after every line it wrote before exiting), then possibly more lines that
+//    descendants still holding its pipes write, until they close them or stop_all ends. A spawn failure gives one
+//    exited (spawn_error set) and no started. A stop_all's done comes after the exited of every worker it ended.
+//  * spawn() may be called from any thread, including from inside an event (it then runs at once). stop_all() and
+//    running() may be called from any thread; stop_all_and_wait() from any thread but the supervisor's. Do not
+//    destroy the Supervisor from inside an event.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "agent/supervisor/process_spec.h"
+#include "agent/supervisor/process_tree.h"
+
+namespace dtrain::supervisor {
+
+// Call first in main(), before any thread exists: blocks SIGCHLD in the calling thread (so every later thread
+// inherits the mask and only the supervisor's signalfd sees it), resets SIGCHLD to its default disposition (an
+// ignored SIGCHLD would make the kernel reap children before we see their status) and makes this process a child
+// subreaper (PR_SET_CHILD_SUBREAPER), so orphaned descendants of workers are reparented to us and can be reaped and
+// killed. Idempotent. Throws std::system_error.
+void prepare_process();
+
+// Callbacks from the supervisor's thread (see the rules above). Any may be empty.
+struct Events {
+  std::function<void(std::uint64_t id, pid_t pid)> started;  // exec succeeded
+  // One line of output without its '\n' (a line over 64 KiB comes in 64 KiB pieces; a last line without '\n' is
+  // delivered when the worker exits or the pipe closes). The view is valid only during the call.
+  std::function<void(std::uint64_t id, bool is_stderr, std::string_view line)> line;
+  std::function<void(const ProcessExit&)> exited;  // after the output the process wrote before exiting was read
+};
+
+class Supervisor {
+ public:
+  // How long the child may take from fork to exec before spawn() stops waiting for its verdict (an exec failure
+  // reported later still shows up as spawn_error in its ProcessExit).
+  static constexpr std::chrono::seconds kExecReportTimeout{5};
+  // How long the destructor waits for SIGKILLed processes to disappear before it returns anyway.
+  static constexpr std::chrono::seconds kShutdownTimeout{5};
+
+  // Starts the supervisor thread. Throws std::logic_error when prepare_process() was not called or another
+  // Supervisor exists, std::system_error when the kernel refuses the descriptors it needs.
+  explicit Supervisor(Events events);
+  // SIGKILL to every descendant, reap, join the thread (bounded by kShutdownTimeout). No event runs during or
+  // after destruction; pending stop_all callbacks are dropped.
+  ~Supervisor();
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+
+  // Fork+exec on the supervisor's thread (PR_SET_PDEATHSIG is tied to the thread that forked: it must outlive the
+  // children). Returns after every spec was started or failed (failures also produce `exited` with spawn_error
+  // set, before this returns). While a stop_all is in progress nothing is started (spawn_error says so): spawn
+  // again from its `done`. Throws std::runtime_error if the supervisor thread does not answer in time (an event
+  // callback is blocking it).
+  void spawn(std::vector<ProcessSpec> specs);
+  // SIGTERM to every process group and every descendant of this process (including descendants that called setsid
+  // or double-forked, and orphans reparented to this subreaper), then SIGKILL after `grace` to whatever remains,
+  // repeating the scan until nothing is left; `done(sigkilled_count)` on the supervisor thread once no descendant
+  // exists and all are reaped (after the last `exited`), sigkilled_count = processes that needed SIGKILL. A second
+  // stop_all while one is running just adds its callback. If something survives SIGKILL for 10 s
+  // (stuck in the kernel), done is called anyway; descendants(getpid()) then shows it.
+  void stop_all(std::chrono::milliseconds grace, std::function<void(unsigned sigkilled)> done);
+  // stop_all, then blocks the calling thread until its done ran (true) or `timeout` passed (false; the sweep goes
+  // on). For shutdown paths that must not return while workers live. Throws std::logic_error on the supervisor's
+  // thread (inside an event), where waiting would deadlock.
+  bool stop_all_and_wait(std::chrono::milliseconds grace, std::chrono::milliseconds timeout);
+  // Direct workers not yet exited.
+  std::size_t running() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dtrain::supervisor

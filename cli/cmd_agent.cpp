@@ -1,0 +1,39 @@
+// `dtrain agent --listen ADDR:PORT`: the node daemon. A launcher dials it and drives this node's workers.
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "agent/agent.h"
+#include "cli/commands.h"
+
+namespace dtrain::cli {
+
+Action add_agent_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("agent", "Run the node agent that launchers drive over gRPC");
+  auto options = std::make_shared<agent::AgentOptions>();
+  auto quiet = std::make_shared<bool>(false);
+  auto lease_s = std::make_shared<double>(10.0);
+  cmd->add_option("--listen", options->listen, "HOST:PORT to listen on (port 0: any free port)")
+      ->capture_default_str();
+  cmd->add_option("--advertise", options->advertise_host, "address peers use to reach this node (default: the listen host)");
+  cmd->add_flag("--one-shot", options->one_shot, "exit when the first launcher session ends");
+  cmd->add_flag("--quiet", *quiet, "log warnings and errors only");
+  cmd->add_option("--lease-s", *lease_s, "stop the workers when the launcher is silent this long")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  return [options, quiet, lease_s]() {
+    auto logger = spdlog::stderr_color_mt("dtrain-agent");
+    logger->set_pattern("[dtrain-agent %l] %v");
+    logger->set_level(*quiet ? spdlog::level::warn : spdlog::level::info);
+    spdlog::set_default_logger(logger);
+    options->default_lease = std::chrono::milliseconds(static_cast<long long>(*lease_s * 1000));
+    block_termination_signals();
+    agent::Agent daemon(*options);
+    on_termination_signal([&daemon](int signal) { daemon.terminate(signal); });
+    int code = daemon.run();
+    on_termination_signal(nullptr);
+    return code;
+  };
+}
+
+}  // namespace dtrain::cli

@@ -1,0 +1,96 @@
+// `dtrain launch JOB.yaml [--set key=value]... [--dry-run]`: run a job described by a spec.
+
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+
+#include "agent/node/facts.h"
+#include "cli/commands.h"
+#include "cli/controller/controller.h"
+
+namespace dtrain::cli {
+
+int launch_job(spec::Spec spec) {
+  block_termination_signals();
+  controller::ControllerOptions options;
+  options.self_exe = self_executable();
+  controller::Controller controller(std::move(spec), options);
+  on_termination_signal([&controller](int signal) { controller.signal(signal); });
+  int code = controller.run();
+  on_termination_signal(nullptr);
+  return code;
+}
+
+int print_dry_run(const spec::Spec& input) {
+  namespace fs = std::filesystem;
+  spec::Spec spec = input;
+  spec.working_dir = fs::absolute(spec.working_dir).lexically_normal().string();
+  node::Facts facts = node::gather_facts();
+  std::vector<spec::NodeInfo> nodes;
+  int count = spec.nodes.provider == spec::Provider::static_list ? static_cast<int>(spec.nodes.agents.size())
+                                                                 : spec.nodes.max_count;
+  for (int i = 0; i < count; ++i) {
+    spec::NodeInfo info;
+    if (spec.nodes.provider == spec::Provider::static_list) {
+      const std::string& agent = spec.nodes.agents[static_cast<std::size_t>(i)];
+      info.address = agent.substr(0, agent.rfind(':'));
+      info.agent_address = agent;
+      info.hostname = info.address;
+      info.host_id = agent;
+    } else {
+      info.address = "127.0.0.1";
+      info.agent_address = "127.0.0.1:<agent port at launch>";
+      info.hostname = facts.hostname;
+      info.host_id = facts.host_id;
+    }
+    // Remote nodes report their CPUs when they connect; the dry run shows this machine's.
+    info.cpus = facts.cpus;
+    info.cpu_numa = facts.cpu_numa;
+    info.gpu_count = facts.gpu_count;
+    nodes.push_back(std::move(info));
+  }
+  std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &local);
+  spec::RoundInfo round;
+  round.job_id = spec.name + "-" + stamp;
+  round.master_addr = nodes.empty() ? "" : nodes.front().address;
+  round.attempt_dir = (fs::absolute(spec.logs.dir) / round.job_id / "attempt_0").lexically_normal().string();
+  try {
+    spec::Plan plan = spec::make_plan(spec, nodes, round);
+    std::string text = spec::render_plan(spec, plan);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+  } catch (const spec::PlanError& e) {
+    std::fprintf(stderr, "dtrain: cannot plan the job: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}
+
+Action add_launch_command(CLI::App& app) {
+  struct Args {
+    std::string file;
+    std::vector<std::string> sets;
+    bool dry_run = false;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("launch", "Run a job described by a YAML spec");
+  cmd->add_option("spec", args->file, "job spec (YAML)")->required();
+  cmd->add_option("--set", args->sets, "override a key of the spec, e.g. --set nodes.count=2 (repeatable)");
+  cmd->add_flag("--dry-run", args->dry_run, "print every rank's host, binding and environment; start nothing");
+  return [args]() {
+    spec::Spec spec;
+    try {
+      spec = spec::load_spec_file(args->file, args->sets);
+    } catch (const spec::SpecError& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      return 2;
+    }
+    if (args->dry_run) return print_dry_run(spec);
+    return launch_job(std::move(spec));
+  };
+}
+
+}  // namespace dtrain::cli

@@ -1,0 +1,35 @@
+#pragma once
+
+// One file per subcommand (cmd_<name>.cpp). Each adds its subcommand to the app and returns the action that
+// runs it once the command line parsed; the action returns the process exit code.
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/spec/spec.h"
+
+namespace dtrain::cli {
+
+using Action = std::function<int()>;
+
+Action add_launch_command(CLI::App& app);
+Action add_run_command(CLI::App& app);
+Action add_validate_command(CLI::App& app);
+Action add_agent_command(CLI::App& app);
+
+// Blocks SIGINT, SIGTERM and SIGHUP and starts the thread that receives them. Call before any other thread
+// starts, so that no thread receives them asynchronously.
+void block_termination_signals();
+// Where received signals go from now on; a signal that arrived before a handler was set is delivered at once.
+void on_termination_signal(std::function<void(int)> handler);
+
+// Runs a validated spec with the controller (signals forwarded); returns the exit code. Shared by launch and run.
+int launch_job(spec::Spec spec);
+// Prints the plan of `spec` as it would run on this machine's agents; starts nothing.
+int print_dry_run(const spec::Spec& spec);
+
+// Absolute path of the running dtrain binary (local agents are started from it).
+std::string self_executable();
+
+}  // namespace dtrain::cli

@@ -1,0 +1,54 @@
+#pragma once
+
+// The launcher's end of one agent session when the launcher dials (provider local and static). A reader thread
+// turns every AgentMessage into an Event; the controller thread is the only writer.
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "cli/controller/event_queue.h"
+#include "dtrain/v1/session.grpc.pb.h"
+
+namespace dtrain::controller {
+
+class AgentConnection {
+ public:
+  AgentConnection(int node, std::string address, EventQueue& events);
+  ~AgentConnection();   // cancels the stream and joins the reader
+  AgentConnection(const AgentConnection&) = delete;
+  AgentConnection& operator=(const AgentConnection&) = delete;
+
+  // Dials and opens the session; false with `error` set when the agent cannot be reached before `timeout`.
+  bool open(std::chrono::milliseconds timeout, std::string& error);
+  // False when the stream is broken.
+  bool send(const v1::LauncherMessage& message);
+  // After a session_closed event (or to end the session): half-closes, waits for the reader, returns the final
+  // status text ("" for OK). Safe to call more than once.
+  std::string finish();
+  // Ends the session from this side at once (a stuck agent); finish() then returns promptly.
+  void cancel() { context_.TryCancel(); }
+
+  const std::string& address() const { return address_; }
+  bool open() const { return stream_ != nullptr && !finished_; }
+
+ private:
+  int node_;
+  std::string address_;
+  EventQueue& events_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::AgentService::Stub> stub_;
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::LauncherMessage, v1::AgentMessage>> stream_;
+  std::thread reader_;
+  bool finished_ = false;
+  std::string status_;
+};
+
+// Channel arguments shared by every launcher->agent channel: message limits and keepalive.
+grpc::ChannelArguments session_channel_arguments();
+
+}  // namespace dtrain::controller

@@ -1,0 +1,142 @@
+#include "cli/controller/console.h"
+
+#include <csignal>
+#include <cstring>
+#include <sstream>
+
+namespace dtrain::controller {
+namespace {
+
+const char* signal_name(int signal) {
+  switch (signal) {
+    case SIGHUP: return "SIGHUP";
+    case SIGINT: return "SIGINT";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGILL: return "SIGILL";
+    case SIGTRAP: return "SIGTRAP";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGKILL: return "SIGKILL";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGUSR2: return "SIGUSR2";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGALRM: return "SIGALRM";
+    case SIGTERM: return "SIGTERM";
+    case SIGXCPU: return "SIGXCPU";
+    default: return nullptr;
+  }
+}
+
+// Extracts the string value of `"key": "..."` after position `from`, undoing JSON escapes. Enough for the two
+// fields of PyTorch's error file; anything else falls back to the raw text.
+bool json_string_field(const std::string& json, const std::string& key, std::size_t from, std::string& value,
+                       std::size_t* end = nullptr) {
+  std::string needle = "\"" + key + "\"";
+  auto at = json.find(needle, from);
+  if (at == std::string::npos) return false;
+  at = json.find(':', at + needle.size());
+  if (at == std::string::npos) return false;
+  at = json.find_first_not_of(" \t\r\n", at + 1);
+  if (at == std::string::npos || json[at] != '"') return false;
+  value.clear();
+  for (std::size_t i = at + 1; i < json.size(); ++i) {
+    char c = json[i];
+    if (c == '"') {
+      if (end) *end = i;
+      return true;
+    }
+    if (c == '\\' && i + 1 < json.size()) {
+      char e = json[++i];
+      switch (e) {
+        case 'n': value += '\n'; break;
+        case 't': value += '\t'; break;
+        case 'r': break;
+        case 'u': i += 4; value += '?'; break;
+        default: value += e;
+      }
+    } else {
+      value += c;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+void Console::worker_lines(const v1::LogLines& lines) {
+  for (const auto& line : lines.lines()) {
+    std::FILE* to = line.is_stderr() ? err_ : out_;
+    std::string text = "[" + std::to_string(line.rank()) + "] " + line.text() + "\n";
+    std::fwrite(text.data(), 1, text.size(), to);
+  }
+  std::fflush(out_);
+  std::fflush(err_);
+}
+
+void Console::note(std::string_view text) {
+  std::string line = "dtrain: " + std::string(text) + "\n";
+  std::fwrite(line.data(), 1, line.size(), err_);
+  std::fflush(err_);
+}
+
+std::string describe_exit(const v1::WorkerExited& exit) {
+  if (!exit.spawn_error().empty()) return "could not start: " + exit.spawn_error();
+  if (exit.signal() != 0) {
+    const char* name = signal_name(exit.signal());
+    return "killed by signal " + std::to_string(exit.signal()) + (name ? std::string(" (") + name + ")" : "");
+  }
+  return "exited with code " + std::to_string(exit.exit_code());
+}
+
+int exit_code_of(const v1::WorkerExited& exit) {
+  if (!exit.spawn_error().empty()) return exit.exit_code() != 0 ? exit.exit_code() : 127;
+  if (exit.signal() != 0) return 128 + exit.signal();
+  return exit.exit_code();
+}
+
+std::string error_file_message(const std::string& json) {
+  std::string message, traceback;
+  // PyTorch's record(): {"message": {"message": "...", "extraInfo": {"py_callstack": "...", ...}}}
+  std::size_t inner = json.find("\"message\"");
+  if (inner != std::string::npos && json_string_field(json, "message", inner + 9, message)) {
+    json_string_field(json, "py_callstack", 0, traceback);
+  } else if (!json_string_field(json, "message", 0, message)) {
+    message = json.substr(0, 2000);
+  }
+  std::string out = message;
+  if (!traceback.empty() && traceback != message) out += "\n" + traceback;
+  return out;
+}
+
+std::string failure_summary(const std::string& job_id, const Failure& root, const std::vector<Failure>& others,
+                            int attempt, int max_restarts) {
+  std::ostringstream s;
+  s << "job " << job_id << " failed";
+  if (max_restarts > 0) s << " after " << attempt + 1 << " attempt" << (attempt == 0 ? "" : "s");
+  s << "\n  root cause: rank " << root.rank << " on node " << root.node << " (" << root.host << "), pid "
+    << root.exit.pid() << ", " << describe_exit(root.exit);
+  if (root.exit.runtime_ms() > 0) s << " after " << root.exit.runtime_ms() / 1000.0 << " s";
+  s << "\n";
+  if (!root.exit.error_file_json().empty()) {
+    s << "  error file (TORCHELASTIC_ERROR_FILE):\n";
+    std::istringstream lines(error_file_message(root.exit.error_file_json()));
+    for (std::string line; std::getline(lines, line);) s << "    " << line << "\n";
+  }
+  if (root.exit.stderr_tail_size() > 0) {
+    s << "  last " << root.exit.stderr_tail_size() << " stderr line" << (root.exit.stderr_tail_size() == 1 ? "" : "s")
+      << " of rank " << root.rank << ":\n";
+    for (const auto& line : root.exit.stderr_tail()) s << "    | " << line << "\n";
+  } else if (root.exit.spawn_error().empty()) {
+    s << "  rank " << root.rank << " wrote nothing to stderr\n";
+  }
+  if (!root.log_path.empty()) s << "  full log: " << root.log_path << "\n";
+  for (const auto& other : others) {
+    s << "  also failed: rank " << other.rank << " on node " << other.node << " (" << other.host << "), "
+      << describe_exit(other.exit) << "\n";
+  }
+  return s.str();
+}
+
+}  // namespace dtrain::controller

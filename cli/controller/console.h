@@ -1,0 +1,48 @@
+#pragma once
+
+// What the user sees on the launcher's terminal: worker lines with a "[rank]" prefix, progress notes, and the one
+// failure summary.
+
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dtrain/v1/session.pb.h"
+
+namespace dtrain::controller {
+
+// How a failed worker ended, gathered from its WorkerExited and the plan.
+struct Failure {
+  unsigned rank = 0;
+  unsigned node = 0;
+  std::string host;
+  v1::WorkerExited exit;     // code or signal, stderr tail, error file, spawn error
+  std::string log_path;
+};
+
+class Console {
+ public:
+  Console(std::FILE* out, std::FILE* err) : out_(out), err_(err) {}
+
+  void worker_lines(const v1::LogLines& lines);
+  // A launcher note ("dtrain: ..."), on stderr so that stdout carries only the workers' own output.
+  void note(std::string_view text);
+
+ private:
+  std::FILE* out_;
+  std::FILE* err_;
+};
+
+// "exit code 3", "signal 9 (SIGKILL)", "could not start: ...".
+std::string describe_exit(const v1::WorkerExited& exit);
+// The launcher's exit code for a failed worker: its own code, 128+signal, or 127 when it never ran.
+int exit_code_of(const v1::WorkerExited& exit);
+// The failure summary: which rank, where, how, the last stderr lines, the error file, where the log is.
+std::string failure_summary(const std::string& job_id, const Failure& root, const std::vector<Failure>& others,
+                            int attempt, int max_restarts);
+// The human message from a PyTorch error file (TORCHELASTIC_ERROR_FILE) and its traceback if present; the raw
+// text (cut) if it is not the JSON PyTorch writes.
+std::string error_file_message(const std::string& json);
+
+}  // namespace dtrain::controller

@@ -1,0 +1,509 @@
+#include "cli/controller/controller.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <random>
+#include <stdexcept>
+
+#include "common/version.h"
+
+namespace dtrain::controller {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+milliseconds seconds_to_ms(double seconds) { return milliseconds(static_cast<long long>(seconds * 1000.0)); }
+
+std::string random_token() {
+  std::random_device random;
+  static const char* hex = "0123456789abcdef";
+  std::string token;
+  for (int i = 0; i < 32; ++i) {
+    unsigned value = random();
+    token += hex[value & 15];
+    token += hex[(value >> 4) & 15];
+  }
+  return token;
+}
+
+std::string host_of(const std::string& address) {
+  auto colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+const char* signal_name(int signal) {
+  switch (signal) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    default: return "a signal";
+  }
+}
+
+bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "[::1]"; }
+
+}  // namespace
+
+Controller::Controller(spec::Spec spec, ControllerOptions options)
+    : spec_(std::move(spec)),
+      options_(std::move(options)),
+      policy_(spec_.restart.max_restarts, seconds_to_ms(spec_.restart.backoff_s)),
+      console_(stdout, stderr),
+      node_timeout_(seconds_to_ms(spec_.health.node_timeout_s)),
+      heartbeat_interval_(std::clamp(node_timeout_ / 5, milliseconds(100), milliseconds(1000))) {}
+
+Controller::~Controller() = default;
+
+std::string Controller::make_job_dir() {
+  namespace fs = std::filesystem;
+  fs::path base = fs::absolute(spec_.logs.dir);
+  std::error_code ec;
+  fs::create_directories(base, ec);
+  if (ec) throw std::runtime_error("cannot create the log directory " + base.string() + ": " + ec.message());
+  std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &local);
+  std::string id = spec_.name + "-" + stamp;
+  for (int n = 2;; ++n) {
+    fs::path dir = base / id;
+    if (::mkdir(dir.c_str(), 0755) == 0) {
+      job_id_ = id;
+      return dir.string();
+    }
+    if (errno != EEXIST) {
+      throw std::runtime_error("cannot create the job's log directory " + dir.string() + ": " + std::strerror(errno));
+    }
+    id = spec_.name + "-" + stamp + "-" + std::to_string(n);
+  }
+}
+
+void Controller::send(int node, const v1::LauncherMessage& message) {
+  auto& n = nodes_[static_cast<std::size_t>(node)];
+  if (n.connection && n.connection->open() && !n.session_closed) n.connection->send(message);
+}
+
+void Controller::lose_node(int node, const std::string& why) {
+  auto& n = nodes_[static_cast<std::size_t>(node)];
+  std::string host = n.info.hostname.empty() ? (n.connection ? n.connection->address() : "?") : n.info.hostname;
+  std::string text = "node " + std::to_string(node) + " (" + host + ") lost: " + why;
+  if (!node_failure_) {
+    node_failure_ = text;
+    console_.note(text);
+  }
+}
+
+void Controller::start_nodes() {
+  std::vector<std::string> addresses;
+  switch (spec_.nodes.provider) {
+    case spec::Provider::local:
+      local_agents_ = std::make_unique<LocalAgents>(events_, options_.self_exe, job_dir_);
+      addresses = local_agents_->start(spec_.nodes.max_count, options_.agent_start_timeout);
+      break;
+    case spec::Provider::static_list:
+      for (const auto& a : spec_.nodes.agents) {
+        if (!is_loopback(host_of(a))) {
+          throw std::runtime_error("agent " + a + " is not on a loopback address, and this version speaks to agents "
+                                   "only in plaintext, which is refused off loopback; run the agents on this host or "
+                                   "use nodes.provider: local");
+        }
+      }
+      addresses = spec_.nodes.agents;
+      break;
+    case spec::Provider::ssh:
+    case spec::Provider::slurm:
+      throw std::runtime_error("nodes.provider ssh and slurm are not available in this version; use local, or static "
+                               "with agents started by hand (`dtrain agent --listen ADDR:PORT`)");
+  }
+
+  nodes_.resize(addresses.size());
+  for (std::size_t i = 0; i < addresses.size(); ++i) {
+    nodes_[i].connection = std::make_unique<AgentConnection>(static_cast<int>(i), addresses[i], events_);
+    std::string error;
+    if (!nodes_[i].connection->open(milliseconds(10000), error)) {
+      throw std::runtime_error("node " + std::to_string(i) + ": " + error);
+    }
+    nodes_[i].last_heard = Clock::now();
+  }
+
+  auto deadline = Clock::now() + options_.agent_start_timeout;
+  auto all_hello = [this] {
+    for (const auto& n : nodes_) {
+      if (!n.hello) return false;
+    }
+    return true;
+  };
+  Event event;
+  while (!all_hello()) {
+    if (interrupted_by_ != 0 || node_failure_) return;
+    if (!next_event(event, deadline)) {
+      if (Clock::now() >= deadline) throw std::runtime_error("agents did not say hello within the start timeout");
+      continue;
+    }
+    apply(event);
+  }
+
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    v1::LauncherMessage message;
+    auto* c = message.mutable_configure();
+    c->set_job_id(job_id_);
+    c->set_node_rank(static_cast<std::uint32_t>(i));
+    c->set_lease_ms(static_cast<std::uint32_t>(node_timeout_.count()));
+    c->set_heartbeat_interval_ms(static_cast<std::uint32_t>(heartbeat_interval_.count()));
+    c->set_protocol_version(std::string(kProtocolVersion));
+    c->set_stop_grace_ms(static_cast<std::uint32_t>(seconds_to_ms(spec_.stop.grace_s).count()));
+    send(static_cast<int>(i), message);
+  }
+}
+
+bool Controller::next_event(Event& event, Clock::time_point deadline) {
+  while (true) {
+    auto now = Clock::now();
+    if (now >= next_heartbeat_) {
+      v1::LauncherMessage beat;
+      beat.mutable_heartbeat()->set_sent_unix_ms(static_cast<std::uint64_t>(
+          std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count()));
+      for (std::size_t i = 0; i < nodes_.size(); ++i) send(static_cast<int>(i), beat);
+      next_heartbeat_ = now + heartbeat_interval_;
+    }
+    auto wake = std::min(deadline, next_heartbeat_);
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      const auto& n = nodes_[i];
+      if (n.session_closed || !n.connection) continue;
+      if (now - n.last_heard > node_timeout_ && !shutting_down_) {
+        lose_node(static_cast<int>(i), "no message from its agent for " + std::to_string(node_timeout_.count()) +
+                                           " ms (health.node_timeout_s)");
+        n.connection->cancel();
+        return false;
+      }
+      wake = std::min(wake, n.last_heard + node_timeout_ + milliseconds(1));
+    }
+    if (auto e = events_.pop(wake)) {
+      event = std::move(*e);
+      return true;
+    }
+    if (Clock::now() >= deadline) return false;
+  }
+}
+
+void Controller::apply(const Event& event) {
+  switch (event.kind) {
+    case Event::Kind::signal:
+      ++signals_seen_;
+      if (interrupted_by_ == 0) {
+        interrupted_by_ = event.signal;
+        console_.note(std::string("received ") + signal_name(event.signal) +
+                      ": stopping every worker (send it again to kill them at once)");
+      }
+      return;
+    case Event::Kind::agent_line:
+      if (event.is_stderr) console_.note("node " + std::to_string(event.node) + " agent: " + event.text);
+      return;
+    case Event::Kind::agent_exited:
+      if (!shutting_down_ && event.node >= 0 && static_cast<std::size_t>(event.node) < nodes_.size()) {
+        lose_node(event.node, "its agent process " + event.text);
+      }
+      return;
+    case Event::Kind::session_closed: {
+      auto& n = nodes_[static_cast<std::size_t>(event.node)];
+      n.session_closed = true;
+      std::string status = n.connection->finish();
+      if (!shutting_down_) {
+        lose_node(event.node, "the session with its agent at " + n.connection->address() + " ended" +
+                                  (status.empty() ? "" : ": " + status));
+      }
+      return;
+    }
+    case Event::Kind::message:
+      break;
+  }
+
+  auto& node = nodes_[static_cast<std::size_t>(event.node)];
+  node.last_heard = Clock::now();
+  const auto& m = event.message;
+  switch (m.body_case()) {
+    case v1::AgentMessage::kHello: {
+      const auto& f = m.hello().facts();
+      if (f.dtrain_version() != version()) {
+        console_.note("node " + std::to_string(event.node) + " runs dtrain " + f.dtrain_version() +
+                      ", this launcher is " + std::string(version()));
+      }
+      node.hello = true;
+      node.info.hostname = f.hostname();
+      node.info.host_id = f.host_id();
+      node.info.agent_address = m.hello().agent_address();
+      node.info.address = host_of(m.hello().agent_address());
+      node.info.cpus.assign(f.cpus().begin(), f.cpus().end());
+      node.info.cpu_numa.assign(f.cpu_numa_node().begin(), f.cpu_numa_node().end());
+      node.info.gpu_count = f.gpu_count();
+      break;
+    }
+    case v1::AgentMessage::kRoundPrepared:
+      if (m.round_prepared().round() == round_) prepared_ = m.round_prepared();
+      break;
+    case v1::AgentMessage::kWorkerStarted:
+      if (m.worker_started().round() == round_) {
+        auto& w = workers_[m.worker_started().rank()];
+        w.started = true;
+        w.pid = m.worker_started().pid();
+      }
+      break;
+    case v1::AgentMessage::kWorkerExited: {
+      const auto& x = m.worker_exited();
+      if (x.round() != round_) break;
+      workers_[x.rank()].exited = true;
+      bool failed = !x.spawn_error().empty() || x.signal() != 0 || x.exit_code() != 0;
+      if (!failed || x.stopped_by_agent()) break;
+      Failure f;
+      f.rank = x.rank();
+      f.node = static_cast<unsigned>(event.node);
+      f.host = node.info.hostname;
+      f.exit = x;
+      if (x.rank() < plan_.workers.size()) f.log_path = plan_.workers[x.rank()].log_path;
+      if (!root_cause_) {
+        root_cause_ = std::move(f);
+      } else {
+        other_failures_.push_back(std::move(f));
+      }
+      break;
+    }
+    case v1::AgentMessage::kLogLines:
+      console_.worker_lines(m.log_lines());
+      break;
+    case v1::AgentMessage::kGroupDone:
+      if (m.group_done().round() == round_) node.group_done = true;
+      break;
+    case v1::AgentMessage::kGroupStopped:
+      if (m.group_stopped().round() == round_) node.group_stopped = true;
+      break;
+    case v1::AgentMessage::kError:
+      lose_node(event.node, "its agent reported: " + m.error().message());
+      break;
+    case v1::AgentMessage::kHeartbeat:
+    case v1::AgentMessage::kWorkerHealth:
+    case v1::AgentMessage::kGoodbye:
+    case v1::AgentMessage::BODY_NOT_SET:
+      break;
+  }
+}
+
+Controller::Outcome Controller::run_round(int restart_count) {
+  round_ = static_cast<std::uint32_t>(restart_count);
+  workers_.clear();
+  prepared_.reset();
+  root_cause_.reset();
+  other_failures_.clear();
+  for (auto& n : nodes_) n.group_done = n.group_stopped = false;
+
+  std::string attempt_dir = job_dir_ + "/attempt_" + std::to_string(restart_count);
+  std::filesystem::create_directories(attempt_dir);
+  std::string token = random_token();
+
+  v1::LauncherMessage prepare;
+  prepare.mutable_prepare_round()->set_round(round_);
+  prepare.mutable_prepare_round()->set_store_token(token);
+  send(0, prepare);
+  Event event;
+  auto deadline = Clock::now() + milliseconds(10000);
+  while (!prepared_) {
+    if (interrupted_by_ != 0) return Outcome::interrupted;
+    if (node_failure_) return Outcome::node_failed;
+    if (!next_event(event, deadline)) {
+      if (Clock::now() >= deadline) {
+        lose_node(0, "its agent did not prepare round " + std::to_string(round_) + " within 10 s");
+        return Outcome::node_failed;
+      }
+      continue;
+    }
+    apply(event);
+  }
+
+  spec::RoundInfo info;
+  info.job_id = job_id_;
+  info.restart_count = static_cast<unsigned>(restart_count);
+  info.master_addr = nodes_[0].info.address;
+  info.master_port = prepared_->master_port();
+  info.store_address = prepared_->store_address();
+  info.store_token = token;
+  info.attempt_dir = attempt_dir;
+  std::vector<spec::NodeInfo> infos;
+  for (const auto& n : nodes_) infos.push_back(n.info);
+  plan_ = spec::make_plan(spec_, infos, info);
+  if (restart_count == 0) {
+    for (const auto& warning : plan_.warnings) console_.note("warning: " + warning);
+  }
+
+  std::vector<v1::LauncherMessage> starts(nodes_.size());
+  for (auto& s : starts) s.mutable_start_group()->set_round(round_);
+  for (const auto& w : plan_.workers) {
+    auto* spec = starts[w.node_rank].mutable_start_group()->add_workers();
+    spec->set_rank(w.rank);
+    spec->set_local_rank(w.local_rank);
+    for (const auto& a : w.argv) spec->add_argv(a);
+    for (const auto& [k, v] : w.env) (*spec->mutable_env())[k] = v;
+    spec->set_working_dir(w.working_dir);
+    for (unsigned c : w.cpus) spec->add_cpus(c);
+    spec->set_log_path(w.log_path);
+    spec->set_stream_stdout(w.stream_stdout);
+    spec->set_stream_stderr(w.stream_stderr);
+    spec->set_error_file(w.error_file);
+    workers_[w.rank] = Worker{};
+  }
+  for (std::size_t i = 0; i < nodes_.size(); ++i) send(static_cast<int>(i), starts[i]);
+
+  auto forever = Clock::now() + std::chrono::hours(24 * 365);
+  while (true) {
+    if (interrupted_by_ != 0) {
+      stop_round(round_);
+      return Outcome::interrupted;
+    }
+    if (root_cause_) {
+      stop_round(round_);
+      return Outcome::worker_failed;
+    }
+    if (node_failure_) {
+      stop_round(round_);
+      return Outcome::node_failed;
+    }
+    bool all_done = true;
+    for (const auto& n : nodes_) all_done = all_done && n.group_done;
+    if (all_done) return Outcome::success;
+    if (next_event(event, forever)) apply(event);
+  }
+}
+
+void Controller::stop_round(std::uint32_t round) {
+  auto grace = seconds_to_ms(spec_.stop.grace_s);
+  auto send_stop = [&](milliseconds g) {
+    v1::LauncherMessage stop;
+    stop.mutable_stop_group()->set_round(round);
+    stop.mutable_stop_group()->set_grace_ms(static_cast<std::uint32_t>(g.count()));
+    stop.mutable_stop_group()->set_reason(interrupted_by_ ? "interrupted" : "another worker or node failed");
+    for (std::size_t i = 0; i < nodes_.size(); ++i) send(static_cast<int>(i), stop);
+  };
+  send_stop(grace);
+  bool escalated = signals_seen_ >= 2;
+  if (escalated) send_stop(milliseconds(0));
+  auto deadline = Clock::now() + grace + milliseconds(10000);
+  Event event;
+  while (true) {
+    bool all = true;
+    for (const auto& n : nodes_) all = all && (n.group_stopped || n.session_closed);
+    if (all) return;
+    if (!escalated && signals_seen_ >= 2) {
+      escalated = true;
+      send_stop(milliseconds(0));
+    }
+    if (!next_event(event, deadline)) {
+      if (Clock::now() < deadline) continue;
+      for (std::size_t i = 0; i < nodes_.size(); ++i) {
+        if (!nodes_[i].group_stopped && !nodes_[i].session_closed) {
+          lose_node(static_cast<int>(i), "its agent did not confirm that the workers stopped");
+          nodes_[i].connection->cancel();
+        }
+      }
+      return;
+    }
+    apply(event);
+  }
+}
+
+void Controller::shutdown_nodes() {
+  shutting_down_ = true;
+  v1::LauncherMessage bye;
+  bye.mutable_shutdown()->set_reason("job ended");
+  for (std::size_t i = 0; i < nodes_.size(); ++i) send(static_cast<int>(i), bye);
+  auto deadline = Clock::now() + seconds_to_ms(spec_.stop.grace_s) + milliseconds(10000);
+  Event event;
+  while (true) {
+    bool all = true;
+    for (const auto& n : nodes_) all = all && n.session_closed;
+    if (all) break;
+    if (!next_event(event, deadline)) {
+      if (Clock::now() < deadline) continue;
+      for (auto& n : nodes_) {
+        if (!n.session_closed && n.connection) n.connection->cancel();
+      }
+      break;
+    }
+    apply(event);
+  }
+  for (auto& n : nodes_) {
+    if (n.connection) n.connection->finish();
+  }
+  if (local_agents_ && !local_agents_->wait_exit(milliseconds(5000))) {
+    console_.note("a local agent did not exit by itself; it was killed with everything it had started");
+  }
+}
+
+int Controller::run() {
+  namespace fs = std::filesystem;
+  spec_.working_dir = fs::absolute(spec_.working_dir).lexically_normal().string();
+  job_dir_ = make_job_dir();
+  auto started = Clock::now();
+  next_heartbeat_ = started + heartbeat_interval_;
+
+  int code = 0;
+  int restarts = 0;
+  try {
+    start_nodes();
+    while (interrupted_by_ == 0 && !node_failure_) {
+      Outcome outcome = run_round(restarts);
+      if (outcome == Outcome::success) {
+        auto seconds = std::chrono::duration<double>(Clock::now() - started).count();
+        console_.note("job " + job_id_ + " finished: " + std::to_string(plan_.workers.size()) +
+                      " ranks exited 0 in " + std::to_string(seconds).substr(0, 5) + " s");
+        break;
+      }
+      if (outcome == Outcome::interrupted) break;
+      std::string what = root_cause_ ? "rank " + std::to_string(root_cause_->rank) + " " + describe_exit(root_cause_->exit)
+                                     : node_failure_.value_or("a node failed");
+      if (!policy_.may_restart(restarts)) {
+        if (root_cause_) {
+          console_.note(failure_summary(job_id_, *root_cause_, other_failures_, restarts, policy_.max_restarts()));
+          code = exit_code_of(root_cause_->exit);
+        } else {
+          console_.note("job " + job_id_ + " failed: " + what);
+          code = 1;
+        }
+        break;
+      }
+      if (outcome == Outcome::node_failed) {
+        // A lost node does not come back within this launcher's fleet yet: end with the summary.
+        console_.note("job " + job_id_ + " failed: " + what);
+        code = 1;
+        break;
+      }
+      ++restarts;
+      console_.note("attempt " + std::to_string(restarts - 1) + " failed: " + what + "; restarting (restart " +
+                    std::to_string(restarts) + " of " + std::to_string(policy_.max_restarts()) + ") in " +
+                    std::to_string(policy_.backoff().count()) + " ms");
+      auto until = Clock::now() + policy_.backoff();
+      Event event;
+      while (interrupted_by_ == 0 && Clock::now() < until) {
+        if (next_event(event, until)) apply(event);
+      }
+    }
+  } catch (const spec::PlanError& e) {
+    console_.note(std::string("cannot plan the job: ") + e.what());
+    code = 2;
+  } catch (const std::exception& e) {
+    console_.note(e.what());
+    code = 1;
+  }
+  if (interrupted_by_ != 0) {
+    console_.note(std::string("interrupted by ") + signal_name(interrupted_by_) + "; every worker was stopped");
+    code = 128 + interrupted_by_;
+  }
+  shutdown_nodes();
+  return code;
+}
+
+}  // namespace dtrain::controller

@@ -1,0 +1,102 @@
+#pragma once
+
+// The launcher: gets one agent session per node, runs rounds (attempts) of the job on them, reacts to the first
+// failure by stopping every group, restarts while the policy allows, and reports the root cause.
+//
+// One thread runs the job: every input (agent messages, closed sessions, signals, local agent processes) arrives
+// on the EventQueue, so the job's state below is touched by that thread alone.
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/controller/agent_connection.h"
+#include "cli/controller/console.h"
+#include "cli/controller/event_queue.h"
+#include "cli/controller/local_agents.h"
+#include "cli/controller/restart_policy.h"
+#include "cli/spec/spec.h"
+
+namespace dtrain::controller {
+
+struct ControllerOptions {
+  std::string self_exe;             // the dtrain binary (local agents are started from it)
+  std::chrono::milliseconds agent_start_timeout{30000};
+};
+
+class Controller {
+ public:
+  Controller(spec::Spec spec, ControllerOptions options);
+  ~Controller();
+
+  // Runs the job to its end; returns the launcher's exit code (DESIGN.md: 0, root cause's code, 128+signal, 130).
+  int run();
+
+  // From the signal thread: the first SIGINT/SIGTERM/SIGHUP stops every worker gracefully, a second one at once.
+  void signal(int signal) {
+    Event event;
+    event.kind = Event::Kind::signal;
+    event.signal = signal;
+    events_.push(std::move(event));
+  }
+
+ private:
+  struct Node {
+    std::unique_ptr<AgentConnection> connection;
+    spec::NodeInfo info;
+    std::chrono::steady_clock::time_point last_heard;
+    bool hello = false;
+    bool session_closed = false;
+    bool group_done = false;      // this round's workers all exited by themselves
+    bool group_stopped = false;   // this round's StopGroup completed
+  };
+  struct Worker {
+    bool started = false;
+    bool exited = false;
+    std::uint32_t pid = 0;
+  };
+  enum class Outcome { success, worker_failed, node_failed, interrupted };
+
+  void start_nodes();
+  Outcome run_round(int restart_count);
+  void stop_round(std::uint32_t round);
+  void shutdown_nodes();
+
+  // Waits for the next event (sending heartbeats and checking node timeouts meanwhile); false at `deadline`.
+  bool next_event(Event& event, std::chrono::steady_clock::time_point deadline);
+  // Applies an event to the job state (logs, exits, heartbeats, signals, lost sessions).
+  void apply(const Event& event);
+  void send(int node, const v1::LauncherMessage& message);
+  void lose_node(int node, const std::string& why);
+  std::string make_job_dir();
+
+  spec::Spec spec_;
+  ControllerOptions options_;
+  RestartPolicy policy_;
+  Console console_;
+  EventQueue events_;
+  std::string job_id_;
+  std::string job_dir_;
+  std::unique_ptr<LocalAgents> local_agents_;
+  std::vector<Node> nodes_;
+  std::chrono::milliseconds node_timeout_;
+  std::chrono::milliseconds heartbeat_interval_;
+  std::chrono::steady_clock::time_point next_heartbeat_;
+  bool shutting_down_ = false;
+
+  // The round in progress.
+  std::uint32_t round_ = 0;
+  spec::Plan plan_;
+  std::map<unsigned, Worker> workers_;
+  std::optional<v1::RoundPrepared> prepared_;
+  std::optional<Failure> root_cause_;
+  std::vector<Failure> other_failures_;
+  std::optional<std::string> node_failure_;
+  int interrupted_by_ = 0;
+  int signals_seen_ = 0;
+};
+
+}  // namespace dtrain::controller

@@ -1,0 +1,58 @@
+#pragma once
+
+// Everything the launcher reacts to arrives here, from the session reader threads, the local agents' supervisor
+// and the signal thread; the controller consumes it on one thread, so job state needs no locks.
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "dtrain/v1/session.pb.h"
+
+namespace dtrain::controller {
+
+struct Event {
+  enum class Kind {
+    message,          // `message` from node `node`'s agent
+    session_closed,   // node `node`'s session stream ended (read failed); finish() gives the status
+    agent_line,       // a local agent process printed `text` (stdout when !is_stderr)
+    agent_exited,     // a local agent process exited; `text` says how
+    signal,           // the launcher received `signal`
+  };
+  Kind kind = Kind::message;
+  int node = -1;
+  v1::AgentMessage message;
+  std::string text;
+  bool is_stderr = false;
+  int signal = 0;
+};
+
+class EventQueue {
+ public:
+  void push(Event event) {
+    {
+      std::lock_guard lock(mutex_);
+      events_.push_back(std::move(event));
+    }
+    cv_.notify_one();
+  }
+
+  // The next event, or nothing once `deadline` passed.
+  std::optional<Event> pop(std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock lock(mutex_);
+    if (!cv_.wait_until(lock, deadline, [this] { return !events_.empty(); })) return std::nullopt;
+    Event event = std::move(events_.front());
+    events_.pop_front();
+    return event;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Event> events_;
+};
+
+}  // namespace dtrain::controller

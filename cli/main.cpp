@@ -1,0 +1,97 @@
+// dtrain: launcher and job orchestrator for distributed training. See README.md for the commands.
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <mutex>
+#include <vector>
+#include <thread>
+
+#include "agent/supervisor/supervisor.h"
+#include "cli/commands.h"
+#include "common/version.h"
+
+namespace dtrain::cli {
+
+namespace {
+
+std::mutex signal_mutex;
+std::function<void(int)> signal_handler;
+std::vector<int> pending_signals;
+
+}  // namespace
+
+void block_termination_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([set] {
+    while (true) {
+      int signal = 0;
+      if (sigwait(&set, &signal) != 0) continue;
+      std::lock_guard lock(signal_mutex);
+      if (signal_handler) {
+        signal_handler(signal);
+      } else {
+        pending_signals.push_back(signal);
+      }
+    }
+  }).detach();
+}
+
+void on_termination_signal(std::function<void(int)> handler) {
+  std::lock_guard lock(signal_mutex);
+  signal_handler = std::move(handler);
+  if (signal_handler) {
+    for (int signal : pending_signals) signal_handler(signal);
+    pending_signals.clear();
+  }
+}
+
+std::string self_executable() {
+  char path[4096];
+  ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
+  if (n <= 0) return "dtrain";
+  return std::string(path, static_cast<std::size_t>(n));
+}
+
+}  // namespace dtrain::cli
+
+int main(int argc, char** argv) {
+  // Before any thread exists: SIGCHLD is blocked (the supervisor reads it from a signalfd) and this process adopts
+  // orphaned descendants, so nothing it starts can escape.
+  dtrain::supervisor::prepare_process();
+
+  CLI::App app{"dtrain: launch and supervise distributed training jobs", "dtrain"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(dtrain::version()));
+  dtrain::cli::Action launch = dtrain::cli::add_launch_command(app);
+  dtrain::cli::Action run = dtrain::cli::add_run_command(app);
+  dtrain::cli::Action validate = dtrain::cli::add_validate_command(app);
+  dtrain::cli::Action agent = dtrain::cli::add_agent_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+  for (auto* sub : app.get_subcommands()) {
+    std::string name = sub->get_name();
+    if (name == "launch") return launch();
+    if (name == "run") return run();
+    if (name == "validate") return validate();
+    if (name == "agent") return agent();
+  }
+  return 2;
+}

@@ -1,0 +1,96 @@
+// Loading a spec: read the text, parse the YAML, apply `--set` overrides, read the document, check the values.
+// Every stage adds to one list of diagnostics, so the user sees every problem at once.
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "cli/spec/locations.h"
+#include "cli/spec/reader.h"
+#include "cli/spec/spec.h"
+
+namespace dtrain::spec {
+namespace {
+
+// A spec is a page of YAML; anything this large is the wrong file.
+constexpr std::uintmax_t kMaxSpecBytes = 1 << 20;
+
+[[noreturn]] void fail(Diagnostic d) { throw SpecError({std::move(d)}); }
+
+Diagnostic file_problem(const std::string& file, std::string message) {
+  Diagnostic d;
+  d.file = file;
+  d.message = std::move(message);
+  return d;
+}
+
+}  // namespace
+
+std::string_view to_string(Provider provider) {
+  switch (provider) {
+    case Provider::local: return "local";
+    case Provider::static_list: return "static";
+    case Provider::ssh: return "ssh";
+    case Provider::slurm: return "slurm";
+  }
+  return "?";
+}
+
+std::string_view to_string(Binding binding) { return binding == Binding::automatic ? "auto" : "none"; }
+
+Spec load_spec_string(std::string_view yaml, std::string_view source, const std::vector<std::string>& overrides) {
+  const std::string file(source);
+  YAML::Node root;
+  try {
+    const auto documents = YAML::LoadAll(std::string(yaml));
+    if (documents.size() > 1) {
+      const auto at = detail::position_of(documents[1].Mark());
+      Diagnostic d = file_problem(file, "a spec is one YAML document, this file has " +
+                                            std::to_string(documents.size()) + ".");
+      d.line = at.line;
+      d.column = at.column;
+      d.hint = "Remove the '---' separators, or split the jobs into separate files.";
+      fail(std::move(d));
+    }
+    if (!documents.empty()) root = documents.front();
+  } catch (const YAML::Exception& e) {
+    const auto at = detail::position_of(e.mark);
+    Diagnostic d = file_problem(file, "invalid YAML: " + e.msg + ".");
+    d.line = at.line;
+    d.column = at.column;
+    d.hint = "Check the indentation and quoting here and on the line before.";
+    fail(std::move(d));
+  }
+
+  detail::Locations where(file);
+  std::vector<Diagnostic> out;
+  detail::apply_overrides(root, overrides, where, out);
+  Spec spec = detail::read_spec(root, where, out);
+  spec.source = file;
+  detail::check_spec(spec, where, out);
+  detail::throw_if_any(std::move(out));
+  return spec;
+}
+
+Spec load_spec_file(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail(file_problem(path, "is a directory, not a job spec."));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(file_problem(path, std::string("cannot read the job spec: ") + std::strerror(errno) + "."));
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec && size > kMaxSpecBytes) {
+    fail(file_problem(path, "is " + std::to_string(size) + " bytes; a job spec is at most " +
+                                std::to_string(kMaxSpecBytes) + "."));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) fail(file_problem(path, std::string("cannot read the job spec: ") + std::strerror(errno) + "."));
+  return load_spec_string(text.str(), path, overrides);
+}
+
+}  // namespace dtrain::spec

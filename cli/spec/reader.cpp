@@ -1,0 +1,409 @@
+#include "cli/spec/reader.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "cli/spec/schema.h"
+
+namespace dtrain::spec::detail {
+namespace {
+
+// What a node holds, for "expected X, got Y" messages.
+std::string describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Map: return "a mapping";
+    case YAML::NodeType::Scalar: {
+      std::string text = node.Scalar();
+      if (text.size() > 40) text = text.substr(0, 37) + "...";
+      return "'" + text + "'";
+    }
+    default: return "nothing";
+  }
+}
+
+std::optional<long long> parse_integer(std::string_view text) {
+  if (text.starts_with('+')) text.remove_prefix(1);
+  if (text.empty() || text[0] == '+') return std::nullopt;
+  long long value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+std::optional<int> parse_int(std::string_view text) {
+  const auto value = parse_integer(text);
+  if (!value || *value < std::numeric_limits<int>::min() || *value > std::numeric_limits<int>::max()) {
+    return std::nullopt;
+  }
+  return static_cast<int>(*value);
+}
+
+std::optional<double> parse_number(std::string_view text) {
+  if (text.starts_with('+')) text.remove_prefix(1);
+  if (text.empty() || text[0] == '+') return std::nullopt;
+  double value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(value)) return std::nullopt;
+  return value;
+}
+
+std::vector<std::string> split_words(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<std::string> words;
+  for (std::string word; in >> word;) words.push_back(word);
+  return words;
+}
+
+template <class T>
+using Choices = std::vector<std::pair<std::string_view, T>>;
+
+class Reader {
+ public:
+  Reader(Locations& where, std::vector<Diagnostic>& out) : where_(where), out_(out) {}
+
+  Spec read(const YAML::Node& root) {
+    Spec spec;
+    where_.set_value("", position_of(root.Mark()));
+    if (!root.IsNull() && !root.IsMap()) {
+      error("", "the spec must be a mapping of keys, got " + describe(root) + ".",
+            "Start with e.g. 'name: tiny-gpt' and 'command: [python3, train.py]'.");
+      return spec;
+    }
+    bool command_is_string = false;
+    std::set<std::string> seen;
+    each_entry(root, "", [&](const std::string& key, const std::string& path, const YAML::Node& value) {
+      seen.insert(key);
+      if (key == "name") read_string(value, path, spec.name);
+      else if (key == "nodes") read_nodes(value, path, spec.nodes);
+      else if (key == "workers_per_node") read_workers_per_node(value, path, spec.workers_per_node);
+      else if (key == "command") command_is_string = read_command(value, path, spec.command);
+      else if (key == "shell") read_bool(value, path, spec.shell);
+      else if (key == "env") read_string_map(value, path, spec.env);
+      else if (key == "working_dir") read_string(value, path, spec.working_dir);
+      else if (key == "restart") read_restart(value, path, spec.restart);
+      else if (key == "stop") read_stop(value, path, spec.stop);
+      else if (key == "health") read_health(value, path, spec.health);
+      else if (key == "logs") read_logs(value, path, spec.logs);
+      else if (key == "nccl") read_nccl(value, path, spec.nccl);
+      else if (key == "binding") read_choice(value, path, Choices<Binding>{{"auto", Binding::automatic},
+                                                                          {"none", Binding::none}}, spec.binding);
+    });
+    // A misspelt required key already has its did-you-mean; "missing" (or "is empty") would only repeat it.
+    for (const auto& [key, example] : {std::pair{"name", "name: tiny-gpt"},
+                                       std::pair{"command", "command: [python3, train.py]"}}) {
+      if (seen.count(key)) continue;
+      if (suggested_.count(key)) where_.mark_broken(key);
+      else error(key, "missing required key.", std::string("Example: ") + example);
+    }
+    if (command_is_string && !spec.shell && !where_.is_broken("shell") && !spec.command.empty()) {
+      const auto words = split_words(spec.command[0]);
+      std::string list;
+      for (const auto& w : words) list += (list.empty() ? "" : ", ") + w;
+      error("command", "a single string needs shell: true.",
+            "Write it as a list, command: [" + list + "], or add 'shell: true' to run it with /bin/sh -c.");
+    }
+    return spec;
+  }
+
+ private:
+  void error(const std::string& path, std::string message, std::string hint = "") {
+    out_.push_back(where_.at(path, std::move(message), std::move(hint)));
+    where_.mark_broken(path);
+  }
+
+  // Calls visit(key, path, value) for each entry of the mapping `section_node` at `section`, after recording where
+  // it was written. Unknown keys (outside env maps), repeated keys and non-string keys are reported instead.
+  template <class Visit>
+  void each_entry(const YAML::Node& section_node, const std::string& section, Visit&& visit) {
+    std::set<std::string> seen;
+    for (auto it = section_node.begin(); it != section_node.end(); ++it) {
+      const YAML::Node key_node = it->first;  // copies: the iterator hands out a temporary pair
+      const YAML::Node value = it->second;
+      if (!key_node.IsScalar()) {
+        where_.set_value(section + "[key]", position_of(key_node.Mark()));
+        error(section + "[key]", "keys must be plain names, got " + describe(key_node) + ".");
+        continue;
+      }
+      const std::string key = key_node.Scalar();
+      const std::string path = child_path(section, key);
+      const Position key_at = position_of(key_node.Mark());
+      if (!seen.insert(key).second) {
+        where_.set_value(path, key_at);
+        error(path, "repeated key; each key may appear once.", "Remove one of them.");
+        continue;
+      }
+      where_.set_key(path, key_at);
+      const bool free = is_free_map(section);
+      if (!free) {
+        const auto& allowed = allowed_keys(section);
+        if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+          where_.set_value(path, key_at);
+          error(path, "unknown key.", unknown_key_hint(section, key));
+          if (section.empty()) suggested_.insert(closest(key, allowed));
+          continue;
+        }
+      }
+      // A variable is named by its key; an empty value has no position of its own.
+      const Position value_at = position_of(value.Mark());
+      where_.set_value(path, free || value_at.line == 0 ? key_at : value_at);
+      visit(key, path, value);
+    }
+  }
+
+  // A section may be written empty ("restart:") and then keeps its defaults.
+  bool section(const YAML::Node& node, const std::string& path) {
+    if (node.IsMap() || node.IsNull()) return true;
+    error(path, "expected a mapping, got " + describe(node) + ".",
+          "Keys under " + path + ": " + join(allowed_keys(path)) + ".");
+    return false;
+  }
+
+  bool scalar(const YAML::Node& node, const std::string& path, std::string_view expected, std::string hint = "") {
+    if (node.IsScalar()) return true;
+    error(path, "expected " + std::string(expected) + ", got " + describe(node) + ".", std::move(hint));
+    return false;
+  }
+
+  void read_string(const YAML::Node& node, const std::string& path, std::string& out) {
+    if (scalar(node, path, "a string")) out = node.Scalar();
+  }
+
+  bool read_int(const YAML::Node& node, const std::string& path, int& out) {
+    if (!scalar(node, path, "an integer")) return false;
+    const auto value = parse_int(node.Scalar());
+    if (!value) {
+      error(path, "expected an integer, got " + describe(node) + ".");
+      return false;
+    }
+    out = *value;
+    return true;
+  }
+
+  void read_number(const YAML::Node& node, const std::string& path, double& out) {
+    if (!scalar(node, path, "a number of seconds")) return;
+    const auto value = parse_number(node.Scalar());
+    if (!value) return error(path, "expected a number of seconds, got " + describe(node) + ".");
+    out = *value;
+  }
+
+  void read_bool(const YAML::Node& node, const std::string& path, bool& out) {
+    if (!scalar(node, path, "true or false")) return;
+    const std::string& text = node.Scalar();
+    if (text == "true" || text == "True" || text == "TRUE") out = true;
+    else if (text == "false" || text == "False" || text == "FALSE") out = false;
+    else error(path, "expected true or false, got " + describe(node) + ".");
+  }
+
+  template <class T>
+  void read_choice(const YAML::Node& node, const std::string& path, const Choices<T>& choices, T& out) {
+    std::vector<std::string_view> names;
+    for (const auto& [name, value] : choices) names.push_back(name);
+    std::string expected = join(std::vector(names.begin(), names.end() - 1)) + " or " + std::string(names.back());
+    if (!scalar(node, path, expected)) return;
+    for (const auto& [name, value] : choices) {
+      if (node.Scalar() == name) {
+        out = value;
+        return;
+      }
+    }
+    const std::string near = closest(node.Scalar(), names);
+    error(path, "expected " + expected + ", got " + describe(node) + ".",
+          near.empty() ? "" : "Did you mean '" + near + "'?");
+  }
+
+  void read_string_map(const YAML::Node& node, const std::string& path, std::map<std::string, std::string>& out) {
+    if (!node.IsMap() && !node.IsNull()) {
+      return error(path, "expected a mapping of variable names to values, got " + describe(node) + ".",
+                   "Example: " + path + ": {NCCL_DEBUG: INFO}");
+    }
+    each_entry(node, path, [&](const std::string& key, const std::string& var_path, const YAML::Node& value) {
+      if (value.IsNull()) {
+        return error(var_path, "expected a string, got nothing.", "Write " + key + ": \"\" for an empty value.");
+      }
+      if (scalar(value, var_path, "a string")) out[key] = value.Scalar();
+    });
+  }
+
+  void read_nodes(const YAML::Node& node, const std::string& path, Spec::Nodes& nodes) {
+    if (!section(node, path)) return;
+    bool count_given = false;
+    each_entry(node, path, [&](const std::string& key, const std::string& key_path, const YAML::Node& value) {
+      if (key == "provider") {
+        read_choice(value, key_path, Choices<Provider>{{"local", Provider::local}, {"static", Provider::static_list},
+                                                      {"ssh", Provider::ssh}, {"slurm", Provider::slurm}},
+                    nodes.provider);
+      } else if (key == "count") {
+        count_given = true;
+        read_count(value, key_path, nodes);
+      } else if (key == "agents") {
+        read_string_list(value, key_path, nodes.agents, "Example: agents: [10.0.0.1:29400, 10.0.0.2:29400]");
+      } else if (key == "interface") {
+        read_string(value, key_path, nodes.interface);
+      } else if (key == "join_timeout_s") {
+        read_number(value, key_path, nodes.join_timeout_s);
+      }
+    });
+    // A static job's size is its list of agents unless count says otherwise.
+    if (!count_given && nodes.provider == Provider::static_list && !nodes.agents.empty()) {
+      nodes.min_count = nodes.max_count = static_cast<int>(nodes.agents.size());
+    }
+  }
+
+  void read_count(const YAML::Node& node, const std::string& path, Spec::Nodes& nodes) {
+    const std::string expected = "an integer or MIN:MAX";
+    if (!scalar(node, path, expected)) return;
+    const std::string& text = node.Scalar();
+    const auto colon = text.find(':');
+    if (colon == std::string::npos) {
+      if (const auto n = parse_int(text)) {
+        nodes.min_count = nodes.max_count = *n;
+        return;
+      }
+    } else {
+      const auto lo = parse_int(std::string_view(text).substr(0, colon));
+      const auto hi = parse_int(std::string_view(text).substr(colon + 1));
+      if (lo && hi) {
+        nodes.min_count = *lo;
+        nodes.max_count = *hi;
+        return;
+      }
+    }
+    error(path, "expected " + expected + ", got " + describe(node) + ".", "Examples: count: 2, count: 2:4");
+  }
+
+  void read_string_list(const YAML::Node& node, const std::string& path, std::vector<std::string>& out,
+                        const std::string& example) {
+    if (!node.IsSequence()) return error(path, "expected a list, got " + describe(node) + ".", example);
+    for (std::size_t i = 0; i < node.size(); ++i) {
+      const std::string item_path = path + "[" + std::to_string(i) + "]";
+      where_.set_value(item_path, position_of(node[i].Mark()));
+      std::string item;
+      read_string(node[i], item_path, item);
+      out.push_back(item);
+    }
+  }
+
+  void read_workers_per_node(const YAML::Node& node, const std::string& path, Spec::WorkersPerNode& out) {
+    const std::string expected = "an integer >= 1, gpu or cpu";
+    if (!scalar(node, path, expected)) return;
+    const std::string& text = node.Scalar();
+    if (text == "gpu") {
+      out.kind = Spec::WorkersPerNode::Kind::gpu;
+    } else if (text == "cpu") {
+      out.kind = Spec::WorkersPerNode::Kind::cpu;
+    } else if (const auto n = parse_int(text)) {
+      out.kind = Spec::WorkersPerNode::Kind::count;
+      out.count = *n;
+    } else {
+      const std::string near = closest(text, {"gpu", "cpu"});
+      error(path, "expected " + expected + ", got " + describe(node) + ".",
+            near.empty() ? "" : "Did you mean '" + near + "'?");
+    }
+  }
+
+  // Returns whether the command was written as one string.
+  bool read_command(const YAML::Node& node, const std::string& path, std::vector<std::string>& out) {
+    const std::string example = "Example: command: [python3, train.py]";
+    if (node.IsScalar()) {
+      out = {node.Scalar()};
+      return true;
+    }
+    if (!node.IsSequence()) {
+      error(path, "expected a list of arguments, got " + describe(node) + ".", example);
+      return false;
+    }
+    read_string_list(node, path, out, example);
+    return false;
+  }
+
+  void read_restart(const YAML::Node& node, const std::string& path, Spec::Restart& out) {
+    if (!section(node, path)) return;
+    each_entry(node, path, [&](const std::string& key, const std::string& key_path, const YAML::Node& value) {
+      if (key == "max_restarts") read_int(value, key_path, out.max_restarts);
+      else if (key == "backoff_s") read_number(value, key_path, out.backoff_s);
+    });
+  }
+
+  void read_stop(const YAML::Node& node, const std::string& path, Spec::Stop& out) {
+    if (!section(node, path)) return;
+    each_entry(node, path, [&](const std::string&, const std::string& key_path, const YAML::Node& value) {
+      read_number(value, key_path, out.grace_s);
+    });
+  }
+
+  void read_health(const YAML::Node& node, const std::string& path, Spec::Health& out) {
+    if (!section(node, path)) return;
+    each_entry(node, path, [&](const std::string& key, const std::string& key_path, const YAML::Node& value) {
+      if (key == "heartbeat_timeout_s") read_number(value, key_path, out.heartbeat_timeout_s);
+      else if (key == "hang_timeout_s") read_number(value, key_path, out.hang_timeout_s);
+      else if (key == "node_timeout_s") read_number(value, key_path, out.node_timeout_s);
+    });
+  }
+
+  void read_logs(const YAML::Node& node, const std::string& path, Spec::Logs& out) {
+    if (!section(node, path)) return;
+    each_entry(node, path, [&](const std::string& key, const std::string& key_path, const YAML::Node& value) {
+      if (key == "dir") read_string(value, key_path, out.dir);
+      else if (key == "console") read_console(value, key_path, out);
+    });
+  }
+
+  void read_console(const YAML::Node& node, const std::string& path, Spec::Logs& out) {
+    const std::string expected = "rank0, all, none or a list of ranks";
+    if (node.IsSequence()) {
+      out.console = Spec::Logs::Console::ranks;
+      for (std::size_t i = 0; i < node.size(); ++i) {
+        const std::string item_path = path + "[" + std::to_string(i) + "]";
+        where_.set_value(item_path, position_of(node[i].Mark()));
+        int rank = 0;
+        if (read_int(node[i], item_path, rank)) out.console_ranks.push_back(rank);
+      }
+      return;
+    }
+    if (!scalar(node, path, expected)) return;
+    const std::string& text = node.Scalar();
+    if (text == "rank0") out.console = Spec::Logs::Console::rank0;
+    else if (text == "all") out.console = Spec::Logs::Console::all;
+    else if (text == "none") out.console = Spec::Logs::Console::none;
+    else if (const auto rank = parse_int(text.starts_with("rank") ? text.substr(4) : text)) {
+      error(path, "expected " + expected + ", got " + describe(node) + ".",
+            "To show rank " + std::to_string(*rank) + " only, write console: [" + std::to_string(*rank) + "].");
+    } else {
+      const std::string near = closest(text, {"rank0", "all", "none"});
+      error(path, "expected " + expected + ", got " + describe(node) + ".",
+            near.empty() ? "Example: console: [0, 4]" : "Did you mean '" + near + "'?");
+    }
+  }
+
+  void read_nccl(const YAML::Node& node, const std::string& path, Spec::Nccl& out) {
+    if (!section(node, path)) return;
+    each_entry(node, path, [&](const std::string& key, const std::string& key_path, const YAML::Node& value) {
+      if (key == "auto") read_bool(value, key_path, out.automatic);
+      else if (key == "env") read_string_map(value, key_path, out.env);
+    });
+  }
+
+  Locations& where_;
+  std::vector<Diagnostic>& out_;
+  std::set<std::string> suggested_;  // top-level keys offered as did-you-mean
+};
+
+}  // namespace
+
+Position position_of(const YAML::Mark& mark) {
+  if (mark.is_null() || mark.line < 0 || mark.column < 0) return {};
+  return {mark.line + 1, mark.column + 1};
+}
+
+Spec read_spec(const YAML::Node& root, Locations& where, std::vector<Diagnostic>& out) {
+  return Reader(where, out).read(root);
+}
+
+}  // namespace dtrain::spec::detail

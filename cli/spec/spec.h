@@ -1,0 +1,201 @@
+#pragma once
+
+// The job spec: what a user writes in JOB.yaml (or passes as flags to `dtrain run`), how it is checked, and how
+// it becomes a per-rank plan (argv, env, CPU binding, log files) once the nodes are known.
+//
+//   load_spec_file / load_spec_string   YAML text + `--set` overrides -> Spec, or SpecError with every problem
+//   validate                            the semantic checks alone, for a Spec built from flags
+//   make_plan                           Spec + the nodes' facts + the round -> one WorkerPlan per rank
+//   render_plan                         the plan as `dtrain launch --dry-run` prints it
+
+#include <exception>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dtrain::spec {
+
+// Where the nodes come from.
+enum class Provider {
+  local,        // "local": the launcher starts nodes.count agents on this machine (simulated nodes on loopback)
+  static_list,  // "static": agents already listening at nodes.agents; the launcher dials them
+  ssh,          // "ssh": the launcher starts agents over ssh; they dial back (`dtrain agent --join`)
+  slurm,        // "slurm": agents started by srun inside an allocation; they dial back
+};
+
+// How workers are pinned to CPUs.
+enum class Binding {
+  automatic,  // "auto": each worker gets its own block of the host's CPUs (see make_plan)
+  none,       // "none": no affinity; OMP_NUM_THREADS is still the worker's share of the CPUs
+};
+
+std::string_view to_string(Provider);
+std::string_view to_string(Binding);
+
+struct Spec {
+  std::string name;  // the job's name, [a-z0-9-]+; required. Prefix of the job id and of its log directory.
+
+  struct Nodes {
+    Provider provider = Provider::local;  // where agents come from
+    int min_count = 1;                    // `count: N` sets min = max = N; `count: MIN:MAX` (ssh, slurm) is elastic
+    int max_count = 1;                    //   for static, count defaults to the number of agents
+    std::vector<std::string> agents;      // static only: one "host:port" per node, in node-rank order
+    std::string interface;                // network interface workers talk over ("" = let the agents choose);
+                                          //   also becomes NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
+    double join_timeout_s = 60;           // how long the launcher waits for every node to join, > 0
+  } nodes;
+
+  struct WorkersPerNode {
+    enum class Kind {
+      count,  // exactly `count` workers on every node
+      gpu,    // one worker per GPU of the node
+      cpu,    // one worker per CPU of the node
+    } kind = Kind::count;
+    int count = 1;  // used when kind == count; >= 1
+  } workers_per_node;
+
+  std::vector<std::string> command;  // argv of every worker; with `shell: true` exactly one string, run by /bin/sh -c
+  bool shell = false;                // run command[0] through /bin/sh -c instead of exec'ing the argv
+  std::map<std::string, std::string> env;  // extra worker environment; wins over nccl.env and automatic tuning
+  std::string working_dir = ".";           // worker cwd; relative to where the launcher runs (it makes it absolute)
+
+  struct Restart {
+    int max_restarts = 0;   // how many times the whole job is restarted after a failure, >= 0
+    double backoff_s = 1;   // pause before each restart, >= 0
+  } restart;
+
+  struct Stop {
+    double grace_s = 10;  // between SIGTERM and SIGKILL when a group is stopped, >= 0
+  } stop;
+
+  struct Health {
+    double heartbeat_timeout_s = 30;  // a worker whose health reports stop for this long has failed
+    double hang_timeout_s = 0;        // a worker whose step counter does not move for this long has failed
+    double node_timeout_s = 10;       // an agent that is silent for this long is a failed node
+  } health;                           // all >= 0; 0 turns that check off (hang_timeout_s is off by default)
+
+  struct Logs {
+    std::string dir = "runs";  // per-job logs go to <dir>/<job_id>/attempt_<n>/rank_<r>.log
+    enum class Console {
+      rank0,  // "rank0": rank 0's stdout and stderr are shown on the launcher's console
+      all,    // "all": every rank's
+      none,   // "none": nobody's (the files still have everything)
+      ranks,  // a YAML list of ranks: those ranks'
+    } console = Console::rank0;
+    std::vector<int> console_ranks;  // when console == ranks; each >= 0 and < world size
+  } logs;
+
+  struct Nccl {
+    bool automatic = true;                   // "auto": apply the tuning dtrain chooses (see make_plan)
+    std::map<std::string, std::string> env;  // NCCL variables; win over tuning, lose to `env`
+  } nccl;
+
+  Binding binding = Binding::automatic;
+
+  std::string source;  // where the spec came from, for messages: the file name, or e.g. "dtrain run"
+};
+
+// One problem found in a spec. Rendered by format() as
+//   job.yaml:3:5: nodes.cuont: unknown key. Did you mean 'nodes.count'? Allowed keys under nodes: provider, ...
+struct Diagnostic {
+  std::string file;    // spec file, "--set" for an override, or the Spec's source; "" = none
+  int line = 0;        // 1-based; 0 = unknown (then column is 0 too)
+  int column = 0;      // 1-based; 0 = unknown
+  std::string key;     // dotted path of the offending key ("nodes.count", "nodes.agents[1]", "env.FOO"); may be ""
+  std::string message; // what is wrong, one sentence ending in '.'
+  std::string hint;    // how to fix it: allowed values, did-you-mean, an example; may be ""
+
+  std::string format() const;  // "file:line:col: key: message hint", leaving out the parts that are unknown
+};
+
+// Thrown with every problem found, not just the first, sorted by position.
+class SpecError : public std::exception {
+ public:
+  SpecError() = default;
+  explicit SpecError(std::vector<Diagnostic> d) : diagnostics(std::move(d)) {}
+
+  std::vector<Diagnostic> diagnostics;
+
+  const char* what() const noexcept override;  // all diagnostics formatted, one per line
+
+ private:
+  mutable std::string what_;
+};
+
+// Parse, override and validate. `overrides` are `--set` arguments, "key.path=value", the value parsed as YAML
+// (`--set command=[python3,train.py]`, `--set nodes.count=4`, `--set env.FOO=bar`; an empty value is "").
+// They are applied to the document before it is checked; intermediate sections are created as needed.
+// Throws SpecError: unreadable file, YAML syntax error (with its position), bad override, unknown key, wrong type,
+// impossible value, missing required key (name, command).
+Spec load_spec_file(const std::string& path, const std::vector<std::string>& overrides);
+Spec load_spec_string(std::string_view yaml, std::string_view source, const std::vector<std::string>& overrides);
+
+// The value checks that do not depend on YAML (ranges, names, cross-key rules), for a Spec built in code.
+// Diagnostics carry spec.source as their file and no position. Throws SpecError.
+void validate(const Spec&);
+
+// ---- planning ---------------------------------------------------------------------------------------------------
+
+// Facts one node's agent reported, in node-rank order.
+struct NodeInfo {
+  std::string hostname;                     // for messages and the plan's `host`
+  std::string host_id;                      // same value = same machine (simulated local nodes share it);
+                                            //   "" = use hostname
+  std::string address;                      // how peers reach this node (MASTER_ADDR when it is node 0)
+  std::string agent_address;                // the agent's endpoint for worker health reports (DTRAIN_AGENT_ADDR)
+  std::vector<unsigned> cpus;               // CPUs the agent may use (its affinity mask)
+  std::vector<int> cpu_numa;                // NUMA node of cpus[i]; shorter than cpus = unknown, taken as 0
+  unsigned gpu_count = 0;                   // visible GPUs
+  std::map<std::string, std::string> tuned_env;  // NCCL variables the node's topology tuning chose (NCCL_IB_HCA,
+                                                 //   ...); used when nccl.auto, below nccl.env and env
+};
+
+// This round of rendezvous (one per attempt).
+struct RoundInfo {
+  std::string job_id;          // TORCHELASTIC_RUN_ID, DTRAIN_JOB_ID
+  unsigned restart_count = 0;  // 0 on the first attempt
+  std::string master_addr;     // "" = node 0's address
+  unsigned master_port = 0;    // reserved by node 0's agent; 0 = not reserved yet (dry run)
+  std::string store_address;   // node 0's key-value store, host:port; "" = not reserved yet
+  std::string store_token;     // per-job token guarding the store; "" = not issued yet
+  std::string attempt_dir;     // absolute, <logs.dir>/<job_id>/attempt_<n>
+};
+
+struct WorkerPlan {
+  unsigned rank = 0, local_rank = 0, node_rank = 0;
+  std::string host;                          // the node's hostname
+  std::vector<std::string> argv;             // what the agent execs
+  std::map<std::string, std::string> env;    // the complete set dtrain adds to the agent's environment
+  std::string working_dir;
+  std::vector<unsigned> cpus;                // affinity; empty = not pinned
+  std::string log_path;                      // attempt_dir/rank_<r>.log: stdout and stderr, line by line
+  std::string error_file;                    // attempt_dir/rank_<r>_error.json (TORCHELASTIC_ERROR_FILE)
+  bool stream_stdout = false, stream_stderr = false;  // shown on the launcher's console
+};
+
+struct Plan {
+  unsigned world_size = 0, nnodes = 0, workers_per_node = 0;
+  std::vector<WorkerPlan> workers;    // ordered by rank
+  std::vector<std::string> warnings;  // things the user should know (deprecated variables, oversubscription)
+};
+
+// A spec that cannot be planned on these nodes; what() is a message for the user.
+class PlanError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Placeholders shown where a value exists only once the job is launched.
+inline constexpr std::string_view kReservedAtLaunch = "<reserved at launch>";
+
+// Expects a validated spec (validate / load_spec_*). Throws PlanError.
+Plan make_plan(const Spec&, const std::vector<NodeInfo>& nodes, const RoundInfo&);
+
+// Text for `dtrain launch --dry-run`: a header, the warnings, then one block per rank (rank, node, host, local rank,
+// cpus, argv, working dir, log, console, and its full env sorted by name). DTRAIN_JOB_TOKEN is shown as "<hidden>"
+// when a real token is set.
+std::string render_plan(const Spec&, const Plan&);
+
+}  // namespace dtrain::spec

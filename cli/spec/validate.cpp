@@ -1,0 +1,244 @@
+// The rules a Spec must satisfy whatever it was built from: ranges, names, and rules between keys.
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <set>
+#include <sstream>
+
+#include "cli/spec/env_names.h"
+#include "cli/spec/locations.h"
+
+namespace dtrain::spec {
+namespace detail {
+namespace {
+
+std::string number(double value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+bool valid_job_name(std::string_view name) {
+  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+  });
+}
+
+// "Tiny_GPT v2" -> "tiny-gpt-v2"
+std::string job_name_like(std::string_view name) {
+  std::string out;
+  for (const char c : name) {
+    const char l = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if ((l >= 'a' && l <= 'z') || (l >= '0' && l <= '9')) out += l;
+    else if (!out.empty() && out.back() != '-') out += '-';
+  }
+  while (!out.empty() && out.back() == '-') out.pop_back();
+  return out;
+}
+
+bool valid_host(std::string_view host) {
+  return !host.empty() && std::all_of(host.begin(), host.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_';
+  });
+}
+
+// Why `address` is not host:port ("" when it is). IPv6 hosts are written in brackets: [fe80::1]:29400.
+std::string address_problem(std::string_view address) {
+  std::string_view host, port;
+  if (address.starts_with('[')) {
+    const auto close = address.find(']');
+    if (close == std::string_view::npos || close + 1 >= address.size() || address[close + 1] != ':') {
+      return "is not [ipv6]:port";
+    }
+    host = address.substr(1, close - 1);
+    port = address.substr(close + 2);
+    if (host.empty()) return "has an empty host";
+  } else {
+    const auto colon = address.rfind(':');
+    if (colon == std::string_view::npos) return "has no port";
+    host = address.substr(0, colon);
+    port = address.substr(colon + 1);
+    if (host.find(':') != std::string_view::npos) return "is ambiguous: write an IPv6 host in brackets";
+    if (!valid_host(host)) return "does not start with a host name or address";
+  }
+  if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) {
+        return c >= '0' && c <= '9';
+      })) {
+    return "does not end in a port number";
+  }
+  const int value = std::stoi(std::string(port));
+  if (value < 1 || value > 65535) return "has a port outside 1-65535";
+  return "";
+}
+
+class Checker {
+ public:
+  Checker(const Spec& spec, const Locations& where, std::vector<Diagnostic>& out)
+      : spec_(spec), where_(where), out_(out) {}
+
+  void run() {
+    check_name();
+    check_nodes();
+    check_workers_and_command();
+    check_env("env", spec_.env);
+    check_env("nccl.env", spec_.nccl.env);
+    if (spec_.working_dir.empty()) report("working_dir", "is empty.", "Use . for the launcher's directory.");
+    if (spec_.restart.max_restarts < 0) {
+      report("restart.max_restarts", "must be >= 0, got " + std::to_string(spec_.restart.max_restarts) + ".");
+    }
+    at_least_zero("restart.backoff_s", spec_.restart.backoff_s);
+    at_least_zero("stop.grace_s", spec_.stop.grace_s);
+    at_least_zero("health.heartbeat_timeout_s", spec_.health.heartbeat_timeout_s);
+    at_least_zero("health.hang_timeout_s", spec_.health.hang_timeout_s);
+    at_least_zero("health.node_timeout_s", spec_.health.node_timeout_s);
+    if (spec_.logs.dir.empty()) report("logs.dir", "is empty.", "Example: dir: runs");
+    check_console();
+  }
+
+ private:
+  void report(const std::string& path, std::string message, std::string hint = "") {
+    if (!where_.is_broken(path)) out_.push_back(where_.at(path, std::move(message), std::move(hint)));
+  }
+
+  void at_least_zero(const std::string& path, double value) {
+    if (!std::isfinite(value)) report(path, "must be a finite number of seconds.");
+    else if (value < 0) report(path, "must be >= 0, got " + number(value) + ".", "Use 0 to turn it off.");
+  }
+
+  void check_name() {
+    if (spec_.name.empty()) {
+      report("name", "is empty.", "Example: name: tiny-gpt");
+    } else if (!valid_job_name(spec_.name)) {
+      const std::string like = job_name_like(spec_.name);
+      report("name", "'" + spec_.name + "' is not a valid job name: use lowercase letters, digits and '-'.",
+             like.empty() ? "Example: name: tiny-gpt" : "Did you mean '" + like + "'?");
+    }
+  }
+
+  void check_nodes() {
+    const auto& nodes = spec_.nodes;
+    const bool is_static = nodes.provider == Provider::static_list;
+    if (nodes.min_count < 1) {
+      report("nodes.count", "must be at least 1, got " + std::to_string(nodes.min_count) + ".");
+    } else if (nodes.min_count > nodes.max_count) {
+      report("nodes.count", "minimum " + std::to_string(nodes.min_count) + " is greater than maximum " +
+                                std::to_string(nodes.max_count) + ".",
+             "Write MIN:MAX with MIN <= MAX, e.g. " + std::to_string(nodes.max_count) + ":" +
+                 std::to_string(nodes.min_count) + ".");
+    } else if (nodes.min_count != nodes.max_count && (nodes.provider == Provider::local || is_static)) {
+      report("nodes.count", "a range (MIN:MAX) needs provider ssh or slurm; provider " +
+                                std::string(to_string(nodes.provider)) + " has a fixed number of nodes.",
+             "Write count: N.");
+    }
+    if (is_static && nodes.agents.empty()) {
+      report("nodes.agents", "provider static needs the address of every node's agent.",
+             "Example: agents: [10.0.0.1:29400, 10.0.0.2:29400]");
+    } else if (!is_static && !nodes.agents.empty()) {
+      report("nodes.agents", "is only for provider static (provider is " +
+                                 std::string(to_string(nodes.provider)) + ").",
+             "Remove agents, or set provider: static.");
+    } else if (is_static && nodes.min_count == nodes.max_count && !where_.is_broken("nodes.count") &&
+               static_cast<int>(nodes.agents.size()) != nodes.min_count) {
+      report("nodes.agents", std::to_string(nodes.agents.size()) + " agents are listed but nodes.count is " +
+                                 std::to_string(nodes.min_count) + ".",
+             "List one agent per node, or leave out count (it defaults to the number of agents).");
+    }
+    std::set<std::string> seen;
+    for (std::size_t i = 0; i < nodes.agents.size(); ++i) {
+      const std::string path = "nodes.agents[" + std::to_string(i) + "]";
+      const std::string& agent = nodes.agents[i];
+      if (const std::string problem = address_problem(agent); !problem.empty()) {
+        report(path, "'" + agent + "' " + problem + ".", "Write host:port, e.g. node1:29400 or [fe80::1]:29400.");
+      } else if (!seen.insert(agent).second) {
+        report(path, "'" + agent + "' is listed twice.", "List each node's agent once.");
+      }
+    }
+    if (nodes.interface.find_first_of(" \t\n=") != std::string::npos) {
+      report("nodes.interface", "'" + nodes.interface + "' is not an interface name.", "Example: interface: eth0");
+    }
+    if (!std::isfinite(nodes.join_timeout_s) || nodes.join_timeout_s <= 0) {
+      report("nodes.join_timeout_s", "must be > 0, got " + number(nodes.join_timeout_s) + ".");
+    }
+  }
+
+  void check_workers_and_command() {
+    const auto& wpn = spec_.workers_per_node;
+    if (wpn.kind == Spec::WorkersPerNode::Kind::count && wpn.count < 1) {
+      report("workers_per_node", "must be at least 1, got " + std::to_string(wpn.count) + ".",
+             "Use an integer >= 1, gpu (one per GPU) or cpu (one per CPU).");
+    }
+    const auto& command = spec_.command;
+    if (command.empty()) {
+      report("command", "is empty.", "Example: command: [python3, train.py]");
+    } else if (spec_.shell && command.size() > 1) {
+      std::string joined;
+      for (const auto& word : command) joined += (joined.empty() ? "" : " ") + word;
+      report("command", "with shell: true, command must be one string, got a list of " +
+                            std::to_string(command.size()) + ".",
+             "Write it as one string: command: \"" + joined + "\"");
+    } else if (command[0].empty()) {
+      report(command.size() == 1 && spec_.shell ? "command" : "command[0]", "the program to run is empty.",
+             "Example: command: [python3, train.py]");
+    }
+  }
+
+  void check_env(const std::string& section, const std::map<std::string, std::string>& env) {
+    for (const auto& [name, value] : env) {
+      const std::string path = section + "." + name;
+      if (!valid_env_name(name)) {
+        report(path, "'" + name + "' is not an environment variable name.",
+               "Use letters, digits and '_', not starting with a digit.");
+      } else if (is_reserved_env(name)) {
+        report(path, name + " is set by dtrain for every worker and cannot be overridden.",
+               "Remove it; ranks, sizes and addresses follow from nodes and workers_per_node.");
+      }
+    }
+  }
+
+  void check_console() {
+    const auto& logs = spec_.logs;
+    if (logs.console != Spec::Logs::Console::ranks) return;
+    if (logs.console_ranks.empty() && !where_.is_broken("logs.console")) {
+      report("logs.console", "lists no rank.", "Use console: none to show no rank.");
+    }
+    // The world size is known here only for a fixed node count and an integer workers_per_node; otherwise
+    // make_plan warns about ranks that do not exist.
+    const auto& wpn = spec_.workers_per_node;
+    const bool world_known = wpn.kind == Spec::WorkersPerNode::Kind::count && wpn.count >= 1 &&
+                             !where_.is_broken("workers_per_node") && !where_.is_broken("nodes.count") &&
+                             spec_.nodes.min_count >= 1 && spec_.nodes.min_count == spec_.nodes.max_count;
+    const long long world = static_cast<long long>(spec_.nodes.min_count) * wpn.count;
+    for (std::size_t i = 0; i < logs.console_ranks.size(); ++i) {
+      const int rank = logs.console_ranks[i];
+      const std::string path = "logs.console[" + std::to_string(i) + "]";
+      if (rank < 0) {
+        report(path, "ranks are >= 0, got " + std::to_string(rank) + ".");
+      } else if (world_known && rank >= world) {
+        report(path, "rank " + std::to_string(rank) + " does not exist: the job has " +
+                         (world == 1 ? std::string("1 rank (0)") : std::to_string(world) + " ranks (0-" +
+                                                                        std::to_string(world - 1) + ")") + ".");
+      }
+    }
+  }
+
+  const Spec& spec_;
+  const Locations& where_;
+  std::vector<Diagnostic>& out_;
+};
+
+}  // namespace
+
+void check_spec(const Spec& spec, const Locations& where, std::vector<Diagnostic>& out) {
+  Checker(spec, where, out).run();
+}
+
+}  // namespace detail
+
+void validate(const Spec& spec) {
+  std::vector<Diagnostic> out;
+  detail::check_spec(spec, detail::Locations(spec.source), out);
+  detail::throw_if_any(std::move(out));
+}
+
+}  // namespace dtrain::spec

@@ -1,0 +1,142 @@
+"""Shared helpers for dtrain's integration tests: run the real binary, find leaked processes, assert.
+
+Every launch gets a unique DTRAIN_TEST_TAG in its environment. The launcher, its agents, the workers and anything
+they start inherit it, so /proc/*/environ tells exactly which processes belong to a test run.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+DTRAIN = os.environ.get("DTRAIN_BIN") or os.path.join(
+    os.environ.get("DTRAIN_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "build")), "bin", "dtrain")
+BUILD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(DTRAIN)))
+SOURCE_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+PYTHON = "/usr/bin/python3"
+
+failures = []
+
+
+def check(condition, message):
+    """Records a failed expectation (the test goes on, so one run reports everything) and prints it."""
+    if not condition:
+        failures.append(message)
+        print("FAIL: " + message, flush=True)
+    return condition
+
+
+def finish():
+    """Exits non-zero if any check failed."""
+    if failures:
+        print("%d check(s) failed" % len(failures), flush=True)
+        sys.exit(1)
+    print("all checks passed", flush=True)
+    sys.exit(0)
+
+
+def tagged_pids(tag):
+    """Pids of live processes (not zombies) whose environment carries DTRAIN_TEST_TAG=tag."""
+    needle = ("DTRAIN_TEST_TAG=" + tag).encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/environ" % entry, "rb") as f:
+                env = f.read()
+            with open("/proc/%s/stat" % entry) as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and needle in env.split(b"\0"):
+            found.append(int(entry))
+    return found
+
+
+def describe(pids):
+    out = []
+    for pid in pids:
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                out.append("%d:%s" % (pid, f.read().replace(b"\0", b" ").decode(errors="replace").strip()))
+        except OSError:
+            pass
+    return ", ".join(out)
+
+
+def wait_no_leaks(tag, timeout):
+    """Waits until no process of the run is left; returns the seconds it took, or None (and the leftovers)."""
+    start = time.monotonic()
+    while True:
+        left = tagged_pids(tag)
+        if not left:
+            return time.monotonic() - start, []
+        if time.monotonic() - start > timeout:
+            return None, left
+        time.sleep(0.02)
+
+
+def kill_tagged(tag):
+    for pid in tagged_pids(tag):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+class Run:
+    """One dtrain invocation in its own temp directory with a fresh tag."""
+
+    def __init__(self, args, cwd=None, env=None, timeout=120):
+        self.tag = uuid.uuid4().hex
+        self.dir = cwd or tempfile.mkdtemp(prefix="dtrain-it-")
+        self.env = dict(os.environ)
+        self.env["DTRAIN_TEST_TAG"] = self.tag
+        self.env.update(env or {})
+        self.args = [DTRAIN] + list(args)
+        self.timeout = timeout
+        self.proc = None
+
+    def start(self):
+        self.proc = subprocess.Popen(self.args, cwd=self.dir, env=self.env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
+        return self
+
+    def wait(self):
+        try:
+            self.out, self.err = self.proc.communicate(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.out, self.err = self.proc.communicate()
+            kill_tagged(self.tag)
+            check(False, "dtrain %s timed out after %d s" % (" ".join(self.args[1:3]), self.timeout))
+        self.code = self.proc.returncode
+        return self
+
+    def run(self):
+        return self.start().wait()
+
+    def show(self):
+        print("--- exit %s\n--- stdout\n%s--- stderr\n%s---" % (self.code, self.out, self.err), flush=True)
+
+    def assert_no_leaks(self, timeout=5.0):
+        took, left = wait_no_leaks(self.tag, timeout)
+        check(took is not None, "processes left running after the launcher exited: " + describe(left))
+        if left:
+            kill_tagged(self.tag)
+        return took
+
+    def job_dirs(self, logs="runs"):
+        base = os.path.join(self.dir, logs)
+        return sorted(os.path.join(base, d) for d in os.listdir(base)) if os.path.isdir(base) else []
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    return path

@@ -1,0 +1,59 @@
+"""`dtrain validate`, `launch --dry-run` and `--set` from the command line: exit 2 with file:line:col on bad specs,
+the full plan on a good one, and nothing started by a dry run."""
+
+import os
+
+from harness import Run, check, finish, tagged_pids, write
+
+GOOD = """
+name: tiny-gpt
+nodes: {provider: local, count: 2}
+workers_per_node: 2
+command: [/bin/true]
+env: {FOO: bar}
+"""
+
+BAD = """name: tiny-gpt
+nodes:
+  provider: local
+  cuont: 2
+workers_per_node: two
+command: [/bin/true]
+"""
+
+run = Run([])
+good = write(os.path.join(run.dir, "good.yaml"), GOOD)
+bad = write(os.path.join(run.dir, "bad.yaml"), BAD)
+
+r = Run(["validate", good], cwd=run.dir).run()
+check(r.code == 0, "validate good spec -> 0, got %s: %s" % (r.code, r.err))
+
+r = Run(["validate", bad], cwd=run.dir).run()
+r.show()
+check(r.code == 2, "validate bad spec -> exit 2, got %s" % r.code)
+check("bad.yaml:4:3" in r.err and "nodes.cuont" in r.err, "unknown key named with file:line:col")
+check("count" in r.err.split("nodes.cuont", 1)[-1], "did-you-mean suggests count")
+check("bad.yaml:5:19" in r.err and "workers_per_node" in r.err, "bad workers_per_node named with its position")
+
+r = Run(["validate", good, "--set", "nodes.cout=3"], cwd=run.dir).run()
+r.show()
+check(r.code == 2 and "nodes.cout" in r.err and "count" in r.err, "bad --set path refused with a suggestion")
+
+r = Run(["launch", good, "--dry-run", "--set", "workers_per_node=3"], cwd=run.dir).run()
+r.show()
+check(r.code == 0, "dry run -> 0, got %s" % r.code)
+for rank in range(6):
+    check(("RANK=%d" % rank) in r.out, "dry run shows rank %d's environment" % rank)
+check("FOO=bar" in r.out and "WORLD_SIZE=6" in r.out, "dry run shows user env and WORLD_SIZE from --set")
+check(not os.path.exists(os.path.join(run.dir, "runs")), "dry run creates no log directory")
+check(not tagged_pids(r.tag), "dry run leaves nothing running")
+
+r = Run(["run", "-n", "0", "--", "/bin/true"], cwd=run.dir).run()
+check(r.code == 2, "dtrain run -n 0 -> exit 2, got %s" % r.code)
+r = Run(["launch", os.path.join(run.dir, "missing.yaml")], cwd=run.dir).run()
+check(r.code == 2 and "missing.yaml" in r.err, "missing spec file -> exit 2 naming it: %s" % r.err)
+r = Run(["run", "-n", "2", "--", "/no/such/program"], cwd=run.dir).run()
+r.show()
+check(r.code == 127 and "/no/such/program" in r.err, "a program that cannot start -> 127 and its name, got %s" % r.code)
+r.assert_no_leaks()
+finish()

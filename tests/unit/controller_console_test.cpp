@@ -1,0 +1,72 @@
+#include <doctest/doctest.h>
+
+#include <csignal>
+
+#include "cli/controller/console.h"
+#include "cli/controller/restart_policy.h"
+
+using namespace dtrain::controller;
+
+TEST_CASE("exit descriptions and the launcher's exit code") {
+  dtrain::v1::WorkerExited exit;
+  exit.set_exit_code(3);
+  CHECK(describe_exit(exit) == "exited with code 3");
+  CHECK(exit_code_of(exit) == 3);
+
+  exit.set_exit_code(0);
+  exit.set_signal(SIGKILL);
+  CHECK(describe_exit(exit) == "killed by signal 9 (SIGKILL)");
+  CHECK(exit_code_of(exit) == 137);
+
+  dtrain::v1::WorkerExited never;
+  never.set_spawn_error("cannot execute 'trainx': No such file or directory");
+  CHECK(describe_exit(never) == "could not start: cannot execute 'trainx': No such file or directory");
+  CHECK(exit_code_of(never) == 127);
+}
+
+TEST_CASE("PyTorch error files: message and traceback; other text passed through") {
+  std::string json =
+      R"({"message": {"message": "RuntimeError: CUDA out of memory", "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File \"train.py\", line 7", "timestamp": "1700000000"}}})";
+  CHECK(error_file_message(json) ==
+        "RuntimeError: CUDA out of memory\nTraceback (most recent call last):\n  File \"train.py\", line 7");
+  CHECK(error_file_message(R"({"message": "plain"})") == "plain");
+  CHECK(error_file_message("not json at all") == "not json at all");
+}
+
+TEST_CASE("failure summary names rank, node, host, pid, cause, stderr tail, error file and log") {
+  Failure root;
+  root.rank = 2;
+  root.node = 1;
+  root.host = "gpu-07";
+  root.exit.set_pid(4242);
+  root.exit.set_exit_code(3);
+  root.exit.set_runtime_ms(1500);
+  root.exit.add_stderr_tail("loading shard 17");
+  root.exit.add_stderr_tail("boom");
+  root.exit.set_error_file_json(R"({"message": {"message": "ValueError: bad shard", "extraInfo": {}}})");
+  root.log_path = "/runs/job/attempt_0/rank_2.log";
+  Failure other;
+  other.rank = 5;
+  other.node = 1;
+  other.host = "gpu-07";
+  other.exit.set_signal(SIGSEGV);
+  std::string text = failure_summary("job-1", root, {other}, 0, 0);
+  CHECK(text.find("job job-1 failed") != std::string::npos);
+  CHECK(text.find("root cause: rank 2 on node 1 (gpu-07), pid 4242, exited with code 3 after 1.5 s") !=
+        std::string::npos);
+  CHECK(text.find("    | loading shard 17\n    | boom\n") != std::string::npos);
+  CHECK(text.find("ValueError: bad shard") != std::string::npos);
+  CHECK(text.find("full log: /runs/job/attempt_0/rank_2.log") != std::string::npos);
+  CHECK(text.find("also failed: rank 5 on node 1 (gpu-07), killed by signal 11 (SIGSEGV)") != std::string::npos);
+  CHECK(failure_summary("job-1", root, {}, 2, 3).find("failed after 3 attempts") != std::string::npos);
+}
+
+TEST_CASE("restart policy counts restarts, not attempts") {
+  RestartPolicy none(0, std::chrono::milliseconds(1000));
+  CHECK_FALSE(none.may_restart(0));
+  RestartPolicy two(2, std::chrono::milliseconds(250));
+  CHECK(two.may_restart(0));
+  CHECK(two.may_restart(1));
+  CHECK_FALSE(two.may_restart(2));
+  CHECK(two.backoff() == std::chrono::milliseconds(250));
+}
