@@ -129,7 +129,10 @@ int Agent::run() {
     if (terminated_by_ != 0) code = 128 + terminated_by_;
   }
   runner_->stop_and_wait(options_.default_grace, options_.default_grace + std::chrono::seconds(5));
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  // Every session has ended and no worker is left: end the blocked store calls and cancel any call still open (a
+  // launcher that has not hung up yet) instead of waiting for it.
+  store_.shutdown();
+  server->Shutdown(std::chrono::system_clock::now());
   runner_.reset();
   return code;
 }

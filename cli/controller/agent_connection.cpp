@@ -54,13 +54,20 @@ bool AgentConnection::open(std::chrono::milliseconds timeout, std::string& error
 }
 
 bool AgentConnection::send(const v1::LauncherMessage& message) {
-  if (!stream_ || finished_) return false;
+  if (!stream_ || finished_ || writes_done_) return false;
   return stream_->Write(message);
+}
+
+bool AgentConnection::send_last(const v1::LauncherMessage& message) {
+  if (!stream_ || finished_ || writes_done_) return false;
+  writes_done_ = true;
+  return stream_->Write(message, grpc::WriteOptions().set_last_message());
 }
 
 std::string AgentConnection::finish() {
   if (!stream_ || finished_) return status_;
-  stream_->WritesDone();
+  if (!writes_done_) stream_->WritesDone();
+  writes_done_ = true;
   if (reader_.joinable()) reader_.join();
   grpc::Status status = stream_->Finish();
   finished_ = true;

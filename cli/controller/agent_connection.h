@@ -26,6 +26,9 @@ class AgentConnection {
   bool open(std::chrono::milliseconds timeout, std::string& error);
   // False when the stream is broken.
   bool send(const v1::LauncherMessage& message);
+  // Sends `message` as the last one of the session and half-closes: the agent's server can complete the call as
+  // soon as it has answered, instead of waiting for the launcher to hang up.
+  bool send_last(const v1::LauncherMessage& message);
   // After a session_closed event (or to end the session): half-closes, waits for the reader, returns the final
   // status text ("" for OK). Safe to call more than once.
   std::string finish();
@@ -45,6 +48,7 @@ class AgentConnection {
   std::unique_ptr<grpc::ClientReaderWriter<v1::LauncherMessage, v1::AgentMessage>> stream_;
   std::thread reader_;
   bool finished_ = false;
+  bool writes_done_ = false;
   std::string status_;
 };
 

@@ -419,7 +419,9 @@ void Controller::shutdown_nodes() {
   shutting_down_ = true;
   v1::LauncherMessage bye;
   bye.mutable_shutdown()->set_reason("job ended");
-  for (std::size_t i = 0; i < nodes_.size(); ++i) send(static_cast<int>(i), bye);
+  for (auto& n : nodes_) {
+    if (n.connection && n.connection->open() && !n.session_closed) n.connection->send_last(bye);
+  }
   auto deadline = Clock::now() + seconds_to_ms(spec_.stop.grace_s) + milliseconds(10000);
   Event event;
   while (true) {

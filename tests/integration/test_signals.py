@@ -53,9 +53,9 @@ for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
 
 run = start_job()
 workers = sleepers(run.tag)
+start = time.monotonic()
 os.kill(run.proc.pid, signal.SIGKILL)
 run.wait()
-start = time.monotonic()
 while any(os.path.exists("/proc/%d" % p) and open("/proc/%d/stat" % p).read().rsplit(")", 1)[1].split()[0] != "Z"
           for p in workers if os.path.exists("/proc/%d/stat" % p)):
     if time.monotonic() - start > 3.0:
