@@ -148,8 +148,13 @@ void Agent::terminate(int signal) {
   changed_.notify_all();
 }
 
-bool Agent::accept_report(const std::string& token, const v1::WorkerHealth& health) {
-  if (token.empty() || token != runner_->current_token()) return false;
+std::string Agent::accept_report(const std::string& token, const v1::WorkerHealth& health) {
+  if (token.empty() || token != runner_->current_token()) {
+    return "the dtrain-token metadata is missing or not this round's DTRAIN_JOB_TOKEN";
+  }
+  if (!runner_->has_worker(health.rank())) {
+    return "rank " + std::to_string(health.rank()) + " is not a worker of this node in this round";
+  }
   std::lock_guard lock(mutex_);
   if (forward_) {
     v1::AgentMessage message;
@@ -157,7 +162,7 @@ bool Agent::accept_report(const std::string& token, const v1::WorkerHealth& heal
     message.mutable_worker_health()->set_unix_ms(unix_ms());
     forward_(std::move(message));
   }
-  return true;
+  return {};
 }
 
 std::string Agent::serve_session(SessionStream& stream) {

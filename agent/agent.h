@@ -39,8 +39,9 @@ class Agent {
   // Serves one session to its end; used by whichever service carried it in. Returns a status text ("" = clean).
   std::string serve_session(SessionStream& stream);
 
-  // A worker's health report: forwarded on the session when the token is the current round's.
-  bool accept_report(const std::string& token, const v1::WorkerHealth& health);
+  // A worker's health report: forwarded on the session when the token is the current round's and the rank is one
+  // of this node's workers. Returns "" when accepted, else why it was refused.
+  std::string accept_report(const std::string& token, const v1::WorkerHealth& health);
 
   // From the signal thread: stop the workers, end the session, leave run().
   void terminate(int signal);

@@ -62,7 +62,7 @@ JobRunner::JobRunner(store::Store& store, std::string advertise_host, std::strin
 JobRunner::~JobRunner() {
   supervisor_.reset();
   std::lock_guard lock(mutex_);
-  if (!token_.empty()) store_.drop_namespace(token_);
+  if (!store_token_.empty()) store_.drop_namespace(store_token_);
 }
 
 void JobRunner::set_emit(Emit emit) {
@@ -81,9 +81,9 @@ void JobRunner::emit(v1::AgentMessage message) {
 
 v1::RoundPrepared JobRunner::prepare_round(const v1::PrepareRound& request) {
   std::lock_guard lock(mutex_);
-  if (!token_.empty()) store_.drop_namespace(token_);
-  token_ = request.store_token();
-  store_.open_namespace(token_);
+  if (!store_token_.empty()) store_.drop_namespace(store_token_);
+  store_token_ = request.store_token();
+  store_.open_namespace(store_token_);
   v1::RoundPrepared prepared;
   prepared.set_round(request.round());
   prepared.set_master_port(reserve_port());
@@ -100,6 +100,7 @@ std::string JobRunner::start_group(const v1::StartGroup& request) {
              std::to_string(request.round());
     }
     round_ = request.round();
+    round_token_ = request.round_token();
     group_active_ = true;
     stopping_ = false;
     workers_.clear();
@@ -165,9 +166,14 @@ bool JobRunner::running() const {
   return group_active_;
 }
 
+bool JobRunner::has_worker(std::uint32_t rank) const {
+  std::lock_guard lock(mutex_);
+  return workers_.count(rank) != 0;
+}
+
 std::string JobRunner::current_token() const {
   std::lock_guard lock(mutex_);
-  return token_;
+  return round_token_;
 }
 
 void JobRunner::on_started(std::uint64_t id, pid_t pid) {

@@ -54,7 +54,10 @@ class JobRunner {
   // Round whose workers are running now, if any.
   bool running() const;
 
-  // The store token of the current round (worker reports must carry it).
+  // True when `rank` is one of this node's workers in the current round.
+  bool has_worker(std::uint32_t rank) const;
+
+  // The token of the current round (worker reports must carry it).
   std::string current_token() const;
 
  private:
@@ -75,7 +78,8 @@ class JobRunner {
 
   mutable std::mutex mutex_;
   Emit emit_;
-  std::string token_;
+  std::string store_token_;   // namespace this node's store opened (node 0)
+  std::string round_token_;   // the running round's token, from StartGroup
   std::uint32_t round_ = 0;
   bool group_active_ = false;   // a group was started and has not finished or been stopped
   bool stopping_ = false;

@@ -13,6 +13,12 @@ std::uint64_t unix_ms() {
       .count();
 }
 
+std::size_t log_bytes(const v1::AgentMessage& message) {
+  std::size_t bytes = 0;
+  for (const auto& line : message.log_lines().lines()) bytes += line.text().size();
+  return bytes;
+}
+
 }  // namespace
 
 Outbox::Outbox(SessionStream& stream, std::chrono::milliseconds heartbeat_interval)
@@ -31,6 +37,15 @@ void Outbox::push(v1::AgentMessage message) {
   {
     std::lock_guard lock(mutex_);
     if (broken_) return;
+    if (message.has_log_lines()) {
+      std::size_t bytes = log_bytes(message);
+      if (queued_log_bytes_ + bytes > kMaxQueuedLogBytes) {
+        dropped_lines_ += static_cast<std::uint64_t>(message.log_lines().lines_size());
+        dropped_round_ = message.log_lines().round();
+        return;
+      }
+      queued_log_bytes_ += bytes;
+    }
     queue_.push_back(std::move(message));
   }
   wake_.notify_one();
@@ -65,18 +80,33 @@ void Outbox::run() {
     } else {
       message = std::move(queue_.front());
       queue_.pop_front();
+      if (message.has_log_lines()) queued_log_bytes_ -= log_bytes(message);
       // Merge the log lines that follow into this message.
       if (message.has_log_lines()) {
         std::size_t bytes = 0;
         for (const auto& line : message.log_lines().lines()) bytes += line.text().size();
         while (!queue_.empty() && queue_.front().has_log_lines() &&
                queue_.front().log_lines().round() == message.log_lines().round() && bytes < kMaxLogBatchBytes) {
+          queued_log_bytes_ -= log_bytes(queue_.front());
           for (auto& line : *queue_.front().mutable_log_lines()->mutable_lines()) {
             bytes += line.text().size();
             *message.mutable_log_lines()->add_lines() = std::move(line);
           }
           queue_.pop_front();
         }
+      }
+      if (dropped_lines_ > 0 && queued_log_bytes_ == 0) {
+        // The backlog has drained: say what the console missed.
+        v1::AgentMessage note;
+        note.mutable_log_lines()->set_round(dropped_round_);
+        auto* line = note.mutable_log_lines()->add_lines();
+        line->set_is_stderr(true);
+        line->set_rank(0);
+        line->set_text("dtrain: " + std::to_string(dropped_lines_) +
+                       " console lines were dropped because workers printed faster than the launcher could receive; "
+                       "every line is in the ranks' log files");
+        dropped_lines_ = 0;
+        queue_.push_back(std::move(note));
       }
     }
     in_flight_ = true;

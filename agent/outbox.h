@@ -2,7 +2,9 @@
 
 // The agent's outgoing half of a session: a queue drained by one writer thread, so the supervisor's event loop
 // never blocks on the network. Consecutive log lines are merged into one message (bounded in size), and a
-// heartbeat goes out whenever the session has been quiet for the heartbeat interval.
+// heartbeat goes out whenever the session has been quiet for the heartbeat interval. Console lines are bounded: when
+// more than kMaxQueuedLogBytes of them wait (a worker printing faster than the network carries), further lines
+// are dropped from the console stream (they are still in the rank's log file) and a note says how many.
 
 #include <chrono>
 #include <condition_variable>
@@ -16,6 +18,8 @@ namespace dtrain::agent {
 
 class Outbox {
  public:
+  static constexpr std::size_t kMaxQueuedLogBytes = 16 << 20;
+
   Outbox(SessionStream& stream, std::chrono::milliseconds heartbeat_interval);
   ~Outbox();  // flushes what is queued (while the stream takes it), then joins the writer
   Outbox(const Outbox&) = delete;
@@ -36,6 +40,9 @@ class Outbox {
   std::condition_variable drained_;
   std::deque<v1::AgentMessage> queue_;
   std::chrono::milliseconds heartbeat_interval_;
+  std::size_t queued_log_bytes_ = 0;
+  std::uint64_t dropped_lines_ = 0;     // console lines dropped since the last note
+  std::uint32_t dropped_round_ = 0;
   bool in_flight_ = false;
   bool closing_ = false;
   bool broken_ = false;

@@ -13,10 +13,8 @@ grpc::Status ReportService::Report(grpc::ServerContext* context, const v1::Worke
   health.set_loss(request->loss());
   health.set_tokens_per_s(request->tokens_per_s());
   health.set_rss_bytes(request->rss_bytes());
-  if (!agent_.accept_report(value, health)) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "report refused: the dtrain-token metadata is missing or not this round's DTRAIN_JOB_TOKEN");
-  }
+  std::string refused = agent_.accept_report(value, health);
+  if (!refused.empty()) return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "report refused: " + refused);
   return grpc::Status::OK;
 }
 

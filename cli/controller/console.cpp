@@ -119,6 +119,15 @@ std::string failure_summary(const std::string& job_id, const Failure& root, cons
     << root.exit.pid() << ", " << describe_exit(root.exit);
   if (root.exit.runtime_ms() > 0) s << " after " << root.exit.runtime_ms() / 1000.0 << " s";
   s << "\n";
+  if (root.last_health) {
+    const auto& h = *root.last_health;
+    s << "  last health report of rank " << root.rank << ": step " << h.step() << ", loss " << h.loss() << ", "
+      << h.tokens_per_s() << " tokens/s";
+    if (root.failed_unix_ms >= h.unix_ms() && h.unix_ms() > 0) {
+      s << ", " << (root.failed_unix_ms - h.unix_ms()) / 1000.0 << " s before it failed";
+    }
+    s << "\n";
+  }
   if (!root.exit.error_file_json().empty()) {
     s << "  error file (TORCHELASTIC_ERROR_FILE):\n";
     std::istringstream lines(error_file_message(root.exit.error_file_json()));

@@ -3,7 +3,9 @@
 // What the user sees on the launcher's terminal: worker lines with a "[rank]" prefix, progress notes, and the one
 // failure summary.
 
+#include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +21,8 @@ struct Failure {
   std::string host;
   v1::WorkerExited exit;     // code or signal, stderr tail, error file, spawn error
   std::string log_path;
+  std::optional<v1::WorkerHealth> last_health;   // the rank's last health report, if it sent any
+  std::uint64_t failed_unix_ms = 0;              // when the launcher learned of the failure
 };
 
 class Console {

@@ -267,6 +267,8 @@ void Controller::apply(const Event& event) {
       f.host = node.info.hostname;
       f.exit = x;
       if (x.rank() < plan_.workers.size()) f.log_path = plan_.workers[x.rank()].log_path;
+      if (auto h = last_health_.find(x.rank()); h != last_health_.end()) f.last_health = h->second;
+      f.failed_unix_ms = x.exit_unix_ms();
       if (!root_cause_) {
         root_cause_ = std::move(f);
       } else {
@@ -286,8 +288,10 @@ void Controller::apply(const Event& event) {
     case v1::AgentMessage::kError:
       lose_node(event.node, "its agent reported: " + m.error().message());
       break;
-    case v1::AgentMessage::kHeartbeat:
     case v1::AgentMessage::kWorkerHealth:
+      last_health_[m.worker_health().rank()] = m.worker_health();
+      break;
+    case v1::AgentMessage::kHeartbeat:
     case v1::AgentMessage::kGoodbye:
     case v1::AgentMessage::BODY_NOT_SET:
       break;
@@ -297,6 +301,7 @@ void Controller::apply(const Event& event) {
 Controller::Outcome Controller::run_round(int restart_count) {
   round_ = static_cast<std::uint32_t>(restart_count);
   workers_.clear();
+  last_health_.clear();
   prepared_.reset();
   root_cause_.reset();
   other_failures_.clear();
@@ -341,7 +346,10 @@ Controller::Outcome Controller::run_round(int restart_count) {
   }
 
   std::vector<v1::LauncherMessage> starts(nodes_.size());
-  for (auto& s : starts) s.mutable_start_group()->set_round(round_);
+  for (auto& s : starts) {
+    s.mutable_start_group()->set_round(round_);
+    s.mutable_start_group()->set_round_token(token);
+  }
   for (const auto& w : plan_.workers) {
     auto* spec = starts[w.node_rank].mutable_start_group()->add_workers();
     spec->set_rank(w.rank);

@@ -91,6 +91,7 @@ class Controller {
   std::uint32_t round_ = 0;
   spec::Plan plan_;
   std::map<unsigned, Worker> workers_;
+  std::map<unsigned, v1::WorkerHealth> last_health_;   // by rank, this round
   std::optional<v1::RoundPrepared> prepared_;
   std::optional<Failure> root_cause_;
   std::vector<Failure> other_failures_;
