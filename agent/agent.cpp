@@ -13,20 +13,11 @@
 #include "agent/service/report_service.h"
 #include "agent/service/session_service.h"
 #include "agent/service/store_service.h"
+#include "common/util.h"
 #include "common/version.h"
 
 namespace dtrain::agent {
 namespace {
-
-std::uint64_t unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string host_of(const std::string& address) {
-  auto colon = address.rfind(':');
-  return colon == std::string::npos ? address : address.substr(0, colon);
-}
 
 // Watches the lease: if the launcher is silent for longer than the lease, the session is cancelled, which makes
 // serve_session stop the workers. Every blocking wait here has its deadline.

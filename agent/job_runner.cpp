@@ -10,16 +10,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/util.h"
+
 namespace dtrain::agent {
 namespace {
 
 // PyTorch's error files are small JSON documents; anything larger is cut to keep session messages bounded.
 constexpr std::size_t kMaxErrorFileBytes = 64 * 1024;
-
-std::uint64_t unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string read_error_file(const std::string& path) {
   if (path.empty()) return {};

@@ -1,5 +1,7 @@
 #include "agent/outbox.h"
 
+#include "common/util.h"
+
 #include <chrono>
 
 namespace dtrain::agent {
@@ -7,11 +9,6 @@ namespace {
 
 // Log lines merged into one message stay under this many bytes of text (well below gRPC's message limit).
 constexpr std::size_t kMaxLogBatchBytes = 1 << 20;
-
-std::uint64_t unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::size_t log_bytes(const v1::AgentMessage& message) {
   std::size_t bytes = 0;

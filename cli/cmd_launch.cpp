@@ -7,6 +7,7 @@
 #include "agent/node/facts.h"
 #include "cli/commands.h"
 #include "cli/controller/controller.h"
+#include "common/util.h"
 
 namespace dtrain::cli {
 
@@ -33,7 +34,7 @@ int print_dry_run(const spec::Spec& input) {
     spec::NodeInfo info;
     if (spec.nodes.provider == spec::Provider::static_list) {
       const std::string& agent = spec.nodes.agents[static_cast<std::size_t>(i)];
-      info.address = agent.substr(0, agent.rfind(':'));
+      info.address = host_of(agent);
       info.agent_address = agent;
       info.hostname = info.address;
       info.host_id = agent;
@@ -49,13 +50,8 @@ int print_dry_run(const spec::Spec& input) {
     info.gpu_count = facts.gpu_count;
     nodes.push_back(std::move(info));
   }
-  std::time_t now = std::time(nullptr);
-  std::tm local{};
-  localtime_r(&now, &local);
-  char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &local);
   spec::RoundInfo round;
-  round.job_id = spec.name + "-" + stamp;
+  round.job_id = spec.name + "-" + timestamp_now();
   round.master_addr = nodes.empty() ? "" : nodes.front().address;
   round.attempt_dir = (fs::absolute(spec.logs.dir) / round.job_id / "attempt_0").lexically_normal().string();
   try {

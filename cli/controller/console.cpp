@@ -1,33 +1,13 @@
 #include "cli/controller/console.h"
 
+#include "common/util.h"
+
 #include <csignal>
 #include <cstring>
 #include <sstream>
 
 namespace dtrain::controller {
 namespace {
-
-const char* signal_name(int signal) {
-  switch (signal) {
-    case SIGHUP: return "SIGHUP";
-    case SIGINT: return "SIGINT";
-    case SIGQUIT: return "SIGQUIT";
-    case SIGILL: return "SIGILL";
-    case SIGTRAP: return "SIGTRAP";
-    case SIGABRT: return "SIGABRT";
-    case SIGBUS: return "SIGBUS";
-    case SIGFPE: return "SIGFPE";
-    case SIGKILL: return "SIGKILL";
-    case SIGUSR1: return "SIGUSR1";
-    case SIGSEGV: return "SIGSEGV";
-    case SIGUSR2: return "SIGUSR2";
-    case SIGPIPE: return "SIGPIPE";
-    case SIGALRM: return "SIGALRM";
-    case SIGTERM: return "SIGTERM";
-    case SIGXCPU: return "SIGXCPU";
-    default: return nullptr;
-  }
-}
 
 // Extracts the string value of `"key": "..."` after position `from`, undoing JSON escapes. Enough for the two
 // fields of PyTorch's error file; anything else falls back to the raw text.

@@ -10,6 +10,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "common/util.h"
 #include "common/version.h"
 
 namespace dtrain::controller {
@@ -32,21 +33,10 @@ std::string random_token() {
   return token;
 }
 
-std::string host_of(const std::string& address) {
-  auto colon = address.rfind(':');
-  return colon == std::string::npos ? address : address.substr(0, colon);
+std::string signal_text(int signal) {
+  const char* name = signal_name(signal);
+  return name ? name : "signal " + std::to_string(signal);
 }
-
-const char* signal_name(int signal) {
-  switch (signal) {
-    case SIGINT: return "SIGINT";
-    case SIGTERM: return "SIGTERM";
-    case SIGHUP: return "SIGHUP";
-    default: return "a signal";
-  }
-}
-
-bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "[::1]"; }
 
 }  // namespace
 
@@ -66,11 +56,7 @@ std::string Controller::make_job_dir() {
   std::error_code ec;
   fs::create_directories(base, ec);
   if (ec) throw std::runtime_error("cannot create the log directory " + base.string() + ": " + ec.message());
-  std::time_t now = std::time(nullptr);
-  std::tm local{};
-  localtime_r(&now, &local);
-  char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &local);
+  std::string stamp = timestamp_now();
   std::string id = spec_.name + "-" + stamp;
   for (int n = 2;; ++n) {
     fs::path dir = base / id;
@@ -109,7 +95,7 @@ void Controller::start_nodes() {
       break;
     case spec::Provider::static_list:
       for (const auto& a : spec_.nodes.agents) {
-        if (!is_loopback(host_of(a))) {
+        if (!is_loopback_host(host_of(a))) {
           throw std::runtime_error("agent " + a + " is not on a loopback address, and this version speaks to agents "
                                    "only in plaintext, which is refused off loopback; run the agents on this host or "
                                    "use nodes.provider: local");
@@ -168,8 +154,7 @@ bool Controller::next_event(Event& event, Clock::time_point deadline) {
     auto now = Clock::now();
     if (now >= next_heartbeat_) {
       v1::LauncherMessage beat;
-      beat.mutable_heartbeat()->set_sent_unix_ms(static_cast<std::uint64_t>(
-          std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count()));
+      beat.mutable_heartbeat()->set_sent_unix_ms(unix_ms());
       for (std::size_t i = 0; i < nodes_.size(); ++i) send(static_cast<int>(i), beat);
       next_heartbeat_ = now + heartbeat_interval_;
     }
@@ -199,7 +184,7 @@ void Controller::apply(const Event& event) {
       ++signals_seen_;
       if (interrupted_by_ == 0) {
         interrupted_by_ = event.signal;
-        console_.note(std::string("received ") + signal_name(event.signal) +
+        console_.note(std::string("received ") + signal_text(event.signal) +
                       ": stopping every worker (send it again to kill them at once)");
       }
       return;
@@ -509,7 +494,7 @@ int Controller::run() {
     code = 1;
   }
   if (interrupted_by_ != 0) {
-    console_.note(std::string("interrupted by ") + signal_name(interrupted_by_) + "; every worker was stopped");
+    console_.note(std::string("interrupted by ") + signal_text(interrupted_by_) + "; every worker was stopped");
     code = 128 + interrupted_by_;
   }
   shutdown_nodes();

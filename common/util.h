@@ -1,0 +1,25 @@
+#pragma once
+
+// Small helpers shared by the launcher and the agent.
+
+#include <cstdint>
+#include <string>
+
+namespace dtrain {
+
+// Milliseconds since the Unix epoch (wall clock), as carried in session messages.
+std::uint64_t unix_ms();
+
+// "host" of "host:port" (the whole text when there is no port).
+std::string host_of(const std::string& address);
+
+// True for 127.0.0.0/8, ::1 and "localhost".
+bool is_loopback_host(const std::string& host);
+
+// "SIGKILL" for 9; nullptr for a signal without a conventional name here.
+const char* signal_name(int signal);
+
+// Local time as YYYYmmdd-HHMMSS, the timestamp in job ids and log directories.
+std::string timestamp_now();
+
+}  // namespace dtrain
