@@ -1,9 +1,11 @@
 #include "agent/agent.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
@@ -12,6 +14,9 @@
 #include "agent/outbox.h"
 #include "agent/service/report_service.h"
 #include "agent/service/session_service.h"
+#include "agent/security/credentials.h"
+#include "agent/security/identity.h"
+#include "agent/security/secret.h"
 #include "agent/service/store_service.h"
 #include "common/util.h"
 #include "common/version.h"
@@ -74,6 +79,23 @@ class LeaseWatch {
   std::thread thread_;
 };
 
+// The agent's end of a session it dialed itself (LauncherService.Join).
+class ClientSessionStream final : public SessionStream {
+ public:
+  ClientSessionStream(grpc::ClientContext& context,
+                      grpc::ClientReaderWriter<v1::AgentMessage, v1::LauncherMessage>& stream, std::string peer)
+      : context_(context), stream_(stream), peer_(std::move(peer)) {}
+  bool read(v1::LauncherMessage& message) override { return stream_.Read(&message); }
+  bool write(const v1::AgentMessage& message) override { return stream_.Write(message); }
+  void cancel() override { context_.TryCancel(); }
+  std::string peer() const override { return peer_; }
+
+ private:
+  grpc::ClientContext& context_;
+  grpc::ClientReaderWriter<v1::AgentMessage, v1::LauncherMessage>& stream_;
+  std::string peer_;
+};
+
 }  // namespace
 
 Agent::Agent(AgentOptions options) : options_(std::move(options)), facts_(node::gather_facts()) {}
@@ -85,9 +107,16 @@ int Agent::run() {
   SessionService session_service(*this);
   ReportService report_service(*this);
 
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  try {
+    credentials = server_credentials();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dtrain agent: %s\n", e.what());
+    return 2;
+  }
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options_.listen, credentials, &port);
   builder.RegisterService(&session_service);
   builder.RegisterService(&store_service);
   builder.RegisterService(&report_service);
@@ -106,18 +135,43 @@ int Agent::run() {
     return 1;
   }
   std::string host = options_.advertise_host.empty() ? host_of(options_.listen) : options_.advertise_host;
-  if (host == "0.0.0.0" || host.empty()) host = facts_.addresses.empty() ? "127.0.0.1" : facts_.addresses.front();
+  if (host == "0.0.0.0" || host.empty()) {
+    // Advertise the address this node uses to reach its launcher, else its first address.
+    host = options_.join.empty() ? "" : node::source_address_towards(host_of(options_.join));
+    if (host.empty()) host = facts_.addresses.empty() ? "127.0.0.1" : facts_.addresses.front();
+  }
   address_ = host + ":" + std::to_string(port);
   runner_ = std::make_unique<JobRunner>(store_, host, address_);
+  runner_->set_worker_env(worker_tls_env_);
 
   std::printf("dtrain-agent listening on %s\n", address_.c_str());
   std::fflush(stdout);
+  std::thread joiner;
+  if (!options_.join.empty()) {
+    options_.one_shot = true;
+    joiner = std::thread([this] {
+      std::string status = join_launcher();
+      if (!status.empty()) spdlog::error("{}", status);
+      std::lock_guard lock(mutex_);
+      session_ended_ = true;
+      join_failed_ = !status.empty() && !joined_;
+      changed_.notify_all();
+    });
+  }
 
   int code = 0;
   {
     std::unique_lock lock(mutex_);
     changed_.wait(lock, [this] { return terminated_by_ != 0 || (options_.one_shot && session_ended_); });
     if (terminated_by_ != 0) code = 128 + terminated_by_;
+    if (join_failed_) code = 1;
+  }
+  if (joiner.joinable()) {
+    if (terminated_by_ != 0) {
+      std::lock_guard lock(mutex_);
+      stop_joining_ = true;
+    }
+    joiner.join();
   }
   runner_->stop_and_wait(options_.default_grace, options_.default_grace + std::chrono::seconds(5));
   // Every session has ended and no worker is left: end the blocked store calls and cancel any call still open (a
@@ -125,7 +179,95 @@ int Agent::run() {
   store_.shutdown();
   server->Shutdown(std::chrono::system_clock::now());
   runner_.reset();
+  if (!worker_tls_dir_.empty()) std::filesystem::remove_all(worker_tls_dir_);
   return code;
+}
+
+std::shared_ptr<grpc::ServerCredentials> Agent::server_credentials() {
+  bool loopback = is_loopback_host(host_of(options_.listen)) &&
+                  (options_.join.empty() || is_loopback_host(host_of(options_.join)));
+  if (options_.insecure) {
+    if (!loopback) {
+      spdlog::warn("--insecure: plaintext without authentication on {}: anyone who reaches this port can run "
+                   "commands as this user", options_.listen);
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  if (loopback && options_.secret_dir.empty()) return grpc::InsecureServerCredentials();
+  // Mutual TLS with a certificate derived from the cluster CA, plus the cluster token, checked before any handler.
+  auto secret = security::load_secret(options_.secret_dir.empty() ? security::default_secret_dir() : options_.secret_dir);
+  auto identity = security::issue_identity(secret, facts_.hostname);
+  write_worker_tls(secret);
+  if (!options_.join.empty()) {
+    client_credentials_ = security::channel_credentials(secret, identity);
+    join_tls_ = true;
+  }
+  return security::server_credentials(secret, identity);
+}
+
+void Agent::write_worker_tls(const security::ClusterSecret& secret) {
+  // Workers reach the store over the same mutual TLS: a certificate of their own, issued here, in a directory only
+  // this user can read, removed when the agent exits.
+  char pattern[] = "/tmp/dtrain-agent-tls-XXXXXX";
+  if (::mkdtemp(pattern) == nullptr) throw std::runtime_error("cannot create a directory for the workers' TLS files");
+  worker_tls_dir_ = pattern;
+  auto identity = security::issue_identity(secret, "worker@" + facts_.hostname);
+  auto put = [this](const char* name, const std::string& text) {
+    std::string path = worker_tls_dir_ + "/" + name;
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || ::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+      if (fd >= 0) ::close(fd);
+      throw std::runtime_error("cannot write " + path);
+    }
+    ::close(fd);
+    return path;
+  };
+  worker_tls_env_ = {{"DTRAIN_TLS_CA", put("ca.crt", secret.ca_cert_pem)},
+                     {"DTRAIN_TLS_CERT", put("worker.crt", identity.cert_pem)},
+                     {"DTRAIN_TLS_KEY", put("worker.key", identity.key_pem)},
+                     {"DTRAIN_CLUSTER_TOKEN", secret.token}};
+}
+
+std::string Agent::join_launcher() {
+  auto deadline = std::chrono::steady_clock::now() + options_.join_timeout;
+  grpc::ChannelArguments args;
+  if (join_tls_) security::set_tls_target(args);
+  args.SetMaxReceiveMessageSize(80 << 20);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  auto channel = grpc::CreateCustomChannel(options_.join, client_credentials_, args);
+  auto stub = v1::LauncherService::NewStub(channel);
+  std::string last_error = "no answer";
+  while (std::chrono::steady_clock::now() < deadline) {
+    {
+      std::lock_guard lock(mutex_);
+      if (stop_joining_ || terminated_by_ != 0) return {};
+    }
+    if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(1))) {
+      last_error = "cannot connect";
+      continue;
+    }
+    grpc::ClientContext context;
+    auto stream = stub->Join(&context);
+    ClientSessionStream session(context, *stream, options_.join);
+    {
+      std::lock_guard lock(mutex_);
+      joined_ = true;
+    }
+    std::string served = serve_session(session);
+    stream->WritesDone();
+    grpc::Status status = stream->Finish();
+    if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {
+      return "the launcher at " + options_.join + " ended the session: " +
+             security::explain_connect_failure(options_.join, status,
+                                               join_tls_ ? security::Transport::tls : security::Transport::plaintext);
+    }
+    return served;
+  }
+  return "could not join the launcher at " + options_.join + " within " +
+         std::to_string(options_.join_timeout.count()) + " ms (" + last_error +
+         "); is `dtrain launch` running with nodes.rendezvous " + options_.join + "?";
 }
 
 void Agent::terminate(int signal) {
@@ -179,6 +321,11 @@ std::string Agent::serve_session(SessionStream& stream) {
   facts->set_hostname(facts_.hostname);
   facts->set_host_id(facts_.host_id);
   for (const auto& a : facts_.addresses) facts->add_addresses(a);
+  for (const auto& [name, address] : facts_.interfaces) {
+    auto* i = facts->add_interfaces();
+    i->set_name(name);
+    i->set_address(address);
+  }
   for (unsigned c : facts_.cpus) facts->add_cpus(c);
   for (int n : facts_.cpu_numa) facts->add_cpu_numa_node(n);
   facts->set_gpu_count(facts_.gpu_count);

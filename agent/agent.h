@@ -13,7 +13,11 @@
 #include "agent/job_runner.h"
 #include "agent/node/facts.h"
 #include "agent/session_stream.h"
+#include "agent/security/secret.h"
 #include "agent/store/store.h"
+
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/security/server_credentials.h>
 
 namespace dtrain::agent {
 
@@ -21,6 +25,10 @@ struct AgentOptions {
   std::string listen = "127.0.0.1:0";   // host:port the server binds; port 0 picks a free one
   std::string advertise_host;           // address peers use to reach this node; empty = the listen host
   bool one_shot = false;                // exit after the first session ends (agents a local launcher starts)
+  std::string join;                     // host:port of a launcher to dial (LauncherService.Join); implies one_shot
+  std::chrono::milliseconds join_timeout{60000};   // keep retrying the launcher this long
+  bool insecure = false;                // plaintext off loopback (warned about at start)
+  std::string secret_dir;               // cluster secret for TLS + token ("" = $DTRAIN_SECRET_DIR or ~/.dtrain)
   std::chrono::milliseconds default_lease{10000};   // until the launcher's Configure says otherwise
   std::chrono::milliseconds default_grace{10000};   // stop grace when the session is lost before Configure
   std::chrono::milliseconds default_heartbeat{1000};
@@ -38,6 +46,14 @@ class Agent {
 
   // Serves one session to its end; used by whichever service carried it in. Returns a status text ("" = clean).
   std::string serve_session(SessionStream& stream);
+
+  // TLS + token unless listening (and joining) on loopback only; plaintext elsewhere only with --insecure.
+  std::shared_ptr<grpc::ServerCredentials> server_credentials();
+
+  void write_worker_tls(const security::ClusterSecret& secret);
+
+  // --join: dials the launcher (retrying until join_timeout) and serves the session it opens.
+  std::string join_launcher();
 
   // A worker's health report: forwarded on the session when the token is the current round's and the rank is one
   // of this node's workers. Returns "" when accepted, else why it was refused.
@@ -58,6 +74,13 @@ class Agent {
   SessionStream* session_ = nullptr;   // the one session being served
   std::function<void(v1::AgentMessage)> forward_;   // pushes into the current session's outbox
   bool session_ended_ = false;
+  bool joined_ = false;        // --join: the launcher accepted a session
+  bool join_failed_ = false;   // --join: never got a session
+  bool stop_joining_ = false;
+  bool join_tls_ = false;
+  std::string worker_tls_dir_;                          // the workers' TLS files ("" without TLS)
+  std::map<std::string, std::string> worker_tls_env_;   // DTRAIN_TLS_* and DTRAIN_CLUSTER_TOKEN for workers      // --join over TLS (credentials from the cluster secret)
+  std::shared_ptr<grpc::ChannelCredentials> client_credentials_ = grpc::InsecureChannelCredentials();
   int terminated_by_ = 0;
 };
 

@@ -62,6 +62,11 @@ JobRunner::~JobRunner() {
   if (!store_token_.empty()) store_.drop_namespace(store_token_);
 }
 
+void JobRunner::set_worker_env(std::map<std::string, std::string> env) {
+  std::lock_guard lock(mutex_);
+  worker_env_ = std::move(env);
+}
+
 void JobRunner::set_emit(Emit emit) {
   std::lock_guard lock(mutex_);
   emit_ = std::move(emit);
@@ -107,6 +112,7 @@ std::string JobRunner::start_group(const v1::StartGroup& request) {
       spec.id = process_id(request.round(), w.rank());
       spec.argv.assign(w.argv().begin(), w.argv().end());
       spec.env.insert(w.env().begin(), w.env().end());
+      for (const auto& [k, v] : worker_env_) spec.env[k] = v;
       spec.working_dir = w.working_dir();
       spec.cpus.assign(w.cpus().begin(), w.cpus().end());
       spec.log_path = w.log_path();

@@ -36,6 +36,9 @@ class JobRunner {
   JobRunner(store::Store& store, std::string advertise_host, std::string store_address);
   ~JobRunner();
 
+  // Variables every worker of this node gets on top of its plan (the worker TLS files in a TLS cluster).
+  void set_worker_env(std::map<std::string, std::string> env);
+
   // Where events go; set before the first round, replaced when a new session begins.
   void set_emit(Emit emit);
 
@@ -84,6 +87,7 @@ class JobRunner {
   bool group_active_ = false;   // a group was started and has not finished or been stopped
   bool stopping_ = false;
   std::map<std::uint32_t, Worker> workers_;  // by rank, current round only
+  std::map<std::string, std::string> worker_env_;
 
   // Declared last: destroyed first, so its thread never calls into a half-destroyed runner.
   std::unique_ptr<supervisor::Supervisor> supervisor_;

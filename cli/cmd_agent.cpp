@@ -17,11 +17,17 @@ Action add_agent_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--advertise", options->advertise_host, "address peers use to reach this node (default: the listen host)");
   cmd->add_flag("--one-shot", options->one_shot, "exit when the first launcher session ends");
+  cmd->add_option("--join", options->join, "dial the launcher at HOST:PORT (its nodes.rendezvous) instead of waiting");
+  auto join_timeout_s = std::make_shared<double>(60.0);
+  cmd->add_option("--join-timeout-s", *join_timeout_s, "keep trying to join this long")->capture_default_str();
+  cmd->add_flag("--insecure", options->insecure, "allow plaintext without authentication off loopback");
+  cmd->add_option("--secret-dir", options->secret_dir, "cluster secret for TLS (default: $DTRAIN_SECRET_DIR or ~/.dtrain)");
   cmd->add_flag("--quiet", *quiet, "log warnings and errors only");
   cmd->add_option("--lease-s", *lease_s, "stop the workers when the launcher is silent this long")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  return [options, quiet, lease_s]() {
+  return [options, quiet, lease_s, join_timeout_s]() {
+    options->join_timeout = std::chrono::milliseconds(static_cast<long long>(*join_timeout_s * 1000));
     auto logger = spdlog::stderr_color_mt("dtrain-agent");
     logger->set_pattern("[dtrain-agent %l] %v");
     logger->set_level(*quiet ? spdlog::level::warn : spdlog::level::info);

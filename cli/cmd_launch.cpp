@@ -11,10 +11,16 @@
 
 namespace dtrain::cli {
 
-int launch_job(spec::Spec spec) {
+int launch_job(spec::Spec spec, const LaunchFlags& flags) {
   block_termination_signals();
   controller::ControllerOptions options;
   options.self_exe = self_executable();
+  options.insecure = flags.insecure;
+  options.secret_dir = flags.secret_dir;
+  if (flags.insecure) {
+    std::fprintf(stderr, "dtrain: warning: --insecure: talking to agents in plaintext without authentication; anyone "
+                         "on the network can impersonate them or run commands through them\n");
+  }
   controller::Controller controller(std::move(spec), options);
   on_termination_signal([&controller](int signal) { controller.signal(signal); });
   int code = controller.run();
@@ -65,17 +71,24 @@ int print_dry_run(const spec::Spec& input) {
   return 0;
 }
 
+void add_launch_flags(CLI::App& cmd, LaunchFlags& flags) {
+  cmd.add_flag("--insecure", flags.insecure, "talk to agents off loopback in plaintext without authentication");
+  cmd.add_option("--secret-dir", flags.secret_dir, "cluster secret for TLS (default: $DTRAIN_SECRET_DIR or ~/.dtrain)");
+}
+
 Action add_launch_command(CLI::App& app) {
   struct Args {
     std::string file;
     std::vector<std::string> sets;
     bool dry_run = false;
+    LaunchFlags flags;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("launch", "Run a job described by a YAML spec");
   cmd->add_option("spec", args->file, "job spec (YAML)")->required();
   cmd->add_option("--set", args->sets, "override a key of the spec, e.g. --set nodes.count=2 (repeatable)");
   cmd->add_flag("--dry-run", args->dry_run, "print every rank's host, binding and environment; start nothing");
+  add_launch_flags(*cmd, args->flags);
   return [args]() {
     spec::Spec spec;
     try {
@@ -85,7 +98,7 @@ Action add_launch_command(CLI::App& app) {
       return 2;
     }
     if (args->dry_run) return print_dry_run(spec);
-    return launch_job(std::move(spec));
+    return launch_job(std::move(spec), args->flags);
   };
 }
 

@@ -39,6 +39,7 @@ Action add_run_command(CLI::App& app) {
     std::string console = "rank0";
     bool dry_run = false;
     std::vector<std::string> command;
+    LaunchFlags flags;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("run", "Run CMD as N workers per node without a spec file");
@@ -50,6 +51,7 @@ Action add_run_command(CLI::App& app) {
   cmd->add_option("--logs-dir", args->logs_dir, "where per-rank logs go")->capture_default_str();
   cmd->add_option("--console", args->console, "whose output to show: rank0 | all | none")->capture_default_str();
   cmd->add_flag("--dry-run", args->dry_run, "print the plan; start nothing");
+  add_launch_flags(*cmd, args->flags);
   cmd->add_option("command", args->command, "the program and its arguments (after --)")->required();
   return [args]() {
     spec::Spec spec;
@@ -76,7 +78,7 @@ Action add_run_command(CLI::App& app) {
       return 2;
     }
     if (args->dry_run) return print_dry_run(spec);
-    return launch_job(std::move(spec));
+    return launch_job(std::move(spec), args->flags);
   };
 }
 

@@ -17,6 +17,7 @@ Action add_launch_command(CLI::App& app);
 Action add_run_command(CLI::App& app);
 Action add_validate_command(CLI::App& app);
 Action add_agent_command(CLI::App& app);
+Action add_secret_command(CLI::App& app);
 
 // Blocks SIGINT, SIGTERM and SIGHUP and starts the thread that receives them. Call before any other thread
 // starts, so that no thread receives them asynchronously.
@@ -24,8 +25,15 @@ void block_termination_signals();
 // Where received signals go from now on; a signal that arrived before a handler was set is delivered at once.
 void on_termination_signal(std::function<void(int)> handler);
 
+// Launcher flags shared by launch and run.
+struct LaunchFlags {
+  bool insecure = false;      // plaintext to agents off loopback
+  std::string secret_dir;     // cluster secret directory ("" = default)
+};
+void add_launch_flags(CLI::App& cmd, LaunchFlags& flags);
+
 // Runs a validated spec with the controller (signals forwarded); returns the exit code. Shared by launch and run.
-int launch_job(spec::Spec spec);
+int launch_job(spec::Spec spec, const LaunchFlags& flags);
 // Prints the plan of `spec` as it would run on this machine's agents; starts nothing.
 int print_dry_run(const spec::Spec& spec);
 

@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <string_view>
+
+#include <grpc/support/log.h>
 #include <cstdio>
 #include <mutex>
 #include <vector>
@@ -62,7 +65,20 @@ std::string self_executable() {
 
 }  // namespace dtrain::cli
 
+namespace {
+
+// gRPC logs each failed TLS handshake attempt on stderr; dtrain explains such failures itself (which check failed,
+// what to do), so those lines are dropped. Everything else gRPC logs still goes to stderr.
+void log_grpc(gpr_log_func_args* args) {
+  std::string_view message = args->message ? args->message : "";
+  if (message.find("Handshake failed") != std::string_view::npos) return;
+  std::fprintf(stderr, "grpc %s: %s\n", gpr_log_severity_string(args->severity), args->message);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  gpr_set_log_function(log_grpc);
   // Before any thread exists: SIGCHLD is blocked (the supervisor reads it from a signalfd) and this process adopts
   // orphaned descendants, so nothing it starts can escape.
   dtrain::supervisor::prepare_process();
@@ -74,6 +90,7 @@ int main(int argc, char** argv) {
   dtrain::cli::Action run = dtrain::cli::add_run_command(app);
   dtrain::cli::Action validate = dtrain::cli::add_validate_command(app);
   dtrain::cli::Action agent = dtrain::cli::add_agent_command(app);
+  dtrain::cli::Action secret = dtrain::cli::add_secret_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -92,6 +109,7 @@ int main(int argc, char** argv) {
     if (name == "run") return run();
     if (name == "validate") return validate();
     if (name == "agent") return agent();
+    if (name == "secret") return secret();
   }
   return 2;
 }

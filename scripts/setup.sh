@@ -8,7 +8,8 @@ packages=(
   libcli11-dev libspdlog-dev libfmt-dev libyaml-cpp-dev doctest-dev
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   python3 python3-torch python3-grpcio python3-protobuf
-  procps iproute2
+  procps iproute2 libssl-dev
+  iptables iputils-ping util-linux hostname
 )
 
 missing=()

@@ -3,6 +3,8 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <sched.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -22,8 +24,8 @@ std::string read_first_line(const std::filesystem::path& path) {
   return line;
 }
 
-std::vector<std::string> interface_addresses() {
-  std::vector<std::string> up, loopback;
+std::vector<std::pair<std::string, std::string>> interface_addresses() {
+  std::vector<std::pair<std::string, std::string>> up, loopback;
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return {};
   for (ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
@@ -32,7 +34,7 @@ std::vector<std::string> interface_addresses() {
     char text[INET_ADDRSTRLEN] = {};
     auto* sin = reinterpret_cast<sockaddr_in*>(it->ifa_addr);
     if (inet_ntop(AF_INET, &sin->sin_addr, text, sizeof text) == nullptr) continue;
-    ((it->ifa_flags & IFF_LOOPBACK) ? loopback : up).emplace_back(text);
+    ((it->ifa_flags & IFF_LOOPBACK) ? loopback : up).emplace_back(it->ifa_name, text);
   }
   freeifaddrs(list);
   up.insert(up.end(), loopback.begin(), loopback.end());
@@ -55,6 +57,28 @@ std::vector<unsigned> affinity_cpus() {
 }
 
 }  // namespace
+
+std::string source_address_towards(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), "9", &hints, &found) != 0 || found == nullptr) return {};
+  std::string address;
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+    sockaddr_in local{};
+    socklen_t len = sizeof local;
+    char text[INET_ADDRSTRLEN] = {};
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+        inet_ntop(AF_INET, &local.sin_addr, text, sizeof text) != nullptr) {
+      address = text;
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  freeaddrinfo(found);
+  return address;
+}
 
 std::vector<unsigned> parse_cpu_list(const std::string& text) {
   std::vector<unsigned> cpus;
@@ -100,7 +124,8 @@ Facts gather_facts(const std::string& sysfs_root, const std::string& procfs_root
   facts.hostname = host;
   facts.host_id = read_first_line("/etc/machine-id");
   if (facts.host_id.empty()) facts.host_id = facts.hostname;
-  facts.addresses = interface_addresses();
+  facts.interfaces = interface_addresses();
+  for (const auto& [name, address] : facts.interfaces) facts.addresses.push_back(address);
   facts.cpus = affinity_cpus();
   facts.cpu_numa = numa_of_cpus(facts.cpus, sysfs_root);
   std::error_code ec;

@@ -13,6 +13,7 @@ struct Facts {
   std::string hostname;
   std::string host_id;                 // /etc/machine-id, else the hostname: nodes with the same id share CPUs
   std::vector<std::string> addresses;  // IPv4 addresses of interfaces that are up, loopback last
+  std::vector<std::pair<std::string, std::string>> interfaces;  // (name, IPv4 address) of each, same order
   std::vector<unsigned> cpus;          // CPUs this process may run on (its affinity mask, so cgroups are respected)
   std::vector<int> cpu_numa;           // NUMA node of each entry of `cpus` (0 where sysfs does not say)
   unsigned gpu_count = 0;              // NVIDIA GPUs the driver exposes (/proc/driver/nvidia/gpus)
@@ -24,6 +25,10 @@ Facts gather_facts(const std::string& sysfs_root = "/sys", const std::string& pr
 
 // NUMA node of each CPU under <sysfs_root>/devices/system/node/node*/cpulist; CPUs not listed map to 0.
 std::vector<int> numa_of_cpus(const std::vector<unsigned>& cpus, const std::string& sysfs_root);
+
+// The local IPv4 address this machine uses to reach `host` (routing table lookup through a UDP socket's connect;
+// nothing is sent). "" when there is no route.
+std::string source_address_towards(const std::string& host);
 
 // Parses a kernel CPU list ("0-3,8,10-11") into CPU ids; malformed parts are skipped.
 std::vector<unsigned> parse_cpu_list(const std::string& text);

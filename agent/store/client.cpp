@@ -1,5 +1,9 @@
 #include "agent/store/client.h"
 
+#include <fstream>
+
+#include "agent/security/credentials.h"
+
 #include <grpcpp/grpcpp.h>
 
 #include <cstdlib>
@@ -123,6 +127,29 @@ struct StoreClient::Impl {
   }
 };
 
+// TLS credentials for a worker in a cluster that uses TLS (files and token from the agent), else plaintext.
+static std::shared_ptr<grpc::ChannelCredentials> worker_credentials(grpc::ChannelArguments& arguments) {
+  const char* ca = std::getenv("DTRAIN_TLS_CA");
+  if (ca == nullptr || *ca == '\0') return grpc::InsecureChannelCredentials();
+  auto read = [](const char* variable) {
+    const char* path = std::getenv(variable);
+    std::ifstream in(path ? path : "");
+    if (!in) {
+      throw StoreError(StoreError::Kind::other, std::string("store client: cannot read ") + variable + " (" +
+                                                    (path ? path : "unset") +
+                                                    "); the agent writes the worker's TLS files when the cluster uses TLS");
+    }
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  security::ClusterSecret secret;
+  secret.ca_cert_pem = read("DTRAIN_TLS_CA");
+  const char* token = std::getenv("DTRAIN_CLUSTER_TOKEN");
+  secret.token = token ? token : "";
+  security::Identity identity{read("DTRAIN_TLS_KEY"), read("DTRAIN_TLS_CERT")};
+  security::set_tls_target(arguments);
+  return security::channel_credentials(secret, identity);
+}
+
 StoreClient::StoreClient(std::string address, std::string token, StoreClientOptions options)
     : impl_(std::make_unique<Impl>()) {
   impl_->address = std::move(address);
@@ -144,7 +171,7 @@ StoreClient::StoreClient(std::string address, std::string token, StoreClientOpti
   // A get may block for up to an hour; pings notice a dead store (or a dropped link) well before that.
   arguments.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);
   arguments.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
-  impl_->channel = grpc::CreateCustomChannel(impl_->address, grpc::InsecureChannelCredentials(), arguments);
+  impl_->channel = grpc::CreateCustomChannel(impl_->address, worker_credentials(arguments), arguments);
   impl_->stub = v1::Store::NewStub(impl_->channel);
   if (!impl_->channel->WaitForConnected(std::chrono::system_clock::now() + options.connect_timeout)) {
     throw StoreError(StoreError::Kind::unreachable, "store client: cannot reach the store at " + impl_->address +

@@ -46,6 +46,8 @@ class StoreError : public std::runtime_error {
 class StoreClient {
  public:
   // Connects to the store at `address` (host:port); throws StoreError if it cannot within connect_timeout.
+  // When DTRAIN_TLS_CA is set (a cluster that uses TLS), the connection is mutual TLS with the worker certificate
+  // in DTRAIN_TLS_CERT / DTRAIN_TLS_KEY and the cluster token in DTRAIN_CLUSTER_TOKEN, all set by the agent.
   StoreClient(std::string address, std::string token, StoreClientOptions options = {});
   // Reads DTRAIN_STORE_ADDR and DTRAIN_JOB_TOKEN; throws StoreError naming a missing variable.
   static StoreClient from_env(StoreClientOptions options = {});

@@ -1,5 +1,7 @@
 #include "cli/controller/agent_connection.h"
 
+#include "agent/security/credentials.h"
+
 namespace dtrain::controller {
 
 grpc::ChannelArguments session_channel_arguments() {
@@ -14,8 +16,15 @@ grpc::ChannelArguments session_channel_arguments() {
   return args;
 }
 
-AgentConnection::AgentConnection(int node, std::string address, EventQueue& events)
-    : node_(node), address_(std::move(address)), events_(events) {}
+AgentConnection::AgentConnection(int node, std::string address, EventQueue& events,
+                                 std::shared_ptr<grpc::ChannelCredentials> credentials,
+                                 grpc::ChannelArguments arguments, bool tls)
+    : node_(node),
+      address_(std::move(address)),
+      events_(events),
+      credentials_(std::move(credentials)),
+      arguments_(std::move(arguments)),
+      tls_(tls) {}
 
 AgentConnection::~AgentConnection() {
   if (stream_ && !finished_) context_.TryCancel();
@@ -23,10 +32,20 @@ AgentConnection::~AgentConnection() {
 }
 
 bool AgentConnection::open(std::chrono::milliseconds timeout, std::string& error) {
-  channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), session_channel_arguments());
+  channel_ = grpc::CreateCustomChannel(address_, credentials_, arguments_);
   if (!channel_->WaitForConnected(std::chrono::system_clock::now() + timeout)) {
-    error = "cannot connect to the agent at " + address_ + " within " + std::to_string(timeout.count()) +
-            " ms; is `dtrain agent` running there and is the port reachable?";
+    // WaitForConnected gives no reason; one call on the channel fails at once with it (TLS, refused, ...).
+    grpc::ClientContext probe;
+    probe.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    auto stub = v1::AgentService::NewStub(channel_);
+    auto stream = stub->Session(&probe);
+    v1::AgentMessage ignored;
+    while (stream->Read(&ignored)) {
+    }
+    grpc::Status status = stream->Finish();
+    error = "cannot connect to the agent within " + std::to_string(timeout.count()) + " ms: " +
+            security::explain_connect_failure(address_, status, tls_ ? security::Transport::tls
+                                                                     : security::Transport::plaintext);
     return false;
   }
   stub_ = v1::AgentService::NewStub(channel_);
@@ -38,6 +57,7 @@ bool AgentConnection::open(std::chrono::milliseconds timeout, std::string& error
   reader_ = std::thread([this] {
     v1::AgentMessage message;
     while (stream_->Read(&message)) {
+      received_any_ = true;
       Event event;
       event.kind = Event::Kind::message;
       event.node = node_;
@@ -71,7 +91,15 @@ std::string AgentConnection::finish() {
   if (reader_.joinable()) reader_.join();
   grpc::Status status = stream_->Finish();
   finished_ = true;
-  if (!status.ok()) status_ = status.error_message().empty() ? "stream failed" : status.error_message();
+  if (!status.ok()) {
+    // Before the first message a failure is about reaching the agent (TLS, token); after it, the connection broke.
+    bool connecting = !received_any_ || status.error_code() == grpc::StatusCode::UNAUTHENTICATED;
+    status_ = connecting ? security::explain_connect_failure(address_, status, tls_ ? security::Transport::tls
+                                                                             : security::Transport::plaintext)
+                  : "connection lost (" + (status.error_message().empty() ? std::string("stream failed")
+                                                                            : status.error_message()) +
+                        "): the agent process died, or the network between here and there failed";
+  }
   return status_;
 }
 

@@ -6,42 +6,49 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <atomic>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
 
 #include "cli/controller/event_queue.h"
+#include "cli/controller/node_session.h"
 #include "dtrain/v1/session.grpc.pb.h"
 
 namespace dtrain::controller {
 
-class AgentConnection {
+class AgentConnection final : public NodeSession {
  public:
-  AgentConnection(int node, std::string address, EventQueue& events);
-  ~AgentConnection();   // cancels the stream and joins the reader
+  // `credentials`: TLS + token for a remote agent, or insecure ones on loopback / with --insecure.
+  AgentConnection(int node, std::string address, EventQueue& events,
+                  std::shared_ptr<grpc::ChannelCredentials> credentials, grpc::ChannelArguments arguments,
+                  bool tls = false);
+  ~AgentConnection() override;   // cancels the stream and joins the reader
   AgentConnection(const AgentConnection&) = delete;
   AgentConnection& operator=(const AgentConnection&) = delete;
 
   // Dials and opens the session; false with `error` set when the agent cannot be reached before `timeout`.
   bool open(std::chrono::milliseconds timeout, std::string& error);
   // False when the stream is broken.
-  bool send(const v1::LauncherMessage& message);
+  bool send(const v1::LauncherMessage& message) override;
   // Sends `message` as the last one of the session and half-closes: the agent's server can complete the call as
   // soon as it has answered, instead of waiting for the launcher to hang up.
-  bool send_last(const v1::LauncherMessage& message);
+  bool send_last(const v1::LauncherMessage& message) override;
   // After a session_closed event (or to end the session): half-closes, waits for the reader, returns the final
   // status text ("" for OK). Safe to call more than once.
-  std::string finish();
+  std::string finish() override;
   // Ends the session from this side at once (a stuck agent); finish() then returns promptly.
-  void cancel() { context_.TryCancel(); }
+  void cancel() override { context_.TryCancel(); }
 
-  const std::string& address() const { return address_; }
-  bool open() const { return stream_ != nullptr && !finished_; }
+  std::string address() const override { return address_; }
+  bool open() const override { return stream_ != nullptr && !finished_; }
 
  private:
   int node_;
   std::string address_;
   EventQueue& events_;
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  grpc::ChannelArguments arguments_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::AgentService::Stub> stub_;
   grpc::ClientContext context_;
@@ -49,6 +56,8 @@ class AgentConnection {
   std::thread reader_;
   bool finished_ = false;
   bool writes_done_ = false;
+  bool tls_ = true;   // for error explanations: which transport this side used
+  std::atomic<bool> received_any_{false};   // the agent sent at least one message
   std::string status_;
 };
 

@@ -9,7 +9,9 @@
 #include <filesystem>
 #include <random>
 #include <stdexcept>
+#include <thread>
 
+#include "agent/security/credentials.h"
 #include "common/util.h"
 #include "common/version.h"
 
@@ -73,80 +75,176 @@ std::string Controller::make_job_dir() {
 
 void Controller::send(int node, const v1::LauncherMessage& message) {
   auto& n = nodes_[static_cast<std::size_t>(node)];
-  if (n.connection && n.connection->open() && !n.session_closed) n.connection->send(message);
+  if (n.connection && n.connection->open() && !n.session_closed && !n.lost) n.connection->send(message);
 }
 
 void Controller::lose_node(int node, const std::string& why) {
   auto& n = nodes_[static_cast<std::size_t>(node)];
+  if (n.lost) return;
+  n.lost = true;
   std::string host = n.info.hostname.empty() ? (n.connection ? n.connection->address() : "?") : n.info.hostname;
   std::string text = "node " + std::to_string(node) + " (" + host + ") lost: " + why;
-  if (!node_failure_) {
-    node_failure_ = text;
-    console_.note(text);
+  bool in_round = std::find(active_.begin(), active_.end(), node) != active_.end();
+  if (!node_failure_ && in_round) node_failure_ = text;
+  console_.note(text);
+  // Its agent sees the session end and stops its workers; nothing of this node takes part again.
+  if (n.connection && !n.session_closed) n.connection->cancel();
+}
+
+int Controller::alive_nodes() const {
+  int alive = 0;
+  for (const auto& n : nodes_) alive += (n.hello && !n.lost && !n.session_closed) ? 1 : 0;
+  return alive;
+}
+
+void Controller::configure(int node) {
+  v1::LauncherMessage message;
+  auto* c = message.mutable_configure();
+  c->set_job_id(job_id_);
+  c->set_node_rank(static_cast<std::uint32_t>(node));
+  c->set_lease_ms(static_cast<std::uint32_t>(node_timeout_.count()));
+  c->set_heartbeat_interval_ms(static_cast<std::uint32_t>(heartbeat_interval_.count()));
+  c->set_protocol_version(std::string(kProtocolVersion));
+  c->set_stop_grace_ms(static_cast<std::uint32_t>(seconds_to_ms(spec_.stop.grace_s).count()));
+  send(node, message);
+}
+
+bool Controller::uses_tls(const std::string& address) const {
+  if (options_.insecure) return false;
+  // Plaintext only on loopback, and there only when no secret directory was named.
+  return !is_loopback_host(host_of(address)) || !options_.secret_dir.empty();
+}
+
+void Controller::load_identity() {
+  if (secret_) return;
+  secret_ = security::load_secret(options_.secret_dir.empty() ? security::default_secret_dir() : options_.secret_dir);
+  identity_ = security::issue_identity(*secret_, "launcher");
+}
+
+std::shared_ptr<grpc::ChannelCredentials> Controller::channel_credentials_for(const std::string& address) {
+  if (!uses_tls(address)) return grpc::InsecureChannelCredentials();
+  load_identity();
+  return security::channel_credentials(*secret_, identity_);
+}
+
+std::shared_ptr<grpc::ServerCredentials> Controller::server_credentials_for(const std::string& address) {
+  if (!uses_tls(address)) return grpc::InsecureServerCredentials();
+  load_identity();
+  return security::server_credentials(*secret_, identity_);
+}
+
+grpc::ChannelArguments Controller::channel_arguments_for(const std::string& address) {
+  grpc::ChannelArguments args = session_channel_arguments();
+  if (uses_tls(address)) security::set_tls_target(args);
+  return args;
+}
+
+void Controller::dial_static_agents() {
+  const auto& agents = spec_.nodes.agents;
+  bool elastic = spec_.nodes.min_count < spec_.nodes.max_count;
+  nodes_.resize(agents.size());
+  std::vector<std::string> errors(agents.size());
+  std::vector<std::thread> dialers;
+  auto timeout = elastic ? seconds_to_ms(spec_.nodes.join_timeout_s) : milliseconds(10000);
+  for (std::size_t i = 0; i < agents.size(); ++i) {
+    auto connection = std::make_shared<AgentConnection>(static_cast<int>(i), agents[i], events_,
+                                                        channel_credentials_for(agents[i]),
+                                                        channel_arguments_for(agents[i]), uses_tls(agents[i]));
+    nodes_[i].connection = connection;
+    nodes_[i].last_heard = Clock::now();
+    dialers.emplace_back([connection, timeout, &errors, i] { connection->open(timeout, errors[i]); });
+  }
+  for (auto& t : dialers) t.join();
+  for (std::size_t i = 0; i < agents.size(); ++i) {
+    if (errors[i].empty()) continue;
+    if (!elastic) throw std::runtime_error("node " + std::to_string(i) + ": " + errors[i]);
+    nodes_[i].lost = true;
+    nodes_[i].session_closed = true;
+    console_.note("node " + std::to_string(i) + " left out: " + errors[i]);
   }
 }
 
 void Controller::start_nodes() {
-  std::vector<std::string> addresses;
   switch (spec_.nodes.provider) {
-    case spec::Provider::local:
+    case spec::Provider::local: {
       local_agents_ = std::make_unique<LocalAgents>(events_, options_.self_exe, job_dir_);
-      addresses = local_agents_->start(spec_.nodes.max_count, options_.agent_start_timeout);
-      break;
-    case spec::Provider::static_list:
-      for (const auto& a : spec_.nodes.agents) {
-        if (!is_loopback_host(host_of(a))) {
-          throw std::runtime_error("agent " + a + " is not on a loopback address, and this version speaks to agents "
-                                   "only in plaintext, which is refused off loopback; run the agents on this host or "
-                                   "use nodes.provider: local");
-        }
+      auto addresses = local_agents_->start(spec_.nodes.max_count, options_.agent_start_timeout);
+      nodes_.resize(addresses.size());
+      for (std::size_t i = 0; i < addresses.size(); ++i) {
+        auto connection = std::make_shared<AgentConnection>(static_cast<int>(i), addresses[i], events_,
+                                                            grpc::InsecureChannelCredentials(),
+                                                            session_channel_arguments());
+        nodes_[i].connection = connection;
+        nodes_[i].last_heard = Clock::now();
+        std::string error;
+        if (!connection->open(milliseconds(10000), error)) throw std::runtime_error("node " + std::to_string(i) + ": " + error);
       }
-      addresses = spec_.nodes.agents;
+      break;
+    }
+    case spec::Provider::static_list:
+      dial_static_agents();
+      break;
+    case spec::Provider::join:
+      join_server_ = std::make_unique<JoinServer>(events_, spec_.nodes.rendezvous,
+                                                  server_credentials_for(spec_.nodes.rendezvous),
+                                                  spec_.nodes.max_count);
+      console_.note("waiting for " + std::string(spec_.nodes.min_count == spec_.nodes.max_count ? "" : "at least ") +
+                    std::to_string(spec_.nodes.min_count) + " agents to join at " + spec_.nodes.rendezvous +
+                    " (dtrain agent --join " + spec_.nodes.rendezvous + ")");
       break;
     case spec::Provider::ssh:
     case spec::Provider::slurm:
-      throw std::runtime_error("nodes.provider ssh and slurm are not available in this version; use local, or static "
-                               "with agents started by hand (`dtrain agent --listen ADDR:PORT`)");
+      throw std::runtime_error("nodes.provider ssh and slurm are not available in this version; use local, static "
+                               "(agents started with `dtrain agent --listen`) or join (`dtrain agent --join`)");
   }
+}
 
-  nodes_.resize(addresses.size());
-  for (std::size_t i = 0; i < addresses.size(); ++i) {
-    nodes_[i].connection = std::make_unique<AgentConnection>(static_cast<int>(i), addresses[i], events_);
-    std::string error;
-    if (!nodes_[i].connection->open(milliseconds(10000), error)) {
-      throw std::runtime_error("node " + std::to_string(i) + ": " + error);
-    }
-    nodes_[i].last_heard = Clock::now();
-  }
-
-  auto deadline = Clock::now() + options_.agent_start_timeout;
-  auto all_hello = [this] {
+bool Controller::select_nodes(bool first_round) {
+  const int min = spec_.nodes.min_count, max = spec_.nodes.max_count;
+  // Local and fixed-size static jobs wait for every node; elastic and joined ones for MAX until the join timeout,
+  // then start with at least MIN.
+  auto deadline = Clock::now() + (first_round || spec_.nodes.provider == spec::Provider::join
+                                      ? seconds_to_ms(spec_.nodes.join_timeout_s)
+                                      : milliseconds(0));
+  if (spec_.nodes.provider == spec::Provider::local) deadline = Clock::now() + options_.agent_start_timeout;
+  auto pending = [this] {
     for (const auto& n : nodes_) {
-      if (!n.hello) return false;
+      if (!n.hello && !n.lost && !n.session_closed) return true;
     }
-    return true;
+    return false;
   };
   Event event;
-  while (!all_hello()) {
-    if (interrupted_by_ != 0 || node_failure_) return;
+  while (interrupted_by_ == 0) {
+    int alive = alive_nodes();
+    if (alive >= max) break;
+    if (Clock::now() >= deadline && !pending()) break;
+    if (spec_.nodes.provider != spec::Provider::join && !pending()) break;
     if (!next_event(event, deadline)) {
-      if (Clock::now() >= deadline) throw std::runtime_error("agents did not say hello within the start timeout");
+      if (Clock::now() >= deadline) {
+        if (alive >= min) break;
+        if (!pending()) break;
+        // Dialed agents that never said hello are lost.
+        for (std::size_t i = 0; i < nodes_.size(); ++i) {
+          if (!nodes_[i].hello && !nodes_[i].lost) lose_node(static_cast<int>(i), "its agent did not say hello in time");
+        }
+        break;
+      }
       continue;
     }
     apply(event);
   }
-
-  for (std::size_t i = 0; i < nodes_.size(); ++i) {
-    v1::LauncherMessage message;
-    auto* c = message.mutable_configure();
-    c->set_job_id(job_id_);
-    c->set_node_rank(static_cast<std::uint32_t>(i));
-    c->set_lease_ms(static_cast<std::uint32_t>(node_timeout_.count()));
-    c->set_heartbeat_interval_ms(static_cast<std::uint32_t>(heartbeat_interval_.count()));
-    c->set_protocol_version(std::string(kProtocolVersion));
-    c->set_stop_grace_ms(static_cast<std::uint32_t>(seconds_to_ms(spec_.stop.grace_s).count()));
-    send(static_cast<int>(i), message);
+  if (interrupted_by_ != 0) return false;
+  active_.clear();
+  for (std::size_t i = 0; i < nodes_.size() && static_cast<int>(active_.size()) < max; ++i) {
+    const auto& n = nodes_[i];
+    if (n.hello && !n.lost && !n.session_closed) active_.push_back(static_cast<int>(i));
   }
+  if (static_cast<int>(active_.size()) < min) {
+    node_failure_ = "only " + std::to_string(active_.size()) + " node" + (active_.size() == 1 ? "" : "s") +
+                    " available, nodes.count needs at least " + std::to_string(min);
+    return false;
+  }
+  return true;
 }
 
 bool Controller::next_event(Event& event, Clock::time_point deadline) {
@@ -161,11 +259,10 @@ bool Controller::next_event(Event& event, Clock::time_point deadline) {
     auto wake = std::min(deadline, next_heartbeat_);
     for (std::size_t i = 0; i < nodes_.size(); ++i) {
       const auto& n = nodes_[i];
-      if (n.session_closed || !n.connection) continue;
+      if (n.session_closed || n.lost || !n.connection) continue;
       if (now - n.last_heard > node_timeout_ && !shutting_down_) {
         lose_node(static_cast<int>(i), "no message from its agent for " + std::to_string(node_timeout_.count()) +
                                            " ms (health.node_timeout_s)");
-        n.connection->cancel();
         return false;
       }
       wake = std::min(wake, n.last_heard + node_timeout_ + milliseconds(1));
@@ -196,11 +293,18 @@ void Controller::apply(const Event& event) {
         lose_node(event.node, "its agent process " + event.text);
       }
       return;
+    case Event::Kind::joined: {
+      if (static_cast<std::size_t>(event.node) >= nodes_.size()) nodes_.resize(static_cast<std::size_t>(event.node) + 1);
+      auto& n = nodes_[static_cast<std::size_t>(event.node)];
+      n.connection = join_server_->session(event.node);
+      n.last_heard = Clock::now();
+      return;
+    }
     case Event::Kind::session_closed: {
       auto& n = nodes_[static_cast<std::size_t>(event.node)];
       n.session_closed = true;
       std::string status = n.connection->finish();
-      if (!shutting_down_) {
+      if (!shutting_down_ && !n.lost) {
         lose_node(event.node, "the session with its agent at " + n.connection->address() + " ended" +
                                   (status.empty() ? "" : ": " + status));
       }
@@ -211,6 +315,7 @@ void Controller::apply(const Event& event) {
   }
 
   auto& node = nodes_[static_cast<std::size_t>(event.node)];
+  if (node.lost) return;
   node.last_heard = Clock::now();
   const auto& m = event.message;
   switch (m.body_case()) {
@@ -228,6 +333,29 @@ void Controller::apply(const Event& event) {
       node.info.cpus.assign(f.cpus().begin(), f.cpus().end());
       node.info.cpu_numa.assign(f.cpu_numa_node().begin(), f.cpu_numa_node().end());
       node.info.gpu_count = f.gpu_count();
+      node.info.tuned_env.clear();
+      if (spec_.nodes.provider != spec::Provider::local) {
+        // Workers talk over the interface peers reach this node on: nodes.interface, else the one holding the
+        // address its agent advertised.
+        const std::string& wanted = spec_.nodes.interface;
+        std::string iface;
+        for (const auto& i : f.interfaces()) {
+          if (wanted.empty() ? i.address() == node.info.address : i.name() == wanted) {
+            iface = i.name();
+            if (!wanted.empty()) node.info.address = i.address();
+            break;
+          }
+        }
+        if (!wanted.empty() && iface.empty()) {
+          lose_node(event.node, "it has no IPv4 address on interface " + wanted + " (nodes.interface)");
+          break;
+        }
+        if (!iface.empty()) {
+          node.info.tuned_env["NCCL_SOCKET_IFNAME"] = iface;
+          node.info.tuned_env["GLOO_SOCKET_IFNAME"] = iface;
+        }
+      }
+      configure(event.node);
       break;
     }
     case v1::AgentMessage::kRoundPrepared:
@@ -236,6 +364,12 @@ void Controller::apply(const Event& event) {
     case v1::AgentMessage::kWorkerStarted:
       if (m.worker_started().round() == round_) {
         auto& w = workers_[m.worker_started().rank()];
+        if (!w.started && ++started_workers_ == workers_.size()) {
+          auto ms = std::chrono::duration_cast<milliseconds>(Clock::now() - round_started_).count();
+          console_.note("attempt " + std::to_string(round_) + ": all " + std::to_string(workers_.size()) +
+                        " workers started on " + std::to_string(active_.size()) + " node" +
+                        (active_.size() == 1 ? "" : "s") + " in " + std::to_string(ms) + " ms");
+        }
         w.started = true;
         w.pid = m.worker_started().pid();
       }
@@ -285,12 +419,16 @@ void Controller::apply(const Event& event) {
 
 Controller::Outcome Controller::run_round(int restart_count) {
   round_ = static_cast<std::uint32_t>(restart_count);
+  round_started_ = Clock::now();
+  started_workers_ = 0;
   workers_.clear();
   last_health_.clear();
   prepared_.reset();
   root_cause_.reset();
   other_failures_.clear();
+  node_failure_.reset();
   for (auto& n : nodes_) n.group_done = n.group_stopped = false;
+  const int node0 = active_.front();
 
   std::string attempt_dir = job_dir_ + "/attempt_" + std::to_string(restart_count);
   std::filesystem::create_directories(attempt_dir);
@@ -299,7 +437,7 @@ Controller::Outcome Controller::run_round(int restart_count) {
   v1::LauncherMessage prepare;
   prepare.mutable_prepare_round()->set_round(round_);
   prepare.mutable_prepare_round()->set_store_token(token);
-  send(0, prepare);
+  send(node0, prepare);
   Event event;
   auto deadline = Clock::now() + milliseconds(10000);
   while (!prepared_) {
@@ -307,7 +445,7 @@ Controller::Outcome Controller::run_round(int restart_count) {
     if (node_failure_) return Outcome::node_failed;
     if (!next_event(event, deadline)) {
       if (Clock::now() >= deadline) {
-        lose_node(0, "its agent did not prepare round " + std::to_string(round_) + " within 10 s");
+        lose_node(node0, "its agent did not prepare round " + std::to_string(round_) + " within 10 s");
         return Outcome::node_failed;
       }
       continue;
@@ -318,19 +456,19 @@ Controller::Outcome Controller::run_round(int restart_count) {
   spec::RoundInfo info;
   info.job_id = job_id_;
   info.restart_count = static_cast<unsigned>(restart_count);
-  info.master_addr = nodes_[0].info.address;
+  info.master_addr = nodes_[static_cast<std::size_t>(node0)].info.address;
   info.master_port = prepared_->master_port();
   info.store_address = prepared_->store_address();
   info.store_token = token;
   info.attempt_dir = attempt_dir;
   std::vector<spec::NodeInfo> infos;
-  for (const auto& n : nodes_) infos.push_back(n.info);
+  for (int id : active_) infos.push_back(nodes_[static_cast<std::size_t>(id)].info);
   plan_ = spec::make_plan(spec_, infos, info);
   if (restart_count == 0) {
     for (const auto& warning : plan_.warnings) console_.note("warning: " + warning);
   }
 
-  std::vector<v1::LauncherMessage> starts(nodes_.size());
+  std::vector<v1::LauncherMessage> starts(active_.size());
   for (auto& s : starts) {
     s.mutable_start_group()->set_round(round_);
     s.mutable_start_group()->set_round_token(token);
@@ -349,7 +487,7 @@ Controller::Outcome Controller::run_round(int restart_count) {
     spec->set_error_file(w.error_file);
     workers_[w.rank] = Worker{};
   }
-  for (std::size_t i = 0; i < nodes_.size(); ++i) send(static_cast<int>(i), starts[i]);
+  for (std::size_t r = 0; r < active_.size(); ++r) send(active_[r], starts[r]);
 
   auto forever = Clock::now() + std::chrono::hours(24 * 365);
   while (true) {
@@ -366,7 +504,7 @@ Controller::Outcome Controller::run_round(int restart_count) {
       return Outcome::node_failed;
     }
     bool all_done = true;
-    for (const auto& n : nodes_) all_done = all_done && n.group_done;
+    for (int id : active_) all_done = all_done && nodes_[static_cast<std::size_t>(id)].group_done;
     if (all_done) return Outcome::success;
     if (next_event(event, forever)) apply(event);
   }
@@ -379,7 +517,7 @@ void Controller::stop_round(std::uint32_t round) {
     stop.mutable_stop_group()->set_round(round);
     stop.mutable_stop_group()->set_grace_ms(static_cast<std::uint32_t>(g.count()));
     stop.mutable_stop_group()->set_reason(interrupted_by_ ? "interrupted" : "another worker or node failed");
-    for (std::size_t i = 0; i < nodes_.size(); ++i) send(static_cast<int>(i), stop);
+    for (int id : active_) send(id, stop);
   };
   send_stop(grace);
   bool escalated = signals_seen_ >= 2;
@@ -388,7 +526,10 @@ void Controller::stop_round(std::uint32_t round) {
   Event event;
   while (true) {
     bool all = true;
-    for (const auto& n : nodes_) all = all && (n.group_stopped || n.session_closed);
+    for (int id : active_) {
+      const auto& n = nodes_[static_cast<std::size_t>(id)];
+      all = all && (n.group_stopped || n.session_closed || n.lost);
+    }
     if (all) return;
     if (!escalated && signals_seen_ >= 2) {
       escalated = true;
@@ -396,10 +537,10 @@ void Controller::stop_round(std::uint32_t round) {
     }
     if (!next_event(event, deadline)) {
       if (Clock::now() < deadline) continue;
-      for (std::size_t i = 0; i < nodes_.size(); ++i) {
-        if (!nodes_[i].group_stopped && !nodes_[i].session_closed) {
-          lose_node(static_cast<int>(i), "its agent did not confirm that the workers stopped");
-          nodes_[i].connection->cancel();
+      for (int id : active_) {
+        const auto& n = nodes_[static_cast<std::size_t>(id)];
+        if (!n.group_stopped && !n.session_closed && !n.lost) {
+          lose_node(id, "its agent did not confirm that the workers stopped");
         }
       }
       return;
@@ -410,16 +551,17 @@ void Controller::stop_round(std::uint32_t round) {
 
 void Controller::shutdown_nodes() {
   shutting_down_ = true;
+  if (join_server_) join_server_->close();
   v1::LauncherMessage bye;
   bye.mutable_shutdown()->set_reason("job ended");
   for (auto& n : nodes_) {
-    if (n.connection && n.connection->open() && !n.session_closed) n.connection->send_last(bye);
+    if (n.connection && n.connection->open() && !n.session_closed && !n.lost) n.connection->send_last(bye);
   }
   auto deadline = Clock::now() + seconds_to_ms(spec_.stop.grace_s) + milliseconds(10000);
   Event event;
   while (true) {
     bool all = true;
-    for (const auto& n : nodes_) all = all && n.session_closed;
+    for (const auto& n : nodes_) all = all && (n.session_closed || n.lost || !n.connection);
     if (all) break;
     if (!next_event(event, deadline)) {
       if (Clock::now() < deadline) continue;
@@ -449,7 +591,14 @@ int Controller::run() {
   int restarts = 0;
   try {
     start_nodes();
-    while (interrupted_by_ == 0 && !node_failure_) {
+    while (interrupted_by_ == 0) {
+      if (!select_nodes(restarts == 0)) {
+        if (interrupted_by_ == 0) {
+          console_.note("job " + job_id_ + " failed: " + node_failure_.value_or("no nodes"));
+          code = 1;
+        }
+        break;
+      }
       Outcome outcome = run_round(restarts);
       if (outcome == Outcome::success) {
         auto seconds = std::chrono::duration<double>(Clock::now() - started).count();
@@ -465,17 +614,14 @@ int Controller::run() {
           console_.note(failure_summary(job_id_, *root_cause_, other_failures_, restarts, policy_.max_restarts()));
           code = exit_code_of(root_cause_->exit);
         } else {
-          console_.note("job " + job_id_ + " failed: " + what);
+          console_.note("job " + job_id_ + " failed: " + what +
+                        (policy_.max_restarts() > 0 ? " (no restarts left)" : " (restart.max_restarts is 0)"));
           code = 1;
         }
         break;
       }
-      if (outcome == Outcome::node_failed) {
-        // A lost node does not come back within this launcher's fleet yet: end with the summary.
-        console_.note("job " + job_id_ + " failed: " + what);
-        code = 1;
-        break;
-      }
+      // A lost node never returns under the same id; the next round runs on the nodes left (and on agents that
+      // joined meanwhile), if nodes.count's minimum allows.
       ++restarts;
       console_.note("attempt " + std::to_string(restarts - 1) + " failed: " + what + "; restarting (restart " +
                     std::to_string(restarts) + " of " + std::to_string(policy_.max_restarts()) + ") in " +

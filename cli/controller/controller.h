@@ -16,8 +16,11 @@
 #include "cli/controller/agent_connection.h"
 #include "cli/controller/console.h"
 #include "cli/controller/event_queue.h"
+#include "cli/controller/join_server.h"
 #include "cli/controller/local_agents.h"
 #include "cli/controller/restart_policy.h"
+#include "agent/security/identity.h"
+#include "agent/security/secret.h"
 #include "cli/spec/spec.h"
 
 namespace dtrain::controller {
@@ -25,6 +28,8 @@ namespace dtrain::controller {
 struct ControllerOptions {
   std::string self_exe;             // the dtrain binary (local agents are started from it)
   std::chrono::milliseconds agent_start_timeout{30000};
+  bool insecure = false;            // plaintext to agents off loopback (--insecure); warned about at every start
+  std::string secret_dir;           // cluster secret for TLS + token ("" = the default directory)
 };
 
 class Controller {
@@ -45,11 +50,12 @@ class Controller {
 
  private:
   struct Node {
-    std::unique_ptr<AgentConnection> connection;
+    std::shared_ptr<NodeSession> connection;
     spec::NodeInfo info;
     std::chrono::steady_clock::time_point last_heard;
     bool hello = false;
     bool session_closed = false;
+    bool lost = false;            // failed or gone: never part of a round again
     bool group_done = false;      // this round's workers all exited by themselves
     bool group_stopped = false;   // this round's StopGroup completed
   };
@@ -61,6 +67,17 @@ class Controller {
   enum class Outcome { success, worker_failed, node_failed, interrupted };
 
   void start_nodes();
+  void dial_static_agents();
+  std::shared_ptr<grpc::ChannelCredentials> channel_credentials_for(const std::string& address);
+  std::shared_ptr<grpc::ServerCredentials> server_credentials_for(const std::string& address);
+  grpc::ChannelArguments channel_arguments_for(const std::string& address);
+  bool uses_tls(const std::string& address) const;
+  void load_identity();
+  // Picks this round's nodes (alive, said hello, in node order, at most nodes.count MAX), waiting up to
+  // nodes.join_timeout_s for at least MIN. False (with node_failure_ set) when too few are left.
+  bool select_nodes(bool first_round);
+  int alive_nodes() const;
+  void configure(int node);
   Outcome run_round(int restart_count);
   void stop_round(std::uint32_t round);
   void shutdown_nodes();
@@ -81,7 +98,11 @@ class Controller {
   std::string job_id_;
   std::string job_dir_;
   std::unique_ptr<LocalAgents> local_agents_;
-  std::vector<Node> nodes_;
+  std::unique_ptr<JoinServer> join_server_;
+  std::optional<security::ClusterSecret> secret_;   // loaded on first TLS use
+  security::Identity identity_;
+  std::vector<Node> nodes_;          // every node that ever connected, by id (static/local: spec order; join: join order)
+  std::vector<int> active_;          // this round's nodes by node rank (ids into nodes_)
   std::chrono::milliseconds node_timeout_;
   std::chrono::milliseconds heartbeat_interval_;
   std::chrono::steady_clock::time_point next_heartbeat_;
@@ -91,6 +112,8 @@ class Controller {
   std::uint32_t round_ = 0;
   spec::Plan plan_;
   std::map<unsigned, Worker> workers_;
+  std::size_t started_workers_ = 0;
+  std::chrono::steady_clock::time_point round_started_;
   std::map<unsigned, v1::WorkerHealth> last_health_;   // by rank, this round
   std::optional<v1::RoundPrepared> prepared_;
   std::optional<Failure> root_cause_;

@@ -21,6 +21,7 @@ struct Event {
     agent_line,       // a local agent process printed `text` (stdout when !is_stderr)
     agent_exited,     // a local agent process exited; `text` says how
     signal,           // the launcher received `signal`
+    joined,           // an agent dialed in (provider join) and became node id `node`; `text` is its peer address
   };
   Kind kind = Kind::message;
   int node = -1;

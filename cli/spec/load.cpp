@@ -37,6 +37,7 @@ std::string_view to_string(Provider provider) {
     case Provider::static_list: return "static";
     case Provider::ssh: return "ssh";
     case Provider::slurm: return "slurm";
+    case Provider::join: return "join";
   }
   return "?";
 }

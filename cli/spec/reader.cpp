@@ -237,13 +237,16 @@ class Reader {
     each_entry(node, path, [&](const std::string& key, const std::string& key_path, const YAML::Node& value) {
       if (key == "provider") {
         read_choice(value, key_path, Choices<Provider>{{"local", Provider::local}, {"static", Provider::static_list},
-                                                      {"ssh", Provider::ssh}, {"slurm", Provider::slurm}},
+                                                      {"ssh", Provider::ssh}, {"slurm", Provider::slurm},
+                                                      {"join", Provider::join}},
                     nodes.provider);
       } else if (key == "count") {
         count_given = true;
         read_count(value, key_path, nodes);
       } else if (key == "agents") {
         read_string_list(value, key_path, nodes.agents, "Example: agents: [10.0.0.1:29400, 10.0.0.2:29400]");
+      } else if (key == "rendezvous") {
+        read_string(value, key_path, nodes.rendezvous);
       } else if (key == "interface") {
         read_string(value, key_path, nodes.interface);
       } else if (key == "join_timeout_s") {

@@ -14,7 +14,7 @@ const std::map<std::string_view, Keys>& sections() {
   static const std::map<std::string_view, Keys> table = {
       {"", {"name", "nodes", "workers_per_node", "command", "shell", "env", "working_dir", "restart", "stop",
             "health", "logs", "nccl", "binding"}},
-      {"nodes", {"provider", "count", "agents", "interface", "join_timeout_s"}},
+      {"nodes", {"provider", "count", "agents", "rendezvous", "interface", "join_timeout_s"}},
       {"restart", {"max_restarts", "backoff_s"}},
       {"stop", {"grace_s"}},
       {"health", {"heartbeat_timeout_s", "hang_timeout_s", "node_timeout_s"}},

@@ -23,6 +23,8 @@ enum class Provider {
   static_list,  // "static": agents already listening at nodes.agents; the launcher dials them
   ssh,          // "ssh": the launcher starts agents over ssh; they dial back (`dtrain agent --join`)
   slurm,        // "slurm": agents started by srun inside an allocation; they dial back
+  join,         // "join": agents started by hand with `dtrain agent --join HOST:PORT` dial the launcher, which
+                //   listens on nodes.rendezvous; node ranks follow join order
 };
 
 // How workers are pinned to CPUs.
@@ -39,9 +41,11 @@ struct Spec {
 
   struct Nodes {
     Provider provider = Provider::local;  // where agents come from
-    int min_count = 1;                    // `count: N` sets min = max = N; `count: MIN:MAX` (ssh, slurm) is elastic
-    int max_count = 1;                    //   for static, count defaults to the number of agents
+    int min_count = 1;                    // `count: N` sets min = max = N; `count: MIN:MAX` (static, join, ssh,
+    int max_count = 1;                    //   slurm) is elastic: start with >= MIN of MAX nodes. For static, count
+                                          //   defaults to the number of agents, and MAX must equal it
     std::vector<std::string> agents;      // static only: one "host:port" per node, in node-rank order
+    std::string rendezvous;               // join only: "host:port" the launcher listens on for joining agents
     std::string interface;                // network interface workers talk over ("" = let the agents choose);
                                           //   also becomes NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
     double join_timeout_s = 60;           // how long the launcher waits for every node to join, > 0

@@ -126,8 +126,8 @@ class Checker {
                                 std::to_string(nodes.max_count) + ".",
              "Write MIN:MAX with MIN <= MAX, e.g. " + std::to_string(nodes.max_count) + ":" +
                  std::to_string(nodes.min_count) + ".");
-    } else if (nodes.min_count != nodes.max_count && (nodes.provider == Provider::local || is_static)) {
-      report("nodes.count", "a range (MIN:MAX) needs provider ssh or slurm; provider " +
+    } else if (nodes.min_count != nodes.max_count && nodes.provider == Provider::local) {
+      report("nodes.count", "a range (MIN:MAX) needs provider static, join, ssh or slurm; provider " +
                                 std::string(to_string(nodes.provider)) + " has a fixed number of nodes.",
              "Write count: N.");
     }
@@ -138,11 +138,26 @@ class Checker {
       report("nodes.agents", "is only for provider static (provider is " +
                                  std::string(to_string(nodes.provider)) + ").",
              "Remove agents, or set provider: static.");
-    } else if (is_static && nodes.min_count == nodes.max_count && !where_.is_broken("nodes.count") &&
-               static_cast<int>(nodes.agents.size()) != nodes.min_count) {
+    } else if (is_static && !where_.is_broken("nodes.count") &&
+               static_cast<int>(nodes.agents.size()) != nodes.max_count) {
       report("nodes.agents", std::to_string(nodes.agents.size()) + " agents are listed but nodes.count is " +
-                                 std::to_string(nodes.min_count) + ".",
+                                 (nodes.min_count == nodes.max_count ? std::to_string(nodes.min_count)
+                                                                     : "at most " + std::to_string(nodes.max_count)) +
+                                 ".",
              "List one agent per node, or leave out count (it defaults to the number of agents).");
+    }
+    const bool is_join = nodes.provider == Provider::join;
+    if (is_join && nodes.rendezvous.empty()) {
+      report("nodes.rendezvous", "provider join needs the host:port the launcher listens on for agents.",
+             "Example: rendezvous: 10.0.0.1:29500 (agents run `dtrain agent --join 10.0.0.1:29500`)");
+    } else if (!is_join && !nodes.rendezvous.empty()) {
+      report("nodes.rendezvous", "is only for provider join (provider is " + std::string(to_string(nodes.provider)) +
+                                     ").",
+             "Remove rendezvous, or set provider: join.");
+    } else if (is_join) {
+      if (const std::string problem = address_problem(nodes.rendezvous); !problem.empty()) {
+        report("nodes.rendezvous", "'" + nodes.rendezvous + "' " + problem + ".", "Write host:port, e.g. 10.0.0.1:29500.");
+      }
     }
     std::set<std::string> seen;
     for (std::size_t i = 0; i < nodes.agents.size(); ++i) {

@@ -140,7 +140,7 @@ TEST_CASE("static without count takes the number of agents") {
 TEST_CASE("unknown key: position of the key, did-you-mean and the allowed keys") {
   CHECK(only_error("name: x\ncommand: [a]\nnodes:\n  cuont: 2\n") ==
         "job.yaml:4:3: nodes.cuont: unknown key. Did you mean 'nodes.count'? Allowed keys under nodes: provider, "
-        "count, agents, interface, join_timeout_s");
+        "count, agents, rendezvous, interface, join_timeout_s");
   CHECK(only_error("name: x\ncomand: [a]\n") ==
         "job.yaml:2:1: comand: unknown key. Did you mean 'command'? Allowed top-level keys: name, nodes, "
         "workers_per_node, command, shell, env, working_dir, restart, stop, health, logs, nccl, binding");
@@ -197,7 +197,7 @@ TEST_CASE("wrong types name what was expected and what was found, at the value")
 
 TEST_CASE("values outside a fixed set suggest the closest one") {
   CHECK(only_error("name: x\ncommand: [a]\nnodes: {provider: locl}\n") ==
-        "job.yaml:3:19: nodes.provider: expected local, static, ssh or slurm, got 'locl'. Did you mean 'local'?");
+        "job.yaml:3:19: nodes.provider: expected local, static, ssh, slurm or join, got 'locl'. Did you mean 'local'?");
   CHECK(only_error("name: x\ncommand: [a]\nbinding: autp\n") ==
         "job.yaml:3:10: binding: expected auto or none, got 'autp'. Did you mean 'auto'?");
   CHECK(only_error("name: x\ncommand: [a]\nworkers_per_node: gpus\n") ==
@@ -215,7 +215,7 @@ TEST_CASE("impossible values") {
   CHECK(only_error("name: x\ncommand: [a]\nnodes:\n  provider: ssh\n  count: 3:2\n") ==
         "job.yaml:5:10: nodes.count: minimum 3 is greater than maximum 2. Write MIN:MAX with MIN <= MAX, e.g. 2:3.");
   CHECK(only_error("name: x\ncommand: [a]\nnodes: {count: 1:4}\n") ==
-        "job.yaml:3:16: nodes.count: a range (MIN:MAX) needs provider ssh or slurm; provider local has a fixed "
+        "job.yaml:3:16: nodes.count: a range (MIN:MAX) needs provider static, join, ssh or slurm; provider local has a fixed "
         "number of nodes. Write count: N.");
   CHECK(only_error("name: x\ncommand: [a]\nstop:\n  grace_s: -1\n") ==
         "job.yaml:4:12: stop.grace_s: must be >= 0, got -1. Use 0 to turn it off.");
@@ -301,7 +301,7 @@ restart:
                       "job.yaml:1:7: name: 'My Job' is not a valid job name: use lowercase letters, digits and '-'. "
                       "Did you mean 'my-job'?",
                       "job.yaml:4:3: nodes.cuont: unknown key. Did you mean 'nodes.count'? Allowed keys under "
-                      "nodes: provider, count, agents, interface, join_timeout_s",
+                      "nodes: provider, count, agents, rendezvous, interface, join_timeout_s",
                       "job.yaml:5:17: nodes.agents[1]: 'b' has no port. Write host:port, e.g. node1:29400 or "
                       "[fe80::1]:29400.",
                       "job.yaml:6:19: workers_per_node: expected an integer >= 1, gpu or cpu, got 'zero'.",
@@ -393,4 +393,27 @@ TEST_CASE("validate checks a spec built in code, naming its source") {
           "(one per CPU).\n"
           "dtrain run: stop.grace_s: must be >= 0, got -1. Use 0 to turn it off.");
   }
+}
+
+TEST_CASE("provider join needs a rendezvous address; rendezvous belongs to join only; static may be elastic") {
+  CHECK(only_error("name: x\ncommand: [a]\nnodes: {provider: join, count: 2}\n") ==
+        "job.yaml:3:1: nodes.rendezvous: provider join needs the host:port the launcher listens on for agents. "
+        "Example: rendezvous: 10.0.0.1:29500 (agents run `dtrain agent --join 10.0.0.1:29500`)");
+  CHECK(only_error("name: x\ncommand: [a]\nnodes: {provider: join, count: 2, rendezvous: h}\n") ==
+        "job.yaml:3:47: nodes.rendezvous: 'h' has no port. Write host:port, e.g. 10.0.0.1:29500.");
+  CHECK(only_error("name: x\ncommand: [a]\nnodes: {count: 2, rendezvous: 'h:1'}\n") ==
+        "job.yaml:3:31: nodes.rendezvous: is only for provider join (provider is local). Remove rendezvous, or set "
+        "provider: join.");
+  auto spec = dtrain::spec::load_spec_string(
+      "name: x\ncommand: [a]\nnodes: {provider: join, count: '2:4', rendezvous: '10.0.0.1:29500'}\n", "job.yaml", {});
+  CHECK(spec.nodes.provider == dtrain::spec::Provider::join);
+  CHECK(spec.nodes.min_count == 2);
+  CHECK(spec.nodes.max_count == 4);
+  CHECK(spec.nodes.rendezvous == "10.0.0.1:29500");
+  auto elastic = dtrain::spec::load_spec_string(
+      "name: x\ncommand: [a]\nnodes: {provider: static, count: '1:2', agents: ['a:1', 'b:2']}\n", "job.yaml", {});
+  CHECK(elastic.nodes.min_count == 1);
+  CHECK(only_error("name: x\ncommand: [a]\nnodes: {provider: static, count: '1:3', agents: ['a:1', 'b:2']}\n") ==
+        "job.yaml:3:49: nodes.agents: 2 agents are listed but nodes.count is at most 3. List one agent per node, or "
+        "leave out count (it defaults to the number of agents).");
 }

@@ -90,6 +90,28 @@ def _key(key):
     return key
 
 
+_CLUSTER_TOKEN_METADATA = "dtrain-cluster-token"
+_TLS_TARGET_NAME = "dtrain.cluster"
+
+
+def _worker_tls_credentials():
+    """TLS credentials from the files the agent gives workers in a TLS cluster (DTRAIN_TLS_CA/CERT/KEY), or None."""
+    ca = os.environ.get("DTRAIN_TLS_CA")
+    if not ca:
+        return None
+    files = {}
+    for name in ("DTRAIN_TLS_CA", "DTRAIN_TLS_CERT", "DTRAIN_TLS_KEY"):
+        try:
+            with open(os.environ.get(name, ""), "rb") as f:
+                files[name] = f.read()
+        except OSError as e:
+            raise StoreError("other", f"store client: cannot read {name} ({e}); the agent writes the worker's TLS "
+                             "files when the cluster uses TLS") from None
+    return grpc.ssl_channel_credentials(root_certificates=files["DTRAIN_TLS_CA"],
+                                        private_key=files["DTRAIN_TLS_KEY"],
+                                        certificate_chain=files["DTRAIN_TLS_CERT"])
+
+
 class StoreClient:
     """A connection to the job's store. Thread-safe; every call has a deadline."""
 
@@ -115,13 +137,22 @@ class StoreClient:
         self._metadata = ((_TOKEN_METADATA, token),)
         self._connect_timeout = _seconds(connect_timeout)
         self._default_timeout = _seconds(default_timeout)
-        self._channel = grpc.insecure_channel(address, options=[
+        options = [
             ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
             # A get may block for up to an hour; pings notice a dead store well before that.
             ("grpc.keepalive_time_ms", 30000),
             ("grpc.keepalive_timeout_ms", 10000),
-        ])
+        ]
+        credentials = _worker_tls_credentials()
+        if credentials is None:
+            self._channel = grpc.insecure_channel(address, options=options)
+        else:
+            # A cluster that uses TLS: mutual TLS with the worker certificate the agent issued, plus the cluster
+            # token, like every other connection to an agent.
+            self._metadata += ((_CLUSTER_TOKEN_METADATA, os.environ.get("DTRAIN_CLUSTER_TOKEN", "")),)
+            options.append(("grpc.ssl_target_name_override", _TLS_TARGET_NAME))
+            self._channel = grpc.secure_channel(address, credentials, options=options)
         try:
             grpc.channel_ready_future(self._channel).result(timeout=self._connect_timeout)
         except grpc.FutureTimeoutError:

@@ -1,0 +1,25 @@
+#include "agent/security/identity.h"
+
+#include "agent/security/credentials.h"
+#include "agent/security/x509.h"
+
+namespace dtrain::security {
+
+Identity issue_identity(const ClusterSecret& secret, const std::string& common_name,
+                        std::chrono::seconds not_before_offset, std::chrono::seconds validity) {
+  if (validity.count() <= 0) throw SecurityError("issue_identity: the validity must be positive");
+  x509::CertificateSpec spec;
+  // X.509 limits a common name to 64 characters; the name is for logs, so a long host name is cut.
+  spec.common_name = common_name.empty() ? "dtrain" : common_name.substr(0, 64);
+  spec.dns_names = {kTlsTargetName};
+  spec.not_before_offset = not_before_offset;
+  spec.validity = validity;
+  Identity ca{secret.ca_key_pem, secret.ca_cert_pem};
+  try {
+    return x509::make_certificate(spec, &ca);
+  } catch (const SecurityError& e) {
+    throw SecurityError("cannot issue a certificate from the cluster CA in " + secret.dir + ": " + e.what());
+  }
+}
+
+}  // namespace dtrain::security
