@@ -123,8 +123,8 @@ int Agent::run() {
   builder.SetMaxReceiveMessageSize(80 << 20);
   builder.SetMaxSendMessageSize(80 << 20);
   // Keepalive pings let a dead peer be noticed even when no message is due.
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
@@ -233,8 +233,8 @@ std::string Agent::join_launcher() {
   grpc::ChannelArguments args;
   if (join_tls_) security::set_tls_target(args);
   args.SetMaxReceiveMessageSize(80 << 20);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   auto channel = grpc::CreateCustomChannel(options_.join, client_credentials_, args);
   auto stub = v1::LauncherService::NewStub(channel);
@@ -256,7 +256,13 @@ std::string Agent::join_launcher() {
       joined_ = true;
     }
     std::string served = serve_session(session);
-    stream->WritesDone();
+    if (served.empty()) {
+      // Clean goodbye: nothing more to hear from the launcher, which may already be gone; do not wait for its
+      // final status.
+      context.TryCancel();
+      stream->Finish();
+      return {};
+    }
     grpc::Status status = stream->Finish();
     if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {
       return "the launcher at " + options_.join + " ended the session: " +

@@ -23,3 +23,13 @@ const char* signal_name(int signal);
 std::string timestamp_now();
 
 }  // namespace dtrain
+
+namespace dtrain {
+
+// gRPC keepalive on every session channel. Liveness is decided by the session heartbeats and
+// health.node_timeout_s; keepalive only finds dead TCP connections while no message is due, so its timeout is
+// generous: a peer starved of CPU (hundreds of agents on a few cores) must not be declared dead by it.
+inline constexpr int kKeepaliveTimeMs = 10000;
+inline constexpr int kKeepaliveTimeoutMs = 30000;
+
+}  // namespace dtrain

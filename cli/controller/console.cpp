@@ -121,10 +121,14 @@ std::string failure_summary(const std::string& job_id, const Failure& root, cons
     s << "  rank " << root.rank << " wrote nothing to stderr\n";
   }
   if (!root.log_path.empty()) s << "  full log: " << root.log_path << "\n";
-  for (const auto& other : others) {
+  // A few other failures help tell a cascade from independent faults; thousands would bury the root cause.
+  constexpr std::size_t kOthersShown = 8;
+  for (std::size_t i = 0; i < others.size() && i < kOthersShown; ++i) {
+    const auto& other = others[i];
     s << "  also failed: rank " << other.rank << " on node " << other.node << " (" << other.host << "), "
       << describe_exit(other.exit) << "\n";
   }
+  if (others.size() > kOthersShown) s << "  and " << others.size() - kOthersShown << " more ranks failed\n";
   return s.str();
 }
 

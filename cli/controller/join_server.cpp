@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "common/util.h"
+
 namespace dtrain::controller {
 
 bool JoinedSession::send(const v1::LauncherMessage& message) {
@@ -47,8 +49,8 @@ JoinServer::JoinServer(EventQueue& events, const std::string& listen,
   builder.AddListeningPort(listen, std::move(credentials), &port);
   builder.RegisterService(this);
   builder.SetMaxReceiveMessageSize(80 << 20);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);

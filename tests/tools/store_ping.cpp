@@ -14,9 +14,12 @@ int main() {
     return 1;
   }
   try {
-    auto store = dtrain::store::StoreClient::from_env();
+    // Thousands of ranks may start at once on a few cores: give the store as long to accept as c10d's default.
+    dtrain::store::StoreClientOptions options;
+    options.connect_timeout = std::chrono::milliseconds(300000);
+    auto store = dtrain::store::StoreClient::from_env(options);
     store.set(std::string("rank/") + rank, rank);
-    std::string zero = store.get("rank/0", std::chrono::milliseconds(60000));
+    std::string zero = store.get("rank/0", std::chrono::milliseconds(300000));
     if (zero != "0") {
       std::fprintf(stderr, "dtrain-store-ping: rank/0 holds '%s', expected '0'\n", zero.c_str());
       return 1;

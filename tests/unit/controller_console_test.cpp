@@ -70,3 +70,17 @@ TEST_CASE("restart policy counts restarts, not attempts") {
   CHECK_FALSE(two.may_restart(2));
   CHECK(two.backoff() == std::chrono::milliseconds(250));
 }
+
+TEST_CASE("failure summary lists a few other failures, then counts the rest") {
+  Failure root;
+  root.exit.set_exit_code(1);
+  std::vector<Failure> others(12);
+  for (unsigned i = 0; i < others.size(); ++i) {
+    others[i].rank = 100 + i;
+    others[i].exit.set_exit_code(1);
+  }
+  std::string text = failure_summary("job", root, others, 0, 0);
+  CHECK(text.find("also failed: rank 107") != std::string::npos);
+  CHECK(text.find("also failed: rank 108") == std::string::npos);
+  CHECK(text.find("and 4 more ranks failed") != std::string::npos);
+}
