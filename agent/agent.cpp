@@ -18,6 +18,7 @@
 #include "agent/security/identity.h"
 #include "agent/security/secret.h"
 #include "agent/service/store_service.h"
+#include "common/grpc_options.h"
 #include "common/util.h"
 #include "common/version.h"
 
@@ -120,14 +121,7 @@ int Agent::run() {
   builder.RegisterService(&session_service);
   builder.RegisterService(&store_service);
   builder.RegisterService(&report_service);
-  builder.SetMaxReceiveMessageSize(80 << 20);
-  builder.SetMaxSendMessageSize(80 << 20);
-  // Keepalive pings let a dead peer be noticed even when no message is due.
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  set_session_server_options(builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     std::fprintf(stderr, "dtrain agent: cannot listen on %s (address in use or not on this host?)\n",
@@ -230,12 +224,8 @@ void Agent::write_worker_tls(const security::ClusterSecret& secret) {
 
 std::string Agent::join_launcher() {
   auto deadline = std::chrono::steady_clock::now() + options_.join_timeout;
-  grpc::ChannelArguments args;
+  grpc::ChannelArguments args = session_channel_arguments();
   if (join_tls_) security::set_tls_target(args);
-  args.SetMaxReceiveMessageSize(80 << 20);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   auto channel = grpc::CreateCustomChannel(options_.join, client_credentials_, args);
   auto stub = v1::LauncherService::NewStub(channel);
   std::string last_error = "no answer";

@@ -1,21 +1,8 @@
 #include "cli/controller/agent_connection.h"
 
 #include "agent/security/credentials.h"
-#include "common/util.h"
 
 namespace dtrain::controller {
-
-grpc::ChannelArguments session_channel_arguments() {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(80 << 20);
-  args.SetMaxSendMessageSize(80 << 20);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  // Each session gets its own connection: one agent's traffic never queues behind another's.
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return args;
-}
 
 AgentConnection::AgentConnection(int node, std::string address, EventQueue& events,
                                  std::shared_ptr<grpc::ChannelCredentials> credentials,

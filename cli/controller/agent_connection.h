@@ -61,7 +61,4 @@ class AgentConnection final : public NodeSession {
   std::string status_;
 };
 
-// Channel arguments shared by every launcher->agent channel: message limits and keepalive.
-grpc::ChannelArguments session_channel_arguments();
-
 }  // namespace dtrain::controller

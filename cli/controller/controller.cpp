@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "agent/security/credentials.h"
+#include "common/grpc_options.h"
 #include "common/util.h"
 #include "common/version.h"
 

@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "common/util.h"
+#include "common/grpc_options.h"
 
 namespace dtrain::controller {
 
@@ -48,12 +48,7 @@ JoinServer::JoinServer(EventQueue& events, const std::string& listen,
   int port = 0;
   builder.AddListeningPort(listen, std::move(credentials), &port);
   builder.RegisterService(this);
-  builder.SetMaxReceiveMessageSize(80 << 20);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  set_session_server_options(builder);
   server_ = builder.BuildAndStart();
   if (!server_ || port == 0) {
     throw std::runtime_error("cannot listen for joining agents on " + listen +
