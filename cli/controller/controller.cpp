@@ -307,7 +307,8 @@ void Controller::apply(const Event& event) {
       std::string status = n.connection->finish();
       if (!shutting_down_ && !n.lost) {
         lose_node(event.node, "the session with its agent at " + n.connection->address() + " ended" +
-                                  (status.empty() ? "" : ": " + status));
+                                  (status.empty() ? " (its agent process died, or the network to it failed)"
+                                                  : ": " + status));
       }
       return;
     }
