@@ -126,7 +126,13 @@ std::string JobRunner::start_group(const v1::StartGroup& request) {
     emit(std::move(done));
     return {};
   }
-  supervisor_->spawn(std::move(specs));
+  try {
+    supervisor_->spawn(std::move(specs));
+  } catch (const std::exception& e) {
+    // The launcher fails this node cleanly; whatever did start is stopped when the session ends.
+    spdlog::error("starting round {}'s workers failed: {}", request.round(), e.what());
+    return std::string("could not start this node's workers: ") + e.what();
+  }
   return {};
 }
 
