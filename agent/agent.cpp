@@ -226,6 +226,10 @@ std::string Agent::join_launcher() {
   auto deadline = std::chrono::steady_clock::now() + options_.join_timeout;
   grpc::ChannelArguments args = session_channel_arguments();
   if (join_tls_) security::set_tls_target(args);
+  // Agents usually start before their launcher listens: retry quickly instead of gRPC's default 1 s..120 s backoff.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   auto channel = grpc::CreateCustomChannel(options_.join, client_credentials_, args);
   auto stub = v1::LauncherService::NewStub(channel);
   std::string last_error = "no answer";

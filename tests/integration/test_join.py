@@ -26,7 +26,7 @@ def agent(run, port):
 run = Run([], timeout=60)
 port = free_port()
 spec = write(os.path.join(run.dir, "job.yaml"),
-             "name: joined\nnodes: {provider: join, count: '2:3', rendezvous: '127.0.0.1:%d', join_timeout_s: 1}\n"
+             "name: joined\nnodes: {provider: join, count: '2:3', rendezvous: '127.0.0.1:%d', join_timeout_s: 5}\n"
              "workers_per_node: 2\ncommand: [/bin/sh, -c, 'echo rank $RANK node $GROUP_RANK of $GROUP_WORLD_SIZE']\n"
              "logs: {console: all}\n" % port)
 run.args += ["launch", spec]
