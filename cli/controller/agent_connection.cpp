@@ -42,22 +42,7 @@ bool AgentConnection::open(std::chrono::milliseconds timeout, std::string& error
     error = "cannot open a session with the agent at " + address_;
     return false;
   }
-  reader_ = std::thread([this] {
-    v1::AgentMessage message;
-    while (stream_->Read(&message)) {
-      received_any_ = true;
-      Event event;
-      event.kind = Event::Kind::message;
-      event.node = node_;
-      event.message = std::move(message);
-      events_.push(std::move(event));
-      message = v1::AgentMessage();
-    }
-    Event closed;
-    closed.kind = Event::Kind::session_closed;
-    closed.node = node_;
-    events_.push(std::move(closed));
-  });
+  reader_ = std::thread([this] { pump_session(*stream_, node_, events_, [this] { received_any_ = true; }); });
   return true;
 }
 

@@ -56,4 +56,25 @@ class EventQueue {
   std::deque<Event> events_;
 };
 
+// Turns every AgentMessage read from one session stream (client or server side, whichever dialed) into an Event
+// for `node`, then one session_closed once the stream ends. Runs on the stream's reader thread.
+// `on_message` runs before each message is queued (may be empty).
+template <class Stream, class OnMessage>
+void pump_session(Stream& stream, int node, EventQueue& events, OnMessage on_message) {
+  v1::AgentMessage message;
+  while (stream.Read(&message)) {
+    on_message();
+    Event event;
+    event.kind = Event::Kind::message;
+    event.node = node;
+    event.message = std::move(message);
+    events.push(std::move(event));
+    message = v1::AgentMessage();
+  }
+  Event closed;
+  closed.kind = Event::Kind::session_closed;
+  closed.node = node;
+  events.push(std::move(closed));
+}
+
 }  // namespace dtrain::controller

@@ -100,19 +100,7 @@ grpc::Status JoinServer::Join(grpc::ServerContext* context,
   joined.text = context->peer();
   events_.push(std::move(joined));
 
-  v1::AgentMessage message;
-  while (stream->Read(&message)) {
-    Event event;
-    event.kind = Event::Kind::message;
-    event.node = id;
-    event.message = std::move(message);
-    events_.push(std::move(event));
-    message = v1::AgentMessage();
-  }
-  Event closed;
-  closed.kind = Event::Kind::session_closed;
-  closed.node = id;
-  events_.push(std::move(closed));
+  pump_session(*stream, id, events_, [] {});
   session->wait_until_finished();
   return grpc::Status::OK;
 }

@@ -31,10 +31,8 @@ class JoinedSession final : public NodeSession {
   bool open() const override;
 
   // The service handler: blocks until the controller finished or cancelled the session (the stream must live as
-  // long as the controller may write to it), or until `limit` when the controller never takes it.
+  // long as the controller may write to it; the JoinServer's destructor cancels what is left).
   void wait_until_finished();
-  // The handler saw the stream end (read failed).
-  void mark_read_closed();
 
  private:
   mutable std::mutex mutex_;
