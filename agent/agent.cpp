@@ -334,6 +334,7 @@ std::string Agent::serve_session(SessionStream& stream) {
   facts->set_unix_ms(unix_ms());
   hello.mutable_hello()->set_agent_address(address_);
   hello.mutable_hello()->set_pid(static_cast<std::uint32_t>(::getpid()));
+  if (options_.slot) hello.mutable_hello()->set_slot(*options_.slot);
   outbox.push(std::move(hello));
 
   bool goodbye = false;

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "agent/job_runner.h"
@@ -29,6 +30,7 @@ struct AgentOptions {
   std::chrono::milliseconds join_timeout{60000};   // keep retrying the launcher this long
   bool insecure = false;                // plaintext off loopback (warned about at start)
   std::string secret_dir;               // cluster secret for TLS + token ("" = $DTRAIN_SECRET_DIR or ~/.dtrain)
+  std::optional<unsigned> slot;         // position in the launcher's host list (--slot), sent in the hello
   std::chrono::milliseconds default_lease{10000};   // until the launcher's Configure says otherwise
   std::chrono::milliseconds default_grace{10000};   // stop grace when the session is lost before Configure
   std::chrono::milliseconds default_heartbeat{1000};

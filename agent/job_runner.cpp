@@ -126,13 +126,9 @@ std::string JobRunner::start_group(const v1::StartGroup& request) {
     emit(std::move(done));
     return {};
   }
-  try {
-    supervisor_->spawn(std::move(specs));
-  } catch (const std::exception& e) {
-    // The launcher fails this node cleanly; whatever did start is stopped when the session ends.
-    spdlog::error("starting round {}'s workers failed: {}", request.round(), e.what());
-    return std::string("could not start this node's workers: ") + e.what();
-  }
+  // Asynchronous: on a loaded machine the supervisor thread may get to the specs late, and the session must keep
+  // answering meanwhile. Every outcome comes back as an event (WorkerStarted, or WorkerExited with spawn_error).
+  supervisor_->spawn_async(std::move(specs));
   return {};
 }
 

@@ -3,6 +3,9 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "agent/agent.h"
 #include "cli/commands.h"
 
@@ -23,10 +26,33 @@ Action add_agent_command(CLI::App& app) {
   cmd->add_flag("--insecure", options->insecure, "allow plaintext without authentication off loopback");
   cmd->add_option("--secret-dir", options->secret_dir, "cluster secret for TLS (default: $DTRAIN_SECRET_DIR or ~/.dtrain)");
   cmd->add_flag("--quiet", *quiet, "log warnings and errors only");
+  auto slot = std::make_shared<std::string>();
+  cmd->add_option("--slot", *slot,
+                  "this node's position in the launcher's host list, or `slurm` for $SLURM_NODEID (set by launchers "
+                  "that start agents over ssh or srun; it orders node ranks)");
   cmd->add_option("--lease-s", *lease_s, "stop the workers when the launcher is silent this long")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  return [options, quiet, lease_s, join_timeout_s]() {
+  return [options, quiet, lease_s, join_timeout_s, slot]() {
+    if (!slot->empty()) {
+      std::string text = *slot;
+      if (text == "slurm") {
+        const char* id = std::getenv("SLURM_NODEID");
+        if (id == nullptr) {
+          std::fprintf(stderr, "dtrain agent: --slot slurm, but SLURM_NODEID is not set: run it under srun\n");
+          return 2;
+        }
+        text = id;
+      }
+      char* end = nullptr;
+      const unsigned long value = std::strtoul(text.c_str(), &end, 10);
+      if (text.empty() || *end != '\0' || value > 1000000) {
+        std::fprintf(stderr, "dtrain agent: --slot expects a node position (0, 1, ...) or slurm, got '%s'\n",
+                     slot->c_str());
+        return 2;
+      }
+      options->slot = static_cast<unsigned>(value);
+    }
     options->join_timeout = std::chrono::milliseconds(static_cast<long long>(*join_timeout_s * 1000));
     auto logger = spdlog::stderr_color_mt("dtrain-agent");
     logger->set_pattern("[dtrain-agent %l] %v");

@@ -7,6 +7,7 @@
 #include "agent/node/facts.h"
 #include "cli/commands.h"
 #include "cli/controller/controller.h"
+#include "cli/controller/remote_agents.h"
 #include "common/util.h"
 
 namespace dtrain::cli {
@@ -28,6 +29,32 @@ int launch_job(spec::Spec spec, const LaunchFlags& flags) {
   return code;
 }
 
+namespace {
+
+// ssh and slurm: the commands that would start the agents (the join port is picked at launch).
+void print_remote_agent_commands(const spec::Spec& spec, int count) {
+  if (spec.nodes.provider != spec::Provider::ssh && spec.nodes.provider != spec::Provider::slurm) return;
+  controller::RemoteAgentOptions remote;
+  remote.dtrain = spec.nodes.remote_dtrain.empty() ? self_executable() : spec.nodes.remote_dtrain;
+  try {
+    remote.join_address = host_of(controller::rendezvous_listen_address(spec)) + ":<port at launch>";
+  } catch (const std::exception& e) {
+    remote.join_address = "<no rendezvous address: " + std::string(e.what()) + ">";
+  }
+  remote.join_timeout_s = spec.nodes.join_timeout_s;
+  std::vector<std::vector<std::string>> commands;
+  if (spec.nodes.provider == spec::Provider::ssh) commands = controller::ssh_agent_commands(spec, remote);
+  else commands.push_back(controller::srun_agent_command(spec, count, remote));
+  std::printf("\nagents are started with:\n");
+  for (const auto& argv : commands) {
+    std::string line;
+    for (const auto& word : argv) line += (line.empty() ? "  " : " ") + word;
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+}  // namespace
+
 int print_dry_run(const spec::Spec& input) {
   namespace fs = std::filesystem;
   spec::Spec spec = input;
@@ -36,6 +63,14 @@ int print_dry_run(const spec::Spec& input) {
   std::vector<spec::NodeInfo> nodes;
   int count = spec.nodes.provider == spec::Provider::static_list ? static_cast<int>(spec.nodes.agents.size())
                                                                  : spec.nodes.max_count;
+  if (spec.nodes.provider == spec::Provider::slurm && count == 0) {
+    try {
+      count = controller::slurm_node_count(spec);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "dtrain: %s\n", e.what());
+      return 2;
+    }
+  }
   for (int i = 0; i < count; ++i) {
     spec::NodeInfo info;
     if (spec.nodes.provider == spec::Provider::static_list) {
@@ -44,6 +79,17 @@ int print_dry_run(const spec::Spec& input) {
       info.agent_address = agent;
       info.hostname = info.address;
       info.host_id = agent;
+    } else if (spec.nodes.provider == spec::Provider::ssh) {
+      const auto host = spec::parse_ssh_host(spec.nodes.hosts[static_cast<std::size_t>(i)]);
+      info.address = host ? host->host : spec.nodes.hosts[static_cast<std::size_t>(i)];
+      info.agent_address = info.address + ":<agent port at launch>";
+      info.hostname = info.address;
+      info.host_id = info.address;
+    } else if (spec.nodes.provider == spec::Provider::slurm) {
+      info.address = "<slurm node " + std::to_string(i) + ">";
+      info.agent_address = info.address + ":<agent port at launch>";
+      info.hostname = info.address;
+      info.host_id = info.address;
     } else {
       info.address = "127.0.0.1";
       info.agent_address = "127.0.0.1:<agent port at launch>";
@@ -64,6 +110,7 @@ int print_dry_run(const spec::Spec& input) {
     spec::Plan plan = spec::make_plan(spec, nodes, round);
     std::string text = spec::render_plan(spec, plan);
     std::fwrite(text.data(), 1, text.size(), stdout);
+    print_remote_agent_commands(spec, count);
   } catch (const spec::PlanError& e) {
     std::fprintf(stderr, "dtrain: cannot plan the job: %s\n", e.what());
     return 2;

@@ -5,11 +5,13 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git
-  libcli11-dev libspdlog-dev libfmt-dev libyaml-cpp-dev doctest-dev
+  libcli11-dev libspdlog-dev libfmt-dev libyaml-cpp-dev doctest-dev nlohmann-json3-dev
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   python3 python3-torch python3-grpcio python3-protobuf
   procps iproute2 libssl-dev
   iptables iputils-ping util-linux hostname
+  openssh-server openssh-client
+  libgloo-dev libopenblas-dev
 )
 
 missing=()

@@ -470,6 +470,22 @@ bool Supervisor::stop_all_and_wait(std::chrono::milliseconds grace, std::chrono:
   return result.wait_for(timeout) == std::future_status::ready;
 }
 
+void Supervisor::spawn_async(std::vector<ProcessSpec> specs) {
+  Impl* impl = impl_.get();
+  auto shared_specs = std::make_shared<std::vector<ProcessSpec>>(std::move(specs));
+  impl->loop.post([impl, shared_specs] {
+    std::size_t next = 0;
+    try {
+      for (; next < shared_specs->size(); ++next) impl->start_one((*shared_specs)[next]);
+    } catch (const std::exception& e) {
+      // Nobody waits for this call: every spec not started must still end in an exited event.
+      for (; next < shared_specs->size(); ++next) {
+        impl->report_spawn_failure((*shared_specs)[next], 0, std::string("not started: ") + e.what());
+      }
+    }
+  });
+}
+
 std::size_t Supervisor::running() const { return impl_->running.load(); }
 
 }  // namespace dtrain::supervisor

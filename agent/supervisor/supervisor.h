@@ -69,6 +69,10 @@ class Supervisor {
   // again from its `done`. Throws std::runtime_error if the supervisor thread does not answer in time (an event
   // callback is blocking it).
   void spawn(std::vector<ProcessSpec> specs);
+  // The same without waiting: the specs are started on the supervisor's thread as soon as it gets to them, and the
+  // caller learns the outcome only from the events (started, or exited with spawn_error). For callers that must not
+  // block, e.g. an agent starting its workers on a machine so loaded that the supervisor thread runs late.
+  void spawn_async(std::vector<ProcessSpec> specs);
   // SIGTERM to every process group and every descendant of this process (including descendants that called setsid
   // or double-forked, and orphans reparented to this subreaper), then SIGKILL after `grace` to whatever remains,
   // repeating the scan until nothing is left; `done(sigkilled_count)` on the supervisor thread once no descendant

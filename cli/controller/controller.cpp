@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "agent/security/credentials.h"
+#include "cli/controller/remote_agents.h"
 #include "common/grpc_options.h"
 #include "common/util.h"
 #include "common/version.h"
@@ -84,8 +86,11 @@ void Controller::lose_node(int node, const std::string& why) {
   if (n.lost) return;
   n.lost = true;
   std::string host = n.info.hostname.empty() ? (n.connection ? n.connection->address() : "?") : n.info.hostname;
-  std::string text = "node " + std::to_string(node) + " (" + host + ") lost: " + why;
-  bool in_round = std::find(active_.begin(), active_.end(), node) != active_.end();
+  // Named by its node rank in this round (its id in nodes_ is the join order for agents that dial in).
+  const auto position = std::find(active_.begin(), active_.end(), node);
+  const bool in_round = position != active_.end();
+  const long label = in_round ? position - active_.begin() : node;
+  std::string text = "node " + std::to_string(label) + " (" + host + ") lost: " + why;
   if (!node_failure_ && in_round) node_failure_ = text;
   console_.note(text);
   // Its agent sees the session end and stops its workers; nothing of this node takes part again.
@@ -168,8 +173,11 @@ void Controller::dial_static_agents() {
 void Controller::start_nodes() {
   switch (spec_.nodes.provider) {
     case spec::Provider::local: {
-      local_agents_ = std::make_unique<LocalAgents>(events_, options_.self_exe, job_dir_);
-      auto addresses = local_agents_->start(spec_.nodes.max_count, options_.agent_start_timeout);
+      agent_processes_ = std::make_unique<AgentProcesses>(events_, job_dir_);
+      agent_processes_->start(std::vector<std::vector<std::string>>(
+          static_cast<std::size_t>(spec_.nodes.max_count),
+          {options_.self_exe, "agent", "--listen", "127.0.0.1:0", "--one-shot", "--quiet"}));
+      auto addresses = agent_processes_->wait_addresses(options_.agent_start_timeout);
       nodes_.resize(addresses.size());
       for (std::size_t i = 0; i < addresses.size(); ++i) {
         auto connection = std::make_shared<AgentConnection>(static_cast<int>(i), addresses[i], events_,
@@ -195,18 +203,62 @@ void Controller::start_nodes() {
       break;
     case spec::Provider::ssh:
     case spec::Provider::slurm:
-      throw std::runtime_error("nodes.provider ssh and slurm are not available in this version; use local, static "
-                               "(agents started with `dtrain agent --listen`) or join (`dtrain agent --join`)");
+      start_remote_agents();
+      break;
   }
+}
+
+void Controller::start_remote_agents() {
+  const bool ssh = spec_.nodes.provider == spec::Provider::ssh;
+  const int count = ssh ? static_cast<int>(spec_.nodes.hosts.size()) : slurm_node_count(spec_);
+  if (!ssh && spec_.nodes.max_count == 0) spec_.nodes.min_count = spec_.nodes.max_count = count;
+  const std::string listen = rendezvous_listen_address(spec_);
+  join_server_ = std::make_unique<JoinServer>(events_, listen, server_credentials_for(listen), count);
+  RemoteAgentOptions remote;
+  remote.dtrain = spec_.nodes.remote_dtrain.empty() ? options_.self_exe : spec_.nodes.remote_dtrain;
+  remote.join_address = host_of(listen) + ":" + std::to_string(join_server_->port());
+  remote.insecure = options_.insecure;
+  remote.secret_dir = options_.secret_dir;  // "" = each node's default directory
+  remote.join_timeout_s = spec_.nodes.join_timeout_s;
+  std::vector<std::vector<std::string>> commands;
+  if (ssh) commands = ssh_agent_commands(spec_, remote);
+  else commands.push_back(srun_agent_command(spec_, count, remote));
+  remote_slots_ = count;
+  slot_failures_.clear();
+  console_.note("starting " + std::to_string(count) + " agent" + (count == 1 ? "" : "s") + (ssh ? " over ssh" : " with srun") +
+                "; they join at " + remote.join_address + " (their output: " + job_dir_ + "/agent_<n>.log)");
+  agent_processes_ = std::make_unique<AgentProcesses>(events_, job_dir_);
+  agent_processes_->start(std::move(commands));
+}
+
+bool Controller::more_may_join() const {
+  if (spec_.nodes.provider == spec::Provider::slurm) {
+    int joined = 0;
+    for (const auto& n : nodes_) joined += n.hello ? 1 : 0;
+    return joined < remote_slots_ && !agent_processes_->exited(0);
+  }
+  for (int slot = 0; slot < remote_slots_; ++slot) {
+    if (node_of_slot(slot) < 0 && !agent_processes_->exited(slot)) return true;
+  }
+  return false;
+}
+
+int Controller::node_of_slot(int slot) const {
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i].slot && static_cast<int>(*nodes_[i].slot) == slot) return static_cast<int>(i);
+  }
+  return -1;
 }
 
 bool Controller::select_nodes(bool first_round) {
   const int min = spec_.nodes.min_count, max = spec_.nodes.max_count;
   // Local and fixed-size static jobs wait for every node; elastic and joined ones for MAX until the join timeout,
   // then start with at least MIN.
-  auto deadline = Clock::now() + (first_round || spec_.nodes.provider == spec::Provider::join
-                                      ? seconds_to_ms(spec_.nodes.join_timeout_s)
-                                      : milliseconds(0));
+  const bool dials_in = spec_.nodes.provider == spec::Provider::join || spec_.nodes.provider == spec::Provider::ssh ||
+                        spec_.nodes.provider == spec::Provider::slurm;
+  const bool launched = spec_.nodes.provider == spec::Provider::ssh || spec_.nodes.provider == spec::Provider::slurm;
+  auto deadline = Clock::now() + (first_round || dials_in ? seconds_to_ms(spec_.nodes.join_timeout_s)
+                                                          : milliseconds(0));
   if (spec_.nodes.provider == spec::Provider::local) deadline = Clock::now() + options_.agent_start_timeout;
   auto pending = [this] {
     for (const auto& n : nodes_) {
@@ -219,7 +271,9 @@ bool Controller::select_nodes(bool first_round) {
     int alive = alive_nodes();
     if (alive >= max) break;
     if (Clock::now() >= deadline && !pending()) break;
-    if (spec_.nodes.provider != spec::Provider::join && !pending()) break;
+    if (!dials_in && !pending()) break;
+    // Every agent the launcher started has joined or ended: nothing more can come.
+    if (launched && !pending() && !more_may_join()) break;
     if (!next_event(event, deadline)) {
       if (Clock::now() >= deadline) {
         if (alive >= min) break;
@@ -240,9 +294,16 @@ bool Controller::select_nodes(bool first_round) {
     const auto& n = nodes_[i];
     if (n.hello && !n.lost && !n.session_closed) active_.push_back(static_cast<int>(i));
   }
+  if (launched) {
+    // Node ranks follow nodes.hosts (ssh) or SLURM_NODEID (slurm), not the order in which agents joined.
+    std::stable_sort(active_.begin(), active_.end(), [this](int a, int b) {
+      return nodes_[static_cast<std::size_t>(a)].slot.value_or(~0u) < nodes_[static_cast<std::size_t>(b)].slot.value_or(~0u);
+    });
+  }
   if (static_cast<int>(active_.size()) < min) {
     node_failure_ = "only " + std::to_string(active_.size()) + " node" + (active_.size() == 1 ? "" : "s") +
                     " available, nodes.count needs at least " + std::to_string(min);
+    for (const auto& why : slot_failures_) *node_failure_ += "; " + why;
     return false;
   }
   return true;
@@ -286,14 +347,46 @@ void Controller::apply(const Event& event) {
                       ": stopping every worker (send it again to kill them at once)");
       }
       return;
-    case Event::Kind::agent_line:
-      if (event.is_stderr) console_.note("node " + std::to_string(event.node) + " agent: " + event.text);
-      return;
-    case Event::Kind::agent_exited:
-      if (!shutting_down_ && event.node >= 0 && static_cast<std::size_t>(event.node) < nodes_.size()) {
-        lose_node(event.node, "its agent process " + event.text);
+    case Event::Kind::agent_line: {
+      // Local agents are their slot's node; an ssh/srun process speaks for the host it was started for.
+      if (!event.is_stderr) return;
+      // Before its agent joined, an ssh client's complaints end up in the exit note of its slot (and its log).
+      if (spec_.nodes.provider == spec::Provider::ssh && node_of_slot(event.node) < 0) return;
+      if (spec_.nodes.provider == spec::Provider::local) {
+        console_.note("node " + std::to_string(event.node) + " agent: " + event.text);
+      } else if (spec_.nodes.provider == spec::Provider::ssh) {
+        console_.note(spec_.nodes.hosts[static_cast<std::size_t>(event.node)] + ": " + event.text);
+      } else {
+        console_.note("srun: " + event.text);
       }
       return;
+    }
+    case Event::Kind::agent_exited: {
+      if (shutting_down_) return;
+      if (spec_.nodes.provider == spec::Provider::local) {
+        if (event.node >= 0 && static_cast<std::size_t>(event.node) < nodes_.size()) {
+          lose_node(event.node, "its agent process " + event.text);
+        }
+        return;
+      }
+      const bool ssh = spec_.nodes.provider == spec::Provider::ssh;
+      const std::string who = ssh ? "host " + spec_.nodes.hosts[static_cast<std::size_t>(event.node)] + " (nodes.hosts[" +
+                                        std::to_string(event.node) + "])"
+                                  : "srun";
+      const int node = ssh ? node_of_slot(event.node) : -1;
+      if (node >= 0) {
+        // The session says more (and sooner) when the agent dies; an ssh client ending under a live session
+        // means its connection to the host dropped.
+        if (!nodes_[static_cast<std::size_t>(node)].lost && !nodes_[static_cast<std::size_t>(node)].session_closed) {
+          console_.note(who + ": ssh " + event.text);
+        }
+        return;
+      }
+      slot_failures_.push_back(who + ": " + (ssh ? "ssh " : "") + event.text + " before its agent joined (see " +
+                               agent_processes_->log_path(event.node) + ")");
+      console_.note(slot_failures_.back());
+      return;
+    }
     case Event::Kind::joined: {
       if (static_cast<std::size_t>(event.node) >= nodes_.size()) nodes_.resize(static_cast<std::size_t>(event.node) + 1);
       auto& n = nodes_[static_cast<std::size_t>(event.node)];
@@ -328,6 +421,7 @@ void Controller::apply(const Event& event) {
                       ", this launcher is " + std::string(version()));
       }
       node.hello = true;
+      if (m.hello().has_slot()) node.slot = m.hello().slot();
       node.info.hostname = f.hostname();
       node.info.host_id = f.host_id();
       node.info.agent_address = m.hello().agent_address();
@@ -384,7 +478,7 @@ void Controller::apply(const Event& event) {
       if (!failed || x.stopped_by_agent()) break;
       Failure f;
       f.rank = x.rank();
-      f.node = static_cast<unsigned>(event.node);
+      f.node = x.rank() < plan_.workers.size() ? plan_.workers[x.rank()].node_rank : static_cast<unsigned>(event.node);
       f.host = node.info.hostname;
       f.exit = x;
       if (x.rank() < plan_.workers.size()) f.log_path = plan_.workers[x.rank()].log_path;
@@ -577,8 +671,10 @@ void Controller::shutdown_nodes() {
   for (auto& n : nodes_) {
     if (n.connection) n.connection->finish();
   }
-  if (local_agents_ && !local_agents_->wait_exit(milliseconds(5000))) {
-    console_.note("a local agent did not exit by itself; it was killed with everything it had started");
+  if (agent_processes_ && !agent_processes_->wait_exit(milliseconds(5000))) {
+    console_.note(spec_.nodes.provider == spec::Provider::local
+                      ? "a local agent did not exit by itself; it was killed with everything it had started"
+                      : "an ssh/srun process did not exit by itself after its agent's session ended; it was killed");
   }
 }
 

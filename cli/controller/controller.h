@@ -17,7 +17,7 @@
 #include "cli/controller/console.h"
 #include "cli/controller/event_queue.h"
 #include "cli/controller/join_server.h"
-#include "cli/controller/local_agents.h"
+#include "cli/controller/agent_processes.h"
 #include "cli/controller/restart_policy.h"
 #include "agent/security/identity.h"
 #include "agent/security/secret.h"
@@ -58,6 +58,7 @@ class Controller {
     bool lost = false;            // failed or gone: never part of a round again
     bool group_done = false;      // this round's workers all exited by themselves
     bool group_stopped = false;   // this round's StopGroup completed
+    std::optional<unsigned> slot; // ssh/slurm: which host it is (orders node ranks)
   };
   struct Worker {
     bool started = false;
@@ -68,6 +69,11 @@ class Controller {
 
   void start_nodes();
   void dial_static_agents();
+  void start_remote_agents();
+  // ssh/slurm: whether an agent the launcher started may still join (its process runs and it has not said hello).
+  bool more_may_join() const;
+  // ssh/slurm: the node whose hello carried `slot`, or -1.
+  int node_of_slot(int slot) const;
   std::shared_ptr<grpc::ChannelCredentials> channel_credentials_for(const std::string& address);
   std::shared_ptr<grpc::ServerCredentials> server_credentials_for(const std::string& address);
   grpc::ChannelArguments channel_arguments_for(const std::string& address);
@@ -97,7 +103,9 @@ class Controller {
   EventQueue events_;
   std::string job_id_;
   std::string job_dir_;
-  std::unique_ptr<LocalAgents> local_agents_;
+  std::unique_ptr<AgentProcesses> agent_processes_;  // local, ssh, slurm: the agent (or ssh/srun) processes
+  int remote_slots_ = 0;                             // ssh/slurm: how many agents were asked for
+  std::vector<std::string> slot_failures_;           // ssh/slurm: "host: how its ssh/srun ended" before joining
   std::unique_ptr<JoinServer> join_server_;
   std::optional<security::ClusterSecret> secret_;   // loaded on first TLS use
   security::Identity identity_;

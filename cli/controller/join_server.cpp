@@ -45,12 +45,11 @@ JoinServer::JoinServer(EventQueue& events, const std::string& listen,
                        std::shared_ptr<grpc::ServerCredentials> credentials, int max_nodes)
     : events_(events), max_nodes_(max_nodes) {
   grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(listen, std::move(credentials), &port);
+  builder.AddListeningPort(listen, std::move(credentials), &port_);
   builder.RegisterService(this);
   set_session_server_options(builder);
   server_ = builder.BuildAndStart();
-  if (!server_ || port == 0) {
+  if (!server_ || port_ == 0) {
     throw std::runtime_error("cannot listen for joining agents on " + listen +
                              " (nodes.rendezvous): is the address on this host and the port free?");
   }

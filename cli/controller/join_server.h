@@ -55,6 +55,8 @@ class JoinServer final : public v1::LauncherService::Service {
   std::shared_ptr<JoinedSession> session(int id);
   // Refuse every later join (the job is over).
   void close();
+  // The port it listens on (the one picked when nodes.rendezvous asked for port 0).
+  int port() const { return port_; }
 
   grpc::Status Join(grpc::ServerContext* context,
                     grpc::ServerReaderWriter<v1::LauncherMessage, v1::AgentMessage>* stream) override;
@@ -65,6 +67,7 @@ class JoinServer final : public v1::LauncherService::Service {
   std::mutex mutex_;
   std::vector<std::shared_ptr<JoinedSession>> sessions_;
   bool closed_ = false;
+  int port_ = 0;
   std::unique_ptr<grpc::Server> server_;
 };
 

@@ -245,6 +245,16 @@ class Reader {
         read_count(value, key_path, nodes);
       } else if (key == "agents") {
         read_string_list(value, key_path, nodes.agents, "Example: agents: [10.0.0.1:29400, 10.0.0.2:29400]");
+      } else if (key == "hosts") {
+        read_string_list(value, key_path, nodes.hosts, "Example: hosts: [node1, alice@node2, node3:2222]");
+      } else if (key == "ssh_command") {
+        nodes.ssh_command.clear();
+        read_string_list(value, key_path, nodes.ssh_command, "Example: ssh_command: [ssh, -i, ~/.ssh/cluster]");
+      } else if (key == "srun_command") {
+        nodes.srun_command.clear();
+        read_string_list(value, key_path, nodes.srun_command, "Example: srun_command: [srun, --partition, gpu]");
+      } else if (key == "remote_dtrain") {
+        read_string(value, key_path, nodes.remote_dtrain);
       } else if (key == "rendezvous") {
         read_string(value, key_path, nodes.rendezvous);
       } else if (key == "interface") {
@@ -257,6 +267,11 @@ class Reader {
     if (!count_given && nodes.provider == Provider::static_list && !nodes.agents.empty()) {
       nodes.min_count = nodes.max_count = static_cast<int>(nodes.agents.size());
     }
+    if (!count_given && nodes.provider == Provider::ssh && !nodes.hosts.empty()) {
+      nodes.min_count = nodes.max_count = static_cast<int>(nodes.hosts.size());
+    }
+    // Every node of the allocation, known only when the job starts inside it.
+    if (!count_given && nodes.provider == Provider::slurm) nodes.min_count = nodes.max_count = 0;
   }
 
   void read_count(const YAML::Node& node, const std::string& path, Spec::Nodes& nodes) {

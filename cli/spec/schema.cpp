@@ -14,7 +14,8 @@ const std::map<std::string_view, Keys>& sections() {
   static const std::map<std::string_view, Keys> table = {
       {"", {"name", "nodes", "workers_per_node", "command", "shell", "env", "working_dir", "restart", "stop",
             "health", "logs", "nccl", "binding"}},
-      {"nodes", {"provider", "count", "agents", "rendezvous", "interface", "join_timeout_s"}},
+      {"nodes", {"provider", "count", "agents", "hosts", "rendezvous", "interface", "join_timeout_s", "ssh_command",
+                 "srun_command", "remote_dtrain"}},
       {"restart", {"max_restarts", "backoff_s"}},
       {"stop", {"grace_s"}},
       {"health", {"heartbeat_timeout_s", "hang_timeout_s", "node_timeout_s"}},

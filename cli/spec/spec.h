@@ -11,6 +11,7 @@
 #include <exception>
 #include <map>
 #include <stdexcept>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,10 +43,21 @@ struct Spec {
   struct Nodes {
     Provider provider = Provider::local;  // where agents come from
     int min_count = 1;                    // `count: N` sets min = max = N; `count: MIN:MAX` (static, join, ssh,
-    int max_count = 1;                    //   slurm) is elastic: start with >= MIN of MAX nodes. For static, count
-                                          //   defaults to the number of agents, and MAX must equal it
+    int max_count = 1;                    //   slurm) is elastic: start with >= MIN of MAX nodes. For static and
+                                          //   ssh, count defaults to the number of agents / hosts, and MAX must
+                                          //   equal it. For slurm, no count (0 here) means every node of the
+                                          //   allocation (SLURM_JOB_NUM_NODES when the job starts)
     std::vector<std::string> agents;      // static only: one "host:port" per node, in node-rank order
-    std::string rendezvous;               // join only: "host:port" the launcher listens on for joining agents
+    std::vector<std::string> hosts;       // ssh only: "[user@]host[:ssh_port]" per node, in node-rank order
+    std::string rendezvous;               // "host:port" the launcher listens on for agents that dial in: required
+                                          //   for join; for ssh and slurm "" = this host's address towards the
+                                          //   nodes (or on nodes.interface) with a free port
+    std::vector<std::string> ssh_command{"ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"};
+                                          // ssh: the client and its options; the launcher appends [-p PORT]
+                                          //   [user@]host -- <remote_dtrain> agent --join ...
+    std::vector<std::string> srun_command{"srun"};  // slurm: srun and extra options; the launcher appends
+                                          //   --nodes N --ntasks N --ntasks-per-node 1 <remote_dtrain> agent ...
+    std::string remote_dtrain;            // ssh, slurm: the dtrain binary on the nodes ("" = this launcher's path)
     std::string interface;                // network interface workers talk over ("" = let the agents choose);
                                           //   also becomes NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
     double join_timeout_s = 60;           // how long the launcher waits for every node to join, > 0
@@ -139,6 +151,15 @@ Spec load_spec_string(std::string_view yaml, std::string_view source, const std:
 // The value checks that do not depend on YAML (ranges, names, cross-key rules), for a Spec built in code.
 // Diagnostics carry spec.source as their file and no position. Throws SpecError.
 void validate(const Spec&);
+
+// One entry of nodes.hosts: "[user@]host[:ssh_port]".
+struct SshHost {
+  std::string user;  // "" = ssh's default
+  std::string host;
+  int port = 0;      // 0 = ssh's default
+};
+// Parses an entry of nodes.hosts; std::nullopt when it is not of that form (validate says why).
+std::optional<SshHost> parse_ssh_host(std::string_view text);
 
 // ---- planning ---------------------------------------------------------------------------------------------------
 

@@ -44,7 +44,7 @@ bool valid_host(std::string_view host) {
 }
 
 // Why `address` is not host:port ("" when it is). IPv6 hosts are written in brackets: [fe80::1]:29400.
-std::string address_problem(std::string_view address) {
+std::string address_problem(std::string_view address, bool port_zero_ok = false) {
   std::string_view host, port;
   if (address.starts_with('[')) {
     const auto close = address.find(']');
@@ -68,7 +68,35 @@ std::string address_problem(std::string_view address) {
     return "does not end in a port number";
   }
   const int value = std::stoi(std::string(port));
-  if (value < 1 || value > 65535) return "has a port outside 1-65535";
+  if ((value < 1 && !(port_zero_ok && value == 0)) || value > 65535) return "has a port outside 1-65535";
+  return "";
+}
+
+// Why `text` is not "[user@]host[:ssh_port]" ("" when it is).
+std::string ssh_host_problem(std::string_view text) {
+  if (text.empty()) return "is empty";
+  const auto at = text.find('@');
+  if (at != std::string_view::npos) {
+    const std::string_view user = text.substr(0, at);
+    if (user.empty() || !std::all_of(user.begin(), user.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_';
+        })) {
+      return "has an invalid user name before '@'";
+    }
+    text = text.substr(at + 1);
+  }
+  const auto colon = text.find(':');
+  if (!valid_host(text.substr(0, colon))) return "is not a host name or IPv4 address";
+  if (colon != std::string_view::npos) {
+    const std::string_view port = text.substr(colon + 1);
+    if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) {
+          return c >= '0' && c <= '9';
+        })) {
+      return "does not end in an ssh port number after ':'";
+    }
+    const int value = std::stoi(std::string(port));
+    if (value < 1 || value > 65535) return "has an ssh port outside 1-65535";
+  }
   return "";
 }
 
@@ -119,7 +147,11 @@ class Checker {
   void check_nodes() {
     const auto& nodes = spec_.nodes;
     const bool is_static = nodes.provider == Provider::static_list;
-    if (nodes.min_count < 1) {
+    const bool is_ssh = nodes.provider == Provider::ssh;
+    const bool is_slurm = nodes.provider == Provider::slurm;
+    if (is_slurm && nodes.min_count == 0 && nodes.max_count == 0) {
+      // No count: every node of the allocation.
+    } else if (nodes.min_count < 1) {
       report("nodes.count", "must be at least 1, got " + std::to_string(nodes.min_count) + ".");
     } else if (nodes.min_count > nodes.max_count) {
       report("nodes.count", "minimum " + std::to_string(nodes.min_count) + " is greater than maximum " +
@@ -146,16 +178,19 @@ class Checker {
                                  ".",
              "List one agent per node, or leave out count (it defaults to the number of agents).");
     }
+    check_hosts();
     const bool is_join = nodes.provider == Provider::join;
+    const bool dials_in = is_join || is_ssh || is_slurm;
     if (is_join && nodes.rendezvous.empty()) {
       report("nodes.rendezvous", "provider join needs the host:port the launcher listens on for agents.",
              "Example: rendezvous: 10.0.0.1:29500 (agents run `dtrain agent --join 10.0.0.1:29500`)");
-    } else if (!is_join && !nodes.rendezvous.empty()) {
-      report("nodes.rendezvous", "is only for provider join (provider is " + std::string(to_string(nodes.provider)) +
-                                     ").",
+    } else if (!dials_in && !nodes.rendezvous.empty()) {
+      report("nodes.rendezvous", "is only for providers join, ssh and slurm (provider is " +
+                                     std::string(to_string(nodes.provider)) + ").",
              "Remove rendezvous, or set provider: join.");
-    } else if (is_join) {
-      if (const std::string problem = address_problem(nodes.rendezvous); !problem.empty()) {
+    } else if (!nodes.rendezvous.empty()) {
+      // Port 0: any free port (agents the launcher starts are told which).
+      if (const std::string problem = address_problem(nodes.rendezvous, !is_join); !problem.empty()) {
         report("nodes.rendezvous", "'" + nodes.rendezvous + "' " + problem + ".", "Write host:port, e.g. 10.0.0.1:29500.");
       }
     }
@@ -174,6 +209,47 @@ class Checker {
     }
     if (!std::isfinite(nodes.join_timeout_s) || nodes.join_timeout_s <= 0) {
       report("nodes.join_timeout_s", "must be > 0, got " + number(nodes.join_timeout_s) + ".");
+    }
+  }
+
+  // provider ssh: one "[user@]host[:port]" per node; the ssh and srun commands are argv lists.
+  void check_hosts() {
+    const auto& nodes = spec_.nodes;
+    const bool is_ssh = nodes.provider == Provider::ssh;
+    if (is_ssh && nodes.hosts.empty()) {
+      report("nodes.hosts", "provider ssh needs the hosts to start agents on.",
+             "Example: hosts: [node1, node2] (the launcher runs `ssh node1 dtrain agent --join ...`)");
+    } else if (!is_ssh && !nodes.hosts.empty()) {
+      report("nodes.hosts", "is only for provider ssh (provider is " + std::string(to_string(nodes.provider)) + ").",
+             nodes.provider == Provider::static_list ? "Static agents are listed in nodes.agents as host:port."
+                                                     : "Remove hosts, or set provider: ssh.");
+    } else if (is_ssh && !where_.is_broken("nodes.count") && static_cast<int>(nodes.hosts.size()) != nodes.max_count) {
+      report("nodes.hosts", std::to_string(nodes.hosts.size()) + " hosts are listed but nodes.count is " +
+                                (nodes.min_count == nodes.max_count ? std::to_string(nodes.min_count)
+                                                                    : "at most " + std::to_string(nodes.max_count)) +
+                                ".",
+             "List one host per node, or leave out count (it defaults to the number of hosts).");
+    }
+    std::set<std::string> seen;
+    for (std::size_t i = 0; i < nodes.hosts.size(); ++i) {
+      const std::string path = "nodes.hosts[" + std::to_string(i) + "]";
+      const std::string& host = nodes.hosts[i];
+      if (const std::string problem = ssh_host_problem(host); !problem.empty()) {
+        report(path, "'" + host + "' " + problem + ".", "Write host, user@host or host:ssh_port, e.g. alice@node2:2222.");
+      } else if (!seen.insert(host).second) {
+        report(path, "'" + host + "' is listed twice.", "List each host once; run more workers with workers_per_node.");
+      }
+    }
+    if (is_ssh && (nodes.ssh_command.empty() || nodes.ssh_command[0].empty())) {
+      report("nodes.ssh_command", "is empty.", "Example: ssh_command: [ssh, -o, BatchMode=yes]");
+    }
+    if (nodes.provider == Provider::slurm && (nodes.srun_command.empty() || nodes.srun_command[0].empty())) {
+      report("nodes.srun_command", "is empty.", "Example: srun_command: [srun]");
+    }
+    if (!nodes.remote_dtrain.empty() && !is_ssh && nodes.provider != Provider::slurm) {
+      report("nodes.remote_dtrain", "is only for providers ssh and slurm (provider is " +
+                                        std::string(to_string(nodes.provider)) + ").",
+             "Remove remote_dtrain.");
     }
   }
 
@@ -249,6 +325,19 @@ void check_spec(const Spec& spec, const Locations& where, std::vector<Diagnostic
 }
 
 }  // namespace detail
+
+std::optional<SshHost> parse_ssh_host(std::string_view text) {
+  if (!detail::ssh_host_problem(text).empty()) return std::nullopt;
+  SshHost out;
+  if (const auto at = text.find('@'); at != std::string_view::npos) {
+    out.user = std::string(text.substr(0, at));
+    text = text.substr(at + 1);
+  }
+  const auto colon = text.find(':');
+  out.host = std::string(text.substr(0, colon));
+  if (colon != std::string_view::npos) out.port = std::stoi(std::string(text.substr(colon + 1)));
+  return out;
+}
 
 void validate(const Spec& spec) {
   std::vector<Diagnostic> out;

@@ -69,7 +69,8 @@ TEST_CASE("overrides complete a spec that lacks required keys, even an empty one
 TEST_CASE("a bad path is reported against --set with did-you-mean") {
   CHECK(errors_with({"nodes.cuont=3"}) ==
         std::vector<std::string>{"--set: nodes.cuont: unknown key. Did you mean 'nodes.count'? Allowed keys under "
-                                 "nodes: provider, count, agents, rendezvous, interface, join_timeout_s"});
+                                 "nodes: provider, count, agents, hosts, rendezvous, interface, join_timeout_s, ssh_command, srun_command, "
+                                 "remote_dtrain"});
   CHECK(errors_with({"comand=[a]"}) ==
         std::vector<std::string>{"--set: comand: unknown key. Did you mean 'command'? Allowed top-level keys: name, "
                                  "nodes, workers_per_node, command, shell, env, working_dir, restart, stop, health, "
@@ -94,7 +95,8 @@ TEST_CASE("an overridden value is checked like the file's, and blamed on --set")
                                  "count: 2:4"});
   CHECK(errors_with({"nodes={cuont: 2}"}) ==
         std::vector<std::string>{"--set: nodes.cuont: unknown key. Did you mean 'nodes.count'? Allowed keys under "
-                                 "nodes: provider, count, agents, rendezvous, interface, join_timeout_s"});
+                                 "nodes: provider, count, agents, hosts, rendezvous, interface, join_timeout_s, ssh_command, srun_command, "
+                                 "remote_dtrain"});
   CHECK(errors_with({"command=[a,"}).front().starts_with(
       "--set: command: cannot read '[a,' as a YAML value: "));
 }
@@ -109,7 +111,7 @@ TEST_CASE("file errors and override errors are reported together") {
 TEST_CASE("setting below a key that is not a mapping says so") {
   CHECK(errors_with({"nodes.count=2"}, "name: x\ncommand: [a]\nnodes: 3\n") ==
         std::vector<std::string>{
-            "job.yaml:3:8: nodes: expected a mapping, got '3'. Keys under nodes: provider, count, agents, rendezvous, interface, "
-            "join_timeout_s.",
+            "job.yaml:3:8: nodes: expected a mapping, got '3'. Keys under nodes: provider, count, agents, hosts, rendezvous, "
+            "interface, join_timeout_s, ssh_command, srun_command, remote_dtrain.",
             "--set: nodes.count: cannot be set: nodes in job.yaml is not a mapping. Fix nodes in the file first."});
 }

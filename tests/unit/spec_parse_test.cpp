@@ -140,7 +140,7 @@ TEST_CASE("static without count takes the number of agents") {
 TEST_CASE("unknown key: position of the key, did-you-mean and the allowed keys") {
   CHECK(only_error("name: x\ncommand: [a]\nnodes:\n  cuont: 2\n") ==
         "job.yaml:4:3: nodes.cuont: unknown key. Did you mean 'nodes.count'? Allowed keys under nodes: provider, "
-        "count, agents, rendezvous, interface, join_timeout_s");
+        "count, agents, hosts, rendezvous, interface, join_timeout_s, ssh_command, srun_command, remote_dtrain");
   CHECK(only_error("name: x\ncomand: [a]\n") ==
         "job.yaml:2:1: comand: unknown key. Did you mean 'command'? Allowed top-level keys: name, nodes, "
         "workers_per_node, command, shell, env, working_dir, restart, stop, health, logs, nccl, binding");
@@ -212,7 +212,7 @@ TEST_CASE("values outside a fixed set suggest the closest one") {
 TEST_CASE("impossible values") {
   CHECK(only_error("name: x\ncommand: [a]\nnodes:\n  count: -2\n") ==
         "job.yaml:4:10: nodes.count: must be at least 1, got -2.");
-  CHECK(only_error("name: x\ncommand: [a]\nnodes:\n  provider: ssh\n  count: 3:2\n") ==
+  CHECK(only_error("name: x\ncommand: [a]\nnodes:\n  provider: slurm\n  count: 3:2\n") ==
         "job.yaml:5:10: nodes.count: minimum 3 is greater than maximum 2. Write MIN:MAX with MIN <= MAX, e.g. 2:3.");
   CHECK(only_error("name: x\ncommand: [a]\nnodes: {count: 1:4}\n") ==
         "job.yaml:3:16: nodes.count: a range (MIN:MAX) needs provider static, join, ssh or slurm; provider local has a fixed "
@@ -301,7 +301,8 @@ restart:
                       "job.yaml:1:7: name: 'My Job' is not a valid job name: use lowercase letters, digits and '-'. "
                       "Did you mean 'my-job'?",
                       "job.yaml:4:3: nodes.cuont: unknown key. Did you mean 'nodes.count'? Allowed keys under "
-                      "nodes: provider, count, agents, rendezvous, interface, join_timeout_s",
+                      "nodes: provider, count, agents, hosts, rendezvous, interface, join_timeout_s, ssh_command, "
+                      "srun_command, remote_dtrain",
                       "job.yaml:5:17: nodes.agents[1]: 'b' has no port. Write host:port, e.g. node1:29400 or "
                       "[fe80::1]:29400.",
                       "job.yaml:6:19: workers_per_node: expected an integer >= 1, gpu or cpu, got 'zero'.",
@@ -402,8 +403,8 @@ TEST_CASE("provider join needs a rendezvous address; rendezvous belongs to join 
   CHECK(only_error("name: x\ncommand: [a]\nnodes: {provider: join, count: 2, rendezvous: h}\n") ==
         "job.yaml:3:47: nodes.rendezvous: 'h' has no port. Write host:port, e.g. 10.0.0.1:29500.");
   CHECK(only_error("name: x\ncommand: [a]\nnodes: {count: 2, rendezvous: 'h:1'}\n") ==
-        "job.yaml:3:31: nodes.rendezvous: is only for provider join (provider is local). Remove rendezvous, or set "
-        "provider: join.");
+        "job.yaml:3:31: nodes.rendezvous: is only for providers join, ssh and slurm (provider is local). Remove "
+        "rendezvous, or set provider: join.");
   auto spec = dtrain::spec::load_spec_string(
       "name: x\ncommand: [a]\nnodes: {provider: join, count: '2:4', rendezvous: '10.0.0.1:29500'}\n", "job.yaml", {});
   CHECK(spec.nodes.provider == dtrain::spec::Provider::join);
@@ -416,4 +417,61 @@ TEST_CASE("provider join needs a rendezvous address; rendezvous belongs to join 
   CHECK(only_error("name: x\ncommand: [a]\nnodes: {provider: static, count: '1:3', agents: ['a:1', 'b:2']}\n") ==
         "job.yaml:3:49: nodes.agents: 2 agents are listed but nodes.count is at most 3. List one agent per node, or "
         "leave out count (it defaults to the number of agents).");
+}
+
+TEST_CASE("provider ssh: hosts in node-rank order, count from them, ssh command and remote binary") {
+  auto spec = dtrain::spec::load_spec_string(
+      "name: x\ncommand: [a]\nnodes:\n  provider: ssh\n  hosts: [node1, alice@node2, '10.0.0.3:2222']\n"
+      "  ssh_command: [ssh, -i, /k]\n  remote_dtrain: /opt/dtrain/bin/dtrain\n",
+      "job.yaml", {});
+  CHECK(spec.nodes.min_count == 3);
+  CHECK(spec.nodes.max_count == 3);
+  CHECK(spec.nodes.hosts == std::vector<std::string>{"node1", "alice@node2", "10.0.0.3:2222"});
+  CHECK(spec.nodes.ssh_command == std::vector<std::string>{"ssh", "-i", "/k"});
+  CHECK(spec.nodes.remote_dtrain == "/opt/dtrain/bin/dtrain");
+  const auto alice = dtrain::spec::parse_ssh_host("alice@node2:2222");
+  REQUIRE(alice);
+  CHECK(alice->user == "alice");
+  CHECK(alice->host == "node2");
+  CHECK(alice->port == 2222);
+  CHECK_FALSE(dtrain::spec::parse_ssh_host("node 2"));
+
+  CHECK(only_error("name: x\ncommand: [a]\nnodes: {provider: ssh, count: 2}\n") ==
+        "job.yaml:3:1: nodes.hosts: provider ssh needs the hosts to start agents on. Example: hosts: [node1, node2] "
+        "(the launcher runs `ssh node1 dtrain agent --join ...`)");
+  CHECK(only_error("name: x\ncommand: [a]\nnodes: {provider: ssh, hosts: [a, 'b:99999']}\n") ==
+        "job.yaml:3:35: nodes.hosts[1]: 'b:99999' has an ssh port outside 1-65535. Write host, user@host or "
+        "host:ssh_port, e.g. alice@node2:2222.");
+  CHECK(only_error("name: x\ncommand: [a]\nnodes: {provider: ssh, hosts: [a, a]}\n") ==
+        "job.yaml:3:35: nodes.hosts[1]: 'a' is listed twice. List each host once; run more workers with "
+        "workers_per_node.");
+  CHECK(only_error("name: x\ncommand: [a]\nnodes: {provider: ssh, count: 3, hosts: [a, b]}\n") ==
+        "job.yaml:3:41: nodes.hosts: 2 hosts are listed but nodes.count is 3. List one host per node, or leave out "
+        "count (it defaults to the number of hosts).");
+  CHECK(only_error("name: x\ncommand: [a]\nnodes: {hosts: [a]}\n") ==
+        "job.yaml:3:16: nodes.hosts: is only for provider ssh (provider is local). Remove hosts, or set provider: "
+        "ssh.");
+  CHECK(only_error("name: x\ncommand: [a]\nnodes: {provider: ssh, hosts: [a], ssh_command: []}\n") ==
+        "job.yaml:3:49: nodes.ssh_command: is empty. Example: ssh_command: [ssh, -o, BatchMode=yes]");
+  // Elastic: at most one node per host.
+  spec = dtrain::spec::load_spec_string(
+      "name: x\ncommand: [a]\nnodes: {provider: ssh, count: '1:2', hosts: [a, b], rendezvous: '10.0.0.1:0'}\n",
+      "job.yaml", {});
+  CHECK(spec.nodes.min_count == 1);
+  CHECK(spec.nodes.rendezvous == "10.0.0.1:0");
+}
+
+TEST_CASE("provider slurm: no count means the whole allocation; srun command") {
+  auto spec = dtrain::spec::load_spec_string("name: x\ncommand: [a]\nnodes: {provider: slurm}\n", "job.yaml", {});
+  CHECK(spec.nodes.provider == dtrain::spec::Provider::slurm);
+  CHECK(spec.nodes.max_count == 0);
+  CHECK(spec.nodes.srun_command == std::vector<std::string>{"srun"});
+  spec = dtrain::spec::load_spec_string(
+      "name: x\ncommand: [a]\nnodes: {provider: slurm, count: '2:4', srun_command: [srun, -p, gpu]}\n", "job.yaml",
+      {});
+  CHECK(spec.nodes.max_count == 4);
+  CHECK(spec.nodes.srun_command == std::vector<std::string>{"srun", "-p", "gpu"});
+  CHECK(only_error("name: x\ncommand: [a]\nnodes: {remote_dtrain: /x}\n") ==
+        "job.yaml:3:24: nodes.remote_dtrain: is only for providers ssh and slurm (provider is local). Remove "
+        "remote_dtrain.");
 }

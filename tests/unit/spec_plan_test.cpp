@@ -168,7 +168,7 @@ TEST_CASE("automatic tuning: loopback for local jobs, nodes.interface, nothing w
   CHECK(off.count("NCCL_IB_HCA") == 0);
   CHECK(off.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1");
 
-  const Env iface = make_plan(spec_of("name: j\ncommand: [a]\nnodes: {provider: ssh, interface: ib0}\n"), {tuned},
+  const Env iface = make_plan(spec_of("name: j\ncommand: [a]\nnodes: {provider: slurm, count: 1, interface: ib0}\n"), {tuned},
                               round_info())
                         .workers[0]
                         .env;
@@ -250,7 +250,7 @@ TEST_CASE("binding none: nobody pinned, OMP_NUM_THREADS is the share of the CPUs
 }
 
 TEST_CASE("workers_per_node gpu and cpu resolve per node, and must agree") {
-  const Spec gpu = spec_of("name: j\nnodes: {provider: ssh, count: 2}\ncommand: [a]\nworkers_per_node: gpu\n");
+  const Spec gpu = spec_of("name: j\nnodes: {provider: slurm, count: 2}\ncommand: [a]\nworkers_per_node: gpu\n");
   const Plan plan = make_plan(gpu, {node("node1", "h1", 32, 8), node("node2", "h2", 32, 8)}, round_info());
   CHECK(plan.workers_per_node == 8);
   CHECK(plan.world_size == 16);

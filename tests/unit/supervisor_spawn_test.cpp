@@ -272,3 +272,29 @@ TEST_CASE("spawn: exits are seen even when another thread swallows SIGCHLD") {
   done = true;
   rogue.join();
 }
+
+TEST_CASE("spawn_async: returns while the supervisor thread is busy; outcomes arrive as events") {
+  EventRecorder recorder;
+  Events events = recorder.events();
+  // The first worker's `started` holds the supervisor thread for 1.5 s, as a starved thread would be.
+  const auto record_started = events.started;
+  events.started = [record_started](std::uint64_t id, pid_t pid) {
+    if (id == 1) std::this_thread::sleep_for(1500ms);
+    record_started(id, pid);
+  };
+  Supervisor supervisor(events);
+  supervisor.spawn_async({command(1, {"/bin/true"})});
+  const auto before = std::chrono::steady_clock::now();
+  supervisor.spawn_async({command(2, {"sh", "-c", "exit 4"}), command(3, {"dtrain-no-such-program"})});
+  CHECK(std::chrono::steady_clock::now() - before < 200ms);
+  const auto four = recorder.wait_exit(2);
+  const auto missing = recorder.wait_exit(3);
+  REQUIRE(four);
+  REQUIRE(missing);
+  CHECK(four->exit.exit_code == 4);
+  CHECK(recorder.order(2) == std::vector<std::string>{"started", "exited"});
+  CHECK(missing->exit.exit_code == 127);
+  CHECK(missing->exit.spawn_error.find("dtrain-no-such-program") != std::string::npos);
+  CHECK(recorder.order(3) == std::vector<std::string>{"exited"});
+  REQUIRE(recorder.wait_exit(1));
+}

@@ -1,4 +1,4 @@
-#include "cli/controller/local_agents.h"
+#include "cli/controller/agent_processes.h"
 
 #include <csignal>
 #include <stdexcept>
@@ -8,17 +8,25 @@ namespace {
 
 constexpr std::string_view kReadyPrefix = "dtrain-agent listening on ";
 
+// How the process ended, with the end of its stderr (ssh and srun say there why they could not start an agent).
 std::string describe(const supervisor::ProcessExit& exit) {
   if (!exit.spawn_error.empty()) return exit.spawn_error;
-  if (exit.signal != 0) return "killed by signal " + std::to_string(exit.signal);
-  return "exited with code " + std::to_string(exit.exit_code);
+  std::string text = exit.signal != 0 ? "was killed by signal " + std::to_string(exit.signal)
+                                      : "exited with code " + std::to_string(exit.exit_code);
+  const auto& tail = exit.stderr_tail;
+  const std::size_t first = tail.size() > 3 ? tail.size() - 3 : 0;
+  for (std::size_t i = first; i < tail.size(); ++i) {
+    std::string line = tail[i];
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();  // ssh ends lines in \r\n
+    text += (i == first ? ": " : " / ") + line;
+  }
+  return text;
 }
 
 }  // namespace
 
-LocalAgents::LocalAgents(EventQueue& events, std::string self_exe, std::string log_dir)
+AgentProcesses::AgentProcesses(EventQueue& events, std::string log_dir)
     : events_(events),
-      self_exe_(std::move(self_exe)),
       log_dir_(std::move(log_dir)),
       supervisor_(supervisor::Events{
           [](std::uint64_t, pid_t) {},
@@ -50,54 +58,59 @@ LocalAgents::LocalAgents(EventQueue& events, std::string self_exe, std::string l
             events_.push(std::move(event));
           }}) {}
 
-LocalAgents::~LocalAgents() { wait_exit(std::chrono::milliseconds(0)); }
+AgentProcesses::~AgentProcesses() { wait_exit(std::chrono::milliseconds(0)); }
 
-std::vector<std::string> LocalAgents::start(int count, std::chrono::milliseconds timeout) {
+void AgentProcesses::start(std::vector<std::vector<std::string>> argvs) {
   {
     std::lock_guard lock(mutex_);
-    addresses_.assign(static_cast<std::size_t>(count), "");
-    exits_.assign(static_cast<std::size_t>(count), "");
-    running_ = count;
+    addresses_.assign(argvs.size(), "");
+    exits_.assign(argvs.size(), "");
+    running_ = static_cast<int>(argvs.size());
   }
   std::vector<supervisor::ProcessSpec> specs;
-  for (int i = 0; i < count; ++i) {
+  for (std::size_t i = 0; i < argvs.size(); ++i) {
     supervisor::ProcessSpec spec;
-    spec.id = static_cast<std::uint64_t>(i);
-    spec.argv = {self_exe_, "agent", "--listen", "127.0.0.1:0", "--one-shot", "--quiet"};
-    spec.log_path = log_dir_ + "/agent_" + std::to_string(i) + ".log";
+    spec.id = i;
+    spec.argv = std::move(argvs[i]);
+    spec.log_path = log_path(static_cast<int>(i));
     spec.parent_death_signal = SIGTERM;
     specs.push_back(std::move(spec));
   }
   supervisor_.spawn(std::move(specs));
+}
 
+std::vector<std::string> AgentProcesses::wait_addresses(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
-  auto deadline = std::chrono::steady_clock::now() + timeout;
   auto ready = [this] {
     for (std::size_t i = 0; i < addresses_.size(); ++i) {
       if (addresses_[i].empty() && exits_[i].empty()) return false;
     }
     return true;
   };
-  bool all = cv_.wait_until(lock, deadline, ready);
+  cv_.wait_until(lock, std::chrono::steady_clock::now() + timeout, ready);
   for (std::size_t i = 0; i < addresses_.size(); ++i) {
     if (!addresses_[i].empty()) continue;
     std::string why = !exits_[i].empty() ? exits_[i] : "did not report its address within " +
                                                           std::to_string(timeout.count()) + " ms";
     throw std::runtime_error("local agent for node " + std::to_string(i) + " failed to start: " + why +
-                             " (its output is in " + log_dir_ + "/agent_" + std::to_string(i) + ".log)");
+                             " (its output is in " + log_path(static_cast<int>(i)) + ")");
   }
-  (void)all;
   return addresses_;
 }
 
-bool LocalAgents::wait_exit(std::chrono::milliseconds timeout) {
+bool AgentProcesses::exited(int slot) {
+  std::lock_guard lock(mutex_);
+  return slot >= 0 && static_cast<std::size_t>(slot) < exits_.size() && !exits_[static_cast<std::size_t>(slot)].empty();
+}
+
+bool AgentProcesses::wait_exit(std::chrono::milliseconds timeout) {
   bool by_themselves;
   {
     std::unique_lock lock(mutex_);
     by_themselves = cv_.wait_for(lock, timeout, [this] { return running_ <= 0; });
   }
-  // Whatever is left (a stuck agent, or workers an agent left behind and that were reparented to this subreaper)
-  // is stopped and reaped.
+  // Whatever is left (a stuck agent or ssh client, or workers an agent left behind and that were reparented to this
+  // subreaper) is stopped and reaped.
   supervisor_.stop_all_and_wait(std::chrono::milliseconds(by_themselves ? 0 : 1000), std::chrono::seconds(10));
   return by_themselves;
 }

@@ -1,0 +1,56 @@
+#pragma once
+
+// The agent processes a launcher starts itself, one per slot:
+//  * provider local: `dtrain agent --listen 127.0.0.1:0 --one-shot` per simulated node (slot = node id); the
+//    launcher reads the address each prints and dials it like a remote agent;
+//  * provider ssh: `ssh HOST dtrain agent --join ...` per host (slot = index in nodes.hosts);
+//  * provider slurm: one `srun ... dtrain agent --join ...` for every node (slot 0).
+// They run under a Supervisor, so they get their own process groups, die with the launcher (parent-death signal
+// SIGTERM: a local agent stops its workers first; a remote one loses its session and stops them within its lease),
+// and anything left of them is killed when the launcher ends. Their output goes to <log_dir>/agent_<slot>.log;
+// stderr lines and exits become events (agent_line, agent_exited) for their slot.
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "agent/supervisor/supervisor.h"
+#include "cli/controller/event_queue.h"
+
+namespace dtrain::controller {
+
+class AgentProcesses {
+ public:
+  AgentProcesses(EventQueue& events, std::string log_dir);
+  ~AgentProcesses();
+
+  // Starts one process per argv; process i is slot i.
+  void start(std::vector<std::vector<std::string>> argvs);
+
+  // Local agents: waits until each printed "dtrain-agent listening on ADDR" and returns the addresses by slot, or
+  // throws std::runtime_error naming the agent that failed and why.
+  std::vector<std::string> wait_addresses(std::chrono::milliseconds timeout);
+
+  // Whether slot's process has exited.
+  bool exited(int slot);
+
+  // Waits for every process to exit by itself; after `timeout` kills what is left (and its descendants).
+  // Returns true if they all exited by themselves.
+  bool wait_exit(std::chrono::milliseconds timeout);
+
+  std::string log_path(int slot) const { return log_dir_ + "/agent_" + std::to_string(slot) + ".log"; }
+
+ private:
+  EventQueue& events_;
+  std::string log_dir_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<std::string> addresses_;
+  std::vector<std::string> exits_;    // non-empty once slot i exited: how
+  int running_ = 0;
+  supervisor::Supervisor supervisor_;  // last: its thread stops before the state above goes away
+};
+
+}  // namespace dtrain::controller
