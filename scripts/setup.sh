@@ -10,7 +10,7 @@ packages=(
   python3 python3-torch python3-grpcio python3-protobuf
   procps iproute2 libssl-dev
   iptables iputils-ping util-linux hostname
-  openssh-server openssh-client
+  openssh-server openssh-client slurm-wlm munge
   libgloo-dev libopenblas-dev
 )
 
