@@ -1,0 +1,61 @@
+"""dtrain-trainer's command line: bad flags exit 2 with the flag named, --help lists the interface's flags,
+prepare-text makes a shard that trains, and user errors (missing data, a model file given as data, a checkpoint of
+another model, a checkpoint directory of another global batch) fail with a message that says what to do."""
+
+import os
+
+import trainer_harness as h
+
+h.require_binaries(h.TRAINER)
+work = h.workdir()
+shard = h.make_text_shard(work)
+base = ["--model", "tiny", "--data", shard, "--batch-size", "2", "--seq-len", "32", "--threads", "1"]
+
+
+def expect(args, code, needle, what):
+    run = h.run([h.TRAINER] + args, work)
+    text = run.out + run.err
+    ok = h.check(run.code == code and needle in text, f"{what}: exit {run.code} (want {code}), says '{needle}'")
+    if not ok:
+        print(text)
+    return run
+
+
+helped = h.run([h.TRAINER, "--help"], work)
+flags = ["--model", "--layers", "--channels", "--heads", "--max-seq-len", "--vocab", "--batch-size", "--seq-len",
+         "--steps", "--seed", "--lr", "--beta1", "--beta2", "--eps", "--weight-decay", "--grad-clip",
+         "--warmup-steps", "--lr-schedule", "--grad-accum", "--data", "--init-from", "--save-every", "--resume",
+         "--metrics", "--checkpoint-dir", "prepare-text"]
+missing = [f for f in flags if f not in helped.out]
+h.check(helped.code == 0 and not missing, f"--help exits 0 and lists every flag (missing: {missing})")
+
+expect(base + ["--bogus"], 2, "--bogus", "an unknown flag")
+expect(base + ["--lr-schedule", "linear"], 2, "--lr-schedule", "a schedule that does not exist")
+expect(base + ["--batch-size", "0"], 2, "--batch-size", "batch size 0")
+expect(["--model", "tiny"], 2, "--data", "no --data")
+expect(["--model", "huge", "--data", shard], 2, "known presets: tiny, gpt2-124m", "an unknown preset")
+expect(["--layers", "2", "--channels", "30", "--heads", "4", "--data", shard], 2, "multiple of num_heads",
+       "channels not divisible by heads")
+expect(base + ["--seq-len", "128"], 2, "--max-seq-len", "a sequence longer than the model's")
+expect(base + ["--data", os.path.join(work, "nothing*.bin")], 1, "no file matches", "a glob that matches nothing")
+expect(["prepare-text", os.path.join(work, "missing.txt"), os.path.join(work, "x.bin")], 1, "cannot read",
+       "prepare-text of a missing file")
+expect(["prepare-text"], 2, "input", "prepare-text without files")
+
+ck = os.path.join(work, "ck")
+first = h.trainer(base + ["--steps", "2", "--save-every", "2", "--checkpoint-dir", ck], work)
+h.check(first.code == 0 and os.path.exists(os.path.join(ck, "model_2.bin")), "a run writes model_2.bin + state_2.bin")
+expect(base + ["--data", os.path.join(ck, "model_2.bin")], 1, "magic is 20240326, expected 20240520",
+       "a model checkpoint given as --data")
+expect(base + ["--steps", "4", "--resume", "--checkpoint-dir", ck, "--batch-size", "4"], 2, "global batch",
+       "resume with another global batch")
+expect(["--layers", "3", "--channels", "64", "--heads", "4", "--max-seq-len", "64", "--data", shard,
+        "--batch-size", "2", "--seq-len", "32", "--steps", "4", "--resume", "--checkpoint-dir", ck], 2, "L=2",
+       "resume with another model shape")
+expect(base + ["--steps", "2", "--resume", "--checkpoint-dir", ck], 0, "nothing to do",
+       "resume of a finished run")
+# --init-from without model flags takes the shape from the file.
+init = h.trainer(["--init-from", os.path.join(ck, "model_2.bin"), "--data", shard, "--batch-size", "2",
+                  "--seq-len", "32", "--steps", "1", "--threads", "1"], work)
+h.check(init.code == 0 and "L=2 C=64 NH=4" in init.out + init.err, "--init-from alone gives the model's shape")
+h.finish()

@@ -1,0 +1,47 @@
+#pragma once
+
+// What a checkpoint needs besides the weights to continue training exactly: AdamW's moments, the step count, the
+// data position, the seed and the shape of the run. Binary, little endian, written atomically:
+//   int32 magic 0x54534454 ("TDST"), int32 version 1,
+//   int32 maxT V L NH C Vp, int32 batch_size seq_len world_size grad_accum, int32 0 x 4 (reserved),
+//   uint64 step data_step seed num_params, uint64 0 x 20 (reserved)          -- 256 bytes in all
+//   float m[num_params], float v[num_params]   (the model's flat layout, trainer/model/layout.h)
+//   uint64 checksum (FNV-1a over the 64-bit words of everything before it)
+// Training draws no random numbers after init_weights(seed) (no dropout), so the seed is the whole RNG state.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "trainer/ckpt/atomic_file.h"
+#include "trainer/model/config.h"
+
+namespace dtrain::trainer {
+
+inline constexpr std::int32_t kStateFileMagic = 0x54534454;
+inline constexpr std::int32_t kStateFileVersion = 1;
+
+struct TrainState {
+  std::uint64_t step = 0;       // optimizer steps completed; the next step has 0-based index `step`
+  std::uint64_t data_step = 0;  // the data loader step (trainer/data/loader.h) the next optimizer step reads
+  std::uint64_t seed = 0;       // --seed the weights were initialised with
+  GptConfig config;             // model shape (as the model checkpoint's header)
+  int batch_size = 0;           // B per rank and micro-step
+  int seq_len = 0;              // T
+  int world_size = 0;           // ranks
+  int grad_accum = 0;           // micro-steps per optimizer step
+  std::uint64_t num_params = 0; // floats in m and in v
+};
+
+// Writes state and m, v (state.num_params floats each) atomically.
+void write_state_file(const std::string& path, const TrainState& state, const float* m, const float* v);
+
+// The state without the moments. Throws CheckpointError if the file is missing, not a state file, or its size does
+// not match num_params.
+TrainState read_state_header(const std::string& path);
+
+// Reads m and v (state.num_params floats each, state as read_state_header returned it) and verifies the checksum.
+// Throws CheckpointError on a mismatch (the file was damaged after it was written).
+TrainState read_state_file(const std::string& path, float* m, float* v, std::size_t num_params);
+
+}  // namespace dtrain::trainer

@@ -1,0 +1,43 @@
+#pragma once
+
+// One benchmark driver for every collective, in the manner of nccl-tests: for each size, warm-up runs, timed runs,
+// then one run on known data whose result is checked element by element (#wrong). Every rank must call it with
+// the same options. Sizes are nccl-tests' "size": the bytes of the largest buffer of the collective (allreduce and
+// broadcast: the buffer; all_gather: the output; reduce_scatter: the input), a multiple of 4 * size() (rounded down).
+//   algbw = size / time;  busbw = algbw * factor, with factor 2(n-1)/n for allreduce, (n-1)/n for all_gather and
+//   reduce_scatter, 1 for broadcast: the bandwidth each rank's link carries, comparable across rank counts.
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "trainer/comm/communicator.h"
+
+namespace dtrain::trainer {
+
+struct CollectiveBenchOptions {
+  // "allreduce", "all_gather", "reduce_scatter" or "broadcast".
+  std::string collective = "allreduce";
+  // Sizes in bytes, as described above.
+  std::vector<std::size_t> sizes_bytes = {std::size_t{1} << 20, std::size_t{25} << 20};
+  int warmup_iterations = 2;  // untimed runs before the timed ones, per size
+  int iterations = 10;        // timed runs per size; the time reported is their mean
+};
+
+struct CollectiveBenchRow {
+  std::size_t bytes = 0;   // size as described above
+  std::size_t count = 0;   // floats per rank's buffer (allreduce, broadcast) or chunk (all_gather, reduce_scatter)
+  double time_ms = 0;      // mean over the timed runs, on this rank, issue to completion
+  double algbw_gbps = 0;   // GB/s (1e9 bytes)
+  double busbw_gbps = 0;   // GB/s
+  std::size_t wrong = 0;   // elements that differ from the expected result in the checked run
+};
+
+// Throws std::invalid_argument for an unknown collective or non-positive iteration count; CommError on failure.
+std::vector<CollectiveBenchRow> run_collective_bench(Communicator& comm, const CollectiveBenchOptions& options);
+
+// The rows as a table in nccl-tests' spirit: size, count, time, algbw, busbw, #wrong.
+std::string format_collective_bench(const std::string& collective, int ranks,
+                                    const std::vector<CollectiveBenchRow>& rows);
+
+}  // namespace dtrain::trainer

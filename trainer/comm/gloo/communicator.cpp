@@ -1,0 +1,303 @@
+#include "trainer/comm/gloo/communicator.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/broadcast.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/types.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <utility>
+#include <vector>
+
+#include "trainer/comm/gloo/network.h"
+#include "trainer/comm/gloo/store_adapter.h"
+#include "trainer/comm/work_queue.h"
+
+namespace dtrain::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Slot prefix of our ring reduce-scatter; gloo's own collectives use 0x01..0x08.
+constexpr uint8_t kReduceScatterSlotPrefix = 0x40;
+// reduce_scatter's segment: gloo's allreduce uses 1 MiB too (AllreduceOptions::kMaxSegmentSize).
+constexpr std::size_t kSegmentFloats = (std::size_t{1} << 20) / sizeof(float);
+
+std::string floats(std::size_t count) {
+  char size[32];
+  std::snprintf(size, sizeof(size), "%.1f MiB", static_cast<double>(count) * sizeof(float) / (1 << 20));
+  return std::to_string(count) + " floats (" + size + ")";
+}
+
+std::string seconds(std::chrono::milliseconds timeout) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f s", static_cast<double>(timeout.count()) / 1000);
+  return text;
+}
+
+// gloo's reduce-function signature; out may alias a.
+void sum_floats(void* out, const void* a, const void* b, std::size_t n) {
+  float* c = static_cast<float*>(out);
+  const float* x = static_cast<const float*>(a);
+  const float* y = static_cast<const float*>(b);
+  for (std::size_t i = 0; i < n; ++i) c[i] = x[i] + y[i];
+}
+
+std::atomic<int> communicators_created{0};
+
+// A write to a socket whose peer is gone raises SIGPIPE, which kills the process by default, and gloo writes with
+// writev (no MSG_NOSIGNAL). While this is alive, SIGPIPE is blocked on the calling thread, and threads started
+// meanwhile inherit that: the communicator's queue thread and gloo's event-loop thread, the two that write to its
+// sockets, so a dead peer surfaces as EPIPE, a CommError. On the way out, a SIGPIPE raised on this thread meanwhile
+// is consumed before the old mask comes back.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeBlocked() {
+    if (!sigismember(&old_, SIGPIPE)) {
+      const timespec now{0, 0};
+      while (sigtimedwait(&pipe_, nullptr, &now) == SIGPIPE) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+ private:
+  sigset_t pipe_;
+  sigset_t old_;
+};
+
+}  // namespace
+
+struct GlooCommunicator::Impl {
+  GlooCommOptions options;
+  std::string endpoint;
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  uint32_t next_tag = 0;       // used on the queue's thread only
+  std::vector<float> scratch;  // reduce_scatter's receive and partial-sum buffers; the queue's thread only
+  // Last member: destroyed first, so its thread has finished before the context goes.
+  WorkQueue queue;
+
+  // Queues `run` and turns a gloo failure into a CommError that names the collective, the rank and what to check.
+  std::shared_ptr<Work> submit(std::string what, std::function<void(uint32_t tag)> run) {
+    return queue.submit(what, [this, what, run = std::move(run)] {
+      try {
+        run(next_tag++);
+      } catch (const std::exception& error) {
+        const int left = (options.rank + options.size - 1) % options.size;
+        const int right = (options.rank + 1) % options.size;
+        throw CommError("gloo " + what + " failed on rank " + std::to_string(options.rank) + " of " +
+                        std::to_string(options.size) + " (" + endpoint + "; its ring neighbours are ranks " +
+                        std::to_string(left) + " and " + std::to_string(right) + "): " + error.what() +
+                        ". A peer that exited closes its connections at once; one that stopped answering fails the "
+                        "collective after the timeout of " + seconds(options.timeout) +
+                        ". Check the other ranks' logs, and that every rank issues the same collectives in the "
+                        "same order with the same sizes");
+      }
+    });
+  }
+
+  // Ring reduce-scatter over unbound buffers. In step s, rank r sends its partial sum of chunk (r - s - 1) to its
+  // right neighbour and receives its left neighbour's partial sum of chunk (r - s - 2), adding its own input to it;
+  // after size - 1 steps that sum is chunk r over every rank. Each rank sends (size - 1) / size of the input, like
+  // NCCL's ring. Chunks travel in segments so that summing one overlaps receiving the next; step 0 sends straight
+  // from the input and the last step sums straight into the output, so 2 ranks need no scratch copy at all.
+  void ring_reduce_scatter(const float* in, float* out, std::size_t n, uint32_t tag) {
+    const int p = options.size;
+    const int r = options.rank;
+    const auto deadline = Clock::now() + options.timeout;
+    const auto remaining = [&] {
+      return std::max(std::chrono::milliseconds(1),
+                      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+    };
+    const int right = (r + 1) % p;
+    const int left = (r + p - 1) % p;
+    const auto slot = gloo::Slot::build(kReduceScatterSlotPrefix, tag);
+    const std::size_t segments = (n + kSegmentFloats - 1) / kSegmentFloats;
+    const auto segment_floats = [&](std::size_t k) { return std::min(kSegmentFloats, n - k * kSegmentFloats); };
+
+    scratch.resize(p > 2 ? 2 * n : n);
+    float* incoming = scratch.data();
+    float* partial = p > 2 ? scratch.data() + n : nullptr;  // what this rank sends in the next step
+    auto in_buffer = context->createUnboundBuffer(const_cast<float*>(in), static_cast<std::size_t>(p) * n * sizeof(float));
+    auto incoming_buffer = context->createUnboundBuffer(incoming, n * sizeof(float));
+    auto partial_buffer = p > 2 ? context->createUnboundBuffer(partial, n * sizeof(float)) : nullptr;
+
+    for (int step = 0; step < p - 1; ++step) {
+      const std::size_t send_chunk = static_cast<std::size_t>(((r - step - 1) % p + p) % p);
+      const std::size_t recv_chunk = static_cast<std::size_t>(((r - step - 2) % p + p) % p);
+      for (std::size_t k = 0; k < segments; ++k) {
+        incoming_buffer->recv(left, slot, k * kSegmentFloats * sizeof(float), segment_floats(k) * sizeof(float));
+      }
+      for (std::size_t k = 0; k < segments; ++k) {
+        const std::size_t at = k * kSegmentFloats * sizeof(float);
+        if (step == 0) {
+          in_buffer->send(right, slot, send_chunk * n * sizeof(float) + at, segment_floats(k) * sizeof(float));
+        } else {
+          partial_buffer->send(right, slot, at, segment_floats(k) * sizeof(float));
+        }
+      }
+      float* target = step == p - 2 ? out : partial;
+      const float* own = in + recv_chunk * n;
+      auto& sending = step == 0 ? in_buffer : partial_buffer;
+      for (std::size_t k = 0; k < segments; ++k) {
+        if (!incoming_buffer->waitRecv(remaining())) {
+          throw CommError("receive from rank " + std::to_string(left) + " was aborted");
+        }
+        // Segments complete in order on one pair, so segment k of what is being sent has left once k sends have.
+        if (!sending->waitSend(remaining())) throw CommError("send to rank " + std::to_string(right) + " was aborted");
+        const std::size_t begin = k * kSegmentFloats;
+        const std::size_t end = begin + segment_floats(k);
+        for (std::size_t i = begin; i < end; ++i) target[i] = incoming[i] + own[i];
+      }
+    }
+  }
+};
+
+GlooCommunicator::GlooCommunicator(std::shared_ptr<store::StoreClient> store, GlooCommOptions options) {
+  if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
+    throw CommError("gloo communicator: rank " + std::to_string(options.rank) + " is outside [0, " +
+                    std::to_string(options.size) + ")");
+  }
+  SigpipeBlocked sigpipe_blocked;  // before any thread of this communicator starts
+  impl_ = std::make_unique<Impl>();
+  impl_->options = options;
+  gloo::transport::tcp::attr attr;
+  if (!options.interface.empty()) {
+    attr.iface = options.interface;
+    impl_->endpoint = "interface " + options.interface;
+  } else {
+    attr.hostname = options.hostname.empty() ? "127.0.0.1" : options.hostname;
+    impl_->endpoint = "address " + attr.hostname;
+  }
+  std::shared_ptr<gloo::transport::Device> device;
+  try {
+    device = gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& error) {
+    throw CommError("gloo cannot listen on " + impl_->endpoint + " (rank " + std::to_string(options.rank) +
+                    "): " + error.what() + ". Set GLOO_SOCKET_IFNAME to an interface of this host that reaches "
+                    "the other ranks (see `ip addr`)");
+  }
+  impl_->endpoint = device->str();
+  auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
+  context->setTimeout(options.timeout);
+  GlooStoreAdapter adapter(std::move(store), options.prefix, options.timeout);
+  try {
+    context->connectFullMesh(adapter, device);
+  } catch (const CommError&) {
+    throw;
+  } catch (const std::exception& error) {
+    throw CommError("gloo rendezvous of rank " + std::to_string(options.rank) + " of " +
+                    std::to_string(options.size) + " (" + impl_->endpoint + ", store keys '" + options.prefix +
+                    "*') failed: " + error.what() +
+                    ". Check that every rank can reach this address (GLOO_SOCKET_IFNAME picks the interface) and "
+                    "that all ranks started within the timeout of " + seconds(options.timeout));
+  }
+  impl_->context = std::move(context);
+}
+
+std::unique_ptr<GlooCommunicator> GlooCommunicator::from_env(int rank, int size, const CommOptions& options) {
+  std::shared_ptr<store::StoreClient> store;
+  try {
+    store = std::make_shared<store::StoreClient>(
+        store::StoreClient::from_env({std::min(options.timeout, std::chrono::milliseconds(30'000)), options.timeout}));
+  } catch (const store::StoreError& error) {
+    throw CommError(std::string("gloo communicator (rank ") + std::to_string(rank) +
+                    ") cannot reach the job's store: " + error.what());
+  }
+  GlooNetwork network = gloo_network_from_env();
+  GlooCommOptions gloo;
+  gloo.rank = rank;
+  gloo.size = size;
+  gloo.prefix = "dtrain/gloo/" + std::to_string(communicators_created.fetch_add(1)) + "/";
+  gloo.interface = network.interface;
+  gloo.hostname = network.hostname;
+  gloo.timeout = options.timeout;
+  try {
+    return std::make_unique<GlooCommunicator>(std::move(store), gloo);
+  } catch (const CommError& error) {
+    throw CommError(std::string(error.what()) + " [network chosen from " + network.reason + "]");
+  }
+}
+
+GlooCommunicator::~GlooCommunicator() = default;
+
+int GlooCommunicator::rank() const { return impl_->options.rank; }
+int GlooCommunicator::size() const { return impl_->options.size; }
+const std::string& GlooCommunicator::endpoint() const { return impl_->endpoint; }
+
+std::shared_ptr<Work> GlooCommunicator::allreduce(float* data, std::size_t count) {
+  return impl_->submit("allreduce of " + floats(count), [this, data, count](uint32_t tag) {
+    if (count == 0 || impl_->options.size == 1) return;
+    gloo::AllreduceOptions opts(impl_->context);
+    opts.setOutput(data, count);
+    opts.setReduceFunction(&sum_floats);
+    opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+    opts.setTag(tag);
+    opts.setTimeout(impl_->options.timeout);
+    gloo::allreduce(opts);
+  });
+}
+
+std::shared_ptr<Work> GlooCommunicator::reduce_scatter(const float* in, float* out, std::size_t count_per_rank) {
+  return impl_->submit("reduce_scatter of " + floats(count_per_rank) + " per rank",
+                       [this, in, out, count_per_rank](uint32_t tag) {
+                         if (count_per_rank == 0) return;
+                         if (impl_->options.size == 1) {
+                           std::copy_n(in, count_per_rank, out);
+                           return;
+                         }
+                         impl_->ring_reduce_scatter(in, out, count_per_rank, tag);
+                       });
+}
+
+std::shared_ptr<Work> GlooCommunicator::all_gather(const float* in, float* out, std::size_t count_per_rank) {
+  return impl_->submit("all_gather of " + floats(count_per_rank) + " per rank",
+                       [this, in, out, count_per_rank](uint32_t tag) {
+                         if (count_per_rank == 0) return;
+                         const std::size_t total = count_per_rank * static_cast<std::size_t>(impl_->options.size);
+                         float* mine = out + count_per_rank * static_cast<std::size_t>(impl_->options.rank);
+                         if (impl_->options.size == 1) {
+                           if (in != mine) std::copy_n(in, count_per_rank, mine);
+                           return;
+                         }
+                         gloo::AllgatherOptions opts(impl_->context);
+                         // gloo copies the input into this rank's chunk; an input already there needs no copy.
+                         if (in != mine) opts.setInput(const_cast<float*>(in), count_per_rank);
+                         opts.setOutput(out, total);
+                         opts.setTag(tag);
+                         opts.setTimeout(impl_->options.timeout);
+                         gloo::allgather(opts);
+                       });
+}
+
+std::shared_ptr<Work> GlooCommunicator::broadcast(float* data, std::size_t count, int root) {
+  if (root < 0 || root >= impl_->options.size) {
+    throw CommError("broadcast: root " + std::to_string(root) + " is not a rank of this communicator of " +
+                    std::to_string(impl_->options.size) + " ranks");
+  }
+  return impl_->submit("broadcast of " + floats(count) + " from rank " + std::to_string(root),
+                       [this, data, count, root](uint32_t tag) {
+                         if (count == 0 || impl_->options.size == 1) return;
+                         gloo::BroadcastOptions opts(impl_->context);
+                         opts.setOutput(data, count);
+                         opts.setRoot(root);
+                         opts.setTag(tag);
+                         opts.setTimeout(impl_->options.timeout);
+                         gloo::broadcast(opts);
+                       });
+}
+
+}  // namespace dtrain::trainer

@@ -1,0 +1,64 @@
+#pragma once
+
+// The Gloo backend: collectives over TCP between the ranks' processes, CPU only. Rendezvous goes through the job's
+// key-value store (see store_adapter.h). Each communicator owns one thread that runs its collectives in issue order
+// with gloo's algorithms (allreduce: ring; all_gather, broadcast: gloo's; reduce_scatter: a ring over gloo's
+// unbound buffers), so the caller keeps computing while they run. Every collective has the end-to-end deadline
+// GlooCommOptions::timeout; after the first failure the communicator is broken and every later collective fails at
+// once with that first error (a gloo context cannot be trusted after a failed exchange).
+//
+// Network interface (from_env): GLOO_SOCKET_IFNAME when set (the launcher sets it; like PyTorch, only its first
+// comma-separated name is used); else the local address this host uses to reach MASTER_ADDR (the route the kernel
+// picks for it); else 127.0.0.1, which only works when every rank is on this host.
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "agent/store/client.h"
+#include "trainer/comm/communicator.h"
+
+namespace dtrain::trainer {
+
+struct GlooCommOptions {
+  int rank = 0;  // this process's rank in [0, size)
+  int size = 1;  // number of ranks that rendezvous
+  // Prefix of the store keys this communicator's rendezvous uses; distinct per communicator of a job round.
+  std::string prefix = "dtrain/gloo/0/";
+  // Network interface to listen on and connect from (e.g. "eth0"); takes precedence over hostname.
+  std::string interface;
+  // Address or host name to listen on when no interface is given; empty means 127.0.0.1.
+  std::string hostname;
+  // Deadline of the rendezvous and of every collective.
+  std::chrono::milliseconds timeout{300'000};
+};
+
+class GlooCommunicator : public Communicator {
+ public:
+  // Rendezvous with the other size - 1 ranks through `store`; blocks until every one has published its address or
+  // throws CommError after options.timeout. The TCP connections are made after that; gloo bounds each connect by
+  // 5 x timeout (it only waits that long for a peer that published its address and then stopped answering).
+  GlooCommunicator(std::shared_ptr<store::StoreClient> store, GlooCommOptions options);
+  // The job's store from DTRAIN_STORE_ADDR / DTRAIN_JOB_TOKEN, the network as described above, and a store prefix
+  // numbered by how many communicators this process created before (every rank creates them in the same order).
+  static std::unique_ptr<GlooCommunicator> from_env(int rank, int size, const CommOptions& options);
+  // Runs the collectives already issued (each bounded by the timeout), then leaves the group.
+  ~GlooCommunicator() override;
+
+  int rank() const override;
+  int size() const override;
+  std::string backend() const override { return "gloo"; }
+  // The address this rank listens on, as "host" or "interface", for messages.
+  const std::string& endpoint() const;
+
+  std::shared_ptr<Work> allreduce(float* data, std::size_t count) override;
+  std::shared_ptr<Work> reduce_scatter(const float* in, float* out, std::size_t count_per_rank) override;
+  std::shared_ptr<Work> all_gather(const float* in, float* out, std::size_t count_per_rank) override;
+  std::shared_ptr<Work> broadcast(float* data, std::size_t count, int root) override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dtrain::trainer

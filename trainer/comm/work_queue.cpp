@@ -1,0 +1,97 @@
+#include "trainer/comm/work_queue.h"
+
+#include <chrono>
+#include <utility>
+
+namespace dtrain::trainer {
+
+class WorkQueue::QueuedWork : public Work {
+ public:
+  void wait() override {
+    std::unique_lock lock(mutex_);
+    finished_cv_.wait(lock, [&] { return finished_; });
+    if (!error_.empty()) throw CommError(error_);
+  }
+
+  bool done() const override {
+    std::lock_guard lock(mutex_);
+    return finished_;
+  }
+
+  double elapsed_ms() const override {
+    std::lock_guard lock(mutex_);
+    return elapsed_ms_;
+  }
+
+  void finish(std::string error, double elapsed_ms) {
+    {
+      std::lock_guard lock(mutex_);
+      error_ = std::move(error);
+      elapsed_ms_ = elapsed_ms;
+      finished_ = true;
+    }
+    finished_cv_.notify_all();
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable finished_cv_;
+  bool finished_ = false;
+  std::string error_;
+  double elapsed_ms_ = 0;
+};
+
+WorkQueue::WorkQueue() : thread_([this] { loop(); }) {}
+
+WorkQueue::~WorkQueue() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+std::shared_ptr<Work> WorkQueue::submit(std::string what, std::function<void()> run) {
+  auto work = std::make_shared<QueuedWork>();
+  {
+    std::lock_guard lock(mutex_);
+    tasks_.push_back(Task{std::move(what), std::move(run), work});
+  }
+  wake_.notify_one();
+  return work;
+}
+
+void WorkQueue::loop() {
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
+    if (!first_failure_.empty()) {
+      task.work->finish(task.what + " was not run: an earlier collective on this communicator failed: " +
+                            first_failure_,
+                        0);
+      continue;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    std::string error;
+    try {
+      task.run();
+    } catch (const std::exception& failure) {
+      error = failure.what();
+      first_failure_ = error;
+    } catch (...) {
+      error = task.what + " failed with an exception that is not a std::exception";
+      first_failure_ = error;
+    }
+    const double elapsed = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    task.work->finish(std::move(error), elapsed);
+  }
+}
+
+}  // namespace dtrain::trainer

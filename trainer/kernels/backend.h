@@ -1,0 +1,94 @@
+#pragma once
+
+// The compute backend: the layer operations of GPT-2, each a forward with its backward, on fp32 buffers that the
+// backend allocated. Backends are sibling folders with the same file names: kernels/cpu/backend.{h,cpp} (OpenBLAS
+// sgemm + OpenMP) and, later, kernels/cuda/backend.{h,cu}; the model calls only this interface.
+//
+// Shapes are in the comments, row-major: N = B*T positions. Conventions shared by every backward:
+//   - parameter gradients (dweight, dbias, dwte, ...) ACCUMULATE (+=), so gradient accumulation and the tied
+//     embedding need no extra buffers;
+//   - activation gradients are written (=) unless the comment says "+=".
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace dtrain::trainer::kernels {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "cpu", "cuda".
+  virtual std::string name() const = 0;
+
+  // Memory the ops accept (host memory for cpu, device memory for cuda), zero-filled; release() frees it.
+  virtual float* allocate(std::size_t count) = 0;
+  virtual void release(float* data) = 0;
+  // data[0, count) = 0.
+  virtual void zero(float* data, std::size_t count) = 0;
+
+  // out (N, C) = wte[tokens[n]] + wpe[n % T]; tokens (N) with N = B*T.
+  virtual void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B,
+                                 int T, int C) = 0;
+  // dwte[tokens[n]] += dout[n]; dwpe[n % T] += dout[n].
+  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B,
+                                  int T, int C) = 0;
+
+  // out (N, C) = (inp - mean) * rstd * weight + bias over each row, eps 1e-5; mean, rstd (N) kept for backward.
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                 const float* bias, int N, int C) = 0;
+  // dinp (N, C) += ...; dweight, dbias (C) +=.
+  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                                  const float* weight, const float* mean, const float* rstd, int N, int C) = 0;
+
+  // out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be null.
+  virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                              int OC) = 0;
+  // dinp (N, C) = dout @ weight; dweight (OC, C) += dout^T @ inp; dbias (OC) += column sums of dout (if non-null).
+  // dinp may be null (not needed).
+  virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* weight, int N, int C, int OC) = 0;
+
+  // Causal self-attention. qkv (B, T, 3C) holds q | k | v per position, head h at channels [h*hs, (h+1)*hs).
+  // att (B, NH, T, T) = softmax over s <= t of q_t . k_s / sqrt(hs) (zero for s > t), kept for backward;
+  // out (B, T, C) = att @ v per head.
+  virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) = 0;
+  // dqkv (B, T, 3C) =. scratch: attention_scratch_size() floats, asked for just before the call (the size may
+  // depend on the backend's thread count).
+  virtual void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                  const float* att, int B, int T, int C, int NH) = 0;
+  virtual std::size_t attention_scratch_size(int B, int T, int C, int NH) const = 0;
+
+  // out (N) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+  virtual void gelu_forward(float* out, const float* inp, std::size_t N) = 0;
+  // dinp (N) = gelu'(inp) * dout; dinp may alias dout.
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t N) = 0;
+
+  // out (N) = a + b; out may alias a.
+  virtual void residual_forward(float* out, const float* a, const float* b, std::size_t N) = 0;
+
+  // Softmax over the first V of Vp logits per row (probs of padded columns = 0) and cross-entropy:
+  // probs (N, Vp); losses (N) = -log probs[n, targets[n]]. Returns the mean loss over N, summed in position
+  // order (deterministic); targets may be null (probs only, returns 0).
+  virtual float softmax_crossentropy_forward(float* probs, float* losses, const float* logits,
+                                             const std::int32_t* targets, int N, int V, int Vp) = 0;
+  // dlogits (N, Vp) = dloss * (probs - onehot(target)) for the first V columns, 0 for padded ones, where dloss is
+  // the gradient of the scalar objective with respect to each position's loss (loss_scale / N for a mean).
+  // dlogits may alias probs.
+  virtual void softmax_crossentropy_backward(float* dlogits, const float* probs, const std::int32_t* targets,
+                                             float dloss, int N, int V, int Vp) = 0;
+
+  // One AdamW step over params[0, n) as torch.optim.AdamW (t is the 1-based step count):
+  //   p *= 1 - lr * weight_decay; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+  //   p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+  virtual void adamw_update(float* params, const float* grads, float* m, float* v, std::size_t n, float lr,
+                            float beta1, float beta2, float eps, float weight_decay, long t) = 0;
+
+  // Sum of squares of data[0, n), in double.
+  virtual double sum_squares(const float* data, std::size_t n) = 0;
+  // data[0, n) *= factor.
+  virtual void scale(float* data, std::size_t n, float factor) = 0;
+};
+
+}  // namespace dtrain::trainer::kernels

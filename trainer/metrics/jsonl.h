@@ -1,0 +1,52 @@
+#pragma once
+
+// --metrics FILE: one JSON object per optimizer step, one per line, flushed as it is written (a `tail -f` or a
+// crashed run still has every finished step):
+//   {"step": 1, "loss": 5.541, "lr": 0.0006, "grad_norm": 1.93, "tokens_per_s": 10412.3, "step_ms": 196.7}
+// step is 1-based (the number of optimizer steps done); loss is the mean over the global batch (all ranks, all
+// micro-steps); grad_norm is before clipping; tokens_per_s counts the global batch's tokens over step_ms, the wall
+// time from zero_grad to the end of the optimizer update (a checkpoint written after the step is not included).
+// With more than one rank, "comm_hidden" is the fraction of the step's gradient allreduce time that overlapped
+// backward (DdpStats::hidden_fraction, clamped to [0, 1]). Values are printed with 9 significant digits, enough to
+// round-trip a float. A run appends to an existing file.
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+
+namespace dtrain::trainer {
+
+struct StepMetrics {
+  std::uint64_t step = 0;
+  double loss = 0;
+  double lr = 0;
+  double grad_norm = 0;
+  double tokens_per_s = 0;
+  double step_ms = 0;
+  std::optional<double> comm_hidden;  // only with more than one rank
+};
+
+// "{...}" without a newline; NaN and infinities become null (JSON has no such numbers).
+std::string to_json(const StepMetrics& metrics);
+
+// A resumed run repeats the steps after its checkpoint: this drops the lines of steps > last_step from the file
+// (rewritten atomically), so the file holds each step once. A missing file is left missing.
+void drop_metrics_after(const std::string& path, std::uint64_t last_step);
+
+class MetricsWriter {
+ public:
+  // Opens path for appending; throws std::runtime_error naming the path if it cannot.
+  explicit MetricsWriter(const std::string& path);
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+  ~MetricsWriter();
+
+  void write(const StepMetrics& metrics);
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+};
+
+}  // namespace dtrain::trainer

@@ -1,0 +1,298 @@
+#include "trainer/model/gpt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "trainer/kernels/cpu/backend.h"
+
+namespace dtrain::trainer {
+
+// Forward activations kept for backward (per-layer ones stacked over L), plus backward's scratch buffers.
+struct Gpt::Activations {
+  kernels::Backend& backend;
+  std::vector<float*> owned;
+  int B = 0, T = 0;                 // shape of the last forward()
+  std::size_t capacity_bt = 0;      // B*T the buffers hold
+  std::size_t capacity_att = 0;     // B*T*T the attention buffers hold (per head and layer)
+  std::vector<std::int32_t> inputs, targets;
+  bool has_targets = false;
+
+  float* encoded = nullptr;     // (B, T, C)
+  float* ln1 = nullptr;         // (L, B, T, C)
+  float* ln1_mean = nullptr;    // (L, B, T)
+  float* ln1_rstd = nullptr;    // (L, B, T)
+  float* qkv = nullptr;         // (L, B, T, 3C)
+  float* atty = nullptr;        // (L, B, T, C)
+  float* att = nullptr;         // (L, B, NH, T, T)
+  float* residual2 = nullptr;   // (L, B, T, C)
+  float* ln2 = nullptr;         // (L, B, T, C)
+  float* ln2_mean = nullptr;    // (L, B, T)
+  float* ln2_rstd = nullptr;    // (L, B, T)
+  float* fch = nullptr;         // (L, B, T, 4C)
+  float* fch_gelu = nullptr;    // (L, B, T, 4C)
+  float* residual3 = nullptr;   // (L, B, T, C)
+  float* lnf = nullptr;         // (B, T, C)
+  float* lnf_mean = nullptr;    // (B, T)
+  float* lnf_rstd = nullptr;    // (B, T)
+  float* probs = nullptr;       // (B, T, Vp); becomes dlogits in backward
+  float* losses = nullptr;      // (B, T)
+  float* proj = nullptr;        // (B, T, C): projection output before the residual add
+  float* dresidual = nullptr;   // (B, T, C)
+  float* dbtc = nullptr;        // (B, T, C)
+  float* dbig = nullptr;        // (B, T, 4C): dfch, and dqkv (3C)
+  float* att_scratch = nullptr;  // attention_backward's scratch; its size depends on the thread count too
+  std::size_t att_scratch_count = 0;
+
+  explicit Activations(kernels::Backend& b) : backend(b) {}
+  ~Activations() {
+    for (float* p : owned) backend.release(p);
+    backend.release(att_scratch);
+  }
+  float* take(std::size_t count) {
+    owned.push_back(backend.allocate(count));
+    return owned.back();
+  }
+};
+
+Gpt::Gpt(const GptConfig& config, kernels::Backend& backend) : layout_(config), backend_(backend) {
+  params_ = backend_.allocate(layout_.num_params());
+  grads_ = backend_.allocate(layout_.num_params());
+}
+
+Gpt::Gpt(const GptConfig& config) : Gpt(config, kernels::cpu_backend()) {}
+
+Gpt::~Gpt() {
+  acts_.reset();
+  backend_.release(logits_);
+  backend_.release(grads_);
+  backend_.release(params_);
+}
+
+void Gpt::init_weights(std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  // Box-Muller on 53-bit uniforms: the same numbers on every platform (std::normal_distribution is not specified).
+  auto normal = [&rng](float* out, std::size_t count, double stddev) {
+    constexpr double kTwoPi = 6.283185307179586;
+    for (std::size_t i = 0; i < count; i += 2) {
+      const double u1 = (static_cast<double>(rng() >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+      const double u2 = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+      const double r = std::sqrt(-2.0 * std::log(u1));
+      out[i] = static_cast<float>(stddev * r * std::cos(kTwoPi * u2));
+      if (i + 1 < count) out[i + 1] = static_cast<float>(stddev * r * std::sin(kTwoPi * u2));
+    }
+  };
+  const GptConfig& c = config();
+  const double residual_std = 0.02 / std::sqrt(2.0 * c.num_layers);
+  backend_.zero(params_, num_params());
+  normal(params_, static_cast<std::size_t>(c.vocab_size) * c.channels, 0.02);  // padded rows stay 0
+  normal(params_ + layout_.wpe().offset, layout_.wpe().count, 0.02);
+  auto fill = [this](ParamRange r, float value) {
+    for (std::size_t i = 0; i < r.count; ++i) params_[r.offset + i] = value;
+  };
+  for (int l = 0; l < c.num_layers; ++l) {
+    auto range = [&](LayerTensor t) { return layout_.layer_tensor(l, t); };
+    fill(range(LayerTensor::ln1w), 1.0f);
+    fill(range(LayerTensor::ln2w), 1.0f);
+    normal(params_ + range(LayerTensor::qkvw).offset, range(LayerTensor::qkvw).count, 0.02);
+    normal(params_ + range(LayerTensor::attprojw).offset, range(LayerTensor::attprojw).count, residual_std);
+    normal(params_ + range(LayerTensor::fcw).offset, range(LayerTensor::fcw).count, 0.02);
+    normal(params_ + range(LayerTensor::fcprojw).offset, range(LayerTensor::fcprojw).count, residual_std);
+  }
+  fill(layout_.lnfw(), 1.0f);
+}
+
+// Buffers are laid out for the current (B, T) from their start, so any shape within the capacity fits; they grow
+// (never shrink) when a forward needs more.
+void Gpt::ensure_activations(int B, int T) {
+  const std::size_t need_bt = static_cast<std::size_t>(B) * T, need_att = need_bt * T;
+  if (acts_ && need_bt <= acts_->capacity_bt && need_att <= acts_->capacity_att) {
+    acts_->B = B;
+    acts_->T = T;
+    return;
+  }
+  const GptConfig& c = config();
+  const std::size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
+  const std::size_t BT = std::max(need_bt, acts_ ? acts_->capacity_bt : 0);
+  const std::size_t BTT = std::max(need_att, acts_ ? acts_->capacity_att : 0);
+  acts_.reset();
+  backend_.release(logits_);
+  logits_ = nullptr;
+  auto a = std::make_unique<Activations>(backend_);
+  a->B = B;
+  a->T = T;
+  a->capacity_bt = BT;
+  a->capacity_att = BTT;
+  a->encoded = a->take(BT * C);
+  a->ln1 = a->take(L * BT * C);
+  a->ln1_mean = a->take(L * BT);
+  a->ln1_rstd = a->take(L * BT);
+  a->qkv = a->take(L * BT * 3 * C);
+  a->atty = a->take(L * BT * C);
+  a->att = a->take(L * NH * BTT);
+  a->residual2 = a->take(L * BT * C);
+  a->ln2 = a->take(L * BT * C);
+  a->ln2_mean = a->take(L * BT);
+  a->ln2_rstd = a->take(L * BT);
+  a->fch = a->take(L * BT * 4 * C);
+  a->fch_gelu = a->take(L * BT * 4 * C);
+  a->residual3 = a->take(L * BT * C);
+  a->lnf = a->take(BT * C);
+  a->lnf_mean = a->take(BT);
+  a->lnf_rstd = a->take(BT);
+  a->probs = a->take(BT * Vp);
+  a->losses = a->take(BT);
+  a->proj = a->take(BT * C);
+  a->dresidual = a->take(BT * C);
+  a->dbtc = a->take(BT * C);
+  a->dbig = a->take(BT * 4 * C);
+  logits_ = backend_.allocate(BT * Vp);
+  acts_ = std::move(a);
+}
+
+float Gpt::forward(const std::int32_t* inputs, const std::int32_t* targets, int B, int T) {
+  const GptConfig& c = config();
+  if (B <= 0 || T <= 0 || T > c.max_seq_len)
+    throw std::invalid_argument("Gpt::forward: batch " + std::to_string(B) + " x " + std::to_string(T) +
+                                " is not allowed; B must be positive and T in [1, max_seq_len = " +
+                                std::to_string(c.max_seq_len) + "]");
+  const std::size_t BT = static_cast<std::size_t>(B) * T;
+  auto check_tokens = [&](const std::int32_t* tokens, const char* what) {
+    for (std::size_t i = 0; i < BT; ++i)
+      if (tokens[i] < 0 || tokens[i] >= c.vocab_size)
+        throw std::invalid_argument(std::string("Gpt::forward: ") + what + " token " + std::to_string(tokens[i]) +
+                                    " at batch row " + std::to_string(i / T) + ", position " +
+                                    std::to_string(i % T) + " is outside the vocabulary [0, " +
+                                    std::to_string(c.vocab_size) + "); check the data against the model's vocab");
+  };
+  check_tokens(inputs, "input");
+  if (targets != nullptr) check_tokens(targets, "target");
+  ensure_activations(B, T);
+  Activations& a = *acts_;
+  a.inputs.assign(inputs, inputs + BT);
+  a.has_targets = targets != nullptr;
+  if (a.has_targets) a.targets.assign(targets, targets + BT);
+
+  const int C = c.channels, NH = c.num_heads, V = c.vocab_size, Vp = c.padded_vocab_size;
+  const int N = static_cast<int>(BT);
+  const std::size_t att_size = static_cast<std::size_t>(B) * NH * T * T;
+  kernels::Backend& k = backend_;
+  const float* p = params_;
+  k.embedding_forward(a.encoded, a.inputs.data(), p + layout_.wte().offset, p + layout_.wpe().offset, B, T, C);
+  for (int l = 0; l < c.num_layers; ++l) {
+    auto w = [&](LayerTensor t) { return p + layout_.layer_tensor(l, t).offset; };
+    const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
+    float* ln1 = a.ln1 + l * BT * C;
+    float* qkv = a.qkv + l * BT * 3 * C;
+    float* atty = a.atty + l * BT * C;
+    float* residual2 = a.residual2 + l * BT * C;
+    float* ln2 = a.ln2 + l * BT * C;
+    float* fch = a.fch + l * BT * 4 * C;
+    float* fch_gelu = a.fch_gelu + l * BT * 4 * C;
+    k.layernorm_forward(ln1, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, residual, w(LayerTensor::ln1w),
+                        w(LayerTensor::ln1b), N, C);
+    k.matmul_forward(qkv, ln1, w(LayerTensor::qkvw), w(LayerTensor::qkvb), N, C, 3 * C);
+    k.attention_forward(atty, a.att + l * att_size, qkv, B, T, C, NH);
+    k.matmul_forward(a.proj, atty, w(LayerTensor::attprojw), w(LayerTensor::attprojb), N, C, C);
+    k.residual_forward(residual2, residual, a.proj, BT * C);
+    k.layernorm_forward(ln2, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, residual2, w(LayerTensor::ln2w),
+                        w(LayerTensor::ln2b), N, C);
+    k.matmul_forward(fch, ln2, w(LayerTensor::fcw), w(LayerTensor::fcb), N, C, 4 * C);
+    k.gelu_forward(fch_gelu, fch, BT * 4 * C);
+    k.matmul_forward(a.proj, fch_gelu, w(LayerTensor::fcprojw), w(LayerTensor::fcprojb), N, 4 * C, C);
+    k.residual_forward(a.residual3 + l * BT * C, residual2, a.proj, BT * C);
+  }
+  const float* last = a.residual3 + (c.num_layers - 1) * BT * C;
+  k.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p + layout_.lnfw().offset, p + layout_.lnfb().offset, N,
+                      C);
+  k.matmul_forward(logits_, a.lnf, p + layout_.wte().offset, nullptr, N, C, Vp);
+  if (!a.has_targets) return std::numeric_limits<float>::quiet_NaN();
+  return k.softmax_crossentropy_forward(a.probs, a.losses, logits_, a.targets.data(), N, V, Vp);
+}
+
+void Gpt::zero_grad() { backend_.zero(grads_, num_params()); }
+
+void Gpt::backward(float loss_scale, const GradsReady& grads_ready) {
+  if (!acts_ || !acts_->has_targets)
+    throw std::logic_error("Gpt::backward needs a forward() with targets first");
+  Activations& a = *acts_;
+  const GptConfig& c = config();
+  const int B = a.B, T = a.T, C = c.channels, NH = c.num_heads, V = c.vocab_size, Vp = c.padded_vocab_size;
+  const std::size_t BT = static_cast<std::size_t>(B) * T;
+  const int N = static_cast<int>(BT);
+  const std::size_t att_size = static_cast<std::size_t>(B) * NH * T * T;
+  kernels::Backend& k = backend_;
+  const float* p = params_;
+  float* g = grads_;
+
+  // Everything from `unreported` to the end of the buffer has been handed to grads_ready.
+  std::size_t unreported = num_params();
+  auto ready_from = [&](std::size_t offset) {
+    if (grads_ready) grads_ready(offset, unreported - offset);
+    unreported = offset;
+  };
+
+  const std::size_t scratch = k.attention_scratch_size(B, T, C, NH);
+  if (scratch > a.att_scratch_count) {
+    k.release(a.att_scratch);
+    a.att_scratch = k.allocate(scratch);
+    a.att_scratch_count = scratch;
+  }
+
+  float* dlogits = a.probs;
+  k.softmax_crossentropy_backward(dlogits, a.probs, a.targets.data(), loss_scale / static_cast<float>(N), N, V, Vp);
+  k.matmul_backward(a.dbtc, g + layout_.wte().offset, nullptr, dlogits, a.lnf, p + layout_.wte().offset, N, C, Vp);
+  k.zero(a.dresidual, BT * C);
+  const float* last = a.residual3 + (c.num_layers - 1) * BT * C;
+  k.layernorm_backward(a.dresidual, g + layout_.lnfw().offset, g + layout_.lnfb().offset, a.dbtc, last,
+                       p + layout_.lnfw().offset, a.lnf_mean, a.lnf_rstd, N, C);
+  ready_from(layout_.lnfw().offset);
+
+  for (int l = c.num_layers - 1; l >= 0; --l) {
+    auto w = [&](LayerTensor t) { return p + layout_.layer_tensor(l, t).offset; };
+    auto dw = [&](LayerTensor t) { return g + layout_.layer_tensor(l, t).offset; };
+    auto start = [&](LayerTensor t) { return layout_.layer_tensor(l, t).offset; };
+    const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
+    const float* ln1 = a.ln1 + l * BT * C;
+    const float* qkv = a.qkv + l * BT * 3 * C;
+    const float* atty = a.atty + l * BT * C;
+    const float* residual2 = a.residual2 + l * BT * C;
+    const float* ln2 = a.ln2 + l * BT * C;
+    const float* fch = a.fch + l * BT * 4 * C;
+    const float* fch_gelu = a.fch_gelu + l * BT * 4 * C;
+
+    // dresidual holds d residual3[l]; the MLP branch.
+    k.matmul_backward(a.dbig, dw(LayerTensor::fcprojw), dw(LayerTensor::fcprojb), a.dresidual, fch_gelu,
+                      w(LayerTensor::fcprojw), N, 4 * C, C);
+    ready_from(start(LayerTensor::fcprojw));
+    k.gelu_backward(a.dbig, fch, a.dbig, BT * 4 * C);
+    k.matmul_backward(a.dbtc, dw(LayerTensor::fcw), dw(LayerTensor::fcb), a.dbig, ln2, w(LayerTensor::fcw), N, C,
+                      4 * C);
+    ready_from(start(LayerTensor::fcw));
+    k.layernorm_backward(a.dresidual, dw(LayerTensor::ln2w), dw(LayerTensor::ln2b), a.dbtc, residual2,
+                         w(LayerTensor::ln2w), a.ln2_mean + l * BT, a.ln2_rstd + l * BT, N, C);
+    ready_from(start(LayerTensor::ln2w));
+    // dresidual now holds d residual2[l]; the attention branch.
+    k.matmul_backward(a.dbtc, dw(LayerTensor::attprojw), dw(LayerTensor::attprojb), a.dresidual, atty,
+                      w(LayerTensor::attprojw), N, C, C);
+    ready_from(start(LayerTensor::attprojw));
+    k.attention_backward(a.dbig, a.att_scratch, a.dbtc, qkv, a.att + l * att_size, B, T, C, NH);
+    k.matmul_backward(a.dbtc, dw(LayerTensor::qkvw), dw(LayerTensor::qkvb), a.dbig, ln1, w(LayerTensor::qkvw), N,
+                      C, 3 * C);
+    ready_from(start(LayerTensor::qkvw));
+    k.layernorm_backward(a.dresidual, dw(LayerTensor::ln1w), dw(LayerTensor::ln1b), a.dbtc, residual,
+                         w(LayerTensor::ln1w), a.ln1_mean + l * BT, a.ln1_rstd + l * BT, N, C);
+    ready_from(start(LayerTensor::ln1w));
+  }
+  k.embedding_backward(g + layout_.wte().offset, g + layout_.wpe().offset, a.dresidual, a.inputs.data(), B, T, C);
+  ready_from(layout_.wpe().offset);
+  ready_from(0);
+  // probs were overwritten by dlogits: another backward() needs another forward().
+  a.has_targets = false;
+}
+
+}  // namespace dtrain::trainer

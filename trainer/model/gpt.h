@@ -1,0 +1,81 @@
+#pragma once
+
+// GPT-2 (llm.c / nanoGPT): token + position embedding, L pre-LayerNorm blocks (causal self-attention, GELU-tanh
+// MLP), final LayerNorm, output head tied to wte. Parameters and gradients are one flat buffer each, laid out as
+// trainer/model/layout.h describes; activations are sized for the largest B*T seen and grown on demand (none
+// before the first forward()). Not thread-safe: one model per thread.
+//
+// One training micro-step:
+//   float loss = model.forward(inputs, targets, B, T);     // mean cross-entropy over B*T
+//   model.backward(1.0f / K, [&](size_t offset, size_t count) { ddp.grads_ready(offset, count); });
+// backward() adds d(loss_scale * loss)/dparams to the gradient buffer (call zero_grad() once per optimizer step),
+// so K micro-steps with loss_scale 1/K give the gradient of the mean loss over the K micro-batches.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "trainer/kernels/backend.h"
+#include "trainer/model/config.h"
+#include "trainer/model/layout.h"
+
+namespace dtrain::trainer {
+
+class Gpt {
+ public:
+  // Called by backward() for each range of the gradient buffer as soon as it is final for this pass: in
+  // decreasing offset order, together covering [0, num_params()) exactly once (wte, which also gets the output
+  // head's gradient, comes last).
+  using GradsReady = std::function<void(std::size_t offset, std::size_t count)>;
+
+  // Validates config (throws std::invalid_argument). Parameters and gradients start at zero: call
+  // init_weights() or fill params() from a checkpoint.
+  explicit Gpt(const GptConfig& config, kernels::Backend& backend);
+  explicit Gpt(const GptConfig& config);  // the CPU backend
+  Gpt(const Gpt&) = delete;
+  Gpt& operator=(const Gpt&) = delete;
+  ~Gpt();
+
+  const GptConfig& config() const { return layout_.config(); }
+  const ParamLayout& layout() const { return layout_; }
+  kernels::Backend& backend() { return backend_; }
+
+  float* params() { return params_; }
+  const float* params() const { return params_; }
+  float* grads() { return grads_; }
+  const float* grads() const { return grads_; }
+  std::size_t num_params() const { return layout_.num_params(); }
+
+  // GPT-2 initialisation as nanoGPT: Linear and Embedding weights ~ normal(0, 0.02), the two residual projections
+  // (attprojw, fcprojw) ~ normal(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm weights 1 and biases 0; padded wte rows
+  // (V..Vp) are 0, as in llm.c's checkpoints. Random numbers: std::mt19937_64 seeded with `seed`, Box-Muller
+  // (deterministic on every platform; it does not reproduce torch's generator).
+  void init_weights(std::uint64_t seed);
+
+  // inputs, targets: (B, T) token ids in [0, V); T <= max_seq_len. Returns the mean cross-entropy over B*T, or
+  // NaN when targets is null (logits only; backward() then throws std::logic_error).
+  // Throws std::invalid_argument for bad B, T or token ids (naming the position).
+  float forward(const std::int32_t* inputs, const std::int32_t* targets, int B, int T);
+  // (B, T, Vp) logits of the last forward(); valid until the next forward().
+  const float* logits() const { return logits_; }
+
+  // grads[0, num_params()) = 0.
+  void zero_grad();
+  // grads += d(loss_scale * loss)/dparams for the last forward(), once per forward() (it consumes the softmax
+  // buffers; a second call throws std::logic_error). grads_ready may be empty.
+  void backward(float loss_scale, const GradsReady& grads_ready);
+
+ private:
+  struct Activations;
+  void ensure_activations(int B, int T);
+
+  ParamLayout layout_;
+  kernels::Backend& backend_;
+  float* params_ = nullptr;
+  float* grads_ = nullptr;
+  float* logits_ = nullptr;
+  std::unique_ptr<Activations> acts_;
+};
+
+}  // namespace dtrain::trainer

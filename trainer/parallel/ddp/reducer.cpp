@@ -1,0 +1,125 @@
+#include "trainer/parallel/ddp/reducer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+#include <string>
+
+namespace dtrain::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string range(std::size_t offset, std::size_t count) {
+  return "[" + std::to_string(offset) + ", " + std::to_string(offset + count) + ")";
+}
+
+std::size_t floats_in(std::size_t bytes, const char* field) {
+  if (bytes < sizeof(float)) {
+    throw std::invalid_argument(std::string("DdpOptions.") + field + " = " + std::to_string(bytes) +
+                                " bytes holds no float; use at least " + std::to_string(sizeof(float)));
+  }
+  return bytes / sizeof(float);
+}
+
+}  // namespace
+
+DdpReducer::DdpReducer(Communicator& comm, float* grads, std::size_t count, DdpOptions options)
+    : comm_(comm), grads_(grads), count_(count) {
+  const std::size_t first = floats_in(options.first_bucket_bytes, "first_bucket_bytes");
+  const std::size_t rest = floats_in(options.bucket_bytes, "bucket_bytes");
+  std::size_t end = count_;
+  while (end > 0) {
+    const std::size_t cap = buckets_.empty() ? first : rest;
+    const std::size_t size = std::min(cap, end);
+    buckets_.emplace_back(end - size, size);
+    end -= size;
+  }
+}
+
+DdpReducer::~DdpReducer() {
+  // The communicator's thread may still be writing into grads_; it must be done before the buffer can go.
+  drain();
+}
+
+void DdpReducer::begin_backward(bool sync) {
+  if (in_pass_) {
+    throw std::logic_error("DdpReducer::begin_backward: the previous backward pass was not finished; call "
+                           "finish_backward() after every pass (grads ready from offset " +
+                           std::to_string(ready_from_) + " of " + std::to_string(count_) + ")");
+  }
+  in_pass_ = true;
+  sync_ = sync;
+  ready_from_ = count_;
+  next_bucket_ = 0;
+}
+
+void DdpReducer::grads_ready(std::size_t offset, std::size_t count) {
+  if (!in_pass_) {
+    throw std::logic_error("DdpReducer::grads_ready" + range(offset, count) +
+                           " outside a backward pass; call begin_backward() first");
+  }
+  if (offset > count_ || count > count_ - offset) {
+    throw std::logic_error("DdpReducer::grads_ready" + range(offset, count) + " is outside the gradient buffer of " +
+                           std::to_string(count_) + " floats");
+  }
+  if (offset + count != ready_from_) {
+    throw std::logic_error("DdpReducer::grads_ready" + range(offset, count) + ": expected a range ending at " +
+                           std::to_string(ready_from_) +
+                           " (ranges must arrive in decreasing offset order and cover the buffer exactly once; " +
+                           (offset + count > ready_from_ ? "this one overlaps one already reported)"
+                                                         : "this one leaves a gap before it)"));
+  }
+  ready_from_ = offset;
+  while (next_bucket_ < buckets_.size() && ready_from_ <= buckets_[next_bucket_].first) {
+    if (sync_) start_bucket(next_bucket_);
+    ++next_bucket_;
+  }
+}
+
+void DdpReducer::start_bucket(std::size_t index) {
+  const int world = comm_.size();
+  if (world == 1) return;
+  auto [offset, count] = buckets_[index];
+  const float scale = 1.0f / static_cast<float>(world);
+  float* data = grads_ + offset;
+  for (std::size_t i = 0; i < count; ++i) data[i] *= scale;
+  pending_.push_back(comm_.allreduce(data, count));
+}
+
+std::string DdpReducer::drain() {
+  std::string failure;
+  for (auto& work : pending_) {
+    try {
+      work->wait();
+    } catch (const std::exception& error) {
+      if (failure.empty()) failure = error.what();
+    }
+  }
+  return failure;
+}
+
+void DdpReducer::finish_backward() {
+  if (!in_pass_) {
+    throw std::logic_error("DdpReducer::finish_backward outside a backward pass; call begin_backward() first");
+  }
+  if (ready_from_ != 0) {
+    throw std::logic_error("DdpReducer::finish_backward: gradients [0, " + std::to_string(ready_from_) +
+                           ") were never reported ready; backward must call grads_ready for the whole buffer of " +
+                           std::to_string(count_) + " floats");
+  }
+  in_pass_ = false;
+  if (!sync_) return;
+
+  const Clock::time_point waiting = Clock::now();
+  std::string failure = drain();
+  DdpStats stats;
+  stats.exposed_ms = std::chrono::duration<double, std::milli>(Clock::now() - waiting).count();
+  stats.buckets = buckets_.size();
+  for (const auto& work : pending_) stats.comm_ms += work->elapsed_ms();
+  pending_.clear();
+  stats_ = stats;
+  if (!failure.empty()) throw CommError("DDP gradient allreduce failed: " + failure);
+}
+
+}  // namespace dtrain::trainer

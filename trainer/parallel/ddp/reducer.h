@@ -1,0 +1,86 @@
+#pragma once
+
+// DDP gradient reduction over one flat gradient buffer. Buckets are contiguous slices of that buffer taken from its
+// end: the first bucket holds the last first_bucket_bytes, the next ones bucket_bytes each, down to offset 0. The
+// model lays its parameters out so that backward finishes them from the end of the buffer towards the start
+// (final LayerNorm, last layer, ..., first layer, positions, token embedding), so a bucket is complete as soon as
+// backward has passed its start, and its allreduce runs on the communicator's thread while backward goes on.
+// Gradients are divided by the world size just before their bucket's allreduce, so the result is the mean over ranks.
+//
+// Per backward pass:
+//   reducer.begin_backward(sync);        // sync=false on micro-steps before the last (no_sync): nothing is sent
+//   model.backward(..., [&](std::size_t offset, std::size_t count) { reducer.grads_ready(offset, count); });
+//   reducer.finish_backward();           // waits for every bucket; grads now hold the mean over ranks
+//
+// What overlap buys depends on free CPU. The Gloo backend's work is CPU work: its thread sums the ring's chunks and
+// loopback TCP copies run in the kernel on the sending thread's core. When every core runs backward (2 ranks on a
+// 2-core host, each pinned to one core with OMP_NUM_THREADS=1, as dtrain's binding does), the communication thread
+// time-slices with backward: hidden_fraction() comes out high (0.9 and more) because finish_backward barely waits,
+// but backward itself slows by about the communication's CPU time, so the step is no faster than backward followed
+// by one allreduce (measured with tests/tools/comm_worker.cpp `overlap`). Overlap is real when communication waits
+// on a wire (other hosts, or NCCL's copy engines) or when a core is left for it (OMP_NUM_THREADS = cores - 1 per
+// rank); judge it by step time, not by hidden_fraction() alone.
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "trainer/comm/communicator.h"
+
+namespace dtrain::trainer {
+
+struct DdpOptions {
+  std::size_t first_bucket_bytes = std::size_t{1} << 20;  // PyTorch DDP's first bucket: 1 MiB
+  std::size_t bucket_bytes = std::size_t{25} << 20;       // PyTorch DDP's bucket_cap_mb: 25 MiB
+};
+
+// Timing of the last synchronised backward pass.
+struct DdpStats {
+  std::size_t buckets = 0;
+  double comm_ms = 0;      // sum of the buckets' allreduce durations, measured on the communication thread
+  double exposed_ms = 0;   // time finish_backward() spent waiting for communication after backward had ended
+  // Fraction of communication time that overlapped backward: 1 - exposed / comm (1 when there was no communication).
+  double hidden_fraction() const { return comm_ms > 0 ? 1.0 - exposed_ms / comm_ms : 1.0; }
+};
+
+class DdpReducer {
+ public:
+  DdpReducer(Communicator& comm, float* grads, std::size_t count, DdpOptions options = {});
+  DdpReducer(const DdpReducer&) = delete;
+  DdpReducer& operator=(const DdpReducer&) = delete;
+  ~DdpReducer();
+
+  // Starts a pass; throws std::logic_error if the previous one was not finished.
+  void begin_backward(bool sync);
+  // grads[offset, offset + count) are final for this backward pass. Ranges arrive in decreasing offset order and
+  // together cover the buffer exactly once per pass; anything else throws std::logic_error.
+  void grads_ready(std::size_t offset, std::size_t count);
+  // Waits for every bucket's allreduce (throws the first CommError after all have ended); throws std::logic_error
+  // if the pass did not cover the whole buffer.
+  void finish_backward();
+
+  // The buckets as (offset, count), in the order they are reduced.
+  const std::vector<std::pair<std::size_t, std::size_t>>& buckets() const { return buckets_; }
+  const DdpStats& last_stats() const { return stats_; }
+
+ private:
+  Communicator& comm_;
+  float* grads_;
+  std::size_t count_;
+  std::vector<std::pair<std::size_t, std::size_t>> buckets_;
+  DdpStats stats_;
+
+  bool in_pass_ = false;
+  bool sync_ = false;
+  std::size_t ready_from_ = 0;   // grads[ready_from_, count_) are final in this pass
+  std::size_t next_bucket_ = 0;  // index in buckets_ of the next bucket to start
+  std::vector<std::shared_ptr<Work>> pending_;
+
+  void start_bucket(std::size_t index);
+  // Waits for every pending work; returns the first failure's message (empty if none).
+  std::string drain();
+};
+
+}  // namespace dtrain::trainer

@@ -1,0 +1,424 @@
+#!/usr/bin/python3
+"""PyTorch reference of dtrain-trainer's GPT-2, used by the parity tests and the benchmark.
+
+Model (llm.c / nanoGPT GPT-2):
+  x = wte[tokens] + wpe[positions]                          wte (Vp, C), wpe (maxT, C)
+  per block: x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))    LayerNorm eps 1e-5, pre-norm
+    attn: qkv = x @ qkvw^T + qkvb (3C); heads of size C/NH; causal softmax(q k^T / sqrt(hs)) v; @ attprojw^T + b
+    mlp:  gelu_tanh(x @ fcw^T + fcb) @ fcprojw^T + fcprojb
+  logits = ln_f(x) @ wte^T                                  (B, T, Vp): the output head is tied to wte
+  loss = mean over B*T of cross_entropy(logits[..., :V], targets)
+Like llm.c, logits exist for all Vp columns but the softmax and the loss use the first V only; padded wte rows get
+no gradient (only weight decay). Weights are initialised as nanoGPT (normal(0, 0.02); attprojw and fcprojw with
+std 0.02 / sqrt(2 L); biases 0; LayerNorm weight 1) with padded wte rows 0; torch's generator, so a C++ model
+initialised from the same seed differs: parity starts both from one checkpoint.
+
+Files (llm.c formats):
+  checkpoint: 256 int32 header (magic 20240326, version 3, maxT, V, L, NH, C, Vp), then fp32 tensors in the order
+    wte, wpe, ln1w[L], ln1b[L], qkvw[L], qkvb[L], attprojw[L], attprojb[L], ln2w[L], ln2b[L], fcw[L], fcb[L],
+    fcprojw[L], fcprojb[L], lnfw, lnfb  (X[L]: every layer's X, layer 0 first)
+  token shard: 256 int32 header (magic 20240520, version 1, token count), then uint16 tokens
+
+Data order (trainer/data/loader.h): shards matching --data in sorted order; with B, T, world W, K micro-steps, one
+optimizer step takes S = B*T*W*K tokens; a shard of n tokens holds floor((n - 1) / S) steps (shards holding none
+are skipped); steps go through the shards in order and wrap. Micro-step m of rank r in step s (index j within its
+shard) reads B*T + 1 tokens at shard offset ((j*K + m)*W + r)*B*T: inputs the first B*T, targets shifted by one.
+
+Optimizer step s (0-based; AdamW's t = s + 1):
+  loss  = mean over the K micro-batches of their mean cross-entropy (grads: sum of each micro-batch's grad / K)
+  grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip) (grad_clip 0: the norm only, no clipping)
+  lr    = schedule(s):  s < W: lr * (s + 1) / W;  constant: lr;
+          cosine: min + 0.5 (1 + cos(pi r)) (lr - min), r = min(1, (s - W) / max(1, N - W)), min = lr * min_lr_ratio
+  torch.optim.AdamW(betas, eps), weight_decay on the 2-D tensors (wte, wpe, qkvw, attprojw, fcw, fcprojw) only.
+The metrics file holds one JSON object per step, as dtrain-trainer's: {"step": s + 1 (steps done), "loss", "lr",
+"grad_norm", "tokens_per_s", "step_ms"}.
+
+CLI:
+  gpt_reference.py init  --out MODEL.bin (--model tiny | --layers --channels --heads --max-seq-len --vocab) --seed
+  gpt_reference.py train --init-from MODEL.bin --data GLOB -B 4 -T 64 --steps 10 [--lr ... --metrics out.jsonl]
+  gpt_reference.py bench --threads 1 [--layers 4 --channels 256 --heads 4 --max-seq-len 256 --vocab 256 -B 8 -T 256]
+"""
+
+import argparse
+import dataclasses
+import glob
+import json
+import math
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+CHECKPOINT_MAGIC = 20240326
+CHECKPOINT_VERSION = 3
+SHARD_MAGIC = 20240520
+SHARD_VERSION = 1
+HEADER_INTS = 256
+LAYER_TENSORS = ["ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+                 "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb"]
+DECAY = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
+
+
+@dataclasses.dataclass
+class GptConfig:
+    max_seq_len: int
+    vocab_size: int
+    padded_vocab_size: int
+    num_layers: int
+    num_heads: int
+    channels: int
+
+    @staticmethod
+    def preset(name):
+        presets = {
+            "tiny": GptConfig(64, 256, 256, 2, 4, 64),
+            "gpt2-124m": GptConfig(1024, 50257, 50304, 12, 12, 768),
+        }
+        if name not in presets:
+            raise ValueError(f"unknown model preset {name!r}; known: {', '.join(presets)}")
+        return presets[name]
+
+    @staticmethod
+    def pad_vocab(v):
+        return (v + 127) // 128 * 128
+
+
+def tensor_shapes(cfg):
+    """(name, shape) of every parameter kind in llm.c's checkpoint order; per-layer shapes are for one layer."""
+    C, L = cfg.channels, cfg.num_layers
+    layer = {"ln1w": (C,), "ln1b": (C,), "qkvw": (3 * C, C), "qkvb": (3 * C,), "attprojw": (C, C),
+             "attprojb": (C,), "ln2w": (C,), "ln2b": (C,), "fcw": (4 * C, C), "fcb": (4 * C,),
+             "fcprojw": (C, 4 * C), "fcprojb": (C,)}
+    out = [("wte", (cfg.padded_vocab_size, C)), ("wpe", (cfg.max_seq_len, C))]
+    out += [(n, layer[n]) for n in LAYER_TENSORS]
+    out += [("lnfw", (C,)), ("lnfb", (C,))]
+    return out
+
+
+class Gpt(torch.nn.Module):
+    """Parameters are named as llm.c's tensors; per-layer ones are ParameterLists indexed by layer."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        P = torch.nn.Parameter
+        for name, shape in tensor_shapes(cfg):
+            if name in LAYER_TENSORS:
+                setattr(self, name, torch.nn.ParameterList(
+                    [P(torch.zeros(shape)) for _ in range(cfg.num_layers)]))
+            else:
+                setattr(self, name, P(torch.zeros(shape)))
+
+    def named_tensors(self):
+        """(name, layer or -1, parameter) in llm.c's checkpoint order."""
+        for name, _ in tensor_shapes(self.cfg):
+            p = getattr(self, name)
+            if isinstance(p, torch.nn.ParameterList):
+                for layer, q in enumerate(p):
+                    yield name, layer, q
+            else:
+                yield name, -1, p
+
+    @torch.no_grad()
+    def init_weights(self, seed):
+        g = torch.Generator().manual_seed(seed)
+        cfg = self.cfg
+        residual_std = 0.02 / math.sqrt(2 * cfg.num_layers)
+        for name, _, p in self.named_tensors():
+            if name in ("ln1w", "ln2w", "lnfw"):
+                p.fill_(1.0)
+            elif name in ("wte", "wpe", "qkvw", "fcw"):
+                p.normal_(0.0, 0.02, generator=g)
+            elif name in ("attprojw", "fcprojw"):
+                p.normal_(0.0, residual_std, generator=g)
+            else:
+                p.zero_()
+        self.wte[cfg.vocab_size:].zero_()
+
+    def forward(self, inputs, targets=None):
+        cfg = self.cfg
+        B, T = inputs.shape
+        C, NH = cfg.channels, cfg.num_heads
+        hs = C // NH
+        x = self.wte[inputs] + self.wpe[:T]
+        mask = torch.ones(T, T, dtype=torch.bool).tril()
+        for l in range(cfg.num_layers):
+            h = F.layer_norm(x, (C,), self.ln1w[l], self.ln1b[l], 1e-5)
+            qkv = F.linear(h, self.qkvw[l], self.qkvb[l])
+            q, k, v = qkv.split(C, dim=2)
+            q = q.view(B, T, NH, hs).transpose(1, 2)
+            k = k.view(B, T, NH, hs).transpose(1, 2)
+            v = v.view(B, T, NH, hs).transpose(1, 2)
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+            att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+            y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+            x = x + F.linear(y, self.attprojw[l], self.attprojb[l])
+            h = F.layer_norm(x, (C,), self.ln2w[l], self.ln2b[l], 1e-5)
+            h = F.gelu(F.linear(h, self.fcw[l], self.fcb[l]), approximate="tanh")
+            x = x + F.linear(h, self.fcprojw[l], self.fcprojb[l])
+        x = F.layer_norm(x, (C,), self.lnfw, self.lnfb, 1e-5)
+        logits = x @ self.wte.t()
+        if targets is None:
+            return logits, None
+        V = cfg.vocab_size
+        loss = F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1).long())
+        return logits, loss
+
+    def decay_groups(self):
+        decay = [p for name, _, p in self.named_tensors() if name in DECAY]
+        no_decay = [p for name, _, p in self.named_tensors() if name not in DECAY]
+        return decay, no_decay
+
+
+def read_checkpoint(path):
+    with open(path, "rb") as f:
+        header = np.frombuffer(f.read(HEADER_INTS * 4), dtype=np.int32)
+        if header[0] != CHECKPOINT_MAGIC or header[1] != CHECKPOINT_VERSION:
+            raise ValueError(f"{path}: not an llm.c fp32 checkpoint (magic {header[0]}, version {header[1]}; "
+                             f"want {CHECKPOINT_MAGIC}, {CHECKPOINT_VERSION})")
+        cfg = GptConfig(max_seq_len=int(header[2]), vocab_size=int(header[3]), num_layers=int(header[4]),
+                        num_heads=int(header[5]), channels=int(header[6]), padded_vocab_size=int(header[7]))
+        model = Gpt(cfg)
+        data = np.frombuffer(f.read(), dtype=np.float32)
+    load_flat(model, data, path)
+    return model
+
+
+def load_flat(model, data, what="buffer"):
+    """Fills the model from fp32 values in llm.c's checkpoint order."""
+    total = sum(p.numel() for _, _, p in model.named_tensors())
+    if data.size != total:
+        raise ValueError(f"{what}: {data.size} floats, the model needs {total}")
+    at = 0
+    with torch.no_grad():
+        for _, _, p in model.named_tensors():
+            p.copy_(torch.from_numpy(data[at:at + p.numel()].copy()).view_as(p))
+            at += p.numel()
+
+
+def flat(model, grads=False):
+    """Parameters (or gradients) in llm.c's checkpoint order as one fp32 array."""
+    parts = []
+    for _, _, p in model.named_tensors():
+        t = p.grad if grads else p
+        parts.append(torch.zeros_like(p) if t is None else t.detach())
+    return torch.cat([t.reshape(-1) for t in parts]).numpy()
+
+
+def write_checkpoint(model, path):
+    cfg = model.cfg
+    header = np.zeros(HEADER_INTS, dtype=np.int32)
+    header[:8] = [CHECKPOINT_MAGIC, CHECKPOINT_VERSION, cfg.max_seq_len, cfg.vocab_size, cfg.num_layers,
+                  cfg.num_heads, cfg.channels, cfg.padded_vocab_size]
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(flat(model).astype(np.float32).tobytes())
+
+
+def read_shard(path):
+    with open(path, "rb") as f:
+        header = np.frombuffer(f.read(HEADER_INTS * 4), dtype=np.int32)
+        if header[0] != SHARD_MAGIC or header[1] != SHARD_VERSION:
+            raise ValueError(f"{path}: not an llm.c token shard (magic {header[0]}, version {header[1]})")
+        tokens = np.frombuffer(f.read(), dtype=np.uint16)
+    if tokens.size != header[2]:
+        raise ValueError(f"{path}: header says {header[2]} tokens, file holds {tokens.size}")
+    return tokens
+
+
+def write_shard(tokens, path):
+    header = np.zeros(HEADER_INTS, dtype=np.int32)
+    header[:3] = [SHARD_MAGIC, SHARD_VERSION, len(tokens)]
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(np.asarray(tokens, dtype=np.uint16).tobytes())
+
+
+class DataLoader:
+    """The data order of trainer/data/loader.h (see the module docstring)."""
+
+    def __init__(self, pattern, B, T, rank=0, world=1, grad_accum=1):
+        files = sorted(glob.glob(pattern))
+        if not files:
+            raise ValueError(f"--data {pattern!r} matches no file")
+        self.B, self.T, self.rank, self.world, self.K = B, T, rank, world, grad_accum
+        S = B * T * world * grad_accum
+        self.shards = []
+        for path in files:
+            tokens = read_shard(path)
+            steps = (tokens.size - 1) // S
+            if steps > 0:
+                self.shards.append((tokens, steps))
+        if not self.shards:
+            raise ValueError(f"no shard matching {pattern!r} holds one step of {S} + 1 tokens")
+        self.steps_per_epoch = sum(steps for _, steps in self.shards)
+
+    def batch(self, step, micro):
+        j = step % self.steps_per_epoch
+        for tokens, steps in self.shards:
+            if j < steps:
+                break
+            j -= steps
+        BT = self.B * self.T
+        start = ((j * self.K + micro) * self.world + self.rank) * BT
+        buf = torch.from_numpy(tokens[start:start + BT + 1].astype(np.int64))
+        return buf[:-1].view(self.B, self.T), buf[1:].view(self.B, self.T)
+
+
+def lr_at(step, lr, warmup, schedule, total, min_lr_ratio=0.0):
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    if schedule == "constant":
+        return lr
+    ratio = min(1.0, (step - warmup) / max(1, total - warmup))
+    min_lr = lr * min_lr_ratio
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
+
+
+def make_optimizer(model, lr, beta1, beta2, eps, weight_decay):
+    decay, no_decay = model.decay_groups()
+    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}],
+                             lr=lr, betas=(beta1, beta2), eps=eps)
+
+
+def train_step(model, optimizer, batches, lr, grad_clip):
+    """One optimizer step over micro-batches [(inputs, targets)]; returns (mean loss, grad norm before clipping)."""
+    optimizer.zero_grad(set_to_none=False)
+    K = len(batches)
+    total = 0.0
+    for inputs, targets in batches:
+        _, loss = model(inputs, targets)
+        (loss / K).backward()
+        total += loss.item()
+    params = [p for _, _, p in model.named_tensors()]
+    norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf")).item()
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.step()
+    return total / K, norm
+
+
+def config_from_args(args):
+    if args.model:
+        return GptConfig.preset(args.model)
+    vp = GptConfig.pad_vocab(args.vocab)
+    return GptConfig(args.max_seq_len, args.vocab, vp, args.layers, args.heads, args.channels)
+
+
+def add_model_args(p):
+    p.add_argument("--model", help="preset: tiny | gpt2-124m")
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--channels", type=int, default=256)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--max-seq-len", type=int, default=256)
+    p.add_argument("--vocab", type=int, default=256)
+
+
+def cmd_init(args):
+    torch.manual_seed(args.seed)
+    model = Gpt(config_from_args(args))
+    model.init_weights(args.seed)
+    write_checkpoint(model, args.out)
+
+
+def cmd_train(args):
+    torch.set_num_threads(args.threads)
+    model = read_checkpoint(args.init_from)
+    loader = DataLoader(args.data, args.batch_size, args.seq_len, args.rank, args.world_size, args.grad_accum)
+    opt = make_optimizer(model, args.lr, args.beta1, args.beta2, args.eps, args.weight_decay)
+    out = open(args.metrics, "w") if args.metrics else None
+    for step in range(args.steps):
+        t0 = time.perf_counter()
+        lr = lr_at(step, args.lr, args.warmup_steps, args.lr_schedule, args.steps, args.min_lr_ratio)
+        batches = [loader.batch(step, m) for m in range(args.grad_accum)]
+        loss, norm = train_step(model, opt, batches, lr, args.grad_clip)
+        ms = (time.perf_counter() - t0) * 1000.0
+        tokens = args.batch_size * args.seq_len * args.grad_accum * args.world_size
+        line = {"step": step + 1, "loss": loss, "lr": lr, "grad_norm": norm,
+                "tokens_per_s": tokens / (ms / 1000.0), "step_ms": ms}
+        if out:
+            out.write(json.dumps(line) + "\n")
+            out.flush()
+        print(f"step {step + 1}/{args.steps} loss {loss:.6f} lr {lr:.3e} norm {norm:.4f} {ms:.1f} ms")
+    if args.save:
+        write_checkpoint(model, args.save)
+
+
+def cmd_bench(args):
+    """Times PyTorch eager training steps (forward, backward, clip, AdamW) on random tokens; prints one JSON line."""
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model = Gpt(config_from_args(args))
+    model.init_weights(0)
+    opt = make_optimizer(model, 6e-4, 0.9, 0.95, 1e-8, 0.1)
+    B, T = args.batch_size, args.seq_len
+    gen = torch.Generator().manual_seed(1)
+    data = torch.randint(0, model.cfg.vocab_size, (B, T + 1), generator=gen)
+    batch = [(data[:, :-1], data[:, 1:])]
+    for _ in range(args.warmup):
+        train_step(model, opt, batch, 6e-4, 1.0)
+    # Wall time per step, and the process's CPU time per step (all threads), which a busy machine distorts less.
+    times, cpu = [], []
+    for _ in range(args.steps):
+        t0, c0 = time.perf_counter(), time.process_time()
+        train_step(model, opt, batch, 6e-4, 1.0)
+        times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    med = sorted(times)[len(times) // 2]
+    print(json.dumps({"impl": "pytorch-eager", "torch": torch.__version__, "threads": args.threads,
+                      "B": B, "T": T, "step_ms_median": med * 1000.0, "tokens_per_s": B * T / med,
+                      "cpu_ms_median": sorted(cpu)[len(cpu) // 2] * 1000.0,
+                      "step_ms": [t * 1000.0 for t in times]}))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("init", help="write a freshly initialised checkpoint")
+    add_model_args(p)
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("train", help="train from a checkpoint, as dtrain-trainer does")
+    p.add_argument("--init-from", required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("-B", "--batch-size", type=int, default=4)
+    p.add_argument("-T", "--seq-len", type=int, default=64)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--grad-accum", type=int, default=1)
+    p.add_argument("--rank", type=int, default=0, help="read the data of this rank (one process only)")
+    p.add_argument("--world-size", type=int, default=1)
+    p.add_argument("--lr", type=float, default=6e-4)
+    p.add_argument("--beta1", type=float, default=0.9)
+    p.add_argument("--beta2", type=float, default=0.95)
+    p.add_argument("--eps", type=float, default=1e-8)
+    p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--warmup-steps", type=int, default=0)
+    p.add_argument("--lr-schedule", choices=["constant", "cosine"], default="constant")
+    p.add_argument("--min-lr-ratio", type=float, default=0.0)
+    p.add_argument("--metrics")
+    p.add_argument("--save", help="write the final weights here")
+    p.add_argument("--threads", type=int, default=1)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("bench", help="PyTorch eager tokens/s on one training step")
+    add_model_args(p)
+    p.add_argument("-B", "--batch-size", type=int, default=8)
+    p.add_argument("-T", "--seq-len", type=int, default=256)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--steps", type=int, default=5)
+    p.set_defaults(func=cmd_bench)
+
+    args = parser.parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+#include "trainer/train/checkpointing.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <stdexcept>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "trainer/ckpt/checkpoint_dir.h"
+#include "trainer/ckpt/model_file.h"
+#include "trainer/train/collectives.h"
+
+namespace dtrain::trainer {
+namespace {
+
+bool same_shape(const GptConfig& a, const GptConfig& b) {
+  return a.max_seq_len == b.max_seq_len && a.vocab_size == b.vocab_size &&
+         a.padded_vocab_size == b.padded_vocab_size && a.num_layers == b.num_layers &&
+         a.num_heads == b.num_heads && a.channels == b.channels;
+}
+
+}  // namespace
+
+TrainState run_shape(const TrainOptions& o, const GptConfig& config, int seq_len, int world, std::size_t n) {
+  TrainState state;
+  state.seed = o.seed;
+  state.config = config;
+  state.batch_size = o.batch_size;
+  state.seq_len = seq_len;
+  state.world_size = world;
+  state.grad_accum = o.grad_accum;
+  state.num_params = n;
+  return state;
+}
+
+std::uint64_t global_batch_tokens(const TrainState& s) {
+  return static_cast<std::uint64_t>(s.batch_size) * s.seq_len * s.world_size * s.grad_accum;
+}
+
+std::optional<StartPoint> load_newest_checkpoint(const std::string& dir, const TrainState& shape, Gpt& model,
+                                                 AdamW& optimizer) {
+  const std::size_t n = model.num_params();
+  for (const CheckpointPair& pair : list_checkpoints(dir)) {
+    try {
+      TrainState found = read_state_header(pair.state);
+      if (!same_shape(found.config, shape.config)) {
+        throw std::invalid_argument("checkpoint " + pair.state + " is of a model " + describe_header(found.config) +
+                                    ", this run builds " + describe_header(shape.config) +
+                                    "; resume with the same model flags or use another --checkpoint-dir");
+      }
+      if (global_batch_tokens(found) != global_batch_tokens(shape)) {
+        throw std::invalid_argument(
+            "checkpoint " + pair.state + " was written by a run with a global batch of " +
+            std::to_string(global_batch_tokens(found)) + " tokens (batch " + std::to_string(found.batch_size) +
+            " x seq " + std::to_string(found.seq_len) + " x world " + std::to_string(found.world_size) +
+            " x accum " + std::to_string(found.grad_accum) + "), this run has " +
+            std::to_string(global_batch_tokens(shape)) +
+            "; pick --batch-size/--grad-accum so that the product matches, or use another --checkpoint-dir");
+      }
+      // Into scratch buffers first: a pair that fails half-way must leave the model and optimizer untouched.
+      std::vector<float> ordered(n), m(n), v(n);
+      read_model_file(pair.model, shape.config, ordered.data(), n);
+      TrainState state = read_state_file(pair.state, m.data(), v.data(), n);
+      model.layout().from_checkpoint_order(ordered.data(), model.params());
+      std::copy(m.begin(), m.end(), optimizer.m());
+      std::copy(v.begin(), v.end(), optimizer.v());
+      if (found.world_size != shape.world_size || found.batch_size != shape.batch_size ||
+          found.grad_accum != shape.grad_accum) {
+        spdlog::warn("checkpoint {} was written with batch {} x world {} x accum {}; this run splits the same "
+                     "global batch as {} x {} x {} (same data, losses equal up to float rounding)",
+                     pair.state, found.batch_size, found.world_size, found.grad_accum, shape.batch_size,
+                     shape.world_size, shape.grad_accum);
+      }
+      return StartPoint{state.step, state.data_step, pair.model};
+    } catch (const CheckpointError& e) {
+      spdlog::warn("skipping checkpoint of step {}: {}", pair.step, e.what());
+    }
+  }
+  return std::nullopt;
+}
+
+void save_checkpoint(Communicator& comm, const std::string& dir, const Gpt& model, const AdamW& optimizer,
+                     const TrainState& state) {
+  float failed = 0;
+  std::string failure;
+  CheckpointPair pair = checkpoint_pair(dir, state.step);
+  if (comm.rank() == 0) {
+    try {
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      if (ec) throw CheckpointError("cannot create --checkpoint-dir " + dir + " (" + ec.message() + ")");
+      std::vector<float> ordered(model.num_params());
+      model.layout().to_checkpoint_order(model.params(), ordered.data());
+      write_model_file(pair.model, model.config(), ordered.data(), ordered.size());
+      write_state_file(pair.state, state, optimizer.m(), optimizer.v());
+    } catch (const std::exception& e) {
+      failure = e.what();
+      failed = 1;
+    }
+  }
+  if (allreduce_sum(comm, failed) != 0) {
+    throw CheckpointError(comm.rank() == 0 ? failure
+                                           : "rank 0 could not write the checkpoint of step " +
+                                                 std::to_string(state.step) + "; see rank 0's log");
+  }
+  spdlog::info("saved checkpoint {} (+ {})", pair.model, pair.state);
+}
+
+}  // namespace dtrain::trainer

@@ -1,0 +1,34 @@
+#pragma once
+
+// The few scalar collectives the training loop needs besides DDP's gradient buckets: rank 0's decisions reach every
+// rank by broadcast, and the step's loss and the checkpoint barrier are one-float allreduces. With one rank they
+// return the value unchanged and send nothing.
+
+#include <cstdint>
+
+#include "trainer/comm/communicator.h"
+
+namespace dtrain::trainer {
+
+// Every rank gets rank 0's value. A uint64 travels as four 16-bit pieces, each exact in a float.
+inline std::uint64_t broadcast_u64(Communicator& comm, std::uint64_t value) {
+  if (comm.size() == 1) return value;
+  float pieces[4];
+  for (int i = 0; i < 4; ++i) pieces[i] = static_cast<float>((value >> (16 * i)) & 0xffff);
+  comm.broadcast(pieces, 4, 0)->wait();
+  std::uint64_t out = 0;
+  for (int i = 0; i < 4; ++i) out |= static_cast<std::uint64_t>(pieces[i]) << (16 * i);
+  return out;
+}
+
+inline float broadcast_float(Communicator& comm, float value) {
+  if (comm.size() > 1) comm.broadcast(&value, 1, 0)->wait();
+  return value;
+}
+
+inline float allreduce_sum(Communicator& comm, float value) {
+  if (comm.size() > 1) comm.allreduce(&value, 1)->wait();
+  return value;
+}
+
+}  // namespace dtrain::trainer

@@ -1,0 +1,147 @@
+#include "trainer/train/options.h"
+
+#include <CLI/CLI.hpp>
+
+#include <stdexcept>
+#include <string>
+
+namespace dtrain::trainer {
+
+GptConfig resolve_config(const TrainOptions& o, const GptConfig* from_file) {
+  GptConfig config;
+  if (!o.model.empty()) {
+    config = GptConfig::preset(o.model);
+  } else if (from_file != nullptr && o.layers == 0 && o.channels == 0 && o.heads == 0) {
+    config = *from_file;
+  } else {
+    if (o.layers <= 0 || o.channels <= 0 || o.heads <= 0) {
+      throw std::invalid_argument("give --model PRESET (tiny, gpt2-124m), or all of --layers, --channels and "
+                                  "--heads (with --max-seq-len and --vocab, defaults --seq-len and 256)");
+    }
+    config.max_seq_len = o.seq_len > 0 ? o.seq_len : 1024;
+    config.vocab_size = 256;
+  }
+  if (o.layers > 0) config.num_layers = o.layers;
+  if (o.channels > 0) config.channels = o.channels;
+  if (o.heads > 0) config.num_heads = o.heads;
+  if (o.max_seq_len > 0) config.max_seq_len = o.max_seq_len;
+  if (o.vocab > 0 || config.padded_vocab_size < config.vocab_size) {
+    if (o.vocab > 0) config.vocab_size = o.vocab;
+    config.padded_vocab_size = GptConfig::pad_vocab(config.vocab_size);
+  }
+  config.validate();
+  int seq_len = o.seq_len > 0 ? o.seq_len : config.max_seq_len;
+  if (seq_len > config.max_seq_len) {
+    throw std::invalid_argument("--seq-len " + std::to_string(seq_len) + " is longer than the model's max_seq_len " +
+                                std::to_string(config.max_seq_len) + "; lower --seq-len or raise --max-seq-len");
+  }
+  return config;
+}
+
+namespace {
+
+// "must be > 0, got -1" (CLI11 prefixes the flag's name).
+CLI::Validator at_least(double bound, bool strict) {
+  std::string relation = std::string(strict ? "> " : ">= ") + CLI::detail::to_string(bound);
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double value = 0;
+        if (!CLI::detail::lexical_cast(text, value)) return "must be a number, got '" + text + "'";
+        if (strict ? value > bound : value >= bound) return {};
+        return "must be " + relation + ", got " + text;
+      },
+      "NUMBER " + relation);
+}
+
+}  // namespace
+
+Command parse_command_line(int argc, char** argv) {
+  Command command;
+  TrainOptions& o = command.train;
+  PrepareTextArgs prepare;
+
+  CLI::App app{"dtrain-trainer: GPT-2 training on CPU (OpenBLAS + OpenMP), data parallel over Gloo when started by "
+               "dtrain or torchrun",
+               "dtrain-trainer"};
+  app.require_subcommand(0, 1);
+  // A flag given twice takes its last value, so a wrapper script's defaults can be overridden by appending.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  const CLI::Validator positive = at_least(0, true);
+  const CLI::Validator nonnegative = at_least(0, false);
+
+  const char* model_group = "Model";
+  app.add_option("--model", o.model, "preset: tiny | gpt2-124m")->group(model_group);
+  app.add_option("--layers", o.layers, "transformer blocks (L)")->check(positive)->group(model_group);
+  app.add_option("--channels", o.channels, "embedding width (C)")->check(positive)->group(model_group);
+  app.add_option("--heads", o.heads, "attention heads (NH)")->check(positive)->group(model_group);
+  app.add_option("--max-seq-len", o.max_seq_len, "position embeddings (maxT)")->check(positive)->group(model_group);
+  app.add_option("--vocab", o.vocab, "vocabulary size (V), padded to a multiple of 128")
+      ->check(positive)->group(model_group);
+
+  const char* batch_group = "Batch";
+  app.add_option("--batch-size", o.batch_size, "sequences per rank per micro-step (B)")
+      ->check(positive)->capture_default_str()->group(batch_group);
+  app.add_option("--seq-len", o.seq_len, "tokens per sequence (T); default the model's max-seq-len")
+      ->check(positive)->group(batch_group);
+  app.add_option("--steps", o.steps, "optimizer steps")->check(positive)->capture_default_str()->group(batch_group);
+  app.add_option("--seed", o.seed, "weight initialisation seed")->capture_default_str()->group(batch_group);
+  app.add_option("--grad-accum", o.grad_accum, "micro-steps per optimizer step (K)")
+      ->check(positive)->capture_default_str()->group(batch_group);
+
+  const char* optim_group = "Optimizer";
+  app.add_option("--lr", o.lr, "peak learning rate")->check(nonnegative)->capture_default_str()->group(optim_group);
+  app.add_option("--beta1", o.beta1, "AdamW beta1")->check(CLI::Range(0.0f, 0.999999f))->capture_default_str()
+      ->group(optim_group);
+  app.add_option("--beta2", o.beta2, "AdamW beta2")->check(CLI::Range(0.0f, 0.999999f))->capture_default_str()
+      ->group(optim_group);
+  app.add_option("--eps", o.eps, "AdamW epsilon")->check(positive)->capture_default_str()->group(optim_group);
+  app.add_option("--weight-decay", o.weight_decay, "decoupled weight decay on 2-D weights")
+      ->check(nonnegative)->capture_default_str()->group(optim_group);
+  app.add_option("--grad-clip", o.grad_clip, "clip the global gradient norm to this; 0 = off")
+      ->check(nonnegative)->capture_default_str()->group(optim_group);
+  app.add_option("--warmup-steps", o.warmup_steps, "linear warmup steps")->check(nonnegative)->capture_default_str()
+      ->group(optim_group);
+  app.add_option("--lr-schedule", o.lr_schedule, "constant | cosine")
+      ->check(CLI::IsMember({"constant", "cosine"}))->capture_default_str()->group(optim_group);
+  app.add_option("--min-lr-ratio", o.min_lr_ratio, "cosine floor as a fraction of --lr")
+      ->check(CLI::Range(0.0f, 1.0f))->capture_default_str()->group(optim_group);
+
+  const char* io_group = "Data and checkpoints";
+  app.add_option("--data", o.data, "glob of llm.c token shards (prepare-text makes one from text)")->group(io_group);
+  app.add_option("--init-from", o.init_from, "start from this llm.c model checkpoint (fp32, version 3)")
+      ->group(io_group);
+  app.add_option("--save-every", o.save_every, "write model_<step>.bin + state_<step>.bin every N steps and at the "
+                 "end; 0 = never")->check(nonnegative)->capture_default_str()->group(io_group);
+  app.add_flag("--resume", o.resume, "continue from the newest complete checkpoint in --checkpoint-dir")
+      ->group(io_group);
+  app.add_option("--checkpoint-dir", o.checkpoint_dir, "where checkpoints are written and resumed from")
+      ->capture_default_str()->group(io_group);
+  app.add_option("--metrics", o.metrics, "append one JSON object per step to this file (rank 0)")->group(io_group);
+
+  app.add_option("--threads", o.threads, "CPU threads; 0 = OMP_NUM_THREADS, else all cores")
+      ->check(nonnegative)->capture_default_str();
+  app.add_option("--log-every", o.log_every, "print a console line every N steps (rank 0)")
+      ->check(positive)->capture_default_str();
+
+  CLI::App* prepare_cmd = app.add_subcommand("prepare-text", "convert a text file to a token shard: one token per "
+                                             "byte (vocabulary 256), llm.c's shard format");
+  prepare_cmd->add_option("input", prepare.input, "text file to read")->required();
+  prepare_cmd->add_option("output", prepare.output, "token shard to write")->required();
+
+  try {
+    app.parse(argc, argv);
+    if (prepare_cmd->parsed()) {
+      command.prepare_text = prepare;
+    } else if (o.data.empty()) {
+      throw CLI::RequiredError("--data");
+    }
+  } catch (const CLI::CallForHelp& e) {
+    command.exit_code = app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    command.exit_code = 2;
+  }
+  return command;
+}
+
+}  // namespace dtrain::trainer

@@ -1,0 +1,74 @@
+#pragma once
+
+// dtrain-trainer's command line. Two forms:
+//   dtrain-trainer [TRAINING FLAGS]              train (single process, or one rank of a dtrain/torchrun job)
+//   dtrain-trainer prepare-text IN.txt OUT.bin   convert text to a token shard (bytes as tokens, vocabulary 256)
+// Flag names follow the trainer's interface (issue: dtrain-trainer); every training flag is in TrainOptions.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "trainer/model/config.h"
+
+namespace dtrain::trainer {
+
+struct TrainOptions {
+  // Model shape. --model PRESET gives all of it ("tiny", "gpt2-124m"); --layers/--channels/--heads/--max-seq-len/
+  // --vocab set or override single fields. Without --model, the shape comes from --init-from's header, or else
+  // --layers, --channels and --heads are required, --max-seq-len defaults to --seq-len (1024 without it) and
+  // --vocab to 256 (bytes). The padded vocabulary is --vocab rounded up
+  // to a multiple of 128, as llm.c pads it.
+  std::string model;
+  int layers = 0;
+  int channels = 0;
+  int heads = 0;
+  int max_seq_len = 0;
+  int vocab = 0;
+
+  int batch_size = 4;         // --batch-size: sequences per rank per micro-step
+  int seq_len = 0;            // --seq-len: tokens per sequence; 0 = the model's max_seq_len
+  long steps = 10;            // --steps: optimizer steps in the whole run (a resumed run stops at the same step)
+  std::uint64_t seed = 1337;  // --seed: weight initialisation (ignored with --init-from or when resuming)
+
+  float lr = 6e-4f;                      // --lr: peak learning rate
+  float beta1 = 0.9f;                    // --beta1
+  float beta2 = 0.95f;                   // --beta2
+  float eps = 1e-8f;                     // --eps
+  float weight_decay = 0.1f;             // --weight-decay: on 2-D weights only (nanoGPT)
+  float grad_clip = 1.0f;                // --grad-clip: global-norm clip; 0 = off
+  long warmup_steps = 0;                 // --warmup-steps: linear warmup from lr/W to lr
+  std::string lr_schedule = "constant";  // --lr-schedule: constant | cosine (to lr * min_lr_ratio at --steps)
+  float min_lr_ratio = 0.0f;             // --min-lr-ratio: the cosine's floor as a fraction of --lr
+  int grad_accum = 1;                    // --grad-accum: micro-steps per optimizer step
+
+  std::string data;            // --data: glob of llm.c token shards (required)
+  std::string init_from;       // --init-from: llm.c model checkpoint to start from
+  long save_every = 0;         // --save-every: checkpoint every N steps (and after the last); 0 = never
+  bool resume = false;         // --resume: continue from the newest complete checkpoint in checkpoint_dir
+  std::string checkpoint_dir = "checkpoints";  // --checkpoint-dir: where --save-every writes and --resume reads
+  std::string metrics;         // --metrics: JSONL file of per-step metrics (rank 0 writes it)
+  int threads = 0;             // --threads: CPU threads; 0 = OMP_NUM_THREADS if set, else all cores
+  long log_every = 1;          // --log-every: console line every N steps (rank 0)
+};
+
+// The model shape the options describe: --model's preset, else `from_file` (the header of --init-from's
+// checkpoint) when given, else --layers/--channels/--heads; then the single-field flags override. Throws
+// std::invalid_argument naming the flag to fix.
+GptConfig resolve_config(const TrainOptions& options, const GptConfig* from_file = nullptr);
+
+struct PrepareTextArgs {
+  std::string input;
+  std::string output;
+};
+
+// One parsed command line.
+struct Command {
+  std::optional<PrepareTextArgs> prepare_text;  // set for `prepare-text`
+  TrainOptions train;                           // otherwise
+  int exit_code = -1;  // >= 0: exit now with this code (--help: 0; bad flags: 2, the error already printed)
+};
+
+Command parse_command_line(int argc, char** argv);
+
+}  // namespace dtrain::trainer
