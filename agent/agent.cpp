@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/outbox.h"
+#include "agent/probe.h"
 #include "agent/service/report_service.h"
 #include "agent/service/session_service.h"
 #include "agent/security/credentials.h"
@@ -338,6 +339,7 @@ std::string Agent::serve_session(SessionStream& stream) {
   outbox.push(std::move(hello));
 
   bool goodbye = false;
+  Prober prober;
   v1::LauncherMessage message;
   while (!goodbye && stream.read(message)) {
     lease.heard();
@@ -375,6 +377,12 @@ std::string Agent::serve_session(SessionStream& stream) {
         reply.mutable_goodbye();
         outbox.push(std::move(reply));
         goodbye = true;
+        break;
+      }
+      case v1::LauncherMessage::kProbe: {
+        v1::AgentMessage reply;
+        *reply.mutable_probe_result() = prober.answer(message.probe());
+        outbox.push(std::move(reply));
         break;
       }
       case v1::LauncherMessage::kHeartbeat:

@@ -91,6 +91,9 @@ int main(int argc, char** argv) {
   dtrain::cli::Action validate = dtrain::cli::add_validate_command(app);
   dtrain::cli::Action agent = dtrain::cli::add_agent_command(app);
   dtrain::cli::Action secret = dtrain::cli::add_secret_command(app);
+  dtrain::cli::Action topo = dtrain::cli::add_topo_command(app);
+  dtrain::cli::Action doctor = dtrain::cli::add_doctor_command(app);
+  dtrain::cli::Action bench = dtrain::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -110,6 +113,9 @@ int main(int argc, char** argv) {
     if (name == "validate") return validate();
     if (name == "agent") return agent();
     if (name == "secret") return secret();
+    if (name == "topo") return topo();
+    if (name == "doctor") return doctor();
+    if (name == "bench") return bench();
   }
   return 2;
 }

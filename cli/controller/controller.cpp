@@ -442,7 +442,7 @@ void Controller::apply(const Event& event) {
             break;
           }
         }
-        if (!wanted.empty() && iface.empty()) {
+        if (!wanted.empty() && iface.empty() && !probing_) {
           lose_node(event.node, "it has no IPv4 address on interface " + wanted + " (nodes.interface)");
           break;
         }
@@ -454,6 +454,10 @@ void Controller::apply(const Event& event) {
       configure(event.node);
       break;
     }
+    case v1::AgentMessage::kProbeResult:
+      if (!probe_received_ms_.count(event.node)) probe_received_ms_[event.node] = unix_ms();
+      probe_results_[{event.node, m.probe_result().id()}] = m.probe_result();
+      break;
     case v1::AgentMessage::kRoundPrepared:
       if (m.round_prepared().round() == round_) prepared_ = m.round_prepared();
       break;
@@ -676,6 +680,88 @@ void Controller::shutdown_nodes() {
                       ? "a local agent did not exit by itself; it was killed with everything it had started"
                       : "an ssh/srun process did not exit by itself after its agent's session ended; it was killed");
   }
+}
+
+std::vector<ProbedNode> Controller::probe(const std::string& checkpoint_dir, milliseconds timeout) {
+  namespace fs = std::filesystem;
+  std::string dir = (fs::temp_directory_path() / "dtrain-doctor-XXXXXX").string();
+  if (::mkdtemp(dir.data()) == nullptr) throw std::runtime_error("cannot create a temporary directory: " + std::string(std::strerror(errno)));
+  job_dir_ = dir;
+  job_id_ = spec_.name + "-doctor-" + timestamp_now();
+  probing_ = true;
+  next_heartbeat_ = Clock::now() + heartbeat_interval_;
+  std::vector<ProbedNode> out;
+  try {
+    start_nodes();
+    if (!select_nodes(true)) throw std::runtime_error(node_failure_.value_or("no nodes"));
+    // Waits until every node of the round answered probe `id` (or is lost), at most `timeout`.
+    auto collect = [this, timeout](std::uint32_t id) {
+      const auto deadline = Clock::now() + timeout;
+      Event event;
+      while (interrupted_by_ == 0) {
+        bool all = true;
+        for (int node : active_) {
+          all = all && (probe_results_.count({node, id}) || nodes_[static_cast<std::size_t>(node)].lost);
+        }
+        if (all) return;
+        if (!next_event(event, deadline)) {
+          if (Clock::now() >= deadline) return;
+          continue;
+        }
+        apply(event);
+      }
+    };
+    const std::string log_dir = fs::absolute(spec_.logs.dir).lexically_normal().string();
+    for (std::size_t rank = 0; rank < active_.size(); ++rank) {
+      v1::LauncherMessage message;
+      auto* p = message.mutable_probe();
+      p->set_id(1);
+      p->set_node_checks(true);
+      p->set_log_dir(log_dir);
+      p->set_checkpoint_dir(checkpoint_dir);
+      p->set_open_port(rank == 0);
+      send(active_[rank], message);
+    }
+    collect(1);
+    // Node 0's open port and every agent's address, as the other nodes must reach them.
+    const int node0 = active_.front();
+    std::string master;
+    if (auto it = probe_results_.find({node0, 1}); it != probe_results_.end() && it->second.open_port() != 0) {
+      master = nodes_[static_cast<std::size_t>(node0)].info.address + ":" + std::to_string(it->second.open_port());
+    }
+    for (std::size_t rank = 0; rank < active_.size(); ++rank) {
+      v1::LauncherMessage message;
+      auto* p = message.mutable_probe();
+      p->set_id(2);
+      p->set_reach_timeout_ms(2000);
+      if (rank != 0 && !master.empty()) p->add_reach(master);
+      for (std::size_t other = 0; other < active_.size(); ++other) {
+        if (other != rank) p->add_reach(nodes_[static_cast<std::size_t>(active_[other])].info.agent_address);
+      }
+      send(active_[rank], message);
+    }
+    collect(2);
+    for (std::size_t rank = 0; rank < active_.size(); ++rank) {
+      const int node = active_[rank];
+      ProbedNode probed;
+      probed.node_rank = static_cast<unsigned>(rank);
+      probed.hostname = nodes_[static_cast<std::size_t>(node)].info.hostname;
+      if (auto it = probe_results_.find({node, 1}); it != probe_results_.end()) {
+        probed.checks = it->second;
+        probed.clock_offset_ms = static_cast<double>(it->second.unix_ms()) - static_cast<double>(probe_received_ms_[node]);
+      }
+      if (auto it = probe_results_.find({node, 2}); it != probe_results_.end()) probed.reach = it->second;
+      out.push_back(std::move(probed));
+    }
+  } catch (...) {
+    shutdown_nodes();
+    fs::remove_all(dir);
+    throw;
+  }
+  shutdown_nodes();
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return out;
 }
 
 int Controller::run() {

@@ -32,6 +32,15 @@ struct ControllerOptions {
   std::string secret_dir;           // cluster secret for TLS + token ("" = the default directory)
 };
 
+// One node's answers to `dtrain doctor JOB.yaml`'s probes.
+struct ProbedNode {
+  unsigned node_rank = 0;
+  std::string hostname;
+  std::optional<v1::ProbeResult> checks;   // first probe: node checks, versions, node 0's open port
+  std::optional<v1::ProbeResult> reach;    // second probe: TCP reachability of node 0's port and the other agents
+  std::optional<double> clock_offset_ms;   // its clock minus the launcher's when the first answer arrived
+};
+
 class Controller {
  public:
   Controller(spec::Spec spec, ControllerOptions options);
@@ -39,6 +48,12 @@ class Controller {
 
   // Runs the job to its end; returns the launcher's exit code (DESIGN.md: 0, root cause's code, 128+signal, 130).
   int run();
+
+  // `dtrain doctor JOB.yaml`: gets the job's nodes as a launch would, probes every agent (its node checks with the
+  // job's log and checkpoint directories, then TCP from every node to node 0's MASTER_PORT range and to the other
+  // agents), then lets the agents go. Each probe waits at most `timeout` for the answers. Throws
+  // std::runtime_error when the nodes cannot be had.
+  std::vector<ProbedNode> probe(const std::string& checkpoint_dir, std::chrono::milliseconds timeout);
 
   // From the signal thread: the first SIGINT/SIGTERM/SIGHUP stops every worker gracefully, a second one at once.
   void signal(int signal) {
@@ -115,6 +130,7 @@ class Controller {
   std::chrono::milliseconds heartbeat_interval_;
   std::chrono::steady_clock::time_point next_heartbeat_;
   bool shutting_down_ = false;
+  bool probing_ = false;             // dtrain doctor: report problems instead of failing nodes over them
 
   // The round in progress.
   std::uint32_t round_ = 0;
@@ -127,6 +143,8 @@ class Controller {
   std::optional<Failure> root_cause_;
   std::vector<Failure> other_failures_;
   std::optional<std::string> node_failure_;
+  std::map<std::pair<int, std::uint32_t>, v1::ProbeResult> probe_results_;   // by (node id, probe id)
+  std::map<int, std::uint64_t> probe_received_ms_;                         // launcher clock at the first answer
   int interrupted_by_ = 0;
   int signals_seen_ = 0;
 };

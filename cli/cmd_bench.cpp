@@ -1,0 +1,95 @@
+// `dtrain bench allreduce|all_gather|reduce_scatter|broadcast [-b MIN] [-e MAX] [-f FACTOR]`: collective bandwidth
+// inside a job, like nccl-tests, through the trainer's Communicator (Gloo on CPU). Run it as the job's command,
+// e.g. `dtrain run -n 4 --nodes 2 -- dtrain bench allreduce -b 1M -e 256M`; every rank takes part, rank 0 prints
+// size, count, time, algbw, busbw and #wrong. Exit 1 when any element came back wrong or a collective failed.
+
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+
+#include "cli/commands.h"
+#include "trainer/comm/bench.h"
+
+namespace dtrain::cli {
+namespace {
+
+// "64", "512K", "1M", "2G" (binary multiples) -> bytes.
+std::size_t parse_size(const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  double scale = 1;
+  const std::string unit = end;
+  if (unit == "K" || unit == "k") scale = 1024.0;
+  else if (unit == "M" || unit == "m") scale = 1024.0 * 1024;
+  else if (unit == "G" || unit == "g") scale = 1024.0 * 1024 * 1024;
+  else if (!unit.empty() && unit != "B" && unit != "b") throw CLI::ValidationError("size", "'" + text + "' is not a size like 64K, 1M or 2G");
+  if (end == text.c_str() || !(value > 0)) throw CLI::ValidationError("size", "'" + text + "' is not a positive size");
+  return static_cast<std::size_t>(value * scale);
+}
+
+}  // namespace
+
+Action add_bench_command(CLI::App& app) {
+  struct Args {
+    std::string collective;
+    std::string min_size = "1M", max_size = "64M";
+    double factor = 2;
+    int iterations = 10, warmup = 2;
+    double timeout_s = 300;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("bench", "Collective bandwidth inside a job (run on every rank), like nccl-tests");
+  cmd->add_option("collective", args->collective, "allreduce, all_gather, reduce_scatter or broadcast")
+      ->required()
+      ->check(CLI::IsMember({"allreduce", "all_gather", "reduce_scatter", "broadcast"}));
+  cmd->add_option("-b,--minbytes", args->min_size, "smallest size (64K, 1M, ...)")->capture_default_str();
+  cmd->add_option("-e,--maxbytes", args->max_size, "largest size")->capture_default_str();
+  cmd->add_option("-f,--stepfactor", args->factor, "multiply the size by this between rows")
+      ->capture_default_str()
+      ->check(CLI::Range(1.01, 1024.0));
+  cmd->add_option("-n,--iters", args->iterations, "timed runs per size")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("-w,--warmup_iters", args->warmup, "untimed runs per size")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--timeout-s", args->timeout_s, "deadline of rendezvous and of each collective")->capture_default_str();
+  return [args]() {
+    trainer::CollectiveBenchOptions options;
+    options.collective = args->collective;
+    options.iterations = args->iterations;
+    options.warmup_iterations = args->warmup;
+    options.sizes_bytes.clear();
+    try {
+      const std::size_t lo = parse_size(args->min_size), hi = parse_size(args->max_size);
+      if (lo > hi) throw CLI::ValidationError("size", "-b " + args->min_size + " is larger than -e " + args->max_size);
+      for (double size = static_cast<double>(lo); size <= static_cast<double>(hi) * 1.0000001; size *= args->factor) {
+        options.sizes_bytes.push_back(static_cast<std::size_t>(size));
+      }
+    } catch (const CLI::ValidationError& e) {
+      std::fprintf(stderr, "dtrain bench: %s\n", e.what());
+      return 2;
+    }
+    try {
+      trainer::CommOptions comm_options;
+      comm_options.timeout = std::chrono::milliseconds(static_cast<long long>(args->timeout_s * 1000));
+      auto comm = trainer::make_communicator_from_env(comm_options);
+      const auto rows = trainer::run_collective_bench(*comm, options);
+      std::size_t wrong = 0;
+      for (const auto& row : rows) wrong += row.wrong;
+      if (comm->rank() == 0) {
+        std::printf("# dtrain bench %s: %d ranks, backend %s, %d timed runs per size (%d warm-up)\n",
+                    args->collective.c_str(), comm->size(), comm->backend().c_str(), args->iterations, args->warmup);
+        const std::string table = trainer::format_collective_bench(args->collective, comm->size(), rows);
+        std::fwrite(table.data(), 1, table.size(), stdout);
+        std::fflush(stdout);
+      }
+      if (wrong > 0) {
+        std::fprintf(stderr, "dtrain bench: rank %d: %zu elements came back wrong\n", comm->rank(), wrong);
+        return 1;
+      }
+      return 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "dtrain bench: %s\n", e.what());
+      return 1;
+    }
+  };
+}
+
+}  // namespace dtrain::cli

@@ -1,0 +1,57 @@
+// `dtrain topo [--json] [--import FILE]`: the node's GPU/NIC/CPU topology as NCCL will see it, like
+// `nvidia-smi topo -m`, with per-local-rank recommendations.
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "agent/node/topology/import.h"
+#include "agent/node/topology/topology.h"
+#include "cli/commands.h"
+
+namespace dtrain::cli {
+
+Action add_topo_command(CLI::App& app) {
+  struct Args {
+    bool json = false;
+    std::string import_file;
+    std::string sysfs = "/sys";
+    std::string procfs = "/proc";
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("topo", "GPU/NIC/CPU topology like `nvidia-smi topo -m`, with per-local-rank advice");
+  cmd->add_flag("--json", args->json, "print JSON instead of text");
+  cmd->add_option("--import", args->import_file, "analyse a saved `nvidia-smi topo -m` output instead of this node");
+  cmd->add_option("--sysfs-root", args->sysfs, "sysfs to read (default /sys)");
+  cmd->add_option("--procfs-root", args->procfs, "procfs to read (default /proc)");
+  return [args]() {
+    node::topo::Report report;
+    if (!args->import_file.empty()) {
+      std::ifstream in(args->import_file);
+      if (!in) {
+        std::fprintf(stderr, "dtrain topo: cannot read %s: save the output of `nvidia-smi topo -m` to a file and pass "
+                             "its path\n", args->import_file.c_str());
+        return 2;
+      }
+      std::stringstream text;
+      text << in.rdbuf();
+      try {
+        report = node::topo::analyze_import(text.str());
+      } catch (const node::topo::ImportError& e) {
+        std::string what = e.what();  // "line N: ..." becomes FILE:N: ...
+        if (what.rfind("line ", 0) == 0) what.erase(0, 5);
+        std::fprintf(stderr, "dtrain topo: %s:%s\n", args->import_file.c_str(), what.c_str());
+        return 2;
+      }
+    } else {
+      node::topo::TopologyOptions options;
+      options.roots = {args->sysfs, args->procfs};
+      report = node::topo::live_topology(options);
+    }
+    std::string out = args->json ? node::topo::render_json(report) : node::topo::render_text(report);
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    return 0;
+  };
+}
+
+}  // namespace dtrain::cli
