@@ -149,7 +149,11 @@ int train(const TrainOptions& o) {
   }
   std::unique_ptr<HealthReporter> health = HealthReporter::from_env();
   std::unique_ptr<DdpReducer> ddp;
-  if (world > 1) ddp = std::make_unique<DdpReducer>(*comm, model.grads(), n);
+  if (world > 1) {
+    DdpOptions ddp_options;
+    ddp_options.bucket_bytes = static_cast<std::size_t>(o.ddp_bucket_mb * (1 << 20));
+    ddp = std::make_unique<DdpReducer>(*comm, model.grads(), n, ddp_options);
+  }
   Gpt::GradsReady grads_ready;
   if (ddp) grads_ready = [&](std::size_t offset, std::size_t count) { ddp->grads_ready(offset, count); };
 

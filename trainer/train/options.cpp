@@ -118,6 +118,9 @@ Command parse_command_line(int argc, char** argv) {
       ->capture_default_str()->group(io_group);
   app.add_option("--metrics", o.metrics, "append one JSON object per step to this file (rank 0)")->group(io_group);
 
+  app.add_option("--ddp-bucket-mb", o.ddp_bucket_mb,
+                 "DDP gradient bucket size in MiB after the first 1 MiB bucket (PyTorch's bucket_cap_mb)")
+      ->check(CLI::Range(0.0625, 4096.0))->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads; 0 = OMP_NUM_THREADS, else all cores")
       ->check(nonnegative)->capture_default_str();
   app.add_option("--log-every", o.log_every, "print a console line every N steps (rank 0)")

@@ -41,6 +41,9 @@ struct TrainOptions {
   std::string lr_schedule = "constant";  // --lr-schedule: constant | cosine (to lr * min_lr_ratio at --steps)
   float min_lr_ratio = 0.0f;             // --min-lr-ratio: the cosine's floor as a fraction of --lr
   int grad_accum = 1;                    // --grad-accum: micro-steps per optimizer step
+  double ddp_bucket_mb = 25;             // --ddp-bucket-mb: DDP bucket size after the first 1 MiB bucket (PyTorch's
+                                         //   bucket_cap_mb); smaller buckets start their allreduce earlier in
+                                         //   backward, which matters for models of a few tens of MB
 
   std::string data;            // --data: glob of llm.c token shards (required)
   std::string init_from;       // --init-from: llm.c model checkpoint to start from
