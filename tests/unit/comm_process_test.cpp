@@ -19,8 +19,8 @@
 #include <thread>
 #include <vector>
 
-#include "agent/service/store_service.h"
 #include "agent/store/store.h"
+#include "agent/store/testing/in_process_store.h"
 
 extern char** environ;
 
@@ -31,27 +31,8 @@ namespace {
 
 constexpr char kToken[] = "comm-process-test-token-round-0";
 
-struct StoreServer {
-  dtrain::store::Store store;
-  dtrain::agent::StoreService service{store};
-  std::unique_ptr<grpc::Server> server;
-  std::string address;
-
-  StoreServer() {
-    REQUIRE(store.open_namespace(kToken).ok());
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&service);
-    builder.SetMaxReceiveMessageSize(dtrain::agent::kStoreMaxMessageBytes);
-    server = builder.BuildAndStart();
-    REQUIRE(server);
-    address = "127.0.0.1:" + std::to_string(port);
-  }
-  ~StoreServer() {
-    store.shutdown();
-    server->Shutdown(std::chrono::system_clock::now() + 1s);
-  }
+struct StoreServer : dtrain::store::testing::InProcessStore {
+  StoreServer() : InProcessStore(kToken) {}
 };
 
 std::string worker_path() {

@@ -14,9 +14,9 @@
 #include <thread>
 #include <vector>
 
-#include "agent/service/store_service.h"
 #include "agent/store/client.h"
 #include "agent/store/store.h"
+#include "agent/store/testing/in_process_store.h"
 #include "dtrain/v1/store.grpc.pb.h"
 
 using namespace std::chrono_literals;
@@ -49,29 +49,8 @@ bool eventually(Condition condition, std::chrono::milliseconds limit = 5000ms) {
   return condition();
 }
 
-struct Server {
-  dtrain::store::Store store;
-  dtrain::agent::StoreService service{store};
-  std::unique_ptr<grpc::Server> server;
-  std::string address;
-
-  Server() {
-    REQUIRE(store.open_namespace(kToken).ok());
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&service);
-    builder.SetMaxReceiveMessageSize(dtrain::agent::kStoreMaxMessageBytes);
-    server = builder.BuildAndStart();
-    REQUIRE(server);
-    REQUIRE(port != 0);
-    address = "127.0.0.1:" + std::to_string(port);
-  }
-
-  ~Server() {
-    store.shutdown();
-    server->Shutdown(std::chrono::system_clock::now() + 1s);
-  }
+struct Server : dtrain::store::testing::InProcessStore {
+  Server() : InProcessStore(kToken) {}
 
   StoreClient client(std::string token = kToken) { return StoreClient(address, std::move(token), {2000ms, 10000ms}); }
 
