@@ -1,6 +1,7 @@
 // `dtrain bench allreduce|all_gather|reduce_scatter|broadcast [-b MIN] [-e MAX] [-f FACTOR]`: collective bandwidth
-// inside a job, like nccl-tests, through the trainer's Communicator (Gloo on CPU). Run it as the job's command,
-// e.g. `dtrain run -n 4 --nodes 2 -- dtrain bench allreduce -b 1M -e 256M`; every rank takes part, rank 0 prints
+// inside a job, like nccl-tests, through the trainer's Communicator (--backend gloo on CPU, the default; --backend
+// nccl on GPU, one per rank, buffers in GPU memory). Run it as the job's command, e.g.
+// `dtrain run -n 4 --nodes 2 -- dtrain bench allreduce -b 1M -e 256M`; every rank takes part, rank 0 prints
 // size, count, time, algbw, busbw and #wrong. Exit 1 when any element came back wrong or a collective failed.
 
 #include <cstdio>
@@ -36,6 +37,7 @@ Action add_bench_command(CLI::App& app) {
     double factor = 2;
     int iterations = 10, warmup = 2;
     double timeout_s = 300;
+    std::string backend = "gloo";
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("bench", "Collective bandwidth inside a job (run on every rank), like nccl-tests");
@@ -49,6 +51,9 @@ Action add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1.01, 1024.0));
   cmd->add_option("-n,--iters", args->iterations, "timed runs per size")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("-w,--warmup_iters", args->warmup, "untimed runs per size")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--backend", args->backend, "gloo (CPU, TCP) or nccl (GPU LOCAL_RANK, device buffers)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"gloo", "nccl"}));
   cmd->add_option("--timeout-s", args->timeout_s, "deadline of rendezvous and of each collective")->capture_default_str();
   return [args]() {
     trainer::CollectiveBenchOptions options;
@@ -68,6 +73,7 @@ Action add_bench_command(CLI::App& app) {
     }
     try {
       trainer::CommOptions comm_options;
+      comm_options.backend = args->backend;
       comm_options.timeout = std::chrono::milliseconds(static_cast<long long>(args->timeout_s * 1000));
       auto comm = trainer::make_communicator_from_env(comm_options);
       const auto rows = trainer::run_collective_bench(*comm, options);

@@ -23,10 +23,47 @@ struct Case {
   std::function<std::size_t(std::size_t count)> wrong;
 };
 
+// One buffer of the collective, where the backend wants it (Communicator::device_buffers): `host` holds the
+// known data and, after download(), the result. For a host backend `host` is the buffer itself; for a device
+// backend a device copy of `count` floats is kept in step by upload() and download(), outside the timed runs.
+class BenchBuffer {
+ public:
+  explicit BenchBuffer(Communicator& comm) : comm_(comm) {}
+  ~BenchBuffer() { comm_.release(device_); }
+  BenchBuffer(const BenchBuffer&) = delete;
+  BenchBuffer& operator=(const BenchBuffer&) = delete;
+
+  std::vector<float> host;
+
+  // Sizes the buffer to host.size() floats and copies host into it.
+  void upload() {
+    if (!comm_.device_buffers()) return;
+    if (host.size() != device_count_) {
+      comm_.release(device_);
+      device_ = nullptr;
+      device_count_ = 0;
+      device_ = comm_.allocate(host.size());
+      device_count_ = host.size();
+    }
+    comm_.copy_in(device_, host.data(), host.size());
+  }
+  // Copies the buffer back into host.
+  void download() {
+    if (comm_.device_buffers()) comm_.copy_out(host.data(), device_, host.size());
+  }
+  float* data() { return comm_.device_buffers() ? device_ : host.data(); }
+
+ private:
+  Communicator& comm_;
+  float* device_ = nullptr;
+  std::size_t device_count_ = 0;
+};
+
 // The buffers a case's functions share; they outlive the case.
 struct Buffers {
-  std::vector<float> in;
-  std::vector<float> out;
+  explicit Buffers(Communicator& comm) : in(comm), out(comm) {}
+  BenchBuffer in;
+  BenchBuffer out;
 };
 
 Case make_case(Communicator& communicator, const std::string& collective, Buffers& buffers) {
@@ -42,42 +79,50 @@ Case make_case(Communicator& communicator, const std::string& collective, Buffer
   if (collective == "allreduce") {
     return {2.0 * (n - 1) / n, 1,
             [=](std::size_t count) {
-              b->out.resize(count);
-              for (std::size_t i = 0; i < count; ++i) b->out[i] = element(me, i);
+              b->out.host.resize(count);
+              for (std::size_t i = 0; i < count; ++i) b->out.host[i] = element(me, i);
+              b->out.upload();
             },
             [=](std::size_t count) { comm_ptr->allreduce(b->out.data(), count)->wait(); },
             [=](std::size_t count) {
+              b->out.download();
               std::size_t wrong = 0;
-              for (std::size_t i = 0; i < count; ++i) wrong += b->out[i] != sum(i);
+              for (std::size_t i = 0; i < count; ++i) wrong += b->out.host[i] != sum(i);
               return wrong;
             }};
   }
   if (collective == "reduce_scatter") {
     return {static_cast<double>(n - 1) / n, static_cast<std::size_t>(n),
             [=](std::size_t count) {
-              b->in.resize(count * n);
-              b->out.assign(count, 0.0f);
-              for (std::size_t i = 0; i < b->in.size(); ++i) b->in[i] = element(me, i);
+              b->in.host.resize(count * n);
+              b->out.host.assign(count, 0.0f);
+              for (std::size_t i = 0; i < b->in.host.size(); ++i) b->in.host[i] = element(me, i);
+              b->in.upload();
+              b->out.upload();
             },
             [=](std::size_t count) { comm_ptr->reduce_scatter(b->in.data(), b->out.data(), count)->wait(); },
             [=](std::size_t count) {
+              b->out.download();
               std::size_t wrong = 0;
-              for (std::size_t i = 0; i < count; ++i) wrong += b->out[i] != sum(me * count + i);
+              for (std::size_t i = 0; i < count; ++i) wrong += b->out.host[i] != sum(me * count + i);
               return wrong;
             }};
   }
   if (collective == "all_gather") {
     return {static_cast<double>(n - 1) / n, static_cast<std::size_t>(n),
             [=](std::size_t count) {
-              b->in.resize(count);
-              b->out.assign(count * n, 0.0f);
-              for (std::size_t i = 0; i < count; ++i) b->in[i] = element(me, i);
+              b->in.host.resize(count);
+              b->out.host.assign(count * n, 0.0f);
+              for (std::size_t i = 0; i < count; ++i) b->in.host[i] = element(me, i);
+              b->in.upload();
+              b->out.upload();
             },
             [=](std::size_t count) { comm_ptr->all_gather(b->in.data(), b->out.data(), count)->wait(); },
             [=](std::size_t count) {
+              b->out.download();
               std::size_t wrong = 0;
               for (int r = 0; r < n; ++r) {
-                for (std::size_t i = 0; i < count; ++i) wrong += b->out[r * count + i] != element(r, i);
+                for (std::size_t i = 0; i < count; ++i) wrong += b->out.host[r * count + i] != element(r, i);
               }
               return wrong;
             }};
@@ -85,13 +130,15 @@ Case make_case(Communicator& communicator, const std::string& collective, Buffer
   if (collective == "broadcast") {
     return {1.0, 1,
             [=](std::size_t count) {
-              b->out.resize(count);
-              for (std::size_t i = 0; i < count; ++i) b->out[i] = element(me, i);
+              b->out.host.resize(count);
+              for (std::size_t i = 0; i < count; ++i) b->out.host[i] = element(me, i);
+              b->out.upload();
             },
             [=](std::size_t count) { comm_ptr->broadcast(b->out.data(), count, 0)->wait(); },
             [=](std::size_t count) {
+              b->out.download();
               std::size_t wrong = 0;
-              for (std::size_t i = 0; i < count; ++i) wrong += b->out[i] != element(0, i);
+              for (std::size_t i = 0; i < count; ++i) wrong += b->out.host[i] != element(0, i);
               return wrong;
             }};
   }
@@ -105,7 +152,7 @@ std::vector<CollectiveBenchRow> run_collective_bench(Communicator& comm, const C
   if (options.iterations < 1 || options.warmup_iterations < 0) {
     throw std::invalid_argument("collective bench: iterations must be at least 1 and warm-up at least 0");
   }
-  Buffers buffers;
+  Buffers buffers(comm);
   Case c = make_case(comm, options.collective, buffers);
   std::vector<CollectiveBenchRow> rows;
   for (std::size_t bytes : options.sizes_bytes) {

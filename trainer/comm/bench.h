@@ -6,6 +6,8 @@
 // broadcast: the buffer; all_gather: the output; reduce_scatter: the input), a multiple of 4 * size() (rounded down).
 //   algbw = size / time;  busbw = algbw * factor, with factor 2(n-1)/n for allreduce, (n-1)/n for all_gather and
 //   reduce_scatter, 1 for broadcast: the bandwidth each rank's link carries, comparable across rank counts.
+// Buffers live where the backend wants them (Communicator::device_buffers: GPU memory for nccl); filling them and
+// checking the result copies between host and device outside the timed runs.
 
 #include <cstddef>
 #include <string>

@@ -2,11 +2,16 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
+#include <new>
 #include <string>
 #include <string_view>
 
 #include "trainer/comm/gloo/communicator.h"
 #include "trainer/comm/local/communicator.h"
+#ifdef DTRAIN_HAVE_NCCL
+#include "trainer/comm/nccl/communicator.h"
+#endif
 
 namespace dtrain::trainer {
 namespace {
@@ -25,13 +30,72 @@ int env_int(const char* name, int fallback) {
   return value;
 }
 
+// options.backend with "auto" resolved through DTRAIN_COMM_BACKEND (unset: gloo); "gloo" or "nccl".
+std::string chosen_backend(const CommOptions& options) {
+  std::string backend = options.backend;
+  std::string from = "CommOptions::backend";
+  if (backend == "auto") {
+    const char* raw = std::getenv("DTRAIN_COMM_BACKEND");
+    backend = raw != nullptr && *raw != '\0' ? raw : "gloo";
+    from = "DTRAIN_COMM_BACKEND";
+  }
+  if (backend != "gloo" && backend != "nccl") {
+    throw CommError(from + "='" + backend + "' is not a communication backend; use gloo (CPU) or nccl (GPU)");
+  }
+  return backend;
+}
+
 }  // namespace
 
+float* Communicator::allocate(std::size_t count) {
+  if (count == 0) return nullptr;
+  float* data = new (std::nothrow) float[count];
+  if (data == nullptr) {
+    throw CommError("cannot allocate " + std::to_string(count) + " floats of host memory for a " + backend() +
+                    " buffer");
+  }
+  return data;
+}
+
+void Communicator::release(float* data) { delete[] data; }
+
+void Communicator::copy_in(float* buffer, const float* host, std::size_t count) {
+  if (count > 0) std::memcpy(buffer, host, count * sizeof(float));
+}
+
+void Communicator::copy_out(float* host, const float* buffer, std::size_t count) {
+  if (count > 0) std::memcpy(host, buffer, count * sizeof(float));
+}
+
 std::unique_ptr<Communicator> make_communicator_from_env(const CommOptions& options) {
+  const std::string backend = chosen_backend(options);
+#ifndef DTRAIN_HAVE_NCCL
+  if (backend == "nccl") {
+    throw CommError("dtrain was built without NCCL (the CUDA toolkit or NCCL's nccl.h / libnccl were not found "
+                    "when it was configured, or it was configured with -DDTRAIN_WITH_NCCL=OFF), so the nccl "
+                    "backend is not available; use the gloo backend, or rebuild dtrain on a machine with CUDA and "
+                    "NCCL (e.g. under /usr/local/cuda)");
+  }
+#endif
   const int world = env_int("WORLD_SIZE", 1);
   if (world < 1) {
     throw CommError("WORLD_SIZE=" + std::to_string(world) + " must be at least 1");
   }
+#ifdef DTRAIN_HAVE_NCCL
+  if (backend == "nccl") {
+    if (world > 1 && std::getenv("RANK") == nullptr) {
+      throw CommError("RANK is not set but WORLD_SIZE=" + std::to_string(world) +
+                      "; start workers with dtrain run/launch (or torchrun), which set both");
+    }
+    const int rank = env_int("RANK", 0);
+    if (rank < 0 || rank >= world) {
+      throw CommError("RANK=" + std::to_string(rank) + " is outside [0, WORLD_SIZE=" + std::to_string(world) + ")");
+    }
+    const int local_rank = env_int("LOCAL_RANK", 0);
+    if (local_rank < 0) throw CommError("LOCAL_RANK=" + std::to_string(local_rank) + " must be at least 0");
+    return NcclCommunicator::from_env(rank, world, local_rank, options);
+  }
+#endif
   if (world == 1) return std::make_unique<LocalCommunicator>();
   if (std::getenv("RANK") == nullptr) {
     throw CommError("RANK is not set but WORLD_SIZE=" + std::to_string(world) +

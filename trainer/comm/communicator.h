@@ -1,10 +1,17 @@
 #pragma once
 
 // The trainer's communication interface: asynchronous collectives on fp32 buffers over every rank of the job.
-// Backends are siblings with the same file names: comm/gloo/communicator.{h,cpp} (CPU, TCP) and, later,
-// comm/nccl/communicator.{h,cpp} (GPU). Every rank must issue the same collectives in the same order. A call
-// returns at once with a Work handle; collectives run in issue order on the backend's own thread, so a caller
+// Backends are siblings with the same file names: comm/local/ (one rank), comm/gloo/ (CPU, TCP) and comm/nccl/
+// (GPU). Every rank must issue the same collectives in the same order. A call returns at once with a Work handle;
+// collectives run in issue order (gloo: on the backend's own thread; nccl: on its own CUDA stream), so a caller
 // (backward, in DDP) keeps computing while they run. Buffers must stay valid and untouched until wait() returns.
+//
+// WHERE BUFFERS LIVE depends on the backend, and device_buffers() says which:
+//   local, gloo: host memory (device_buffers() == false);
+//   nccl:        device memory of this rank's GPU (device_buffers() == true): pointers from cudaMalloc on the
+//                communicator's device (LOCAL_RANK). A host pointer fails the collective with a CommError.
+// Code that works with any backend (the bench driver, tests) allocates and fills buffers through allocate(),
+// release(), copy_in() and copy_out(), which do the right thing for the backend (plain host memory by default).
 
 #include <chrono>
 #include <cstddef>
@@ -42,6 +49,18 @@ class Communicator {
   virtual int size() const = 0;
   // "local" (one rank, no communication), "gloo", "nccl".
   virtual std::string backend() const = 0;
+  // Whether the buffers passed to the collectives are device pointers (nccl) rather than host memory (local,
+  // gloo); see the top of this file.
+  virtual bool device_buffers() const { return false; }
+
+  // Buffers where this backend wants them. allocate() returns room for `count` floats (uninitialised; nullptr
+  // for 0) and throws CommError when it cannot; release() frees it (nullptr is fine). copy_in() copies `count`
+  // floats from host memory into such a buffer, copy_out() from such a buffer into host memory; both return once
+  // the copy is complete. Defaults: host memory and memcpy.
+  virtual float* allocate(std::size_t count);
+  virtual void release(float* data);
+  virtual void copy_in(float* buffer, const float* host, std::size_t count);
+  virtual void copy_out(float* host, const float* buffer, std::size_t count);
 
   // data[0, count) becomes the elementwise sum over ranks.
   virtual std::shared_ptr<Work> allreduce(float* data, std::size_t count) = 0;
@@ -56,6 +75,10 @@ class Communicator {
 };
 
 struct CommOptions {
+  // Which backend make_communicator_from_env builds: "gloo" (CPU, TCP), "nccl" (GPU; buffers are device
+  // pointers, see above) or "auto": the environment variable DTRAIN_COMM_BACKEND ("gloo" or "nccl") when set,
+  // else gloo. With one rank, gloo (and auto resolved to gloo) gives the "local" communicator instead.
+  std::string backend = "auto";
   // Deadline of rendezvous and of every collective; a peer that stops answering fails the collective after this.
   std::chrono::milliseconds timeout{300'000};
 };
@@ -63,7 +86,9 @@ struct CommOptions {
 // The communicator a worker started by dtrain (or torchrun) should use: RANK and WORLD_SIZE from the environment,
 // rendezvous through the job's store (DTRAIN_STORE_ADDR, DTRAIN_JOB_TOKEN), the network interface from
 // GLOO_SOCKET_IFNAME when set. Without WORLD_SIZE, or with WORLD_SIZE=1, a single-rank "local" communicator.
-// Throws CommError naming the missing or bad variable.
+// With backend nccl (options.backend or DTRAIN_COMM_BACKEND): an NCCL communicator on GPU LOCAL_RANK (0 when
+// unset), its unique id exchanged through the job's store (none needed with one rank); when dtrain was built
+// without NCCL, a CommError that says so. Throws CommError naming the missing or bad variable or backend.
 std::unique_ptr<Communicator> make_communicator_from_env(const CommOptions& options = {});
 
 }  // namespace dtrain::trainer

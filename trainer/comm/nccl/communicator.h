@@ -1,0 +1,83 @@
+#pragma once
+
+// The NCCL backend: collectives between the ranks' GPUs, one GPU per rank. BUFFERS ARE DEVICE POINTERS: memory
+// of this communicator's GPU (cudaMalloc on device(), or allocate() below); a host pointer fails the collective
+// with a CommError. device_buffers() is true.
+//
+// Each collective is enqueued on the communicator's own CUDA stream and returns at once; collectives run on the
+// GPU in issue order. Work::wait() polls the collective's CUDA event and NCCL's asynchronous error until the
+// collective has finished; when NCCL reports an error, or the collective has not finished within the timeout
+// (a peer that stopped, or ranks that issued different collectives), the communicator is aborted (ncclCommAbort)
+// and wait() throws a CommError naming the collective, its size, the rank and NCCL's error string. After that the
+// communicator is broken: every later collective fails at once with that first error.
+//
+// Rendezvous: rank 0 calls ncclGetUniqueId and sets it (hex) in the job's store under "nccl/<communicator>",
+// the others wait for that key; then ncclCommInitRank. With one rank no store is needed.
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "agent/store/client.h"
+#include "trainer/comm/communicator.h"
+
+namespace dtrain::trainer {
+
+struct NcclCommOptions {
+  int rank = 0;    // this process's rank in [0, size)
+  int size = 1;    // number of ranks
+  int device = 0;  // CUDA device (ordinal among the visible ones) this rank uses; from_env takes LOCAL_RANK
+  // Store key of the unique id; distinct per communicator of a job round.
+  std::string key = "nccl/0";
+  // Deadline of the unique-id exchange and of every collective's wait().
+  std::chrono::milliseconds timeout{300'000};
+};
+
+class NcclCommunicator : public Communicator {
+ public:
+  // Checks that options.device exists (CommError naming the missing GPU otherwise), exchanges the unique id
+  // through `store` (may be null when options.size == 1), and creates the NCCL communicator and its stream.
+  NcclCommunicator(std::shared_ptr<store::StoreClient> store, NcclCommOptions options);
+  // The job's store from DTRAIN_STORE_ADDR / DTRAIN_JOB_TOKEN (only when size > 1), GPU `device`, and a store key
+  // numbered by how many NCCL communicators this process created before (every rank creates them in the same
+  // order).
+  static std::unique_ptr<NcclCommunicator> from_env(int rank, int size, int device, const CommOptions& options);
+  // Waits for the collectives already issued (bounded by the timeout), then destroys the NCCL communicator
+  // (aborts it when it is broken or that wait failed).
+  ~NcclCommunicator() override;
+
+  int rank() const override;
+  int size() const override;
+  std::string backend() const override { return "nccl"; }
+  bool device_buffers() const override { return true; }
+  int device() const;
+
+  // Device memory on device() (cudaMalloc), and copies between it and host memory that are ordered with the
+  // collectives on the communicator's stream (after those issued before) and complete when they return.
+  float* allocate(std::size_t count) override;
+  void release(float* data) override;
+  void copy_in(float* buffer, const float* host, std::size_t count) override;
+  void copy_out(float* host, const float* buffer, std::size_t count) override;
+
+  std::shared_ptr<Work> allreduce(float* data, std::size_t count) override;
+  std::shared_ptr<Work> reduce_scatter(const float* in, float* out, std::size_t count_per_rank) override;
+  std::shared_ptr<Work> all_gather(const float* in, float* out, std::size_t count_per_rank) override;
+  std::shared_ptr<Work> broadcast(float* data, std::size_t count, int root) override;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// The number of CUDA devices this process sees; 0 when there is none or CUDA cannot be used (no driver, ...).
+// `why`, when given, receives CUDA's error string in that case.
+int cuda_device_count(std::string* why = nullptr);
+
+// The unique-id exchange alone: rank 0 creates an id with ncclGetUniqueId and sets it under `key`; every other
+// rank waits for the key (up to `timeout`). Returns the id's bytes (NCCL_UNIQUE_ID_BYTES of them) on every rank.
+// `store` may be null when size == 1. Throws CommError naming the key and the store on failure.
+std::string exchange_nccl_unique_id(store::StoreClient* store, const std::string& key, int rank, int size,
+                                    std::chrono::milliseconds timeout);
+
+}  // namespace dtrain::trainer
