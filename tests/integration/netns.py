@@ -577,6 +577,7 @@ class Cluster:
         popen_kwargs["start_new_session"] = True
         p = subprocess.Popen(self._ns_argv(i, argv, hostname), env=self._env(env), **popen_kwargs)
         self._procs.append(p)
+        p.dtrain_ns = self._host(i).ns  # where close() reports it, if it has to kill it
         return p
 
     def run(self, i, argv, timeout, env=None, hostname=None, check=False, **run_kwargs):
@@ -762,10 +763,20 @@ class Cluster:
         t0 = time.monotonic()
         problems = []
         killed = {}
+        # Processes this cluster spawned are killed by pid first: one started a moment ago may still be in
+        # `ip netns exec` before its setns, where the namespace sweep below cannot see it, and would then run on in a
+        # namespace that no longer has a name.
+        for p in self._procs:
+            if p.poll() is None:
+                try:
+                    p.kill()
+                    killed.setdefault(p.dtrain_ns, []).append(p.pid)
+                except OSError:
+                    pass
         for ns in reversed(self.namespaces):
             k, p = _remove_ns(ns)
             if k:
-                killed[ns] = k
+                killed[ns] = sorted(set(killed.get(ns, []) + k))
             problems += p
         for p in self._procs:
             try:
