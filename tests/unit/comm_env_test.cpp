@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "tests/unit/scoped_env.h"
 #include "trainer/comm/bench.h"
 #include "trainer/comm/communicator.h"
 #include "trainer/comm/gloo/network.h"
@@ -17,34 +18,6 @@ using dtrain::trainer::CommError;
 using dtrain::trainer::make_communicator_from_env;
 
 namespace {
-
-// Sets (or with nullptr unsets) environment variables for one test and restores them after.
-class ScopedEnv {
- public:
-  explicit ScopedEnv(std::initializer_list<std::pair<std::string, const char*>> values) {
-    for (const auto& [name, value] : values) {
-      const char* old = getenv(name.c_str());
-      saved_.emplace_back(name, old != nullptr, old != nullptr ? old : "");
-      if (value != nullptr) {
-        setenv(name.c_str(), value, 1);
-      } else {
-        unsetenv(name.c_str());
-      }
-    }
-  }
-  ~ScopedEnv() {
-    for (auto& [name, had, value] : saved_) {
-      if (had) {
-        setenv(name.c_str(), value.c_str(), 1);
-      } else {
-        unsetenv(name.c_str());
-      }
-    }
-  }
-
- private:
-  std::vector<std::tuple<std::string, bool, std::string>> saved_;
-};
 
 std::string error_of(const std::function<void()>& call) {
   try {

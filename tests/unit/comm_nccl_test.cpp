@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "tests/unit/scoped_env.h"
 #include "trainer/comm/bench.h"
 #include "trainer/comm/communicator.h"
 
@@ -32,34 +33,6 @@ using dtrain::trainer::CommOptions;
 using dtrain::trainer::make_communicator_from_env;
 
 namespace {
-
-// Sets (or with nullptr unsets) environment variables for one test and restores them after.
-class NcclScopedEnv {
- public:
-  explicit NcclScopedEnv(std::initializer_list<std::pair<std::string, const char*>> values) {
-    for (const auto& [name, value] : values) {
-      const char* old = getenv(name.c_str());
-      saved_.emplace_back(name, old != nullptr, old != nullptr ? old : "");
-      if (value != nullptr) {
-        setenv(name.c_str(), value, 1);
-      } else {
-        unsetenv(name.c_str());
-      }
-    }
-  }
-  ~NcclScopedEnv() {
-    for (auto& [name, had, value] : saved_) {
-      if (had) {
-        setenv(name.c_str(), value.c_str(), 1);
-      } else {
-        unsetenv(name.c_str());
-      }
-    }
-  }
-
- private:
-  std::vector<std::tuple<std::string, bool, std::string>> saved_;
-};
 
 // The CommError message `call` throws; fails the test when it throws nothing.
 std::string comm_error_of(const std::function<void()>& call) {
@@ -82,7 +55,7 @@ CommOptions with_backend(const std::string& backend) {
 }  // namespace
 
 TEST_CASE("nccl backend choice: unknown names are refused, auto and gloo keep the local and gloo communicators") {
-  NcclScopedEnv env({{"WORLD_SIZE", nullptr}, {"RANK", nullptr}, {"DTRAIN_COMM_BACKEND", nullptr}});
+  ScopedEnv env({{"WORLD_SIZE", nullptr}, {"RANK", nullptr}, {"DTRAIN_COMM_BACKEND", nullptr}});
   const std::string bad = comm_error_of([] { make_communicator_from_env(with_backend("mpi")); });
   CHECK(bad.find("'mpi'") != std::string::npos);
   CHECK(bad.find("gloo") != std::string::npos);
@@ -90,7 +63,7 @@ TEST_CASE("nccl backend choice: unknown names are refused, auto and gloo keep th
   CHECK(make_communicator_from_env(with_backend("auto"))->backend() == "local");
   CHECK(make_communicator_from_env(with_backend("gloo"))->backend() == "local");
   {
-    NcclScopedEnv typo({{"DTRAIN_COMM_BACKEND", "ncl"}});
+    ScopedEnv typo({{"DTRAIN_COMM_BACKEND", "ncl"}});
     const std::string message = comm_error_of([] { make_communicator_from_env(with_backend("auto")); });
     CHECK(message.find("DTRAIN_COMM_BACKEND='ncl'") != std::string::npos);
     // An explicit choice wins over the variable.
@@ -101,10 +74,10 @@ TEST_CASE("nccl backend choice: unknown names are refused, auto and gloo keep th
 #ifndef DTRAIN_HAVE_NCCL
 
 TEST_CASE("nccl backend in a build without NCCL: a clear error") {
-  NcclScopedEnv env({{"WORLD_SIZE", nullptr}, {"DTRAIN_COMM_BACKEND", nullptr}});
+  ScopedEnv env({{"WORLD_SIZE", nullptr}, {"DTRAIN_COMM_BACKEND", nullptr}});
   const std::string message = comm_error_of([] { make_communicator_from_env(with_backend("nccl")); });
   CHECK(message.find("dtrain was built without NCCL") != std::string::npos);
-  NcclScopedEnv chosen({{"DTRAIN_COMM_BACKEND", "nccl"}});
+  ScopedEnv chosen({{"DTRAIN_COMM_BACKEND", "nccl"}});
   CHECK(comm_error_of([] { make_communicator_from_env(with_backend("auto")); }).find("built without NCCL") !=
         std::string::npos);
 }
@@ -192,28 +165,28 @@ TEST_CASE("nccl communicator without a GPU: a CommError that names the missing G
   CHECK(direct.find("rank 0 of 1") != std::string::npos);
   CHECK(direct.find("gloo") != std::string::npos);
 
-  NcclScopedEnv env({{"WORLD_SIZE", nullptr}, {"RANK", nullptr}, {"LOCAL_RANK", nullptr},
+  ScopedEnv env({{"WORLD_SIZE", nullptr}, {"RANK", nullptr}, {"LOCAL_RANK", nullptr},
                      {"DTRAIN_COMM_BACKEND", nullptr}});
   const std::string from_env = comm_error_of([] { make_communicator_from_env(with_backend("nccl")); });
   CHECK(from_env.find("no CUDA GPU") != std::string::npos);
-  NcclScopedEnv chosen({{"DTRAIN_COMM_BACKEND", "nccl"}});
+  ScopedEnv chosen({{"DTRAIN_COMM_BACKEND", "nccl"}});
   CHECK(comm_error_of([] { make_communicator_from_env(with_backend("auto")); }).find("no CUDA GPU") !=
         std::string::npos);
 }
 
 TEST_CASE("nccl backend from the environment: bad RANK, LOCAL_RANK and a GPU that does not exist") {
   {
-    NcclScopedEnv env({{"WORLD_SIZE", "2"}, {"RANK", nullptr}});
+    ScopedEnv env({{"WORLD_SIZE", "2"}, {"RANK", nullptr}});
     CHECK(comm_error_of([] { make_communicator_from_env(with_backend("nccl")); }).find("RANK is not set") !=
           std::string::npos);
   }
   {
-    NcclScopedEnv env({{"WORLD_SIZE", "1"}, {"RANK", "0"}, {"LOCAL_RANK", "x"}});
+    ScopedEnv env({{"WORLD_SIZE", "1"}, {"RANK", "0"}, {"LOCAL_RANK", "x"}});
     CHECK(comm_error_of([] { make_communicator_from_env(with_backend("nccl")); }).find("LOCAL_RANK='x'") !=
           std::string::npos);
   }
   if (have_gpu()) {
-    NcclScopedEnv env({{"WORLD_SIZE", "1"}, {"RANK", "0"}, {"LOCAL_RANK", "64"}});
+    ScopedEnv env({{"WORLD_SIZE", "1"}, {"RANK", "0"}, {"LOCAL_RANK", "64"}});
     const std::string message = comm_error_of([] { make_communicator_from_env(with_backend("nccl")); });
     CHECK(message.find("GPU 64 (LOCAL_RANK) does not exist") != std::string::npos);
   }
@@ -224,7 +197,7 @@ TEST_CASE("nccl world-1 collectives on device buffers (needs a GPU)") {
     MESSAGE("no GPU visible: the device collectives are not run here");
     return;
   }
-  NcclScopedEnv env({{"WORLD_SIZE", "1"}, {"RANK", "0"}, {"LOCAL_RANK", "0"}, {"DTRAIN_COMM_BACKEND", nullptr}});
+  ScopedEnv env({{"WORLD_SIZE", "1"}, {"RANK", "0"}, {"LOCAL_RANK", "0"}, {"DTRAIN_COMM_BACKEND", nullptr}});
   auto comm = make_communicator_from_env(with_backend("nccl"));
   REQUIRE(comm->backend() == "nccl");
   REQUIRE(comm->device_buffers());
