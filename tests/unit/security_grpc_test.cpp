@@ -17,6 +17,7 @@
 #include "agent/service/store_service.h"
 #include "agent/store/store.h"
 #include "dtrain/v1/store.grpc.pb.h"
+#include "tests/unit/temp_dir.h"
 
 using namespace std::chrono_literals;
 using dtrain::security::ClusterSecret;
@@ -33,19 +34,9 @@ const std::string kHandshakeFailed =
 
 bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char pattern[] = "/tmp/dtrain-tls-test-XXXXXX";
-    REQUIRE(mkdtemp(pattern) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
-
 // A cluster: its secret and a launcher identity derived from it.
 struct Cluster {
-  TempDir dir;
+  TempDir dir{"dtrain-tls-test"};
   ClusterSecret secret;
   Identity launcher;
   Cluster() {

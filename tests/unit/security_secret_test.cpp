@@ -17,6 +17,7 @@
 
 #include "agent/security/identity.h"
 #include "agent/security/secret.h"
+#include "tests/unit/temp_dir.h"
 
 using namespace std::chrono_literals;
 using dtrain::security::ClusterSecret;
@@ -27,16 +28,6 @@ namespace fs = std::filesystem;
 namespace {
 
 bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char pattern[] = "/tmp/dtrain-secret-test-XXXXXX";
-    REQUIRE(mkdtemp(pattern) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 unsigned mode_of(const std::string& path) {
   struct stat st{};
@@ -87,7 +78,7 @@ int verify(const std::string& ca, const std::string& leaf) {
 }  // namespace
 
 TEST_CASE("init_secret writes a private directory that load_secret reads back") {
-  TempDir temp;
+  TempDir temp{"dtrain-secret-test"};
   std::string dir = temp.path + "/nested/secret";
   dtrain::security::init_secret(dir, false);
   CHECK(mode_of(dir) == 0700);
@@ -114,7 +105,7 @@ TEST_CASE("init_secret writes a private directory that load_secret reads back") 
 }
 
 TEST_CASE("init_secret refuses to replace a secret unless forced") {
-  TempDir temp;
+  TempDir temp{"dtrain-secret-test"};
   dtrain::security::init_secret(temp.path, false);
   ClusterSecret first = dtrain::security::load_secret(temp.path);
   std::string error = security_error([&] { dtrain::security::init_secret(temp.path, false); });
@@ -137,14 +128,14 @@ TEST_CASE("init_secret refuses to replace a secret unless forced") {
 }
 
 TEST_CASE("init_secret tightens an existing directory to 0700") {
-  TempDir temp;
+  TempDir temp{"dtrain-secret-test"};
   REQUIRE(::chmod(temp.path.c_str(), 0755) == 0);
   dtrain::security::init_secret(temp.path, false);
   CHECK(mode_of(temp.path) == 0700);
 }
 
 TEST_CASE("load_secret names what is missing and how to make it") {
-  TempDir temp;
+  TempDir temp{"dtrain-secret-test"};
   std::string missing = temp.path + "/nowhere";
   std::string error = security_error([&] { dtrain::security::load_secret(missing); });
   CHECK(error == "no cluster secret in " + missing + ": run `dtrain secret init --dir " + missing +
@@ -158,7 +149,7 @@ TEST_CASE("load_secret names what is missing and how to make it") {
 }
 
 TEST_CASE("load_secret refuses a key or token that others can read, like ssh") {
-  TempDir temp;
+  TempDir temp{"dtrain-secret-test"};
   dtrain::security::init_secret(temp.path, false);
   std::string token = temp.path + "/token";
   REQUIRE(::chmod(token.c_str(), 0644) == 0);
@@ -178,7 +169,7 @@ TEST_CASE("load_secret refuses a key or token that others can read, like ssh") {
 }
 
 TEST_CASE("load_secret refuses a CA key and certificate from different secrets") {
-  TempDir first, second;
+  TempDir first{"dtrain-secret-test"}, second{"dtrain-secret-test"};
   dtrain::security::init_secret(first.path, false);
   dtrain::security::init_secret(second.path, false);
   fs::copy_file(second.path + "/ca.crt", first.path + "/ca.crt", fs::copy_options::overwrite_existing);
@@ -198,7 +189,7 @@ TEST_CASE("default_secret_dir honours DTRAIN_SECRET_DIR, else ~/.dtrain") {
 }
 
 TEST_CASE("issue_identity makes a certificate the CA verifies for dtrain.cluster, client and server") {
-  TempDir temp, other;
+  TempDir temp{"dtrain-secret-test"}, other{"dtrain-secret-test"};
   dtrain::security::init_secret(temp.path, false);
   dtrain::security::init_secret(other.path, false);
   ClusterSecret secret = dtrain::security::load_secret(temp.path);
@@ -232,7 +223,7 @@ TEST_CASE("issue_identity makes a certificate the CA verifies for dtrain.cluster
 }
 
 TEST_CASE("issue_identity can make a certificate that has already expired") {
-  TempDir temp;
+  TempDir temp{"dtrain-secret-test"};
   dtrain::security::init_secret(temp.path, false);
   ClusterSecret secret = dtrain::security::load_secret(temp.path);
   Identity expired = dtrain::security::issue_identity(secret, "old", -2h, 1h);

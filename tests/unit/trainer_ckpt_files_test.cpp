@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/unit/temp_dir.h"
 #include "trainer/ckpt/atomic_file.h"
 #include "trainer/ckpt/checkpoint_dir.h"
 #include "trainer/ckpt/model_file.h"
@@ -25,16 +26,6 @@ using namespace dtrain::trainer;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char pattern[] = "/tmp/trainer-ckpt-XXXXXX";
-    path = ::mkdtemp(pattern);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 GptConfig small_config() {
   GptConfig c;
@@ -79,7 +70,7 @@ std::vector<std::string> names_in(const TempDir& dir) {
 }  // namespace
 
 TEST_CASE("an llm.c model file round-trips bit for bit with llm.c's header") {
-  TempDir dir;
+  TempDir dir{"trainer-ckpt"};
   GptConfig config = small_config();
   auto params = random_floats(1234, 1);
   std::string path = dir.file("model.bin");
@@ -108,7 +99,7 @@ TEST_CASE("an llm.c model file round-trips bit for bit with llm.c's header") {
 }
 
 TEST_CASE("model files of another shape, size, format or version are refused with the fix") {
-  TempDir dir;
+  TempDir dir{"trainer-ckpt"};
   GptConfig config = small_config();
   auto params = random_floats(100, 2);
   std::string path = dir.file("model.bin");
@@ -146,7 +137,7 @@ TEST_CASE("model files of another shape, size, format or version are refused wit
 }
 
 TEST_CASE("a state file round-trips, and damage is detected by its size or its checksum") {
-  TempDir dir;
+  TempDir dir{"trainer-ckpt"};
   TrainState state;
   state.step = 1234567890123ull;
   state.data_step = 42;
@@ -207,7 +198,7 @@ TEST_CASE("a state file round-trips, and damage is detected by its size or its c
 }
 
 TEST_CASE("an atomic file is invisible until commit and leaves nothing behind when abandoned") {
-  TempDir dir;
+  TempDir dir{"trainer-ckpt"};
   std::string path = dir.file("target.bin");
   std::ofstream(path) << "old";
   {
@@ -230,7 +221,7 @@ TEST_CASE("an atomic file is invisible until commit and leaves nothing behind wh
 }
 
 TEST_CASE("a writer killed in the middle of a checkpoint leaves the previous file whole") {
-  TempDir dir;
+  TempDir dir{"trainer-ckpt"};
   GptConfig config = small_config();
   auto old_params = random_floats(1 << 20, 5);
   std::string path = dir.file("model_1.bin");
@@ -271,7 +262,7 @@ TEST_CASE("a writer killed in the middle of a checkpoint leaves the previous fil
 }
 
 TEST_CASE("the checkpoint directory lists complete pairs, newest first") {
-  TempDir dir;
+  TempDir dir{"trainer-ckpt"};
   CHECK(list_checkpoints(dir.file("missing")).empty());
   GptConfig config = small_config();
   auto params = random_floats(10, 6);
@@ -279,19 +270,19 @@ TEST_CASE("the checkpoint directory lists complete pairs, newest first") {
   state.config = config;
   state.num_params = 10;
   for (std::uint64_t step : {5, 20, 10}) {
-    CheckpointPair pair = checkpoint_pair(dir.path.string(), step);
+    CheckpointPair pair = checkpoint_pair(dir.path, step);
     CHECK(pair.model == dir.file("model_" + std::to_string(step) + ".bin"));
     write_model_file(pair.model, config, params.data(), params.size());
     state.step = step;
     write_state_file(pair.state, state, params.data(), params.data());
   }
   // Step 30's state was never written (a crash between the two files); step 40 has only a temporary state file.
-  write_model_file(checkpoint_pair(dir.path.string(), 30).model, config, params.data(), params.size());
-  write_model_file(checkpoint_pair(dir.path.string(), 40).model, config, params.data(), params.size());
+  write_model_file(checkpoint_pair(dir.path, 30).model, config, params.data(), params.size());
+  write_model_file(checkpoint_pair(dir.path, 40).model, config, params.data(), params.size());
   std::ofstream(dir.file("state_40.bin.tmp.123")) << "partial";
   std::ofstream(dir.file("state_x.bin")) << "junk";
 
-  auto pairs = list_checkpoints(dir.path.string());
+  auto pairs = list_checkpoints(dir.path);
   REQUIRE(pairs.size() == 3);
   CHECK(pairs[0].step == 20);
   CHECK(pairs[1].step == 10);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/unit/temp_dir.h"
 #include "trainer/data/loader.h"
 #include "trainer/data/prefetch.h"
 #include "trainer/data/shard.h"
@@ -20,16 +21,6 @@ using namespace dtrain::trainer;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char pattern[] = "/tmp/trainer-data-XXXXXX";
-    path = ::mkdtemp(pattern);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 // A shard whose token at position i is (base + i) % 60000, so every token names its own position.
 std::string make_shard(const TempDir& dir, const std::string& name, std::size_t count, std::uint16_t base) {
@@ -72,7 +63,7 @@ std::string error_of(const std::function<void()>& action) {
 }  // namespace
 
 TEST_CASE("micro-batch offsets follow ((j*K + m)*W + r)*B*T within a shard") {
-  TempDir dir;
+  TempDir dir{"trainer-data"};
   std::string path = make_shard(dir, "a.bin", 10000, 0);
   const int B = 2, T = 8, W = 3, K = 2;
   for (int r = 0; r < W; ++r) {
@@ -92,7 +83,7 @@ TEST_CASE("micro-batch offsets follow ((j*K + m)*W + r)*B*T within a shard") {
 }
 
 TEST_CASE("steps move to the next shard when one is used up, and wrap to the first after the last") {
-  TempDir dir;
+  TempDir dir{"trainer-data"};
   // One step reads B*T*W*K = 32 tokens (+1): shard a holds 3 steps (100 tokens), b holds 1 (40), c none (20).
   make_shard(dir, "a.bin", 100, 0);
   make_shard(dir, "b.bin", 40, 1000);
@@ -119,7 +110,7 @@ TEST_CASE("steps move to the next shard when one is used up, and wrap to the fir
 }
 
 TEST_CASE("2 ranks x B/2 and 2 micro-steps x B/2 read exactly the rows of 1 rank x B, across shard ends") {
-  TempDir dir;
+  TempDir dir{"trainer-data"};
   make_shard(dir, "a.bin", 1000, 0);
   make_shard(dir, "b.bin", 700, 5000);
   const std::string pattern = dir.file("*.bin");
@@ -134,7 +125,7 @@ TEST_CASE("2 ranks x B/2 and 2 micro-steps x B/2 read exactly the rows of 1 rank
 }
 
 TEST_CASE("the prefetcher yields the loader's batches in training order, ahead of time") {
-  TempDir dir;
+  TempDir dir{"trainer-data"};
   std::string path = make_shard(dir, "a.bin", 5000, 7);
   DataLoader loader({path, 2, 8, 1, 2, 3, 0});
   Prefetcher prefetch(loader, 5, 2);
@@ -150,7 +141,7 @@ TEST_CASE("the prefetcher yields the loader's batches in training order, ahead o
 }
 
 TEST_CASE("the prefetcher stops cleanly while blocked on a full queue") {
-  TempDir dir;
+  TempDir dir{"trainer-data"};
   std::string path = make_shard(dir, "a.bin", 5000, 0);
   DataLoader loader({path, 2, 8, 0, 1, 1, 0});
   { Prefetcher prefetch(loader, 0, 1); }
@@ -159,7 +150,7 @@ TEST_CASE("the prefetcher stops cleanly while blocked on a full queue") {
 }
 
 TEST_CASE("a token outside the vocabulary is an error naming the shard and position, also through the prefetcher") {
-  TempDir dir;
+  TempDir dir{"trainer-data"};
   std::vector<std::uint16_t> tokens(200, 3);
   tokens[150] = 300;
   std::string path = dir.file("big.bin");
@@ -175,7 +166,7 @@ TEST_CASE("a token outside the vocabulary is an error naming the shard and posit
 }
 
 TEST_CASE("prepare-text writes llm.c's shard header and one token per byte") {
-  TempDir dir;
+  TempDir dir{"trainer-data"};
   std::string text = dir.file("in.txt");
   std::string content = "Hello, shard!\n\xff\x00 bytes";
   content += std::string("\0end", 4);
@@ -213,7 +204,7 @@ TEST_CASE("prepare-text writes llm.c's shard header and one token per byte") {
 }
 
 TEST_CASE("files that are not shards are refused with a reason") {
-  TempDir dir;
+  TempDir dir{"trainer-data"};
   std::string good = make_shard(dir, "good.bin", 300, 0);
   auto patch_int = [&](const std::string& path, int index, std::int32_t value) {
     std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
