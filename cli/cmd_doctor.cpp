@@ -122,14 +122,9 @@ Action add_doctor_command(CLI::App& app) {
   add_launch_flags(*cmd, args->flags);
   return [args]() {
     if (!args->file.empty()) {
-      spec::Spec spec;
-      try {
-        spec = spec::load_spec_file(args->file, args->sets);
-      } catch (const spec::SpecError& e) {
-        std::fprintf(stderr, "%s\n", e.what());
-        return 2;
-      }
-      return doctor_job(spec, args->flags, args->gather.checkpoint_dir, args->timeout_s, args->json);
+      const std::optional<spec::Spec> spec = load_spec_or_report(args->file, args->sets);
+      if (!spec) return 2;
+      return doctor_job(*spec, args->flags, args->gather.checkpoint_dir, args->timeout_s, args->json);
     }
     node::doctor::NodeReport report = node::doctor::run_node_checks(node::doctor::gather_inputs(args->gather));
     std::string out = args->json ? node::doctor::render_json(report) : node::doctor::render_table(report);

@@ -12,6 +12,15 @@
 
 namespace dtrain::cli {
 
+std::optional<spec::Spec> load_spec_or_report(const std::string& file, const std::vector<std::string>& sets) {
+  try {
+    return spec::load_spec_file(file, sets);
+  } catch (const spec::SpecError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return std::nullopt;
+  }
+}
+
 int launch_job(spec::Spec spec, const LaunchFlags& flags) {
   block_termination_signals();
   controller::ControllerOptions options;
@@ -137,15 +146,10 @@ Action add_launch_command(CLI::App& app) {
   cmd->add_flag("--dry-run", args->dry_run, "print every rank's host, binding and environment; start nothing");
   add_launch_flags(*cmd, args->flags);
   return [args]() {
-    spec::Spec spec;
-    try {
-      spec = spec::load_spec_file(args->file, args->sets);
-    } catch (const spec::SpecError& e) {
-      std::fprintf(stderr, "%s\n", e.what());
-      return 2;
-    }
-    if (args->dry_run) return print_dry_run(spec);
-    return launch_job(std::move(spec), args->flags);
+    std::optional<spec::Spec> spec = load_spec_or_report(args->file, args->sets);
+    if (!spec) return 2;
+    if (args->dry_run) return print_dry_run(*spec);
+    return launch_job(std::move(*spec), args->flags);
   };
 }
 

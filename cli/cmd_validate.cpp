@@ -16,14 +16,9 @@ Action add_validate_command(CLI::App& app) {
   cmd->add_option("spec", args->file, "job spec (YAML)")->required();
   cmd->add_option("--set", args->sets, "override a key of the spec (repeatable)");
   return [args]() {
-    try {
-      spec::Spec spec = spec::load_spec_file(args->file, args->sets);
-      std::printf("%s: valid\n", args->file.c_str());
-      return 0;
-    } catch (const spec::SpecError& e) {
-      std::fprintf(stderr, "%s\n", e.what());
-      return 2;
-    }
+    if (!load_spec_or_report(args->file, args->sets)) return 2;
+    std::printf("%s: valid\n", args->file.c_str());
+    return 0;
   };
 }
 

@@ -4,6 +4,9 @@
 // runs it once the command line parsed; the action returns the process exit code.
 
 #include <functional>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -34,6 +37,10 @@ struct LaunchFlags {
   std::string secret_dir;     // cluster secret directory ("" = default)
 };
 void add_launch_flags(CLI::App& cmd, LaunchFlags& flags);
+
+// Reads and validates a spec file with its --set overrides. On an invalid spec prints every error (file:line:col,
+// key, fix) on stderr and returns nothing: the command then exits 2. Shared by launch, validate and doctor.
+std::optional<spec::Spec> load_spec_or_report(const std::string& file, const std::vector<std::string>& sets);
 
 // Runs a validated spec with the controller (signals forwarded); returns the exit code. Shared by launch and run.
 int launch_job(spec::Spec spec, const LaunchFlags& flags);
