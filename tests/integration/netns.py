@@ -594,6 +594,35 @@ class Cluster:
         return subprocess.run(self._ns_argv(i, argv, hostname), env=self._env(env), timeout=timeout, check=check,
                               start_new_session=True, **run_kwargs)
 
+    def run_logged(self, i, argv, log_dir, name, timeout, env=None, cwd=None):
+        """Runs argv on host i to its end with stdout and stderr in <log_dir>/<name>.out and .err, and prints both.
+
+        Returns (exit code, stdout, stderr); the code is None when it ran past `timeout` seconds (it was killed)."""
+        out, err = os.path.join(log_dir, name + ".out"), os.path.join(log_dir, name + ".err")
+        with open(out, "w") as o, open(err, "w") as e:
+            proc = self.spawn(i, argv, env=env, stdout=o, stderr=e, cwd=cwd)
+            try:
+                code = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                code = None
+        with open(out) as o, open(err) as e:
+            stdout, stderr = o.read(), e.read()
+        print("--- %s: exit %s\n--- stdout\n%s--- stderr\n%s---" % (name, code, stdout, stderr), flush=True)
+        return code, stdout, stderr
+
+    def processes_besides(self, hosts, keep, timeout):
+        """{host index: pids} of the processes on `hosts` other than the pids in `keep` (daemons the test runs),
+        after waiting up to `timeout` seconds for them to end; {} when none is left."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = {i: [p for p in self.pids(i) if p not in keep] for i in hosts}
+            left = {i: p for i, p in left.items() if p}
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(0.1)
+
     def pids(self, i):
         """Pids of the live processes on host i (`ip netns pids`)."""
         return _ns_pids(self._host(i).ns)

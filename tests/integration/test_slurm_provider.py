@@ -104,33 +104,16 @@ class SlurmCluster:
         return write(os.path.join(self.dir, name + ".yaml"), text)
 
     def launch(self, spec, timeout=120):
-        out = os.path.join(self.dir, os.path.basename(spec) + ".out")
-        err = os.path.join(self.dir, os.path.basename(spec) + ".err")
-        with open(out, "w") as o, open(err, "w") as e:
-            proc = self.c.spawn(CONTROLLER, [SALLOC, "-N", "3", "--immediate=20", DTRAIN, "launch", spec,
-                                             "--secret-dir", self.secret],
-                                env=self.env, stdout=o, stderr=e, cwd=self.dir)
-            try:
-                code = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                code = proc.wait()
-                check(False, "salloc + launcher did not exit within %d s" % timeout)
-        stdout, stderr = open(out).read(), open(err).read()
-        print("--- %s: exit %s\n--- stdout\n%s--- stderr\n%s---" % (os.path.basename(spec), code, stdout, stderr),
-              flush=True)
+        argv = [SALLOC, "-N", "3", "--immediate=20", DTRAIN, "launch", spec, "--secret-dir", self.secret]
+        code, stdout, stderr = self.c.run_logged(CONTROLLER, argv, self.dir, os.path.basename(spec), timeout,
+                                                 env=self.env, cwd=self.dir)
+        check(code is not None, "salloc + launcher exit within %d s" % timeout)
         return code, stdout, stderr
 
     def leftovers(self, timeout):
         """Processes on the compute hosts other than slurmd, after waiting up to `timeout` for them to end."""
-        deadline = time.monotonic() + timeout
-        while True:
-            keep = {self.daemons[i].pid for i in NODES}
-            left = {i: [p for p in self.c.pids(i) if p not in keep] for i in NODES}
-            left = {i: describe(p) for i, p in left.items() if p}
-            if not left or time.monotonic() > deadline:
-                return left
-            time.sleep(0.2)
+        left = self.c.processes_besides(NODES, {self.daemons[i].pid for i in NODES}, timeout)
+        return {i: describe(p) for i, p in left.items()}
 
     def close(self):
         for p in self.daemons.values():

@@ -81,32 +81,14 @@ class Suite:
         return write(os.path.join(self.dir, name + ".yaml"), text)
 
     def launch(self, spec, timeout=90):
-        out = os.path.join(self.dir, os.path.basename(spec) + ".out")
-        err = os.path.join(self.dir, os.path.basename(spec) + ".err")
-        with open(out, "w") as o, open(err, "w") as e:
-            proc = self.c.spawn(LAUNCHER, [DTRAIN, "launch", spec, "--secret-dir", self.secret], stdout=o, stderr=e,
-                                cwd=self.dir)
-            try:
-                code = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                code = proc.wait()
-                check(False, "launcher did not exit within %d s" % timeout)
-        stdout, stderr = open(out).read(), open(err).read()
-        print("--- %s: exit %s\n--- stdout\n%s--- stderr\n%s---" % (os.path.basename(spec), code, stdout, stderr),
-              flush=True)
+        code, stdout, stderr = self.c.run_logged(LAUNCHER, [DTRAIN, "launch", spec, "--secret-dir", self.secret],
+                                                 self.dir, os.path.basename(spec), timeout, cwd=self.dir)
+        check(code is not None, "launcher exits within %d s" % timeout)
         return code, stdout, stderr
 
     def leftovers(self, timeout):
         """Processes on the sshd hosts other than sshd itself, after waiting up to `timeout` for them to end."""
-        deadline = time.monotonic() + timeout
-        while True:
-            sshd = {p.pid for p in self.sshd.values()}
-            left = {i: [p for p in self.c.pids(i) if p not in sshd] for i in HOSTS}
-            left = {i: p for i, p in left.items() if p}
-            if not left or time.monotonic() > deadline:
-                return left
-            time.sleep(0.1)
+        return self.c.processes_besides(HOSTS, {p.pid for p in self.sshd.values()}, timeout)
 
 
 def scenario_success(s):
