@@ -21,6 +21,7 @@
 // in a dry run.
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -51,7 +52,10 @@ unsigned resolve_workers_per_node(const Spec& spec, const std::vector<NodeInfo>&
   using Kind = Spec::WorkersPerNode::Kind;
   const auto& wpn = spec.workers_per_node;
   if (wpn.kind == Kind::count) {
-    if (wpn.count < 1) throw PlanError("workers_per_node must be at least 1, got " + std::to_string(wpn.count));
+    if (wpn.count < 1 || wpn.count > kMaxWorkersPerNode) {
+      throw PlanError("workers_per_node must be 1 to " + std::to_string(kMaxWorkersPerNode) + ", got " +
+                      std::to_string(wpn.count));
+    }
     return static_cast<unsigned>(wpn.count);
   }
   const bool gpu = wpn.kind == Kind::gpu;
@@ -62,6 +66,11 @@ unsigned resolve_workers_per_node(const Spec& spec, const std::vector<NodeInfo>&
     if (n == 0) {
       throw PlanError(std::string("workers_per_node: ") + (gpu ? "gpu" : "cpu") + " but " + node_name(i, nodes[i]) +
                       " has no " + what + "; use an integer");
+    }
+    if (n > static_cast<unsigned>(kMaxWorkersPerNode)) {
+      throw PlanError(std::string("workers_per_node: ") + (gpu ? "gpu" : "cpu") + " gives " + std::to_string(n) +
+                      " workers on " + node_name(i, nodes[i]) + "; a node runs at most " +
+                      std::to_string(kMaxWorkersPerNode) + ": use an integer");
     }
     counts.push_back(n);
   }
@@ -117,6 +126,10 @@ std::string join_path(const std::string& dir, const std::string& file) {
 Plan make_plan(const Spec& spec, const std::vector<NodeInfo>& nodes, const RoundInfo& round) {
   if (nodes.empty()) throw PlanError("no nodes to run the job on");
   if (spec.command.empty()) throw PlanError("the job has no command");
+  // Sizes are checked in 64 bits before any is narrowed, so no product below can wrap (spec.h: limits).
+  if (nodes.size() > static_cast<std::size_t>(kMaxNodes)) {
+    throw PlanError(std::to_string(nodes.size()) + " nodes; a job runs on at most " + std::to_string(kMaxNodes));
+  }
   const auto nnodes = static_cast<unsigned>(nodes.size());
   if (static_cast<int>(nnodes) < spec.nodes.min_count || static_cast<int>(nnodes) > spec.nodes.max_count) {
     throw PlanError("the job needs " + count_text(spec.nodes) + " nodes (nodes.count) but " +
@@ -125,7 +138,13 @@ Plan make_plan(const Spec& spec, const std::vector<NodeInfo>& nodes, const Round
   Plan plan;
   plan.nnodes = nnodes;
   plan.workers_per_node = resolve_workers_per_node(spec, nodes);
-  plan.world_size = nnodes * plan.workers_per_node;
+  const std::uint64_t world = std::uint64_t{nnodes} * plan.workers_per_node;
+  if (world > static_cast<std::uint64_t>(kMaxWorldSize)) {
+    throw PlanError(std::to_string(plan.workers_per_node) + " workers on each of " + std::to_string(nnodes) +
+                    " nodes make " + std::to_string(world) + " ranks; a job has at most " +
+                    std::to_string(kMaxWorldSize) + ": lower workers_per_node or nodes.count");
+  }
+  plan.world_size = static_cast<unsigned>(world);
   const Env user = user_env(spec, plan.warnings);
 
   // Nodes with the same host_id are one machine: their workers split its CPUs between them.

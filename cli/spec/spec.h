@@ -8,6 +8,8 @@
 //   make_plan                           Spec + the nodes' facts + the round -> one WorkerPlan per rank
 //   render_plan                         the plan as `dtrain launch --dry-run` prints it
 
+#include <chrono>
+#include <cstddef>
 #include <exception>
 #include <map>
 #include <stdexcept>
@@ -37,8 +39,30 @@ enum class Binding {
 std::string_view to_string(Provider);
 std::string_view to_string(Binding);
 
+// ---- limits -----------------------------------------------------------------------------------------------------
+// Upper bounds that validate() enforces on every spec, however it was built (YAML, `--set`, `dtrain run` flags).
+// They keep each size and duration the launcher computes with inside its types, so a typo (count: 100000,
+// grace_s: 1e300) is an error that names the key instead of a crash, an allocation of gigabytes or a value that
+// silently wraps. The project's target is 4,096 nodes; each bound leaves room above what real jobs use.
+inline constexpr int kMaxNodes = 4096;               // nodes.count, both MIN and MAX
+inline constexpr int kMaxWorkersPerNode = 1024;      // workers_per_node, also what gpu/cpu resolves to on a node
+inline constexpr long long kMaxWorldSize = 65536;    // nodes x workers_per_node: 4,096 nodes of 16 GPUs. A plan holds
+                                                     //   every rank's argv and environment (a few KB each) in memory
+inline constexpr int kMaxRestarts = 10000;           // restart.max_restarts
+inline constexpr double kMaxDurationS = 7 * 24 * 3600.0;  // every *_s key (grace, backoff, timeouts): 7 days. Longer
+                                                     //   is never a useful timeout, and 7 days in milliseconds fits
+                                                     //   the 32-bit fields of the session protocol
+inline constexpr std::size_t kMaxNameLength = 128;   // name: the job id (<name>-YYYYmmdd-HHMMSS[-N]) is a directory
+                                                     //   name, and file names stop at 255 bytes
+
+// A validated duration (finite, 0 <= seconds <= kMaxDurationS) in whole milliseconds, rounded up so that a positive
+// duration never becomes 0, which means "off" for the keys that allow it. Throws std::out_of_range for anything
+// else: a Spec that did not go through validate().
+std::chrono::milliseconds duration_ms(double seconds);
+
 struct Spec {
-  std::string name;  // the job's name, [a-z0-9-]+; required. Prefix of the job id and of its log directory.
+  std::string name;  // the job's name, [a-z0-9-]+, at most kMaxNameLength; required. Prefix of the job id and of
+                     //   its log directory.
 
   struct Nodes {
     Provider provider = Provider::local;  // where agents come from
@@ -46,7 +70,8 @@ struct Spec {
     int max_count = 1;                    //   slurm) is elastic: start with >= MIN of MAX nodes. For static and
                                           //   ssh, count defaults to the number of agents / hosts, and MAX must
                                           //   equal it. For slurm, no count (0 here) means every node of the
-                                          //   allocation (SLURM_JOB_NUM_NODES when the job starts)
+                                          //   allocation (SLURM_JOB_NUM_NODES when the job starts). At most
+                                          //   kMaxNodes
     std::vector<std::string> agents;      // static only: one "host:port" per node, in node-rank order
     std::vector<std::string> hosts;       // ssh only: "[user@]host[:ssh_port]" per node, in node-rank order
     std::string rendezvous;               // "host:port" the launcher listens on for agents that dial in: required
@@ -60,7 +85,8 @@ struct Spec {
     std::string remote_dtrain;            // ssh, slurm: the dtrain binary on the nodes ("" = this launcher's path)
     std::string interface;                // network interface workers talk over ("" = let the agents choose);
                                           //   also becomes NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
-    double join_timeout_s = 60;           // how long the launcher waits for every node to join, > 0
+    double join_timeout_s = 60;           // how long the launcher waits for every node to join, > 0 and
+                                          //   <= kMaxDurationS (like every *_s key below)
   } nodes;
 
   struct WorkersPerNode {
@@ -69,28 +95,31 @@ struct Spec {
       gpu,    // one worker per GPU of the node
       cpu,    // one worker per CPU of the node
     } kind = Kind::count;
-    int count = 1;  // used when kind == count; >= 1
+    int count = 1;  // used when kind == count; 1 to kMaxWorkersPerNode, and count x nodes <= kMaxWorldSize
   } workers_per_node;
 
-  std::vector<std::string> command;  // argv of every worker; with `shell: true` exactly one string, run by /bin/sh -c
+  std::vector<std::string> command;  // argv of every worker; with `shell: true` exactly one string, run by /bin/sh -c.
+                                     //   No string of a spec may hold a NUL byte: exec and the environment would
+                                     //   cut it there
   bool shell = false;                // run command[0] through /bin/sh -c instead of exec'ing the argv
   std::map<std::string, std::string> env;  // extra worker environment; wins over nccl.env and automatic tuning
   std::string working_dir = ".";           // worker cwd; relative to where the launcher runs (it makes it absolute)
 
   struct Restart {
-    int max_restarts = 0;   // how many times the whole job is restarted after a failure, >= 0
-    double backoff_s = 1;   // pause before each restart, >= 0
+    int max_restarts = 0;   // how many times the whole job is restarted after a failure, 0 to kMaxRestarts
+    double backoff_s = 1;   // pause before each restart, 0 to kMaxDurationS
   } restart;
 
   struct Stop {
-    double grace_s = 10;  // between SIGTERM and SIGKILL when a group is stopped, >= 0
+    double grace_s = 10;  // between SIGTERM and SIGKILL when a group is stopped, 0 to kMaxDurationS
   } stop;
 
   struct Health {
     double heartbeat_timeout_s = 30;  // a worker whose health reports stop for this long has failed
     double hang_timeout_s = 0;        // a worker whose step counter does not move for this long has failed
     double node_timeout_s = 10;       // an agent that is silent for this long is a failed node
-  } health;                           // all >= 0; 0 turns that check off (hang_timeout_s is off by default)
+  } health;                           // all 0 to kMaxDurationS; 0 turns that check off (hang_timeout_s is off by
+                                      //   default)
 
   struct Logs {
     std::string dir = "runs";  // per-job logs go to <dir>/<job_id>/attempt_<n>/rank_<r>.log

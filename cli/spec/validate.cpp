@@ -5,6 +5,7 @@
 #include <cmath>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 #include "cli/spec/env_names.h"
 #include "cli/spec/locations.h"
@@ -112,15 +113,20 @@ class Checker {
     check_env("env", spec_.env);
     check_env("nccl.env", spec_.nccl.env);
     if (spec_.working_dir.empty()) report("working_dir", "is empty.", "Use . for the launcher's directory.");
+    no_nul("working_dir", spec_.working_dir);
     if (spec_.restart.max_restarts < 0) {
       report("restart.max_restarts", "must be >= 0, got " + std::to_string(spec_.restart.max_restarts) + ".");
+    } else if (spec_.restart.max_restarts > kMaxRestarts) {
+      report("restart.max_restarts", "must be at most " + std::to_string(kMaxRestarts) + ", got " +
+                                         std::to_string(spec_.restart.max_restarts) + ".");
     }
-    at_least_zero("restart.backoff_s", spec_.restart.backoff_s);
-    at_least_zero("stop.grace_s", spec_.stop.grace_s);
-    at_least_zero("health.heartbeat_timeout_s", spec_.health.heartbeat_timeout_s);
-    at_least_zero("health.hang_timeout_s", spec_.health.hang_timeout_s);
-    at_least_zero("health.node_timeout_s", spec_.health.node_timeout_s);
+    duration("restart.backoff_s", spec_.restart.backoff_s);
+    duration("stop.grace_s", spec_.stop.grace_s);
+    duration("health.heartbeat_timeout_s", spec_.health.heartbeat_timeout_s);
+    duration("health.hang_timeout_s", spec_.health.hang_timeout_s);
+    duration("health.node_timeout_s", spec_.health.node_timeout_s);
     if (spec_.logs.dir.empty()) report("logs.dir", "is empty.", "Example: dir: runs");
+    no_nul("logs.dir", spec_.logs.dir);
     check_console();
   }
 
@@ -129,18 +135,43 @@ class Checker {
     if (!where_.is_broken(path)) out_.push_back(where_.at(path, std::move(message), std::move(hint)));
   }
 
-  void at_least_zero(const std::string& path, double value) {
-    if (!std::isfinite(value)) report(path, "must be a finite number of seconds.");
-    else if (value < 0) report(path, "must be >= 0, got " + number(value) + ".", "Use 0 to turn it off.");
+  // A number of seconds, 0 (off, where 0 is allowed) to kMaxDurationS.
+  void duration(const std::string& path, double value, bool zero_ok = true) {
+    if (!std::isfinite(value)) {
+      report(path, "must be a finite number of seconds.");
+    } else if (value < 0 && zero_ok) {
+      report(path, "must be >= 0, got " + number(value) + ".", "Use 0 to turn it off.");
+    } else if (value <= 0 && !zero_ok) {
+      report(path, "must be > 0, got " + number(value) + ".");
+    } else if (value > kMaxDurationS) {
+      report(path, "must be at most " + number(kMaxDurationS) + " seconds (7 days), got " + number(value) + ".",
+             zero_ok ? "Use 0 to turn it off." : "");
+    }
+  }
+
+  // exec and the environment take C strings: a NUL would silently cut the value, so it is refused.
+  bool no_nul(const std::string& path, const std::string& value) {
+    if (value.find('\0') == std::string::npos) return true;
+    report(path, "contains a NUL byte (\\0), which no argument, variable or path can hold.",
+           "Remove the \\0 from the value.");
+    return false;
+  }
+
+  void no_nul(const std::string& path, const std::vector<std::string>& values) {
+    for (std::size_t i = 0; i < values.size(); ++i) no_nul(path + "[" + std::to_string(i) + "]", values[i]);
   }
 
   void check_name() {
     if (spec_.name.empty()) {
       report("name", "is empty.", "Example: name: tiny-gpt");
     } else if (!valid_job_name(spec_.name)) {
-      const std::string like = job_name_like(spec_.name);
+      const std::string like = job_name_like(spec_.name).substr(0, kMaxNameLength);
       report("name", "'" + spec_.name + "' is not a valid job name: use lowercase letters, digits and '-'.",
              like.empty() ? "Example: name: tiny-gpt" : "Did you mean '" + like + "'?");
+    } else if (spec_.name.size() > kMaxNameLength) {
+      report("name", "is " + std::to_string(spec_.name.size()) + " characters long; a job name has at most " +
+                         std::to_string(kMaxNameLength) + " (it names the job's log directory).",
+             "Shorten it, e.g. '" + spec_.name.substr(0, 32) + "'.");
     }
   }
 
@@ -153,6 +184,9 @@ class Checker {
       // No count: every node of the allocation.
     } else if (nodes.min_count < 1) {
       report("nodes.count", "must be at least 1, got " + std::to_string(nodes.min_count) + ".");
+    } else if (nodes.max_count > kMaxNodes || nodes.min_count > kMaxNodes) {
+      report("nodes.count", "must be at most " + std::to_string(kMaxNodes) + " nodes, got " +
+                                std::to_string(std::max(nodes.min_count, nodes.max_count)) + ".");
     } else if (nodes.min_count > nodes.max_count) {
       report("nodes.count", "minimum " + std::to_string(nodes.min_count) + " is greater than maximum " +
                                 std::to_string(nodes.max_count) + ".",
@@ -204,12 +238,10 @@ class Checker {
         report(path, "'" + agent + "' is listed twice.", "List each node's agent once.");
       }
     }
-    if (nodes.interface.find_first_of(" \t\n=") != std::string::npos) {
+    if (no_nul("nodes.interface", nodes.interface) && nodes.interface.find_first_of(" \t\n=") != std::string::npos) {
       report("nodes.interface", "'" + nodes.interface + "' is not an interface name.", "Example: interface: eth0");
     }
-    if (!std::isfinite(nodes.join_timeout_s) || nodes.join_timeout_s <= 0) {
-      report("nodes.join_timeout_s", "must be > 0, got " + number(nodes.join_timeout_s) + ".");
-    }
+    duration("nodes.join_timeout_s", nodes.join_timeout_s, false);
   }
 
   // provider ssh: one "[user@]host[:port]" per node; the ssh and srun commands are argv lists.
@@ -240,6 +272,9 @@ class Checker {
         report(path, "'" + host + "' is listed twice.", "List each host once; run more workers with workers_per_node.");
       }
     }
+    no_nul("nodes.ssh_command", nodes.ssh_command);
+    no_nul("nodes.srun_command", nodes.srun_command);
+    no_nul("nodes.remote_dtrain", nodes.remote_dtrain);
     if (is_ssh && (nodes.ssh_command.empty() || nodes.ssh_command[0].empty())) {
       report("nodes.ssh_command", "is empty.", "Example: ssh_command: [ssh, -o, BatchMode=yes]");
     }
@@ -258,8 +293,21 @@ class Checker {
     if (wpn.kind == Spec::WorkersPerNode::Kind::count && wpn.count < 1) {
       report("workers_per_node", "must be at least 1, got " + std::to_string(wpn.count) + ".",
              "Use an integer >= 1, gpu (one per GPU) or cpu (one per CPU).");
+    } else if (wpn.kind == Spec::WorkersPerNode::Kind::count && wpn.count > kMaxWorkersPerNode) {
+      report("workers_per_node", "must be at most " + std::to_string(kMaxWorkersPerNode) + ", got " +
+                                     std::to_string(wpn.count) + ".");
+    } else if (wpn.kind == Spec::WorkersPerNode::Kind::count && !where_.is_broken("nodes.count") &&
+               spec_.nodes.max_count >= 1 && spec_.nodes.max_count <= kMaxNodes &&
+               static_cast<long long>(spec_.nodes.max_count) * wpn.count > kMaxWorldSize) {
+      report("workers_per_node", std::to_string(wpn.count) + " workers on each of " +
+                                     std::to_string(spec_.nodes.max_count) + " nodes make " +
+                                     std::to_string(static_cast<long long>(spec_.nodes.max_count) * wpn.count) +
+                                     " ranks; a job has at most " + std::to_string(kMaxWorldSize) + ".",
+             "Lower workers_per_node or nodes.count.");
     }
     const auto& command = spec_.command;
+    if (spec_.shell && command.size() == 1) no_nul("command", command[0]);
+    else no_nul("command", command);
     if (command.empty()) {
       report("command", "is empty.", "Example: command: [python3, train.py]");
     } else if (spec_.shell && command.size() > 1) {
@@ -283,6 +331,8 @@ class Checker {
       } else if (is_reserved_env(name)) {
         report(path, name + " is set by dtrain for every worker and cannot be overridden.",
                "Remove it; ranks, sizes and addresses follow from nodes and workers_per_node.");
+      } else {
+        no_nul(path, value);
       }
     }
   }
@@ -337,6 +387,16 @@ std::optional<SshHost> parse_ssh_host(std::string_view text) {
   out.host = std::string(text.substr(0, colon));
   if (colon != std::string_view::npos) out.port = std::stoi(std::string(text.substr(colon + 1)));
   return out;
+}
+
+std::chrono::milliseconds duration_ms(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0 || seconds > kMaxDurationS) {
+    throw std::out_of_range("duration of " + detail::number(seconds) + " s is outside 0-" +
+                            detail::number(kMaxDurationS) + " s (an unvalidated spec)");
+  }
+  // At most 6.048e8 ms here, exact in a double and in every integer type it goes into.
+  const long long ms = std::llround(seconds * 1000.0);
+  return std::chrono::milliseconds(ms == 0 && seconds > 0 ? 1 : ms);
 }
 
 void validate(const Spec& spec) {

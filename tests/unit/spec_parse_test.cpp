@@ -2,8 +2,10 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -474,4 +476,93 @@ TEST_CASE("provider slurm: no count means the whole allocation; srun command") {
   CHECK(only_error("name: x\ncommand: [a]\nnodes: {remote_dtrain: /x}\n") ==
         "job.yaml:3:24: nodes.remote_dtrain: is only for providers ssh and slurm (provider is local). Remove "
         "remote_dtrain.");
+}
+
+TEST_CASE("limits: counts, world size and name length are bounded, naming the key") {
+  CHECK(errors_of("name: x\ncommand: [a]\nnodes:\n  count: 65536\nworkers_per_node: 65536\n") ==
+        std::vector<std::string>{"job.yaml:4:10: nodes.count: must be at most 4096 nodes, got 65536.",
+                                 "job.yaml:5:19: workers_per_node: must be at most 1024, got 65536."});
+  CHECK(only_error("name: x\ncommand: [a]\nnodes: {count: 100000}\n") ==
+        "job.yaml:3:16: nodes.count: must be at most 4096 nodes, got 100000.");
+  CHECK(only_error("name: x\ncommand: [a]\nnodes: {provider: join, count: '1:5000', rendezvous: 'h:1'}\n") ==
+        "job.yaml:3:32: nodes.count: must be at most 4096 nodes, got 5000.");
+  CHECK(only_error("name: x\ncommand: [a]\nworkers_per_node: 2147483647\n") ==
+        "job.yaml:3:19: workers_per_node: must be at most 1024, got 2147483647.");
+  CHECK(only_error("name: x\ncommand: [a]\nnodes: {count: 4096}\nworkers_per_node: 17\n") ==
+        "job.yaml:4:19: workers_per_node: 17 workers on each of 4096 nodes make 69632 ranks; a job has at most "
+        "65536. Lower workers_per_node or nodes.count.");
+  CHECK(only_error("name: x\ncommand: [a]\nrestart: {max_restarts: 10001}\n") ==
+        "job.yaml:3:25: restart.max_restarts: must be at most 10000, got 10001.");
+  const std::string long_name(300, 'a');
+  CHECK(only_error("name: " + long_name + "\ncommand: [a]\n") ==
+        "job.yaml:1:7: name: is 300 characters long; a job name has at most 128 (it names the job's log directory). "
+        "Shorten it, e.g. '" + std::string(32, 'a') + "'.");
+  // The largest allowed sizes load.
+  const Spec big = load_spec_string("name: " + std::string(128, 'a') +
+                                        "\ncommand: [a]\nnodes: {count: 4096}\nworkers_per_node: 16\n"
+                                        "restart: {max_restarts: 10000}\n",
+                                    "job.yaml", {});
+  CHECK(big.nodes.max_count == 4096);
+  CHECK(big.workers_per_node.count == 16);
+}
+
+TEST_CASE("limits: every duration is at most 7 days, so its milliseconds cannot wrap") {
+  CHECK(only_error("name: x\ncommand: [a]\nstop: {grace_s: 1e300}\n") ==
+        "job.yaml:3:17: stop.grace_s: must be at most 604800 seconds (7 days), got 1e+300. Use 0 to turn it off.");
+  CHECK(only_error("name: x\ncommand: [a]\nstop: {grace_s: 4294967.3}\n") ==
+        "job.yaml:3:17: stop.grace_s: must be at most 604800 seconds (7 days), got 4.29497e+06. Use 0 to turn it off.");
+  CHECK(only_error("name: x\ncommand: [a]\nhealth: {node_timeout_s: 1e20}\n") ==
+        "job.yaml:3:26: health.node_timeout_s: must be at most 604800 seconds (7 days), got 1e+20. Use 0 to turn it "
+        "off.");
+  for (const std::string key : {"restart.backoff_s", "health.heartbeat_timeout_s", "health.hang_timeout_s"}) {
+    const auto dot = key.find('.');
+    const std::string yaml = "name: x\ncommand: [a]\n" + key.substr(0, dot) + ": {" + key.substr(dot + 1) +
+                             ": 604801}\n";
+    CAPTURE(key);
+    CHECK(only_error(yaml).find(key + ": must be at most 604800 seconds (7 days), got 604801.") != std::string::npos);
+  }
+  CHECK(only_error("name: x\ncommand: [a]\nnodes: {join_timeout_s: 1e9}\n") ==
+        "job.yaml:3:25: nodes.join_timeout_s: must be at most 604800 seconds (7 days), got 1e+09.");
+  CHECK(only_error("name: x\ncommand: [a]\nnodes: {join_timeout_s: 0}\n") ==
+        "job.yaml:3:25: nodes.join_timeout_s: must be > 0, got 0.");
+  const Spec week = load_spec_string("name: x\ncommand: [a]\nstop: {grace_s: 604800}\n", "job.yaml", {});
+  CHECK(week.stop.grace_s == 604800);
+}
+
+TEST_CASE("duration_ms: checked conversion, rounded so a positive duration never becomes 0") {
+  CHECK(duration_ms(0).count() == 0);
+  CHECK(duration_ms(0.0001).count() == 1);
+  CHECK(duration_ms(2.5).count() == 2500);
+  CHECK(duration_ms(0.3).count() == 300);
+  CHECK(duration_ms(kMaxDurationS).count() == 604800000);
+  CHECK_THROWS_AS(duration_ms(kMaxDurationS + 1), std::out_of_range);
+  CHECK_THROWS_AS(duration_ms(-1), std::out_of_range);
+  CHECK_THROWS_AS(duration_ms(1e300), std::out_of_range);
+  CHECK_THROWS_AS(duration_ms(std::nan("")), std::out_of_range);
+}
+
+TEST_CASE("a NUL byte in an argument, a variable or a path is refused, not cut short") {
+  CHECK(only_error("name: x\ncommand: [a, \"b\\0c\"]\n") ==
+        "job.yaml:2:14: command[1]: contains a NUL byte (\\0), which no argument, variable or path can hold. Remove "
+        "the \\0 from the value.");
+  CHECK(only_error("name: x\ncommand: [a]\nenv: {FOO: \"x\\0y\"}\n") ==
+        "job.yaml:3:7: env.FOO: contains a NUL byte (\\0), which no argument, variable or path can hold. Remove the "
+        "\\0 from the value.");
+  CHECK(only_error("name: x\ncommand: [a]\nnccl: {env: {NCCL_DEBUG: \"\\0\"}}\n").starts_with(
+      "job.yaml:3:14: nccl.env.NCCL_DEBUG: contains a NUL byte"));
+  CHECK(only_error("name: x\ncommand: [a]\nworking_dir: \"/tmp\\0/x\"\n").starts_with(
+      "job.yaml:3:14: working_dir: contains a NUL byte"));
+  CHECK(only_error("name: x\ncommand: [a]\nlogs: {dir: \"runs\\0\"}\n").starts_with(
+      "job.yaml:3:13: logs.dir: contains a NUL byte"));
+  CHECK(only_error("name: x\ncommand: \"echo \\0\"\nshell: true\n").starts_with("job.yaml:2:10: command"));
+  Spec s;
+  s.source = "dtrain run";
+  s.name = "run";
+  s.command = {"python3", std::string("a\0b", 3)};
+  try {
+    validate(s);
+    FAIL("expected an error");
+  } catch (const SpecError& e) {
+    CHECK(std::string(e.what()).starts_with("dtrain run: command[1]: contains a NUL byte"));
+  }
 }

@@ -357,3 +357,27 @@ TEST_CASE("render_plan quotes arguments for the shell and lists the warnings") {
   CHECK(text.find("    MASTER_PORT=<reserved at launch>\n") != std::string::npos);
   CHECK(text.find("    DTRAIN_JOB_TOKEN=<reserved at launch>\n") != std::string::npos);
 }
+
+TEST_CASE("sizes are checked in 64 bits: a plan that would wrap or exceed the limits is refused, not built") {
+  // 65536 x 65536 wrapped to 0 ranks in 32 bits; the spec would be refused by validate, make_plan refuses it too.
+  Spec spec = spec_of("name: x\ncommand: [a]\n");
+  spec.workers_per_node.count = 65536;
+  CHECK_THROWS_WITH_AS(make_plan(spec, {node("node1", "h1", 2)}, round_info()),
+                       "workers_per_node must be 1 to 1024, got 65536", PlanError);
+  // gpu/cpu resolve on the nodes: a node with more CPUs than a node may run workers.
+  Spec cpu = spec_of("name: x\ncommand: [a]\nworkers_per_node: cpu\n");
+  CHECK_THROWS_WITH_AS(make_plan(cpu, {node("node1", "h1", 2000)}, round_info()),
+                       "workers_per_node: cpu gives 2000 workers on node 0 (node1); a node runs at most 1024: use an "
+                       "integer", PlanError);
+  // 1024 per node on 65 nodes is more ranks than a job may have.
+  Spec gpu = spec_of("name: x\ncommand: [a]\nnodes: {provider: static, count: 65, agents: [" + [] {
+    std::string list;
+    for (int i = 0; i < 65; ++i) list += (i ? ", " : "") + std::string("h") + std::to_string(i) + ":1";
+    return list;
+  }() + "]}\nworkers_per_node: gpu\n");
+  std::vector<NodeInfo> nodes;
+  for (int i = 0; i < 65; ++i) nodes.push_back(node("node" + std::to_string(i % 10), "h" + std::to_string(i), 1, 1024));
+  CHECK_THROWS_WITH_AS(make_plan(gpu, nodes, round_info()),
+                       "1024 workers on each of 65 nodes make 66560 ranks; a job has at most 65536: lower "
+                       "workers_per_node or nodes.count", PlanError);
+}
