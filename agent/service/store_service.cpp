@@ -21,6 +21,7 @@ grpc::StatusCode to_grpc(store::StatusCode code) {
     case store::StatusCode::failed_precondition: return grpc::StatusCode::FAILED_PRECONDITION;
     case store::StatusCode::cancelled: return grpc::StatusCode::CANCELLED;
     case store::StatusCode::unavailable: return grpc::StatusCode::UNAVAILABLE;
+    case store::StatusCode::resource_exhausted: return grpc::StatusCode::RESOURCE_EXHAUSTED;
   }
   return grpc::StatusCode::UNKNOWN;
 }

@@ -101,9 +101,7 @@ struct StoreClient::Impl {
       case grpc::StatusCode::INVALID_ARGUMENT:
         return {Kind::invalid_argument, call.name() + " was refused by the store at " + address + ": " + detail};
       case grpc::StatusCode::RESOURCE_EXHAUSTED:
-        return {Kind::invalid_argument, call.name() + " was refused at " + address + ": " + detail +
-                                            "; values up to 64 MiB are allowed, so the server's message limit is "
-                                            "too small (a dtrain bug: please report it)"};
+        return {Kind::full, call.name() + " was refused by the store at " + address + ": " + detail};
       case grpc::StatusCode::FAILED_PRECONDITION:
         return {Kind::not_an_integer, call.name() + " failed at " + address + ": " + detail};
       case grpc::StatusCode::ABORTED:
@@ -121,13 +119,15 @@ struct StoreClient::Impl {
   void check_value(const Call& call, std::size_t size) const {
     if (size > kMaxValueBytes) {
       throw StoreError(StoreError::Kind::invalid_argument,
-                       call.name() + ": the value is " + std::to_string(size) + " bytes; the store's limit is " +
-                           std::to_string(kMaxValueBytes) + " bytes (64 MiB)");
+                       call.name() + ": the value is " + std::to_string(size) + " bytes; no store takes more than " +
+                           std::to_string(kMaxValueBytes) + " bytes (64 MiB) in one value (an agent's store: 16 "
+                           "MiB); keep large data out of the store (a shared file, with its path in the store)");
     }
   }
 };
 
-// TLS credentials for a worker in a cluster that uses TLS (files and token from the agent), else plaintext.
+// TLS credentials for a worker in a cluster that uses TLS (its worker certificate, issued by the agent for this job),
+// else plaintext. Workers hold no cluster token: their certificate opens the job's store and nothing else.
 static std::shared_ptr<grpc::ChannelCredentials> worker_credentials(grpc::ChannelArguments& arguments) {
   const char* ca = std::getenv("DTRAIN_TLS_CA");
   if (ca == nullptr || *ca == '\0') return grpc::InsecureChannelCredentials();
@@ -141,13 +141,10 @@ static std::shared_ptr<grpc::ChannelCredentials> worker_credentials(grpc::Channe
     }
     return std::string(std::istreambuf_iterator<char>(in), {});
   };
-  security::ClusterSecret secret;
-  secret.ca_cert_pem = read("DTRAIN_TLS_CA");
-  const char* token = std::getenv("DTRAIN_CLUSTER_TOKEN");
-  secret.token = token ? token : "";
+  const std::string ca_pem = read("DTRAIN_TLS_CA");
   security::Identity identity{read("DTRAIN_TLS_KEY"), read("DTRAIN_TLS_CERT")};
   security::set_tls_target(arguments);
-  return security::channel_credentials(secret, identity);
+  return security::worker_channel_credentials(ca_pem, identity);
 }
 
 StoreClient::StoreClient(std::string address, std::string token, StoreClientOptions options)

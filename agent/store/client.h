@@ -29,7 +29,8 @@ class StoreError : public std::runtime_error {
   enum class Kind {
     timeout,           // a get/wait timed out, or the store did not answer in time
     unauthenticated,   // the token is wrong or its round ended
-    invalid_argument,  // a request over a limit (key 4 KiB, value 64 MiB, 64 keys, timeout 1 hour)
+    invalid_argument,  // a request over a limit (key 4 KiB, value 16 MiB by default, 64 keys, timeout 1 hour)
+    full,              // the job's store holds as many bytes or keys as it may (store.h, StoreLimits)
     not_an_integer,    // add on a value that is not an integer (or the sum overflows)
     closed,            // the round ended while the call waited
     unreachable,       // no connection to the store
@@ -47,7 +48,7 @@ class StoreClient {
  public:
   // Connects to the store at `address` (host:port); throws StoreError if it cannot within connect_timeout.
   // When DTRAIN_TLS_CA is set (a cluster that uses TLS), the connection is mutual TLS with the worker certificate
-  // in DTRAIN_TLS_CERT / DTRAIN_TLS_KEY and the cluster token in DTRAIN_CLUSTER_TOKEN, all set by the agent.
+  // in DTRAIN_TLS_CERT / DTRAIN_TLS_KEY, which the agent issued for this job (no cluster token).
   StoreClient(std::string address, std::string token, StoreClientOptions options = {});
   // Reads DTRAIN_STORE_ADDR and DTRAIN_JOB_TOKEN; throws StoreError naming a missing variable.
   static StoreClient from_env(StoreClientOptions options = {});

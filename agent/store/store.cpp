@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <stdexcept>
 
 namespace dtrain::store {
 namespace {
@@ -51,9 +52,25 @@ void run_all(std::vector<std::function<void()>>& ready) {
   }
 }
 
+// "64 MiB", "16 KiB" or "1000 bytes": limits in messages, in the unit people think in.
+std::string bytes_text(std::size_t bytes) {
+  if (bytes >= (1u << 20) && bytes % (1u << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
+  if (bytes >= (1u << 10) && bytes % (1u << 10) == 0) return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes) + " bytes";
+}
+
+// Checked before the timer thread starts: a constructor that throws after it would never join it.
+StoreLimits checked(StoreLimits limits) {
+  if (limits.value_bytes > kMaxValueBytes) {
+    throw std::invalid_argument("store limit value_bytes of " + std::to_string(limits.value_bytes) +
+                                " bytes is over the " + bytes_text(kMaxValueBytes) + " that fits in one message");
+  }
+  return limits;
+}
+
 }  // namespace
 
-Store::Store() : timer_([this] { timer_loop(); }) {}
+Store::Store(StoreLimits limits) : limits_(checked(limits)), timer_([this] { timer_loop(); }) {}
 
 Store::~Store() {
   shutdown();
@@ -152,16 +169,15 @@ Status Store::check_keys(std::span<const std::string> keys) const {
   return {};
 }
 
-namespace {
-
-Status check_value(std::string_view key, std::string_view what, std::size_t size) {
-  if (size <= kMaxValueBytes) return {};
+Status Store::check_value(std::string_view key, std::string_view what, std::size_t size) const {
+  if (size <= limits_.value_bytes) return {};
   return {StatusCode::invalid_argument, std::string(what) + " for key " + quoted(key) + " is " +
                                             std::to_string(size) + " bytes; the limit is " +
-                                            std::to_string(kMaxValueBytes) + " bytes (64 MiB)"};
+                                            std::to_string(limits_.value_bytes) + " bytes (" +
+                                            bytes_text(limits_.value_bytes) +
+                                            "); keep large data out of the store (a shared file, with its path in "
+                                            "the store)"};
 }
-
-}  // namespace
 
 Result<Store::Clock::duration> Store::check_timeout(std::chrono::milliseconds timeout) const {
   if (timeout.count() < 0) {
@@ -183,7 +199,7 @@ Status Store::set(std::string_view token, std::string_view key, std::string valu
     Status status;
     Namespace* ns = find_namespace(token, status);
     if (!ns) return status;
-    store_value(*ns, key, std::move(value), ready);
+    if (Status stored = store_value(*ns, "set", key, std::move(value), ready); !stored.ok()) return stored;
   }
   run_all(ready);
   return {};
@@ -208,7 +224,7 @@ Result<std::int64_t> Store::add(std::string_view token, std::string_view key, st
       return {{StatusCode::failed_precondition, "add on key " + quoted(key) + ": " + std::to_string(current) +
                                                     " + " + std::to_string(delta) + " overflows a 64-bit integer"}};
     }
-    store_value(*ns, key, std::to_string(sum), ready);
+    if (Status stored = store_value(*ns, "add", key, std::to_string(sum), ready); !stored.ok()) return {stored};
   }
   run_all(ready);
   return {{}, sum};
@@ -231,7 +247,7 @@ Result<std::string> Store::compare_set(std::string_view token, std::string_view 
     } else if (it->second != expected) {
       return {{}, it->second};
     }
-    store_value(*ns, key, desired, ready);
+    if (Status stored = store_value(*ns, "compare_set", key, desired, ready); !stored.ok()) return {stored};
   }
   run_all(ready);
   return {{}, std::move(desired)};
@@ -255,6 +271,7 @@ Result<bool> Store::delete_key(std::string_view token, std::string_view key) {
   if (!ns) return {status};
   auto it = ns->data.find(key);
   if (it == ns->data.end()) return {{}, false};
+  ns->bytes -= it->first.size() + it->second.size();
   ns->data.erase(it);
   return {{}, true};
 }
@@ -339,15 +356,35 @@ std::size_t Store::pending_waiters() const {
   return waiters_.size();
 }
 
-void Store::store_value(Namespace& ns, std::string_view key, std::string value, std::vector<Ready>& ready) {
+Status Store::store_value(Namespace& ns, std::string_view operation, std::string_view key, std::string value,
+                          std::vector<Ready>& ready) {
   auto it = ns.data.find(key);
-  if (it == ns.data.end()) {
+  const bool is_new = it == ns.data.end();
+  const std::size_t old_bytes = is_new ? 0 : key.size() + it->second.size();
+  const std::size_t new_bytes = ns.bytes - old_bytes + key.size() + value.size();
+  auto full = [&](const std::string& what) {
+    return Status{StatusCode::resource_exhausted,
+                  std::string(operation) + " on key " + quoted(key) + " refused: " + what + "; it holds " +
+                      std::to_string(ns.data.size()) + " keys with " + std::to_string(ns.bytes) +
+                      " bytes of keys and values now. Delete keys the job no longer needs (delete_key), or keep "
+                      "large data out of the store (a shared file, with its path in the store)"};
+  };
+  if (is_new && ns.data.size() >= limits_.namespace_keys) {
+    return full("the job's store is at its limit of " + std::to_string(limits_.namespace_keys) + " keys");
+  }
+  if (new_bytes > ns.bytes && new_bytes > limits_.namespace_bytes) {
+    return full("it would take the job's store to " + std::to_string(new_bytes) +
+                " bytes of keys and values, over its limit of " + std::to_string(limits_.namespace_bytes) +
+                " bytes (" + bytes_text(limits_.namespace_bytes) + ")");
+  }
+  ns.bytes = new_bytes;
+  if (is_new) {
     it = ns.data.emplace(std::string(key), std::move(value)).first;
   } else {
     it->second = std::move(value);
   }
   auto watching = ns.watchers.find(key);
-  if (watching == ns.watchers.end()) return;
+  if (watching == ns.watchers.end()) return {};
   std::vector<WaiterId> ids = watching->second;  // take_waiter edits the list
   for (WaiterId id : ids) {
     const Waiter& waiter = waiters_.at(id);
@@ -356,6 +393,7 @@ void Store::store_value(Namespace& ns, std::string_view key, std::string value, 
     if (!all) continue;
     ready.push_back(take_waiter(id, {}, waiter.is_get ? it->second : std::string()));
   }
+  return {};
 }
 
 Store::Ready Store::take_waiter(WaiterId id, Status status, std::string value) {

@@ -8,9 +8,13 @@
 // the keys appear, when the deadline passes, when the namespace is dropped, or when the caller cancels it. One
 // timer thread fires deadlines in order. No gRPC here: agent/service/store_service.cpp adapts this to the wire.
 //
-// Limits (a request over a limit fails with invalid_argument naming it):
-//   key <= 4 KiB and not empty, value <= 64 MiB, <= 64 keys per check/wait,
-//   timeout: 0 means the default of 300 s (c10d's default store timeout), at most 1 hour.
+// Limits on one request (a request over one fails with invalid_argument naming it):
+//   key <= 4 KiB and not empty, value <= StoreLimits::value_bytes (16 MiB by default, never over 64 MiB),
+//   <= 64 keys per check/wait, timeout: 0 means the default of 300 s (c10d's default store timeout), at most 1 hour.
+// Limits on one namespace (a set, add or compare_set that would pass one fails with resource_exhausted, naming the
+// limit and what the namespace holds): StoreLimits::namespace_bytes of keys plus values and StoreLimits::
+// namespace_keys keys. Without them any holder of a round's token could grow node 0's agent until the kernel kills
+// it; with them one round costs the agent at most about namespace_bytes plus ~150 bytes of bookkeeping per key.
 
 #include <chrono>
 #include <condition_variable>
@@ -33,10 +37,25 @@
 namespace dtrain::store {
 
 inline constexpr std::size_t kMaxKeyBytes = 4 * 1024;
+// The largest value any store accepts, whatever its StoreLimits: what fits in one gRPC message with its key
+// (kStoreMaxMessageBytes). Clients refuse larger values before sending them.
 inline constexpr std::size_t kMaxValueBytes = 64 * 1024 * 1024;
 inline constexpr std::size_t kMaxKeysPerCall = 64;
 inline constexpr std::chrono::milliseconds kDefaultTimeout{300'000};
 inline constexpr std::chrono::milliseconds kMaxTimeout{3'600'000};
+
+// How much one namespace (one round of one job) may hold. The defaults leave room for what rendezvous needs at
+// scale: an NCCL unique id is 128 bytes per communicator; c10d's barriers and counters are a few short keys per
+// process group; Gloo's full-mesh rendezvous is the big one, one key per rank holding a 136-byte address per peer,
+// so 136 * N^2 bytes for a group of N ranks (N = 1024: 142 MB; N = 512: 36 MB).
+struct StoreLimits {
+  // One value (set, and compare_set's expected and desired). At most kMaxValueBytes.
+  std::size_t value_bytes = 16 * 1024 * 1024;
+  // The sum of key and value sizes in one namespace.
+  std::size_t namespace_bytes = 256 * 1024 * 1024;
+  // Keys in one namespace (bounds the per-key bookkeeping that namespace_bytes does not count).
+  std::size_t namespace_keys = 131'072;
+};
 
 // What went wrong, in terms a transport can map one to one (the gRPC service maps each to the same-named code).
 enum class StatusCode {
@@ -48,6 +67,8 @@ enum class StatusCode {
   failed_precondition,  // add on a value that is not an integer, or an add that would overflow
   cancelled,            // the caller cancelled a pending get/wait
   unavailable,          // the store is shutting down
+  resource_exhausted,   // the namespace is full (StoreLimits::namespace_bytes or namespace_keys); deleting keys
+                        // makes room again
 };
 
 class Status {
@@ -88,7 +109,7 @@ class Store {
  public:
   using Clock = std::chrono::steady_clock;
 
-  Store();
+  explicit Store(StoreLimits limits = {});
   // Fails every pending waiter (unavailable), then stops the timer thread.
   ~Store();
   Store(const Store&) = delete;
@@ -127,10 +148,12 @@ class Store {
   bool cancel(WaiterId id);
   // How many get/wait calls are pending, in all namespaces (for status views and tests).
   std::size_t pending_waiters() const;
+  const StoreLimits& limits() const { return limits_; }
 
  private:
   struct Namespace {
     std::map<std::string, std::string, std::less<>> data;
+    std::size_t bytes = 0;  // sum of key and value sizes in data, held under StoreLimits::namespace_bytes
     // key -> the pending waiters that need it.
     std::map<std::string, std::vector<WaiterId>, std::less<>> watchers;
     std::set<WaiterId> waiters;
@@ -152,13 +175,17 @@ class Store {
   Result<Clock::duration> check_timeout(std::chrono::milliseconds timeout) const;
   WaiterId add_waiter(std::string_view token, std::vector<std::string> keys, bool is_get,
                       std::chrono::milliseconds timeout, std::function<void(Status, std::string)> done);
-  // Stores a value and collects the waiters it completes.
-  void store_value(Namespace& ns, std::string_view key, std::string value, std::vector<Ready>& ready);
+  // Stores a value and collects the waiters it completes; stores nothing and fails with resource_exhausted when
+  // the namespace would pass a StoreLimits bound.
+  Status store_value(Namespace& ns, std::string_view operation, std::string_view key, std::string value,
+                     std::vector<Ready>& ready);
+  Status check_value(std::string_view key, std::string_view what, std::size_t size) const;
   // Removes a waiter from every index and returns its completion bound to the given outcome.
   Ready take_waiter(WaiterId id, Status status, std::string value = {});
   std::string timeout_message(const Waiter& waiter) const;
   void timer_loop();
 
+  const StoreLimits limits_;
   mutable std::mutex mutex_;
   std::condition_variable timer_wakeup_;
   bool stopping_ = false;

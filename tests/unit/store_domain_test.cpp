@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -306,11 +307,13 @@ TEST_CASE_FIXTURE(Fixture, "limits: key size, value size, keys per call") {
   CHECK(store.set(kToken, "", "v").code() == StatusCode::invalid_argument);
   CHECK(store.add(kToken, "", 1).status.code() == StatusCode::invalid_argument);
 
-  CHECK(store.set(kToken, "big", std::string(dtrain::store::kMaxValueBytes, 'v')).ok());
-  Status big = store.set(kToken, "big", std::string(dtrain::store::kMaxValueBytes + 1, 'v'));
+  const std::size_t value_limit = store.limits().value_bytes;
+  CHECK(value_limit == 16u << 20);
+  CHECK(store.set(kToken, "big", std::string(value_limit, 'v')).ok());
+  Status big = store.set(kToken, "big", std::string(value_limit + 1, 'v'));
   CHECK(big.code() == StatusCode::invalid_argument);
-  CHECK(contains(big.message(), "(64 MiB)"));
-  CHECK(store.compare_set(kToken, "big", "", std::string(dtrain::store::kMaxValueBytes + 1, 'v')).status.code() ==
+  CHECK(contains(big.message(), "16777217 bytes; the limit is 16777216 bytes (16 MiB)"));
+  CHECK(store.compare_set(kToken, "big", "", std::string(value_limit + 1, 'v')).status.code() ==
         StatusCode::invalid_argument);
   REQUIRE(store.delete_key(kToken, "big").value);
 
@@ -381,4 +384,61 @@ TEST_CASE_FIXTURE(Fixture, "concurrent adds from many threads are all counted an
     CHECK(wait.get().ok());
   }
   CHECK(store.pending_waiters() == 0);
+}
+
+TEST_CASE("a namespace holds at most StoreLimits bytes and keys; set, add and compare_set all count") {
+  dtrain::store::StoreLimits limits;
+  limits.value_bytes = 1000;
+  limits.namespace_bytes = 4000;
+  limits.namespace_keys = 10;
+  Store store(limits);
+  REQUIRE(store.open_namespace(kToken).ok());
+
+  // Bytes: three values of 999 bytes plus keys "v0".."v2" (2 bytes each) hold 3003 bytes; a fourth would be 4004.
+  for (int i = 0; i < 3; ++i) REQUIRE(store.set(kToken, "v" + std::to_string(i), std::string(999, 'x')).ok());
+  Status over = store.set(kToken, "v3", std::string(999, 'x'));
+  CHECK(over.code() == StatusCode::resource_exhausted);
+  CHECK(contains(over.message(), "set on key 'v3' refused"));
+  CHECK(contains(over.message(), "4004 bytes of keys and values, over its limit of 4000 bytes"));
+  CHECK(contains(over.message(), "it holds 3 keys with 3003 bytes"));
+  CHECK(contains(over.message(), "delete_key"));
+  CHECK(store.check(kToken, std::vector<std::string>{"v3"}).value == false);
+  Result<std::string> swapped = store.compare_set(kToken, "v3", "", std::string(999, 'x'));
+  CHECK(swapped.status.code() == StatusCode::resource_exhausted);
+  CHECK(contains(swapped.status.message(), "compare_set on key 'v3' refused"));
+  // Overwriting a key with a value of the same size or smaller always fits; a larger one counts the difference.
+  CHECK(store.set(kToken, "v0", std::string(999, 'y')).ok());
+  CHECK(store.set(kToken, "v0", std::string(10, 'y')).ok());  // 3003 - 1001 + 12 = 2014 bytes
+  CHECK(store.set(kToken, "v3", std::string(999, 'x')).ok());  // 3015
+  CHECK(store.set(kToken, "v0", std::string(997, 'y')).code() == StatusCode::resource_exhausted);  // 4002
+  CHECK(store.set(kToken, "v0", std::string(995, 'y')).ok());  // 4000: the limit itself is allowed
+  // Deleting frees room.
+  REQUIRE(store.delete_key(kToken, "v3").value);
+  CHECK(store.set(kToken, "v4", std::string(900, 'x')).ok());  // 3901: room for the counters below
+
+  // Keys: 4 keys are held; add makes 6 more (the 10th fits), the 11th is refused, by add and by set alike.
+  for (int i = 0; i < 6; ++i) REQUIRE(store.add(kToken, "n" + std::to_string(i), 1).ok());
+  CHECK(store.num_keys(kToken).value == 10);
+  Result<std::int64_t> added = store.add(kToken, "n6", 1);
+  CHECK(added.status.code() == StatusCode::resource_exhausted);
+  CHECK(contains(added.status.message(), "add on key 'n6' refused: the job's store is at its limit of 10 keys"));
+  CHECK(store.set(kToken, "n6", "1").code() == StatusCode::resource_exhausted);
+  // An existing key may still change: counters keep counting at the key limit.
+  CHECK(store.add(kToken, "n0", 41).value == 42);
+  CHECK(store.compare_set(kToken, "n1", "1", "2").value == "2");
+
+  // A refused write completes no waiter, and every namespace has its own budget.
+  auto pending = get_async(store, kToken, "n6", 200ms);
+  CHECK(store.set(kToken, "n6", "x").code() == StatusCode::resource_exhausted);
+  CHECK(!ready(pending, 50ms));
+  REQUIRE(store.open_namespace("token-b").ok());
+  CHECK(store.set("token-b", "n6", std::string(999, 'x')).ok());
+  REQUIRE(ready(pending, 1s));
+  CHECK(pending.get().status.code() == StatusCode::deadline_exceeded);
+}
+
+TEST_CASE("the value limit can be at most what fits in one message") {
+  dtrain::store::StoreLimits limits;
+  limits.value_bytes = dtrain::store::kMaxValueBytes + 1;
+  CHECK_THROWS_AS(Store{limits}, std::invalid_argument);
 }

@@ -50,7 +50,7 @@ bool eventually(Condition condition, std::chrono::milliseconds limit = 5000ms) {
 }
 
 struct Server : dtrain::store::testing::InProcessStore {
-  Server() : InProcessStore(kToken) {}
+  explicit Server(dtrain::store::StoreLimits limits = {}) : InProcessStore(kToken, limits) {}
 
   StoreClient client(std::string token = kToken) { return StoreClient(address, std::move(token), {2000ms, 10000ms}); }
 
@@ -297,4 +297,50 @@ TEST_CASE("a blocked get fails cleanly when the store shuts down") {
   StoreError error = blocked.get();
   CHECK(contains(error.what(), "store get 'k'"));
   CHECK(contains(error.what(), "shutting down"));
+}
+
+TEST_CASE("a full store refuses with RESOURCE_EXHAUSTED, naming the limit and what it holds") {
+  dtrain::store::StoreLimits limits;
+  limits.namespace_bytes = 1 << 20;
+  limits.namespace_keys = 100;
+  Server server(limits);
+  StoreClient client = server.client();
+  client.set("a", std::string(600'000, 'x'));
+  StoreError bytes = store_error([&] { client.set("b", std::string(600'000, 'x')); });
+  CHECK(bytes.kind() == StoreError::Kind::full);
+  CHECK(contains(bytes.what(), "store set 'b' was refused by the store at " + server.address));
+  CHECK(contains(bytes.what(), "over its limit of 1048576 bytes (1 MiB)"));
+  CHECK(contains(bytes.what(), "it holds 1 keys with 600001 bytes"));
+
+  for (int i = 0; i < 99; ++i) client.add("c" + std::to_string(i), 1);
+  StoreError keys = store_error([&] { client.add("one-more", 1); });
+  CHECK(keys.kind() == StoreError::Kind::full);
+  CHECK(contains(keys.what(), "at its limit of 100 keys"));
+  StoreError swap = store_error([&] { client.compare_set("one-more", "", "v"); });
+  CHECK(swap.kind() == StoreError::Kind::full);
+
+  // The wire status itself, as any other client (the Python one, a raw stub) sees it.
+  auto stub = server.stub();
+  grpc::ClientContext context;
+  context.AddMetadata("dtrain-token", kToken);
+  dtrain::v1::SetRequest request;
+  request.set_key("one-more");
+  request.set_value("v");
+  dtrain::v1::SetResponse response;
+  grpc::Status status = stub->Set(&context, request, &response);
+  CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(contains(status.error_message(), "100 keys"));
+
+  // Deleting a key makes room for one more.
+  CHECK(client.delete_key("c0"));
+  client.set("one-more", "v");
+  CHECK(client.num_keys() == 100);
+}
+
+TEST_CASE("a value over the store's value limit is refused by the server with the limit") {
+  Server server;
+  StoreClient client = server.client();
+  StoreError value = store_error([&] { client.set("k", std::string((16 << 20) + 1, 'v')); });
+  CHECK(value.kind() == StoreError::Kind::invalid_argument);
+  CHECK(contains(value.what(), "the limit is 16777216 bytes (16 MiB)"));
 }

@@ -10,8 +10,10 @@ DTRAIN_STORE_ADDR (host:port of node 0's agent) and DTRAIN_JOB_TOKEN (this resta
 
 Timeouts are seconds (int/float) or datetime.timedelta; None (or 0) means the client's default_timeout, 300 s
 unless given, like c10d's default store timeout. The store caps every timeout at 1 hour. Limits: key 4 KiB,
-value 64 MiB, 64 keys per check/wait. Every failure raises StoreError, whose message names the operation, the key,
-the store's address and what to check; `kind` says which failure it was.
+value 16 MiB (an agent's store; no store takes over 64 MiB), 64 keys per check/wait, and per job (each restart
+round) 256 MiB of keys plus values and 131072 keys: past those, set/add/compare_set raise StoreError of kind "full".
+Every failure raises StoreError, whose message names the operation, the key, the store's address and what to check;
+`kind` says which failure it was.
 
 Needs the generated stubs dtrain.v1.store_pb2 / store_pb2_grpc, which the build writes to <build>/python (target
 dtrain_proto_python): put that folder on PYTHONPATH or set DTRAIN_BUILD_DIR.
@@ -39,7 +41,7 @@ except ImportError:
 __all__ = ["StoreClient", "StoreError", "MAX_KEY_BYTES", "MAX_VALUE_BYTES", "MAX_KEYS_PER_CALL", "MAX_TIMEOUT_S"]
 
 MAX_KEY_BYTES = 4 * 1024
-MAX_VALUE_BYTES = 64 * 1024 * 1024
+MAX_VALUE_BYTES = 64 * 1024 * 1024  # the most any store takes in one value; an agent's store takes 16 MiB
 MAX_KEYS_PER_CALL = 64
 MAX_TIMEOUT_S = 3600.0
 DEFAULT_TIMEOUT_S = 300.0
@@ -51,7 +53,7 @@ _MAX_MESSAGE_BYTES = 65 << 20  # a 64 MiB value plus its key and framing
 
 class StoreError(RuntimeError):
     """A store call failed. `kind` is one of: timeout, unauthenticated, invalid_argument, not_an_integer, closed,
-    unreachable, other."""
+    unreachable, full (the job's store holds as many bytes or keys as it may), other."""
 
     def __init__(self, kind, message):
         super().__init__(message)
@@ -90,7 +92,6 @@ def _key(key):
     return key
 
 
-_CLUSTER_TOKEN_METADATA = "dtrain-cluster-token"
 _TLS_TARGET_NAME = "dtrain.cluster"
 
 
@@ -148,9 +149,8 @@ class StoreClient:
         if credentials is None:
             self._channel = grpc.insecure_channel(address, options=options)
         else:
-            # A cluster that uses TLS: mutual TLS with the worker certificate the agent issued, plus the cluster
-            # token, like every other connection to an agent.
-            self._metadata += ((_CLUSTER_TOKEN_METADATA, os.environ.get("DTRAIN_CLUSTER_TOKEN", "")),)
+            # A cluster that uses TLS: mutual TLS with the worker certificate the agent issued for this job. Workers
+            # hold no cluster token; the certificate opens the job's store and health reports, nothing else.
             options.append(("grpc.ssl_target_name_override", _TLS_TARGET_NAME))
             self._channel = grpc.secure_channel(address, credentials, options=options)
         try:
@@ -231,7 +231,9 @@ class StoreClient:
     def _check_value(self, operation, key, value):
         if len(value) > MAX_VALUE_BYTES:
             raise StoreError("invalid_argument", f"store {operation} {_quoted(key)}: the value is {len(value)} bytes; "
-                             f"the store's limit is {MAX_VALUE_BYTES} bytes (64 MiB)")
+                             f"no store takes more than {MAX_VALUE_BYTES} bytes (64 MiB) in one value (an agent's "
+                             "store: 16 MiB); keep large data out of the store (a shared file, with its path in the "
+                             "store)")
 
     def _reach_hint(self):
         return (f"check that node 0's agent is running and that {self.address} (DTRAIN_STORE_ADDR) is reachable "
@@ -267,8 +269,7 @@ class StoreClient:
         if code == grpc.StatusCode.INVALID_ARGUMENT:
             return StoreError("invalid_argument", f"{name} was refused by the store at {at}: {detail}")
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-            return StoreError("invalid_argument", f"{name} was refused at {at}: {detail}; values up to 64 MiB are "
-                              "allowed, so the server's message limit is too small (a dtrain bug: please report it)")
+            return StoreError("full", f"{name} was refused by the store at {at}: {detail}")
         if code == grpc.StatusCode.FAILED_PRECONDITION:
             return StoreError("not_an_integer", f"{name} failed at {at}: {detail}")
         if code == grpc.StatusCode.ABORTED:

@@ -21,7 +21,8 @@ struct InProcessStore {
   std::string address;  // 127.0.0.1:PORT
   std::string token;    // the open namespace's token
 
-  explicit InProcessStore(std::string namespace_token) : token(std::move(namespace_token)) {
+  explicit InProcessStore(std::string namespace_token, StoreLimits limits = {})
+      : store(limits), token(std::move(namespace_token)) {
     if (!store.open_namespace(token).ok()) throw std::runtime_error("cannot open the store namespace " + token);
     grpc::ServerBuilder builder;
     int port = 0;
