@@ -23,8 +23,13 @@ struct ProcessSpec {
   std::vector<unsigned> cpus;              // sched_setaffinity in the child; empty = inherit ours
   std::string log_path;                    // every stdout and stderr line appended here (one line per delivered
                                            // line); parent dirs created; "" = no file
-  int parent_death_signal = SIGKILL;       // PR_SET_PDEATHSIG in the child, which also exits at once if the
-                                           // supervisor already died; 0 = none
+  int parent_death_signal = SIGKILL;       // what the worker gets when the supervisor is gone (the process was
+                                           // killed or the Supervisor destroyed): sent by the worker's keeper
+                                           // (keeper.h), which then SIGKILLs every descendant; 0 = no signal of
+                                           // its own, the keeper SIGKILLs the whole tree
+  std::chrono::milliseconds orphan_grace{30000};  // after a parent_death_signal other than SIGKILL: how long the
+                                           // worker may take to end on its own before the keeper SIGKILLs it and
+                                           // whatever remains of its tree
   std::size_t stderr_tail_lines = 20;      // how many last stderr lines ProcessExit keeps
 };
 

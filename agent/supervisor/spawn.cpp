@@ -15,6 +15,8 @@
 #include <cstring>
 #include <map>
 
+#include "agent/supervisor/keeper.h"
+
 extern char** environ;
 
 namespace dtrain::supervisor {
@@ -114,10 +116,71 @@ int above_stdio(int fd) { return fd > 2 ? fd : fcntl(fd, F_DUPFD_CLOEXEC, 3); }
   _exit(127);  // not reached: fail() exits
 }
 
+// The keeper between fork and its own life in keep(): forks the worker, reports it, drops everything of the agent.
+[[noreturn]] void run_keeper(const LaunchPlan& plan, char* const* argv, char* const* envp, pid_t agent, int null_fd,
+                             int out_fd, int err_fd, int report_fd, int status_fd) {
+  const auto failed = [status_fd](KeeperRecord::Step step, int error) {
+    const KeeperRecord record{KeeperRecord::kSetupFailed, 0, step, error};
+    [[maybe_unused]] const ssize_t n = write(status_fd, &record, sizeof record);
+    _exit(127);
+  };
+  if (const int error = become_keeper(agent); error != 0) failed(KeeperRecord::kStepSetup, error);
+  const pid_t keeper = getpid();
+  // _Fork, not fork: no atfork handler of the agent's libraries may run in this fork of a multi-threaded process.
+  const pid_t worker = _Fork();
+  if (worker == 0) run_child(plan, argv, envp, keeper, null_fd, out_fd, err_fd, report_fd);
+  if (worker < 0) failed(KeeperRecord::kStepFork, errno);
+  // The child does the same; doing it here too means the group exists before the agent signals it.
+  setpgid(worker, worker);
+  const KeeperRecord forked{KeeperRecord::kWorkerForked, worker, 0, 0};
+  [[maybe_unused]] const ssize_t n = write(status_fd, &forked, sizeof forked);
+  // Nothing of the agent's stays open here (its sockets, other workers' pipes, this worker's pipe ends, whose EOF
+  // the agent waits for): stdio becomes /dev/null and the record pipe becomes descriptor 3.
+  status_fd = above_stdio(status_fd);
+  null_fd = above_stdio(null_fd);
+  if (status_fd >= 0 && null_fd >= 0) {
+    dup2(null_fd, 0);
+    dup2(null_fd, 1);
+    dup2(null_fd, 2);
+    if (status_fd != 3) status_fd = dup2(status_fd, 3);
+  }
+  syscall(SYS_close_range, 4U, ~0U, 0U);
+  keep(worker, KeeperPlan{agent, plan.parent_death_signal, plan.orphan_grace, status_fd});
+}
+
 void close_all(std::initializer_list<int> fds) {
   for (const int fd : fds) {
     if (fd >= 0) close(fd);
   }
+}
+
+// The keeper's first record, or why there is none within kKeeperReportTimeout.
+std::variant<pid_t, std::string> await_worker_pid(int keeper_fd, const LaunchPlan& plan) {
+  const auto deadline = std::chrono::steady_clock::now() + kKeeperReportTimeout;
+  KeeperRecord record{};
+  std::size_t got = 0;
+  while (got < sizeof record) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd p{keeper_fd, POLLIN, 0};
+    const int ready = poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) {
+      return "cannot start '" + plan.program + "': its keeper process did not report within " +
+             std::to_string(kKeeperReportTimeout.count()) + " s (is the machine out of memory or processes?)";
+    }
+    const ssize_t n = read(keeper_fd, reinterpret_cast<char*>(&record) + got, sizeof record - got);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) return "cannot start '" + plan.program + "': its keeper process ended before it started it";
+    got += static_cast<std::size_t>(n);
+  }
+  if (record.kind == KeeperRecord::kWorkerForked && record.pid > 0) return static_cast<pid_t>(record.pid);
+  if (record.kind == KeeperRecord::kSetupFailed) {
+    const std::string reason = std::strerror(record.value);
+    if (record.code == KeeperRecord::kStepFork) return "cannot start '" + plan.program + "': fork: " + reason;
+    return "cannot start '" + plan.program + "': cannot set up its keeper process: " + reason;
+  }
+  return "cannot start '" + plan.program + "': unexpected record from its keeper process";
 }
 
 }  // namespace
@@ -149,6 +212,7 @@ std::variant<LaunchPlan, std::string> plan_launch(const ProcessSpec& spec) {
   plan.argv = spec.argv;
   plan.working_dir = spec.working_dir;
   plan.parent_death_signal = spec.parent_death_signal;
+  plan.orphan_grace = spec.orphan_grace;
   plan.cpus = spec.cpus;
 
   std::map<std::string, std::string> env;
@@ -194,14 +258,17 @@ std::variant<LaunchPlan, std::string> plan_launch(const ProcessSpec& spec) {
 }
 
 std::variant<LaunchedChild, std::string> launch(const LaunchPlan& plan) {
-  int out[2] = {-1, -1}, err[2] = {-1, -1}, report[2] = {-1, -1};
+  int out[2] = {-1, -1}, err[2] = {-1, -1}, report[2] = {-1, -1}, status[2] = {-1, -1};
   const auto fail = [&](const char* what) {
     const std::string message =
         std::string("cannot start '") + plan.program + "': " + what + ": " + std::strerror(errno);
-    close_all({out[0], out[1], err[0], err[1], report[0], report[1]});
+    close_all({out[0], out[1], err[0], err[1], report[0], report[1], status[0], status[1]});
     return message;
   };
-  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 || pipe2(report, O_CLOEXEC) != 0) return fail("pipe");
+  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 || pipe2(report, O_CLOEXEC) != 0 ||
+      pipe2(status, O_CLOEXEC) != 0) {
+    return fail("pipe");
+  }
   if (fcntl(out[0], F_SETFL, O_NONBLOCK) != 0 || fcntl(err[0], F_SETFL, O_NONBLOCK) != 0) return fail("fcntl");
   const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (null_fd < 0) return fail("open /dev/null");
@@ -213,23 +280,35 @@ std::variant<LaunchedChild, std::string> launch(const LaunchPlan& plan) {
   for (const auto& entry : plan.env) envp.push_back(const_cast<char*>(entry.c_str()));
   envp.push_back(nullptr);
 
-  const pid_t parent = getpid();
+  const pid_t agent = getpid();
+  // Every signal stays blocked in the keeper (only SIGKILL ends it); the worker unblocks them before exec.
   sigset_t all, previous;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &previous);
-  const pid_t pid = fork();
-  if (pid == 0) run_child(plan, argv.data(), envp.data(), parent, null_fd, out[1], err[1], report[1]);
+  const pid_t keeper = fork();
+  if (keeper == 0) {
+    run_keeper(plan, argv.data(), envp.data(), agent, null_fd, out[1], err[1], report[1], status[1]);
+  }
   const int fork_errno = errno;
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-  close_all({null_fd, out[1], err[1], report[1]});
-  out[1] = err[1] = report[1] = -1;
-  if (pid < 0) {
+  close_all({null_fd, out[1], err[1], report[1], status[1]});
+  out[1] = err[1] = report[1] = status[1] = -1;
+  if (keeper < 0) {
     errno = fork_errno;
     return fail("fork");
   }
-  // The child does the same; doing it here too means the group exists before anyone signals it.
-  setpgid(pid, pid);
-  return LaunchedChild{pid, out[0], err[0], report[0]};
+  auto worker = await_worker_pid(status[0], plan);
+  if (auto* error = std::get_if<std::string>(&worker)) {
+    // Our own unreaped child, so the pid is still the keeper's; the supervisor reaps it like any stray child.
+    kill(keeper, SIGKILL);
+    close_all({out[0], err[0], report[0], status[0]});
+    return std::move(*error);
+  }
+  if (fcntl(status[0], F_SETFL, O_NONBLOCK) != 0) {
+    kill(keeper, SIGKILL);
+    return fail("fcntl");
+  }
+  return LaunchedChild{std::get<pid_t>(worker), keeper, out[0], err[0], report[0], status[0]};
 }
 
 ExecReport await_exec(int report_fd, const LaunchPlan& plan, std::chrono::milliseconds timeout) {

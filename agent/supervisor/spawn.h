@@ -25,6 +25,7 @@ struct LaunchPlan {
   std::unique_ptr<cpu_set_t, void (*)(cpu_set_t*)> cpu_mask{nullptr, nullptr};  // null = inherit
   std::size_t cpu_mask_size = 0;    // bytes, for sched_setaffinity
   int parent_death_signal = 0;      // 0 = none
+  std::chrono::milliseconds orphan_grace{0};  // ProcessSpec::orphan_grace, for the keeper
 };
 
 // Builds the plan, or returns the spawn error (empty argv, program not found on PATH, bad env name, bad cpu).
@@ -35,17 +36,25 @@ std::variant<LaunchPlan, std::string> plan_launch(const ProcessSpec& spec);
 std::string search_path(const std::string& name, const std::string& path_var, const std::string& working_dir,
                         int& error);
 
-// A forked child; the descriptors are the parent's (read) ends, close-on-exec, stdout/stderr non-blocking.
+// How long launch() waits for the keeper to report the worker's pid (it forks at once; only a machine out of
+// processes or memory makes it slow).
+inline constexpr std::chrono::seconds kKeeperReportTimeout{5};
+
+// A started worker and its keeper (see keeper.h); the descriptors are the parent's (read) ends, close-on-exec,
+// all non-blocking but report_fd.
 struct LaunchedChild {
-  pid_t pid = 0;
+  pid_t pid = 0;       // the worker (a child of the keeper)
+  pid_t keeper = 0;    // our child
   int stdout_fd = -1;
   int stderr_fd = -1;
   int report_fd = -1;  // EOF when exec succeeded; a failure record when the child setup or exec failed
+  int keeper_fd = -1;  // KeeperRecords after kWorkerForked (already read): kWorkerExited; EOF when the keeper is gone
 };
 
-// Forks and sets the child up (own process group, parent-death signal, cpu binding, stdin from /dev/null,
-// stdout/stderr to pipes, every other descriptor closed at exec, working dir, default signal dispositions, empty
-// signal mask) and execs. Returns the child, or the error when no child could be created.
+// Forks the keeper, which forks the worker, sets it up (own process group, parent-death signal, cpu binding, stdin
+// from /dev/null, stdout/stderr to pipes, every other descriptor closed at exec, working dir, default signal
+// dispositions, empty signal mask) and execs it. Returns the pair once the keeper reported the worker's pid, or the
+// error when no worker could be created.
 std::variant<LaunchedChild, std::string> launch(const LaunchPlan& plan);
 
 // What the report pipe said.

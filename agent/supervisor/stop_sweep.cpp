@@ -23,7 +23,8 @@ void StopSweep::escalate(Clock::time_point now) {
   kill_started_ = now;
 }
 
-std::size_t StopSweep::signal(const std::vector<pid_t>& worker_groups, Clock::time_point now) {
+std::size_t StopSweep::signal(const std::vector<pid_t>& worker_groups, const std::set<pid_t>& keepers,
+                              Clock::time_point now) {
   if (phase_ == Phase::kTerm && now >= grace_end_) escalate(now);
   last_pass_ = now;
   if (phase_ == Phase::kTerm) {
@@ -32,13 +33,15 @@ std::size_t StopSweep::signal(const std::vector<pid_t>& worker_groups, Clock::ti
     for (const pid_t group : worker_groups) {
       if (termed_groups_.insert(group).second) kill(-group, SIGTERM);
     }
-    const SignalledProcesses result = signal_descendants(root_, SIGTERM, termed_, termed_groups_);
+    std::set<pid_t> skip = termed_;
+    skip.insert(keepers.begin(), keepers.end());
+    const SignalledProcesses result = signal_descendants(root_, SIGTERM, skip, termed_groups_);
     termed_.insert(result.signalled.begin(), result.signalled.end());
     return result.found;
   }
   // The scan goes first: it sees each process while it is alive, so the SIGKILL count is exact. The group signal
   // after it reaches members forked since the scan.
-  const SignalledProcesses result = signal_descendants(root_, SIGKILL);
+  const SignalledProcesses result = signal_descendants(root_, SIGKILL, keepers);
   killed_.insert(result.signalled.begin(), result.signalled.end());
   for (const pid_t group : worker_groups) kill(-group, SIGKILL);
   return result.found;

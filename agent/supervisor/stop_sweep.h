@@ -35,9 +35,11 @@ class StopSweep {
   // Skips what is left of the grace period (the supervisor is being destroyed).
   void escalate(Clock::time_point now);
   // Signals what is alive now: in the term phase SIGTERM to processes and worker groups not yet sent one, in the
-  // kill phase SIGKILL to all. `worker_groups`: process groups of workers not yet reaped (their ids cannot have been
-  // recycled). Returns how many descendants the scan found (0: nothing left below root).
-  std::size_t signal(const std::vector<pid_t>& worker_groups, Clock::time_point now);
+  // kill phase SIGKILL to all. `worker_groups`: process groups of workers whose exit is not known yet (unreaped:
+  // their keepers report an exit before they reap it). `keepers` are never signalled (keeper.h): each exits by
+  // itself once its tree is empty, and its worker's exit status must reach us first. Returns how many descendants
+  // the scan found, keepers included (0: nothing left below root).
+  std::size_t signal(const std::vector<pid_t>& worker_groups, const std::set<pid_t>& keepers, Clock::time_point now);
   // When signal() must run again even if no process exits.
   Clock::time_point next_deadline() const;
   bool gave_up(Clock::time_point now) const;

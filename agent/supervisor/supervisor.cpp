@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <future>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -20,6 +21,7 @@
 #include <unordered_map>
 
 #include "agent/supervisor/event_loop.h"
+#include "agent/supervisor/keeper.h"
 #include "agent/supervisor/output_capture.h"
 #include "agent/supervisor/spawn.h"
 #include "agent/supervisor/stop_sweep.h"
@@ -67,7 +69,11 @@ struct Worker {
   Clock::time_point started_at;
   std::unique_ptr<OutputCapture> output;
   EventLoop::Token tokens[2] = {0, 0};  // stdout, stderr watches
-  int pidfd = -1;                       // readable at exit: catches the exit even if a SIGCHLD went elsewhere
+  pid_t keeper = 0;                     // the worker's keeper (keeper.h), which reports its exit
+  int keeper_fd = -1;                   // the keeper's records; closed at the exit record or the keeper's EOF
+  EventLoop::Token keeper_token = 0;
+  // Only when the keeper died without reporting the worker, which is then our child: readable at its exit.
+  int pidfd = -1;
   EventLoop::Token pidfd_token = 0;
   int report_fd = -1;                   // exec verdict still pending when spawn() stopped waiting
   std::unique_ptr<LaunchPlan> plan;     // for describing that late verdict
@@ -85,6 +91,10 @@ struct Supervisor::Impl {
   void on_output(std::uint64_t serial, Stream stream);
   void reap_children();
   void on_worker_exited(std::uint64_t serial);
+  void on_keeper_record(std::uint64_t serial);
+  void track_keeper(pid_t keeper, std::uint64_t serial);
+  void on_keeper_exited(pid_t keeper);
+  void keeper_reaped(pid_t keeper);
   void on_worker_exit(std::uint64_t serial, int exit_code, int signal);
   void drain(Worker& worker, std::size_t budget);
   void forget_if_done(std::uint64_t serial);
@@ -101,7 +111,15 @@ struct Supervisor::Impl {
   int timer_fd = -1;
   StopSweep stop;
   std::map<std::uint64_t, std::unique_ptr<Worker>> workers;  // by serial (pids are recycled, serials are not)
-  std::unordered_map<pid_t, std::uint64_t> live;             // unreaped workers: pid -> serial
+  std::unordered_map<pid_t, std::uint64_t> live;             // workers whose exit is not known: pid -> serial
+  // Unreaped keepers: pid -> their worker's serial (0: none, its spawn failed). Never signalled by a stop: each
+  // exits by itself once its tree is empty, after the worker's exit record.
+  struct KeeperWatch {
+    std::uint64_t serial = 0;
+    int pidfd = -1;  // readable at the keeper's exit, even if its SIGCHLD went to another thread
+    EventLoop::Token token = 0;
+  };
+  std::unordered_map<pid_t, KeeperWatch> keepers;
   std::uint64_t next_serial = 1;
   std::atomic<std::size_t> running{0};
   bool shutting_down = false;
@@ -171,11 +189,13 @@ void Supervisor::Impl::start_one(const ProcessSpec& spec) {
   const Clock::time_point started_at = Clock::now();
   const ExecReport verdict = await_exec(child.report_fd, *plan, kExecReportTimeout);
   if (verdict.outcome == ExecReport::Outcome::kFailed) {
-    // The child exits with 127 right after its report; the reaper collects it as an unknown child.
+    // The child exits with 127 right after its report; its keeper reaps it, then exits itself.
     close_fd(child.stdout_fd);
     close_fd(child.stderr_fd);
     close_fd(child.report_fd);
+    close_fd(child.keeper_fd);
     close_fd(log_fd);
+    track_keeper(child.keeper, 0);
     report_spawn_failure(spec, child.pid, verdict.error);
     return;
   }
@@ -197,10 +217,11 @@ void Supervisor::Impl::start_one(const ProcessSpec& spec) {
     worker->tokens[static_cast<int>(stream)] = loop.add(
         worker->output->fd(stream), EPOLLIN, [this, serial, stream](std::uint32_t) { on_output(serial, stream); });
   }
-  worker->pidfd = static_cast<int>(syscall(SYS_pidfd_open, child.pid, 0));
-  if (worker->pidfd >= 0) {
-    worker->pidfd_token = loop.add(worker->pidfd, EPOLLIN, [this, serial](std::uint32_t) { on_worker_exited(serial); });
-  }
+  worker->keeper = child.keeper;
+  worker->keeper_fd = child.keeper_fd;
+  worker->keeper_token =
+      loop.add(child.keeper_fd, EPOLLIN, [this, serial](std::uint32_t) { on_keeper_record(serial); });
+  track_keeper(child.keeper, serial);
   live.emplace(child.pid, serial);
   workers.emplace(serial, std::move(worker));
   running.fetch_add(1);
@@ -244,8 +265,12 @@ void Supervisor::Impl::reap_children() {
     const pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid <= 0) break;  // 0: children left but none exited; -1/ECHILD: no children
     const auto it = live.find(pid);
-    // Not a worker: an orphan reparented to us, or a child whose exec failed. Reaping it is all there is to do.
-    if (it == live.end()) continue;
+    if (it == live.end()) {
+      // A keeper (whose worker may still need us), or a stray child: an orphan reparented to us because its keeper
+      // was killed, or a keeper that never reported. Reaping it is all there is to do for those.
+      keeper_reaped(pid);
+      continue;
+    }
     const std::uint64_t serial = it->second;
     live.erase(it);
     if (WIFSIGNALED(status)) {
@@ -280,11 +305,82 @@ void Supervisor::Impl::on_worker_exited(std::uint64_t serial) {
   advance_stop();
 }
 
+void Supervisor::Impl::on_keeper_record(std::uint64_t serial) {
+  const auto it = workers.find(serial);
+  if (it == workers.end() || it->second->keeper_fd < 0) return;
+  Worker& worker = *it->second;
+  KeeperRecord record{};
+  for (;;) {
+    const ssize_t n = read(worker.keeper_fd, &record, sizeof record);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    if (n != static_cast<ssize_t>(sizeof record)) {
+      // EOF: the keeper is gone (a record is one atomic write, so there are no partial ones). keeper_reaped
+      // decides what happens to a worker it did not report.
+      loop.remove(worker.keeper_token);
+      close_fd(worker.keeper_fd);
+      return;
+    }
+    if (record.kind != KeeperRecord::kWorkerExited || record.pid != worker.pid || live.count(worker.pid) == 0) {
+      continue;
+    }
+    live.erase(worker.pid);
+    const int signal = record.code == CLD_EXITED ? 0 : record.value;
+    on_worker_exit(serial, signal == 0 ? record.value : 128 + signal, signal);  // may forget the worker
+    advance_stop();
+    return;
+  }
+}
+
+void Supervisor::Impl::track_keeper(pid_t keeper, std::uint64_t serial) {
+  KeeperWatch watch;
+  watch.serial = serial;
+  watch.pidfd = static_cast<int>(syscall(SYS_pidfd_open, keeper, 0));
+  if (watch.pidfd >= 0) {
+    watch.token = loop.add(watch.pidfd, EPOLLIN, [this, keeper](std::uint32_t) { on_keeper_exited(keeper); });
+  }
+  keepers[keeper] = watch;
+}
+
+void Supervisor::Impl::on_keeper_exited(pid_t keeper) {
+  reap_children();
+  const auto it = keepers.find(keeper);
+  if (it == keepers.end()) return;
+  // As in on_worker_exited: exited, yet waitpid(-1) did not return it; do not watch a readable pidfd forever.
+  siginfo_t info{};
+  const int rc = waitid(P_PIDFD, static_cast<id_t>(it->second.pidfd), &info, WEXITED | WNOHANG);
+  if ((rc == 0 && info.si_pid != 0) || (rc != 0 && errno == ECHILD)) keeper_reaped(keeper);
+  advance_stop();
+}
+
+void Supervisor::Impl::keeper_reaped(pid_t keeper) {
+  const auto it = keepers.find(keeper);
+  if (it == keepers.end()) return;
+  const KeeperWatch watch = it->second;
+  keepers.erase(it);
+  loop.remove(watch.token);
+  if (watch.pidfd >= 0) close(watch.pidfd);
+  // A record written just before the keeper ended may not have been read yet.
+  on_keeper_record(watch.serial);
+  const auto worker = workers.find(watch.serial);
+  if (worker == workers.end() || live.count(worker->second->pid) == 0) return;
+  // The keeper was killed before its worker ended: the worker, running or a zombie, is now our own child (we are
+  // the next subreaper up), so the usual waitpid sees it; the pidfd catches its exit even if SIGCHLD went elsewhere.
+  Worker& orphan = *worker->second;
+  orphan.pidfd = static_cast<int>(syscall(SYS_pidfd_open, orphan.pid, 0));
+  if (orphan.pidfd >= 0) {
+    const std::uint64_t serial = watch.serial;
+    orphan.pidfd_token = loop.add(orphan.pidfd, EPOLLIN, [this, serial](std::uint32_t) { on_worker_exited(serial); });
+  }
+}
+
 void Supervisor::Impl::on_worker_exit(std::uint64_t serial, int exit_code, int signal) {
   Worker& worker = *workers.at(serial);
   running.fetch_sub(1);
   loop.remove(worker.pidfd_token);
   close_fd(worker.pidfd);
+  loop.remove(worker.keeper_token);
+  close_fd(worker.keeper_fd);
 
   ProcessExit exit;
   exit.id = worker.id;
@@ -318,7 +414,9 @@ void Supervisor::Impl::advance_stop() {
   std::vector<pid_t> groups;
   groups.reserve(live.size());
   for (const auto& [pid, serial] : live) groups.push_back(pid);
-  const std::size_t found = stop.signal(groups, now);
+  std::set<pid_t> keeper_pids;
+  for (const auto& [pid, watch] : keepers) keeper_pids.insert(pid);
+  const std::size_t found = stop.signal(groups, keeper_pids, now);
   if ((found == 0 && live.empty()) || stop.gave_up(now)) {
     finish_stop();
     return;
@@ -421,7 +519,13 @@ Supervisor::~Supervisor() {
   Impl* impl = impl_.get();
   impl->loop.post([impl] { impl->begin_shutdown(); });
   impl->thread.join();
+  for (auto& [serial, worker] : impl->workers) {
+    close_fd(worker->pidfd);
+    close_fd(worker->keeper_fd);
+    close_fd(worker->report_fd);
+  }
   impl->workers.clear();
+  for (auto& [pid, watch] : impl->keepers) close_fd(watch.pidfd);
   close_fd(impl->signal_fd);
   close_fd(impl->timer_fd);
   impl_.reset();

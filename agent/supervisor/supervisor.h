@@ -7,6 +7,9 @@
 //  * One Supervisor per process at a time: it reaps every child of the process (waitpid(-1)), including orphans
 //    reparented to the agent as subreaper, so other code in the agent must not fork children of its own
 //    (std::system, popen) while a Supervisor exists.
+//  * Each worker runs below a keeper of its own (keeper.h), a small child of this process that holds the worker's
+//    whole tree, so that the tree dies with this process even when it is SIGKILLed. Events still name the worker:
+//    `started` gives the worker's own pid (its parent is the keeper), and exit codes and signals are the worker's.
 //  * Events run on the supervisor's thread, one at a time, and must not block or throw. For one worker they come
 //    in order: started, line..., exited (after every line it wrote before exiting), then possibly more lines that
 //    descendants still holding its pipes write, until they close them or stop_all ends. A spawn failure gives one
@@ -74,7 +77,8 @@ class Supervisor {
   // block, e.g. an agent starting its workers on a machine so loaded that the supervisor thread runs late.
   void spawn_async(std::vector<ProcessSpec> specs);
   // SIGTERM to every process group and every descendant of this process (including descendants that called setsid
-  // or double-forked, and orphans reparented to this subreaper), then SIGKILL after `grace` to whatever remains,
+  // or double-forked, and orphans reparented to a keeper or to this subreaper; never to the keepers, which end by
+  // themselves once their tree is empty and are not counted), then SIGKILL after `grace` to whatever remains,
   // repeating the scan until nothing is left; `done(sigkilled_count)` on the supervisor thread once no descendant
   // exists and all are reaped (after the last `exited`), sigkilled_count = processes that needed SIGKILL. A second
   // stop_all while one is running just adds its callback. If something survives SIGKILL for 10 s

@@ -17,6 +17,11 @@ bool contains(const std::vector<pid_t>& pids, pid_t pid) {
   return std::find(pids.begin(), pids.end(), pid) != pids.end();
 }
 
+pid_t parent_of(pid_t pid) {
+  const auto stat = read_process_stat(pid);
+  return stat ? stat->ppid : 0;
+}
+
 }  // namespace
 
 TEST_CASE("process tree: read_process_stat sees ourselves and not a reaped child") {
@@ -63,14 +68,16 @@ TEST_CASE("process tree: descendants lists children and reparented grandchildren
   REQUIRE(recorder.wait_lines(1, 1));
   const pid_t grandchild = std::stoi(recorder.texts(1, false).at(0));
 
-  // The shell exited: its child was reparented to us (the subreaper), and the shell itself was reaped.
+  // The shell exited: its child was reparented to the shell's keeper (the subreaper of its tree, our child), and
+  // the keeper reaps the shell right after reporting its exit.
+  for (int i = 0; i < 5000 && contains(descendants(getpid()), exit->exit.pid); ++i) usleep(1000);
   const auto tree = descendants(getpid());
   CHECK(contains(tree, grandchild));
   CHECK_FALSE(contains(tree, exit->exit.pid));
   CHECK_FALSE(contains(tree, getpid()));
-  const auto stat = read_process_stat(grandchild);
-  REQUIRE(stat);
-  CHECK(stat->ppid == getpid());
+  const pid_t keeper = parent_of(grandchild);
+  CHECK(contains(tree, keeper));
+  CHECK(parent_of(keeper) == getpid());
 
   // The /proc/*/stat fallback agrees with the children files (both include the zombie-free tree here).
   auto from_stat = descendants_from_stat(getpid());
@@ -80,8 +87,9 @@ TEST_CASE("process tree: descendants lists children and reparented grandchildren
   CHECK(from_stat == from_children);
   CHECK(contains(from_stat, grandchild));
 
-  const auto signalled = signal_descendants(getpid(), SIGKILL, {});
+  const auto signalled = signal_descendants(getpid(), SIGKILL, {keeper});
   CHECK(contains(signalled.signalled, grandchild));
+  CHECK_FALSE(contains(signalled.signalled, keeper));
 }
 
 TEST_CASE("process tree: signal_descendants skips the listed pids and groups") {
@@ -97,14 +105,18 @@ TEST_CASE("process tree: signal_descendants skips the listed pids and groups") {
   const auto pid_b = recorder.wait_started(2);
   REQUIRE(pid_a);
   REQUIRE(pid_b);
-  // Each worker leads its own process group.
+  // Each worker leads its own process group; its keeper (our child, its parent) has another one.
   CHECK(read_process_stat(*pid_a)->pgid == *pid_a);
+  const pid_t keeper_a = parent_of(*pid_a);
+  const pid_t keeper_b = parent_of(*pid_b);
+  CHECK(parent_of(keeper_a) == getpid());
+  CHECK(read_process_stat(keeper_a)->pgid == keeper_a);
 
-  const auto none = signal_descendants(getpid(), SIGTERM, {*pid_a}, {*pid_b});
-  CHECK(none.found >= 2);
+  const auto none = signal_descendants(getpid(), SIGTERM, {*pid_a, keeper_a, keeper_b}, {*pid_b});
+  CHECK(none.found >= 4);
   CHECK(none.signalled.empty());
 
-  const auto only_b = signal_descendants(getpid(), SIGTERM, {*pid_a});
+  const auto only_b = signal_descendants(getpid(), SIGTERM, {*pid_a, keeper_a, keeper_b});
   CHECK(only_b.signalled == std::vector<pid_t>{*pid_b});
   const auto exit_b = recorder.wait_exit(2);
   REQUIRE(exit_b);
