@@ -1,5 +1,6 @@
 #include "agent/outbox.h"
 
+#include "common/deadline_guard.h"
 #include "common/util.h"
 
 #include <chrono>
@@ -108,7 +109,13 @@ void Outbox::run() {
     }
     in_flight_ = true;
     lock.unlock();
-    bool ok = stream_.write(message);
+    bool ok;
+    {
+      // A write blocks while the launcher does not read (HTTP/2 flow control): a launcher that stalls this long is
+      // gone for our purposes, and cancelling lets the session end (and the lease stop the workers).
+      DeadlineGuard guard(kWriteStallTimeout, [this] { stream_.cancel(); });
+      ok = stream_.write(message);
+    }
     lock.lock();
     in_flight_ = false;
     if (!ok) {

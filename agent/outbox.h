@@ -19,6 +19,8 @@ namespace dtrain::agent {
 class Outbox {
  public:
   static constexpr std::size_t kMaxQueuedLogBytes = 16 << 20;
+  // A single write that blocks longer than this (the launcher stopped reading) cancels the session.
+  static constexpr std::chrono::milliseconds kWriteStallTimeout{30000};
 
   Outbox(SessionStream& stream, std::chrono::milliseconds heartbeat_interval);
   ~Outbox();  // flushes what is queued (while the stream takes it), then joins the writer

@@ -28,8 +28,12 @@ int open_log_file(const std::string& path, std::string& error) {
 }
 
 OutputCapture::OutputCapture(int stdout_fd, int stderr_fd, int log_fd, std::string log_path,
-                             std::size_t stderr_tail_lines)
-    : fds_{stdout_fd, stderr_fd}, log_fd_(log_fd), log_path_(std::move(log_path)), tail_limit_(stderr_tail_lines) {}
+                             std::size_t stderr_tail_lines, LogFailure on_log_failure)
+    : fds_{stdout_fd, stderr_fd},
+      log_fd_(log_fd),
+      log_path_(std::move(log_path)),
+      tail_limit_(stderr_tail_lines),
+      on_log_failure_(std::move(on_log_failure)) {}
 
 OutputCapture::~OutputCapture() {
   close(Stream::kStdout);
@@ -43,11 +47,13 @@ void OutputCapture::close(Stream stream) {
   fd = -1;
 }
 
-void OutputCapture::deliver(Stream stream, std::string_view line, const LineSink& sink) {
+void OutputCapture::deliver(Stream stream, std::string_view line, bool ends_line, const LineSink& sink) {
   const bool is_stderr = stream == Stream::kStderr;
   if (log_fd_ >= 0) {
     log_batch_.append(line);
-    log_batch_.push_back('\n');
+    if (ends_line) log_batch_.push_back('\n');
+  } else if (!log_error_.empty()) {
+    log_bytes_lost_ += line.size() + (ends_line ? 1 : 0);
   }
   if (is_stderr && tail_limit_ > 0) {
     if (tail_.size() == tail_limit_) tail_.pop_front();
@@ -56,18 +62,18 @@ void OutputCapture::deliver(Stream stream, std::string_view line, const LineSink
   sink(is_stderr, line);
 }
 
-void OutputCapture::write_log(const LineSink& sink) {
+void OutputCapture::write_log() {
   std::string_view rest = log_batch_;
   while (log_fd_ >= 0 && !rest.empty()) {
     const ssize_t n = ::write(log_fd_, rest.data(), rest.size());
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      // Say it once, where the user reads the output anyway, and stop trying (the pipes are still drained).
-      const std::string message = "dtrain: cannot append to log file '" + log_path_ + "': " +
-                                  std::strerror(n < 0 ? errno : ENOSPC) + "; later output is not written there";
+      // Say it once and stop writing (the pipes are still drained): a clean prefix is better than a file with gaps.
+      log_error_ = "cannot append to log file '" + log_path_ + "': " + std::strerror(n < 0 ? errno : ENOSPC);
       ::close(log_fd_);
       log_fd_ = -1;
-      sink(true, message);
+      log_bytes_lost_ += rest.size();
+      if (on_log_failure_) on_log_failure_(log_error_);
       break;
     }
     rest.remove_prefix(static_cast<std::size_t>(n));
@@ -78,7 +84,7 @@ void OutputCapture::write_log(const LineSink& sink) {
 OutputCapture::ReadResult OutputCapture::read(Stream stream, std::size_t max_bytes, const LineSink& sink) {
   const int fd = fds_[index(stream)];
   if (fd < 0) return ReadResult::kEof;
-  const auto emit = [&](std::string_view line) { deliver(stream, line, sink); };
+  const auto emit = [&](std::string_view line, bool ends_line) { deliver(stream, line, ends_line, sink); };
   char buf[kReadChunk];
   std::size_t total = 0;
   ReadResult result = ReadResult::kOpen;
@@ -94,16 +100,17 @@ OutputCapture::ReadResult OutputCapture::read(Stream stream, std::size_t max_byt
     total += static_cast<std::size_t>(n);
     splitters_[index(stream)].feed(std::string_view(buf, static_cast<std::size_t>(n)), emit);
   }
-  write_log(sink);
+  write_log();
   if (result == ReadResult::kEof) close(stream);
   return result;
 }
 
 void OutputCapture::flush_partial(const LineSink& sink) {
   for (const Stream stream : {Stream::kStdout, Stream::kStderr}) {
-    splitters_[index(stream)].finish([&](std::string_view line) { deliver(stream, line, sink); });
+    splitters_[index(stream)].finish(
+        [&](std::string_view line, bool ends_line) { deliver(stream, line, ends_line, sink); });
   }
-  write_log(sink);
+  write_log();
 }
 
 }  // namespace dtrain::supervisor

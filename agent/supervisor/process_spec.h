@@ -21,8 +21,8 @@ struct ProcessSpec {
   std::map<std::string, std::string> env;  // set on top of this process's environment (these win)
   std::string working_dir;                 // chdir here before exec; empty = ours
   std::vector<unsigned> cpus;              // sched_setaffinity in the child; empty = inherit ours
-  std::string log_path;                    // every stdout and stderr line appended here (one line per delivered
-                                           // line); parent dirs created; "" = no file
+  std::string log_path;                    // stdout and stderr appended here byte for byte (see OutputCapture);
+                                           // parent dirs created; "" = no file
   int parent_death_signal = SIGKILL;       // what the worker gets when the supervisor is gone (the process was
                                            // killed or the Supervisor destroyed): sent by the worker's keeper
                                            // (keeper.h), which then SIGKILLs every descendant; 0 = no signal of
@@ -46,6 +46,8 @@ struct ProcessExit {
   std::vector<std::string> stderr_tail;     // last ProcessSpec::stderr_tail_lines stderr lines, oldest first
   std::string spawn_error;                  // non-empty: never ran, e.g. "cannot execute 'foo': No such file or
                                             // directory (PATH=/usr/bin:/bin)"
+  std::string log_error;                    // non-empty when writing the log file failed (why, and which file)
+  std::uint64_t log_bytes_lost = 0;         // output bytes that did not reach the log file after log_error
 };
 
 }  // namespace dtrain::supervisor

@@ -205,8 +205,12 @@ void Supervisor::Impl::start_one(const ProcessSpec& spec) {
   worker->id = spec.id;
   worker->pid = child.pid;
   worker->started_at = started_at;
-  worker->output = std::make_unique<OutputCapture>(child.stdout_fd, child.stderr_fd, log_fd, spec.log_path,
-                                                    spec.stderr_tail_lines);
+  const std::uint64_t id = spec.id;
+  worker->output = std::make_unique<OutputCapture>(
+      child.stdout_fd, child.stderr_fd, log_fd, spec.log_path, spec.stderr_tail_lines,
+      [this, id](const std::string& message) {
+        if (events.log_failed) events.log_failed(id, message);
+      });
   if (verdict.outcome == ExecReport::Outcome::kUndecided) {
     worker->report_fd = child.report_fd;
     worker->plan = std::move(plan);
@@ -398,6 +402,8 @@ void Supervisor::Impl::on_worker_exit(std::uint64_t serial, int exit_code, int s
   drain(worker, kDrainBudget);
   worker.output->flush_partial(sink_for(worker.id));
   exit.stderr_tail = worker.output->stderr_tail();
+  exit.log_error = worker.output->log_error();
+  exit.log_bytes_lost = worker.output->log_bytes_lost();
   worker.exit_reported = true;
   forget_if_done(serial);
   if (events.exited) events.exited(exit);

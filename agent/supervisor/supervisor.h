@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -43,10 +44,14 @@ void prepare_process();
 // Callbacks from the supervisor's thread (see the rules above). Any may be empty.
 struct Events {
   std::function<void(std::uint64_t id, pid_t pid)> started;  // exec succeeded
-  // One line of output without its '\n' (a line over 64 KiB comes in 64 KiB pieces; a last line without '\n' is
-  // delivered when the worker exits or the pipe closes). The view is valid only during the call.
+  // One line of output without its '\n' (a line over 64 KiB comes in pieces of at most 64 KiB, cut between UTF-8
+  // characters; a last line without '\n' is delivered when the worker exits or the pipe closes). The bytes are the
+  // worker's, not necessarily UTF-8. The view is valid only during the call.
   std::function<void(std::uint64_t id, bool is_stderr, std::string_view line)> line;
   std::function<void(const ProcessExit&)> exited;  // after the output the process wrote before exiting was read
+  // The worker's log file could not be written (`message` says which file and why); once per worker, at the moment
+  // it happens. Its ProcessExit counts what was lost.
+  std::function<void(std::uint64_t id, const std::string& message)> log_failed;
 };
 
 class Supervisor {

@@ -1,6 +1,7 @@
 #include "cli/controller/agent_connection.h"
 
 #include "agent/security/credentials.h"
+#include "common/deadline_guard.h"
 
 namespace dtrain::controller {
 
@@ -48,21 +49,30 @@ bool AgentConnection::open(std::chrono::milliseconds timeout, std::string& error
 
 bool AgentConnection::send(const v1::LauncherMessage& message) {
   if (!stream_ || finished_ || writes_done_) return false;
+  // A Write blocks while the agent does not read (HTTP/2 flow control); an agent that stalls that long is lost.
+  DeadlineGuard guard(kStallTimeout, [this] { context_.TryCancel(); });
   return stream_->Write(message);
 }
 
 bool AgentConnection::send_last(const v1::LauncherMessage& message) {
   if (!stream_ || finished_ || writes_done_) return false;
   writes_done_ = true;
+  DeadlineGuard guard(kStallTimeout, [this] { context_.TryCancel(); });
   return stream_->Write(message, grpc::WriteOptions().set_last_message());
 }
 
 std::string AgentConnection::finish() {
   if (!stream_ || finished_) return status_;
-  if (!writes_done_) stream_->WritesDone();
-  writes_done_ = true;
-  if (reader_.joinable()) reader_.join();
-  grpc::Status status = stream_->Finish();
+  grpc::Status status;
+  {
+    // The agent may never complete the call (it stopped, or the network to it went silent): cancel instead of
+    // waiting, so that a broken session can never keep the launcher from exiting.
+    DeadlineGuard guard(kFinishTimeout, [this] { context_.TryCancel(); });
+    if (!writes_done_) stream_->WritesDone();
+    writes_done_ = true;
+    if (reader_.joinable()) reader_.join();
+    status = stream_->Finish();
+  }
   finished_ = true;
   if (!status.ok()) {
     // Before the first message a failure is about reaching the agent (TLS, token); after it, the connection broke.

@@ -19,6 +19,11 @@ namespace dtrain::controller {
 
 class AgentConnection final : public NodeSession {
  public:
+  // How long finish() waits for the agent to complete the call before cancelling it.
+  static constexpr std::chrono::milliseconds kFinishTimeout{2000};
+  // How long one send may block on an agent that does not read before the session is cancelled.
+  static constexpr std::chrono::milliseconds kStallTimeout{10000};
+
   // `credentials`: TLS + token for a remote agent, or insecure ones on loopback / with --insecure.
   AgentConnection(int node, std::string address, EventQueue& events,
                   std::shared_ptr<grpc::ChannelCredentials> credentials, grpc::ChannelArguments arguments,
@@ -35,7 +40,7 @@ class AgentConnection final : public NodeSession {
   // soon as it has answered, instead of waiting for the launcher to hang up.
   bool send_last(const v1::LauncherMessage& message) override;
   // After a session_closed event (or to end the session): half-closes, waits for the reader, returns the final
-  // status text ("" for OK). Safe to call more than once.
+  // status text ("" for OK). Bounded: after kFinishTimeout the call is cancelled. Safe to call more than once.
   std::string finish() override;
   // Ends the session from this side at once (a stuck agent); finish() then returns promptly.
   void cancel() override { context_.TryCancel(); }

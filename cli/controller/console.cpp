@@ -2,6 +2,9 @@
 
 #include "common/util.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <sstream>
@@ -45,20 +48,36 @@ bool json_string_field(const std::string& json, const std::string& key, std::siz
 
 }  // namespace
 
-void Console::worker_lines(const v1::LogLines& lines) {
-  for (const auto& line : lines.lines()) {
-    std::FILE* to = line.is_stderr() ? err_ : out_;
-    std::string text = "[" + std::to_string(line.rank()) + "] " + line.text() + "\n";
-    std::fwrite(text.data(), 1, text.size(), to);
+void write_whole(std::FILE* to, std::string_view text) {
+  // Anything stdio still buffers goes first, so the order on the terminal or in the file stays the order of calls.
+  std::fflush(to);
+  const int fd = ::fileno(to);
+  while (!text.empty()) {
+    const ssize_t n = ::write(fd, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // a closed terminal or a full disk: the launcher goes on, the log files still have it all
+    text.remove_prefix(static_cast<std::size_t>(n));
   }
-  std::fflush(out_);
-  std::fflush(err_);
+}
+
+void Console::worker_lines(const v1::LogLines& lines) {
+  // One write(2) per stream for the whole batch, built from whole lines: stdout and stderr often share one file
+  // (`dtrain run ... > out.log 2>&1`), and stdio's buffer would flush a line in two parts with the other stream's
+  // writes in between.
+  std::string out, err;
+  for (const auto& line : lines.lines()) {
+    std::string& to = line.is_stderr() ? err : out;
+    to += "[" + std::to_string(line.rank()) + "] ";
+    to += line.text();
+    to += '\n';
+  }
+  if (!out.empty()) write_whole(out_, out);
+  if (!err.empty()) write_whole(err_, err);
 }
 
 void Console::note(std::string_view text) {
   std::string line = "dtrain: " + std::string(text) + "\n";
-  std::fwrite(line.data(), 1, line.size(), err_);
-  std::fflush(err_);
+  write_whole(err_, line);
 }
 
 std::string describe_exit(const v1::WorkerExited& exit) {
@@ -120,7 +139,11 @@ std::string failure_summary(const std::string& job_id, const Failure& root, cons
   } else if (root.exit.spawn_error().empty()) {
     s << "  rank " << root.rank << " wrote nothing to stderr\n";
   }
-  if (!root.log_path.empty()) s << "  full log: " << root.log_path << "\n";
+  if (!root.log_path.empty()) {
+    s << "  full log: " << root.log_path;
+    if (!root.exit.log_error().empty()) s << " (incomplete: " << root.exit.log_error() << ")";
+    s << "\n";
+  }
   // A few other failures help tell a cascade from independent faults; thousands would bury the root cause.
   constexpr std::size_t kOthersShown = 8;
   for (std::size_t i = 0; i < others.size() && i < kOthersShown; ++i) {

@@ -31,6 +31,7 @@ class Console {
 
   void worker_lines(const v1::LogLines& lines);
   // A launcher note ("dtrain: ..."), on stderr so that stdout carries only the workers' own output.
+  // Each line (and each note, however long) reaches the file in one write(2), never split by stdio buffering.
   void note(std::string_view text);
 
  private:
@@ -42,6 +43,8 @@ class Console {
 std::string describe_exit(const v1::WorkerExited& exit);
 // The launcher's exit code for a failed worker: its own code, 128+signal, or 127 when it never ran.
 int exit_code_of(const v1::WorkerExited& exit);
+// Writes `text` to `to`'s descriptor in as few write(2) calls as the kernel allows, after flushing `to`.
+void write_whole(std::FILE* to, std::string_view text);
 // The failure summary: which rank, where, how, the last stderr lines, the error file, where the log is.
 std::string failure_summary(const std::string& job_id, const Failure& root, const std::vector<Failure>& others,
                             int attempt, int max_restarts);

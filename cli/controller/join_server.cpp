@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "cli/controller/agent_connection.h"
+#include "common/deadline_guard.h"
 #include "common/grpc_options.h"
 
 namespace dtrain::controller {
@@ -9,6 +11,8 @@ namespace dtrain::controller {
 bool JoinedSession::send(const v1::LauncherMessage& message) {
   std::lock_guard lock(mutex_);
   if (finished_) return false;
+  // A Write blocks while the agent does not read (HTTP/2 flow control): cancel a session stalled that long.
+  DeadlineGuard guard(AgentConnection::kStallTimeout, [this] { context_->TryCancel(); });
   return stream_->Write(message);
 }
 

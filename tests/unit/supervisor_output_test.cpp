@@ -56,9 +56,58 @@ TEST_CASE("output: stdout and stderr lines reach the callback and the log file, 
   spec.id = 2;
   supervisor.spawn({spec});
   REQUIRE(recorder.wait_exit(2));
+  // Byte for byte: the first run's "no newline" has no '\n' after it in the file either.
   const std::string text = read_file(log);
-  CHECK(std::count(text.begin(), text.end(), '\n') == 10);
+  CHECK(std::count(text.begin(), text.end(), '\n') == 8);
+  CHECK(text.find("no newline") != std::string::npos);
+  CHECK(text.size() == 2 * std::string("out1\nerr1\n\nout2\nno newline").size());
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("output: the log file holds exactly the bytes the worker wrote, however long its lines") {
+  const auto dir = std::filesystem::temp_directory_path() / ("dtrain-supervisor-exact-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  const auto log = dir / "rank0.log";
+  EventRecorder recorder;
+  Supervisor supervisor(recorder.events());
+  // 3 MB without a newline (48 pieces on the line view), bytes that are not UTF-8, a 3-byte character repeated
+  // across piece boundaries, and a last line without '\n'.
+  ProcessSpec spec = shell(1, "head -c 3000000 /dev/zero | tr '\\0' x; printf 'err\\377\\n' >&2; "
+                              "i=0; while [ $i -lt 30000 ]; do printf '\\342\\202\\254'; i=$((i+1)); done; echo; "
+                              "printf 'end'");
+  spec.log_path = log.string();
+  supervisor.spawn({spec});
+  REQUIRE(recorder.wait_exit(1, std::chrono::seconds(60)));
+  const std::string text = read_file(log);
+  std::string euros;
+  for (int i = 0; i < 30000; ++i) euros += "\xE2\x82\xAC";
+  const std::string out = std::string(3000000, 'x') + euros + "\nend";
+  // stderr's one line lands between stdout's reads; without it, stdout's bytes are exactly the file's.
+  const std::string err = "err\377\n";
+  const auto at = text.find(err);
+  REQUIRE(at != std::string::npos);
+  CHECK(text.size() == out.size() + err.size());
+  CHECK((text.substr(0, at) + text.substr(at + err.size()) == out));
+  CHECK(recorder.texts(1, false).size() > 40);  // the line view was cut into pieces
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("output: a log file that cannot be written is reported once, and the lost bytes are counted") {
+  EventRecorder recorder;
+  Supervisor supervisor(recorder.events());
+  ProcessSpec spec = shell(1, "seq 1 1000; echo done >&2");
+  spec.log_path = "/dev/full";  // every write fails with ENOSPC, as on a full disk
+  supervisor.spawn({spec});
+  const auto exit = recorder.wait_exit(1);
+  REQUIRE(exit);
+  CHECK(exit->exit.exit_code == 0);
+  CHECK(exit->exit.log_error.find("No space left on device") != std::string::npos);
+  CHECK(exit->exit.log_error.find("/dev/full") != std::string::npos);
+  // seq 1 1000 writes 3893 bytes and "done\n" 5: all of it was lost.
+  CHECK(exit->exit.log_bytes_lost == 3893 + 5);
+  const auto order = recorder.order(1);
+  CHECK(std::count_if(order.begin(), order.end(), [](const std::string& e) { return e.rfind("log_failed", 0) == 0; }) == 1);
+  CHECK(recorder.texts(1, false).size() == 1000);  // the line view is unaffected
 }
 
 TEST_CASE("output: a 200 KiB line arrives in 64 KiB pieces") {

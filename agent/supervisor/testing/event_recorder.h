@@ -43,6 +43,11 @@ class EventRecorder {
       lines_[id].push_back(Line{is_stderr, std::string(text)});
       changed_.notify_all();
     };
+    e.log_failed = [this](std::uint64_t id, const std::string& message) {
+      std::lock_guard lock(mutex_);
+      order_[id].push_back("log_failed: " + message);
+      changed_.notify_all();
+    };
     e.exited = [this](const ProcessExit& exit) {
       std::lock_guard lock(mutex_);
       exits_[exit.id] = Exit{exit, lines_[exit.id].size(), std::chrono::steady_clock::now(),

@@ -1,0 +1,72 @@
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+
+#include <grpcpp/grpcpp.h>
+
+#include "cli/controller/agent_connection.h"
+#include "cli/controller/event_queue.h"
+
+using namespace dtrain::controller;
+using namespace std::chrono_literals;
+
+namespace {
+
+// An agent that takes the session, reads until the launcher half-closes, and then never completes the call: the
+// shape of an agent that hung, or of a session that broke on one side only.
+class NeverFinishingAgent final : public dtrain::v1::AgentService::Service {
+ public:
+  grpc::Status Session(grpc::ServerContext* context,
+                       grpc::ServerReaderWriter<dtrain::v1::AgentMessage, dtrain::v1::LauncherMessage>* stream) override {
+    dtrain::v1::AgentMessage hello;
+    hello.mutable_hello()->set_agent_address("stuck");
+    stream->Write(hello);
+    dtrain::v1::LauncherMessage ignored;
+    while (stream->Read(&ignored)) {
+    }
+    std::unique_lock lock(mutex_);
+    released_.wait(lock, [&] { return release_ || context->IsCancelled(); });
+    return grpc::Status::OK;
+  }
+  void release() {
+    std::lock_guard lock(mutex_);
+    release_ = true;
+    released_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable released_;
+  bool release_ = false;
+};
+
+}  // namespace
+
+TEST_CASE("agent connection: finish() returns within its bound when the agent never completes the call") {
+  NeverFinishingAgent agent;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&agent);
+  auto server = builder.BuildAndStart();
+  REQUIRE(server);
+  EventQueue events;
+  {
+    AgentConnection connection(0, "127.0.0.1:" + std::to_string(port), events, grpc::InsecureChannelCredentials(),
+                               grpc::ChannelArguments());
+    std::string error;
+    REQUIRE(connection.open(5s, error));
+    REQUIRE(events.pop(std::chrono::steady_clock::now() + 5s));  // the hello
+    const auto start = std::chrono::steady_clock::now();
+    const std::string status = connection.finish();
+    const auto took = std::chrono::steady_clock::now() - start;
+    MESSAGE("finish() took " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms");
+    CHECK(took >= AgentConnection::kFinishTimeout - 100ms);
+    CHECK(took < AgentConnection::kFinishTimeout + 1500ms);
+    CHECK_FALSE(status.empty());
+  }
+  agent.release();
+  server->Shutdown(std::chrono::system_clock::now() + 2s);
+}
