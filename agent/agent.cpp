@@ -4,7 +4,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -13,12 +15,16 @@
 
 #include "agent/outbox.h"
 #include "agent/probe.h"
+#include "agent/run_dir.h"
+#include "agent/session_socket.h"
 #include "agent/service/report_service.h"
 #include "agent/service/session_service.h"
 #include "agent/security/credentials.h"
 #include "agent/security/identity.h"
 #include "agent/security/secret.h"
+#include "agent/security/x509.h"
 #include "agent/service/store_service.h"
+#include "common/deadline_guard.h"
 #include "common/grpc_options.h"
 #include "common/util.h"
 #include "common/version.h"
@@ -119,7 +125,8 @@ int Agent::run() {
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(options_.listen, credentials, &port);
-  builder.RegisterService(&session_service);
+  // With a session socket, no session can come in over TCP at all: the service is not there.
+  if (options_.session_socket.empty()) builder.RegisterService(&session_service);
   builder.RegisterService(&store_service);
   builder.RegisterService(&report_service);
   set_session_server_options(builder);
@@ -138,6 +145,26 @@ int Agent::run() {
   address_ = host + ":" + std::to_string(port);
   runner_ = std::make_unique<JobRunner>(store_, host, address_);
   runner_->set_worker_env(worker_tls_env_);
+
+  // Sessions on the private socket go to a server of their own, which has no listening port.
+  std::unique_ptr<grpc::Server> session_server;
+  std::unique_ptr<SessionSocket> session_socket;
+  if (!options_.session_socket.empty()) {
+    options_.one_shot = true;
+    grpc::ServerBuilder session_builder;
+    session_builder.RegisterService(&session_service);
+    set_session_server_options(session_builder);
+    session_server = session_builder.BuildAndStart();
+    try {
+      if (!session_server) throw std::runtime_error("cannot start the session server");
+      session_socket = std::make_unique<SessionSocket>(options_.session_socket, *session_server);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "dtrain agent: %s\n", e.what());
+      server->Shutdown(std::chrono::system_clock::now());
+      if (session_server) session_server->Shutdown(std::chrono::system_clock::now());
+      return 1;
+    }
+  }
 
   std::printf("dtrain-agent listening on %s\n", address_.c_str());
   std::fflush(stdout);
@@ -172,6 +199,8 @@ int Agent::run() {
   // Every session has ended and no worker is left: end the blocked store calls and cancel any call still open (a
   // launcher that has not hung up yet) instead of waiting for it.
   store_.shutdown();
+  session_socket.reset();
+  if (session_server) session_server->Shutdown(std::chrono::system_clock::now());
   server->Shutdown(std::chrono::system_clock::now());
   runner_.reset();
   if (!worker_tls_dir_.empty()) std::filesystem::remove_all(worker_tls_dir_);
@@ -179,25 +208,33 @@ int Agent::run() {
 }
 
 std::shared_ptr<grpc::ServerCredentials> Agent::server_credentials() {
-  bool loopback = is_loopback_host(host_of(options_.listen)) &&
-                  (options_.join.empty() || is_loopback_host(host_of(options_.join)));
+  // A local agent's port serves the store and health reports alone (each checks the round's token); its sessions
+  // come over the private socket.
+  if (!options_.session_socket.empty()) return grpc::InsecureServerCredentials();
   if (options_.insecure) {
-    if (!loopback) {
-      spdlog::warn("--insecure: plaintext without authentication on {}: anyone who reaches this port can run "
-                   "commands as this user", options_.listen);
-    }
+    // Loopback is no exception: every user and container on this host can reach it.
+    spdlog::warn("--insecure: sessions in plaintext without the cluster token on {}{}: anyone who reaches this "
+                 "port can run commands as this user", options_.listen,
+                 is_loopback_host(host_of(options_.listen)) ? " (on loopback: every user of this host)" : "");
     return grpc::InsecureServerCredentials();
   }
-  if (loopback && options_.secret_dir.empty()) return grpc::InsecureServerCredentials();
-  // Mutual TLS with a certificate derived from the cluster CA, plus the cluster token, checked before any handler.
-  auto secret = security::load_secret(options_.secret_dir.empty() ? security::default_secret_dir() : options_.secret_dir);
+  // Mutual TLS with a certificate derived from the cluster CA, plus the cluster token, checked before any handler;
+  // on loopback too. Worker certificates of the current job pass for the store and reports only.
+  const std::string dir = options_.secret_dir.empty() ? security::default_secret_dir() : options_.secret_dir;
+  security::ClusterSecret secret;
+  try {
+    secret = security::load_secret(dir);
+  } catch (const security::SecurityError& e) {
+    throw security::SecurityError(std::string(e.what()) + ". Every session needs the cluster token, on loopback too; "
+                                  "--insecure accepts anyone who reaches the port instead");
+  }
   auto identity = security::issue_identity(secret, facts_.hostname);
   write_worker_tls(secret);
   if (!options_.join.empty()) {
     client_credentials_ = security::channel_credentials(secret, identity);
     join_tls_ = true;
   }
-  return security::server_credentials(secret, identity);
+  return security::server_credentials(secret, identity, admission_);
 }
 
 void Agent::write_worker_tls(const security::ClusterSecret& secret) {
@@ -206,7 +243,7 @@ void Agent::write_worker_tls(const security::ClusterSecret& secret) {
   char pattern[] = "/tmp/dtrain-agent-tls-XXXXXX";
   if (::mkdtemp(pattern) == nullptr) throw std::runtime_error("cannot create a directory for the workers' TLS files");
   worker_tls_dir_ = pattern;
-  auto identity = security::issue_identity(secret, "worker@" + facts_.hostname);
+  secret_ = secret;
   auto put = [this](const char* name, const std::string& text) {
     std::string path = worker_tls_dir_ + "/" + name;
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -217,10 +254,35 @@ void Agent::write_worker_tls(const security::ClusterSecret& secret) {
     ::close(fd);
     return path;
   };
+  // The worker certificate itself is issued per job (begin_job); the cluster token is never given to workers.
   worker_tls_env_ = {{"DTRAIN_TLS_CA", put("ca.crt", secret.ca_cert_pem)},
-                     {"DTRAIN_TLS_CERT", put("worker.crt", identity.cert_pem)},
-                     {"DTRAIN_TLS_KEY", put("worker.key", identity.key_pem)},
-                     {"DTRAIN_CLUSTER_TOKEN", secret.token}};
+                     {"DTRAIN_TLS_CERT", worker_tls_dir_ + "/worker.crt"},
+                     {"DTRAIN_TLS_KEY", worker_tls_dir_ + "/worker.key"}};
+}
+
+std::string Agent::begin_job(const std::string& job_id) {
+  try {
+    runner_->set_job_files(JobFiles(options_.run_dir.empty() ? default_run_dir() : options_.run_dir, job_id));
+    if (secret_) {
+      // Written through temporary files and renamed, so a worker of the previous job never reads half a key.
+      auto identity = security::issue_worker_identity(*secret_, job_id, facts_.hostname);
+      for (const auto& [name, text] :
+           {std::pair{"worker.key", identity.key_pem}, std::pair{"worker.crt", identity.cert_pem}}) {
+        const std::string path = worker_tls_dir_ + "/" + name;
+        const std::string temp = path + ".new";
+        int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+        bool written = fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+        if (fd >= 0) ::close(fd);
+        if (!written || ::rename(temp.c_str(), path.c_str()) != 0) {
+          throw std::runtime_error("cannot write the workers' certificate " + path + ": " + std::strerror(errno));
+        }
+      }
+    }
+  } catch (const std::exception& e) {
+    return "cannot prepare job " + job_id + " on this node: " + e.what();
+  }
+  admission_->admit(job_id);
+  return {};
 }
 
 std::string Agent::join_launcher() {
@@ -258,7 +320,12 @@ std::string Agent::join_launcher() {
       stream->Finish();
       return {};
     }
-    grpc::Status status = stream->Finish();
+    grpc::Status status;
+    {
+      // The session already failed: a launcher that does not complete the call must not hold this agent.
+      DeadlineGuard guard(std::chrono::seconds(2), [&context] { context.TryCancel(); });
+      status = stream->Finish();
+    }
     if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {
       return "the launcher at " + options_.join + " ended the session: " +
              security::explain_connect_failure(options_.join, status,
@@ -282,13 +349,16 @@ void Agent::terminate(int signal) {
   changed_.notify_all();
 }
 
-std::string Agent::accept_report(const std::string& token, const v1::WorkerHealth& health) {
-  if (token.empty() || token != runner_->current_token()) {
+std::string Agent::check_reporter(const std::string& token, const std::string& report_token,
+                                  std::uint32_t rank) const {
+  if (!runner_) return "the agent is still starting";
+  if (token.empty() || !security::x509::constant_time_equal(token, runner_->current_token())) {
     return "the dtrain-token metadata is missing or not this round's DTRAIN_JOB_TOKEN";
   }
-  if (!runner_->has_worker(health.rank())) {
-    return "rank " + std::to_string(health.rank()) + " is not a worker of this node in this round";
-  }
+  return runner_->check_reporter(rank, report_token);
+}
+
+void Agent::forward_report(const v1::WorkerHealth& health) {
   std::lock_guard lock(mutex_);
   if (forward_) {
     v1::AgentMessage message;
@@ -296,7 +366,6 @@ std::string Agent::accept_report(const std::string& token, const v1::WorkerHealt
     message.mutable_worker_health()->set_unix_ms(unix_ms());
     forward_(std::move(message));
   }
-  return {};
 }
 
 std::string Agent::serve_session(SessionStream& stream) {
@@ -351,6 +420,11 @@ std::string Agent::serve_session(SessionStream& stream) {
           outbox.set_heartbeat_interval(std::chrono::milliseconds(c.heartbeat_interval_ms()));
         grace = std::chrono::milliseconds(c.stop_grace_ms());
         spdlog::info("job {}: this is node {}", c.job_id(), c.node_rank());
+        if (std::string error = begin_job(c.job_id()); !error.empty()) {
+          v1::AgentMessage reply;
+          reply.mutable_error()->set_message(error);
+          outbox.push(std::move(reply));
+        }
         break;
       }
       case v1::LauncherMessage::kPrepareRound: {
@@ -380,8 +454,11 @@ std::string Agent::serve_session(SessionStream& stream) {
         break;
       }
       case v1::LauncherMessage::kProbe: {
+        // The disk check looks where this agent would write the job's logs, not at a path the launcher names.
+        v1::Probe probe = message.probe();
+        probe.set_log_dir(options_.run_dir.empty() ? default_run_dir() : options_.run_dir);
         v1::AgentMessage reply;
-        *reply.mutable_probe_result() = prober.answer(message.probe());
+        *reply.mutable_probe_result() = prober.answer(probe);
         outbox.push(std::move(reply));
         break;
       }
@@ -403,6 +480,8 @@ std::string Agent::serve_session(SessionStream& stream) {
     forward_ = nullptr;
   }
   runner_->set_emit(nullptr);
+  // The job is over here: its worker certificates open nothing on this agent any more.
+  admission_->close();
   outbox.flush(std::chrono::seconds(2));
   {
     std::lock_guard lock(mutex_);

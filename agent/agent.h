@@ -14,6 +14,7 @@
 #include "agent/job_runner.h"
 #include "agent/node/facts.h"
 #include "agent/session_stream.h"
+#include "agent/security/credentials.h"
 #include "agent/security/secret.h"
 #include "agent/store/store.h"
 
@@ -28,8 +29,16 @@ struct AgentOptions {
   bool one_shot = false;                // exit after the first session ends (agents a local launcher starts)
   std::string join;                     // host:port of a launcher to dial (LauncherService.Join); implies one_shot
   std::chrono::milliseconds join_timeout{60000};   // keep retrying the launcher this long
-  bool insecure = false;                // plaintext off loopback (warned about at start)
+  bool insecure = false;                // plaintext sessions without the cluster token (warned about at start)
   std::string secret_dir;               // cluster secret for TLS + token ("" = $DTRAIN_SECRET_DIR or ~/.dtrain)
+  // Agents a launcher starts itself (provider local): sessions come only over this Unix socket, from the process
+  // that started the agent (SO_PEERCRED: same uid, pid = parent), never over `listen`, which then serves the store
+  // and health reports alone (see session_socket.h). The socket's directory must be private to this user.
+  std::string session_socket;
+  // Where this agent places every file of a job: <run_dir>/<job id>/ holds attempt_<n>/rank_<r>.log and
+  // rank_<r>_error.json. Launchers name these files relative to that directory; anything else is refused (run_dir.h).
+  // "" = default_run_dir().
+  std::string run_dir;
   std::optional<unsigned> slot;         // position in the launcher's host list (--slot), sent in the hello
   std::chrono::milliseconds default_lease{10000};   // until the launcher's Configure says otherwise
   std::chrono::milliseconds default_grace{10000};   // stop grace when the session is lost before Configure
@@ -54,12 +63,18 @@ class Agent {
 
   void write_worker_tls(const security::ClusterSecret& secret);
 
+  // A job begins (Configure): workers of this job get a fresh worker certificate (TLS clusters), and the token check
+  // admits certificates of this job alone. Returns an error text for the launcher ("" = fine).
+  std::string begin_job(const std::string& job_id);
+
   // --join: dials the launcher (retrying until join_timeout) and serves the session it opens.
   std::string join_launcher();
 
-  // A worker's health report: forwarded on the session when the token is the current round's and the rank is one
-  // of this node's workers. Returns "" when accepted, else why it was refused.
-  std::string accept_report(const std::string& token, const v1::WorkerHealth& health);
+  // Whether a health report may speak for `rank`: `token` must be the current round's job token and `report_token`
+  // that rank's own DTRAIN_REPORT_TOKEN (JobRunner::check_reporter). Returns "" when it may, else why not.
+  std::string check_reporter(const std::string& token, const std::string& report_token, std::uint32_t rank) const;
+  // Forwards an accepted health report on the session.
+  void forward_report(const v1::WorkerHealth& health);
 
   // From the signal thread: stop the workers, end the session, leave run().
   void terminate(int signal);
@@ -81,7 +96,10 @@ class Agent {
   bool stop_joining_ = false;
   bool join_tls_ = false;
   std::string worker_tls_dir_;                          // the workers' TLS files ("" without TLS)
-  std::map<std::string, std::string> worker_tls_env_;   // DTRAIN_TLS_* and DTRAIN_CLUSTER_TOKEN for workers      // --join over TLS (credentials from the cluster secret)
+  std::map<std::string, std::string> worker_tls_env_;   // DTRAIN_TLS_* for workers (no cluster token)
+  std::optional<security::ClusterSecret> secret_;       // TLS: issues each job's worker certificate
+  // Jobs whose worker certificates the token check accepts: the current session's (credentials.h).
+  std::shared_ptr<security::WorkerAdmission> admission_ = std::make_shared<security::WorkerAdmission>();
   std::shared_ptr<grpc::ChannelCredentials> client_credentials_ = grpc::InsecureChannelCredentials();
   int terminated_by_ = 0;
 };

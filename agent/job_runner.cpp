@@ -10,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "agent/security/x509.h"
 #include "common/util.h"
 
 namespace dtrain::agent {
@@ -18,14 +19,15 @@ namespace {
 // PyTorch's error files are small JSON documents; anything larger is cut to keep session messages bounded.
 constexpr std::size_t kMaxErrorFileBytes = 64 * 1024;
 
+// The error file the agent placed for the worker (never a path as the launcher sent it); a symlink the worker
+// put there is reported, not followed.
 std::string read_error_file(const std::string& path) {
   if (path.empty()) return {};
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return {};
-  std::string text(kMaxErrorFileBytes, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  return text;
+  try {
+    return read_placed_file(path, kMaxErrorFileBytes);
+  } catch (const PathError& e) {
+    return std::string("(dtrain agent: ") + e.what() + ")";
+  }
 }
 
 }  // namespace
@@ -53,6 +55,14 @@ JobRunner::JobRunner(store::Store& store, std::string advertise_host, std::strin
   events.started = [this](std::uint64_t id, pid_t pid) { on_started(id, pid); };
   events.line = [this](std::uint64_t id, bool is_stderr, std::string_view line) { on_line(id, is_stderr, line); };
   events.exited = [this](const supervisor::ProcessExit& exit) { on_exited(exit); };
+  events.log_failed = [this](std::uint64_t id, const std::string& text) {
+    v1::AgentMessage message;
+    auto* failed = message.mutable_log_write_failed();
+    failed->set_round(static_cast<std::uint32_t>(id >> 32));
+    failed->set_rank(static_cast<std::uint32_t>(id & 0xffffffffu));
+    failed->set_message(text);
+    emit(std::move(message));
+  };
   supervisor_ = std::make_unique<supervisor::Supervisor>(std::move(events));
 }
 
@@ -70,6 +80,11 @@ void JobRunner::set_worker_env(std::map<std::string, std::string> env) {
 void JobRunner::set_emit(Emit emit) {
   std::lock_guard lock(mutex_);
   emit_ = std::move(emit);
+}
+
+void JobRunner::set_job_files(JobFiles files) {
+  std::lock_guard lock(mutex_);
+  job_files_ = std::move(files);
 }
 
 void JobRunner::emit(v1::AgentMessage message) {
@@ -93,6 +108,16 @@ v1::RoundPrepared JobRunner::prepare_round(const v1::PrepareRound& request) {
   return prepared;
 }
 
+std::pair<std::string, std::string> JobRunner::place_files(const v1::WorkerSpec& worker) const {
+  const std::string rank = "rank " + std::to_string(worker.rank()) + "'s ";
+  if (job_files_.empty()) throw PathError("no job directory yet: the launcher must send Configure (its job id) first");
+  std::string log = worker.log_path().empty() ? "" : job_files_.place(worker.log_path(), rank + "log_path");
+  std::string error = worker.error_file().empty() ? "" : job_files_.place(worker.error_file(), rank + "error_file");
+  // A stale error file (a reused job id) would be taken for this worker's.
+  if (!error.empty()) ::unlink(error.c_str());
+  return {std::move(log), std::move(error)};
+}
+
 std::string JobRunner::start_group(const v1::StartGroup& request) {
   std::vector<supervisor::ProcessSpec> specs;
   {
@@ -101,13 +126,23 @@ std::string JobRunner::start_group(const v1::StartGroup& request) {
       return "round " + std::to_string(round_) + " is still running on this node; stop it before starting round " +
              std::to_string(request.round());
     }
+    // Every file is placed (and checked) before anything changes: a refused path starts nothing.
+    std::vector<std::pair<std::string, std::string>> files;   // log, error file of each worker
+    try {
+      for (const auto& w : request.workers()) files.push_back(place_files(w));
+    } catch (const PathError& e) {
+      return "round " + std::to_string(request.round()) + " not started: " + e.what();
+    }
     round_ = request.round();
     round_token_ = request.round_token();
     group_active_ = true;
     stopping_ = false;
     workers_.clear();
+    std::size_t index = 0;
     for (const auto& w : request.workers()) {
+      const auto& [log_path, error_file] = files[index++];
       workers_[w.rank()] = Worker{w, false};
+      workers_[w.rank()].spec.set_error_file(error_file);
       supervisor::ProcessSpec spec;
       spec.id = process_id(request.round(), w.rank());
       spec.argv.assign(w.argv().begin(), w.argv().end());
@@ -115,7 +150,11 @@ std::string JobRunner::start_group(const v1::StartGroup& request) {
       for (const auto& [k, v] : worker_env_) spec.env[k] = v;
       spec.working_dir = w.working_dir();
       spec.cpus.assign(w.cpus().begin(), w.cpus().end());
-      spec.log_path = w.log_path();
+      spec.log_path = log_path;
+      if (!error_file.empty()) spec.env["TORCHELASTIC_ERROR_FILE"] = error_file;
+      // Ties a health report to the worker that sends it (check_reporter): fresh for every worker and round.
+      workers_[w.rank()].report_token = security::x509::random_hex(16);
+      spec.env["DTRAIN_REPORT_TOKEN"] = workers_[w.rank()].report_token;
       specs.push_back(std::move(spec));
     }
     if (workers_.empty()) group_active_ = false;
@@ -171,9 +210,15 @@ bool JobRunner::running() const {
   return group_active_;
 }
 
-bool JobRunner::has_worker(std::uint32_t rank) const {
+std::string JobRunner::check_reporter(std::uint32_t rank, const std::string& report_token) const {
   std::lock_guard lock(mutex_);
-  return workers_.count(rank) != 0;
+  auto it = workers_.find(rank);
+  if (it == workers_.end()) return "rank " + std::to_string(rank) + " is not a worker of this node in this round";
+  if (!security::x509::constant_time_equal(report_token, it->second.report_token)) {
+    return "the dtrain-report-token metadata is not rank " + std::to_string(rank) +
+           "'s DTRAIN_REPORT_TOKEN: a worker reports only as itself (its RANK, with its own DTRAIN_REPORT_TOKEN)";
+  }
+  return {};
 }
 
 std::string JobRunner::current_token() const {
@@ -245,6 +290,8 @@ void JobRunner::on_exited(const supervisor::ProcessExit& exit) {
   exited->set_error_file_json(read_error_file(error_file));
   exited->set_exit_unix_ms(unix_ms());
   exited->set_spawn_error(exit.spawn_error);
+  exited->set_log_error(exit.log_error);
+  exited->set_log_bytes_lost(exit.log_bytes_lost);
   emit(std::move(message));
   if (group_done) {
     v1::AgentMessage done;

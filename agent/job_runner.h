@@ -21,6 +21,7 @@
 #include <mutex>
 #include <string>
 
+#include "agent/run_dir.h"
 #include "agent/store/store.h"
 #include "agent/supervisor/supervisor.h"
 #include "dtrain/v1/session.pb.h"
@@ -42,6 +43,10 @@ class JobRunner {
   // Where events go; set before the first round, replaced when a new session begins.
   void set_emit(Emit emit);
 
+  // The job's directory under the agent's run directory (Configure). start_group places every worker's log and
+  // error file there and refuses names outside it (run_dir.h).
+  void set_job_files(JobFiles files);
+
   // Node 0: reserves MASTER_PORT and opens the round's store namespace (dropping the previous one).
   v1::RoundPrepared prepare_round(const v1::PrepareRound& request);
 
@@ -57,8 +62,12 @@ class JobRunner {
   // Round whose workers are running now, if any.
   bool running() const;
 
-  // True when `rank` is one of this node's workers in the current round.
-  bool has_worker(std::uint32_t rank) const;
+  // Why a health report for `rank` that carries `report_token` is refused ("" = accepted): the rank must be one of
+  // this node's workers in the current round, and the token the DTRAIN_REPORT_TOKEN that start_group gave it.
+  // Workers of one job run as one user and could read each other's environment (/proc/PID/environ), so this keeps
+  // a worker from reporting as another by mistake (a wrong RANK, every process reporting as rank 0); the boundary
+  // against other users and other jobs is the job token and the agent's credentials.
+  std::string check_reporter(std::uint32_t rank, const std::string& report_token) const;
 
   // The token of the current round (worker reports must carry it).
   std::string current_token() const;
@@ -67,8 +76,12 @@ class JobRunner {
   struct Worker {
     v1::WorkerSpec spec;
     bool exited = false;
+    std::string report_token;  // its DTRAIN_REPORT_TOKEN
   };
 
+  // The worker's log and error file placed under the job's directory ("" where the launcher named none). Throws
+  // PathError for a name outside it. Called with mutex_ held.
+  std::pair<std::string, std::string> place_files(const v1::WorkerSpec& worker) const;
   void on_started(std::uint64_t id, pid_t pid);
   void on_line(std::uint64_t id, bool is_stderr, std::string_view line);
   void on_exited(const supervisor::ProcessExit& exit);
@@ -88,6 +101,7 @@ class JobRunner {
   bool stopping_ = false;
   std::map<std::uint32_t, Worker> workers_;  // by rank, current round only
   std::map<std::string, std::string> worker_env_;
+  JobFiles job_files_;
 
   // Declared last: destroyed first, so its thread never calls into a half-destroyed runner.
   std::unique_ptr<supervisor::Supervisor> supervisor_;

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 #include "agent/agent.h"
 #include "cli/commands.h"
@@ -23,8 +24,16 @@ Action add_agent_command(CLI::App& app) {
   cmd->add_option("--join", options->join, "dial the launcher at HOST:PORT (its nodes.rendezvous) instead of waiting");
   auto join_timeout_s = std::make_shared<double>(60.0);
   cmd->add_option("--join-timeout-s", *join_timeout_s, "keep trying to join this long")->capture_default_str();
-  cmd->add_flag("--insecure", options->insecure, "allow plaintext without authentication off loopback");
+  cmd->add_flag("--insecure", options->insecure,
+                "serve sessions in plaintext without the cluster token (anyone who reaches the port, loopback included, "
+                "can run commands as this user)");
   cmd->add_option("--secret-dir", options->secret_dir, "cluster secret for TLS (default: $DTRAIN_SECRET_DIR or ~/.dtrain)");
+  cmd->add_option("--run-dir", options->run_dir,
+                  "where the agent keeps jobs' logs and error files: <run-dir>/<job id>/attempt_<n>/ (default: "
+                  "$XDG_STATE_HOME/dtrain/runs or ~/.local/state/dtrain/runs)");
+  cmd->add_option("--session-socket", options->session_socket,
+                  "take sessions only over this Unix socket, from the process that started the agent (set by "
+                  "launchers for provider local); the TCP port then serves the store and health reports alone");
   cmd->add_flag("--quiet", *quiet, "log warnings and errors only");
   auto slot = std::make_shared<std::string>();
   cmd->add_option("--slot", *slot,
@@ -53,12 +62,20 @@ Action add_agent_command(CLI::App& app) {
       }
       options->slot = static_cast<unsigned>(value);
     }
-    options->join_timeout = std::chrono::milliseconds(static_cast<long long>(*join_timeout_s * 1000));
+    // Bounded like a spec's durations, so the conversion to milliseconds cannot wrap (CLI11's ranges let NaN by).
+    for (const auto& [flag, seconds] : {std::pair{"--join-timeout-s", *join_timeout_s}, std::pair{"--lease-s", *lease_s}}) {
+      if (!(seconds >= 0 && seconds <= spec::kMaxDurationS)) {
+        std::fprintf(stderr, "dtrain agent: %s must be 0 to %.0f seconds (7 days), got %g\n", flag,
+                     spec::kMaxDurationS, seconds);
+        return 2;
+      }
+    }
+    options->join_timeout = spec::duration_ms(*join_timeout_s);
     auto logger = spdlog::stderr_color_mt("dtrain-agent");
     logger->set_pattern("[dtrain-agent %l] %v");
     logger->set_level(*quiet ? spdlog::level::warn : spdlog::level::info);
     spdlog::set_default_logger(logger);
-    options->default_lease = std::chrono::milliseconds(static_cast<long long>(*lease_s * 1000));
+    options->default_lease = spec::duration_ms(*lease_s);
     block_termination_signals();
     agent::Agent daemon(*options);
     on_termination_signal([&daemon](int signal) { daemon.terminate(signal); });

@@ -51,6 +51,7 @@ void print_remote_agent_commands(const spec::Spec& spec, int count) {
     remote.join_address = "<no rendezvous address: " + std::string(e.what()) + ">";
   }
   remote.join_timeout_s = spec.nodes.join_timeout_s;
+  remote.run_dir = std::filesystem::absolute(spec.logs.dir).string();
   std::vector<std::vector<std::string>> commands;
   if (spec.nodes.provider == spec::Provider::ssh) commands = controller::ssh_agent_commands(spec, remote);
   else commands.push_back(controller::srun_agent_command(spec, count, remote));

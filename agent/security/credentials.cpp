@@ -2,6 +2,7 @@
 
 #include <grpc/grpc_security_constants.h>
 
+#include <optional>
 #include <string_view>
 
 #include "agent/security/x509.h"
@@ -10,17 +11,34 @@
 namespace dtrain::security {
 namespace {
 
-// Requires the cluster token on every call. Process runs on gRPC's thread before the call reaches a handler;
-// it only reads immutable state, so it is thread-safe and need not be offloaded (IsBlocking is false).
+// Requires the cluster token on every call, or a worker certificate of an admitted job. Process runs on gRPC's
+// thread before the call reaches a handler; it reads immutable state and the admission (a short lock), so it is
+// thread-safe and need not be offloaded (IsBlocking is false).
 class ClusterTokenProcessor final : public grpc::AuthMetadataProcessor {
  public:
-  explicit ClusterTokenProcessor(std::string token) : token_(std::move(token)) {}
+  ClusterTokenProcessor(std::string token, std::shared_ptr<const WorkerAdmission> workers)
+      : token_(std::move(token)), workers_(std::move(workers)) {}
 
   bool IsBlocking() const override { return false; }
 
-  grpc::Status Process(const InputMetadata& auth_metadata, grpc::AuthContext*, OutputMetadata* consumed,
+  grpc::Status Process(const InputMetadata& auth_metadata, grpc::AuthContext* context, OutputMetadata* consumed,
                        OutputMetadata*) override {
     auto entry = auth_metadata.find(kClusterTokenMetadata);
+    if (auto job = worker_job(*context)) {
+      // A worker certificate is a worker whatever else the call carries: it never becomes a member.
+      if (!workers_ || !workers_->admits(*job)) {
+        return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                            "a worker certificate of job " + *job + " opens only that job's store and health "
+                            "reports, on its agents, while the job runs; this " +
+                                std::string(workers_ ? "agent" : "launcher") + " does not run it");
+      }
+      if (entry != auth_metadata.end()) {
+        consumed->emplace(kClusterTokenMetadata, std::string(entry->second.data(), entry->second.size()));
+      }
+      context->AddProperty(kRoleProperty, kRoleWorker);
+      context->AddProperty(kJobProperty, *job);
+      return grpc::Status::OK;
+    }
     if (entry == auth_metadata.end()) {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "cluster token missing");
     }
@@ -31,11 +49,22 @@ class ClusterTokenProcessor final : public grpc::AuthMetadataProcessor {
                           "`dtrain secret init` directory)");
     }
     consumed->emplace(kClusterTokenMetadata, std::move(presented));
+    context->AddProperty(kRoleProperty, kRoleMember);
     return grpc::Status::OK;
   }
 
  private:
+  // The job of a worker certificate (its URI SAN under kWorkerUriPrefix), if the peer presented one.
+  static std::optional<std::string> worker_job(const grpc::AuthContext& context) {
+    for (const grpc::string_ref& uri : context.FindPropertyValues(GRPC_PEER_URI_PROPERTY_NAME)) {
+      std::string_view text(uri.data(), uri.size());
+      if (text.rfind(kWorkerUriPrefix, 0) == 0) return std::string(text.substr(std::string_view(kWorkerUriPrefix).size()));
+    }
+    return std::nullopt;
+  }
+
   const std::string token_;
+  const std::shared_ptr<const WorkerAdmission> workers_;
 };
 
 // Adds the cluster token to every call. gRPC sends call credentials only on channels with privacy and integrity.
@@ -81,13 +110,50 @@ std::string last_error(const std::string& error) {
 
 }  // namespace
 
-std::shared_ptr<grpc::ServerCredentials> server_credentials(const ClusterSecret& secret, const Identity& identity) {
+void WorkerAdmission::admit(std::string job_id) {
+  std::lock_guard lock(mutex_);
+  job_id_ = std::move(job_id);
+}
+
+void WorkerAdmission::close() {
+  std::lock_guard lock(mutex_);
+  job_id_.clear();
+}
+
+bool WorkerAdmission::admits(std::string_view job_id) const {
+  std::lock_guard lock(mutex_);
+  return !job_id_.empty() && job_id == job_id_;
+}
+
+std::shared_ptr<grpc::ServerCredentials> server_credentials(const ClusterSecret& secret, const Identity& identity,
+                                                            std::shared_ptr<const WorkerAdmission> workers) {
   grpc::SslServerCredentialsOptions options(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   options.pem_root_certs = secret.ca_cert_pem;
   options.pem_key_cert_pairs.push_back({identity.key_pem, identity.cert_pem});
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::SslServerCredentials(options);
-  credentials->SetAuthMetadataProcessor(std::make_shared<ClusterTokenProcessor>(secret.token));
+  credentials->SetAuthMetadataProcessor(std::make_shared<ClusterTokenProcessor>(secret.token, std::move(workers)));
   return credentials;
+}
+
+std::string session_refusal(const grpc::AuthContext& context) {
+  const auto type = context.FindPropertyValues(GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME);
+  if (type.empty() || type.front() != "ssl") return {};
+  const auto role = context.FindPropertyValues(kRoleProperty);
+  if (!role.empty() && role.front() == kRoleMember) return {};
+  if (!role.empty() && role.front() == kRoleWorker) {
+    return "a worker's certificate cannot open a session (workers may use their job's store and send health "
+           "reports, nothing else); sessions need the cluster secret (`dtrain secret init`)";
+  }
+  return "the caller did not present the cluster token; sessions need the cluster secret (`dtrain secret init`)";
+}
+
+std::shared_ptr<grpc::ChannelCredentials> worker_channel_credentials(const std::string& ca_pem,
+                                                                     const Identity& identity) {
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = ca_pem;
+  options.pem_private_key = identity.key_pem;
+  options.pem_cert_chain = identity.cert_pem;
+  return grpc::SslCredentials(options);
 }
 
 std::shared_ptr<grpc::ChannelCredentials> channel_credentials(const ClusterSecret& secret, const Identity& identity) {

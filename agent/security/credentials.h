@@ -18,13 +18,16 @@
 //      validity dates.
 //   2. Before any handler runs, the server's auth processor requires metadata `dtrain-cluster-token` equal to the
 //      cluster token (constant-time compare) and fails the call UNAUTHENTICATED otherwise. The token entry is
-//      consumed: handlers never see it.
+//      consumed: handlers never see it. The one exception is a worker certificate (identity.h) of a job the
+//      agent runs now: it passes without the token, marked as a worker, and session handlers refuse it.
 // The token is sent only over a channel that has privacy and integrity (TLS), never in plaintext.
 
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
+#include <string_view>
 
 #include "agent/security/identity.h"
 #include "agent/security/secret.h"
@@ -36,8 +39,45 @@ inline constexpr const char* kTlsTargetName = "dtrain.cluster";
 // The call metadata entry that carries the cluster token.
 inline constexpr const char* kClusterTokenMetadata = "dtrain-cluster-token";
 
-// TLS that requires and verifies a client certificate from the cluster CA, and checks the cluster token.
-std::shared_ptr<grpc::ServerCredentials> server_credentials(const ClusterSecret& secret, const Identity& identity);
+// Who the caller proved to be, as a property of the call's AuthContext that the token check adds:
+//   kRoleMember  cluster token (launcher or agent): may open sessions, use the store and send reports
+//   kRoleWorker  a worker certificate (identity.h) of a job this agent runs: the store and reports only; the job
+//                id is in kJobProperty. The store and reports still need the round's token on top.
+inline constexpr const char* kRoleProperty = "dtrain-role";
+inline constexpr const char* kJobProperty = "dtrain-job";
+inline constexpr const char* kRoleMember = "member";
+inline constexpr const char* kRoleWorker = "worker";
+
+// The jobs whose worker certificates an agent accepts: the job of its current session, none between sessions. So
+// a worker certificate opens nothing once its job has ended here, whatever its notAfter says. Thread-safe (the
+// token check reads it on gRPC's threads).
+class WorkerAdmission {
+ public:
+  void admit(std::string job_id);
+  void close();
+  bool admits(std::string_view job_id) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::string job_id_;   // "" = none
+};
+
+// TLS that requires and verifies a client certificate from the cluster CA, and checks the cluster token. A worker
+// certificate passes without the token while `workers` admits its job, as role kRoleWorker; without `workers`
+// (a launcher's join server) worker certificates are refused.
+std::shared_ptr<grpc::ServerCredentials> server_credentials(const ClusterSecret& secret, const Identity& identity,
+                                                            std::shared_ptr<const WorkerAdmission> workers = nullptr);
+
+// "" when the caller of a call may open a session (AgentService.Session, LauncherService.Join): it proved the
+// cluster token, or the transport is plaintext (only --insecure, or the private channel between a launcher and the
+// local agents it started, serve sessions in plaintext). Otherwise why not, for the caller: a worker's certificate
+// never opens a session.
+std::string session_refusal(const grpc::AuthContext& context);
+
+// A worker's channel: TLS with its worker certificate, trusting only the cluster CA (`ca_pem`), no cluster token.
+// Use with set_tls_target. The store and health reports accept it while the worker's job runs.
+std::shared_ptr<grpc::ChannelCredentials> worker_channel_credentials(const std::string& ca_pem,
+                                                                     const Identity& identity);
 
 // TLS with `identity` as the client certificate, trusting only the cluster CA, plus the cluster token on every
 // call. Use with set_tls_target on the channel's arguments.

@@ -31,4 +31,24 @@ Identity issue_identity(const ClusterSecret& secret, const std::string& common_n
                         std::chrono::seconds not_before_offset = -kClockSkewAllowance,
                         std::chrono::seconds validity = kDefaultIdentityValidity);
 
+// Workers get least privilege, like a Kubernetes pod's bound service-account token or a Nomad task's workload
+// identity: a certificate that names its role and its job, and nothing that makes it a cluster member. It carries
+// the URI SAN kWorkerUriPrefix + job id, no DNS name and extendedKeyUsage clientAuth only (clients verify the name
+// kTlsTargetName, so a worker cannot pose as an agent or a launcher), and a validity of kWorkerIdentityValidity. Agents accept it (without the cluster token) only
+// while they run that job, and only for the store and health reports; no session with any agent or launcher
+// (credentials.h: TokenCheck).
+inline constexpr const char* kWorkerUriPrefix = "spiffe://dtrain.cluster/worker/";
+// An upper bound, not the real limit: a worker certificate opens nothing once its job has ended on the agent it
+// calls. The bound stops a copied certificate from living on for years; agents issue a fresh one for every job.
+inline constexpr std::chrono::seconds kWorkerIdentityValidity{std::chrono::hours(24 * 30)};
+
+// True when `job_id` can name a job everywhere it appears: a certificate's URI, a directory. 1 to 128 characters
+// of [A-Za-z0-9._-], not "." or "..". Launchers make ids of the spec name (already [a-z0-9-]+) and a timestamp.
+bool is_valid_job_id(const std::string& job_id);
+
+// A worker certificate for job `job_id` on `host` (the common name, for logs). Throws SecurityError for an id that
+// is_valid_job_id refuses.
+Identity issue_worker_identity(const ClusterSecret& secret, const std::string& job_id, const std::string& host,
+                               std::chrono::seconds validity = kWorkerIdentityValidity);
+
 }  // namespace dtrain::security

@@ -141,13 +141,12 @@ Identity make_certificate(const CertificateSpec& spec, const Identity* issuer) {
     add_extension(cert.get(), &context, NID_authority_key_identifier, "keyid:always");
     add_extension(cert.get(), &context, NID_basic_constraints, "critical,CA:FALSE");
     add_extension(cert.get(), &context, NID_key_usage, "critical,digitalSignature,keyAgreement");
-    add_extension(cert.get(), &context, NID_ext_key_usage, "serverAuth,clientAuth");
+    add_extension(cert.get(), &context, NID_ext_key_usage, spec.client_only ? "clientAuth" : "serverAuth,clientAuth");
   }
-  if (!spec.dns_names.empty()) {
-    std::string names;
-    for (const std::string& dns : spec.dns_names) names += (names.empty() ? "DNS:" : ",DNS:") + dns;
-    add_extension(cert.get(), &context, NID_subject_alt_name, names);
-  }
+  std::string names;
+  for (const std::string& dns : spec.dns_names) names += (names.empty() ? "DNS:" : ",DNS:") + dns;
+  for (const std::string& uri : spec.uris) names += (names.empty() ? "URI:" : ",URI:") + uri;
+  if (!names.empty()) add_extension(cert.get(), &context, NID_subject_alt_name, names);
   if (X509_sign(cert.get(), signer_key, EVP_sha256()) == 0) fail("cannot sign the certificate");
   return Identity{key_pem(key.get()), cert_pem(cert.get())};
 }

@@ -15,7 +15,9 @@ namespace dtrain::security::x509 {
 struct CertificateSpec {
   std::string common_name;
   bool is_ca = false;                       // CA:TRUE + keyCertSign, else CA:FALSE + serverAuth/clientAuth
+  bool client_only = false;                 // extendedKeyUsage clientAuth alone: cannot serve TLS (workers)
   std::vector<std::string> dns_names;       // subjectAltName DNS entries
+  std::vector<std::string> uris;            // subjectAltName URI entries (a worker's SPIFFE-style identity)
   std::chrono::seconds not_before_offset{};  // notBefore = now + this
   std::chrono::seconds validity{};           // notAfter = notBefore + this (clamped to the issuer's notAfter)
 };

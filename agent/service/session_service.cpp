@@ -1,6 +1,7 @@
 #include "agent/service/session_service.h"
 
 #include "agent/agent.h"
+#include "agent/security/credentials.h"
 #include "agent/session_stream.h"
 
 namespace dtrain::agent {
@@ -25,6 +26,10 @@ class ServerSessionStream final : public SessionStream {
 
 grpc::Status SessionService::Session(grpc::ServerContext* context,
                                      grpc::ServerReaderWriter<v1::AgentMessage, v1::LauncherMessage>* stream) {
+  // Before anything of the agent is touched: only a cluster member (or the private channel) drives an agent.
+  if (std::string refused = security::session_refusal(*context->auth_context()); !refused.empty()) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "session refused: " + refused);
+  }
   ServerSessionStream session(context, stream);
   std::string error = agent_.serve_session(session);
   if (error.empty()) return grpc::Status::OK;

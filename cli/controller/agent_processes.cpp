@@ -1,6 +1,11 @@
 #include "cli/controller/agent_processes.h"
 
+#include <stdlib.h>
+
+#include <cerrno>
 #include <csignal>
+#include <cstring>
+#include <filesystem>
 #include <stdexcept>
 
 namespace dtrain::controller {
@@ -58,7 +63,28 @@ AgentProcesses::AgentProcesses(EventQueue& events, std::string log_dir)
             events_.push(std::move(event));
           }}) {}
 
-AgentProcesses::~AgentProcesses() { wait_exit(std::chrono::milliseconds(0)); }
+AgentProcesses::~AgentProcesses() {
+  wait_exit(std::chrono::milliseconds(0));
+  if (!socket_dir_.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(socket_dir_, ignored);
+  }
+}
+
+std::string AgentProcesses::session_socket(int slot) {
+  if (socket_dir_.empty()) {
+    // A Unix socket's path is at most 107 bytes: a long TMPDIR falls back to /tmp.
+    std::string base = std::filesystem::temp_directory_path().string();
+    if (base.size() > 60) base = "/tmp";
+    std::string pattern = base + "/dtrain-launcher-XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      throw std::runtime_error("cannot create a private directory for the local agents' sockets in " + base + ": " +
+                               std::strerror(errno) + " (set TMPDIR to a writable directory)");
+    }
+    socket_dir_ = pattern;
+  }
+  return socket_dir_ + "/agent_" + std::to_string(slot) + ".sock";
+}
 
 void AgentProcesses::start(std::vector<std::vector<std::string>> argvs) {
   {
@@ -103,7 +129,7 @@ bool AgentProcesses::exited(int slot) {
   return slot >= 0 && static_cast<std::size_t>(slot) < exits_.size() && !exits_[static_cast<std::size_t>(slot)].empty();
 }
 
-bool AgentProcesses::wait_exit(std::chrono::milliseconds timeout) {
+bool AgentProcesses::wait_exit(std::chrono::milliseconds timeout, std::chrono::milliseconds kill_grace) {
   bool by_themselves;
   {
     std::unique_lock lock(mutex_);
@@ -111,7 +137,7 @@ bool AgentProcesses::wait_exit(std::chrono::milliseconds timeout) {
   }
   // Whatever is left (a stuck agent or ssh client, or workers an agent left behind and that were reparented to this
   // subreaper) is stopped and reaped.
-  supervisor_.stop_all_and_wait(std::chrono::milliseconds(by_themselves ? 0 : 1000), std::chrono::seconds(10));
+  supervisor_.stop_all_and_wait(by_themselves ? std::chrono::milliseconds(0) : kill_grace, std::chrono::seconds(10));
   return by_themselves;
 }
 

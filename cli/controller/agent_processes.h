@@ -1,8 +1,9 @@
 #pragma once
 
 // The agent processes a launcher starts itself, one per slot:
-//  * provider local: `dtrain agent --listen 127.0.0.1:0 --one-shot` per simulated node (slot = node id); the
-//    launcher reads the address each prints and dials it like a remote agent;
+//  * provider local: `dtrain agent --listen 127.0.0.1:0 --session-socket DIR/agent_<slot>.sock` per simulated node
+//    (slot = node id); the launcher dials the socket, a private channel no other user can reach, and its workers
+//    use the store at the TCP address each agent prints;
 //  * provider ssh: `ssh HOST dtrain agent --join ...` per host (slot = index in nodes.hosts);
 //  * provider slurm: one `srun ... dtrain agent --join ...` for every node (slot 0).
 // They run under a Supervisor, so they get their own process groups, die with the launcher (parent-death signal
@@ -36,11 +37,17 @@ class AgentProcesses {
   // Whether slot's process has exited.
   bool exited(int slot);
 
-  // Waits for every process to exit by itself; after `timeout` kills what is left (and its descendants).
-  // Returns true if they all exited by themselves.
-  bool wait_exit(std::chrono::milliseconds timeout);
+  // Waits for every process to exit by itself; after `timeout` stops what is left (and its descendants): SIGTERM,
+  // `kill_grace`, SIGKILL. Returns true if they all exited by themselves.
+  bool wait_exit(std::chrono::milliseconds timeout,
+                 std::chrono::milliseconds kill_grace = std::chrono::milliseconds(1000));
 
   std::string log_path(int slot) const { return log_dir_ + "/agent_" + std::to_string(slot) + ".log"; }
+
+  // Local agents: the path of slot's session socket (`dtrain agent --session-socket`), in a directory that only
+  // this user can enter (mkdtemp, 0700), made on first use and removed with this object. Throws
+  // std::runtime_error when it cannot be made.
+  std::string session_socket(int slot);
 
  private:
   EventQueue& events_;
@@ -50,6 +57,7 @@ class AgentProcesses {
   std::vector<std::string> addresses_;
   std::vector<std::string> exits_;    // non-empty once slot i exited: how
   int running_ = 0;
+  std::string socket_dir_;             // "" until session_socket() made it
   supervisor::Supervisor supervisor_;  // last: its thread stops before the state above goes away
 };
 

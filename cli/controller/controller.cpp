@@ -24,7 +24,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-milliseconds seconds_to_ms(double seconds) { return milliseconds(static_cast<long long>(seconds * 1000.0)); }
+// Durations come from a validated spec; duration_ms converts with its bounds checked (spec.h: limits).
+milliseconds seconds_to_ms(double seconds) { return spec::duration_ms(seconds); }
 
 std::string random_token() {
   std::random_device random;
@@ -60,7 +61,10 @@ std::string Controller::make_job_dir() {
   fs::path base = fs::absolute(spec_.logs.dir);
   std::error_code ec;
   fs::create_directories(base, ec);
-  if (ec) throw std::runtime_error("cannot create the log directory " + base.string() + ": " + ec.message());
+  if (ec) {
+    throw std::runtime_error("cannot create the log directory " + base.string() + " (logs.dir): " + ec.message() +
+                             ". Point logs.dir at a directory you can write, e.g. --set logs.dir=runs");
+  }
   std::string stamp = timestamp_now();
   std::string id = spec_.name + "-" + stamp;
   for (int n = 2;; ++n) {
@@ -70,7 +74,8 @@ std::string Controller::make_job_dir() {
       return dir.string();
     }
     if (errno != EEXIST) {
-      throw std::runtime_error("cannot create the job's log directory " + dir.string() + ": " + std::strerror(errno));
+      throw std::runtime_error("cannot create the job's log directory " + dir.string() + ": " + std::strerror(errno) +
+                               ". Point logs.dir at a directory you can write, e.g. --set logs.dir=runs");
     }
     id = spec_.name + "-" + stamp + "-" + std::to_string(n);
   }
@@ -115,10 +120,10 @@ void Controller::configure(int node) {
   send(node, message);
 }
 
-bool Controller::uses_tls(const std::string& address) const {
-  if (options_.insecure) return false;
-  // Plaintext only on loopback, and there only when no secret directory was named.
-  return !is_loopback_host(host_of(address)) || !options_.secret_dir.empty();
+bool Controller::uses_tls(const std::string&) const {
+  // Every session needs the cluster token, on loopback too (every user of a host reaches its loopback); the
+  // local agents this launcher starts itself are reached over their private sockets instead (start_nodes).
+  return !options_.insecure;
 }
 
 void Controller::load_identity() {
@@ -174,13 +179,21 @@ void Controller::start_nodes() {
   switch (spec_.nodes.provider) {
     case spec::Provider::local: {
       agent_processes_ = std::make_unique<AgentProcesses>(events_, job_dir_);
-      agent_processes_->start(std::vector<std::vector<std::string>>(
-          static_cast<std::size_t>(spec_.nodes.max_count),
-          {options_.self_exe, "agent", "--listen", "127.0.0.1:0", "--one-shot", "--quiet"}));
-      auto addresses = agent_processes_->wait_addresses(options_.agent_start_timeout);
-      nodes_.resize(addresses.size());
-      for (std::size_t i = 0; i < addresses.size(); ++i) {
-        auto connection = std::make_shared<AgentConnection>(static_cast<int>(i), addresses[i], events_,
+      // Sessions over each agent's private socket; the agents place the job's files in <run dir>/<job id>, which
+      // is job_dir_ itself with the run dir set to the directory above it (<logs.dir>).
+      const std::string run_dir = std::filesystem::path(job_dir_).parent_path().string();
+      std::vector<std::vector<std::string>> argvs;
+      for (int i = 0; i < spec_.nodes.max_count; ++i) {
+        argvs.push_back({options_.self_exe, "agent", "--listen", "127.0.0.1:0", "--quiet", "--session-socket",
+                         agent_processes_->session_socket(i), "--run-dir", run_dir});
+      }
+      agent_processes_->start(std::move(argvs));
+      agent_processes_->wait_addresses(options_.agent_start_timeout);
+      nodes_.resize(static_cast<std::size_t>(spec_.nodes.max_count));
+      for (std::size_t i = 0; i < nodes_.size(); ++i) {
+        auto connection = std::make_shared<AgentConnection>(static_cast<int>(i),
+                                                            "unix:" + agent_processes_->session_socket(static_cast<int>(i)),
+                                                            events_,
                                                             grpc::InsecureChannelCredentials(),
                                                             session_channel_arguments());
         nodes_[i].connection = connection;
@@ -219,6 +232,7 @@ void Controller::start_remote_agents() {
   remote.join_address = host_of(listen) + ":" + std::to_string(join_server_->port());
   remote.insecure = options_.insecure;
   remote.secret_dir = options_.secret_dir;  // "" = each node's default directory
+  remote.run_dir = std::filesystem::path(job_dir_).parent_path().string();
   remote.join_timeout_s = spec_.nodes.join_timeout_s;
   std::vector<std::vector<std::string>> commands;
   if (ssh) commands = ssh_agent_commands(spec_, remote);
@@ -341,6 +355,15 @@ void Controller::apply(const Event& event) {
   switch (event.kind) {
     case Event::Kind::signal:
       ++signals_seen_;
+      {
+        // The user is waiting: whatever the agents do, the launcher exits within stop.grace_s + 1 s of the first
+        // signal (a second one cuts that to a moment). Agents that do not confirm in time stop their workers on
+        // their own when the session ends, and local agents are killed with their workers.
+        const auto now = Clock::now();
+        const auto by = signals_seen_ == 1 ? now + seconds_to_ms(spec_.stop.grace_s) + kExitMargin
+                                           : now + kExitMargin / 2;
+        exit_by_ = exit_by_ ? std::min(*exit_by_, by) : by;
+      }
       if (interrupted_by_ == 0) {
         interrupted_by_ = event.signal;
         console_.note(std::string("received ") + signal_text(event.signal) +
@@ -476,6 +499,10 @@ void Controller::apply(const Event& event) {
       break;
     case v1::AgentMessage::kWorkerExited: {
       const auto& x = m.worker_exited();
+      if (!x.log_error().empty()) {
+        incomplete_logs_["attempt " + std::to_string(x.round()) + " rank " + std::to_string(x.rank())] =
+            x.log_error() + " (" + std::to_string(x.log_bytes_lost()) + " bytes of output not written)";
+      }
       if (x.round() != round_) break;
       workers_[x.rank()].exited = true;
       bool failed = !x.spawn_error().empty() || x.signal() != 0 || x.exit_code() != 0;
@@ -498,6 +525,14 @@ void Controller::apply(const Event& event) {
     case v1::AgentMessage::kLogLines:
       console_.worker_lines(m.log_lines());
       break;
+    case v1::AgentMessage::kLogWriteFailed: {
+      const auto& f = m.log_write_failed();
+      const std::string key = "attempt " + std::to_string(f.round()) + " rank " + std::to_string(f.rank());
+      incomplete_logs_.emplace(key, f.message());
+      console_.note("warning: " + key + ": " + f.message() +
+                    "; the worker keeps running, but its log file misses everything from here on");
+      break;
+    }
     case v1::AgentMessage::kGroupDone:
       if (m.group_done().round() == round_) node.group_done = true;
       break;
@@ -531,7 +566,9 @@ Controller::Outcome Controller::run_round(int restart_count) {
   const int node0 = active_.front();
 
   std::string attempt_dir = job_dir_ + "/attempt_" + std::to_string(restart_count);
-  std::filesystem::create_directories(attempt_dir);
+  if (std::error_code ec; !std::filesystem::create_directories(attempt_dir, ec) && ec) {
+    throw std::runtime_error("cannot create the attempt's log directory " + attempt_dir + ": " + ec.message());
+  }
   std::string token = random_token();
 
   v1::LauncherMessage prepare;
@@ -581,10 +618,11 @@ Controller::Outcome Controller::run_round(int restart_count) {
     for (const auto& [k, v] : w.env) (*spec->mutable_env())[k] = v;
     spec->set_working_dir(w.working_dir);
     for (unsigned c : w.cpus) spec->add_cpus(c);
-    spec->set_log_path(w.log_path);
+    // Named inside the job's directory: each agent places them under its own run directory (agent/run_dir.h).
+    spec->set_log_path(std::filesystem::path(w.log_path).lexically_relative(job_dir_).string());
     spec->set_stream_stdout(w.stream_stdout);
     spec->set_stream_stderr(w.stream_stderr);
-    spec->set_error_file(w.error_file);
+    spec->set_error_file(std::filesystem::path(w.error_file).lexically_relative(job_dir_).string());
     workers_[w.rank] = Worker{};
   }
   for (std::size_t r = 0; r < active_.size(); ++r) send(active_[r], starts[r]);
@@ -610,6 +648,10 @@ Controller::Outcome Controller::run_round(int restart_count) {
   }
 }
 
+Clock::time_point Controller::bounded(Clock::time_point deadline) const {
+  return exit_by_ ? std::min(deadline, *exit_by_) : deadline;
+}
+
 void Controller::stop_round(std::uint32_t round) {
   auto grace = seconds_to_ms(spec_.stop.grace_s);
   auto send_stop = [&](milliseconds g) {
@@ -622,9 +664,10 @@ void Controller::stop_round(std::uint32_t round) {
   send_stop(grace);
   bool escalated = signals_seen_ >= 2;
   if (escalated) send_stop(milliseconds(0));
-  auto deadline = Clock::now() + grace + milliseconds(10000);
+  const auto own_deadline = Clock::now() + grace + milliseconds(10000);
   Event event;
   while (true) {
+    const auto deadline = bounded(own_deadline);
     bool all = true;
     for (int id : active_) {
       const auto& n = nodes_[static_cast<std::size_t>(id)];
@@ -636,7 +679,7 @@ void Controller::stop_round(std::uint32_t round) {
       send_stop(milliseconds(0));
     }
     if (!next_event(event, deadline)) {
-      if (Clock::now() < deadline) continue;
+      if (Clock::now() < bounded(own_deadline)) continue;
       for (int id : active_) {
         const auto& n = nodes_[static_cast<std::size_t>(id)];
         if (!n.group_stopped && !n.session_closed && !n.lost) {
@@ -657,14 +700,14 @@ void Controller::shutdown_nodes() {
   for (auto& n : nodes_) {
     if (n.connection && n.connection->open() && !n.session_closed && !n.lost) n.connection->send_last(bye);
   }
-  auto deadline = Clock::now() + seconds_to_ms(spec_.stop.grace_s) + milliseconds(10000);
+  const auto own_deadline = Clock::now() + seconds_to_ms(spec_.stop.grace_s) + milliseconds(10000);
   Event event;
   while (true) {
     bool all = true;
     for (const auto& n : nodes_) all = all && (n.session_closed || n.lost || !n.connection);
     if (all) break;
-    if (!next_event(event, deadline)) {
-      if (Clock::now() < deadline) continue;
+    if (!next_event(event, bounded(own_deadline))) {
+      if (Clock::now() < bounded(own_deadline)) continue;
       for (auto& n : nodes_) {
         if (!n.session_closed && n.connection) n.connection->cancel();
       }
@@ -675,7 +718,14 @@ void Controller::shutdown_nodes() {
   for (auto& n : nodes_) {
     if (n.connection) n.connection->finish();
   }
-  if (agent_processes_ && !agent_processes_->wait_exit(milliseconds(5000))) {
+  // Interrupted: what is left of the exit deadline, and no second grace period for agents that ignore it.
+  auto wait = milliseconds(5000);
+  auto kill_grace = milliseconds(1000);
+  if (exit_by_) {
+    wait = std::clamp(std::chrono::duration_cast<milliseconds>(*exit_by_ - Clock::now()), milliseconds(0), wait);
+    kill_grace = milliseconds(0);
+  }
+  if (agent_processes_ && !agent_processes_->wait_exit(wait, kill_grace)) {
     console_.note(spec_.nodes.provider == spec::Provider::local
                       ? "a local agent did not exit by itself; it was killed with everything it had started"
                       : "an ssh/srun process did not exit by itself after its agent's session ended; it was killed");
@@ -764,10 +814,32 @@ std::vector<ProbedNode> Controller::probe(const std::string& checkpoint_dir, mil
   return out;
 }
 
+void Controller::report_incomplete_logs() {
+  if (incomplete_logs_.empty()) return;
+  std::string text = "warning: " + std::to_string(incomplete_logs_.size()) + " log file" +
+                     (incomplete_logs_.size() == 1 ? " is" : "s are") + " incomplete:";
+  constexpr std::size_t kShown = 8;
+  std::size_t shown = 0;
+  for (const auto& [who, why] : incomplete_logs_) {
+    if (shown++ == kShown) {
+      text += "\n  and " + std::to_string(incomplete_logs_.size() - kShown) + " more";
+      break;
+    }
+    text += "\n  " + who + ": " + why;
+  }
+  console_.note(text);
+}
+
 int Controller::run() {
   namespace fs = std::filesystem;
   spec_.working_dir = fs::absolute(spec_.working_dir).lexically_normal().string();
-  job_dir_ = make_job_dir();
+  try {
+    job_dir_ = make_job_dir();
+  } catch (const std::exception& e) {
+    // Nothing has started yet: an unusable logs.dir is a bad spec (exit 2), not a failed job.
+    console_.note(e.what());
+    return 2;
+  }
   auto started = Clock::now();
   next_heartbeat_ = started + heartbeat_interval_;
 
@@ -828,6 +900,7 @@ int Controller::run() {
     code = 128 + interrupted_by_;
   }
   shutdown_nodes();
+  report_incomplete_logs();
   return code;
 }
 

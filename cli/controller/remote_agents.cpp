@@ -20,6 +20,10 @@ std::vector<std::string> agent_words(const RemoteAgentOptions& options, const st
     words.push_back("--secret-dir");
     words.push_back(options.secret_dir);
   }
+  if (!options.run_dir.empty()) {
+    words.push_back("--run-dir");
+    words.push_back(options.run_dir);
+  }
   return words;
 }
 
@@ -80,7 +84,12 @@ int slurm_node_count(const spec::Spec& spec) {
     if (value == nullptr) continue;
     char* end = nullptr;
     const long n = std::strtol(value, &end, 10);
-    if (*value != '\0' && *end == '\0' && n > 0) return static_cast<int>(n);
+    if (*value == '\0' || *end != '\0' || n <= 0) continue;
+    if (n > spec::kMaxNodes) {
+      throw std::runtime_error(std::string(name) + "=" + value + ": a job runs on at most " +
+                               std::to_string(spec::kMaxNodes) + " nodes; give nodes.count to use fewer");
+    }
+    return static_cast<int>(n);
   }
   throw std::runtime_error("provider slurm runs inside a Slurm allocation (salloc or sbatch), but SLURM_JOB_NUM_NODES "
                            "is not set; start dtrain launch from the allocation, or give nodes.count");

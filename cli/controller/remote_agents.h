@@ -27,6 +27,8 @@ struct RemoteAgentOptions {
   bool insecure = false;       // pass --insecure (the launcher was started with it)
   std::string secret_dir;      // pass --secret-dir (when the launcher was given one; the same path on every node)
   double join_timeout_s = 60;  // how long an agent keeps trying to reach the launcher
+  std::string run_dir;         // pass --run-dir: the job's logs go to <run_dir>/<job id>/ on each node, as the
+                               //   launcher's own <logs.dir>/<job id>/ (one place on a shared filesystem)
 };
 
 // One argv per entry of nodes.hosts.

@@ -20,7 +20,8 @@ std::string env_or_empty(const char* name) {
   return value ? value : "";
 }
 
-// Mutual TLS when the cluster uses it (the agent then sets DTRAIN_TLS_*), else plaintext.
+// Mutual TLS with the worker certificate when the cluster uses TLS (the agent then sets DTRAIN_TLS_*), else
+// plaintext. Workers hold no cluster token.
 std::shared_ptr<grpc::ChannelCredentials> worker_credentials(grpc::ChannelArguments& arguments) {
   if (env_or_empty("DTRAIN_TLS_CA").empty()) return grpc::InsecureChannelCredentials();
   auto read = [](const char* variable) {
@@ -32,12 +33,10 @@ std::shared_ptr<grpc::ChannelCredentials> worker_credentials(grpc::ChannelArgume
     }
     return std::string(std::istreambuf_iterator<char>(in), {});
   };
-  security::ClusterSecret secret;
-  secret.ca_cert_pem = read("DTRAIN_TLS_CA");
-  secret.token = env_or_empty("DTRAIN_CLUSTER_TOKEN");
+  const std::string ca_pem = read("DTRAIN_TLS_CA");
   security::Identity identity{read("DTRAIN_TLS_KEY"), read("DTRAIN_TLS_CERT")};
   security::set_tls_target(arguments);
-  return security::channel_credentials(secret, identity);
+  return security::worker_channel_credentials(ca_pem, identity);
 }
 
 }  // namespace
@@ -49,7 +48,8 @@ struct HealthReporter::Channel {
 std::unique_ptr<HealthReporter> HealthReporter::from_env() {
   std::string address = env_or_empty("DTRAIN_AGENT_ADDR");
   if (address.empty()) return nullptr;
-  return std::make_unique<HealthReporter>(HealthReporterOptions{address, env_or_empty("DTRAIN_JOB_TOKEN")});
+  return std::make_unique<HealthReporter>(
+      HealthReporterOptions{address, env_or_empty("DTRAIN_JOB_TOKEN"), env_or_empty("DTRAIN_REPORT_TOKEN")});
 }
 
 HealthReporter::HealthReporter(HealthReporterOptions options)
@@ -111,6 +111,7 @@ void HealthReporter::run() {
     v1::ReportAck ack;
     grpc::ClientContext context;
     context.AddMetadata("dtrain-token", options_.token);
+    context.AddMetadata("dtrain-report-token", options_.report_token);
     context.set_deadline(std::chrono::system_clock::now() + options_.deadline);
     grpc::Status status = channel_->stub->Report(&context, request, &ack);
     std::lock_guard lock(mutex_);

@@ -1,12 +1,14 @@
 #pragma once
 
 // Health reports from a worker to its node's agent (WorkerReports.Report at DTRAIN_AGENT_ADDR, with this round's
-// DTRAIN_JOB_TOKEN as `dtrain-token` metadata): step, loss, tokens/s and resident memory, after every step.
+// DTRAIN_JOB_TOKEN as `dtrain-token` metadata and this worker's own DTRAIN_REPORT_TOKEN as `dtrain-report-token`,
+// which the agent requires of a report for this rank): step, loss, tokens/s and resident memory, after every step.
+// The agent refuses values that cannot be real (a loss that is not finite, say: agent/service/report_service.h).
 // Training never waits for it: report() only stores the newest values and a background thread sends them, each
 // call with a short deadline; values that arrive while a call is in flight replace each other (the agent wants the
 // latest, not a history). A failed report is logged once (then every 100th), and training goes on.
-// With DTRAIN_TLS_CA set (a cluster that uses TLS) the channel is mutual TLS with DTRAIN_TLS_CERT/KEY and the
-// cluster token DTRAIN_CLUSTER_TOKEN, as the store client does.
+// With DTRAIN_TLS_CA set (a cluster that uses TLS) the channel is mutual TLS with the worker certificate in
+// DTRAIN_TLS_CERT/KEY (no cluster token), as the store client does.
 
 #include <chrono>
 #include <condition_variable>
@@ -30,6 +32,7 @@ struct HealthReport {
 struct HealthReporterOptions {
   std::string address;                         // the agent's WorkerReports server (host:port)
   std::string token;                           // this round's job token
+  std::string report_token;                    // this worker's DTRAIN_REPORT_TOKEN
   std::chrono::milliseconds deadline{2'000};   // per report call
 };
 
