@@ -1,9 +1,10 @@
 """Resume after a kill gives exactly the losses of an uninterrupted run.
 
 A: one process trains 40 steps with --save-every 4; it is SIGKILLed right after a checkpoint appears; --resume
-   continues from the newest complete pair (ignoring a model file without its state file and a temporary file) and
-   the metrics file then holds steps 1..40 with losses identical to an uninterrupted run. A damaged newest state
-   file is skipped for the pair before it.
+   continues from the newest complete pair (removing a model file without its state file and a temporary file, and
+   saying so on stderr) and the metrics file then holds steps 1..40 with losses identical to an uninterrupted run.
+   A damaged newest state file, or one flipped exponent bit in the newest model file, is named on stderr and skipped
+   for the pair before it. --resume in a directory without checkpoints says it starts from step 1.
 B: the same under the launcher with 2 ranks and --max-restarts 1: rank 1 is SIGKILLed, the launcher restarts the
    job (TORCHELASTIC_RESTART_COUNT=1), the trainer resumes by itself, and the 40 losses equal those of an
    uninterrupted 2-rank run."""
@@ -45,7 +46,13 @@ with open(os.path.join(ck, f"state_{newest + 8}.bin.tmp.4242"), "wb") as f:
     f.write(b"partial")
 resumed = h.trainer(args + ["--resume"], work)
 h.check(resumed.code == 0, "A: the --resume run exits 0")
-h.check(f"at step {newest}" in resumed.out + resumed.err, f"A: it resumed from the newest complete pair, step {newest}")
+h.check(f"resuming from step {newest}: model_{newest}.bin + state_{newest}.bin, checksums ok" in resumed.err,
+        f"A: it says on stderr that it resumed from the newest complete pair, step {newest}")
+h.check(f"model_{newest + 4}.bin has no state file (an interrupted save): removed" in resumed.err and
+        f"state_{newest + 8}.bin.tmp.4242 is a partly written file (a save that was interrupted): removed" in
+        resumed.err, "A: it says it removed the leftovers of the interrupted save")
+h.check(not os.path.exists(os.path.join(ck, f"state_{newest + 8}.bin.tmp.4242")),
+        "A: the temporary file is gone")
 after = h.metrics(part)
 h.check([m["step"] for m in after] == list(range(1, STEPS + 1)), "A: the metrics file holds steps 1..40 once each")
 if reference:
@@ -64,12 +71,35 @@ with open(state_40, "r+b") as f:
     f.write(bytes([byte ^ 0x04]))
 again = h.trainer(args + ["--resume"], work)
 h.check(again.code == 0, "A2: --resume with a damaged newest checkpoint exits 0")
-h.check("checksum" in again.out + again.err and "at step 36" in again.out + again.err,
+h.check("state_40.bin: checksum mismatch" in again.err and "resuming from step 36" in again.err,
         "A2: it names the damage and resumes from step 36")
 after = h.metrics(part)
 if reference:
     h.check([m["loss"] for m in after] == [m["loss"] for m in reference],
             "A2: steps 37..40 repeat the same losses")
+
+# A3: one flipped exponent bit in the newest model file (llm.c's format has no checksum; the state file records
+# its CRC-32C) is found; resume falls back to step 36 instead of training on with different weights.
+model_40 = os.path.join(ck, "model_40.bin")
+with open(model_40, "r+b") as f:
+    f.seek(1024 + 4 * 1000 + 3)  # the high byte of a little-endian float holds the sign and 7 exponent bits
+    byte = f.read(1)[0]
+    f.seek(1024 + 4 * 1000 + 3)
+    f.write(bytes([byte ^ 0x10]))
+flipped = h.trainer(args + ["--resume"], work)
+h.check(flipped.code == 0, "A3: --resume with a flipped bit in the newest model file exits 0")
+h.check("model_40.bin: checksum mismatch" in flipped.err and "resuming from step 36" in flipped.err,
+        "A3: it names the damaged model file and resumes from step 36")
+if reference:
+    h.check([m["loss"] for m in h.metrics(part)] == [m["loss"] for m in reference],
+            "A3: steps 37..40 repeat the same losses")
+
+# A4: --resume where there is nothing to resume says so.
+empty = os.path.join(work, "ck_empty")
+fresh = h.trainer(common + ["--batch-size", "4", "--checkpoint-dir", empty, "--resume"], work)
+h.check(fresh.code == 0, "A4: --resume without checkpoints exits 0")
+h.check(f"no complete checkpoint in {empty}: starting from step 1" in fresh.err,
+        "A4: it says on stderr that it found no checkpoint and starts from step 1")
 
 # B: 2 ranks under the launcher; rank 1 is killed after the checkpoint of step 8; the restart resumes by itself.
 ddp_full = os.path.join(work, "ddp_full.jsonl")
@@ -90,7 +120,7 @@ for pid in victims:
 result = bg.wait(timeout=180)
 if not h.check(result.code == 0, f"B: the launcher restarts the job and it finishes (exit {result.code})"):
     result.show()
-h.check("resumed from" in result.out + result.err, "B: the restarted trainer resumed from a checkpoint by itself")
+h.check("resuming from step" in result.out + result.err, "B: the restarted trainer resumed from a checkpoint by itself")
 after = h.metrics(ddp) if os.path.exists(ddp) else []
 h.check([m["step"] for m in after] == list(range(1, STEPS + 1)), "B: the metrics file holds steps 1..40 once each")
 if ddp_reference:

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "trainer/ckpt/crc32c.h"
+
 namespace dtrain::trainer {
 namespace {
 
@@ -52,7 +54,8 @@ std::string describe_header(const GptConfig& c) {
          " C=" + std::to_string(c.channels) + " Vp=" + std::to_string(c.padded_vocab_size);
 }
 
-void write_model_file(const std::string& path, const GptConfig& config, const float* params, std::size_t count) {
+std::uint32_t write_model_file(const std::string& path, const GptConfig& config, const float* params,
+                               std::size_t count) {
   Header header{};
   header[0] = kModelFileMagic;
   header[1] = kModelFileVersion;
@@ -66,6 +69,7 @@ void write_model_file(const std::string& path, const GptConfig& config, const fl
   file.write(header.data(), sizeof(header));
   file.write(params, count * sizeof(float));
   file.commit();
+  return crc32c(crc32c(0, header.data(), sizeof(header)), params, count * sizeof(float));
 }
 
 GptConfig read_model_header(const std::string& path) {
@@ -73,9 +77,10 @@ GptConfig read_model_header(const std::string& path) {
   return config_of(read_header(path, in));
 }
 
-void read_model_file(const std::string& path, const GptConfig& config, float* params, std::size_t count) {
+std::uint32_t read_model_file(const std::string& path, const GptConfig& config, float* params, std::size_t count) {
   std::ifstream in;
-  GptConfig found = config_of(read_header(path, in));
+  Header header = read_header(path, in);
+  GptConfig found = config_of(header);
   if (found.max_seq_len != config.max_seq_len || found.vocab_size != config.vocab_size ||
       found.num_layers != config.num_layers || found.num_heads != config.num_heads ||
       found.channels != config.channels || found.padded_vocab_size != config.padded_vocab_size) {
@@ -93,6 +98,7 @@ void read_model_file(const std::string& path, const GptConfig& config, float* pa
   }
   in.read(reinterpret_cast<char*>(params), static_cast<std::streamsize>(count * sizeof(float)));
   if (!in) throw CheckpointError("model checkpoint " + path + ": read failed (" + std::strerror(errno) + ")");
+  return crc32c(crc32c(0, header.data(), sizeof(header)), params, count * sizeof(float));
 }
 
 }  // namespace dtrain::trainer

@@ -12,7 +12,7 @@ namespace {
 
 constexpr std::size_t kHeaderBytes = 256;
 
-// The fixed header: 16 int32 then 28 uint64.
+// The fixed header: 16 int32 then 24 uint64.
 struct RawHeader {
   std::array<std::int32_t, 16> ints{};
   std::array<std::uint64_t, 24> words{};
@@ -46,11 +46,12 @@ RawHeader pack(const TrainState& s) {
   RawHeader h;
   h.ints = {kStateFileMagic, kStateFileVersion, s.config.max_seq_len, s.config.vocab_size, s.config.num_layers,
             s.config.num_heads, s.config.channels, s.config.padded_vocab_size, s.batch_size, s.seq_len,
-            s.world_size, s.grad_accum, 0, 0, 0, 0};
+            s.world_size, s.grad_accum, s.model_crc ? 1 : 0, 0, 0, 0};
   h.words[0] = s.step;
   h.words[1] = s.data_step;
   h.words[2] = s.seed;
   h.words[3] = s.num_params;
+  h.words[4] = s.model_crc.value_or(0);
   return h;
 }
 
@@ -70,6 +71,7 @@ TrainState unpack(const RawHeader& h) {
   s.data_step = h.words[1];
   s.seed = h.words[2];
   s.num_params = h.words[3];
+  if (h.ints[12] == 1) s.model_crc = static_cast<std::uint32_t>(h.words[4]);
   return s;
 }
 
@@ -138,8 +140,7 @@ TrainState read_state_file(const std::string& path, float* m, float* v, std::siz
   sum.add(m, bytes);
   sum.add(v, bytes);
   if (sum.value() != stored) {
-    throw CheckpointError("state file " + path + ": checksum mismatch; the file was damaged after it was written. "
-                          "Remove this checkpoint pair to resume from the one before");
+    throw CheckpointError("state file " + path + ": checksum mismatch; the file was damaged after it was written");
   }
   return state;
 }

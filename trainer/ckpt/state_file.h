@@ -3,14 +3,20 @@
 // What a checkpoint needs besides the weights to continue training exactly: AdamW's moments, the step count, the
 // data position, the seed and the shape of the run. Binary, little endian, written atomically:
 //   int32 magic 0x54534454 ("TDST"), int32 version 1,
-//   int32 maxT V L NH C Vp, int32 batch_size seq_len world_size grad_accum, int32 0 x 4 (reserved),
-//   uint64 step data_step seed num_params, uint64 0 x 20 (reserved)          -- 256 bytes in all
+//   int32 maxT V L NH C Vp, int32 batch_size seq_len world_size grad_accum,
+//   int32 has_model_crc (1 when the next field is set), int32 0 x 3 (reserved),
+//   uint64 step data_step seed num_params, uint64 model_crc (CRC-32C of the whole model file of the same step,
+//   trainer/ckpt/crc32c.h), uint64 0 x 19 (reserved)                         -- 256 bytes in all
 //   float m[num_params], float v[num_params]   (the model's flat layout, trainer/model/layout.h)
 //   uint64 checksum (FNV-1a over the 64-bit words of everything before it)
 // Training draws no random numbers after init_weights(seed) (no dropout), so the seed is the whole RNG state.
+// The model file's checksum lives here, not in the model file, so that the model file stays exactly llm.c's format.
+// It took two fields that were reserved (zero) in the first files of version 1: those read as "no model checksum",
+// and trainers that predate it read the new files unchanged.
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "trainer/ckpt/atomic_file.h"
@@ -31,6 +37,7 @@ struct TrainState {
   int world_size = 0;           // ranks
   int grad_accum = 0;           // micro-steps per optimizer step
   std::uint64_t num_params = 0; // floats in m and in v
+  std::optional<std::uint32_t> model_crc;  // CRC-32C of the model file; none in files written before it existed
 };
 
 // Writes state and m, v (state.num_params floats each) atomically.

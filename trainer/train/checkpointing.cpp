@@ -1,6 +1,7 @@
 #include "trainer/train/checkpointing.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <stdexcept>
 #include <vector>
@@ -18,6 +19,17 @@ bool same_shape(const GptConfig& a, const GptConfig& b) {
   return a.max_seq_len == b.max_seq_len && a.vocab_size == b.vocab_size &&
          a.padded_vocab_size == b.padded_vocab_size && a.num_layers == b.num_layers &&
          a.num_heads == b.num_heads && a.channels == b.channels;
+}
+
+std::string file_name(const std::string& path) { return std::filesystem::path(path).filename().string(); }
+
+std::string pair_name(const CheckpointPair& pair) { return file_name(pair.model) + " + " + file_name(pair.state); }
+
+// Resume findings go to stderr: they decide what the run continues from, and the launcher's failure summary shows
+// a worker's last stderr lines.
+void say(const std::string& line) {
+  std::fprintf(stderr, "dtrain-trainer: %s\n", line.c_str());
+  std::fflush(stderr);
 }
 
 }  // namespace
@@ -41,7 +53,14 @@ std::uint64_t global_batch_tokens(const TrainState& s) {
 std::optional<StartPoint> load_newest_checkpoint(const std::string& dir, const TrainState& shape, Gpt& model,
                                                  AdamW& optimizer) {
   const std::size_t n = model.num_params();
-  for (const CheckpointPair& pair : list_checkpoints(dir)) {
+  for (const std::string& line : remove_interrupted_saves(dir)) say(line);
+  std::vector<CheckpointPair> pairs = list_checkpoints(dir);
+  if (pairs.empty()) {
+    say("no complete checkpoint in " + dir + ": starting from step 1");
+    return std::nullopt;
+  }
+  std::vector<std::string> damaged;
+  for (const CheckpointPair& pair : pairs) {
     try {
       TrainState found = read_state_header(pair.state);
       if (!same_shape(found.config, shape.config)) {
@@ -60,8 +79,9 @@ std::optional<StartPoint> load_newest_checkpoint(const std::string& dir, const T
       }
       // Into scratch buffers first: a pair that fails half-way must leave the model and optimizer untouched.
       std::vector<float> ordered(n), m(n), v(n);
-      read_model_file(pair.model, shape.config, ordered.data(), n);
-      TrainState state = read_state_file(pair.state, m.data(), v.data(), n);
+      bool model_checked = false;
+      TrainState state =
+          read_checkpoint_pair(pair, shape.config, ordered.data(), m.data(), v.data(), n, model_checked);
       model.layout().from_checkpoint_order(ordered.data(), model.params());
       std::copy(m.begin(), m.end(), optimizer.m());
       std::copy(v.begin(), v.end(), optimizer.v());
@@ -72,12 +92,21 @@ std::optional<StartPoint> load_newest_checkpoint(const std::string& dir, const T
                      pair.state, found.batch_size, found.world_size, found.grad_accum, shape.batch_size,
                      shape.world_size, shape.grad_accum);
       }
+      say("resuming from step " + std::to_string(state.step) + ": " + pair_name(pair) +
+          (model_checked ? ", checksums ok"
+                         : ", state checksum ok; the model file has no recorded checksum (its state file predates "
+                           "them), so it is not verified"));
       return StartPoint{state.step, state.data_step, pair.model};
     } catch (const CheckpointError& e) {
-      spdlog::warn("skipping checkpoint of step {}: {}", pair.step, e.what());
+      say(pair_name(pair) + ": " + e.what() + ": skipped");
+      damaged.push_back(file_name(pair.state));
     }
   }
-  return std::nullopt;
+  std::string names;
+  for (const std::string& name : damaged) names += (names.empty() ? "" : ", ") + name;
+  throw CheckpointError("every checkpoint in " + dir + " is damaged (" + names +
+                        ", see above); not starting from step 1, which would discard the run. Restore the files "
+                        "from a copy, or move them away (or pass another --checkpoint-dir) to start over");
 }
 
 void save_checkpoint(Communicator& comm, const std::string& dir, const Gpt& model, const AdamW& optimizer,
@@ -92,8 +121,18 @@ void save_checkpoint(Communicator& comm, const std::string& dir, const Gpt& mode
       if (ec) throw CheckpointError("cannot create --checkpoint-dir " + dir + " (" + ec.message() + ")");
       std::vector<float> ordered(model.num_params());
       model.layout().to_checkpoint_order(model.params(), ordered.data());
-      write_model_file(pair.model, model.config(), ordered.data(), ordered.size());
-      write_state_file(pair.state, state, optimizer.m(), optimizer.v());
+      TrainState recorded = state;
+      recorded.model_crc = write_model_file(pair.model, model.config(), ordered.data(), ordered.size());
+      try {
+        write_state_file(pair.state, recorded, optimizer.m(), optimizer.v());
+      } catch (const CheckpointError& e) {
+        // The new model file would pair with nothing, or with an older state file of this step that no longer
+        // matches it; it also holds space that the next try needs.
+        std::filesystem::remove(pair.model, ec);
+        std::filesystem::remove(pair.state, ec);
+        throw CheckpointError(std::string(e.what()) + "; removed " + file_name(pair.model) +
+                              " so that no half-written checkpoint is left");
+      }
     } catch (const std::exception& e) {
       failure = e.what();
       failed = 1;

@@ -29,15 +29,26 @@ TrainState run_shape(const TrainOptions& options, const GptConfig& config, int s
 // Tokens per optimizer step over all ranks and micro-steps: B*T*world*K.
 std::uint64_t global_batch_tokens(const TrainState& state);
 
-// Rank 0: loads the newest usable checkpoint pair in dir into the model and optimizer; nullopt when there is none.
-// A pair that cannot be read (a file damaged after it was written) is skipped with a warning, falling back to the
-// one before; a checkpoint of another model shape or global batch throws std::invalid_argument (resuming it would
-// not continue the same run).
+// Rank 0: removes what interrupted saves left in dir (checkpoint_dir.h), then loads the newest complete pair whose
+// checksums verify into the model and optimizer; nullopt when dir holds no complete pair. Says on stderr what it
+// found, one line per finding:
+//   model_600.bin has no state file (an interrupted save): removed
+//   model_500.bin + state_500.bin: <what is damaged>: skipped
+//   resuming from step 400: model_400.bin + state_400.bin, checksums ok
+//   no complete checkpoint in DIR: starting from step 1
+// A damaged pair (a checksum that does not match: a file changed after it was written) falls back to the pair
+// before it, which loses the steps in between but keeps the run going (a restart after a failure resumes by
+// itself, and refusing would turn one bad file into a job that cannot restart); the damaged pair is overwritten
+// when training reaches its step again. When every complete pair is damaged it throws CheckpointError instead of
+// starting from step 1, which would silently discard the whole run. A checkpoint of another model shape or global
+// batch throws std::invalid_argument (resuming it would not continue the same run).
 std::optional<StartPoint> load_newest_checkpoint(const std::string& dir, const TrainState& shape, Gpt& model,
                                                  AdamW& optimizer);
 
-// Every rank: rank 0 writes model_<step>.bin then state_<step>.bin (state.step) into dir; the others wait on a
-// one-float allreduce that also tells them whether it worked. Throws CheckpointError on every rank if it did not.
+// Every rank: rank 0 writes model_<step>.bin then state_<step>.bin (state.step, with the model file's CRC-32C)
+// into dir; the others wait on a one-float allreduce that also tells them whether it worked. Throws CheckpointError
+// on every rank if it did not; a model file whose state file could not be written (a full disk) is removed first,
+// so that it neither holds the space the next try needs nor pairs with an older state file of the same step.
 void save_checkpoint(Communicator& comm, const std::string& dir, const Gpt& model, const AdamW& optimizer,
                      const TrainState& state);
 
