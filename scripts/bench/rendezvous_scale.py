@@ -28,13 +28,18 @@ def run(dtrain, ping, agents, workers, port):
         f.write("name: scale\nnodes: {provider: join, count: %d, rendezvous: '127.0.0.1:%d', join_timeout_s: 120}\n"
                 "workers_per_node: %d\ncommand: [%s]\nbinding: none\nhealth: {node_timeout_s: 60}\n"
                 "logs: {dir: %s, console: none}\n" % (agents, port, workers, ping, os.path.join(work, "logs")))
+    # Sessions need the cluster token on loopback too: launcher and agents share a fresh secret.
+    secret = os.path.join(work, "secret")
+    subprocess.run([dtrain, "secret", "init", "--dir", secret], check=True, stdout=subprocess.DEVNULL)
+    env = dict(os.environ, DTRAIN_SECRET_DIR=secret)
     t0 = time.monotonic()
-    launcher = subprocess.Popen([dtrain, "launch", spec], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    launcher = subprocess.Popen([dtrain, "launch", spec], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                env=env)
     procs = []
     for _ in range(agents):
         procs.append(subprocess.Popen([dtrain, "agent", "--join", "127.0.0.1:%d" % port, "--quiet",
                                        "--join-timeout-s", "120"],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env))
     spawned = time.monotonic() - t0
     started_at = [None]
     lines = []

@@ -1,11 +1,13 @@
 """provider join on loopback: agents started with `dtrain agent --join` dial the launcher; node ranks follow join
 order; with count MIN:MAX the job starts after join_timeout_s with the agents that came. An agent killed mid-job
-is replaced by a new agent that joins during the backoff: the next round runs on it and the survivor."""
+is replaced by a new agent that joins during the backoff: the next round runs on it and the survivor. Loopback is
+no exception to the cluster token: launcher and agents find the secret through DTRAIN_SECRET_DIR."""
 
 import os
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 
 from harness import DTRAIN, Run, check, describe, finish, tagged_pids, wait_no_leaks, write
@@ -22,8 +24,13 @@ def agent(run, port):
                             env=run.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
+SECRET = os.path.join(tempfile.mkdtemp(prefix="dtrain-join-secret-"), "secret")
+subprocess.run([DTRAIN, "secret", "init", "--dir", SECRET], check=True, stdout=subprocess.DEVNULL)
+# Joined agents keep the jobs' logs in their own run directory ($XDG_STATE_HOME/dtrain/runs): the test's, here.
+ENV = {"DTRAIN_SECRET_DIR": SECRET, "XDG_STATE_HOME": os.path.dirname(SECRET)}
+
 # 1. Two of at most three agents join; the job starts after the join timeout with both.
-run = Run([], timeout=60)
+run = Run([], timeout=60, env=ENV)
 port = free_port()
 spec = write(os.path.join(run.dir, "job.yaml"),
              "name: joined\nnodes: {provider: join, count: '2:3', rendezvous: '127.0.0.1:%d', join_timeout_s: 5}\n"
@@ -45,7 +52,7 @@ for a in agents:
 run.assert_no_leaks()
 
 # 2. Kill one agent mid-job; a new one joins during the backoff and the next round runs on 2 nodes again.
-run = Run([], timeout=90)
+run = Run([], timeout=90, env=ENV)
 port = free_port()
 worker = ('if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then echo started; exec sleep 300; fi; '
           'echo "rank $RANK of $WORLD_SIZE on node $GROUP_RANK at restart $TORCHELASTIC_RESTART_COUNT"')
