@@ -238,6 +238,18 @@ TEST_CASE("malformed input names the line and what is wrong") {
   CHECK_THROWS_WITH_AS(parse_nvidia_smi_topo("hello\nworld\n"), doctest::Contains("CPU Affinity"), ImportError);
 }
 
+TEST_CASE("bytes that are not UTF-8 still render as JSON (U+FFFD), not as an exception") {
+  // Found by fuzzing (tests/fuzz/topology_import.cpp): `dtrain topo --import FILE --json` aborted on a file whose
+  // NIC legend held a byte that is not UTF-8.
+  std::string text = fixture("hgx_h100_8gpu_8nic.txt");
+  text.replace(text.find("NIC0: mlx5_0"), 12, "NIC0: mlx5_\xff");
+  const Report r = analyze_import(text);
+  std::string json;
+  REQUIRE_NOTHROW(json = render_json(r));
+  CHECK(json.find("mlx5_\xef\xbf\xbd") != std::string::npos);
+  CHECK_NOTHROW((void)nlohmann::json::parse(json));
+}
+
 TEST_CASE("cpu shares keep hyperthread siblings together and cover every CPU once") {
   CHECK(cpu_share("0-47,96-143", 0, 4) == "0-11,96-107");
   CHECK(cpu_share("0-63", 1, 2) == "32-63");

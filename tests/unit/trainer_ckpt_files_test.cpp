@@ -197,6 +197,28 @@ TEST_CASE("a state file round-trips, and damage is detected by its size or its c
   CHECK(error_of([&] { read_state_header(model); }).find("not a dtrain-trainer state file") != std::string::npos);
 }
 
+TEST_CASE("a state file whose parameter count would overflow the size check is refused") {
+  // Found by fuzzing (tests/fuzz/checkpoint.cpp): 256 + 2 * 4 * n + 8 wraps for n = 2^62, so a 264-byte file
+  // claimed 2^62 parameters and the reader went on to allocate for them.
+  TempDir dir{"trainer-ckpt"};
+  TrainState state;
+  state.config = small_config();
+  state.num_params = 0;
+  const std::string path = dir.file("state.bin");
+  write_state_file(path, state, nullptr, nullptr);
+  CHECK(fs::file_size(path) == 264);
+  CHECK(read_state_header(path).num_params == 0);
+  for (const std::uint64_t claimed : {std::uint64_t{1} << 62, std::uint64_t{1} << 61, ~std::uint64_t{0}}) {
+    CAPTURE(claimed);
+    {
+      std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+      f.seekp(64 + 3 * 8);  // words[3]: num_params
+      f.write(reinterpret_cast<const char*>(&claimed), sizeof claimed);
+    }
+    CHECK(error_of([&] { read_state_header(path); }).find("truncated or damaged") != std::string::npos);
+  }
+}
+
 TEST_CASE("an atomic file is invisible until commit and leaves nothing behind when abandoned") {
   TempDir dir{"trainer-ckpt"};
   std::string path = dir.file("target.bin");

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <vector>
 
 namespace dtrain::trainer {
@@ -87,13 +88,20 @@ RawHeader open_and_check(const std::string& path, std::ifstream& in) {
     throw CheckpointError("state file " + path + ": version " + std::to_string(h.ints[1]) +
                           " is not supported (this trainer reads version " + std::to_string(kStateFileVersion) + ")");
   }
-  std::uintmax_t expected = kHeaderBytes + 2 * h.words[3] * sizeof(float) + sizeof(std::uint64_t);
+  // The moments' size follows from the file's size, and num_params must match it. Computing the expected size
+  // from num_params instead would wrap for a damaged count (2^62 parameters "fit" in a 264-byte file).
+  constexpr std::uintmax_t kFixedBytes = kHeaderBytes + sizeof(std::uint64_t);
+  constexpr std::uintmax_t kBytesPerParam = 2 * sizeof(float);
   std::error_code ec;
   std::uintmax_t size = std::filesystem::file_size(path, ec);
-  if (ec || size != expected) {
-    throw CheckpointError("state file " + path + ": " + std::to_string(size) + " bytes, expected " +
-                          std::to_string(expected) + " for " + std::to_string(h.words[3]) +
-                          " parameters; the file is truncated or damaged");
+  const bool fits = !ec && size >= kFixedBytes && (size - kFixedBytes) % kBytesPerParam == 0 &&
+                    (size - kFixedBytes) / kBytesPerParam == h.words[3];
+  if (!fits) {
+    const std::string expected = h.words[3] <= (std::numeric_limits<std::uintmax_t>::max() - kFixedBytes) / kBytesPerParam
+                                     ? std::to_string(kFixedBytes + h.words[3] * kBytesPerParam) + " bytes"
+                                     : "more bytes than any file holds";
+    throw CheckpointError("state file " + path + ": " + std::to_string(size) + " bytes, expected " + expected +
+                          " for " + std::to_string(h.words[3]) + " parameters; the file is truncated or damaged");
   }
   return h;
 }

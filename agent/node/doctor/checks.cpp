@@ -56,7 +56,9 @@ std::string render_json(const NodeReport& report) {
     checks.push_back({{"id", c.id}, {"status", status_name(c.status)}, {"message", c.message}, {"fix", c.fix}});
   }
   nlohmann::ordered_json out = {{"node", report.node}, {"checks", checks}};
-  return out.dump(2) + "\n";
+  // Text from files, devices and the network is not always UTF-8; JSON must be, so bad bytes become U+FFFD
+  // instead of an exception.
+  return out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace dtrain::node::doctor

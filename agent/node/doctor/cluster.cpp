@@ -190,7 +190,9 @@ std::string render_job_json(const std::vector<NodeReport>& nodes, const std::vec
   out["nodes"] = nlohmann::ordered_json::array();
   for (const auto& n : nodes) out["nodes"].push_back({{"node", n.node}, {"checks", checks_json(n.checks)}});
   out["cluster"] = {{"checks", checks_json(cluster)}};
-  return out.dump(2) + "\n";
+  // Text from files, devices and the network is not always UTF-8; JSON must be, so bad bytes become U+FFFD
+  // instead of an exception.
+  return out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace dtrain::node::doctor

@@ -137,7 +137,9 @@ std::string render_json(const Report& r) {
                      {"env", env}});
   }
   Json out = {{"gpus", gpus}, {"nics", nics}, {"matrix", matrix}, {"local_ranks", ranks}, {"warnings", r.warnings}};
-  return out.dump(2) + "\n";
+  // Text from files, devices and the network is not always UTF-8; JSON must be, so bad bytes become U+FFFD
+  // instead of an exception.
+  return out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace dtrain::node::topo
