@@ -1,20 +1,59 @@
 #include "agent/service/report_service.h"
 
+#include <cmath>
+#include <cstdio>
+
 #include "agent/agent.h"
 
 namespace dtrain::agent {
+namespace {
+
+std::string metadata(const grpc::ServerContext* context, const char* name) {
+  auto it = context->client_metadata().find(name);
+  return it == context->client_metadata().end() ? "" : std::string(it->second.data(), it->second.size());
+}
+
+std::string number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
+
+}  // namespace
+
+std::string check_report_values(const v1::WorkerReport& report) {
+  if (report.step() > kMaxReportedStep) {
+    return "step " + std::to_string(report.step()) + " is not a step count (the most a report may carry is 2^53 = " +
+           std::to_string(kMaxReportedStep) + "; a negative number sent as unsigned looks like this)";
+  }
+  if (!std::isfinite(report.loss())) {
+    return "loss is " + number(report.loss()) + "; reports carry finite losses (a run whose loss is no longer "
+           "finite has diverged: let it fail with an error that says so)";
+  }
+  if (!std::isfinite(report.tokens_per_s()) || report.tokens_per_s() < 0) {
+    return "tokens_per_s is " + number(report.tokens_per_s()) + "; it must be a finite number, 0 or more";
+  }
+  if (report.rss_bytes() > kMaxReportedRssBytes) {
+    return "rss_bytes " + std::to_string(report.rss_bytes()) + " is over 1 PiB; not a resident set size";
+  }
+  return {};
+}
 
 grpc::Status ReportService::Report(grpc::ServerContext* context, const v1::WorkerReport* request, v1::ReportAck*) {
-  auto token = context->client_metadata().find("dtrain-token");
-  std::string value = token == context->client_metadata().end() ? "" : std::string(token->second.data(), token->second.size());
+  std::string refused =
+      agent_.check_reporter(metadata(context, "dtrain-token"), metadata(context, "dtrain-report-token"), request->rank());
+  if (!refused.empty()) return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "report refused: " + refused);
+  if (std::string implausible = check_report_values(*request); !implausible.empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "report of rank " + std::to_string(request->rank()) + " refused: " + implausible);
+  }
   v1::WorkerHealth health;
   health.set_rank(request->rank());
   health.set_step(request->step());
   health.set_loss(request->loss());
   health.set_tokens_per_s(request->tokens_per_s());
   health.set_rss_bytes(request->rss_bytes());
-  std::string refused = agent_.accept_report(value, health);
-  if (!refused.empty()) return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "report refused: " + refused);
+  agent_.forward_report(health);
   return grpc::Status::OK;
 }
 

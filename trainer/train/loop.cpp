@@ -79,7 +79,9 @@ int train(const TrainOptions& o) {
 
   // Rank 0 decides where to start; status: 1 resumed, 0 fresh, -1 failed (every rank then stops).
   const int restart_count = env_int("TORCHELASTIC_RESTART_COUNT", 0);
-  const bool want_resume = o.resume || (restart_count > 0 && !list_checkpoints(o.checkpoint_dir).empty());
+  // A restarted job resumes by itself when it saves checkpoints (or finds some), as if --resume had been given.
+  const bool want_resume =
+      o.resume || (restart_count > 0 && (o.save_every > 0 || !list_checkpoints(o.checkpoint_dir).empty()));
   StartPoint start;
   float status = 0;
   std::exception_ptr failure;
@@ -96,9 +98,6 @@ int train(const TrainOptions& o) {
         model.layout().from_checkpoint_order(ordered.data(), model.params());
       } else {
         model.init_weights(o.seed);
-      }
-      if (want_resume && !resumed) {
-        spdlog::info("no complete checkpoint in {}; starting from step 0", o.checkpoint_dir);
       }
     } catch (const std::exception&) {
       failure = std::current_exception();
@@ -133,9 +132,8 @@ int train(const TrainOptions& o) {
                "threads, backend {}, comm {}",
                config.describe(), n, B, T, world, K, global_batch_tokens(shape), kernels::cpu_threads(),
                model.backend().name(), comm->backend());
-  if (status > 0) {
-    spdlog::info("resumed from {} at step {}{}", start.checkpoint, start.step,
-                 o.init_from.empty() ? "" : " (--init-from is not used when resuming)");
+  if (status > 0 && !o.init_from.empty()) {
+    spdlog::info("--init-from {} is not used: training resumes from {}", o.init_from, start.checkpoint);
   }
   if (start.step >= static_cast<std::uint64_t>(o.steps)) {
     spdlog::info("the checkpoint is at step {}, --steps is {}: nothing to do", start.step, o.steps);
@@ -194,7 +192,9 @@ int train(const TrainOptions& o) {
                    o.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_ms,
                    ddp ? fmt::format(" | comm hidden {:.0f}%", 100 * *m.comm_hidden) : std::string());
     }
-    if (health) {
+    // A loss that is not finite ends the run just below, with an error that says so; the agent refuses it in a
+    // health report.
+    if (health && std::isfinite(loss)) {
       // This rank's own throughput (the metrics file has the whole job's).
       health->report({static_cast<std::uint32_t>(rank), m.step, m.loss, m.tokens_per_s / world, resident_bytes()});
     }
