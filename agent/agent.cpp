@@ -115,6 +115,12 @@ int Agent::run() {
   SessionService session_service(*this);
   ReportService report_service(*this);
 
+  try {
+    runtime_dir_.emplace(supervisor::RuntimeDir::create());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dtrain agent: %s\n", e.what());
+    return 1;
+  }
   std::shared_ptr<grpc::ServerCredentials> credentials;
   try {
     credentials = server_credentials();
@@ -240,9 +246,7 @@ std::shared_ptr<grpc::ServerCredentials> Agent::server_credentials() {
 void Agent::write_worker_tls(const security::ClusterSecret& secret) {
   // Workers reach the store over the same mutual TLS: a certificate of their own, issued here, in a directory only
   // this user can read, removed when the agent exits.
-  char pattern[] = "/tmp/dtrain-agent-tls-XXXXXX";
-  if (::mkdtemp(pattern) == nullptr) throw std::runtime_error("cannot create a directory for the workers' TLS files");
-  worker_tls_dir_ = pattern;
+  worker_tls_dir_ = runtime_dir_->make_subdir("tls");
   secret_ = secret;
   auto put = [this](const char* name, const std::string& text) {
     std::string path = worker_tls_dir_ + "/" + name;

@@ -17,6 +17,7 @@
 #include "agent/security/credentials.h"
 #include "agent/security/secret.h"
 #include "agent/store/store.h"
+#include "agent/supervisor/runtime_dir.h"
 
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
@@ -95,6 +96,7 @@ class Agent {
   bool join_failed_ = false;   // --join: never got a session
   bool stop_joining_ = false;
   bool join_tls_ = false;
+  std::optional<supervisor::RuntimeDir> runtime_dir_;  // private files; dead agents' leftovers swept at start
   std::string worker_tls_dir_;                          // the workers' TLS files ("" without TLS)
   std::map<std::string, std::string> worker_tls_env_;   // DTRAIN_TLS_* for workers (no cluster token)
   std::optional<security::ClusterSecret> secret_;       // TLS: issues each job's worker certificate
