@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include "cli/spec/locations.h"
@@ -29,6 +30,44 @@ Diagnostic file_problem(const std::string& file, std::string message) {
   return d;
 }
 
+// Records where each document starts; every other event is of no interest here.
+class DocumentStarts final : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> marks;
+
+  void OnDocumentStart(const YAML::Mark& mark) override { marks.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+// yaml-cpp 0.7 (Debian 12) never returns from LoadAll on some text: a ',' where a document starts yields an empty
+// document without consuming the ',', forever, until memory runs out. Walking the documents first and stopping
+// where one starts at the same place as the one before turns that into a syntax error. Throws YAML::Exception for
+// the errors yaml-cpp reports itself.
+void check_documents_advance(const std::string& text, const std::string& file) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts starts;
+  while (parser.HandleNextDocument(starts)) {
+    const auto& marks = starts.marks;
+    if (marks.size() < 2 || marks[marks.size() - 1].pos != marks[marks.size() - 2].pos) continue;
+    const YAML::Mark at = marks.back();
+    const auto position = detail::position_of(at);
+    const char c = at.pos >= 0 && static_cast<std::size_t>(at.pos) < text.size() ? text[at.pos] : '?';
+    Diagnostic d = file_problem(file, std::string("invalid YAML: '") + c + "' cannot start a document.");
+    d.line = position.line;
+    d.column = position.column;
+    d.hint = "Check the indentation and quoting here and on the line before.";
+    fail(std::move(d));
+  }
+}
+
 }  // namespace
 
 std::string_view to_string(Provider provider) {
@@ -48,6 +87,7 @@ Spec load_spec_string(std::string_view yaml, std::string_view source, const std:
   const std::string file(source);
   YAML::Node root;
   try {
+    check_documents_advance(std::string(yaml), file);
     const auto documents = YAML::LoadAll(std::string(yaml));
     if (documents.size() > 1) {
       const auto at = detail::position_of(documents[1].Mark());

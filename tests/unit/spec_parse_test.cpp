@@ -566,3 +566,12 @@ TEST_CASE("a NUL byte in an argument, a variable or a path is refused, not cut s
     CHECK(std::string(e.what()).starts_with("dtrain run: command[1]: contains a NUL byte"));
   }
 }
+
+TEST_CASE("text on which yaml-cpp's LoadAll never returns is a syntax error") {
+  // Found by fuzzing (tests/fuzz/spec_reader.cpp): a ',' where a document starts made YAML::LoadAll add empty
+  // documents forever, until the launcher ran out of memory.
+  CHECK(only_error(",") ==
+        "job.yaml:1:1: invalid YAML: ',' cannot start a document. Check the indentation and quoting here and on the "
+        "line before.");
+  CHECK(only_error("name: x\ncommand: [a]\n---\n,\n").starts_with("job.yaml:4:1: invalid YAML: ',' cannot start"));
+}
