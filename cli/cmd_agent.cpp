@@ -65,7 +65,7 @@ Action add_agent_command(CLI::App& app) {
     // Bounded like a spec's durations, so the conversion to milliseconds cannot wrap (CLI11's ranges let NaN by).
     for (const auto& [flag, seconds] : {std::pair{"--join-timeout-s", *join_timeout_s}, std::pair{"--lease-s", *lease_s}}) {
       if (!(seconds >= 0 && seconds <= spec::kMaxDurationS)) {
-        std::fprintf(stderr, "dtrain agent: %s must be 0 to %.0f seconds (7 days), got %g\n", flag,
+        std::fprintf(stderr, "dtrain agent: %s must be a number of seconds up to %.0f (7 days), got %g\n", flag,
                      spec::kMaxDurationS, seconds);
         return 2;
       }

@@ -9,7 +9,8 @@
 namespace dtrain::cli {
 namespace {
 
-// A job name from the program's file name: lower case, [a-z0-9-] only ("train_gpt.py" -> "train-gpt-py").
+// A job name from the program's file name: lower case, [a-z0-9-] only ("train_gpt.py" -> "train-gpt-py"), at most
+// spec::kMaxNameLength characters.
 std::string name_from_command(const std::string& program) {
   std::string base = program.substr(program.find_last_of('/') + 1);
   std::string name;
@@ -22,6 +23,8 @@ std::string name_from_command(const std::string& program) {
       name += '-';
     }
   }
+  // A long program name still makes a valid job name (validate() bounds its length).
+  if (name.size() > spec::kMaxNameLength) name.resize(spec::kMaxNameLength);
   while (!name.empty() && name.back() == '-') name.pop_back();
   return name.empty() ? "job" : name;
 }

@@ -52,6 +52,49 @@ r = Run(["run", "-n", "0", "--", "/bin/true"], cwd=run.dir).run()
 check(r.code == 2, "dtrain run -n 0 -> exit 2, got %s" % r.code)
 r = Run(["launch", os.path.join(run.dir, "missing.yaml")], cwd=run.dir).run()
 check(r.code == 2 and "missing.yaml" in r.err, "missing spec file -> exit 2 naming it: %s" % r.err)
+# Sizes, durations and bytes that used to crash, wrap or be cut short are refused up front, naming the key.
+too_big = {
+    "nodes.count": ["nodes.count=65536", "workers_per_node=65536"],
+    "workers_per_node": ["workers_per_node=2147483647"],
+    "nodes.count ": ["nodes.count=100000"],
+    "stop.grace_s": ["stop.grace_s=1e300"],
+    "stop.grace_s ": ["stop.grace_s=4294967.3"],
+    "health.node_timeout_s": ["health.node_timeout_s=1e20"],
+    "command[1]": ['command=[/bin/echo, "a\\0b"]'],
+    "env.FOO": ['env.FOO="x\\0y"'],
+}
+for key, sets in too_big.items():
+    args = [a for s in sets for a in ("--set", s)]
+    for verb in (["validate", good], ["launch", good, "--dry-run"]):
+        r = Run(verb + args, cwd=run.dir, timeout=30).run()
+        check(r.code == 2 and ("--set: " + key.strip() + ":") in r.err,
+              "%s %s -> exit 2 naming %s, got %s: %s" % (verb[0], " ".join(sets), key.strip(), r.code, r.err))
+r = Run(["run", "--grace-s", "1e300", "--", "/bin/true"], cwd=run.dir).run()
+check(r.code == 2 and "stop.grace_s" in r.err, "dtrain run --grace-s 1e300 -> exit 2: %s %s" % (r.code, r.err))
+r = Run(["run", "--nodes", "65536", "-n", "65536", "--", "/bin/true"], cwd=run.dir).run()
+check(r.code == 2 and "nodes.count" in r.err, "dtrain run --nodes 65536 -> exit 2: %s %s" % (r.code, r.err))
+
+# A log directory that cannot be created: exit 2 before anything starts, naming the path and why.
+a_file = write(os.path.join(run.dir, "a-file"), "not a directory\n")
+long_name = "x" * 300
+bad_dirs = {
+    a_file: "Not a directory",
+    os.path.join(a_file, "sub"): "Not a directory",
+    "/proc/self": "",
+    os.path.join(run.dir, long_name): "File name too long",
+}
+if os.geteuid() != 0:  # root writes anywhere: the unwritable case only means something for other users
+    locked = os.path.join(run.dir, "locked")
+    os.makedirs(locked, mode=0o500)
+    bad_dirs[locked] = "Permission denied"
+for path, why in bad_dirs.items():
+    r = Run(["launch", good, "--set", "logs.dir=" + path], cwd=run.dir, timeout=30).run()
+    check(r.code == 2 and "log directory " + path in r.err and why in r.err and "logs.dir" in r.err,
+          "logs.dir=%s -> exit 2 naming it and why (%s), got %s: %s" % (path, why or "any", r.code, r.err))
+    check(not tagged_pids(r.tag), "nothing started for an unusable logs.dir")
+r = Run(["launch", good, "--set", "name=" + long_name], cwd=run.dir, timeout=30).run()
+check(r.code == 2 and "name: is 300 characters long" in r.err, "a 300-character name -> exit 2: %s" % r.err)
+
 r = Run(["run", "-n", "2", "--", "/no/such/program"], cwd=run.dir).run()
 r.show()
 check(r.code == 127 and "/no/such/program" in r.err, "a program that cannot start -> 127 and its name, got %s" % r.code)
