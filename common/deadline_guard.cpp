@@ -65,8 +65,10 @@ class Timer {
         continue;
       }
       auto first = by_time_.begin();
-      if (Clock::now() < first->first.first) {
-        cv_.wait_until(lock, first->first.first);
+      if (const Clock::time_point when = first->first.first; Clock::now() < when) {
+        // A copy: wait_until reads the deadline again after waking, and remove() may have erased this entry (its
+        // key with it) meanwhile.
+        cv_.wait_until(lock, when);
         continue;
       }
       const std::uint64_t id = first->first.second;
