@@ -126,8 +126,10 @@ int above_stdio(int fd) { return fd > 2 ? fd : fcntl(fd, F_DUPFD_CLOEXEC, 3); }
   };
   if (const int error = become_keeper(agent); error != 0) failed(KeeperRecord::kStepSetup, error);
   const pid_t keeper = getpid();
-  // _Fork, not fork: no atfork handler of the agent's libraries may run in this fork of a multi-threaded process.
-  const pid_t worker = _Fork();
+  // vfork: the child borrows this memory until it execs (run_child only writes its own frame and exits or execs),
+  // so the agent's page tables are not copied a second time, and no atfork handler of the agent's libraries runs
+  // in this fork of a multi-threaded process.
+  const pid_t worker = vfork();
   if (worker == 0) run_child(plan, argv, envp, keeper, null_fd, out_fd, err_fd, report_fd);
   if (worker < 0) failed(KeeperRecord::kStepFork, errno);
   // The child does the same; doing it here too means the group exists before the agent signals it.
@@ -136,16 +138,16 @@ int above_stdio(int fd) { return fd > 2 ? fd : fcntl(fd, F_DUPFD_CLOEXEC, 3); }
   [[maybe_unused]] const ssize_t n = write(status_fd, &forked, sizeof forked);
   // Nothing of the agent's stays open here (its sockets, other workers' pipes, this worker's pipe ends, whose EOF
   // the agent waits for): stdio becomes /dev/null and the record pipe becomes descriptor 3.
-  status_fd = above_stdio(status_fd);
-  null_fd = above_stdio(null_fd);
-  if (status_fd >= 0 && null_fd >= 0) {
-    dup2(null_fd, 0);
-    dup2(null_fd, 1);
-    dup2(null_fd, 2);
-    if (status_fd != 3) status_fd = dup2(status_fd, 3);
+  int records = above_stdio(status_fd);
+  const int null_above = above_stdio(null_fd);
+  if (records >= 0 && null_above >= 0) {
+    dup2(null_above, 0);
+    dup2(null_above, 1);
+    dup2(null_above, 2);
+    if (records != 3) records = dup2(records, 3);
   }
   syscall(SYS_close_range, 4U, ~0U, 0U);
-  keep(worker, KeeperPlan{agent, plan.parent_death_signal, plan.orphan_grace, status_fd});
+  keep(worker, KeeperPlan{agent, plan.parent_death_signal, plan.orphan_grace, records});
 }
 
 void close_all(std::initializer_list<int> fds) {

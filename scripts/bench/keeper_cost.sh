@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Per-worker cost of containment (agent/supervisor/keeper.h): spawn latency and keeper memory for 100 workers, with
+# keepers and with a plain fork + exec, for an agent-sized process and for one with 256 MiB of dirty memory.
+# Usage: keeper_cost.sh [WORKERS, default 100]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${DTRAIN_BUILD_DIR:-$root/build}
+[ -x "$build/bin/dtrain-spawn-bench" ] || "$root/scripts/build.sh"
+for ballast in 0 256; do
+  "$build/bin/dtrain-spawn-bench" --workers "${1:-100}" --ballast-mb "$ballast"
+done
