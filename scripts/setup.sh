@@ -12,6 +12,7 @@ packages=(
   iptables iputils-ping util-linux hostname
   openssh-server openssh-client slurm-wlm munge
   libgloo-dev libopenblas-dev
+  clang-14 libfuzzer-14-dev
 )
 
 missing=()
