@@ -244,8 +244,8 @@ std::shared_ptr<grpc::ServerCredentials> Agent::server_credentials() {
 }
 
 void Agent::write_worker_tls(const security::ClusterSecret& secret) {
-  // Workers reach the store over the same mutual TLS: a certificate of their own, issued here, in a directory only
-  // this user can read, removed when the agent exits.
+  // Workers reach the store over the same mutual TLS with a worker certificate of their own (issued per job in
+  // begin_job), in a directory only this user can read, removed when the agent exits.
   worker_tls_dir_ = runtime_dir_->make_subdir("tls");
   secret_ = secret;
   auto put = [this](const char* name, const std::string& text) {

@@ -143,6 +143,7 @@ std::string JobRunner::start_group(const v1::StartGroup& request) {
       const auto& [log_path, error_file] = files[index++];
       workers_[w.rank()] = Worker{w, false};
       workers_[w.rank()].spec.set_error_file(error_file);
+      workers_[w.rank()].spec.set_log_path(log_path);
       supervisor::ProcessSpec spec;
       spec.id = process_id(request.round(), w.rank());
       spec.argv.assign(w.argv().begin(), w.argv().end());
@@ -260,6 +261,7 @@ void JobRunner::on_exited(const supervisor::ProcessExit& exit) {
   auto round = static_cast<std::uint32_t>(exit.id >> 32);
   auto rank = static_cast<std::uint32_t>(exit.id & 0xffffffffu);
   std::string error_file;
+  std::string log_path;
   bool group_done = false;
   {
     std::lock_guard lock(mutex_);
@@ -268,6 +270,7 @@ void JobRunner::on_exited(const supervisor::ProcessExit& exit) {
       if (it != workers_.end()) {
         it->second.exited = true;
         error_file = it->second.spec.error_file();
+        log_path = it->second.spec.log_path();
       }
       bool all = true;
       for (const auto& [r, w] : workers_) all = all && w.exited;
@@ -288,6 +291,7 @@ void JobRunner::on_exited(const supervisor::ProcessExit& exit) {
   exited->set_runtime_ms(static_cast<std::uint64_t>(exit.runtime.count()));
   for (const auto& line : exit.stderr_tail) exited->add_stderr_tail(line);
   exited->set_error_file_json(read_error_file(error_file));
+  exited->set_log_path(log_path);
   exited->set_exit_unix_ms(unix_ms());
   exited->set_spawn_error(exit.spawn_error);
   exited->set_log_error(exit.log_error);

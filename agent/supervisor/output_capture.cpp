@@ -22,7 +22,8 @@ int open_log_file(const std::string& path, std::string& error) {
     error = "cannot create log directory '" + parent.string() + "': " + ec.message();
     return -1;
   }
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  // O_NOFOLLOW: a symlink planted where a log goes (by a worker of an earlier round) is refused, not followed.
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) error = "cannot open log file '" + path + "': " + std::strerror(errno);
   return fd;
 }

@@ -180,8 +180,8 @@ void Controller::start_nodes() {
     case spec::Provider::local: {
       agent_processes_ = std::make_unique<AgentProcesses>(events_, job_dir_);
       // Sessions over each agent's private socket; the agents place the job's files in <run dir>/<job id>, which
-      // is job_dir_ itself with the run dir set to the directory above it (<logs.dir>).
-      const std::string run_dir = std::filesystem::path(job_dir_).parent_path().string();
+      // is job_dir_ itself with the run dir set to <logs.dir> (and dtrain doctor's disk check looks there).
+      const std::string run_dir = std::filesystem::absolute(spec_.logs.dir).string();
       std::vector<std::vector<std::string>> argvs;
       for (int i = 0; i < spec_.nodes.max_count; ++i) {
         argvs.push_back({options_.self_exe, "agent", "--listen", "127.0.0.1:0", "--quiet", "--session-socket",
@@ -232,7 +232,7 @@ void Controller::start_remote_agents() {
   remote.join_address = host_of(listen) + ":" + std::to_string(join_server_->port());
   remote.insecure = options_.insecure;
   remote.secret_dir = options_.secret_dir;  // "" = each node's default directory
-  remote.run_dir = std::filesystem::path(job_dir_).parent_path().string();
+  remote.run_dir = std::filesystem::absolute(spec_.logs.dir).string();
   remote.join_timeout_s = spec_.nodes.join_timeout_s;
   std::vector<std::vector<std::string>> commands;
   if (ssh) commands = ssh_agent_commands(spec_, remote);
@@ -513,6 +513,7 @@ void Controller::apply(const Event& event) {
       f.host = node.info.hostname;
       f.exit = x;
       if (x.rank() < plan_.workers.size()) f.log_path = plan_.workers[x.rank()].log_path;
+      if (!x.log_path().empty()) f.log_path = x.log_path();   // where its agent placed it, on its node
       if (auto h = last_health_.find(x.rank()); h != last_health_.end()) f.last_health = h->second;
       f.failed_unix_ms = x.exit_unix_ms();
       if (!root_cause_) {
