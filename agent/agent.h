@@ -59,7 +59,8 @@ class Agent {
   // Serves one session to its end; used by whichever service carried it in. Returns a status text ("" = clean).
   std::string serve_session(SessionStream& stream);
 
-  // TLS + token unless listening (and joining) on loopback only; plaintext elsewhere only with --insecure.
+  // TLS + cluster token on every address, loopback included; plaintext only with --insecure, and for the store
+  // and reports of an agent whose sessions come over its private socket (session_socket).
   std::shared_ptr<grpc::ServerCredentials> server_credentials();
 
   void write_worker_tls(const security::ClusterSecret& secret);

@@ -58,7 +58,9 @@ class ClusterTokenProcessor final : public grpc::AuthMetadataProcessor {
   static std::optional<std::string> worker_job(const grpc::AuthContext& context) {
     for (const grpc::string_ref& uri : context.FindPropertyValues(GRPC_PEER_URI_PROPERTY_NAME)) {
       std::string_view text(uri.data(), uri.size());
-      if (text.rfind(kWorkerUriPrefix, 0) == 0) return std::string(text.substr(std::string_view(kWorkerUriPrefix).size()));
+      if (text.rfind(kWorkerUriPrefix, 0) == 0) {
+        return std::string(text.substr(std::string_view(kWorkerUriPrefix).size()));
+      }
     }
     return std::nullopt;
   }

@@ -34,9 +34,9 @@ Identity issue_identity(const ClusterSecret& secret, const std::string& common_n
 // Workers get least privilege, like a Kubernetes pod's bound service-account token or a Nomad task's workload
 // identity: a certificate that names its role and its job, and nothing that makes it a cluster member. It carries
 // the URI SAN kWorkerUriPrefix + job id, no DNS name and extendedKeyUsage clientAuth only (clients verify the name
-// kTlsTargetName, so a worker cannot pose as an agent or a launcher), and a validity of kWorkerIdentityValidity. Agents accept it (without the cluster token) only
-// while they run that job, and only for the store and health reports; no session with any agent or launcher
-// (credentials.h: TokenCheck).
+// kTlsTargetName, so a worker cannot pose as an agent or a launcher), and a validity of kWorkerIdentityValidity.
+// Agents accept it (without the cluster token) only while they run that job, and only for the store and health
+// reports; it opens no session with any agent or launcher (credentials.h: WorkerAdmission, session_refusal).
 inline constexpr const char* kWorkerUriPrefix = "spiffe://dtrain.cluster/worker/";
 // An upper bound, not the real limit: a worker certificate opens nothing once its job has ended on the agent it
 // calls. The bound stops a copied certificate from living on for years; agents issue a fresh one for every job.

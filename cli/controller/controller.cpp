@@ -191,9 +191,8 @@ void Controller::start_nodes() {
       agent_processes_->wait_addresses(options_.agent_start_timeout);
       nodes_.resize(static_cast<std::size_t>(spec_.nodes.max_count));
       for (std::size_t i = 0; i < nodes_.size(); ++i) {
-        auto connection = std::make_shared<AgentConnection>(static_cast<int>(i),
-                                                            "unix:" + agent_processes_->session_socket(static_cast<int>(i)),
-                                                            events_,
+        const std::string socket = "unix:" + agent_processes_->session_socket(static_cast<int>(i));
+        auto connection = std::make_shared<AgentConnection>(static_cast<int>(i), socket, events_,
                                                             grpc::InsecureChannelCredentials(),
                                                             session_channel_arguments());
         nodes_[i].connection = connection;

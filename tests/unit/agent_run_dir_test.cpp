@@ -37,14 +37,16 @@ TEST_CASE("names inside the job's directory are placed there, with their directo
   CHECK(files.place("attempt_0/rank_2.log", "rank 2's log_path") == files.dir() + "/attempt_0/rank_2.log");
   CHECK(std::filesystem::is_directory(files.dir() + "/attempt_0"));
   // An absolute name inside the job's directory is the same file (launchers of provider local see that path).
-  CHECK(files.place(files.dir() + "/attempt_1/./rank_0_error.json", "x") == files.dir() + "/attempt_1/rank_0_error.json");
+  CHECK(files.place(files.dir() + "/attempt_1/./rank_0_error.json", "x") ==
+        files.dir() + "/attempt_1/rank_0_error.json");
 }
 
 TEST_CASE("names outside the job's directory are refused with what is allowed") {
   TempDir run("dtrain-run-dir-test");
   JobFiles files(run.path, kJob);
-  for (const std::string& name : std::vector<std::string>{"/etc/shadow", "../other-job/rank_0.log", "attempt_0/../../x", "/", "", ".",
-                                 run.path + "/" + kJob, run.path + "/" + kJob + "-evil/rank_0.log"}) {
+  const std::vector<std::string> names = {"/etc/shadow", "../other-job/rank_0.log", "attempt_0/../../x", "/", "", ".",
+                                         run.path + "/" + kJob, run.path + "/" + kJob + "-evil/rank_0.log"};
+  for (const std::string& name : names) {
     const std::string why = refusal(files, name);
     CHECK_MESSAGE(why.find("rank 0's error_file '" + name + "' is outside this job's directory") == 0, why);
     CHECK(why.find("name them relative to it, like attempt_0/rank_0.log") != std::string::npos);
