@@ -371,11 +371,15 @@ void Supervisor::Impl::keeper_reaped(pid_t keeper) {
   // The keeper was killed before its worker ended: the worker, running or a zombie, is now our own child (we are
   // the next subreaper up), so the usual waitpid sees it; the pidfd catches its exit even if SIGCHLD went elsewhere.
   Worker& orphan = *worker->second;
+  const std::uint64_t serial = watch.serial;
   orphan.pidfd = static_cast<int>(syscall(SYS_pidfd_open, orphan.pid, 0));
   if (orphan.pidfd >= 0) {
-    const std::uint64_t serial = watch.serial;
     orphan.pidfd_token = loop.add(orphan.pidfd, EPOLLIN, [this, serial](std::uint32_t) { on_worker_exited(serial); });
+    return;
   }
+  // Gone and reaped without a record (the keeper could not write it): report what is known rather than wait forever.
+  live.erase(orphan.pid);
+  on_worker_exit(serial, -1, 0);
 }
 
 void Supervisor::Impl::on_worker_exit(std::uint64_t serial, int exit_code, int signal) {
