@@ -128,7 +128,12 @@ bool Controller::uses_tls(const std::string&) const {
 
 void Controller::load_identity() {
   if (secret_) return;
-  secret_ = security::load_secret(options_.secret_dir.empty() ? security::default_secret_dir() : options_.secret_dir);
+  try {
+    secret_ = security::load_secret(options_.secret_dir.empty() ? security::default_secret_dir() : options_.secret_dir);
+  } catch (const security::SecurityError& e) {
+    throw security::SecurityError(std::string(e.what()) + ". Every agent session needs the cluster token, on "
+                                  "loopback too (--insecure: plaintext without it, for agents started with --insecure)");
+  }
   identity_ = security::issue_identity(*secret_, "launcher");
 }
 
