@@ -22,8 +22,8 @@ AgentConnection::~AgentConnection() {
 
 bool AgentConnection::open(std::chrono::milliseconds timeout, std::string& error) {
   channel_ = grpc::CreateCustomChannel(address_, credentials_, arguments_);
-  if (!channel_->WaitForConnected(std::chrono::system_clock::now() + timeout)) {
-    // WaitForConnected gives no reason; one call on the channel fails at once with it (TLS, refused, ...).
+  // WaitForConnected gives no reason; one call on the channel fails at once with it (TLS, refused, ...).
+  const auto why_not = [this] {
     grpc::ClientContext probe;
     probe.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
     auto stub = v1::AgentService::NewStub(channel_);
@@ -31,11 +31,29 @@ bool AgentConnection::open(std::chrono::milliseconds timeout, std::string& error
     v1::AgentMessage ignored;
     while (stream->Read(&ignored)) {
     }
-    grpc::Status status = stream->Finish();
-    error = "cannot connect to the agent within " + std::to_string(timeout.count()) + " ms: " +
-            security::explain_connect_failure(address_, status, tls_ ? security::Transport::tls
-                                                                     : security::Transport::plaintext);
-    return false;
+    return stream->Finish();
+  };
+  const auto explain = [this](const grpc::Status& status) {
+    return security::explain_connect_failure(address_, status,
+                                             tls_ ? security::Transport::tls : security::Transport::plaintext);
+  };
+  const auto deadline = std::chrono::system_clock::now() + timeout;
+  while (!channel_->WaitForConnected(std::min(deadline, std::chrono::system_clock::now() + kConnectPoll))) {
+    if (std::chrono::system_clock::now() >= deadline) {
+      error = "cannot connect to the agent within " + std::to_string(timeout.count()) + " ms: " + explain(why_not());
+      return false;
+    }
+    // An agent that is still starting refuses the connection, and waiting is right; an agent that answers but
+    // refuses us (another cluster's CA, a wrong token) will refuse again: say so now, not after the timeout.
+    if (channel_->GetState(false) != GRPC_CHANNEL_TRANSIENT_FAILURE) continue;
+    const grpc::Status status = why_not();
+    const std::string& text = status.error_message();
+    if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+        status.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
+        text.find("andshake") != std::string::npos || text.find("SSL") != std::string::npos) {
+      error = "the agent refused this launcher: " + explain(status);
+      return false;
+    }
   }
   stub_ = v1::AgentService::NewStub(channel_);
   stream_ = stub_->Session(&context_);

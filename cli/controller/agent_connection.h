@@ -23,6 +23,8 @@ class AgentConnection final : public NodeSession {
   static constexpr std::chrono::milliseconds kFinishTimeout{2000};
   // How long one send may block on an agent that does not read before the session is cancelled.
   static constexpr std::chrono::milliseconds kStallTimeout{10000};
+  // While dialing, how often open() looks at why the channel is not connected yet.
+  static constexpr std::chrono::milliseconds kConnectPoll{250};
 
   // `credentials`: TLS + token for a remote agent, or insecure ones on loopback / with --insecure.
   AgentConnection(int node, std::string address, EventQueue& events,

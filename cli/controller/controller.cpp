@@ -709,7 +709,8 @@ void Controller::shutdown_nodes() {
   Event event;
   while (true) {
     bool all = true;
-    for (const auto& n : nodes_) all = all && (n.session_closed || n.lost || !n.connection);
+    // A connection that never opened (a refused or unreachable agent) has no session to wait for.
+    for (const auto& n : nodes_) all = all && (n.session_closed || n.lost || !n.connection || !n.connection->open());
     if (all) break;
     if (!next_event(event, bounded(own_deadline))) {
       if (Clock::now() < bounded(own_deadline)) continue;

@@ -101,6 +101,10 @@ class Controller {
   void configure(int node);
   Outcome run_round(int restart_count);
   void stop_round(std::uint32_t round);
+  // A warning naming every log file that could not be written completely (a full disk), if any.
+  // `deadline`, or earlier when a signal set the launcher's exit deadline.
+  std::chrono::steady_clock::time_point bounded(std::chrono::steady_clock::time_point deadline) const;
+  void report_incomplete_logs();
   void shutdown_nodes();
 
   // Waits for the next event (sending heartbeats and checking node timeouts meanwhile); false at `deadline`.
@@ -139,6 +143,12 @@ class Controller {
   std::size_t started_workers_ = 0;
   std::chrono::steady_clock::time_point round_started_;
   std::map<unsigned, v1::WorkerHealth> last_health_;   // by rank, this round
+  // Log files that could not be written (full disk, ...), by "attempt A rank R"; kept over all rounds, so that a
+  // finished job still says that its logs are incomplete.
+  std::map<std::string, std::string> incomplete_logs_;
+  // Set by the first SIGINT/SIGTERM/SIGHUP: every wait of the shutdown ends by then (stop.grace_s + kExitMargin).
+  std::optional<std::chrono::steady_clock::time_point> exit_by_;
+  static constexpr std::chrono::milliseconds kExitMargin{600};
   std::optional<v1::RoundPrepared> prepared_;
   std::optional<Failure> root_cause_;
   std::vector<Failure> other_failures_;

@@ -144,4 +144,27 @@ else:
     run.proc.kill()
     kill_tagged(run.tag)
 
+# 7. A log file on a full disk: the launcher warns the moment it happens and again when the job ends, naming the
+#    rank, the file and how much was lost; the job itself still succeeds (its output was not the job's result).
+if os.geteuid() == 0:
+    full = os.path.join(Run([]).dir, "small-fs")
+    os.makedirs(full)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", full]).returncode == 0:
+        try:
+            run = run_bytes(["run", "-n", "2", "--console", "none", "--logs-dir", full, "--",
+                             "/bin/sh", "-c", "seq 1 100000; sleep 0.5"], timeout=60)
+            err = run.err.decode(errors="replace")
+            check(run.code == 0, "full disk: the job still exits 0, got %s: %s" % (run.code, err[-500:]))
+            check(re.search(r"warning: attempt 0 rank [01]: cannot append to log file '.*rank_[01]\.log': "
+                            r"No space left on device", err) is not None, "a warning as it happens: %s" % err[-800:])
+            check(re.search(r"warning: 2 log files are incomplete:\n.*attempt 0 rank 0: .*No space left on device "
+                            r"\(\d+ bytes of output not written\)", err) is not None,
+                  "a closing warning with the bytes lost: %s" % err[-800:])
+        finally:
+            subprocess.run(["umount", "-l", full])
+    else:
+        print("SKIPPED: full-disk case: cannot mount a tmpfs here", flush=True)
+else:
+    print("SKIPPED: full-disk case: needs root to mount a small tmpfs", flush=True)
+
 finish()
