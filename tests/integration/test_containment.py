@@ -47,7 +47,8 @@ def start_agent(run, port, runtime):
     """A standalone agent with its own XDG_RUNTIME_DIR (so its private directory is where this test looks)."""
     env = dict(run.env)
     env["XDG_RUNTIME_DIR"] = runtime
-    proc = subprocess.Popen([DTRAIN, "agent", "--listen", "127.0.0.1:%d" % port, "--secret-dir", run.secret],
+    proc = subprocess.Popen([DTRAIN, "agent", "--listen", "127.0.0.1:%d" % port, "--secret-dir", run.secret,
+                             "--run-dir", os.path.join(runtime, "runs")],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     ready, _, _ = select.select([proc.stdout], [], [], 20)
     line = proc.stdout.readline().decode() if ready else ""

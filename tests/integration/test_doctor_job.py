@@ -10,6 +10,7 @@ Nothing of the jobs is left running. The namespace part skips (with its reason) 
 import json
 import os
 import subprocess
+import tempfile
 
 from harness import DTRAIN, Run, check, finish, write
 import netns
@@ -60,7 +61,8 @@ def scenario_hosts(work):
         print("SKIPPED (namespace part): %s" % reason, flush=True)
         return
     with netns.Cluster(3) as c:
-        agents = [c.spawn(i, [DTRAIN, "agent", "--listen", "%s:%d" % (c.hosts[i].addr, AGENT_PORT), "--insecure"],
+        agents = [c.spawn(i, [DTRAIN, "agent", "--listen", "%s:%d" % (c.hosts[i].addr, AGENT_PORT), "--insecure",
+                              "--run-dir", tempfile.mkdtemp(prefix="dtrain-doctor-runs-")],
                           env={"DTRAIN_TEST_TAG": RUN.tag}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in (0, 1)]
         for i in (0, 1):
             for _ in range(100):

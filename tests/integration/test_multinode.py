@@ -47,7 +47,8 @@ class Suite:
     def start_agent(self, i):
         log = open(os.path.join(self.dir, "agent_%d.log" % i), "ab")
         self.agents[i] = self.c.spawn(i, [DTRAIN, "agent", "--listen", "%s:%d" % (self.c.hosts[i].addr, AGENT_PORT),
-                                          "--secret-dir", self.secret, "--lease-s", str(NODE_TIMEOUT)],
+                                          "--secret-dir", self.secret, "--lease-s", str(NODE_TIMEOUT),
+                                          "--run-dir", os.path.join(self.dir, "agent-runs-%d" % i)],
                                       env={"DTRAIN_TEST_TAG": self.tag}, stdout=log, stderr=log)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
