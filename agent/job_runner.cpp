@@ -141,7 +141,7 @@ std::string JobRunner::start_group(const v1::StartGroup& request) {
     std::size_t index = 0;
     for (const auto& w : request.workers()) {
       const auto& [log_path, error_file] = files[index++];
-      workers_[w.rank()] = Worker{w, false};
+      workers_[w.rank()] = Worker{w, false, {}};
       workers_[w.rank()].spec.set_error_file(error_file);
       workers_[w.rank()].spec.set_log_path(log_path);
       supervisor::ProcessSpec spec;
