@@ -30,9 +30,11 @@ std::string describe(const supervisor::ProcessExit& exit) {
 
 }  // namespace
 
-AgentProcesses::AgentProcesses(EventQueue& events, std::string log_dir)
+AgentProcesses::AgentProcesses(EventQueue& events, std::string log_dir, std::chrono::milliseconds stop_grace)
     : events_(events),
       log_dir_(std::move(log_dir)),
+      // The agent's own stop (SIGTERM, grace, SIGKILL, reap) plus time to exit.
+      orphan_grace_(stop_grace + std::chrono::seconds(5)),
       supervisor_(supervisor::Events{
           [](std::uint64_t, pid_t) {},
           [this](std::uint64_t id, bool is_stderr, std::string_view line) {
@@ -60,6 +62,15 @@ AgentProcesses::AgentProcesses(EventQueue& events, std::string log_dir)
             event.kind = Event::Kind::agent_exited;
             event.node = static_cast<int>(exit.id);
             event.text = describe(exit);
+            events_.push(std::move(event));
+          },
+          [this](std::uint64_t id, const std::string& message) {
+            // The agent's own log (agent_<slot>.log) is full: say so where its lines go.
+            Event event;
+            event.kind = Event::Kind::agent_line;
+            event.node = static_cast<int>(id);
+            event.text = message + "; later lines of this agent are not written there";
+            event.is_stderr = true;
             events_.push(std::move(event));
           }}) {}
 
@@ -100,6 +111,7 @@ void AgentProcesses::start(std::vector<std::vector<std::string>> argvs) {
     spec.argv = std::move(argvs[i]);
     spec.log_path = log_path(static_cast<int>(i));
     spec.parent_death_signal = SIGTERM;
+    spec.orphan_grace = orphan_grace_;
     specs.push_back(std::move(spec));
   }
   supervisor_.spawn(std::move(specs));

@@ -24,7 +24,9 @@ namespace dtrain::controller {
 
 class AgentProcesses {
  public:
-  AgentProcesses(EventQueue& events, std::string log_dir);
+  // `stop_grace`: if this launcher dies, how long each agent (SIGTERM from its keeper) has to stop its workers with
+  // the job's stop.grace_s before its keeper SIGKILLs whatever is left below it.
+  AgentProcesses(EventQueue& events, std::string log_dir, std::chrono::milliseconds stop_grace);
   ~AgentProcesses();
 
   // Starts one process per argv; process i is slot i.
@@ -52,6 +54,7 @@ class AgentProcesses {
  private:
   EventQueue& events_;
   std::string log_dir_;
+  std::chrono::milliseconds orphan_grace_;
   std::mutex mutex_;
   std::condition_variable cv_;
   std::vector<std::string> addresses_;

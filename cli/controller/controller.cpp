@@ -183,7 +183,7 @@ void Controller::dial_static_agents() {
 void Controller::start_nodes() {
   switch (spec_.nodes.provider) {
     case spec::Provider::local: {
-      agent_processes_ = std::make_unique<AgentProcesses>(events_, job_dir_);
+      agent_processes_ = std::make_unique<AgentProcesses>(events_, job_dir_, seconds_to_ms(spec_.stop.grace_s));
       // Sessions over each agent's private socket; the agents place the job's files in <run dir>/<job id>, which
       // is job_dir_ itself with the run dir set to <logs.dir> (and dtrain doctor's disk check looks there).
       const std::string run_dir = std::filesystem::absolute(spec_.logs.dir).string();
@@ -245,7 +245,7 @@ void Controller::start_remote_agents() {
   slot_failures_.clear();
   console_.note("starting " + std::to_string(count) + " agent" + (count == 1 ? "" : "s") + (ssh ? " over ssh" : " with srun") +
                 "; they join at " + remote.join_address + " (their output: " + job_dir_ + "/agent_<n>.log)");
-  agent_processes_ = std::make_unique<AgentProcesses>(events_, job_dir_);
+  agent_processes_ = std::make_unique<AgentProcesses>(events_, job_dir_, seconds_to_ms(spec_.stop.grace_s));
   agent_processes_->start(std::move(commands));
 }
 
