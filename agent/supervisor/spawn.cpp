@@ -259,7 +259,7 @@ std::variant<LaunchPlan, std::string> plan_launch(const ProcessSpec& spec) {
   return plan;
 }
 
-std::variant<LaunchedChild, std::string> launch(const LaunchPlan& plan) {
+std::variant<ForkedKeeper, std::string> fork_keeper(const LaunchPlan& plan) {
   int out[2] = {-1, -1}, err[2] = {-1, -1}, report[2] = {-1, -1}, status[2] = {-1, -1};
   const auto fail = [&](const char* what) {
     const std::string message =
@@ -287,7 +287,9 @@ std::variant<LaunchedChild, std::string> launch(const LaunchPlan& plan) {
   sigset_t all, previous;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &previous);
-  const pid_t keeper = fork();
+  // _Fork, not fork: the keeper runs only async-signal-safe code, so the atfork handlers of the agent's libraries
+  // (gRPC, malloc's arena locks across all its threads) are pure cost here, paid once per worker.
+  const pid_t keeper = _Fork();
   if (keeper == 0) {
     run_keeper(plan, argv.data(), envp.data(), agent, null_fd, out[1], err[1], report[1], status[1]);
   }
@@ -299,18 +301,25 @@ std::variant<LaunchedChild, std::string> launch(const LaunchPlan& plan) {
     errno = fork_errno;
     return fail("fork");
   }
-  auto worker = await_worker_pid(status[0], plan);
-  if (auto* error = std::get_if<std::string>(&worker)) {
+  return ForkedKeeper{keeper, out[0], err[0], report[0], status[0]};
+}
+
+std::variant<LaunchedChild, std::string> await_keeper(const ForkedKeeper& forked, const LaunchPlan& plan) {
+  auto worker = await_worker_pid(forked.keeper_fd, plan);
+  std::string error;
+  if (auto* reason = std::get_if<std::string>(&worker)) {
+    error = std::move(*reason);
+  } else if (fcntl(forked.keeper_fd, F_SETFL, O_NONBLOCK) != 0) {
+    error = "cannot start '" + plan.program + "': fcntl: " + std::strerror(errno);
+  }
+  if (!error.empty()) {
     // Our own unreaped child, so the pid is still the keeper's; the supervisor reaps it like any stray child.
-    kill(keeper, SIGKILL);
-    close_all({out[0], err[0], report[0], status[0]});
-    return std::move(*error);
+    kill(forked.keeper, SIGKILL);
+    close_all({forked.stdout_fd, forked.stderr_fd, forked.report_fd, forked.keeper_fd});
+    return error;
   }
-  if (fcntl(status[0], F_SETFL, O_NONBLOCK) != 0) {
-    kill(keeper, SIGKILL);
-    return fail("fcntl");
-  }
-  return LaunchedChild{std::get<pid_t>(worker), keeper, out[0], err[0], report[0], status[0]};
+  return LaunchedChild{std::get<pid_t>(worker), forked.keeper, forked.stdout_fd, forked.stderr_fd, forked.report_fd,
+                       forked.keeper_fd};
 }
 
 ExecReport await_exec(int report_fd, const LaunchPlan& plan, std::chrono::milliseconds timeout) {

@@ -36,7 +36,7 @@ std::variant<LaunchPlan, std::string> plan_launch(const ProcessSpec& spec);
 std::string search_path(const std::string& name, const std::string& path_var, const std::string& working_dir,
                         int& error);
 
-// How long launch() waits for the keeper to report the worker's pid (it forks at once; only a machine out of
+// How long await_keeper() waits for the keeper to report the worker's pid (it forks at once; only a machine out of
 // processes or memory makes it slow).
 inline constexpr std::chrono::seconds kKeeperReportTimeout{5};
 
@@ -51,11 +51,24 @@ struct LaunchedChild {
   int keeper_fd = -1;  // KeeperRecords after kWorkerForked (already read): kWorkerExited; EOF when the keeper is gone
 };
 
+// A keeper forked by fork_keeper whose first record was not read yet: the parent's (read) ends, close-on-exec.
+struct ForkedKeeper {
+  pid_t keeper = 0;
+  int stdout_fd = -1;
+  int stderr_fd = -1;
+  int report_fd = -1;
+  int keeper_fd = -1;
+};
+
 // Forks the keeper, which forks the worker, sets it up (own process group, parent-death signal, cpu binding, stdin
 // from /dev/null, stdout/stderr to pipes, every other descriptor closed at exec, working dir, default signal
-// dispositions, empty signal mask) and execs it. Returns the pair once the keeper reported the worker's pid, or the
-// error when no worker could be created.
-std::variant<LaunchedChild, std::string> launch(const LaunchPlan& plan);
+// dispositions, empty signal mask) and execs it. Returns at once after the fork, so that a caller starting many
+// workers forks every keeper before it waits for the first (they then set up and exec their workers in parallel).
+std::variant<ForkedKeeper, std::string> fork_keeper(const LaunchPlan& plan);
+// Waits (at most kKeeperReportTimeout) for the keeper's first record. Returns the pair once the keeper reported the
+// worker's pid, or the error when no worker could be created (the keeper is then SIGKILLed and the descriptors are
+// closed; the caller still reaps it).
+std::variant<LaunchedChild, std::string> await_keeper(const ForkedKeeper& forked, const LaunchPlan& plan);
 
 // What the report pipe said.
 struct ExecReport {

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <future>
 #include <map>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -85,8 +86,16 @@ struct Supervisor::Impl {
 
   // --- loop thread ---
   void run();
-  void start_all(const std::vector<ProcessSpec>& specs);
-  void start_one(const ProcessSpec& spec);
+  // A spec whose keeper is forked and whose worker's start is not known yet.
+  struct PendingStart {
+    const ProcessSpec* spec = nullptr;
+    std::unique_ptr<LaunchPlan> plan;
+    int log_fd = -1;
+    ForkedKeeper keeper;
+  };
+  void start_all(const std::vector<ProcessSpec>& specs, std::size_t& begun);
+  std::optional<PendingStart> begin_start(const ProcessSpec& spec);
+  void finish_start(PendingStart& start);
   void report_spawn_failure(const ProcessSpec& spec, pid_t pid, std::string error);
   void on_output(std::uint64_t serial, Stream stream);
   void reap_children();
@@ -146,8 +155,22 @@ void Supervisor::Impl::run() {
   }
 }
 
-void Supervisor::Impl::start_all(const std::vector<ProcessSpec>& specs) {
-  for (const auto& spec : specs) start_one(spec);
+void Supervisor::Impl::start_all(const std::vector<ProcessSpec>& specs, std::size_t& begun) {
+  // Every keeper is forked before the first is waited for: the keepers set up and exec their workers while this
+  // thread forks the next ones, instead of one fork + exec round trip after the other. Events still come in the
+  // order of `specs`. `begun` counts the specs that were started or reported; if this throws, the rest were not.
+  std::vector<PendingStart> pending;
+  pending.reserve(specs.size());
+  begun = 0;
+  try {
+    for (; begun < specs.size(); ++begun) {
+      if (auto start = begin_start(specs[begun])) pending.push_back(std::move(*start));
+    }
+  } catch (...) {
+    for (auto& start : pending) finish_start(start);
+    throw;
+  }
+  for (auto& start : pending) finish_start(start);
 }
 
 void Supervisor::Impl::report_spawn_failure(const ProcessSpec& spec, pid_t pid, std::string error) {
@@ -159,27 +182,42 @@ void Supervisor::Impl::report_spawn_failure(const ProcessSpec& spec, pid_t pid, 
   if (events.exited) events.exited(exit);
 }
 
-void Supervisor::Impl::start_one(const ProcessSpec& spec) {
+std::optional<Supervisor::Impl::PendingStart> Supervisor::Impl::begin_start(const ProcessSpec& spec) {
   if (shutting_down || stop.active()) {
     report_spawn_failure(spec, 0, "not started: stop_all is in progress (spawn again once it has finished)");
-    return;
+    return std::nullopt;
   }
   auto planned = plan_launch(spec);
   if (auto* error = std::get_if<std::string>(&planned)) {
     report_spawn_failure(spec, 0, std::move(*error));
-    return;
+    return std::nullopt;
   }
-  auto plan = std::make_unique<LaunchPlan>(std::move(std::get<LaunchPlan>(planned)));
-  int log_fd = -1;
+  PendingStart start;
+  start.spec = &spec;
+  start.plan = std::make_unique<LaunchPlan>(std::move(std::get<LaunchPlan>(planned)));
   if (!spec.log_path.empty()) {
     std::string error;
-    log_fd = open_log_file(spec.log_path, error);
-    if (log_fd < 0) {
+    start.log_fd = open_log_file(spec.log_path, error);
+    if (start.log_fd < 0) {
       report_spawn_failure(spec, 0, std::move(error));
-      return;
+      return std::nullopt;
     }
   }
-  auto launched = launch(*plan);
+  auto forked = fork_keeper(*start.plan);
+  if (auto* error = std::get_if<std::string>(&forked)) {
+    close_fd(start.log_fd);
+    report_spawn_failure(spec, 0, std::move(*error));
+    return std::nullopt;
+  }
+  start.keeper = std::get<ForkedKeeper>(forked);
+  return start;
+}
+
+void Supervisor::Impl::finish_start(PendingStart& start) {
+  const ProcessSpec& spec = *start.spec;
+  std::unique_ptr<LaunchPlan>& plan = start.plan;
+  int& log_fd = start.log_fd;
+  auto launched = await_keeper(start.keeper, *plan);
   if (auto* error = std::get_if<std::string>(&launched)) {
     close_fd(log_fd);
     report_spawn_failure(spec, 0, std::move(*error));
@@ -545,7 +583,8 @@ Supervisor::~Supervisor() {
 void Supervisor::spawn(std::vector<ProcessSpec> specs) {
   Impl* impl = impl_.get();
   if (std::this_thread::get_id() == impl->thread.get_id()) {
-    impl->start_all(specs);
+    std::size_t begun = 0;
+    impl->start_all(specs, begun);
     return;
   }
   auto finished = std::make_shared<std::promise<void>>();
@@ -554,7 +593,8 @@ void Supervisor::spawn(std::vector<ProcessSpec> specs) {
   const auto timeout = std::chrono::seconds(10) + kExecReportTimeout * static_cast<int>(shared_specs->size());
   impl->loop.post([impl, shared_specs, finished] {
     try {
-      impl->start_all(*shared_specs);
+      std::size_t begun = 0;
+      impl->start_all(*shared_specs, begun);
       finished->set_value();
     } catch (...) {
       finished->set_exception(std::current_exception());
@@ -590,7 +630,7 @@ void Supervisor::spawn_async(std::vector<ProcessSpec> specs) {
   impl->loop.post([impl, shared_specs] {
     std::size_t next = 0;
     try {
-      for (; next < shared_specs->size(); ++next) impl->start_one((*shared_specs)[next]);
+      impl->start_all(*shared_specs, next);
     } catch (const std::exception& e) {
       // Nobody waits for this call: every spec not started must still end in an exited event.
       for (; next < shared_specs->size(); ++next) {

@@ -13,6 +13,9 @@ AgentConnection::AgentConnection(int node, std::string address, EventQueue& even
       events_(events),
       credentials_(std::move(credentials)),
       arguments_(std::move(arguments)),
+      // Here, not in open(): the process's first channel starts gRPC (its threads, tens of ms on a loaded host),
+      // which the launcher overlaps with the start of its local agents. A channel does not dial before open().
+      channel_(grpc::CreateCustomChannel(address_, credentials_, arguments_)),
       tls_(tls) {}
 
 AgentConnection::~AgentConnection() {
@@ -21,7 +24,6 @@ AgentConnection::~AgentConnection() {
 }
 
 bool AgentConnection::open(std::chrono::milliseconds timeout, std::string& error) {
-  channel_ = grpc::CreateCustomChannel(address_, credentials_, arguments_);
   // WaitForConnected gives no reason; one call on the channel fails at once with it (TLS, refused, ...).
   const auto why_not = [this] {
     grpc::ClientContext probe;

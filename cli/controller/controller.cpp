@@ -193,17 +193,21 @@ void Controller::start_nodes() {
                          agent_processes_->session_socket(i), "--run-dir", run_dir});
       }
       agent_processes_->start(std::move(argvs));
+      // The sockets' paths are known before the agents listen: the channels (and gRPC itself) are set up while the
+      // agents start, and dial once they report.
+      std::vector<std::shared_ptr<AgentConnection>> connections;
+      for (int i = 0; i < spec_.nodes.max_count; ++i) {
+        connections.push_back(std::make_shared<AgentConnection>(i, "unix:" + agent_processes_->session_socket(i),
+                                                                events_, grpc::InsecureChannelCredentials(),
+                                                                session_channel_arguments()));
+      }
       agent_processes_->wait_addresses(options_.agent_start_timeout);
-      nodes_.resize(static_cast<std::size_t>(spec_.nodes.max_count));
+      nodes_.resize(connections.size());
       for (std::size_t i = 0; i < nodes_.size(); ++i) {
-        const std::string socket = "unix:" + agent_processes_->session_socket(static_cast<int>(i));
-        auto connection = std::make_shared<AgentConnection>(static_cast<int>(i), socket, events_,
-                                                            grpc::InsecureChannelCredentials(),
-                                                            session_channel_arguments());
-        nodes_[i].connection = connection;
+        nodes_[i].connection = connections[i];
         nodes_[i].last_heard = Clock::now();
         std::string error;
-        if (!connection->open(milliseconds(10000), error)) throw std::runtime_error("node " + std::to_string(i) + ": " + error);
+        if (!connections[i]->open(milliseconds(10000), error)) throw std::runtime_error("node " + std::to_string(i) + ": " + error);
       }
       break;
     }
