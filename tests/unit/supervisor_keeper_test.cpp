@@ -23,16 +23,10 @@
 using namespace dtrain::supervisor;
 using namespace std::chrono_literals;
 using dtrain::supervisor::testing::EventRecorder;
+using dtrain::supervisor::testing::shell;
 using dtrain::supervisor::testing::StopWaiter;
 
 namespace {
-
-ProcessSpec shell(std::uint64_t id, const std::string& script) {
-  ProcessSpec spec;
-  spec.id = id;
-  spec.argv = {"sh", "-c", script};
-  return spec;
-}
 
 // Zombies are dead: only their parent's reaping is missing.
 bool alive(pid_t pid) {

@@ -12,16 +12,10 @@
 using namespace dtrain::supervisor;
 using namespace std::chrono_literals;
 using dtrain::supervisor::testing::EventRecorder;
+using dtrain::supervisor::testing::shell;
 using dtrain::supervisor::testing::StopWaiter;
 
 namespace {
-
-ProcessSpec shell(std::uint64_t id, const std::string& script) {
-  ProcessSpec spec;
-  spec.id = id;
-  spec.argv = {"sh", "-c", script};
-  return spec;
-}
 
 // The pid a worker printed as "<tag>:<pid>".
 pid_t printed_pid(EventRecorder& recorder, std::uint64_t id, const std::string& tag) {

@@ -14,6 +14,14 @@
 
 namespace dtrain::supervisor::testing {
 
+// A worker that runs `script` with /bin/sh -c.
+inline ProcessSpec shell(std::uint64_t id, const std::string& script) {
+  ProcessSpec spec;
+  spec.id = id;
+  spec.argv = {"sh", "-c", script};
+  return spec;
+}
+
 // Test binaries have no threads before main(); preparing here keeps every test file correct on its own.
 inline const bool kProcessPrepared = (prepare_process(), true);
 
