@@ -157,8 +157,10 @@ void Supervisor::Impl::run() {
 
 void Supervisor::Impl::start_all(const std::vector<ProcessSpec>& specs, std::size_t& begun) {
   // Every keeper is forked before the first is waited for: the keepers set up and exec their workers while this
-  // thread forks the next ones, instead of one fork + exec round trip after the other. Events still come in the
-  // order of `specs`. `begun` counts the specs that were started or reported; if this throws, the rest were not.
+  // thread forks the next ones, instead of one fork + exec round trip after the other. `started` events come in the
+  // order of `specs`; a spec that fails before its fork (plan, log file, fork) is reported at once, so possibly
+  // before the `started` of an earlier spec. `begun` counts the specs that were forked or reported; if this throws,
+  // the rest were not.
   std::vector<PendingStart> pending;
   pending.reserve(specs.size());
   begun = 0;
