@@ -298,3 +298,29 @@ TEST_CASE("spawn_async: returns while the supervisor thread is busy; outcomes ar
   CHECK(recorder.order(3) == std::vector<std::string>{"exited"});
   REQUIRE(recorder.wait_exit(1));
 }
+
+TEST_CASE("spawn: a batch whose keepers are all forked first starts every good spec and reports each failure") {
+  EventRecorder recorder;
+  Supervisor supervisor(recorder.events());
+  ProcessSpec missing_dir = command(3, {"/bin/true"});
+  missing_dir.working_dir = "/nonexistent-dtrain-dir";  // fails in the child, after its keeper was forked
+  std::vector<ProcessSpec> specs{command(1, {"sh", "-c", "exit 3"}), command(2, {"dtrain-no-such-program"}),
+                                 std::move(missing_dir)};
+  for (std::uint64_t id = 4; id < 12; ++id) specs.push_back(command(id, {"sh", "-c", "exit " + std::to_string(id)}));
+  supervisor.spawn(std::move(specs));
+  const auto not_found = recorder.wait_exit(2);
+  const auto no_dir = recorder.wait_exit(3);
+  REQUIRE(not_found);
+  REQUIRE(no_dir);
+  CHECK(not_found->exit.spawn_error.find("dtrain-no-such-program") != std::string::npos);
+  CHECK(recorder.order(2) == std::vector<std::string>{"exited"});
+  CHECK(no_dir->exit.spawn_error.find("/nonexistent-dtrain-dir") != std::string::npos);
+  CHECK(recorder.order(3) == std::vector<std::string>{"exited"});
+  for (std::uint64_t id : {1, 4, 5, 6, 7, 8, 9, 10, 11}) {
+    const auto exit = recorder.wait_exit(id);
+    REQUIRE(exit);
+    CHECK(exit->exit.exit_code == static_cast<int>(id == 1 ? 3 : id));
+    CHECK(recorder.order(id) == std::vector<std::string>{"started", "exited"});
+  }
+  CHECK(supervisor.running() == 0);
+}
