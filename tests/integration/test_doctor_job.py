@@ -10,7 +10,6 @@ Nothing of the jobs is left running. The namespace part skips (with its reason) 
 import json
 import os
 import subprocess
-import tempfile
 
 from harness import DTRAIN, Run, check, finish, write
 import netns
@@ -62,7 +61,7 @@ def scenario_hosts(work):
         return
     with netns.Cluster(3) as c:
         agents = [c.spawn(i, [DTRAIN, "agent", "--listen", "%s:%d" % (c.hosts[i].addr, AGENT_PORT), "--insecure",
-                              "--run-dir", tempfile.mkdtemp(prefix="dtrain-doctor-runs-")],
+                              "--run-dir", os.path.join(RUN.dir, "agent-runs-%d" % i)],
                           env={"DTRAIN_TEST_TAG": RUN.tag}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in (0, 1)]
         for i in (0, 1):
             for _ in range(100):
