@@ -18,6 +18,7 @@
 #include "agent/store/store.h"
 #include "agent/store/testing/in_process_store.h"
 #include "dtrain/v1/store.grpc.pb.h"
+#include "tests/unit/eventually.h"
 
 using namespace std::chrono_literals;
 using dtrain::store::StoreClient;
@@ -38,15 +39,6 @@ int process_threads() {
     if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
   }
   return -1;
-}
-
-// Polls a condition for up to `limit`.
-template <class Condition>
-bool eventually(Condition condition, std::chrono::milliseconds limit = 5000ms) {
-  for (Clock::time_point end = Clock::now() + limit; Clock::now() < end; std::this_thread::sleep_for(5ms)) {
-    if (condition()) return true;
-  }
-  return condition();
 }
 
 struct Server : dtrain::store::testing::InProcessStore {

@@ -19,6 +19,8 @@
 
 #include "agent/supervisor/keeper.h"
 #include "agent/supervisor/testing/event_recorder.h"
+#include "tests/unit/eventually.h"
+#include "tests/unit/read_file.h"
 
 using namespace dtrain::supervisor;
 using namespace std::chrono_literals;
@@ -39,24 +41,7 @@ pid_t parent_of(pid_t pid) {
   return stat ? stat->ppid : 0;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 bool is_sleep(pid_t pid) { return read_file("/proc/" + std::to_string(pid) + "/cmdline").rfind("sleep", 0) == 0; }
-
-template <typename Predicate>
-bool eventually(Predicate predicate, std::chrono::milliseconds timeout = 5s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!predicate()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    usleep(1000);
-  }
-  return true;
-}
 
 // A stand-in for an agent: a forked process with a Supervisor of its own that runs `specs` and then waits to be
 // killed. Returns its pid and its workers' pids (in spec order) once every worker started.

@@ -10,22 +10,12 @@
 #include <string>
 
 #include "agent/supervisor/testing/event_recorder.h"
+#include "tests/unit/read_file.h"
 
 using namespace dtrain::supervisor;
 using namespace std::chrono_literals;
 using dtrain::supervisor::testing::EventRecorder;
 using dtrain::supervisor::testing::shell;
-
-namespace {
-
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::stringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-}  // namespace
 
 TEST_CASE("output: stdout and stderr lines reach the callback and the log file, partial last line included") {
   const auto dir = std::filesystem::temp_directory_path() / ("dtrain-supervisor-logs-" + std::to_string(getpid()));

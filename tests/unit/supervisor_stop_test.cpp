@@ -8,6 +8,7 @@
 #include <string>
 
 #include "agent/supervisor/testing/event_recorder.h"
+#include "tests/unit/eventually.h"
 
 using namespace dtrain::supervisor;
 using namespace std::chrono_literals;
@@ -26,17 +27,6 @@ pid_t printed_pid(EventRecorder& recorder, std::uint64_t id, const std::string& 
 }
 
 bool exists(pid_t pid) { return read_process_stat(pid).has_value(); }
-
-// Polls a condition about other processes (the test's view; the supervisor itself never polls).
-template <typename Predicate>
-bool eventually(Predicate predicate, std::chrono::milliseconds timeout = 5s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!predicate()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    usleep(1000);
-  }
-  return true;
-}
 
 pid_t parent_of(pid_t pid) {
   const auto stat = read_process_stat(pid);

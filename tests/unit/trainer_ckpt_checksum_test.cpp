@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/unit/small_gpt_config.h"
 #include "tests/unit/temp_dir.h"
 #include "trainer/ckpt/checkpoint_dir.h"
 #include "trainer/ckpt/crc32c.h"
@@ -22,17 +23,6 @@ using namespace dtrain::trainer;
 namespace fs = std::filesystem;
 
 namespace {
-
-GptConfig small_config() {
-  GptConfig c;
-  c.max_seq_len = 16;
-  c.vocab_size = 200;
-  c.padded_vocab_size = 256;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.channels = 8;
-  return c;
-}
 
 std::vector<float> ramp(std::size_t n, float scale) {
   std::vector<float> out(n);
@@ -77,9 +67,9 @@ CheckpointPair save_pair(const std::string& dir, std::uint64_t step) {
   auto m = ramp(kParams, 0.001f), v = ramp(kParams, 0.002f);
   TrainState state;
   state.step = step;
-  state.config = small_config();
+  state.config = small_gpt_config();
   state.num_params = kParams;
-  state.model_crc = write_model_file(pair.model, small_config(), params.data(), kParams);
+  state.model_crc = write_model_file(pair.model, small_gpt_config(), params.data(), kParams);
   write_state_file(pair.state, state, m.data(), v.data());
   return pair;
 }
@@ -103,12 +93,12 @@ TEST_CASE("the model file's checksum covers the whole file and the model file st
   TempDir dir{"trainer-ckpt-crc"};
   auto params = ramp(kParams, 0.5f);
   std::string path = dir.file("model.bin");
-  std::uint32_t written = write_model_file(path, small_config(), params.data(), kParams);
+  std::uint32_t written = write_model_file(path, small_gpt_config(), params.data(), kParams);
   std::string bytes = read_all(path);
   CHECK(bytes.size() == 1024 + 4 * kParams);  // no checksum appended: llm.c reads it as before
   CHECK(written == crc32c(0, bytes.data(), bytes.size()));
   std::vector<float> back(kParams);
-  CHECK(read_model_file(path, small_config(), back.data(), kParams) == written);
+  CHECK(read_model_file(path, small_gpt_config(), back.data(), kParams) == written);
 }
 
 TEST_CASE("the state file records the model checksum; one without it reads as unrecorded") {
@@ -116,7 +106,7 @@ TEST_CASE("the state file records the model checksum; one without it reads as un
   auto m = ramp(kParams, 0.1f), v = ramp(kParams, 0.2f);
   TrainState state;
   state.step = 7;
-  state.config = small_config();
+  state.config = small_gpt_config();
   state.num_params = kParams;
   state.model_crc = 0xdeadbeefu;
   write_state_file(dir.file("with.bin"), state, m.data(), v.data());
@@ -136,21 +126,21 @@ TEST_CASE("reading a pair verifies both files: a flipped exponent bit in the mod
   CheckpointPair pair = save_pair(dir.path, 500);
   std::vector<float> params(kParams), m(kParams), v(kParams);
   bool checked = false;
-  TrainState state = read_checkpoint_pair(pair, small_config(), params.data(), m.data(), v.data(), kParams, checked);
+  TrainState state = read_checkpoint_pair(pair, small_gpt_config(), params.data(), m.data(), v.data(), kParams, checked);
   CHECK(checked);
   CHECK(state.step == 500);
 
   // The high byte of a little-endian float: the sign and seven exponent bits. The file keeps its size and header.
   flip_bit(pair.model, 1024 + 4 * 321 + 3, 0x10);
   std::string error =
-      error_of([&] { read_checkpoint_pair(pair, small_config(), params.data(), m.data(), v.data(), kParams, checked); });
+      error_of([&] { read_checkpoint_pair(pair, small_gpt_config(), params.data(), m.data(), v.data(), kParams, checked); });
   CHECK(contains(error, "model checkpoint " + pair.model + ": checksum mismatch"));
   CHECK(contains(error, pair.state + " recorded"));
 
   flip_bit(pair.model, 1024 + 4 * 321 + 3, 0x10);  // repaired
   flip_bit(pair.state, 256 + 4 * 10, 0x01);
   error =
-      error_of([&] { read_checkpoint_pair(pair, small_config(), params.data(), m.data(), v.data(), kParams, checked); });
+      error_of([&] { read_checkpoint_pair(pair, small_gpt_config(), params.data(), m.data(), v.data(), kParams, checked); });
   CHECK(contains(error, "state file " + pair.state + ": checksum mismatch"));
 }
 

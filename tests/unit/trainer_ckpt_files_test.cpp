@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/unit/small_gpt_config.h"
 #include "tests/unit/temp_dir.h"
 #include "trainer/ckpt/atomic_file.h"
 #include "trainer/ckpt/checkpoint_dir.h"
@@ -26,17 +27,6 @@ using namespace dtrain::trainer;
 namespace fs = std::filesystem;
 
 namespace {
-
-GptConfig small_config() {
-  GptConfig c;
-  c.max_seq_len = 16;
-  c.vocab_size = 200;
-  c.padded_vocab_size = 256;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.channels = 8;
-  return c;
-}
 
 std::vector<float> random_floats(std::size_t n, unsigned seed) {
   std::mt19937 rng(seed);
@@ -71,7 +61,7 @@ std::vector<std::string> names_in(const TempDir& dir) {
 
 TEST_CASE("an llm.c model file round-trips bit for bit with llm.c's header") {
   TempDir dir{"trainer-ckpt"};
-  GptConfig config = small_config();
+  GptConfig config = small_gpt_config();
   auto params = random_floats(1234, 1);
   std::string path = dir.file("model.bin");
   write_model_file(path, config, params.data(), params.size());
@@ -100,7 +90,7 @@ TEST_CASE("an llm.c model file round-trips bit for bit with llm.c's header") {
 
 TEST_CASE("model files of another shape, size, format or version are refused with the fix") {
   TempDir dir{"trainer-ckpt"};
-  GptConfig config = small_config();
+  GptConfig config = small_gpt_config();
   auto params = random_floats(100, 2);
   std::string path = dir.file("model.bin");
   write_model_file(path, config, params.data(), params.size());
@@ -142,7 +132,7 @@ TEST_CASE("a state file round-trips, and damage is detected by its size or its c
   state.step = 1234567890123ull;
   state.data_step = 42;
   state.seed = 0xdeadbeefcafeull;
-  state.config = small_config();
+  state.config = small_gpt_config();
   state.batch_size = 4;
   state.seq_len = 16;
   state.world_size = 2;
@@ -193,7 +183,7 @@ TEST_CASE("a state file round-trips, and damage is detected by its size or its c
   CHECK(error_of([&] { read_state_header(cut); }).find("truncated") != std::string::npos);
 
   std::string model = dir.file("model.bin");
-  write_model_file(model, small_config(), m.data(), m.size());
+  write_model_file(model, small_gpt_config(), m.data(), m.size());
   CHECK(error_of([&] { read_state_header(model); }).find("not a dtrain-trainer state file") != std::string::npos);
 }
 
@@ -202,7 +192,7 @@ TEST_CASE("a state file whose parameter count would overflow the size check is r
   // claimed 2^62 parameters and the reader went on to allocate for them.
   TempDir dir{"trainer-ckpt"};
   TrainState state;
-  state.config = small_config();
+  state.config = small_gpt_config();
   state.num_params = 0;
   const std::string path = dir.file("state.bin");
   write_state_file(path, state, nullptr, nullptr);
@@ -244,7 +234,7 @@ TEST_CASE("an atomic file is invisible until commit and leaves nothing behind wh
 
 TEST_CASE("a writer killed in the middle of a checkpoint leaves the previous file whole") {
   TempDir dir{"trainer-ckpt"};
-  GptConfig config = small_config();
+  GptConfig config = small_gpt_config();
   auto old_params = random_floats(1 << 20, 5);
   std::string path = dir.file("model_1.bin");
   write_model_file(path, config, old_params.data(), old_params.size());
@@ -286,7 +276,7 @@ TEST_CASE("a writer killed in the middle of a checkpoint leaves the previous fil
 TEST_CASE("the checkpoint directory lists complete pairs, newest first") {
   TempDir dir{"trainer-ckpt"};
   CHECK(list_checkpoints(dir.file("missing")).empty());
-  GptConfig config = small_config();
+  GptConfig config = small_gpt_config();
   auto params = random_floats(10, 6);
   TrainState state;
   state.config = config;
