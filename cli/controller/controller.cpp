@@ -8,11 +8,11 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <random>
 #include <stdexcept>
 #include <thread>
 
 #include "agent/security/credentials.h"
+#include "agent/security/x509.h"
 #include "cli/controller/remote_agents.h"
 #include "common/grpc_options.h"
 #include "common/util.h"
@@ -26,18 +26,6 @@ using std::chrono::milliseconds;
 
 // Durations come from a validated spec; duration_ms converts with its bounds checked (spec.h: limits).
 milliseconds seconds_to_ms(double seconds) { return spec::duration_ms(seconds); }
-
-std::string random_token() {
-  std::random_device random;
-  static const char* hex = "0123456789abcdef";
-  std::string token;
-  for (int i = 0; i < 32; ++i) {
-    unsigned value = random();
-    token += hex[value & 15];
-    token += hex[(value >> 4) & 15];
-  }
-  return token;
-}
 
 std::string signal_text(int signal) {
   const char* name = signal_name(signal);
@@ -578,7 +566,8 @@ Controller::Outcome Controller::run_round(int restart_count) {
   if (std::error_code ec; !std::filesystem::create_directories(attempt_dir, ec) && ec) {
     throw std::runtime_error("cannot create the attempt's log directory " + attempt_dir + ": " + ec.message());
   }
-  std::string token = random_token();
+  // The round's store token: 32 random bytes from OpenSSL, like every other credential of the cluster.
+  std::string token = security::x509::random_hex(32);
 
   v1::LauncherMessage prepare;
   prepare.mutable_prepare_round()->set_round(round_);
