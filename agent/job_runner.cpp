@@ -58,8 +58,8 @@ JobRunner::JobRunner(store::Store& store, std::string advertise_host, std::strin
   events.log_failed = [this](std::uint64_t id, const std::string& text) {
     v1::AgentMessage message;
     auto* failed = message.mutable_log_write_failed();
-    failed->set_round(static_cast<std::uint32_t>(id >> 32));
-    failed->set_rank(static_cast<std::uint32_t>(id & 0xffffffffu));
+    failed->set_round(round_of(id));
+    failed->set_rank(rank_of(id));
     failed->set_message(text);
     emit(std::move(message));
   };
@@ -230,15 +230,15 @@ std::string JobRunner::current_token() const {
 void JobRunner::on_started(std::uint64_t id, pid_t pid) {
   v1::AgentMessage message;
   auto* started = message.mutable_worker_started();
-  started->set_round(static_cast<std::uint32_t>(id >> 32));
-  started->set_rank(static_cast<std::uint32_t>(id & 0xffffffffu));
+  started->set_round(round_of(id));
+  started->set_rank(rank_of(id));
   started->set_pid(static_cast<std::uint32_t>(pid));
   emit(std::move(message));
 }
 
 void JobRunner::on_line(std::uint64_t id, bool is_stderr, std::string_view line) {
-  auto round = static_cast<std::uint32_t>(id >> 32);
-  auto rank = static_cast<std::uint32_t>(id & 0xffffffffu);
+  const std::uint32_t round = round_of(id);
+  const std::uint32_t rank = rank_of(id);
   {
     std::lock_guard lock(mutex_);
     if (round != round_) return;
@@ -258,8 +258,8 @@ void JobRunner::on_line(std::uint64_t id, bool is_stderr, std::string_view line)
 }
 
 void JobRunner::on_exited(const supervisor::ProcessExit& exit) {
-  auto round = static_cast<std::uint32_t>(exit.id >> 32);
-  auto rank = static_cast<std::uint32_t>(exit.id & 0xffffffffu);
+  const std::uint32_t round = round_of(exit.id);
+  const std::uint32_t rank = rank_of(exit.id);
   std::string error_file;
   std::string log_path;
   bool group_done = false;

@@ -112,6 +112,8 @@ class JobRunner {
 inline std::uint64_t process_id(std::uint32_t round, std::uint32_t rank) {
   return (static_cast<std::uint64_t>(round) << 32) | rank;
 }
+inline std::uint32_t round_of(std::uint64_t process_id) { return static_cast<std::uint32_t>(process_id >> 32); }
+inline std::uint32_t rank_of(std::uint64_t process_id) { return static_cast<std::uint32_t>(process_id & 0xffffffffu); }
 
 // Binds an ephemeral TCP port on all interfaces and releases it; 0 on failure.
 unsigned reserve_port();
