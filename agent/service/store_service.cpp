@@ -22,6 +22,10 @@ grpc::StatusCode to_grpc(store::StatusCode code) {
     case store::StatusCode::cancelled: return grpc::StatusCode::CANCELLED;
     case store::StatusCode::unavailable: return grpc::StatusCode::UNAVAILABLE;
     case store::StatusCode::resource_exhausted: return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case store::StatusCode::not_found: return grpc::StatusCode::NOT_FOUND;
+    case store::StatusCode::already_exists: return grpc::StatusCode::ALREADY_EXISTS;
+    case store::StatusCode::permission_denied: return grpc::StatusCode::PERMISSION_DENIED;
+    case store::StatusCode::internal: return grpc::StatusCode::INTERNAL;
   }
   return grpc::StatusCode::UNKNOWN;
 }

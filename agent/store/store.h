@@ -34,6 +34,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/status.h"
+
 namespace dtrain::store {
 
 inline constexpr std::size_t kMaxKeyBytes = 4 * 1024;
@@ -57,42 +59,19 @@ struct StoreLimits {
   std::size_t namespace_keys = 131'072;
 };
 
-// What went wrong, in terms a transport can map one to one (the gRPC service maps each to the same-named code).
-enum class StatusCode {
-  ok,
-  invalid_argument,     // a limit or an empty key
-  unauthenticated,      // the token names no open namespace
-  deadline_exceeded,    // a get/wait timed out
-  aborted,              // the namespace was dropped while a get/wait was pending (the round ended)
-  failed_precondition,  // add on a value that is not an integer, or an add that would overflow
-  cancelled,            // the caller cancelled a pending get/wait
-  unavailable,          // the store is shutting down
-  resource_exhausted,   // the namespace is full (StoreLimits::namespace_bytes or namespace_keys); deleting keys
-                        // makes room again
-};
-
-class Status {
- public:
-  Status() = default;
-  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
-
-  bool ok() const { return code_ == StatusCode::ok; }
-  StatusCode code() const { return code_; }
-  const std::string& message() const { return message_; }
-
- private:
-  StatusCode code_ = StatusCode::ok;
-  std::string message_;
-};
-
-// A value or the reason there is none (`value` is meaningful only when status.ok()).
-template <class T>
-struct Result {
-  Status status;
-  T value{};
-
-  bool ok() const { return status.ok(); }
-};
+// Failures use dtrain's Status (common/status.h). The codes a store returns:
+//   invalid_argument     a limit or an empty key
+//   unauthenticated      the token names no open namespace
+//   deadline_exceeded    a get/wait timed out
+//   aborted              the namespace was dropped while a get/wait was pending (the round ended)
+//   failed_precondition  add on a value that is not an integer, or an add that would overflow
+//   cancelled            the caller cancelled a pending get/wait
+//   unavailable          the store is shutting down
+//   resource_exhausted   the namespace is full (StoreLimits::namespace_bytes or namespace_keys); deleting keys
+//                        makes room again
+using dtrain::Result;
+using dtrain::Status;
+using dtrain::StatusCode;
 
 // Identifies a pending get/wait for cancel(); kNoWaiter when the call completed (or failed) before returning.
 using WaiterId = std::uint64_t;
