@@ -30,6 +30,7 @@
 #include <string_view>
 
 #include "agent/security/identity.h"
+#include "common/transport.h"
 #include "agent/security/secret.h"
 
 namespace dtrain::security {
@@ -87,7 +88,7 @@ std::shared_ptr<grpc::ChannelCredentials> channel_credentials(const ClusterSecre
 void set_tls_target(grpc::ChannelArguments& args);
 
 // Which transport this side used for the call that failed (a peer that hangs up means different things).
-enum class Transport { tls, plaintext };
+using dtrain::Transport;
 
 // One sentence on why a connection or call to `address` failed, for the user: which check failed and what to do,
 // with gRPC's own words in parentheses. Best effort: TLS failures reach gRPC 1.51 clients (Debian's, on OpenSSL 3)
