@@ -12,6 +12,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -51,6 +52,28 @@ void append_children(pid_t pid, std::vector<pid_t>& out) {
   }
 }
 
+// Every process below `root`, breadth-first, whichever source of parent links `children_of(pid, out)` reads (it
+// appends pid's children to out).
+std::vector<pid_t> walk_tree(pid_t root, const std::function<void(pid_t, std::vector<pid_t>&)>& children_of) {
+  std::vector<pid_t> out;
+  std::unordered_set<pid_t> seen{root};
+  std::deque<pid_t> queue{root};
+  std::vector<pid_t> children;
+  while (!queue.empty()) {
+    const pid_t pid = queue.front();
+    queue.pop_front();
+    children.clear();
+    children_of(pid, children);
+    for (const pid_t child : children) {
+      // A pid recycled while the scan runs could in theory form a loop; `seen` keeps the walk finite.
+      if (!seen.insert(child).second) continue;
+      out.push_back(child);
+      queue.push_back(child);
+    }
+  }
+  return out;
+}
+
 int pidfd_open(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
 
 int pidfd_send_signal(int pidfd, int sig) {
@@ -67,22 +90,7 @@ bool pidfd_exited(int pidfd) {
 std::vector<pid_t> descendants(pid_t root) {
   static const bool has_children_files = access("/proc/thread-self/children", R_OK) == 0;
   if (!has_children_files) return descendants_from_stat(root);
-  std::vector<pid_t> out;
-  std::unordered_set<pid_t> seen{root};
-  std::deque<pid_t> queue{root};
-  while (!queue.empty()) {
-    const pid_t pid = queue.front();
-    queue.pop_front();
-    std::vector<pid_t> children;
-    append_children(pid, children);
-    for (const pid_t child : children) {
-      // A pid recycled while the scan runs could in theory form a loop; `seen` keeps the walk finite.
-      if (!seen.insert(child).second) continue;
-      out.push_back(child);
-      queue.push_back(child);
-    }
-  }
-  return out;
+  return walk_tree(root, append_children);
 }
 
 std::vector<pid_t> descendants_from_stat(pid_t root) {
@@ -94,20 +102,10 @@ std::vector<pid_t> descendants_from_stat(pid_t root) {
     const pid_t pid = static_cast<pid_t>(std::stol(name));
     if (const auto stat = read_process_stat(pid)) children.emplace(stat->ppid, pid);
   }
-  std::vector<pid_t> out;
-  std::unordered_set<pid_t> seen{root};
-  std::deque<pid_t> queue{root};
-  while (!queue.empty()) {
-    const pid_t pid = queue.front();
-    queue.pop_front();
+  return walk_tree(root, [&children](pid_t pid, std::vector<pid_t>& out) {
     const auto [first, last] = children.equal_range(pid);
-    for (auto it = first; it != last; ++it) {
-      if (!seen.insert(it->second).second) continue;
-      out.push_back(it->second);
-      queue.push_back(it->second);
-    }
-  }
-  return out;
+    for (auto it = first; it != last; ++it) out.push_back(it->second);
+  });
 }
 
 std::optional<ProcessStat> read_process_stat(pid_t pid) {
