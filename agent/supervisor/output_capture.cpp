@@ -14,18 +14,15 @@ constexpr std::size_t kReadChunk = 64 * 1024;
 
 }  // namespace
 
-int open_log_file(const std::string& path, std::string& error) {
+Result<int> open_log_file(const std::string& path) {
   std::error_code ec;
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  if (ec) {
-    error = "cannot create log directory '" + parent.string() + "': " + ec.message();
-    return -1;
-  }
+  if (ec) return {{StatusCode::internal, "cannot create log directory '" + parent.string() + "': " + ec.message()}};
   // O_NOFOLLOW: a symlink planted where a log goes (by a worker of an earlier round) is refused, not followed.
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) error = "cannot open log file '" + path + "': " + std::strerror(errno);
-  return fd;
+  if (fd < 0) return {{StatusCode::internal, "cannot open log file '" + path + "': " + std::strerror(errno)}};
+  return {{}, fd};
 }
 
 OutputCapture::OutputCapture(int stdout_fd, int stderr_fd, int log_fd, std::string log_path,

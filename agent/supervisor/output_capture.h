@@ -18,11 +18,13 @@
 #include <vector>
 
 #include "agent/supervisor/line_splitter.h"
+#include "common/status.h"
 
 namespace dtrain::supervisor {
 
-// Opens (creating parent directories) a log file for appending. Returns the fd, or -1 with `error` set.
-int open_log_file(const std::string& path, std::string& error);
+// Opens (creating parent directories) a log file for appending. Returns the fd, or fails with internal saying which
+// directory or file and why.
+Result<int> open_log_file(const std::string& path);
 
 class OutputCapture {
  public:

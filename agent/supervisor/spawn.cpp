@@ -157,8 +157,9 @@ void close_all(std::initializer_list<int> fds) {
 }
 
 // The keeper's first record, or why there is none within kKeeperReportTimeout.
-std::variant<pid_t, std::string> await_worker_pid(int keeper_fd, const LaunchPlan& plan) {
+Result<pid_t> await_worker_pid(int keeper_fd, const LaunchPlan& plan) {
   const auto deadline = std::chrono::steady_clock::now() + kKeeperReportTimeout;
+  const std::string failed = "cannot start '" + plan.program + "': ";
   KeeperRecord record{};
   std::size_t got = 0;
   while (got < sizeof record) {
@@ -168,28 +169,28 @@ std::variant<pid_t, std::string> await_worker_pid(int keeper_fd, const LaunchPla
     const int ready = poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
     if (ready < 0 && errno == EINTR) continue;
     if (ready == 0) {
-      return "cannot start '" + plan.program + "': its keeper process did not report within " +
-             std::to_string(kKeeperReportTimeout.count()) + " s (is the machine out of memory or processes?)";
+      return {{StatusCode::deadline_exceeded,
+               failed + "its keeper process did not report within " + std::to_string(kKeeperReportTimeout.count()) +
+                   " s (is the machine out of memory or processes?)"}};
     }
     const ssize_t n = read(keeper_fd, reinterpret_cast<char*>(&record) + got, sizeof record - got);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (n <= 0) return "cannot start '" + plan.program + "': its keeper process ended before it started it";
+    if (n <= 0) return {{StatusCode::internal, failed + "its keeper process ended before it started it"}};
     got += static_cast<std::size_t>(n);
   }
-  if (record.kind == KeeperRecord::kWorkerForked && record.pid > 0) return static_cast<pid_t>(record.pid);
+  if (record.kind == KeeperRecord::kWorkerForked && record.pid > 0) return {{}, static_cast<pid_t>(record.pid)};
   if (record.kind == KeeperRecord::kSetupFailed) {
     const std::string reason = std::strerror(record.value);
-    if (record.code == KeeperRecord::kStepFork) return "cannot start '" + plan.program + "': fork: " + reason;
-    return "cannot start '" + plan.program + "': cannot set up its keeper process: " + reason;
+    if (record.code == KeeperRecord::kStepFork) return {{StatusCode::internal, failed + "fork: " + reason}};
+    return {{StatusCode::internal, failed + "cannot set up its keeper process: " + reason}};
   }
-  return "cannot start '" + plan.program + "': unexpected record from its keeper process";
+  return {{StatusCode::internal, failed + "unexpected record from its keeper process"}};
 }
 
 }  // namespace
 
-std::string search_path(const std::string& name, const std::string& path_var, const std::string& working_dir,
-                        int& error) {
-  error = ENOENT;
+Result<std::string> search_path(const std::string& name, const std::string& path_var, const std::string& working_dir) {
+  int error = ENOENT;
   std::size_t start = 0;
   for (;;) {
     const std::size_t colon = path_var.find(':', start);
@@ -200,16 +201,19 @@ std::string search_path(const std::string& name, const std::string& path_var, co
     const std::string checked =
         (candidate[0] != '/' && !working_dir.empty()) ? working_dir + "/" + candidate : candidate;
     int candidate_error = 0;
-    if (is_executable_file(checked, candidate_error)) return candidate;
+    if (is_executable_file(checked, candidate_error)) return {{}, candidate};
     if (candidate_error == EACCES) error = EACCES;
     if (colon == std::string::npos) break;
     start = colon + 1;
   }
-  return "";
+  return {{error == EACCES ? StatusCode::permission_denied : StatusCode::not_found,
+           "cannot execute '" + name + "': " + std::strerror(error) + " (PATH=" + path_var + ")"}};
 }
 
-std::variant<LaunchPlan, std::string> plan_launch(const ProcessSpec& spec) {
-  if (spec.argv.empty() || spec.argv[0].empty()) return std::string("cannot execute: empty command (argv)");
+Result<LaunchPlan> plan_launch(const ProcessSpec& spec) {
+  if (spec.argv.empty() || spec.argv[0].empty()) {
+    return {{StatusCode::invalid_argument, "cannot execute: empty command (argv)"}};
+  }
   LaunchPlan plan;
   plan.argv = spec.argv;
   plan.working_dir = spec.working_dir;
@@ -225,8 +229,8 @@ std::variant<LaunchPlan, std::string> plan_launch(const ProcessSpec& spec) {
   }
   for (const auto& [key, value] : spec.env) {
     if (key.empty() || key.find('=') != std::string::npos) {
-      return "invalid environment variable name '" + key + "' for '" + spec.argv[0] + "': it must be non-empty "
-             "and must not contain '='";
+      return {{StatusCode::invalid_argument, "invalid environment variable name '" + key + "' for '" + spec.argv[0] +
+                                                 "': it must be non-empty and must not contain '='"}};
     }
     env[key] = value;
   }
@@ -237,18 +241,19 @@ std::variant<LaunchPlan, std::string> plan_launch(const ProcessSpec& spec) {
     plan.program = name;
   } else {
     const auto path_it = env.find("PATH");
-    const std::string path_var = path_it != env.end() ? path_it->second : kDefaultPath;
-    int error = 0;
-    plan.program = search_path(name, path_var, spec.working_dir, error);
-    if (plan.program.empty()) {
-      return "cannot execute '" + name + "': " + std::strerror(error) + " (PATH=" + path_var + ")";
-    }
+    Result<std::string> found = search_path(name, path_it != env.end() ? path_it->second : kDefaultPath,
+                                            spec.working_dir);
+    if (!found.ok()) return {found.status};
+    plan.program = std::move(found.value);
   }
 
   if (!spec.cpus.empty()) {
     unsigned max_cpu = 0;
     for (const unsigned cpu : spec.cpus) max_cpu = std::max(max_cpu, cpu);
-    if (max_cpu >= 1U << 20) return "cannot bind '" + name + "' to cpu " + std::to_string(max_cpu) + ": no such cpu";
+    if (max_cpu >= 1U << 20) {
+      return {{StatusCode::invalid_argument,
+               "cannot bind '" + name + "' to cpu " + std::to_string(max_cpu) + ": no such cpu"}};
+    }
     const int count = static_cast<int>(max_cpu) + 1;
     plan.cpu_mask = {CPU_ALLOC(count), [](cpu_set_t* set) { CPU_FREE(set); }};
     plan.cpu_mask_size = CPU_ALLOC_SIZE(count);
@@ -256,16 +261,16 @@ std::variant<LaunchPlan, std::string> plan_launch(const ProcessSpec& spec) {
     for (const unsigned cpu : spec.cpus) CPU_SET_S(cpu, plan.cpu_mask_size, plan.cpu_mask.get());
   }
 
-  return plan;
+  return {{}, std::move(plan)};
 }
 
-std::variant<ForkedKeeper, std::string> fork_keeper(const LaunchPlan& plan) {
+Result<ForkedKeeper> fork_keeper(const LaunchPlan& plan) {
   int out[2] = {-1, -1}, err[2] = {-1, -1}, report[2] = {-1, -1}, status[2] = {-1, -1};
-  const auto fail = [&](const char* what) {
-    const std::string message =
-        std::string("cannot start '") + plan.program + "': " + what + ": " + std::strerror(errno);
+  const auto fail = [&](const char* what) -> Result<ForkedKeeper> {
+    Status failed{StatusCode::internal,
+                  std::string("cannot start '") + plan.program + "': " + what + ": " + std::strerror(errno)};
     close_all({out[0], out[1], err[0], err[1], report[0], report[1], status[0], status[1]});
-    return message;
+    return {std::move(failed)};
   };
   if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 || pipe2(report, O_CLOEXEC) != 0 ||
       pipe2(status, O_CLOEXEC) != 0) {
@@ -301,25 +306,23 @@ std::variant<ForkedKeeper, std::string> fork_keeper(const LaunchPlan& plan) {
     errno = fork_errno;
     return fail("fork");
   }
-  return ForkedKeeper{keeper, out[0], err[0], report[0], status[0]};
+  return {{}, ForkedKeeper{keeper, out[0], err[0], report[0], status[0]}};
 }
 
-std::variant<LaunchedChild, std::string> await_keeper(const ForkedKeeper& forked, const LaunchPlan& plan) {
-  auto worker = await_worker_pid(forked.keeper_fd, plan);
-  std::string error;
-  if (auto* reason = std::get_if<std::string>(&worker)) {
-    error = std::move(*reason);
-  } else if (fcntl(forked.keeper_fd, F_SETFL, O_NONBLOCK) != 0) {
-    error = "cannot start '" + plan.program + "': fcntl: " + std::strerror(errno);
+Result<LaunchedChild> await_keeper(const ForkedKeeper& forked, const LaunchPlan& plan) {
+  Result<pid_t> worker = await_worker_pid(forked.keeper_fd, plan);
+  Status failed = worker.status;
+  if (failed.ok() && fcntl(forked.keeper_fd, F_SETFL, O_NONBLOCK) != 0) {
+    failed = {StatusCode::internal, "cannot start '" + plan.program + "': fcntl: " + std::strerror(errno)};
   }
-  if (!error.empty()) {
+  if (!failed.ok()) {
     // Our own unreaped child, so the pid is still the keeper's; the supervisor reaps it like any stray child.
     kill(forked.keeper, SIGKILL);
     close_all({forked.stdout_fd, forked.stderr_fd, forked.report_fd, forked.keeper_fd});
-    return error;
+    return {std::move(failed)};
   }
-  return LaunchedChild{std::get<pid_t>(worker), forked.keeper, forked.stdout_fd, forked.stderr_fd, forked.report_fd,
-                       forked.keeper_fd};
+  return {{}, LaunchedChild{worker.value, forked.keeper, forked.stdout_fd, forked.stderr_fd, forked.report_fd,
+                            forked.keeper_fd}};
 }
 
 ExecReport await_exec(int report_fd, const LaunchPlan& plan, std::chrono::milliseconds timeout) {

@@ -8,10 +8,10 @@
 #include <chrono>
 #include <memory>
 #include <string>
-#include <variant>
 #include <vector>
 
 #include "agent/supervisor/process_spec.h"
+#include "common/status.h"
 
 namespace dtrain::supervisor {
 
@@ -28,13 +28,14 @@ struct LaunchPlan {
   std::chrono::milliseconds orphan_grace{0};  // ProcessSpec::orphan_grace, for the keeper
 };
 
-// Builds the plan, or returns the spawn error (empty argv, program not found on PATH, bad env name, bad cpu).
-std::variant<LaunchPlan, std::string> plan_launch(const ProcessSpec& spec);
+// Builds the plan, or fails with the spawn error the user reads: invalid_argument (empty argv, bad env name, bad
+// cpu), or search_path's failure.
+Result<LaunchPlan> plan_launch(const ProcessSpec& spec);
 
 // Looks `name` (no '/') up in the ':'-separated `path_var`; relative entries are taken from `working_dir` (or ours).
-// Returns the path to exec, or "" with `error` set (ENOENT, or EACCES when only non-executable matches exist).
-std::string search_path(const std::string& name, const std::string& path_var, const std::string& working_dir,
-                        int& error);
+// Returns the path to exec, or fails with not_found (no match) or permission_denied (only non-executable matches),
+// saying which PATH was searched.
+Result<std::string> search_path(const std::string& name, const std::string& path_var, const std::string& working_dir);
 
 // How long await_keeper() waits for the keeper to report the worker's pid (it forks at once; only a machine out of
 // processes or memory makes it slow).
@@ -64,11 +65,12 @@ struct ForkedKeeper {
 // from /dev/null, stdout/stderr to pipes, every other descriptor closed at exec, working dir, default signal
 // dispositions, empty signal mask) and execs it. Returns at once after the fork, so that a caller starting many
 // workers forks every keeper before it waits for the first (they then set up and exec their workers in parallel).
-std::variant<ForkedKeeper, std::string> fork_keeper(const LaunchPlan& plan);
+// Fails with internal when a pipe, /dev/null or the fork cannot be had (the message carries errno's text).
+Result<ForkedKeeper> fork_keeper(const LaunchPlan& plan);
 // Waits (at most kKeeperReportTimeout) for the keeper's first record. Returns the pair once the keeper reported the
-// worker's pid, or the error when no worker could be created (the keeper is then SIGKILLed and the descriptors are
-// closed; the caller still reaps it).
-std::variant<LaunchedChild, std::string> await_keeper(const ForkedKeeper& forked, const LaunchPlan& plan);
+// worker's pid, or fails when no worker could be created (the keeper is then SIGKILLed and the descriptors are
+// closed; the caller still reaps it): deadline_exceeded when the keeper did not report in time, internal otherwise.
+Result<LaunchedChild> await_keeper(const ForkedKeeper& forked, const LaunchPlan& plan);
 
 // What the report pipe said.
 struct ExecReport {
