@@ -1,0 +1,155 @@
+// The rules for the nodes section: how many nodes, and the keys each provider needs or refuses.
+
+#include <algorithm>
+#include <set>
+
+#include "cli/spec/checks.h"
+#include "cli/spec/host_syntax.h"
+
+namespace dtrain::spec::detail {
+namespace {
+
+void check_count(const Spec::Nodes& nodes, Reporter& r) {
+  if (nodes.provider == Provider::slurm && nodes.min_count == 0 && nodes.max_count == 0) {
+    // No count: every node of the allocation.
+  } else if (nodes.min_count < 1) {
+    r.report("nodes.count", "must be at least 1, got " + std::to_string(nodes.min_count) + ".");
+  } else if (nodes.max_count > kMaxNodes || nodes.min_count > kMaxNodes) {
+    r.report("nodes.count", "must be at most " + std::to_string(kMaxNodes) + " nodes, got " +
+                                std::to_string(std::max(nodes.min_count, nodes.max_count)) + ".");
+  } else if (nodes.min_count > nodes.max_count) {
+    r.report("nodes.count",
+             "minimum " + std::to_string(nodes.min_count) + " is greater than maximum " +
+                 std::to_string(nodes.max_count) + ".",
+             "Write MIN:MAX with MIN <= MAX, e.g. " + std::to_string(nodes.max_count) + ":" +
+                 std::to_string(nodes.min_count) + ".");
+  } else if (nodes.min_count != nodes.max_count && nodes.provider == Provider::local) {
+    r.report("nodes.count",
+             "a range (MIN:MAX) needs provider static, join, ssh or slurm; provider " +
+                 std::string(to_string(nodes.provider)) + " has a fixed number of nodes.",
+             "Write count: N.");
+  }
+}
+
+// Providers static and ssh size the job by their list (of `noun`s, one per node); a nodes.count that disagrees
+// with the list is reported at the list, unless the count is itself broken.
+void check_list_matches_count(const Spec::Nodes& nodes, const std::string& path, std::size_t listed,
+                              const std::string& noun, Reporter& r) {
+  if (r.is_broken("nodes.count") || static_cast<int>(listed) == nodes.max_count) return;
+  r.report(path,
+           std::to_string(listed) + " " + noun + "s are listed but nodes.count is " +
+               (nodes.min_count == nodes.max_count ? std::to_string(nodes.min_count)
+                                                   : "at most " + std::to_string(nodes.max_count)) +
+               ".",
+           "List one " + noun + " per node, or leave out count (it defaults to the number of " + noun + "s).");
+}
+
+void check_agents_listed(const Spec::Nodes& nodes, Reporter& r) {
+  const bool is_static = nodes.provider == Provider::static_list;
+  if (is_static && nodes.agents.empty()) {
+    r.report("nodes.agents", "provider static needs the address of every node's agent.",
+             "Example: agents: [10.0.0.1:29400, 10.0.0.2:29400]");
+  } else if (!is_static && !nodes.agents.empty()) {
+    r.report("nodes.agents",
+             "is only for provider static (provider is " + std::string(to_string(nodes.provider)) + ").",
+             "Remove agents, or set provider: static.");
+  } else if (is_static) {
+    check_list_matches_count(nodes, "nodes.agents", nodes.agents.size(), "agent", r);
+  }
+}
+
+void check_agent_addresses(const Spec::Nodes& nodes, Reporter& r) {
+  std::set<std::string> seen;
+  for (std::size_t i = 0; i < nodes.agents.size(); ++i) {
+    const std::string path = "nodes.agents[" + std::to_string(i) + "]";
+    const std::string& agent = nodes.agents[i];
+    if (const Status syntax = check_address(agent); !syntax.ok()) {
+      r.report(path, "'" + agent + "' " + syntax.message() + ".",
+               "Write host:port, e.g. node1:29400 or [fe80::1]:29400.");
+    } else if (!seen.insert(agent).second) {
+      r.report(path, "'" + agent + "' is listed twice.", "List each node's agent once.");
+    }
+  }
+}
+
+// provider ssh: one "[user@]host[:port]" per node.
+void check_hosts(const Spec::Nodes& nodes, Reporter& r) {
+  const bool is_ssh = nodes.provider == Provider::ssh;
+  if (is_ssh && nodes.hosts.empty()) {
+    r.report("nodes.hosts", "provider ssh needs the hosts to start agents on.",
+             "Example: hosts: [node1, node2] (the launcher runs `ssh node1 dtrain agent --join ...`)");
+  } else if (!is_ssh && !nodes.hosts.empty()) {
+    r.report("nodes.hosts", "is only for provider ssh (provider is " + std::string(to_string(nodes.provider)) + ").",
+             nodes.provider == Provider::static_list ? "Static agents are listed in nodes.agents as host:port."
+                                                     : "Remove hosts, or set provider: ssh.");
+  } else if (is_ssh) {
+    check_list_matches_count(nodes, "nodes.hosts", nodes.hosts.size(), "host", r);
+  }
+  std::set<std::string> seen;
+  for (std::size_t i = 0; i < nodes.hosts.size(); ++i) {
+    const std::string path = "nodes.hosts[" + std::to_string(i) + "]";
+    const std::string& host = nodes.hosts[i];
+    if (const Status syntax = check_ssh_host(host); !syntax.ok()) {
+      r.report(path, "'" + host + "' " + syntax.message() + ".",
+               "Write host, user@host or host:ssh_port, e.g. alice@node2:2222.");
+    } else if (!seen.insert(host).second) {
+      r.report(path, "'" + host + "' is listed twice.", "List each host once; run more workers with workers_per_node.");
+    }
+  }
+}
+
+// providers ssh and slurm start the agents: the ssh and srun commands are argv lists.
+void check_remote_start(const Spec::Nodes& nodes, Reporter& r) {
+  const bool is_ssh = nodes.provider == Provider::ssh;
+  r.no_nul("nodes.ssh_command", nodes.ssh_command);
+  r.no_nul("nodes.srun_command", nodes.srun_command);
+  r.no_nul("nodes.remote_dtrain", nodes.remote_dtrain);
+  if (is_ssh && (nodes.ssh_command.empty() || nodes.ssh_command[0].empty())) {
+    r.report("nodes.ssh_command", "is empty.", "Example: ssh_command: [ssh, -o, BatchMode=yes]");
+  }
+  if (nodes.provider == Provider::slurm && (nodes.srun_command.empty() || nodes.srun_command[0].empty())) {
+    r.report("nodes.srun_command", "is empty.", "Example: srun_command: [srun]");
+  }
+  if (!nodes.remote_dtrain.empty() && !is_ssh && nodes.provider != Provider::slurm) {
+    r.report("nodes.remote_dtrain",
+             "is only for providers ssh and slurm (provider is " + std::string(to_string(nodes.provider)) + ").",
+             "Remove remote_dtrain.");
+  }
+}
+
+void check_rendezvous(const Spec::Nodes& nodes, Reporter& r) {
+  const bool is_join = nodes.provider == Provider::join;
+  const bool dials_in = is_join || nodes.provider == Provider::ssh || nodes.provider == Provider::slurm;
+  if (is_join && nodes.rendezvous.empty()) {
+    r.report("nodes.rendezvous", "provider join needs the host:port the launcher listens on for agents.",
+             "Example: rendezvous: 10.0.0.1:29500 (agents run `dtrain agent --join 10.0.0.1:29500`)");
+  } else if (!dials_in && !nodes.rendezvous.empty()) {
+    r.report("nodes.rendezvous",
+             "is only for providers join, ssh and slurm (provider is " + std::string(to_string(nodes.provider)) + ").",
+             "Remove rendezvous, or set provider: join.");
+  } else if (!nodes.rendezvous.empty()) {
+    // Port 0: any free port (agents the launcher starts are told which).
+    if (const Status syntax = check_address(nodes.rendezvous, !is_join); !syntax.ok()) {
+      r.report("nodes.rendezvous", "'" + nodes.rendezvous + "' " + syntax.message() + ".",
+               "Write host:port, e.g. 10.0.0.1:29500.");
+    }
+  }
+}
+
+}  // namespace
+
+void check_nodes(const Spec& spec, Reporter& r) {
+  const auto& nodes = spec.nodes;
+  check_count(nodes, r);
+  check_agents_listed(nodes, r);
+  check_hosts(nodes, r);
+  check_remote_start(nodes, r);
+  check_rendezvous(nodes, r);
+  check_agent_addresses(nodes, r);
+  if (r.no_nul("nodes.interface", nodes.interface) && nodes.interface.find_first_of(" \t\n=") != std::string::npos) {
+    r.report("nodes.interface", "'" + nodes.interface + "' is not an interface name.", "Example: interface: eth0");
+  }
+  r.duration("nodes.join_timeout_s", nodes.join_timeout_s, false);
+}
+
+}  // namespace dtrain::spec::detail
