@@ -2,33 +2,14 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cstdio>
 #include <stdexcept>
+
+#include "agent/store/message_text.h"
 
 namespace dtrain::store {
 namespace {
 
 constexpr std::size_t kClosedTokensRemembered = 64;
-constexpr std::size_t kKeysNamedInMessages = 5;
-
-// A key or value as it may appear in a message: quoted, printable, and short.
-std::string quoted(std::string_view text, std::size_t limit = 80) {
-  std::string out = "'";
-  for (std::size_t i = 0; i < text.size() && i < limit; ++i) {
-    auto c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
-      out += static_cast<char>(c);
-    } else {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
-      out += escaped;
-    }
-  }
-  if (text.size() > limit) out += "...";
-  return out + "'";
-}
-
-std::string ms_text(std::chrono::milliseconds ms) { return std::to_string(ms.count()) + " ms"; }
 
 // c10d stores add's counters as decimal strings; anything else (including "12abc") is not an integer.
 bool parse_integer(std::string_view text, std::int64_t& out) {
@@ -36,27 +17,6 @@ bool parse_integer(std::string_view text, std::int64_t& out) {
   if (text.empty()) return false;
   auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), out);
   return error == std::errc() && end == text.data() + text.size();
-}
-
-std::vector<std::string> distinct(std::span<const std::string> keys) {
-  std::vector<std::string> out;
-  for (const auto& key : keys) {
-    if (std::find(out.begin(), out.end(), key) == out.end()) out.push_back(key);
-  }
-  return out;
-}
-
-void run_all(std::vector<std::function<void()>>& ready) {
-  for (auto& completion : ready) {
-    if (completion) completion();
-  }
-}
-
-// "64 MiB", "16 KiB" or "1000 bytes": limits in messages, in the unit people think in.
-std::string bytes_text(std::size_t bytes) {
-  if (bytes >= (1u << 20) && bytes % (1u << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
-  if (bytes >= (1u << 10) && bytes % (1u << 10) == 0) return std::to_string(bytes >> 10) + " KiB";
-  return std::to_string(bytes) + " bytes";
 }
 
 // Checked before the timer thread starts: a constructor that throws after it would never join it.
@@ -284,78 +244,6 @@ Result<std::int64_t> Store::num_keys(std::string_view token) {
   return {{}, static_cast<std::int64_t>(ns->data.size())};
 }
 
-WaiterId Store::get(std::string_view token, std::string_view key, std::chrono::milliseconds timeout,
-                    GetCallback done) {
-  if (Status status = check_key(key); !status.ok()) {
-    done({status});
-    return kNoWaiter;
-  }
-  return add_waiter(token, {std::string(key)}, true, timeout,
-                    [done = std::move(done)](Status status, std::string value) {
-                      done({std::move(status), std::move(value)});
-                    });
-}
-
-WaiterId Store::wait(std::string_view token, std::span<const std::string> keys, std::chrono::milliseconds timeout,
-                     WaitCallback done) {
-  if (Status status = check_keys(keys); !status.ok()) {
-    done(status);
-    return kNoWaiter;
-  }
-  return add_waiter(token, distinct(keys), false, timeout,
-                    [done = std::move(done)](Status status, std::string) { done(std::move(status)); });
-}
-
-WaiterId Store::add_waiter(std::string_view token, std::vector<std::string> keys, bool is_get,
-                           std::chrono::milliseconds timeout, std::function<void(Status, std::string)> done) {
-  Status failure;
-  std::string value;
-  {
-    std::lock_guard lock(mutex_);
-    Namespace* ns = find_namespace(token, failure);
-    Result<Clock::duration> limit = check_timeout(timeout);
-    if (ns && !limit.ok()) failure = limit.status;
-    if (ns && limit.ok()) {
-      bool all = std::all_of(keys.begin(), keys.end(), [ns](const std::string& key) { return ns->data.contains(key); });
-      if (all) {
-        if (is_get) value = ns->data.find(keys.front())->second;
-      } else {
-        WaiterId id = next_waiter_++;
-        Waiter& waiter = waiters_[id];
-        waiter.ns = ns;
-        waiter.is_get = is_get;
-        waiter.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(limit.value);
-        waiter.deadline = Clock::now() + limit.value;
-        waiter.done = std::move(done);
-        for (const auto& key : keys) ns->watchers[key].push_back(id);
-        waiter.keys = std::move(keys);
-        ns->waiters.insert(id);
-        auto [slot, inserted] = deadlines_.emplace(waiter.deadline, id);
-        if (slot == deadlines_.begin()) timer_wakeup_.notify_one();
-        return id;
-      }
-    }
-  }
-  done(std::move(failure), std::move(value));
-  return kNoWaiter;
-}
-
-bool Store::cancel(WaiterId id) {
-  Ready ready;
-  {
-    std::lock_guard lock(mutex_);
-    ready = take_waiter(id, {StatusCode::cancelled, "the call was cancelled by its caller"});
-  }
-  if (!ready) return false;
-  ready();
-  return true;
-}
-
-std::size_t Store::pending_waiters() const {
-  std::lock_guard lock(mutex_);
-  return waiters_.size();
-}
-
 Status Store::store_value(Namespace& ns, std::string_view operation, std::string_view key, std::string value,
                           std::vector<Ready>& ready) {
   auto it = ns.data.find(key);
@@ -394,67 +282,6 @@ Status Store::store_value(Namespace& ns, std::string_view operation, std::string
     ready.push_back(take_waiter(id, {}, waiter.is_get ? it->second : std::string()));
   }
   return {};
-}
-
-Store::Ready Store::take_waiter(WaiterId id, Status status, std::string value) {
-  auto it = waiters_.find(id);
-  if (it == waiters_.end()) return {};
-  Waiter& waiter = it->second;
-  deadlines_.erase({waiter.deadline, id});
-  waiter.ns->waiters.erase(id);
-  for (const auto& key : waiter.keys) {
-    auto watching = waiter.ns->watchers.find(key);
-    if (watching == waiter.ns->watchers.end()) continue;
-    std::erase(watching->second, id);
-    if (watching->second.empty()) waiter.ns->watchers.erase(watching);
-  }
-  auto done = std::move(waiter.done);
-  waiters_.erase(it);
-  return [done = std::move(done), status = std::move(status), value = std::move(value)]() mutable {
-    done(std::move(status), std::move(value));
-  };
-}
-
-std::string Store::timeout_message(const Waiter& waiter) const {
-  if (waiter.is_get) {
-    return "no process set key " + quoted(waiter.keys.front()) + " within " + ms_text(waiter.timeout);
-  }
-  std::vector<const std::string*> missing;
-  for (const auto& key : waiter.keys) {
-    if (!waiter.ns->data.contains(key)) missing.push_back(&key);
-  }
-  std::string names;
-  for (std::size_t i = 0; i < missing.size() && i < kKeysNamedInMessages; ++i) {
-    names += (i ? ", " : "") + quoted(*missing[i]);
-  }
-  if (missing.size() > kKeysNamedInMessages) names += ", ...";
-  return "still missing " + names + " (" + std::to_string(missing.size()) + " of " +
-         std::to_string(waiter.keys.size()) + " keys) after " + ms_text(waiter.timeout);
-}
-
-void Store::timer_loop() {
-  std::unique_lock lock(mutex_);
-  while (!stopping_) {
-    if (deadlines_.empty()) {
-      timer_wakeup_.wait(lock);
-      continue;
-    }
-    Clock::time_point first = deadlines_.begin()->first;
-    if (Clock::now() < first) {
-      timer_wakeup_.wait_until(lock, first);
-      continue;
-    }
-    std::vector<Ready> ready;
-    Clock::time_point now = Clock::now();
-    while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
-      WaiterId id = deadlines_.begin()->second;
-      std::string message = timeout_message(waiters_.at(id));
-      ready.push_back(take_waiter(id, {StatusCode::deadline_exceeded, std::move(message)}));
-    }
-    lock.unlock();
-    run_all(ready);
-    lock.lock();
-  }
 }
 
 }  // namespace dtrain::store

@@ -148,21 +148,25 @@ class Store {
   // A completion to run once the lock is released.
   using Ready = std::function<void()>;
 
+  // store.cpp: namespaces, the limits on requests and on what a namespace holds.
   Namespace* find_namespace(std::string_view token, Status& status);
   Status check_key(std::string_view key) const;
   Status check_keys(std::span<const std::string> keys) const;
   Result<Clock::duration> check_timeout(std::chrono::milliseconds timeout) const;
-  WaiterId add_waiter(std::string_view token, std::vector<std::string> keys, bool is_get,
-                      std::chrono::milliseconds timeout, std::function<void(Status, std::string)> done);
   // Stores a value and collects the waiters it completes; stores nothing and fails with resource_exhausted when
   // the namespace would pass a StoreLimits bound.
   Status store_value(Namespace& ns, std::string_view operation, std::string_view key, std::string value,
                      std::vector<Ready>& ready);
   Status check_value(std::string_view key, std::string_view what, std::size_t size) const;
+  // store_waiters.cpp: pending get/wait calls and their deadlines.
+  WaiterId add_waiter(std::string_view token, std::vector<std::string> keys, bool is_get,
+                      std::chrono::milliseconds timeout, std::function<void(Status, std::string)> done);
   // Removes a waiter from every index and returns its completion bound to the given outcome.
   Ready take_waiter(WaiterId id, Status status, std::string value = {});
   std::string timeout_message(const Waiter& waiter) const;
   void timer_loop();
+  // Runs completions collected under the lock, after it was released.
+  static void run_all(std::vector<Ready>& ready);
 
   const StoreLimits limits_;
   mutable std::mutex mutex_;
