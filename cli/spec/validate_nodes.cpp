@@ -58,16 +58,18 @@ void check_agents_listed(const Spec::Nodes& nodes, Reporter& r) {
   }
 }
 
-void check_agent_addresses(const Spec::Nodes& nodes, Reporter& r) {
+// Each entry of a node list (nodes.agents, nodes.hosts): well formed by `syntax`, and listed once.
+void check_entries(const std::string& list, const std::vector<std::string>& entries,
+                   Status (*syntax)(std::string_view), const std::string& syntax_hint, const std::string& twice_hint,
+                   Reporter& r) {
   std::set<std::string> seen;
-  for (std::size_t i = 0; i < nodes.agents.size(); ++i) {
-    const std::string path = "nodes.agents[" + std::to_string(i) + "]";
-    const std::string& agent = nodes.agents[i];
-    if (const Status syntax = check_address(agent); !syntax.ok()) {
-      r.report(path, "'" + agent + "' " + syntax.message() + ".",
-               "Write host:port, e.g. node1:29400 or [fe80::1]:29400.");
-    } else if (!seen.insert(agent).second) {
-      r.report(path, "'" + agent + "' is listed twice.", "List each node's agent once.");
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const std::string path = list + "[" + std::to_string(i) + "]";
+    const std::string& entry = entries[i];
+    if (const Status status = syntax(entry); !status.ok()) {
+      r.report(path, "'" + entry + "' " + status.message() + ".", syntax_hint);
+    } else if (!seen.insert(entry).second) {
+      r.report(path, "'" + entry + "' is listed twice.", twice_hint);
     }
   }
 }
@@ -85,17 +87,9 @@ void check_hosts(const Spec::Nodes& nodes, Reporter& r) {
   } else if (is_ssh) {
     check_list_matches_count(nodes, "nodes.hosts", nodes.hosts.size(), "host", r);
   }
-  std::set<std::string> seen;
-  for (std::size_t i = 0; i < nodes.hosts.size(); ++i) {
-    const std::string path = "nodes.hosts[" + std::to_string(i) + "]";
-    const std::string& host = nodes.hosts[i];
-    if (const Status syntax = check_ssh_host(host); !syntax.ok()) {
-      r.report(path, "'" + host + "' " + syntax.message() + ".",
-               "Write host, user@host or host:ssh_port, e.g. alice@node2:2222.");
-    } else if (!seen.insert(host).second) {
-      r.report(path, "'" + host + "' is listed twice.", "List each host once; run more workers with workers_per_node.");
-    }
-  }
+  check_entries("nodes.hosts", nodes.hosts, check_ssh_host,
+                "Write host, user@host or host:ssh_port, e.g. alice@node2:2222.",
+                "List each host once; run more workers with workers_per_node.", r);
 }
 
 // providers ssh and slurm start the agents: the ssh and srun commands are argv lists.
@@ -145,7 +139,9 @@ void check_nodes(const Spec& spec, Reporter& r) {
   check_hosts(nodes, r);
   check_remote_start(nodes, r);
   check_rendezvous(nodes, r);
-  check_agent_addresses(nodes, r);
+  check_entries(
+      "nodes.agents", nodes.agents, [](std::string_view agent) { return check_address(agent); },
+      "Write host:port, e.g. node1:29400 or [fe80::1]:29400.", "List each node's agent once.", r);
   if (r.no_nul("nodes.interface", nodes.interface) && nodes.interface.find_first_of(" \t\n=") != std::string::npos) {
     r.report("nodes.interface", "'" + nodes.interface + "' is not an interface name.", "Example: interface: eth0");
   }
