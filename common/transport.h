@@ -13,12 +13,15 @@ enum class Transport {
   plaintext,  // no encryption and no token
 };
 
-// A session (launcher <-> agent, in either direction) on `address`:
-//   "unix:PATH"   plaintext: the private socket between a launcher and a local agent it started (a 0700 directory,
-//                 and the agent checks the peer's uid with SO_PEERCRED);
-//   any other     TLS, loopback included (every user and container of a host reaches its loopback); plaintext
-//                 only with --insecure (`insecure`), which the caller warns about.
+// A session (launcher <-> agent, in either direction) over the network to or from `address`: TLS on every
+// address, loopback and Unix sockets included (every user and container of a host reaches its loopback);
+// plaintext only with --insecure (`insecure`), which the caller warns about.
 Transport session_transport(std::string_view address, bool insecure);
+
+// A session over the private socket between a launcher and a local agent it started (dtrain agent
+// --session-socket): plaintext. The socket lives in a directory only this user can enter (0700), and the agent
+// accepts only the process that started it (SO_PEERCRED: same uid, pid = its parent).
+inline constexpr Transport kPrivateSocketTransport = Transport::plaintext;
 
 // An agent's TCP port. It serves sessions, so session_transport(listen, insecure) applies, except for a local
 // agent whose sessions come over its private socket (`sessions_on_socket`): its port then serves only the store

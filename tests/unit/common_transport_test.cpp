@@ -6,16 +6,16 @@
 using dtrain::Transport;
 
 TEST_CASE("transport: sessions use TLS on every TCP address, loopback included, unless --insecure") {
-  for (const char* address : {"127.0.0.1:7000", "[::1]:7000", "localhost:7000", "10.0.0.2:7000", "node3:7000"}) {
+  for (const char* address : {"127.0.0.1:7000", "[::1]:7000", "localhost:7000", "unix:/tmp/agent.sock", "10.0.0.2:7000", "node3:7000"}) {
     CAPTURE(address);
     CHECK(dtrain::session_transport(address, false) == Transport::tls);
     CHECK(dtrain::session_transport(address, true) == Transport::plaintext);
   }
 }
 
-TEST_CASE("transport: a local agent's private socket is plaintext, with or without --insecure") {
-  CHECK(dtrain::session_transport("unix:/run/dtrain/agent-0.sock", false) == Transport::plaintext);
-  CHECK(dtrain::session_transport("unix:/run/dtrain/agent-0.sock", true) == Transport::plaintext);
+TEST_CASE("transport: a Unix socket given as an address is no exception; only the private socket is plaintext") {
+  CHECK(dtrain::session_transport("unix:/tmp/agent.sock", false) == Transport::tls);
+  CHECK(dtrain::kPrivateSocketTransport == Transport::plaintext);
 }
 
 TEST_CASE("transport: an agent's port is plaintext only when its sessions come over the socket, or --insecure") {
