@@ -121,9 +121,8 @@ std::string join_path(const std::string& dir, const std::string& file) {
   return dir.empty() ? file : (std::filesystem::path(dir) / file).string();
 }
 
-}  // namespace
-
-Plan make_plan(const Spec& spec, const std::vector<NodeInfo>& nodes, const RoundInfo& round) {
+// The number of nodes, checked against the limit and nodes.count.
+unsigned checked_node_count(const Spec& spec, const std::vector<NodeInfo>& nodes) {
   if (nodes.empty()) throw PlanError("no nodes to run the job on");
   if (spec.command.empty()) throw PlanError("the job has no command");
   // Sizes are checked in 64 bits before any is narrowed, so no product below can wrap (spec.h: limits).
@@ -135,109 +134,156 @@ Plan make_plan(const Spec& spec, const std::vector<NodeInfo>& nodes, const Round
     throw PlanError("the job needs " + count_text(spec.nodes) + " nodes (nodes.count) but " +
                     std::to_string(nnodes) + " joined");
   }
-  Plan plan;
-  plan.nnodes = nnodes;
-  plan.workers_per_node = resolve_workers_per_node(spec, nodes);
-  const std::uint64_t world = std::uint64_t{nnodes} * plan.workers_per_node;
+  return nnodes;
+}
+
+unsigned checked_world_size(unsigned nnodes, unsigned workers_per_node) {
+  const std::uint64_t world = std::uint64_t{nnodes} * workers_per_node;
   if (world > static_cast<std::uint64_t>(kMaxWorldSize)) {
-    throw PlanError(std::to_string(plan.workers_per_node) + " workers on each of " + std::to_string(nnodes) +
+    throw PlanError(std::to_string(workers_per_node) + " workers on each of " + std::to_string(nnodes) +
                     " nodes make " + std::to_string(world) + " ranks; a job has at most " +
                     std::to_string(kMaxWorldSize) + ": lower workers_per_node or nodes.count");
   }
-  plan.world_size = static_cast<unsigned>(world);
-  const Env user = user_env(spec, plan.warnings);
+  return static_cast<unsigned>(world);
+}
 
-  // Nodes with the same host_id are one machine: their workers split its CPUs between them.
+// The CPU share of each worker, by node rank then local rank. Nodes with the same host_id are one machine: their
+// workers split its CPUs between them.
+std::vector<std::vector<detail::CpuShare>> share_cpus(const Spec& spec, const std::vector<NodeInfo>& nodes,
+                                                      unsigned workers_per_node, std::vector<std::string>& warnings) {
   std::map<std::string, std::vector<unsigned>> hosts;  // host key -> node ranks on it
-  for (unsigned n = 0; n < nnodes; ++n) {
+  for (unsigned n = 0; n < nodes.size(); ++n) {
     hosts[nodes[n].host_id.empty() ? nodes[n].hostname : nodes[n].host_id].push_back(n);
   }
-  std::vector<std::vector<detail::CpuShare>> shares(nnodes);
+  std::vector<std::vector<detail::CpuShare>> shares(nodes.size());
   for (const auto& [host, ranks] : hosts) {
     const NodeInfo& first = nodes[ranks.front()];
-    const unsigned workers = static_cast<unsigned>(ranks.size()) * plan.workers_per_node;
+    const unsigned workers = static_cast<unsigned>(ranks.size()) * workers_per_node;
     const auto host_shares = detail::share_host_cpus(first.cpus, first.cpu_numa, workers, spec.binding);
     for (std::size_t i = 0; i < ranks.size(); ++i) {
-      shares[ranks[i]].assign(host_shares.begin() + i * plan.workers_per_node,
-                              host_shares.begin() + (i + 1) * plan.workers_per_node);
+      shares[ranks[i]].assign(host_shares.begin() + i * workers_per_node,
+                              host_shares.begin() + (i + 1) * workers_per_node);
     }
     const std::string name = first.hostname.empty() ? host : first.hostname;
     if (first.cpus.empty()) {
-      plan.warnings.push_back("host " + name + " reported no CPUs: its workers are not pinned and get "
-                              "OMP_NUM_THREADS=1");
+      warnings.push_back("host " + name + " reported no CPUs: its workers are not pinned and get "
+                         "OMP_NUM_THREADS=1");
     } else if (workers > first.cpus.size()) {
-      plan.warnings.push_back("host " + name + ": " + std::to_string(workers) + " workers share " +
-                              std::to_string(first.cpus.size()) + " CPUs" +
-                              (spec.binding == Binding::automatic ? "; each is pinned to one CPU, round-robin," : ";") +
-                              " with OMP_NUM_THREADS=1");
+      warnings.push_back("host " + name + ": " + std::to_string(workers) + " workers share " +
+                         std::to_string(first.cpus.size()) + " CPUs" +
+                         (spec.binding == Binding::automatic ? "; each is pinned to one CPU, round-robin," : ";") +
+                         " with OMP_NUM_THREADS=1");
     }
   }
+  return shares;
+}
 
+// The ranks that logs.console lists and the job has.
+std::set<unsigned> listed_console_ranks(const Spec& spec, unsigned world_size, std::vector<std::string>& warnings) {
   std::set<unsigned> console_ranks;
   for (const int r : spec.logs.console_ranks) {
-    if (r >= 0 && static_cast<unsigned>(r) < plan.world_size) {
+    if (r >= 0 && static_cast<unsigned>(r) < world_size) {
       console_ranks.insert(static_cast<unsigned>(r));
     } else if (spec.logs.console == Spec::Logs::Console::ranks) {
-      plan.warnings.push_back("logs.console lists rank " + std::to_string(r) + ", but the job has " +
-                              std::to_string(plan.world_size) + " ranks; it is ignored");
+      warnings.push_back("logs.console lists rank " + std::to_string(r) + ", but the job has " +
+                         std::to_string(world_size) + " ranks; it is ignored");
     }
   }
+  return console_ranks;
+}
 
-  const std::string master_addr = !round.master_addr.empty() ? round.master_addr : nodes.front().address;
-  const std::vector<std::string> argv =
-      spec.shell ? std::vector<std::string>{"/bin/sh", "-c", spec.command.front()} : spec.command;
+// What every worker of the plan is built from.
+struct Job {
+  const Spec& spec;
+  const RoundInfo& round;
+  const Plan& plan;
+  Env user;  // layer 4: nccl.env then env, deprecated names resolved
+  std::vector<std::vector<detail::CpuShare>> shares;  // [node rank][local rank]
+  std::set<unsigned> console_ranks;                   // from logs.console, only ranks that exist
+  std::string master_addr;
+  std::vector<std::string> argv;
+};
 
-  for (unsigned node_rank = 0; node_rank < nnodes; ++node_rank) {
-    const NodeInfo& node = nodes[node_rank];
+// Layers 1-4 of the worker environment (top of this file).
+void set_layered_env(const Job& job, const NodeInfo& node, const detail::CpuShare& share, Env& env) {
+  const Spec& spec = job.spec;
+  env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1";
+  env["OMP_NUM_THREADS"] = std::to_string(share.omp_threads);
+  env["PYTHONUNBUFFERED"] = "1";
+  if (spec.nccl.automatic) {
+    for (const auto& [name, value] : node.tuned_env) env[name] = value;
+    if (spec.nodes.provider == Provider::local) env["NCCL_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"] = "lo";
+  }
+  if (!spec.nodes.interface.empty()) {
+    env["NCCL_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"] = spec.nodes.interface;
+  }
+  for (const auto& [name, value] : job.user) env[name] = value;
+}
+
+// Layer 5: the identity variables, always dtrain's.
+void set_identity_env(const Job& job, const NodeInfo& node, const WorkerPlan& w, Env& env) {
+  const RoundInfo& round = job.round;
+  env["RANK"] = env["ROLE_RANK"] = std::to_string(w.rank);
+  env["LOCAL_RANK"] = std::to_string(w.local_rank);
+  env["WORLD_SIZE"] = env["ROLE_WORLD_SIZE"] = std::to_string(job.plan.world_size);
+  env["LOCAL_WORLD_SIZE"] = std::to_string(job.plan.workers_per_node);
+  env["GROUP_RANK"] = env["DTRAIN_NODE_RANK"] = std::to_string(w.node_rank);
+  env["GROUP_WORLD_SIZE"] = std::to_string(job.plan.nnodes);
+  env["ROLE_NAME"] = "default";
+  env["MASTER_ADDR"] = or_reserved(job.master_addr);
+  env["MASTER_PORT"] = round.master_port ? std::to_string(round.master_port) : std::string(kReservedAtLaunch);
+  env["TORCHELASTIC_RESTART_COUNT"] = env["DTRAIN_RESTART_COUNT"] = std::to_string(round.restart_count);
+  env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(job.spec.restart.max_restarts);
+  env["TORCHELASTIC_RUN_ID"] = env["DTRAIN_JOB_ID"] = or_reserved(round.job_id);
+  // Rank 0 hosts PyTorch's own TCPStore on MASTER_PORT (env:// init), as under torchrun without an agent store.
+  env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  env["TORCHELASTIC_ERROR_FILE"] = w.error_file;
+  env["DTRAIN_STORE_ADDR"] = or_reserved(round.store_address);
+  env["DTRAIN_JOB_TOKEN"] = or_reserved(round.store_token);
+  env["DTRAIN_AGENT_ADDR"] = or_reserved(node.agent_address);
+}
+
+WorkerPlan plan_worker(const Job& job, const NodeInfo& node, unsigned node_rank, unsigned local_rank) {
+  const Spec& spec = job.spec;
+  WorkerPlan w;
+  w.rank = node_rank * job.plan.workers_per_node + local_rank;
+  w.local_rank = local_rank;
+  w.node_rank = node_rank;
+  w.host = node.hostname;
+  w.argv = job.argv;
+  w.working_dir = spec.working_dir;
+  const detail::CpuShare& share = job.shares[node_rank][local_rank];
+  w.cpus = share.cpus;
+  w.log_path = join_path(job.round.attempt_dir, "rank_" + std::to_string(w.rank) + ".log");
+  w.error_file = join_path(job.round.attempt_dir, "rank_" + std::to_string(w.rank) + "_error.json");
+  const bool shown = spec.logs.console == Spec::Logs::Console::all ||
+                     (spec.logs.console == Spec::Logs::Console::rank0 && w.rank == 0) ||
+                     (spec.logs.console == Spec::Logs::Console::ranks && job.console_ranks.count(w.rank));
+  w.stream_stdout = w.stream_stderr = shown;
+  set_layered_env(job, node, share, w.env);
+  set_identity_env(job, node, w, w.env);
+  return w;
+}
+
+}  // namespace
+
+Plan make_plan(const Spec& spec, const std::vector<NodeInfo>& nodes, const RoundInfo& round) {
+  Plan plan;
+  plan.nnodes = checked_node_count(spec, nodes);
+  plan.workers_per_node = resolve_workers_per_node(spec, nodes);
+  plan.world_size = checked_world_size(plan.nnodes, plan.workers_per_node);
+  // Braced initialisers run in order: the warnings come in the order of the fields.
+  const Job job{spec,
+                round,
+                plan,
+                user_env(spec, plan.warnings),
+                share_cpus(spec, nodes, plan.workers_per_node, plan.warnings),
+                listed_console_ranks(spec, plan.world_size, plan.warnings),
+                !round.master_addr.empty() ? round.master_addr : nodes.front().address,
+                spec.shell ? std::vector<std::string>{"/bin/sh", "-c", spec.command.front()} : spec.command};
+  for (unsigned node_rank = 0; node_rank < plan.nnodes; ++node_rank) {
     for (unsigned local_rank = 0; local_rank < plan.workers_per_node; ++local_rank) {
-      WorkerPlan w;
-      w.rank = node_rank * plan.workers_per_node + local_rank;
-      w.local_rank = local_rank;
-      w.node_rank = node_rank;
-      w.host = node.hostname;
-      w.argv = argv;
-      w.working_dir = spec.working_dir;
-      const detail::CpuShare& share = shares[node_rank][local_rank];
-      w.cpus = share.cpus;
-      w.log_path = join_path(round.attempt_dir, "rank_" + std::to_string(w.rank) + ".log");
-      w.error_file = join_path(round.attempt_dir, "rank_" + std::to_string(w.rank) + "_error.json");
-      const bool shown = spec.logs.console == Spec::Logs::Console::all ||
-                         (spec.logs.console == Spec::Logs::Console::rank0 && w.rank == 0) ||
-                         (spec.logs.console == Spec::Logs::Console::ranks && console_ranks.count(w.rank));
-      w.stream_stdout = w.stream_stderr = shown;
-
-      Env& env = w.env;
-      env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1";
-      env["OMP_NUM_THREADS"] = std::to_string(share.omp_threads);
-      env["PYTHONUNBUFFERED"] = "1";
-      if (spec.nccl.automatic) {
-        for (const auto& [name, value] : node.tuned_env) env[name] = value;
-        if (spec.nodes.provider == Provider::local) env["NCCL_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"] = "lo";
-      }
-      if (!spec.nodes.interface.empty()) {
-        env["NCCL_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"] = spec.nodes.interface;
-      }
-      for (const auto& [name, value] : user) env[name] = value;
-
-      env["RANK"] = env["ROLE_RANK"] = std::to_string(w.rank);
-      env["LOCAL_RANK"] = std::to_string(local_rank);
-      env["WORLD_SIZE"] = env["ROLE_WORLD_SIZE"] = std::to_string(plan.world_size);
-      env["LOCAL_WORLD_SIZE"] = std::to_string(plan.workers_per_node);
-      env["GROUP_RANK"] = env["DTRAIN_NODE_RANK"] = std::to_string(node_rank);
-      env["GROUP_WORLD_SIZE"] = std::to_string(nnodes);
-      env["ROLE_NAME"] = "default";
-      env["MASTER_ADDR"] = or_reserved(master_addr);
-      env["MASTER_PORT"] = round.master_port ? std::to_string(round.master_port) : std::string(kReservedAtLaunch);
-      env["TORCHELASTIC_RESTART_COUNT"] = env["DTRAIN_RESTART_COUNT"] = std::to_string(round.restart_count);
-      env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(spec.restart.max_restarts);
-      env["TORCHELASTIC_RUN_ID"] = env["DTRAIN_JOB_ID"] = or_reserved(round.job_id);
-      // Rank 0 hosts PyTorch's own TCPStore on MASTER_PORT (env:// init), as under torchrun without an agent store.
-      env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
-      env["TORCHELASTIC_ERROR_FILE"] = w.error_file;
-      env["DTRAIN_STORE_ADDR"] = or_reserved(round.store_address);
-      env["DTRAIN_JOB_TOKEN"] = or_reserved(round.store_token);
-      env["DTRAIN_AGENT_ADDR"] = or_reserved(node.agent_address);
-      plan.workers.push_back(std::move(w));
+      plan.workers.push_back(plan_worker(job, nodes[node_rank], node_rank, local_rank));
     }
   }
   return plan;
