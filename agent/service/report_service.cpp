@@ -4,14 +4,10 @@
 #include <cstdio>
 
 #include "agent/agent.h"
+#include "agent/service/call_metadata.h"
 
 namespace dtrain::agent {
 namespace {
-
-std::string metadata(const grpc::ServerContext* context, const char* name) {
-  auto it = context->client_metadata().find(name);
-  return it == context->client_metadata().end() ? "" : std::string(it->second.data(), it->second.size());
-}
 
 std::string number(double value) {
   char text[32];
@@ -21,31 +17,36 @@ std::string number(double value) {
 
 }  // namespace
 
-std::string check_report_values(const v1::WorkerReport& report) {
+Status check_report_values(const v1::WorkerReport& report) {
   if (report.step() > kMaxReportedStep) {
-    return "step " + std::to_string(report.step()) + " is not a step count (the most a report may carry is 2^53 = " +
-           std::to_string(kMaxReportedStep) + "; a negative number sent as unsigned looks like this)";
+    return {StatusCode::invalid_argument,
+            "step " + std::to_string(report.step()) + " is not a step count (the most a report may carry is 2^53 = " +
+                std::to_string(kMaxReportedStep) + "; a negative number sent as unsigned looks like this)"};
   }
   if (!std::isfinite(report.loss())) {
-    return "loss is " + number(report.loss()) + "; reports carry finite losses (a run whose loss is no longer "
-           "finite has diverged: let it fail with an error that says so)";
+    return {StatusCode::invalid_argument,
+            "loss is " + number(report.loss()) + "; reports carry finite losses (a run whose loss is no longer "
+            "finite has diverged: let it fail with an error that says so)"};
   }
   if (!std::isfinite(report.tokens_per_s()) || report.tokens_per_s() < 0) {
-    return "tokens_per_s is " + number(report.tokens_per_s()) + "; it must be a finite number, 0 or more";
+    return {StatusCode::invalid_argument,
+            "tokens_per_s is " + number(report.tokens_per_s()) + "; it must be a finite number, 0 or more"};
   }
   if (report.rss_bytes() > kMaxReportedRssBytes) {
-    return "rss_bytes " + std::to_string(report.rss_bytes()) + " is over 1 PiB; not a resident set size";
+    return {StatusCode::invalid_argument,
+            "rss_bytes " + std::to_string(report.rss_bytes()) + " is over 1 PiB; not a resident set size"};
   }
   return {};
 }
 
 grpc::Status ReportService::Report(grpc::ServerContext* context, const v1::WorkerReport* request, v1::ReportAck*) {
-  std::string refused =
-      agent_.check_reporter(metadata(context, "dtrain-token"), metadata(context, "dtrain-report-token"), request->rank());
+  std::string refused = agent_.check_reporter(std::string(call_metadata(*context, kTokenMetadata)),
+                                              std::string(call_metadata(*context, kReportTokenMetadata)),
+                                              request->rank());
   if (!refused.empty()) return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "report refused: " + refused);
-  if (std::string implausible = check_report_values(*request); !implausible.empty()) {
+  if (Status implausible = check_report_values(*request); !implausible.ok()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "report of rank " + std::to_string(request->rank()) + " refused: " + implausible);
+                        "report of rank " + std::to_string(request->rank()) + " refused: " + implausible.message());
   }
   v1::WorkerHealth health;
   health.set_rank(request->rank());

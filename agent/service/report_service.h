@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/status.h"
 #include "dtrain/v1/report.grpc.pb.h"
 
 namespace dtrain::agent {
@@ -16,10 +17,11 @@ inline constexpr std::uint64_t kMaxReportedStep = std::uint64_t{1} << 53;
 // The largest resident set size a report may carry: 1 PiB.
 inline constexpr std::uint64_t kMaxReportedRssBytes = std::uint64_t{1} << 50;
 
-// Why a report's values cannot be real ("" = plausible): loss and tokens/s must be finite, tokens/s not negative,
-// step and rss_bytes within the bounds above. A loss may be negative (not every objective is a cross-entropy). A
-// run whose loss stopped being finite has diverged; it says so in its error, not in a health report.
-std::string check_report_values(const v1::WorkerReport& report);
+// Whether a report's values can be real, or invalid_argument saying which cannot: loss and tokens/s must be
+// finite, tokens/s not negative, step and rss_bytes within the bounds above. A loss may be negative (not every
+// objective is a cross-entropy). A run whose loss stopped being finite has diverged; it says so in its error, not
+// in a health report.
+Status check_report_values(const v1::WorkerReport& report);
 
 // WorkerReports.Report: a worker's health report (step, loss, throughput, memory), forwarded to the launcher.
 // Refused with PERMISSION_DENIED unless the `dtrain-token` metadata is the current round's job token and

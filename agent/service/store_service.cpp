@@ -6,10 +6,10 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/service/call_metadata.h"
+
 namespace dtrain::agent {
 namespace {
-
-constexpr std::string_view kTokenMetadata = "dtrain-token";
 
 grpc::StatusCode to_grpc(store::StatusCode code) {
   switch (code) {
@@ -35,12 +35,9 @@ grpc::Status to_grpc(const store::Status& status) {
   return {to_grpc(status.code()), status.message()};
 }
 
-// The round's token from the call's metadata; empty when the call carries none (the store refuses that).
+// The round's token; empty when the call carries none (the store refuses that).
 std::string_view token_of(const grpc::CallbackServerContext* context) {
-  const auto& metadata = context->client_metadata();
-  auto it = metadata.find(grpc::string_ref(kTokenMetadata.data(), kTokenMetadata.size()));
-  if (it == metadata.end()) return {};
-  return {it->second.data(), it->second.size()};
+  return call_metadata(*context, kTokenMetadata);
 }
 
 grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* context, const store::Status& status) {
