@@ -1,11 +1,12 @@
 #pragma once
 
 // The node agent: a gRPC server (session, store, worker reports) and the JobRunner that runs this node's workers.
-// Layering: Agent (server, sessions, lease) -> JobRunner (rounds) -> Supervisor (processes).
+// Layering: Agent (server, sessions, lease) -> JobRunner (rounds) -> Supervisor (processes). The session loop
+// converts between messages and domain types at its edge (wire.h); below it nothing sees a message.
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -14,10 +15,14 @@
 #include "agent/job_runner.h"
 #include "agent/node/facts.h"
 #include "agent/session_stream.h"
+#include "agent/session_types.h"
 #include "agent/security/credentials.h"
+#include "agent/security/identity.h"
 #include "agent/security/secret.h"
 #include "agent/store/store.h"
 #include "agent/supervisor/runtime_dir.h"
+#include "agent/worker_tls.h"
+#include "common/status.h"
 
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
@@ -56,21 +61,14 @@ class Agent {
   // Returns the process exit code.
   int run();
 
-  // Serves one session to its end; used by whichever service carried it in. Returns a status text ("" = clean).
-  std::string serve_session(SessionStream& stream);
+  // Serves one session to its end; used by whichever service carried it in. Ok after the launcher's Shutdown;
+  // otherwise why the session was refused or ended (unavailable).
+  Status serve_session(SessionStream& stream);
 
-  // TLS + cluster token on every address, loopback included; plaintext only with --insecure, and for the store
-  // and reports of an agent whose sessions come over its private socket (session_socket).
+  // The agent's port: TLS + cluster token, loopback included, or plaintext as common/transport.h decides
+  // (agent_port_transport: --insecure, or the store and reports of an agent whose sessions come over its private
+  // socket). Throws security::SecurityError when TLS needs a cluster secret that cannot be loaded.
   std::shared_ptr<grpc::ServerCredentials> server_credentials();
-
-  void write_worker_tls(const security::ClusterSecret& secret);
-
-  // A job begins (Configure): workers of this job get a fresh worker certificate (TLS clusters), and the token check
-  // admits certificates of this job alone. Returns an error text for the launcher ("" = fine).
-  std::string begin_job(const std::string& job_id);
-
-  // --join: dials the launcher (retrying until join_timeout) and serves the session it opens.
-  std::string join_launcher();
 
   // Whether a health report may speak for `rank`: `token` must be the current round's job token and `report_token`
   // that rank's own DTRAIN_REPORT_TOKEN (JobRunner::check_reporter). Returns "" when it may, else why not.
@@ -82,6 +80,38 @@ class Agent {
   void terminate(int signal);
 
  private:
+  struct Servers;
+  struct Session;
+  // This node's identity in the cluster, issued from the cluster secret; loaded once, for the port or the join.
+  struct ClusterIdentity {
+    security::ClusterSecret secret;
+    security::Identity identity;
+  };
+
+  const ClusterIdentity& cluster_identity();
+  // --join: the credentials for dialing the launcher (session_transport of the join address).
+  std::shared_ptr<grpc::ChannelCredentials> join_credentials();
+  // Steps of run(); each returns 0 or the exit code to leave with.
+  int prepare(std::shared_ptr<grpc::ServerCredentials>& server,
+              std::shared_ptr<grpc::ChannelCredentials>& join);
+  int start_servers(Servers& servers, const std::shared_ptr<grpc::ServerCredentials>& credentials);
+  std::string advertised_host() const;
+  int start_session_socket(Servers& servers);
+  int wait_until_done();
+  void shut_down(Servers& servers);
+
+  // A job begins (Configure): workers of this job get a fresh worker certificate (TLS clusters), and the token check
+  // admits certificates of this job alone. Fails with what to tell the launcher.
+  Status begin_job(const std::string& job_id);
+  // options_.run_dir, or default_run_dir().
+  std::string run_dir() const;
+  // Steps of serve_session.
+  Status open_session(SessionStream& stream);
+  void say_hello(Session& session);
+  void handle(Session& session, const v1::LauncherMessage& message);
+  void configure(Session& session, const SessionConfig& config);
+  Status close_session(Session& session);
+
   AgentOptions options_;
   node::Facts facts_;
   store::Store store_;
@@ -93,17 +123,12 @@ class Agent {
   SessionStream* session_ = nullptr;   // the one session being served
   std::function<void(v1::AgentMessage)> forward_;   // pushes into the current session's outbox
   bool session_ended_ = false;
-  bool joined_ = false;        // --join: the launcher accepted a session
   bool join_failed_ = false;   // --join: never got a session
-  bool stop_joining_ = false;
-  bool join_tls_ = false;
   std::optional<supervisor::RuntimeDir> runtime_dir_;  // private files; dead agents' leftovers swept at start
-  std::string worker_tls_dir_;                          // the workers' TLS files ("" without TLS)
-  std::map<std::string, std::string> worker_tls_env_;   // DTRAIN_TLS_* for workers (no cluster token)
-  std::optional<security::ClusterSecret> secret_;       // TLS: issues each job's worker certificate
+  std::optional<ClusterIdentity> cluster_;
+  std::optional<WorkerTls> worker_tls_;                 // TLS: the workers' CA and per-job certificate
   // Jobs whose worker certificates the token check accepts: the current session's (credentials.h).
   std::shared_ptr<security::WorkerAdmission> admission_ = std::make_shared<security::WorkerAdmission>();
-  std::shared_ptr<grpc::ChannelCredentials> client_credentials_ = grpc::InsecureChannelCredentials();
   int terminated_by_ = 0;
 };
 

@@ -2,17 +2,11 @@
 
 // JobRunner: the agent's part of one job. It owns the rounds (attempts) on this node: prepares a round on node 0
 // (MASTER_PORT, store namespace), starts the node's worker group through the Supervisor, turns process events
-// into session events, and stops the group on command or when the session is lost.
+// into the round's events (worker_group.h), and stops the group on command or when the session is lost. It speaks
+// domain types only; the Agent converts them to and from the session's messages (wire.h).
 //
-// Round lifecycle on one node:
-//
-//   idle --prepare_round (node 0 only)--> prepared --start_group--> running --all exited by themselves--> done
-//                                                                     |                                    |
-//                                                                stop_group                           stop_group
-//                                                                     v                                    v
-//                                                                  stopping --no descendant left--> stopped
-//
-// A new start_group is accepted from done/stopped/idle/prepared; one arriving while running is refused.
+// The round's lifecycle on this node is RoundState (round_state.h, where its diagram is); every change of it goes
+// through transition().
 
 #include <chrono>
 #include <functional>
@@ -21,16 +15,18 @@
 #include <mutex>
 #include <string>
 
+#include "agent/round_state.h"
 #include "agent/run_dir.h"
 #include "agent/store/store.h"
 #include "agent/supervisor/supervisor.h"
-#include "dtrain/v1/session.pb.h"
+#include "agent/worker_group.h"
+#include "common/status.h"
 
 namespace dtrain::agent {
 
 class JobRunner {
  public:
-  using Emit = std::function<void(v1::AgentMessage)>;
+  using Emit = std::function<void(RunnerEvent)>;
 
   // `advertise_host` is the address peers use to reach this node (MASTER_ADDR when it is node 0), `store_address`
   // the host:port of this agent's store server.
@@ -40,7 +36,8 @@ class JobRunner {
   // Variables every worker of this node gets on top of its plan (the worker TLS files in a TLS cluster).
   void set_worker_env(std::map<std::string, std::string> env);
 
-  // Where events go; set before the first round, replaced when a new session begins.
+  // Where events go; set before the first round, replaced when a new session begins. Called from the supervisor's
+  // thread (and from start_group's), so it must not block.
   void set_emit(Emit emit);
 
   // The job's directory under the agent's run directory (Configure). start_group places every worker's log and
@@ -48,10 +45,11 @@ class JobRunner {
   void set_job_files(JobFiles files);
 
   // Node 0: reserves MASTER_PORT and opens the round's store namespace (dropping the previous one).
-  v1::RoundPrepared prepare_round(const v1::PrepareRound& request);
+  RoundPreparation prepare_round(const RoundRequest& request);
 
-  // Starts the round's workers on this node. Returns an error text if it cannot (another round still running).
-  std::string start_group(const v1::StartGroup& request);
+  // Starts the round's workers on this node. Refused (failed_precondition) while another round runs or stops, and
+  // (invalid_argument) when a worker's log or error file lies outside the job's directory; nothing starts then.
+  Status start_group(const GroupSpec& group);
 
   // Stops every process of the job on this node; emits GroupStopped once nothing is left.
   void stop_group(std::uint32_t round, std::chrono::milliseconds grace);
@@ -59,33 +57,36 @@ class JobRunner {
   // Stops everything and blocks until nothing is left or `timeout` passes. True when nothing is left.
   bool stop_and_wait(std::chrono::milliseconds grace, std::chrono::milliseconds timeout);
 
-  // Round whose workers are running now, if any.
-  bool running() const;
+  RoundState state() const;
 
-  // Why a health report for `rank` that carries `report_token` is refused ("" = accepted): the rank must be one of
-  // this node's workers in the current round, and the token the DTRAIN_REPORT_TOKEN that start_group gave it.
-  // Workers of one job run as one user and could read each other's environment (/proc/PID/environ), so this keeps
-  // a worker from reporting as another by mistake (a wrong RANK, every process reporting as rank 0); the boundary
-  // against other users and other jobs is the job token and the agent's credentials.
-  std::string check_reporter(std::uint32_t rank, const std::string& report_token) const;
+  // Whether a health report for `rank` that carries `report_token` may be accepted (permission_denied says why
+  // not): the rank must be one of this node's workers in the current round, and the token the DTRAIN_REPORT_TOKEN
+  // that start_group gave it. Workers of one job run as one user and could read each other's environment
+  // (/proc/PID/environ), so this keeps a worker from reporting as another by mistake (a wrong RANK, every process
+  // reporting as rank 0); the boundary against other users and other jobs is the job token and the agent's
+  // credentials.
+  Status check_reporter(std::uint32_t rank, const std::string& report_token) const;
 
   // The token of the current round (worker reports must carry it).
   std::string current_token() const;
 
  private:
   struct Worker {
-    v1::WorkerSpec spec;
+    WorkerSpec spec;           // log_path and error_file as placed under the job's directory
     bool exited = false;
     std::string report_token;  // its DTRAIN_REPORT_TOKEN
   };
 
   // The worker's log and error file placed under the job's directory ("" where the launcher named none). Throws
   // PathError for a name outside it. Called with mutex_ held.
-  std::pair<std::string, std::string> place_files(const v1::WorkerSpec& worker) const;
-  void on_started(std::uint64_t id, pid_t pid);
-  void on_line(std::uint64_t id, bool is_stderr, std::string_view line);
+  std::pair<std::string, std::string> place_files(const WorkerSpec& worker) const;
+  // What the supervisor runs for `worker` (placed files already in it). Called with mutex_ held.
+  supervisor::ProcessSpec process_spec(std::uint32_t round, const Worker& worker) const;
+  // Moves the round's state by `event`; false (nothing changed) where transition() refuses. Called with mutex_ held.
+  bool move(RoundEvent event);
   void on_exited(const supervisor::ProcessExit& exit);
-  void emit(v1::AgentMessage message);
+  void on_line(std::uint64_t id, bool is_stderr, std::string_view line);
+  void emit(RunnerEvent event);
   void stop(std::chrono::milliseconds grace, std::function<void(unsigned killed)> done);
 
   store::Store& store_;
@@ -97,8 +98,7 @@ class JobRunner {
   std::string store_token_;   // namespace this node's store opened (node 0)
   std::string round_token_;   // the running round's token, from StartGroup
   std::uint32_t round_ = 0;
-  bool group_active_ = false;   // a group was started and has not finished or been stopped
-  bool stopping_ = false;
+  RoundState state_ = RoundState::idle;
   std::map<std::uint32_t, Worker> workers_;  // by rank, current round only
   std::map<std::string, std::string> worker_env_;
   JobFiles job_files_;

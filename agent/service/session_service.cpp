@@ -31,9 +31,10 @@ grpc::Status SessionService::Session(grpc::ServerContext* context,
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "session refused: " + refused);
   }
   ServerSessionStream session(context, stream);
-  std::string error = agent_.serve_session(session);
-  if (error.empty()) return grpc::Status::OK;
-  return grpc::Status(grpc::StatusCode::UNAVAILABLE, error);
+  // Whatever ended the session, the launcher learns it as the session's end (UNAVAILABLE), with the agent's words.
+  const Status served = agent_.serve_session(session);
+  if (served.ok()) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, served.message());
 }
 
 }  // namespace dtrain::agent

@@ -1,0 +1,197 @@
+#include "agent/wire.h"
+
+#include <variant>
+
+namespace dtrain::agent::wire {
+namespace {
+
+// One AgentMessage per runner event (RunnerEvent's alternatives).
+v1::AgentMessage event_message(const WorkerStarted& e) {
+  v1::AgentMessage message;
+  auto* out = message.mutable_worker_started();
+  out->set_round(e.round);
+  out->set_rank(e.rank);
+  out->set_pid(static_cast<std::uint32_t>(e.pid));
+  return message;
+}
+
+v1::AgentMessage event_message(const WorkerExited& e) {
+  v1::AgentMessage message;
+  auto* out = message.mutable_worker_exited();
+  out->set_round(e.round);
+  out->set_rank(e.rank);
+  out->set_pid(static_cast<std::uint32_t>(e.exit.pid));
+  out->set_exit_code(e.exit.exit_code);
+  out->set_signal(e.exit.signal);
+  out->set_stopped_by_agent(e.exit.stopped);
+  out->set_runtime_ms(static_cast<std::uint64_t>(e.exit.runtime.count()));
+  for (const auto& line : e.exit.stderr_tail) out->add_stderr_tail(line);
+  out->set_error_file_json(e.error_file_json);
+  out->set_log_path(e.log_path);
+  out->set_exit_unix_ms(e.exit_unix_ms);
+  out->set_spawn_error(e.exit.spawn_error);
+  out->set_log_error(e.exit.log_error);
+  out->set_log_bytes_lost(e.exit.log_bytes_lost);
+  return message;
+}
+
+// One line per message; the outbox merges consecutive ones.
+v1::AgentMessage event_message(const LogLine& e) {
+  v1::AgentMessage message;
+  auto* out = message.mutable_log_lines();
+  out->set_round(e.round);
+  auto* entry = out->add_lines();
+  entry->set_rank(e.rank);
+  entry->set_is_stderr(e.is_stderr);
+  entry->set_text(e.text);
+  return message;
+}
+
+v1::AgentMessage event_message(const LogWriteFailed& e) {
+  v1::AgentMessage message;
+  auto* out = message.mutable_log_write_failed();
+  out->set_round(e.round);
+  out->set_rank(e.rank);
+  out->set_message(e.message);
+  return message;
+}
+
+v1::AgentMessage event_message(const GroupDone& e) {
+  v1::AgentMessage message;
+  message.mutable_group_done()->set_round(e.round);
+  return message;
+}
+
+v1::AgentMessage event_message(const GroupStopped& e) {
+  v1::AgentMessage message;
+  message.mutable_group_stopped()->set_round(e.round);
+  message.mutable_group_stopped()->set_killed(e.killed);
+  return message;
+}
+
+}  // namespace
+
+SessionConfig from_wire(const v1::Configure& configure) {
+  SessionConfig config;
+  config.job_id = configure.job_id();
+  config.node_rank = configure.node_rank();
+  config.lease = std::chrono::milliseconds(configure.lease_ms());
+  config.heartbeat_interval = std::chrono::milliseconds(configure.heartbeat_interval_ms());
+  config.stop_grace = std::chrono::milliseconds(configure.stop_grace_ms());
+  return config;
+}
+
+RoundRequest from_wire(const v1::PrepareRound& prepare) { return {prepare.round(), prepare.store_token()}; }
+
+GroupSpec from_wire(const v1::StartGroup& start) {
+  GroupSpec group;
+  group.round = start.round();
+  group.round_token = start.round_token();
+  for (const auto& w : start.workers()) {
+    WorkerSpec worker;
+    worker.rank = w.rank();
+    worker.local_rank = w.local_rank();
+    worker.argv.assign(w.argv().begin(), w.argv().end());
+    worker.env.insert(w.env().begin(), w.env().end());
+    worker.working_dir = w.working_dir();
+    worker.cpus.assign(w.cpus().begin(), w.cpus().end());
+    worker.log_path = w.log_path();
+    worker.stream_stdout = w.stream_stdout();
+    worker.stream_stderr = w.stream_stderr();
+    worker.error_file = w.error_file();
+    group.workers.push_back(std::move(worker));
+  }
+  return group;
+}
+
+StopRequest from_wire(const v1::StopGroup& stop) { return {stop.round(), std::chrono::milliseconds(stop.grace_ms())}; }
+
+ProbeRequest from_wire(const v1::Probe& probe) {
+  ProbeRequest request;
+  request.id = probe.id();
+  request.node_checks = probe.node_checks();
+  request.log_dir = probe.log_dir();
+  request.checkpoint_dir = probe.checkpoint_dir();
+  request.open_port = probe.open_port();
+  request.reach.assign(probe.reach().begin(), probe.reach().end());
+  request.reach_timeout = std::chrono::milliseconds(probe.reach_timeout_ms());
+  return request;
+}
+
+v1::AgentMessage to_wire(const AgentHello& hello) {
+  v1::AgentMessage message;
+  auto* facts = message.mutable_hello()->mutable_facts();
+  facts->set_hostname(hello.facts.hostname);
+  facts->set_host_id(hello.facts.host_id);
+  for (const auto& a : hello.facts.addresses) facts->add_addresses(a);
+  for (const auto& [name, address] : hello.facts.interfaces) {
+    auto* i = facts->add_interfaces();
+    i->set_name(name);
+    i->set_address(address);
+  }
+  for (unsigned c : hello.facts.cpus) facts->add_cpus(c);
+  for (int n : hello.facts.cpu_numa) facts->add_cpu_numa_node(n);
+  facts->set_gpu_count(hello.facts.gpu_count);
+  facts->set_dtrain_version(hello.dtrain_version);
+  facts->set_kernel(hello.facts.kernel);
+  facts->set_unix_ms(hello.unix_ms);
+  message.mutable_hello()->set_agent_address(hello.agent_address);
+  message.mutable_hello()->set_pid(hello.pid);
+  if (hello.slot) message.mutable_hello()->set_slot(*hello.slot);
+  return message;
+}
+
+v1::AgentMessage to_wire(const RoundPreparation& prepared) {
+  v1::AgentMessage message;
+  auto* out = message.mutable_round_prepared();
+  out->set_round(prepared.round);
+  out->set_master_port(prepared.master_port);
+  out->set_store_address(prepared.store_address);
+  return message;
+}
+
+v1::AgentMessage to_wire(const RunnerEvent& event) {
+  return std::visit([](const auto& e) { return event_message(e); }, event);
+}
+
+v1::AgentMessage to_wire(const ProbeAnswer& answer) {
+  v1::AgentMessage message;
+  auto* out = message.mutable_probe_result();
+  out->set_id(answer.id);
+  out->set_dtrain_version(answer.dtrain_version);
+  out->set_node_checks_json(answer.node_checks_json);
+  out->set_driver_version(answer.driver_version);
+  out->set_nccl_version(answer.nccl_version);
+  for (const auto& name : answer.interfaces) out->add_interfaces(name);
+  out->set_open_port(answer.open_port);
+  for (const auto& r : answer.reach) {
+    auto* reach = out->add_reach();
+    reach->set_address(r.address);
+    reach->set_ok(r.ok);
+    reach->set_error(r.error);
+    reach->set_connect_ms(r.connect_ms);
+  }
+  out->set_unix_ms(answer.unix_ms);
+  return message;
+}
+
+v1::AgentMessage to_wire(const v1::WorkerHealth& health, std::uint64_t unix_ms) {
+  v1::AgentMessage message;
+  *message.mutable_worker_health() = health;
+  message.mutable_worker_health()->set_unix_ms(unix_ms);
+  return message;
+}
+
+v1::AgentMessage error_message(const Status& status) {
+  v1::AgentMessage message;
+  message.mutable_error()->set_message(status.message());
+  return message;
+}
+
+v1::AgentMessage goodbye_message() {
+  v1::AgentMessage message;
+  message.mutable_goodbye();
+  return message;
+}
+
+}  // namespace dtrain::agent::wire
