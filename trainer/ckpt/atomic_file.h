@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "trainer/common/unique_fd.h"
+
 namespace dtrain::trainer {
 
 // A checkpoint or state file that cannot be written or read. The message names the file and what to check.
@@ -21,8 +23,6 @@ class AtomicFile {
  public:
   // Creates the temporary file; throws CheckpointError if the directory is not writable.
   explicit AtomicFile(std::string path);
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
   ~AtomicFile();
 
   void write(const void* data, std::size_t bytes);
@@ -38,7 +38,7 @@ class AtomicFile {
 
   std::string path_;
   std::string temp_path_;
-  int fd_ = -1;
+  UniqueFd fd_;  // the temporary file, until commit() or a failure closes it
   bool committed_ = false;
 };
 

@@ -33,13 +33,13 @@ bool pread_all(int fd, void* data, std::size_t bytes, off_t offset) {
 }  // namespace
 
 Shard::Shard(std::string path) : path_(std::move(path)) {
-  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) throw DataError("data shard " + path_ + ": cannot open (" + os_error() + "); check the --data glob");
+  fd_.reset(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd_.valid()) throw DataError("data shard " + path_ + ": cannot open (" + os_error() + "); check the --data glob");
   struct stat st {};
   std::array<std::int32_t, kShardHeaderInts> header{};
-  if (::fstat(fd_, &st) != 0 || static_cast<std::size_t>(st.st_size) < kShardHeaderBytes ||
-      !pread_all(fd_, header.data(), kShardHeaderBytes, 0)) {
-    ::close(fd_);
+  // A throw below closes the file: fd_ owns it.
+  if (::fstat(fd_.get(), &st) != 0 || static_cast<std::size_t>(st.st_size) < kShardHeaderBytes ||
+      !pread_all(fd_.get(), header.data(), kShardHeaderBytes, 0)) {
     throw DataError("data shard " + path_ + ": shorter than the 1024-byte llm.c shard header; it is not a token shard "
                     "(make one with `dtrain-trainer prepare-text IN.txt OUT.bin`)");
   }
@@ -59,27 +59,9 @@ Shard::Shard(std::string path) : path_(std::move(path)) {
     }
   }
   if (!problem.empty()) {
-    ::close(fd_);
     throw DataError("data shard " + path_ + ": " + problem);
   }
   tokens_ = static_cast<std::size_t>(header[2]);
-}
-
-Shard::Shard(Shard&& other) noexcept
-    : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)), tokens_(other.tokens_) {}
-
-Shard& Shard::operator=(Shard&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    path_ = std::move(other.path_);
-    fd_ = std::exchange(other.fd_, -1);
-    tokens_ = other.tokens_;
-  }
-  return *this;
-}
-
-Shard::~Shard() {
-  if (fd_ >= 0) ::close(fd_);
 }
 
 void Shard::read(std::size_t begin, std::size_t count, std::int32_t* out) const {
@@ -88,7 +70,7 @@ void Shard::read(std::size_t begin, std::size_t count, std::int32_t* out) const 
                     std::to_string(begin + count) + ") are past its end (" + std::to_string(tokens_) + " tokens)");
   }
   std::vector<std::uint16_t> raw(count);
-  if (!pread_all(fd_, raw.data(), count * sizeof(std::uint16_t),
+  if (!pread_all(fd_.get(), raw.data(), count * sizeof(std::uint16_t),
                  static_cast<off_t>(kShardHeaderBytes + begin * sizeof(std::uint16_t)))) {
     throw DataError("data shard " + path_ + ": read of tokens [" + std::to_string(begin) + ", " +
                     std::to_string(begin + count) + ") failed (" + os_error() + ")");

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "trainer/common/unique_fd.h"
+
 namespace dtrain::trainer {
 
 inline constexpr std::int32_t kShardMagic = 20240520;
@@ -29,11 +31,6 @@ class Shard {
   // Throws DataError if the file is missing, is not an llm.c shard (magic, version), or its size does not match
   // the token count in its header.
   explicit Shard(std::string path);
-  Shard(Shard&& other) noexcept;
-  Shard& operator=(Shard&& other) noexcept;
-  Shard(const Shard&) = delete;
-  Shard& operator=(const Shard&) = delete;
-  ~Shard();
 
   const std::string& path() const { return path_; }
   std::size_t tokens() const { return tokens_; }
@@ -43,7 +40,7 @@ class Shard {
 
  private:
   std::string path_;
-  int fd_ = -1;
+  UniqueFd fd_;
   std::size_t tokens_ = 0;
 };
 
