@@ -14,15 +14,6 @@ using Clock = std::chrono::steady_clock;
 // Rank r's element i in the checked run: an integer small enough that sums over any number of ranks stay exact.
 float element(int rank, std::size_t i) { return static_cast<float>((rank + 1) * 100 + static_cast<int>(i % 89)); }
 
-// One collective as the driver sees it: buffers for `count`, how to run it once, and how to count wrong elements.
-struct Case {
-  double bus_factor;
-  std::size_t chunks;  // how many `count` chunks the size covers
-  std::function<void(std::size_t count)> prepare;  // allocates and fills with the known data
-  std::function<void(std::size_t count)> run;      // one collective, waited for
-  std::function<std::size_t(std::size_t count)> wrong;
-};
-
 // One buffer of the collective, where the backend wants it (Communicator::device_buffers): `host` holds the
 // known data and, after download(), the result. For a host backend `host` is the buffer itself; for a device
 // backend a device copy of `count` floats is kept in step by upload() and download(), outside the timed runs.
@@ -66,84 +57,69 @@ struct Buffers {
   BenchBuffer out;
 };
 
-Case make_case(Communicator& communicator, const std::string& collective, Buffers& buffers) {
-  Communicator* comm_ptr = &communicator;
-  Buffers* b = &buffers;
+// One collective as the driver sees it. The known data (element(rank, i)) starts in `in`, or in `out` for a collective
+// that works in place; after one run, out[i] must be expected(i, count).
+struct Case {
+  double bus_factor;      // busbw / algbw (see bench.h)
+  std::size_t chunks;     // how many `count` chunks the size covers
+  std::size_t in_chunks;  // chunks of known data in `in`; 0: in place, the known data starts in `out`
+  std::size_t out_chunks;
+  std::function<void(Buffers& buffers, std::size_t count)> run;  // one collective, waited for
+  std::function<float(std::size_t i, std::size_t count)> expected;
+};
+
+Case make_case(Communicator& communicator, const std::string& collective) {
+  Communicator* comm = &communicator;
   const int n = communicator.size();
   const int me = communicator.rank();
+  const auto n_chunks = static_cast<std::size_t>(n);
   const auto sum = [n](std::size_t i) {
     float total = 0;
     for (int r = 0; r < n; ++r) total += element(r, i);
     return total;
   };
   if (collective == "allreduce") {
-    return {2.0 * (n - 1) / n, 1,
-            [=](std::size_t count) {
-              b->out.host.resize(count);
-              for (std::size_t i = 0; i < count; ++i) b->out.host[i] = element(me, i);
-              b->out.upload();
-            },
-            [=](std::size_t count) { comm_ptr->allreduce(b->out.data(), count)->wait(); },
-            [=](std::size_t count) {
-              b->out.download();
-              std::size_t wrong = 0;
-              for (std::size_t i = 0; i < count; ++i) wrong += b->out.host[i] != sum(i);
-              return wrong;
-            }};
+    return {2.0 * (n - 1) / n, 1, 0, 1,
+            [=](Buffers& b, std::size_t count) { comm->allreduce(b.out.data(), count)->wait(); },
+            [=](std::size_t i, std::size_t) { return sum(i); }};
   }
   if (collective == "reduce_scatter") {
-    return {static_cast<double>(n - 1) / n, static_cast<std::size_t>(n),
-            [=](std::size_t count) {
-              b->in.host.resize(count * n);
-              b->out.host.assign(count, 0.0f);
-              for (std::size_t i = 0; i < b->in.host.size(); ++i) b->in.host[i] = element(me, i);
-              b->in.upload();
-              b->out.upload();
-            },
-            [=](std::size_t count) { comm_ptr->reduce_scatter(b->in.data(), b->out.data(), count)->wait(); },
-            [=](std::size_t count) {
-              b->out.download();
-              std::size_t wrong = 0;
-              for (std::size_t i = 0; i < count; ++i) wrong += b->out.host[i] != sum(me * count + i);
-              return wrong;
-            }};
+    return {static_cast<double>(n - 1) / n, n_chunks, n_chunks, 1,
+            [=](Buffers& b, std::size_t count) { comm->reduce_scatter(b.in.data(), b.out.data(), count)->wait(); },
+            [=](std::size_t i, std::size_t count) { return sum(me * count + i); }};
   }
   if (collective == "all_gather") {
-    return {static_cast<double>(n - 1) / n, static_cast<std::size_t>(n),
-            [=](std::size_t count) {
-              b->in.host.resize(count);
-              b->out.host.assign(count * n, 0.0f);
-              for (std::size_t i = 0; i < count; ++i) b->in.host[i] = element(me, i);
-              b->in.upload();
-              b->out.upload();
-            },
-            [=](std::size_t count) { comm_ptr->all_gather(b->in.data(), b->out.data(), count)->wait(); },
-            [=](std::size_t count) {
-              b->out.download();
-              std::size_t wrong = 0;
-              for (int r = 0; r < n; ++r) {
-                for (std::size_t i = 0; i < count; ++i) wrong += b->out.host[r * count + i] != element(r, i);
-              }
-              return wrong;
-            }};
+    return {static_cast<double>(n - 1) / n, n_chunks, 1, n_chunks,
+            [=](Buffers& b, std::size_t count) { comm->all_gather(b.in.data(), b.out.data(), count)->wait(); },
+            [](std::size_t i, std::size_t count) { return element(static_cast<int>(i / count), i % count); }};
   }
   if (collective == "broadcast") {
-    return {1.0, 1,
-            [=](std::size_t count) {
-              b->out.host.resize(count);
-              for (std::size_t i = 0; i < count; ++i) b->out.host[i] = element(me, i);
-              b->out.upload();
-            },
-            [=](std::size_t count) { comm_ptr->broadcast(b->out.data(), count, 0)->wait(); },
-            [=](std::size_t count) {
-              b->out.download();
-              std::size_t wrong = 0;
-              for (std::size_t i = 0; i < count; ++i) wrong += b->out.host[i] != element(0, i);
-              return wrong;
-            }};
+    return {1.0, 1, 0, 1, [=](Buffers& b, std::size_t count) { comm->broadcast(b.out.data(), count, 0)->wait(); },
+            [](std::size_t i, std::size_t) { return element(0, i); }};
   }
   throw std::invalid_argument("unknown collective '" + collective +
                               "'; use allreduce, all_gather, reduce_scatter or broadcast");
+}
+
+// Fills the buffers of `c` for `count` with this rank's known data (and zeros in `out` when it is not the input)
+// and puts them where the backend wants them.
+void prepare(const Case& c, Buffers& b, int rank, std::size_t count) {
+  BenchBuffer& known = c.in_chunks > 0 ? b.in : b.out;
+  known.host.resize(count * (c.in_chunks > 0 ? c.in_chunks : c.out_chunks));
+  for (std::size_t i = 0; i < known.host.size(); ++i) known.host[i] = element(rank, i);
+  if (c.in_chunks > 0) {
+    b.out.host.assign(count * c.out_chunks, 0.0f);
+    b.in.upload();
+  }
+  b.out.upload();
+}
+
+// Elements of `out` that differ from the expected result of one run.
+std::size_t count_wrong(const Case& c, Buffers& b, std::size_t count) {
+  b.out.download();
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < count * c.out_chunks; ++i) wrong += b.out.host[i] != c.expected(i, count);
+  return wrong;
 }
 
 }  // namespace
@@ -152,24 +128,24 @@ std::vector<CollectiveBenchRow> run_collective_bench(Communicator& comm, const C
   if (options.iterations < 1 || options.warmup_iterations < 0) {
     throw std::invalid_argument("collective bench: iterations must be at least 1 and warm-up at least 0");
   }
+  const Case c = make_case(comm, options.collective);
   Buffers buffers(comm);
-  Case c = make_case(comm, options.collective, buffers);
   std::vector<CollectiveBenchRow> rows;
   for (std::size_t bytes : options.sizes_bytes) {
     CollectiveBenchRow row;
     row.count = bytes / sizeof(float) / c.chunks;
     row.bytes = row.count * c.chunks * sizeof(float);
-    c.prepare(row.count);
-    for (int i = 0; i < options.warmup_iterations; ++i) c.run(row.count);
+    prepare(c, buffers, comm.rank(), row.count);
+    for (int i = 0; i < options.warmup_iterations; ++i) c.run(buffers, row.count);
     const auto start = Clock::now();
-    for (int i = 0; i < options.iterations; ++i) c.run(row.count);
+    for (int i = 0; i < options.iterations; ++i) c.run(buffers, row.count);
     const double total_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     row.time_ms = total_ms / options.iterations;
     row.algbw_gbps = row.time_ms > 0 ? static_cast<double>(row.bytes) / (row.time_ms * 1e6) : 0;
     row.busbw_gbps = row.algbw_gbps * c.bus_factor;
-    c.prepare(row.count);
-    c.run(row.count);
-    row.wrong = c.wrong(row.count);
+    prepare(c, buffers, comm.rank(), row.count);
+    c.run(buffers, row.count);
+    row.wrong = count_wrong(c, buffers, row.count);
     rows.push_back(row);
   }
   return rows;

@@ -1,14 +1,13 @@
 #include "trainer/comm/communicator.h"
 
-#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
-#include <string_view>
 
 #include "trainer/comm/gloo/communicator.h"
 #include "trainer/comm/local/communicator.h"
+#include "trainer/common/env.h"
 #ifdef DTRAIN_HAVE_NCCL
 #include "trainer/comm/nccl/communicator.h"
 #endif
@@ -16,18 +15,12 @@
 namespace dtrain::trainer {
 namespace {
 
-// The integer value of an environment variable, or `fallback` when it is unset.
-int env_int(const char* name, int fallback) {
-  const char* raw = std::getenv(name);
-  if (raw == nullptr) return fallback;
-  std::string_view text(raw);
-  int value = 0;
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
-    throw CommError(std::string(name) + "='" + std::string(text) +
-                    "' is not an integer; the launcher (dtrain run/launch, torchrun) sets it for every worker");
-  }
-  return value;
+// The integer value of a variable the launcher sets, or `fallback` when it is unset; CommError when it is not an
+// integer.
+int launcher_int(const char* name, int fallback) {
+  Result<int> value = env_int(name, fallback, "the launcher (dtrain run/launch, torchrun) sets it for every worker");
+  if (!value.ok()) throw CommError(value.status.message());
+  return value.value;
 }
 
 // options.backend with "auto" resolved through DTRAIN_COMM_BACKEND (unset: gloo); "gloo" or "nccl".
@@ -77,7 +70,7 @@ std::unique_ptr<Communicator> make_communicator_from_env(const CommOptions& opti
                     "NCCL (e.g. under /usr/local/cuda)");
   }
 #endif
-  const int world = env_int("WORLD_SIZE", 1);
+  const int world = launcher_int("WORLD_SIZE", 1);
   if (world < 1) {
     throw CommError("WORLD_SIZE=" + std::to_string(world) + " must be at least 1");
   }
@@ -87,11 +80,11 @@ std::unique_ptr<Communicator> make_communicator_from_env(const CommOptions& opti
       throw CommError("RANK is not set but WORLD_SIZE=" + std::to_string(world) +
                       "; start workers with dtrain run/launch (or torchrun), which set both");
     }
-    const int rank = env_int("RANK", 0);
+    const int rank = launcher_int("RANK", 0);
     if (rank < 0 || rank >= world) {
       throw CommError("RANK=" + std::to_string(rank) + " is outside [0, WORLD_SIZE=" + std::to_string(world) + ")");
     }
-    const int local_rank = env_int("LOCAL_RANK", 0);
+    const int local_rank = launcher_int("LOCAL_RANK", 0);
     if (local_rank < 0) throw CommError("LOCAL_RANK=" + std::to_string(local_rank) + " must be at least 0");
     return NcclCommunicator::from_env(rank, world, local_rank, options);
   }
@@ -101,7 +94,7 @@ std::unique_ptr<Communicator> make_communicator_from_env(const CommOptions& opti
     throw CommError("RANK is not set but WORLD_SIZE=" + std::to_string(world) +
                     "; start workers with dtrain run/launch (or torchrun), which set both");
   }
-  const int rank = env_int("RANK", 0);
+  const int rank = launcher_int("RANK", 0);
   if (rank < 0 || rank >= world) {
     throw CommError("RANK=" + std::to_string(rank) + " is outside [0, WORLD_SIZE=" + std::to_string(world) + ")");
   }

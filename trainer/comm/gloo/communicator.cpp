@@ -11,10 +11,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <utility>
 #include <vector>
 
+#include "trainer/comm/describe.h"
 #include "trainer/comm/gloo/network.h"
 #include "trainer/comm/gloo/store_adapter.h"
 #include "trainer/comm/work_queue.h"
@@ -28,18 +28,6 @@ using Clock = std::chrono::steady_clock;
 constexpr uint8_t kReduceScatterSlotPrefix = 0x40;
 // reduce_scatter's segment: gloo's allreduce uses 1 MiB too (AllreduceOptions::kMaxSegmentSize).
 constexpr std::size_t kSegmentFloats = (std::size_t{1} << 20) / sizeof(float);
-
-std::string floats(std::size_t count) {
-  char size[32];
-  std::snprintf(size, sizeof(size), "%.1f MiB", static_cast<double>(count) * sizeof(float) / (1 << 20));
-  return std::to_string(count) + " floats (" + size + ")";
-}
-
-std::string seconds(std::chrono::milliseconds timeout) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.1f s", static_cast<double>(timeout.count()) / 1000);
-  return text;
-}
 
 // gloo's reduce-function signature; out may alias a.
 void sum_floats(void* out, const void* a, const void* b, std::size_t n) {
@@ -102,7 +90,7 @@ struct GlooCommunicator::Impl {
                         std::to_string(options.size) + " (" + endpoint + "; its ring neighbours are ranks " +
                         std::to_string(left) + " and " + std::to_string(right) + "): " + error.what() +
                         ". A peer that exited closes its connections at once; one that stopped answering fails the "
-                        "collective after the timeout of " + seconds(options.timeout) +
+                        "collective after the timeout of " + describe_seconds(options.timeout) +
                         ". Check the other ranks' logs, and that every rank issues the same collectives in the "
                         "same order with the same sizes");
       }
@@ -203,7 +191,7 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<store::StoreClient> store, Gl
                     std::to_string(options.size) + " (" + impl_->endpoint + ", store keys '" + options.prefix +
                     "*') failed: " + error.what() +
                     ". Check that every rank can reach this address (GLOO_SOCKET_IFNAME picks the interface) and "
-                    "that all ranks started within the timeout of " + seconds(options.timeout));
+                    "that all ranks started within the timeout of " + describe_seconds(options.timeout));
   }
   impl_->context = std::move(context);
 }
@@ -239,7 +227,7 @@ int GlooCommunicator::size() const { return impl_->options.size; }
 const std::string& GlooCommunicator::endpoint() const { return impl_->endpoint; }
 
 std::shared_ptr<Work> GlooCommunicator::allreduce(float* data, std::size_t count) {
-  return impl_->submit("allreduce of " + floats(count), [this, data, count](uint32_t tag) {
+  return impl_->submit("allreduce of " + describe_floats(count), [this, data, count](uint32_t tag) {
     if (count == 0 || impl_->options.size == 1) return;
     gloo::AllreduceOptions opts(impl_->context);
     opts.setOutput(data, count);
@@ -252,7 +240,7 @@ std::shared_ptr<Work> GlooCommunicator::allreduce(float* data, std::size_t count
 }
 
 std::shared_ptr<Work> GlooCommunicator::reduce_scatter(const float* in, float* out, std::size_t count_per_rank) {
-  return impl_->submit("reduce_scatter of " + floats(count_per_rank) + " per rank",
+  return impl_->submit("reduce_scatter of " + describe_floats(count_per_rank) + " per rank",
                        [this, in, out, count_per_rank](uint32_t tag) {
                          if (count_per_rank == 0) return;
                          if (impl_->options.size == 1) {
@@ -264,7 +252,7 @@ std::shared_ptr<Work> GlooCommunicator::reduce_scatter(const float* in, float* o
 }
 
 std::shared_ptr<Work> GlooCommunicator::all_gather(const float* in, float* out, std::size_t count_per_rank) {
-  return impl_->submit("all_gather of " + floats(count_per_rank) + " per rank",
+  return impl_->submit("all_gather of " + describe_floats(count_per_rank) + " per rank",
                        [this, in, out, count_per_rank](uint32_t tag) {
                          if (count_per_rank == 0) return;
                          const std::size_t total = count_per_rank * static_cast<std::size_t>(impl_->options.size);
@@ -288,7 +276,7 @@ std::shared_ptr<Work> GlooCommunicator::broadcast(float* data, std::size_t count
     throw CommError("broadcast: root " + std::to_string(root) + " is not a rank of this communicator of " +
                     std::to_string(impl_->options.size) + " ranks");
   }
-  return impl_->submit("broadcast of " + floats(count) + " from rank " + std::to_string(root),
+  return impl_->submit("broadcast of " + describe_floats(count) + " from rank " + std::to_string(root),
                        [this, data, count, root](uint32_t tag) {
                          if (count == 0 || impl_->options.size == 1) return;
                          gloo::BroadcastOptions opts(impl_->context);

@@ -4,81 +4,25 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <atomic>
-#include <cstdio>
 #include <mutex>
 #include <thread>
 #include <utility>
 
+#include "trainer/comm/describe.h"
 #include "trainer/comm/nccl/runtime.h"
 
 namespace dtrain::trainer {
 namespace {
 
+using nccl_runtime::cuda_text;
+using nccl_runtime::nccl_text;
+using nccl_runtime::rt;
+
 using Clock = std::chrono::steady_clock;
 
 std::atomic<int> communicators_created{0};
-
-// NCCL and the CUDA runtime, loaded on first use (see runtime.h); a node without them gets this CommError.
-const nccl_runtime::Api& rt() {
-  std::string why;
-  const nccl_runtime::Api* api = nccl_runtime::load(&why);
-  if (api == nullptr) throw CommError("nccl backend: " + why);
-  return *api;
-}
-
-std::string floats(std::size_t count) {
-  char size[32];
-  std::snprintf(size, sizeof(size), "%.1f MiB", static_cast<double>(count) * sizeof(float) / (1 << 20));
-  return std::to_string(count) + " floats (" + size + ")";
-}
-
-std::string seconds(std::chrono::milliseconds timeout) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.1f s", static_cast<double>(timeout.count()) / 1000);
-  return text;
-}
-
-std::string cuda_text(cudaError_t error) {
-  return std::string(rt().cudaGetErrorName(error)) + ": " + rt().cudaGetErrorString(error);
-}
-
-std::string nccl_text(ncclResult_t result, ncclComm_t comm = nullptr) {
-  std::string text = rt().ncclGetErrorString(result);
-  const char* last = rt().ncclGetLastError(comm);
-  if (last != nullptr && *last != '\0') text += " (" + std::string(last) + ")";
-  return text;
-}
-
-std::string to_hex(const char* bytes, std::size_t n) {
-  static const char digits[] = "0123456789abcdef";
-  std::string hex;
-  hex.reserve(2 * n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto byte = static_cast<unsigned char>(bytes[i]);
-    hex += digits[byte >> 4];
-    hex += digits[byte & 15];
-  }
-  return hex;
-}
-
-// Bytes from hex; false when `hex` is not 2 * n hex digits.
-bool from_hex(const std::string& hex, std::string& bytes) {
-  const auto value = [](char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  if (hex.size() % 2 != 0) return false;
-  bytes.clear();
-  for (std::size_t i = 0; i < hex.size(); i += 2) {
-    const int hi = value(hex[i]), lo = value(hex[i + 1]);
-    if (hi < 0 || lo < 0) return false;
-    bytes += static_cast<char>(hi * 16 + lo);
-  }
-  return true;
-}
 
 }  // namespace
 
@@ -93,44 +37,6 @@ int cuda_device_count(std::string* why) {
   }
   if (count == 0 && why != nullptr) *why = "cudaGetDeviceCount found 0 devices";
   return count;
-}
-
-std::string exchange_nccl_unique_id(store::StoreClient* store, const std::string& key, int rank, int size,
-                                    std::chrono::milliseconds timeout) {
-  const std::string who = "NCCL unique-id exchange (rank " + std::to_string(rank) + " of " + std::to_string(size) +
-                          ", store key '" + key + "'";
-  if (size > 1 && store == nullptr) throw CommError(who + "): no store to exchange the id through");
-  if (rank == 0) {
-    ncclUniqueId id;
-    const ncclResult_t result = rt().ncclGetUniqueId(&id);
-    if (result != ncclSuccess) {
-      throw CommError(who + "): ncclGetUniqueId failed: " + nccl_text(result) +
-                      ". NCCL needs a usable network interface for its bootstrap; see NCCL_SOCKET_IFNAME");
-    }
-    std::string bytes(id.internal, sizeof(id.internal));
-    if (size > 1) {
-      try {
-        store->set(key, to_hex(id.internal, sizeof(id.internal)));
-      } catch (const store::StoreError& error) {
-        throw CommError(who + "): cannot publish the id: " + error.what());
-      }
-    }
-    return bytes;
-  }
-  std::string hex;
-  try {
-    hex = store->get(key, timeout);
-  } catch (const store::StoreError& error) {
-    throw CommError(who + "): rank 0 did not publish the id within " + seconds(timeout) + ": " + error.what() +
-                    ". Check rank 0's log: it may have failed before (e.g. no GPU) or not be using NCCL");
-  }
-  std::string bytes;
-  if (!from_hex(hex, bytes) || bytes.size() != NCCL_UNIQUE_ID_BYTES) {
-    throw CommError(who + "): the value is not " + std::to_string(NCCL_UNIQUE_ID_BYTES) +
-                    " hex-encoded bytes (" + std::to_string(hex.size()) +
-                    " characters); another program uses this key");
-  }
-  return bytes;
 }
 
 // Shared by the communicator and its Work handles, so a handle outlives neither the stream nor the comm.
@@ -155,6 +61,20 @@ struct NcclCommunicator::State {
     }
   }
 
+  // Copies `count` floats between host and this GPU on the communicator's stream (which does not synchronise with
+  // the default stream), then waits for it: the copy lands after the collectives issued before and before any
+  // issued after, and is complete on return.
+  void copy(float* to, const float* from, std::size_t count, cudaMemcpyKind kind) const {
+    if (count == 0) return;
+    use_device();
+    cudaError_t error = rt().cudaMemcpyAsync(to, from, count * sizeof(float), kind, stream);
+    if (error == cudaSuccess) error = rt().cudaStreamSynchronize(stream);
+    if (error != cudaSuccess) {
+      throw CommError("nccl (" + where() + "): copy of " + describe_floats(count) +
+                      (kind == cudaMemcpyHostToDevice ? " to" : " from") + " the GPU failed: " + cuda_text(error));
+    }
+  }
+
   // Aborts the NCCL communicator once and remembers `failure` as the reason; returns the first reason.
   std::string abort(const std::string& failure) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -173,6 +93,14 @@ struct NcclCommunicator::State {
       throw CommError("nccl " + what + " on " + where() + " not run: the communicator was aborted after an " +
                       "earlier failure: " + first_failure);
     }
+  }
+
+  // Each of a collective's buffers must be device memory on this communicator's GPU; an empty collective
+  // (count 0) touches none, so its buffers are not checked.
+  void check_device_pointers(const std::string& what, std::size_t count,
+                             std::initializer_list<std::pair<const void*, const char*>> buffers) const {
+    if (count == 0) return;
+    for (const auto& [pointer, name] : buffers) check_device_pointer(pointer, name, what);
   }
 
   void check_device_pointer(const void* pointer, const char* name, const std::string& what) const {
@@ -273,7 +201,8 @@ class NcclWork : public Work {
       }
       const auto now = Clock::now();
       if (now >= deadline) {
-        const std::string why = failed("not finished after the timeout of " + seconds(state_->options.timeout) +
+        const std::string why = failed("not finished after the timeout of " +
+                                       describe_seconds(state_->options.timeout) +
                                        "; the communicator was aborted. A peer stopped answering, or the ranks "
                                        "issued different collectives or sizes: check the other ranks' logs");
         throw CommError(state_->abort(why));
@@ -298,9 +227,11 @@ class NcclWork : public Work {
   double elapsed_ms_ = 0;
 };
 
-// Enqueues `launch` (NCCL calls on state.comm / state.stream) between two events and returns its Work.
+// Enqueues `launch` (NCCL calls on state.comm / state.stream) between two events and returns its Work; with
+// `count` 0 only the events are recorded: NCCL is not called for an empty collective.
 template <typename Launch>
-std::shared_ptr<Work> enqueue(const std::shared_ptr<State>& state, const std::string& what, Launch launch) {
+std::shared_ptr<Work> enqueue(const std::shared_ptr<State>& state, const std::string& what, std::size_t count,
+                              Launch launch) {
   state->check_usable(what);
   state->use_device();
   cudaEvent_t start = nullptr, end = nullptr;
@@ -313,7 +244,7 @@ std::shared_ptr<Work> enqueue(const std::shared_ptr<State>& state, const std::st
     throw CommError("nccl " + what + " on " + state->where() + ": CUDA event setup failed: " + cuda_text(error));
   }
   auto work = std::make_shared<NcclWork>(state, what, start, end);
-  const ncclResult_t result = launch();
+  const ncclResult_t result = count == 0 ? ncclSuccess : launch();
   if (result != ncclSuccess && result != ncclInProgress) {
     const std::string why = "nccl " + what + " failed on " + state->where() + ": " + nccl_text(result, state->comm);
     // An invalid argument leaves the communicator usable; anything else may have left the ranks out of step.
@@ -451,7 +382,7 @@ float* NcclCommunicator::allocate(std::size_t count) {
   const cudaError_t error = rt().cudaMalloc(&data, count * sizeof(float));
   if (error != cudaSuccess) {
     rt().cudaGetLastError();
-    throw CommError("nccl (" + state_->where() + "): cudaMalloc of " + floats(count) + " failed: " +
+    throw CommError("nccl (" + state_->where() + "): cudaMalloc of " + describe_floats(count) + " failed: " +
                     cuda_text(error));
   }
   return static_cast<float*>(data);
@@ -464,72 +395,45 @@ void NcclCommunicator::release(float* data) {
 }
 
 void NcclCommunicator::copy_in(float* buffer, const float* host, std::size_t count) {
-  if (count == 0) return;
-  state_->use_device();
-  // On the communicator's stream (which does not synchronise with the default stream), then waited for: the
-  // copy lands after the collectives issued before and before any issued after.
-  cudaError_t error = rt().cudaMemcpyAsync(buffer, host, count * sizeof(float), cudaMemcpyHostToDevice, state_->stream);
-  if (error == cudaSuccess) error = rt().cudaStreamSynchronize(state_->stream);
-  if (error != cudaSuccess) {
-    throw CommError("nccl (" + state_->where() + "): copy of " + floats(count) + " to the GPU failed: " +
-                    cuda_text(error));
-  }
+  state_->copy(buffer, host, count, cudaMemcpyHostToDevice);
 }
 
 void NcclCommunicator::copy_out(float* host, const float* buffer, std::size_t count) {
-  if (count == 0) return;
-  state_->use_device();
-  // After the collectives already issued on the communicator's stream, and complete on return.
-  cudaError_t error = rt().cudaMemcpyAsync(host, buffer, count * sizeof(float), cudaMemcpyDeviceToHost, state_->stream);
-  if (error == cudaSuccess) error = rt().cudaStreamSynchronize(state_->stream);
-  if (error != cudaSuccess) {
-    throw CommError("nccl (" + state_->where() + "): copy of " + floats(count) + " from the GPU failed: " +
-                    cuda_text(error));
-  }
+  state_->copy(host, buffer, count, cudaMemcpyDeviceToHost);
 }
 
 std::shared_ptr<Work> NcclCommunicator::allreduce(float* data, std::size_t count) {
-  const std::string what = "allreduce of " + floats(count);
-  if (count > 0) state_->check_device_pointer(data, "data", what);
-  return enqueue(state_, what, [&] {
-    if (count == 0) return ncclSuccess;
+  const std::string what = "allreduce of " + describe_floats(count);
+  state_->check_device_pointers(what, count, {{data, "data"}});
+  return enqueue(state_, what, count, [&] {
     return rt().ncclAllReduce(data, data, count, ncclFloat32, ncclSum, state_->comm, state_->stream);
   });
 }
 
 std::shared_ptr<Work> NcclCommunicator::reduce_scatter(const float* in, float* out, std::size_t count_per_rank) {
-  const std::string what = "reduce_scatter of " + floats(count_per_rank) + " per rank";
-  if (count_per_rank > 0) {
-    state_->check_device_pointer(in, "in", what);
-    state_->check_device_pointer(out, "out", what);
-  }
-  return enqueue(state_, what, [&] {
-    if (count_per_rank == 0) return ncclSuccess;
+  const std::string what = "reduce_scatter of " + describe_floats(count_per_rank) + " per rank";
+  state_->check_device_pointers(what, count_per_rank, {{in, "in"}, {out, "out"}});
+  return enqueue(state_, what, count_per_rank, [&] {
     return rt().ncclReduceScatter(in, out, count_per_rank, ncclFloat32, ncclSum, state_->comm, state_->stream);
   });
 }
 
 std::shared_ptr<Work> NcclCommunicator::all_gather(const float* in, float* out, std::size_t count_per_rank) {
-  const std::string what = "all_gather of " + floats(count_per_rank) + " per rank";
-  if (count_per_rank > 0) {
-    state_->check_device_pointer(in, "in", what);
-    state_->check_device_pointer(out, "out", what);
-  }
-  return enqueue(state_, what, [&] {
-    if (count_per_rank == 0) return ncclSuccess;
+  const std::string what = "all_gather of " + describe_floats(count_per_rank) + " per rank";
+  state_->check_device_pointers(what, count_per_rank, {{in, "in"}, {out, "out"}});
+  return enqueue(state_, what, count_per_rank, [&] {
     return rt().ncclAllGather(in, out, count_per_rank, ncclFloat32, state_->comm, state_->stream);
   });
 }
 
 std::shared_ptr<Work> NcclCommunicator::broadcast(float* data, std::size_t count, int root) {
-  const std::string what = "broadcast of " + floats(count) + " from rank " + std::to_string(root);
+  const std::string what = "broadcast of " + describe_floats(count) + " from rank " + std::to_string(root);
   if (root < 0 || root >= state_->options.size) {
     throw CommError("nccl " + what + " on " + state_->where() + ": root must be in [0, " +
                     std::to_string(state_->options.size) + ")");
   }
-  if (count > 0) state_->check_device_pointer(data, "data", what);
-  return enqueue(state_, what, [&] {
-    if (count == 0) return ncclSuccess;
+  state_->check_device_pointers(what, count, {{data, "data"}});
+  return enqueue(state_, what, count, [&] {
     return rt().ncclBroadcast(data, data, count, ncclFloat32, root, state_->comm, state_->stream);
   });
 }

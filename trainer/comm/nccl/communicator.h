@@ -20,6 +20,7 @@
 
 #include "agent/store/client.h"
 #include "trainer/comm/communicator.h"
+#include "trainer/comm/nccl/unique_id.h"
 
 namespace dtrain::trainer {
 
@@ -73,11 +74,5 @@ class NcclCommunicator : public Communicator {
 // The number of CUDA devices this process sees; 0 when there is none or CUDA cannot be used (no driver, ...).
 // `why`, when given, receives CUDA's error string in that case.
 int cuda_device_count(std::string* why = nullptr);
-
-// The unique-id exchange alone: rank 0 creates an id with ncclGetUniqueId and sets it under `key`; every other
-// rank waits for the key (up to `timeout`). Returns the id's bytes (NCCL_UNIQUE_ID_BYTES of them) on every rank.
-// `store` may be null when size == 1. Throws CommError naming the key and the store on failure.
-std::string exchange_nccl_unique_id(store::StoreClient* store, const std::string& key, int rank, int size,
-                                    std::chrono::milliseconds timeout);
 
 }  // namespace dtrain::trainer

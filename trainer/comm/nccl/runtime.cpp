@@ -5,6 +5,8 @@
 #include <initializer_list>
 #include <mutex>
 
+#include "trainer/comm/communicator.h"
+
 namespace dtrain::trainer::nccl_runtime {
 namespace {
 
@@ -67,6 +69,24 @@ const Api* load(std::string* why) {
     return nullptr;
   }
   return &loaded.api;
+}
+
+const Api& rt() {
+  std::string why;
+  const Api* api = load(&why);
+  if (api == nullptr) throw CommError("nccl backend: " + why);
+  return *api;
+}
+
+std::string cuda_text(cudaError_t error) {
+  return std::string(rt().cudaGetErrorName(error)) + ": " + rt().cudaGetErrorString(error);
+}
+
+std::string nccl_text(ncclResult_t result, ncclComm_t comm) {
+  std::string text = rt().ncclGetErrorString(result);
+  const char* last = rt().ncclGetLastError(comm);
+  if (last != nullptr && *last != '\0') text += " (" + std::string(last) + ")";
+  return text;
 }
 
 }  // namespace dtrain::trainer::nccl_runtime

@@ -41,4 +41,13 @@ struct Api {
 // missing and what to install.
 const Api* load(std::string* why = nullptr);
 
+// The loaded functions for a caller that cannot go on without them: a node without CUDA or NCCL gets a CommError
+// "nccl backend: <what load() says>".
+const Api& rt();
+
+// "cudaErrorInvalidValue: invalid argument": CUDA's name and text for `error`.
+std::string cuda_text(cudaError_t error);
+// NCCL's text for `result`, with NCCL's last error message for `comm` when it has one.
+std::string nccl_text(ncclResult_t result, ncclComm_t comm = nullptr);
+
 }  // namespace dtrain::trainer::nccl_runtime
