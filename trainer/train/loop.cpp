@@ -18,6 +18,7 @@
 #include "trainer/ckpt/model_file.h"
 #include "trainer/ckpt/state_file.h"
 #include "trainer/comm/communicator.h"
+#include "trainer/common/env.h"
 #include "trainer/data/loader.h"
 #include "trainer/data/prefetch.h"
 #include "trainer/health/reporter.h"
@@ -41,183 +42,278 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-int env_int(const char* name, int fallback) {
-  const char* raw = std::getenv(name);
-  if (raw == nullptr || *raw == '\0') return fallback;
-  char* end = nullptr;
-  long value = std::strtol(raw, &end, 10);
-  return *end == '\0' ? static_cast<int>(value) : fallback;
+// An integer from the environment that configures the run: unset gives `fallback`; a value that is not an integer
+// is a bad option (std::invalid_argument, exit code 2) rather than a silent fallback.
+int env_setting(const char* name, int fallback, const std::string& hint) {
+  const Result<int> value = env_int(name, fallback, hint);
+  if (!value.ok()) throw std::invalid_argument(value.status.message());
+  return value.value;
 }
 
-int train(const TrainOptions& o) {
-  const int threads = o.threads > 0 ? o.threads : env_int("OMP_NUM_THREADS", 0);
+// Setup, first: the CPU threads (--threads, else OMP_NUM_THREADS, else every core), then the communicator, whose
+// rank decides who shows progress.
+std::unique_ptr<Communicator> start_communicator(const TrainOptions& o) {
+  const int threads = o.threads > 0 ? o.threads
+                                    : env_setting("OMP_NUM_THREADS", 0,
+                                                  "set it to a number of CPU threads, or unset it to use every core "
+                                                  "(--threads overrides it)");
   kernels::set_cpu_threads(threads);
-
   std::unique_ptr<Communicator> comm = make_communicator_from_env();
-  const int rank = comm->rank();
-  const int world = comm->size();
-  quiet_console_unless_rank0(rank);
+  quiet_console_unless_rank0(comm->rank());
+  return comm;
+}
 
+// The model shape the options give, with --init-from's header when there is one.
+GptConfig model_config(const TrainOptions& o) {
   std::optional<GptConfig> file_config;
   if (!o.init_from.empty()) file_config = read_model_header(o.init_from);
-  const GptConfig config = resolve_config(o, file_config ? &*file_config : nullptr);
-  const int B = o.batch_size;
-  const int T = o.seq_len > 0 ? o.seq_len : config.max_seq_len;
-  const int K = o.grad_accum;
+  return resolve_config(o, file_config ? &*file_config : nullptr);
+}
 
+// This rank's data, with a warning for each shard too small for one step.
+DataLoader open_data(const TrainOptions& o, int B, int T, int rank, int world, const GptConfig& config) {
+  const int K = o.grad_accum;
   DataLoader loader({o.data, B, T, rank, world, K, config.vocab_size});
   for (const std::string& path : loader.skipped()) {
     spdlog::warn("data shard {} is smaller than one step ({} tokens); skipped", path,
                  static_cast<std::size_t>(B) * T * world * K + 1);
   }
+  return loader;
+}
 
-  Gpt model(config);
-  const std::size_t n = model.num_params();
-  AdamW optimizer(model.backend(), n, model.layout().decay_ranges(),
-                  AdamWOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay});
-  const TrainState shape = run_shape(o, config, T, world, n);
+// Where choose_start() says training starts, on every rank.
+struct Start {
+  StartPoint point;      // step and data_step on every rank; checkpoint only on rank 0
+  bool resumed = false;  // from a checkpoint, rather than --init-from or --seed
+};
 
-  // Rank 0 decides where to start; status: 1 resumed, 0 fresh, -1 failed (every rank then stops).
-  const int restart_count = env_int("TORCHELASTIC_RESTART_COUNT", 0);
-  // A restarted job resumes by itself when it saves checkpoints (or finds some), as if --resume had been given.
-  const bool want_resume =
-      o.resume || (restart_count > 0 && (o.save_every > 0 || !list_checkpoints(o.checkpoint_dir).empty()));
-  StartPoint start;
-  float status = 0;
-  std::exception_ptr failure;
-  if (rank == 0) {
-    try {
-      std::optional<StartPoint> resumed;
-      if (want_resume) resumed = load_newest_checkpoint(o.checkpoint_dir, shape, model, optimizer);
-      if (resumed) {
-        start = *resumed;
-        status = 1;
-      } else if (!o.init_from.empty()) {
-        std::vector<float> ordered(n);
-        read_model_file(o.init_from, config, ordered.data(), n);
-        model.layout().from_checkpoint_order(ordered.data(), model.params());
-      } else {
-        model.init_weights(o.seed);
-      }
-    } catch (const std::exception&) {
-      failure = std::current_exception();
-      status = -1;
-    }
-  }
-  status = broadcast_float(*comm, status);
-  if (status < 0) {
-    if (rank == 0) std::rethrow_exception(failure);
-    throw std::runtime_error("rank 0 could not load the starting weights; see rank 0's log");
-  }
-  if (status > 0) {
-    start.step = broadcast_u64(*comm, start.step);
-    start.data_step = broadcast_u64(*comm, start.data_step);
-  }
-  if (world > 1) {
-    comm->broadcast(model.params(), n, 0)->wait();
-    if (status > 0) {
-      comm->broadcast(optimizer.m(), n, 0)->wait();
-      comm->broadcast(optimizer.v(), n, 0)->wait();
-    }
-  }
-
+LrSchedule lr_schedule(const TrainOptions& o) {
   LrSchedule schedule;
   schedule.kind = LrSchedule::parse_kind(o.lr_schedule);
   schedule.lr = o.lr;
   schedule.warmup_steps = o.warmup_steps;
   schedule.total_steps = o.steps;
   schedule.min_lr_ratio = o.min_lr_ratio;
+  return schedule;
+}
 
+// One run of the loop in loop.h, phase by phase: the constructor sets up (threads, communicator, model shape, data,
+// model, optimizer); choose_start() picks a fresh start or a checkpoint and gives it to every rank; then each
+// optimizer step is train_step(), report() and, every --save-every steps, save().
+class Training {
+ public:
+  explicit Training(const TrainOptions& o)
+      : o_(o),
+        comm_(start_communicator(o)),
+        rank_(comm_->rank()),
+        world_(comm_->size()),
+        config_(model_config(o)),
+        B_(o.batch_size),
+        T_(o.seq_len > 0 ? o.seq_len : config_.max_seq_len),
+        K_(o.grad_accum),
+        loader_(open_data(o, B_, T_, rank_, world_, config_)),
+        model_(config_),
+        n_(model_.num_params()),
+        optimizer_(model_.backend(), n_, model_.layout().decay_ranges(),
+                   AdamWOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay}),
+        shape_(run_shape(o, config_, T_, world_, n_)) {}
+
+  // Trains from the start point to --steps; returns the exit code (0; a failure throws).
+  int run();
+
+ private:
+  std::uint64_t steps() const { return static_cast<std::uint64_t>(o_.steps); }
+  Start choose_start();
+  float load_start(bool want_resume, StartPoint& start, std::exception_ptr& failure);
+  void prepare_steps(const Start& start);
+  StepMetrics train_step(std::uint64_t step, const LrSchedule& schedule);
+  void report(const StepMetrics& m);
+  void save(std::uint64_t step, std::uint64_t data_step);
+
+  const TrainOptions& o_;
+  std::unique_ptr<Communicator> comm_;
+  const int rank_;
+  const int world_;
+  const GptConfig config_;
+  const int B_, T_, K_;
+  DataLoader loader_;
+  Gpt model_;
+  const std::size_t n_;
+  AdamW optimizer_;
+  const TrainState shape_;
+  // Set by prepare_steps(): what the steps use besides the model.
+  std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<HealthReporter> health_;
+  std::unique_ptr<DdpReducer> ddp_;
+  Gpt::GradsReady grads_ready_;
+  std::unique_ptr<Prefetcher> prefetch_;
+};
+
+int Training::run() {
+  const Start start = choose_start();
+  const LrSchedule schedule = lr_schedule(o_);
   spdlog::info("model {} ({} parameters), batch {} x seq {} x world {} x accum {} = {} tokens per step, {} "
                "threads, backend {}, comm {}",
-               config.describe(), n, B, T, world, K, global_batch_tokens(shape), kernels::cpu_threads(),
-               model.backend().name(), comm->backend());
-  if (status > 0 && !o.init_from.empty()) {
-    spdlog::info("--init-from {} is not used: training resumes from {}", o.init_from, start.checkpoint);
+               config_.describe(), n_, B_, T_, world_, K_, global_batch_tokens(shape_), kernels::cpu_threads(),
+               model_.backend().name(), comm_->backend());
+  if (start.resumed && !o_.init_from.empty()) {
+    spdlog::info("--init-from {} is not used: training resumes from {}", o_.init_from, start.point.checkpoint);
   }
-  if (start.step >= static_cast<std::uint64_t>(o.steps)) {
-    spdlog::info("the checkpoint is at step {}, --steps is {}: nothing to do", start.step, o.steps);
+  if (start.point.step >= steps()) {
+    spdlog::info("the checkpoint is at step {}, --steps is {}: nothing to do", start.point.step, o_.steps);
     return 0;
   }
-
-  std::unique_ptr<MetricsWriter> metrics;
-  if (rank == 0 && !o.metrics.empty()) {
-    if (status > 0) drop_metrics_after(o.metrics, start.step);
-    metrics = std::make_unique<MetricsWriter>(o.metrics);
-  }
-  std::unique_ptr<HealthReporter> health = HealthReporter::from_env();
-  std::unique_ptr<DdpReducer> ddp;
-  if (world > 1) {
-    DdpOptions ddp_options;
-    ddp_options.bucket_bytes = static_cast<std::size_t>(o.ddp_bucket_mb * (1 << 20));
-    ddp = std::make_unique<DdpReducer>(*comm, model.grads(), n, ddp_options);
-  }
-  Gpt::GradsReady grads_ready;
-  if (ddp) grads_ready = [&](std::size_t offset, std::size_t count) { ddp->grads_ready(offset, count); };
-
-  Prefetcher prefetch(loader, start.data_step, 2 * static_cast<std::size_t>(K));
-  const double step_tokens = static_cast<double>(global_batch_tokens(shape));
-  const float loss_scale = 1.0f / static_cast<float>(K);
-  std::uint64_t data_step = start.data_step;
-
-  for (std::uint64_t step = start.step; step < static_cast<std::uint64_t>(o.steps); ++step) {
-    const Clock::time_point began = Clock::now();
-    model.zero_grad();
-    double loss_sum = 0;
-    for (int micro = 0; micro < K; ++micro) {
-      Batch batch = prefetch.next();
-      loss_sum += model.forward(batch.inputs(), batch.targets(), B, T);
-      if (ddp) ddp->begin_backward(micro == K - 1);
-      model.backward(loss_scale, grads_ready);
-      if (ddp) ddp->finish_backward();
-    }
-    const float loss = allreduce_sum(*comm, static_cast<float>(loss_sum / K)) / static_cast<float>(world);
-    const float grad_norm = clip_grad_norm(model.backend(), model.grads(), n, o.grad_clip);
-    const float lr = schedule.at(static_cast<long>(step));
-    optimizer.step(model.params(), model.grads(), lr, static_cast<long>(step) + 1);
+  prepare_steps(start);
+  std::uint64_t data_step = start.point.data_step;
+  for (std::uint64_t step = start.point.step; step < steps(); ++step) {
+    const StepMetrics m = train_step(step, schedule);
     ++data_step;
-
-    StepMetrics m;
-    m.step = step + 1;
-    m.loss = loss;
-    m.lr = lr;
-    m.grad_norm = grad_norm;
-    m.step_ms = ms_since(began);
-    m.tokens_per_s = step_tokens / (m.step_ms / 1000.0);
-    // Timer noise can make the measured fraction a hair below 0 when nothing overlapped.
-    if (ddp) m.comm_hidden = std::clamp(ddp->last_stats().hidden_fraction(), 0.0, 1.0);
-    if (metrics) metrics->write(m);
-    if (m.step % static_cast<std::uint64_t>(o.log_every) == 0 || m.step == static_cast<std::uint64_t>(o.steps)) {
-      spdlog::info("step {}/{} | loss {:.6f} | lr {:.3e} | norm {:.4f} | {:.0f} tok/s | {:.1f} ms{}", m.step,
-                   o.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_ms,
-                   ddp ? fmt::format(" | comm hidden {:.0f}%", 100 * *m.comm_hidden) : std::string());
-    }
-    // A loss that is not finite ends the run just below, with an error that says so; the agent refuses it in a
-    // health report.
-    if (health && std::isfinite(loss)) {
-      // This rank's own throughput (the metrics file has the whole job's).
-      health->report({static_cast<std::uint32_t>(rank), m.step, m.loss, m.tokens_per_s / world, resident_bytes()});
-    }
-    if (!std::isfinite(loss)) {
-      throw std::runtime_error("the loss is " + std::to_string(loss) + " at step " + std::to_string(m.step) +
-                               "; lower --lr or set --grad-clip");
-    }
-    if (o.save_every > 0 && (m.step % static_cast<std::uint64_t>(o.save_every) == 0 ||
-                             m.step == static_cast<std::uint64_t>(o.steps))) {
-      TrainState state = shape;
-      state.step = m.step;
-      state.data_step = data_step;
-      save_checkpoint(*comm, o.checkpoint_dir, model, optimizer, state);
+    report(m);
+    if (o_.save_every > 0 && (m.step % static_cast<std::uint64_t>(o_.save_every) == 0 || m.step == steps())) {
+      save(m.step, data_step);
     }
   }
   return 0;
+}
+
+// Rank 0 decides where to start and loads it; every rank then gets its step and data step, rank 0's weights and,
+// when resumed, its AdamW moments.
+Start Training::choose_start() {
+  const int restart_count =
+      env_setting("TORCHELASTIC_RESTART_COUNT", 0,
+                  "the launcher (dtrain run/launch, torchrun) sets it to the number of restarts so far");
+  // A restarted job resumes by itself when it saves checkpoints (or finds some), as if --resume had been given.
+  const bool want_resume =
+      o_.resume || (restart_count > 0 && (o_.save_every > 0 || !list_checkpoints(o_.checkpoint_dir).empty()));
+  StartPoint start;
+  std::exception_ptr failure;
+  // 1 resumed, 0 fresh, -1 failed (every rank then stops).
+  float status = rank_ == 0 ? load_start(want_resume, start, failure) : 0;
+  status = broadcast_float(*comm_, status);
+  if (status < 0) {
+    if (rank_ == 0) std::rethrow_exception(failure);
+    throw std::runtime_error("rank 0 could not load the starting weights; see rank 0's log");
+  }
+  if (status > 0) {
+    start.step = broadcast_u64(*comm_, start.step);
+    start.data_step = broadcast_u64(*comm_, start.data_step);
+  }
+  if (world_ > 1) {
+    comm_->broadcast(model_.params(), n_, 0)->wait();
+    if (status > 0) {
+      comm_->broadcast(optimizer_.m(), n_, 0)->wait();
+      comm_->broadcast(optimizer_.v(), n_, 0)->wait();
+    }
+  }
+  return {start, status > 0};
+}
+
+// Rank 0: the newest checkpoint when resuming and there is one, else --init-from's weights, else init_weights(--seed).
+// Returns choose_start's status: 1 resumed (`start` is the checkpoint's), 0 fresh, -1 failed (`failure` says why).
+float Training::load_start(bool want_resume, StartPoint& start, std::exception_ptr& failure) {
+  try {
+    std::optional<StartPoint> resumed;
+    if (want_resume) resumed = load_newest_checkpoint(o_.checkpoint_dir, shape_, model_, optimizer_);
+    if (resumed) {
+      start = *resumed;
+      return 1;
+    }
+    if (!o_.init_from.empty()) {
+      std::vector<float> ordered(n_);
+      read_model_file(o_.init_from, config_, ordered.data(), n_);
+      model_.layout().from_checkpoint_order(ordered.data(), model_.params());
+    } else {
+      model_.init_weights(o_.seed);
+    }
+    return 0;
+  } catch (const std::exception&) {
+    failure = std::current_exception();
+    return -1;
+  }
+}
+
+// What the steps use besides the model: the metrics file (rank 0; a resumed run first drops the lines of the steps it
+// repeats), health reports, DDP (more than one rank) and the prefetcher from the start's data step.
+void Training::prepare_steps(const Start& start) {
+  if (rank_ == 0 && !o_.metrics.empty()) {
+    if (start.resumed) drop_metrics_after(o_.metrics, start.point.step);
+    metrics_ = std::make_unique<MetricsWriter>(o_.metrics);
+  }
+  health_ = HealthReporter::from_env();
+  if (world_ > 1) {
+    DdpOptions ddp_options;
+    ddp_options.bucket_bytes = static_cast<std::size_t>(o_.ddp_bucket_mb * (1 << 20));
+    ddp_ = std::make_unique<DdpReducer>(*comm_, model_.grads(), n_, ddp_options);
+    grads_ready_ = [this](std::size_t offset, std::size_t count) { ddp_->grads_ready(offset, count); };
+  }
+  prefetch_ = std::make_unique<Prefetcher>(loader_, start.point.data_step, 2 * static_cast<std::size_t>(K_));
+}
+
+// One optimizer step (0-based `step`): K micro-steps of forward and backward, the loss over all ranks, clipping
+// and AdamW; returns what it measured.
+StepMetrics Training::train_step(std::uint64_t step, const LrSchedule& schedule) {
+  const Clock::time_point began = Clock::now();
+  const float loss_scale = 1.0f / static_cast<float>(K_);
+  model_.zero_grad();
+  double loss_sum = 0;
+  for (int micro = 0; micro < K_; ++micro) {
+    Batch batch = prefetch_->next();
+    loss_sum += model_.forward(batch.inputs(), batch.targets(), B_, T_);
+    if (ddp_) ddp_->begin_backward(micro == K_ - 1);
+    model_.backward(loss_scale, grads_ready_);
+    if (ddp_) ddp_->finish_backward();
+  }
+  const float loss = allreduce_sum(*comm_, static_cast<float>(loss_sum / K_)) / static_cast<float>(world_);
+  const float grad_norm = clip_grad_norm(model_.backend(), model_.grads(), n_, o_.grad_clip);
+  const float lr = schedule.at(static_cast<long>(step));
+  optimizer_.step(model_.params(), model_.grads(), lr, static_cast<long>(step) + 1);
+
+  StepMetrics m;
+  m.step = step + 1;
+  m.loss = loss;
+  m.lr = lr;
+  m.grad_norm = grad_norm;
+  m.step_ms = ms_since(began);
+  m.tokens_per_s = static_cast<double>(global_batch_tokens(shape_)) / (m.step_ms / 1000.0);
+  // Timer noise can make the measured fraction a hair below 0 when nothing overlapped.
+  if (ddp_) m.comm_hidden = std::clamp(ddp_->last_stats().hidden_fraction(), 0.0, 1.0);
+  return m;
+}
+
+// The step's metrics line, console line (rank 0, every --log-every steps and the last) and health report; a loss
+// that is not finite ends the run here.
+void Training::report(const StepMetrics& m) {
+  if (metrics_) metrics_->write(m);
+  if (m.step % static_cast<std::uint64_t>(o_.log_every) == 0 || m.step == steps()) {
+    spdlog::info("step {}/{} | loss {:.6f} | lr {:.3e} | norm {:.4f} | {:.0f} tok/s | {:.1f} ms{}", m.step,
+                 o_.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_ms,
+                 ddp_ ? fmt::format(" | comm hidden {:.0f}%", 100 * *m.comm_hidden) : std::string());
+  }
+  // A loss that is not finite ends the run just below, with an error that says so; the agent refuses it in a
+  // health report.
+  if (health_ && std::isfinite(m.loss)) {
+    // This rank's own throughput (the metrics file has the whole job's).
+    health_->report({static_cast<std::uint32_t>(rank_), m.step, m.loss, m.tokens_per_s / world_, resident_bytes()});
+  }
+  if (!std::isfinite(m.loss)) {
+    throw std::runtime_error("the loss is " + std::to_string(m.loss) + " at step " + std::to_string(m.step) +
+                             "; lower --lr or set --grad-clip");
+  }
+}
+
+// A checkpoint after optimizer step `step`, whose successor reads data step `data_step`.
+void Training::save(std::uint64_t step, std::uint64_t data_step) {
+  TrainState state = shape_;
+  state.step = step;
+  state.data_step = data_step;
+  save_checkpoint(*comm_, o_.checkpoint_dir, model_, optimizer_, state);
 }
 
 }  // namespace
 
 int run_training(const TrainOptions& options) {
   try {
-    return train(options);
+    return Training(options).run();
   } catch (const std::invalid_argument& e) {
     spdlog::error("{}", e.what());
     write_error_file(e.what());

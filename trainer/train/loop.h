@@ -22,6 +22,8 @@
 // refused (the data position would not mean the same thing).
 // Checkpoints: rank 0 writes model_<s>.bin then state_<s>.bin, each atomically; the other ranks wait on a
 // one-float allreduce that also tells them whether rank 0 succeeded.
+// In loop.cpp each phase is one function of Training: setup (the constructor), the start, fresh or resumed
+// (choose_start), one step (train_step, then report: metrics, console, health) and the checkpoint (save).
 
 #include "trainer/train/options.h"
 

@@ -53,6 +53,79 @@ CLI::Validator at_least(double bound, bool strict) {
       "NUMBER " + relation);
 }
 
+CLI::Validator positive() { return at_least(0, true); }
+CLI::Validator nonnegative() { return at_least(0, false); }
+
+// The flag groups, in the order --help lists them.
+
+void add_model_flags(CLI::App& app, TrainOptions& o) {
+  const char* group = "Model";
+  app.add_option("--model", o.model, "preset: tiny | gpt2-124m")->group(group);
+  app.add_option("--layers", o.layers, "transformer blocks (L)")->check(positive())->group(group);
+  app.add_option("--channels", o.channels, "embedding width (C)")->check(positive())->group(group);
+  app.add_option("--heads", o.heads, "attention heads (NH)")->check(positive())->group(group);
+  app.add_option("--max-seq-len", o.max_seq_len, "position embeddings (maxT)")->check(positive())->group(group);
+  app.add_option("--vocab", o.vocab, "vocabulary size (V), padded to a multiple of 128")
+      ->check(positive())->group(group);
+}
+
+void add_batch_flags(CLI::App& app, TrainOptions& o) {
+  const char* group = "Batch";
+  app.add_option("--batch-size", o.batch_size, "sequences per rank per micro-step (B)")
+      ->check(positive())->capture_default_str()->group(group);
+  app.add_option("--seq-len", o.seq_len, "tokens per sequence (T); default the model's max-seq-len")
+      ->check(positive())->group(group);
+  app.add_option("--steps", o.steps, "optimizer steps")->check(positive())->capture_default_str()->group(group);
+  app.add_option("--seed", o.seed, "weight initialisation seed")->capture_default_str()->group(group);
+  app.add_option("--grad-accum", o.grad_accum, "micro-steps per optimizer step (K)")
+      ->check(positive())->capture_default_str()->group(group);
+}
+
+void add_optimizer_flags(CLI::App& app, TrainOptions& o) {
+  const char* group = "Optimizer";
+  app.add_option("--lr", o.lr, "peak learning rate")->check(nonnegative())->capture_default_str()->group(group);
+  app.add_option("--beta1", o.beta1, "AdamW beta1")->check(CLI::Range(0.0f, 0.999999f))->capture_default_str()
+      ->group(group);
+  app.add_option("--beta2", o.beta2, "AdamW beta2")->check(CLI::Range(0.0f, 0.999999f))->capture_default_str()
+      ->group(group);
+  app.add_option("--eps", o.eps, "AdamW epsilon")->check(positive())->capture_default_str()->group(group);
+  app.add_option("--weight-decay", o.weight_decay, "decoupled weight decay on 2-D weights")
+      ->check(nonnegative())->capture_default_str()->group(group);
+  app.add_option("--grad-clip", o.grad_clip, "clip the global gradient norm to this; 0 = off")
+      ->check(nonnegative())->capture_default_str()->group(group);
+  app.add_option("--warmup-steps", o.warmup_steps, "linear warmup steps")->check(nonnegative())
+      ->capture_default_str()->group(group);
+  app.add_option("--lr-schedule", o.lr_schedule, "constant | cosine")
+      ->check(CLI::IsMember({"constant", "cosine"}))->capture_default_str()->group(group);
+  app.add_option("--min-lr-ratio", o.min_lr_ratio, "cosine floor as a fraction of --lr")
+      ->check(CLI::Range(0.0f, 1.0f))->capture_default_str()->group(group);
+}
+
+void add_io_flags(CLI::App& app, TrainOptions& o) {
+  const char* group = "Data and checkpoints";
+  app.add_option("--data", o.data, "glob of llm.c token shards (prepare-text makes one from text)")->group(group);
+  app.add_option("--init-from", o.init_from, "start from this llm.c model checkpoint (fp32, version 3)")
+      ->group(group);
+  app.add_option("--save-every", o.save_every, "write model_<step>.bin + state_<step>.bin every N steps and at the "
+                 "end; 0 = never")->check(nonnegative())->capture_default_str()->group(group);
+  app.add_flag("--resume", o.resume, "continue from the newest complete checkpoint in --checkpoint-dir")
+      ->group(group);
+  app.add_option("--checkpoint-dir", o.checkpoint_dir, "where checkpoints are written and resumed from")
+      ->capture_default_str()->group(group);
+  app.add_option("--metrics", o.metrics, "append one JSON object per step to this file (rank 0)")->group(group);
+}
+
+// Flags outside the groups: --help lists them under "Options".
+void add_run_flags(CLI::App& app, TrainOptions& o) {
+  app.add_option("--ddp-bucket-mb", o.ddp_bucket_mb,
+                 "DDP gradient bucket size in MiB after the first 1 MiB bucket (PyTorch's bucket_cap_mb)")
+      ->check(CLI::Range(0.0625, 4096.0))->capture_default_str();
+  app.add_option("--threads", o.threads, "CPU threads; 0 = OMP_NUM_THREADS, else all cores")
+      ->check(nonnegative())->capture_default_str();
+  app.add_option("--log-every", o.log_every, "print a console line every N steps (rank 0)")
+      ->check(positive())->capture_default_str();
+}
+
 }  // namespace
 
 Command parse_command_line(int argc, char** argv) {
@@ -66,65 +139,11 @@ Command parse_command_line(int argc, char** argv) {
   app.require_subcommand(0, 1);
   // A flag given twice takes its last value, so a wrapper script's defaults can be overridden by appending.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  const CLI::Validator positive = at_least(0, true);
-  const CLI::Validator nonnegative = at_least(0, false);
-
-  const char* model_group = "Model";
-  app.add_option("--model", o.model, "preset: tiny | gpt2-124m")->group(model_group);
-  app.add_option("--layers", o.layers, "transformer blocks (L)")->check(positive)->group(model_group);
-  app.add_option("--channels", o.channels, "embedding width (C)")->check(positive)->group(model_group);
-  app.add_option("--heads", o.heads, "attention heads (NH)")->check(positive)->group(model_group);
-  app.add_option("--max-seq-len", o.max_seq_len, "position embeddings (maxT)")->check(positive)->group(model_group);
-  app.add_option("--vocab", o.vocab, "vocabulary size (V), padded to a multiple of 128")
-      ->check(positive)->group(model_group);
-
-  const char* batch_group = "Batch";
-  app.add_option("--batch-size", o.batch_size, "sequences per rank per micro-step (B)")
-      ->check(positive)->capture_default_str()->group(batch_group);
-  app.add_option("--seq-len", o.seq_len, "tokens per sequence (T); default the model's max-seq-len")
-      ->check(positive)->group(batch_group);
-  app.add_option("--steps", o.steps, "optimizer steps")->check(positive)->capture_default_str()->group(batch_group);
-  app.add_option("--seed", o.seed, "weight initialisation seed")->capture_default_str()->group(batch_group);
-  app.add_option("--grad-accum", o.grad_accum, "micro-steps per optimizer step (K)")
-      ->check(positive)->capture_default_str()->group(batch_group);
-
-  const char* optim_group = "Optimizer";
-  app.add_option("--lr", o.lr, "peak learning rate")->check(nonnegative)->capture_default_str()->group(optim_group);
-  app.add_option("--beta1", o.beta1, "AdamW beta1")->check(CLI::Range(0.0f, 0.999999f))->capture_default_str()
-      ->group(optim_group);
-  app.add_option("--beta2", o.beta2, "AdamW beta2")->check(CLI::Range(0.0f, 0.999999f))->capture_default_str()
-      ->group(optim_group);
-  app.add_option("--eps", o.eps, "AdamW epsilon")->check(positive)->capture_default_str()->group(optim_group);
-  app.add_option("--weight-decay", o.weight_decay, "decoupled weight decay on 2-D weights")
-      ->check(nonnegative)->capture_default_str()->group(optim_group);
-  app.add_option("--grad-clip", o.grad_clip, "clip the global gradient norm to this; 0 = off")
-      ->check(nonnegative)->capture_default_str()->group(optim_group);
-  app.add_option("--warmup-steps", o.warmup_steps, "linear warmup steps")->check(nonnegative)->capture_default_str()
-      ->group(optim_group);
-  app.add_option("--lr-schedule", o.lr_schedule, "constant | cosine")
-      ->check(CLI::IsMember({"constant", "cosine"}))->capture_default_str()->group(optim_group);
-  app.add_option("--min-lr-ratio", o.min_lr_ratio, "cosine floor as a fraction of --lr")
-      ->check(CLI::Range(0.0f, 1.0f))->capture_default_str()->group(optim_group);
-
-  const char* io_group = "Data and checkpoints";
-  app.add_option("--data", o.data, "glob of llm.c token shards (prepare-text makes one from text)")->group(io_group);
-  app.add_option("--init-from", o.init_from, "start from this llm.c model checkpoint (fp32, version 3)")
-      ->group(io_group);
-  app.add_option("--save-every", o.save_every, "write model_<step>.bin + state_<step>.bin every N steps and at the "
-                 "end; 0 = never")->check(nonnegative)->capture_default_str()->group(io_group);
-  app.add_flag("--resume", o.resume, "continue from the newest complete checkpoint in --checkpoint-dir")
-      ->group(io_group);
-  app.add_option("--checkpoint-dir", o.checkpoint_dir, "where checkpoints are written and resumed from")
-      ->capture_default_str()->group(io_group);
-  app.add_option("--metrics", o.metrics, "append one JSON object per step to this file (rank 0)")->group(io_group);
-
-  app.add_option("--ddp-bucket-mb", o.ddp_bucket_mb,
-                 "DDP gradient bucket size in MiB after the first 1 MiB bucket (PyTorch's bucket_cap_mb)")
-      ->check(CLI::Range(0.0625, 4096.0))->capture_default_str();
-  app.add_option("--threads", o.threads, "CPU threads; 0 = OMP_NUM_THREADS, else all cores")
-      ->check(nonnegative)->capture_default_str();
-  app.add_option("--log-every", o.log_every, "print a console line every N steps (rank 0)")
-      ->check(positive)->capture_default_str();
+  add_model_flags(app, o);
+  add_batch_flags(app, o);
+  add_optimizer_flags(app, o);
+  add_io_flags(app, o);
+  add_run_flags(app, o);
 
   CLI::App* prepare_cmd = app.add_subcommand("prepare-text", "convert a text file to a token shard: one token per "
                                              "byte (vocabulary 256), llm.c's shard format");
