@@ -84,6 +84,27 @@ void reduce_rows(float* out_a, float* out_b, int N, int C, RowFn row) {
   }
 }
 
+// One (batch, head) of attention, as offsets: q's first element in qkv (k at +C, v at +2C, rows 3C apart; dq in
+// dqkv likewise), its first element in out (rows C apart; dout likewise), and its T x T matrix in att.
+struct AttentionHead {
+  std::size_t qkv;
+  std::size_t out;
+  std::size_t att;
+};
+
+// fn(head) for each of the B * NH heads, one OpenMP iteration each (all on the calling thread when the whole
+// attention is too small to be worth the threads).
+template <typename HeadFn>
+void parallel_heads(int B, int T, int C, int NH, HeadFn fn) {
+  const int hs = C / NH;
+#pragma omp parallel for schedule(static) if (static_cast<long>(B) * NH * T * T >= kParallelMin)
+  for (int bh = 0; bh < B * NH; ++bh) {
+    const int b = bh / NH, h = bh % NH;
+    fn(AttentionHead{static_cast<std::size_t>(b) * T * 3 * C + h * hs, static_cast<std::size_t>(b) * T * C + h * hs,
+                     static_cast<std::size_t>(bh) * T * T});
+  }
+}
+
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
@@ -179,17 +200,14 @@ class CpuBackend final : public Backend {
   // Per (batch, head), one thread each: att = softmax(causal(q k^T / sqrt(hs))), out = att v. Rows go in blocks
   // of kAttentionBlock so the products skip the masked upper-right blocks (about 40% of the work at T = 256).
   void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) override {
-    const int hs = C / NH;
+    const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-    const int C3 = 3 * C;
-#pragma omp parallel for schedule(static) if (static_cast<long>(B) * NH * T * T >= kParallelMin)
-    for (int bh = 0; bh < B * NH; ++bh) {
-      const int b = bh / NH, h = bh % NH;
-      const float* q = qkv + static_cast<std::size_t>(b) * T * C3 + h * hs;
+    parallel_heads(B, T, C, NH, [&](const AttentionHead& head) {
+      const float* q = qkv + head.qkv;
       const float* k = q + C;
       const float* v = q + 2 * C;
-      float* a = att + static_cast<std::size_t>(bh) * T * T;
-      float* o = out + static_cast<std::size_t>(b) * T * C + h * hs;
+      float* a = att + head.att;
+      float* o = out + head.out;
       for (int r0 = 0; r0 < T; r0 += kAttentionBlock) {
         const int r1 = std::min(T, r0 + kAttentionBlock);
         float* ab = a + static_cast<std::size_t>(r0) * T;
@@ -199,26 +217,23 @@ class CpuBackend final : public Backend {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, ab, T, v, C3, 0.0f,
                     o + std::size_t(r0) * C, C);
       }
-    }
+    });
   }
 
   void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
                           int B, int T, int C, int NH) override {
-    const int hs = C / NH;
+    const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-    const int C3 = 3 * C;
-#pragma omp parallel for schedule(static) if (static_cast<long>(B) * NH * T * T >= kParallelMin)
-    for (int bh = 0; bh < B * NH; ++bh) {
-      const int b = bh / NH, h = bh % NH;
+    parallel_heads(B, T, C, NH, [&](const AttentionHead& head) {
       float* datt = scratch + static_cast<std::size_t>(omp_get_thread_num()) * kAttentionBlock * T;
-      const float* q = qkv + static_cast<std::size_t>(b) * T * C3 + h * hs;
+      const float* q = qkv + head.qkv;
       const float* k = q + C;
       const float* v = q + 2 * C;
-      float* dq = dqkv + static_cast<std::size_t>(b) * T * C3 + h * hs;
+      float* dq = dqkv + head.qkv;
       float* dk = dq + C;
       float* dv = dq + 2 * C;
-      const float* a = att + static_cast<std::size_t>(bh) * T * T;
-      const float* d = dout + static_cast<std::size_t>(b) * T * C + h * hs;
+      const float* a = att + head.att;
+      const float* d = dout + head.out;
       for (int t = 0; t < T; ++t) {  // dk and dv accumulate over row blocks
         std::memset(dk + std::size_t(t) * C3, 0, hs * sizeof(float));
         std::memset(dv + std::size_t(t) * C3, 0, hs * sizeof(float));
@@ -239,7 +254,7 @@ class CpuBackend final : public Backend {
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, rows, scale, datt, T, q + std::size_t(r0) * C3,
                     C3, 1.0f, dk, C3);
       }
-    }
+    });
   }
 
   std::size_t attention_scratch_size(int, int T, int, int) const override {

@@ -33,6 +33,31 @@ inline float exp_poly(float x) {
   return p * std::bit_cast<float>(bits);
 }
 
+// out[0, len) = softmax(in[0, len)), out[len, n) = 0; out may be in (in place). Returns the max of in and the sum
+// of exp(in - max), from which softmax_crossentropy_row takes the log-probability. Always inlined into its
+// multiversioned callers, so it is compiled for each caller's instruction set (a call would run the baseline
+// version under the AVX2 one).
+struct SoftmaxSums {
+  float max;
+  float sum;
+};
+[[gnu::always_inline]] inline SoftmaxSums softmax_into(float* out, const float* in, int len, int n) {
+  float maxval = -INFINITY;
+#pragma omp simd reduction(max : maxval)
+  for (int i = 0; i < len; ++i) maxval = in[i] > maxval ? in[i] : maxval;
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int i = 0; i < len; ++i) {
+    out[i] = exp_poly(in[i] - maxval);
+    sum += out[i];
+  }
+  const float inv = 1.0f / sum;
+#pragma omp simd
+  for (int i = 0; i < len; ++i) out[i] *= inv;
+  for (int i = len; i < n; ++i) out[i] = 0.0f;
+  return {maxval, sum};
+}
+
 }  // namespace
 
 DTRAIN_MULTIVERSION
@@ -120,21 +145,7 @@ void layernorm_backward_row(float* dx, float* dw, float* db, const float* dout, 
 }
 
 DTRAIN_MULTIVERSION
-void softmax_prefix(float* row, int len, int n) {
-  float maxval = -INFINITY;
-#pragma omp simd reduction(max : maxval)
-  for (int i = 0; i < len; ++i) maxval = row[i] > maxval ? row[i] : maxval;
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int i = 0; i < len; ++i) {
-    row[i] = exp_poly(row[i] - maxval);
-    sum += row[i];
-  }
-  const float inv = 1.0f / sum;
-#pragma omp simd
-  for (int i = 0; i < len; ++i) row[i] *= inv;
-  for (int i = len; i < n; ++i) row[i] = 0.0f;
-}
+void softmax_prefix(float* row, int len, int n) { softmax_into(row, row, len, n); }
 
 DTRAIN_MULTIVERSION
 void softmax_backward_prefix(float* d, const float* a, int len, int n) {
@@ -148,21 +159,9 @@ void softmax_backward_prefix(float* d, const float* a, int len, int n) {
 
 DTRAIN_MULTIVERSION
 float softmax_crossentropy_row(float* probs, const float* logits, int V, int Vp, int target) {
-  float maxval = -INFINITY;
-#pragma omp simd reduction(max : maxval)
-  for (int i = 0; i < V; ++i) maxval = logits[i] > maxval ? logits[i] : maxval;
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int i = 0; i < V; ++i) {
-    probs[i] = exp_poly(logits[i] - maxval);
-    sum += probs[i];
-  }
-  const float inv = 1.0f / sum;
-#pragma omp simd
-  for (int i = 0; i < V; ++i) probs[i] *= inv;
-  for (int i = V; i < Vp; ++i) probs[i] = 0.0f;
+  const SoftmaxSums sums = softmax_into(probs, logits, V, Vp);
   // From the logits, not from probs, so that a tiny probability keeps its precision.
-  return target < 0 ? 0.0f : -(logits[target] - maxval - std::log(sum));
+  return target < 0 ? 0.0f : -(logits[target] - sums.max - std::log(sums.sum));
 }
 
 DTRAIN_MULTIVERSION
