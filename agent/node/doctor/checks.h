@@ -72,7 +72,8 @@ struct DoctorInputs {
 
 NodeReport run_node_checks(const DoctorInputs& in);
 
-// The checks of each group (run_node_checks runs them all, in this order).
+// The checks of each group (run_node_checks runs them all, in this order). Each group is a table of rows run by one
+// driver (check_table.h): adding a check is adding a row there.
 std::vector<Check> gpu_checks(const DoctorInputs& in);
 std::vector<Check> system_checks(const DoctorInputs& in);
 // Environment lint: deprecated NCCL/PyTorch names, debugging switches left on, NCCL_IB_HCA without '=',

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/node/doctor/check_table.h"
+
 namespace dtrain::node::doctor {
 namespace {
 
@@ -46,115 +48,146 @@ std::string first_value(const std::vector<NodeFindings>& nodes, std::string Node
   return "";
 }
 
-Check reach_check(const std::string& id, const std::vector<NodeFindings>& nodes,
-                  std::vector<Reach> NodeFindings::*field, const std::string& what, const std::string& fix) {
-  std::string failures;
-  std::size_t tried = 0;
-  for (const auto& n : nodes) {
-    for (const auto& r : n.*field) {
-      ++tried;
-      if (!r.ok) failures += (failures.empty() ? "" : "; ") + n.node + " -> " + r.address + ": " + r.error;
+struct Cluster {
+  const std::vector<NodeFindings>& nodes;
+  const ClusterOptions& options;
+};
+
+using Row = CheckRow<Cluster>;
+
+// cluster.master_port, cluster.agents: the connections each node made to `what`, as its `field` lists them.
+Row reach_row(const std::string& id, std::vector<Reach> NodeFindings::*field, const std::string& what,
+              const std::string& fix) {
+  Row row{id, {}, {}, "", fix};
+  row.skip = [field, what](const Cluster& c) -> std::optional<std::string> {
+    bool tried = std::any_of(c.nodes.begin(), c.nodes.end(), [&](const NodeFindings& n) { return !(n.*field).empty(); });
+    if (!tried) return "only one node: no " + what + " to reach";
+    return std::nullopt;
+  };
+  row.evaluate = [field, what](const Cluster& c) -> Finding {
+    std::string failures;
+    std::size_t tried = 0;
+    for (const auto& n : c.nodes) {
+      for (const auto& r : n.*field) {
+        ++tried;
+        if (!r.ok) failures += (failures.empty() ? "" : "; ") + n.node + " -> " + r.address + ": " + r.error;
+      }
+    }
+    if (!failures.empty()) return {Status::fail, failures};
+    return {Status::pass, "every node reaches " + what + " (" + std::to_string(tried) + " connections)"};
+  };
+  return row;
+}
+
+Finding answered(const Cluster& c) {
+  std::string silent;
+  for (const auto& n : c.nodes) {
+    if (!n.answered) silent += (silent.empty() ? "" : ", ") + n.node;
+  }
+  if (!silent.empty()) return {Status::fail, "no answer from " + silent};
+  return {Status::pass, "all " + std::to_string(c.nodes.size()) + " nodes answered"};
+}
+
+Finding dtrain_version(const Cluster& c) {
+  if (auto diff = differences(c.nodes, [](const NodeFindings& n) { return n.dtrain_version; }); !diff.empty()) {
+    return {Status::fail, "dtrain versions differ: " + diff};
+  }
+  return {Status::pass, same_everywhere(c.nodes, "dtrain", first_value(c.nodes, &NodeFindings::dtrain_version))};
+}
+
+std::optional<std::string> no_driver(const Cluster& c) {
+  if (std::any_of(c.nodes.begin(), c.nodes.end(), [](const auto& n) { return !n.driver_version.empty(); })) {
+    return std::nullopt;
+  }
+  return "no node has an NVIDIA driver";
+}
+
+Finding driver_version(const Cluster& c) {
+  if (auto diff = differences(c.nodes, [](const NodeFindings& n) {
+        return n.driver_version.empty() ? std::string("no driver") : n.driver_version;
+      });
+      !diff.empty()) {
+    return {Status::warn, "NVIDIA drivers differ: " + diff};
+  }
+  return {Status::pass, same_everywhere(c.nodes, "driver", first_value(c.nodes, &NodeFindings::driver_version))};
+}
+
+Finding nccl_version(const Cluster& c) {
+  if (auto diff = differences(c.nodes, [](const NodeFindings& n) { return nccl_text(n.nccl_version); }); !diff.empty()) {
+    return {Status::fail, "NCCL versions differ: " + diff};
+  }
+  int code = 0;
+  for (const auto& n : c.nodes) code = n.answered ? n.nccl_version : code;
+  return {Status::pass, same_everywhere(c.nodes, "NCCL", nccl_text(code))};
+}
+
+std::optional<std::string> no_clock(const Cluster& c) {
+  if (std::any_of(c.nodes.begin(), c.nodes.end(), [](const NodeFindings& n) { return n.clock_offset_ms.has_value(); })) {
+    return std::nullopt;
+  }
+  return "no clock readings";
+}
+
+Finding clock_skew(const Cluster& c) {
+  std::optional<double> lo, hi;
+  std::string lo_node, hi_node;
+  for (const auto& n : c.nodes) {
+    if (!n.clock_offset_ms) continue;
+    if (!lo || *n.clock_offset_ms < *lo) lo = n.clock_offset_ms, lo_node = n.node;
+    if (!hi || *n.clock_offset_ms > *hi) hi = n.clock_offset_ms, hi_node = n.node;
+  }
+  char text[200];
+  if (*hi - *lo < 1) {
+    std::snprintf(text, sizeof text, "clocks agree within 1 ms");
+  } else {
+    std::snprintf(text, sizeof text, "clocks differ by %.0f ms at most (%s is ahead of %s)", *hi - *lo,
+                  hi_node.c_str(), lo_node.c_str());
+  }
+  return {*hi - *lo > c.options.max_clock_skew_ms ? Status::warn : Status::pass, text};
+}
+
+std::optional<std::string> no_interface(const Cluster& c) {
+  if (!c.options.interface.empty()) return std::nullopt;
+  return "nodes.interface is not set: each node talks over the interface its agent advertises";
+}
+
+Finding interface(const Cluster& c) {
+  const std::string& wanted = c.options.interface;
+  std::string missing;
+  for (const auto& n : c.nodes) {
+    if (n.answered && std::find(n.interfaces.begin(), n.interfaces.end(), wanted) == n.interfaces.end()) {
+      missing += (missing.empty() ? "" : ", ") + n.node;
     }
   }
-  if (tried == 0) return {id, Status::skip, "only one node: no " + what + " to reach", ""};
-  if (!failures.empty()) return {id, Status::fail, failures, fix};
-  return {id, Status::pass, "every node reaches " + what + " (" + std::to_string(tried) + " connections)", ""};
+  if (!missing.empty()) return {Status::fail, "no IPv4 address on " + wanted + " on " + missing};
+  return {Status::pass, wanted + " has an IPv4 address on every node"};
+}
+
+const std::vector<Row>& cluster_rows() {
+  static const std::vector<Row> rows = {
+      {"cluster.answered", {}, answered, "", "check those agents' logs; the node checks of the others are below"},
+      {"cluster.dtrain_version", {}, dtrain_version, "",
+       "install the same dtrain on every node (the session protocol may differ between versions)"},
+      {"cluster.driver_version", no_driver, driver_version,
+       "run one driver version on every node of a job; mixed drivers are a common source of NCCL errors", ""},
+      {"cluster.nccl_version", {}, nccl_version, "",
+       "use one NCCL on every node: ranks with different NCCL versions can hang in their first collective"},
+      {"cluster.clock_skew", no_clock, clock_skew,
+       "run NTP or chrony on every node: logs and timeouts of different nodes cannot be compared", ""},
+      reach_row("cluster.master_port", &NodeFindings::master_port, "node 0's MASTER_PORT range",
+                "open node 0's ephemeral TCP ports (ip_local_port_range) to the other nodes in the firewall"),
+      reach_row("cluster.agents", &NodeFindings::agents, "every other node's agent",
+                "allow TCP between the nodes on the agents' ports (workers reach node 0's store there)"),
+      {"cluster.interface", no_interface, interface, "",
+       "set nodes.interface to an interface every node has (dtrain topo lists them), or fix the network"},
+  };
+  return rows;
 }
 
 }  // namespace
 
 std::vector<Check> cluster_checks(const std::vector<NodeFindings>& nodes, const ClusterOptions& options) {
-  std::vector<Check> out;
-  std::string silent;
-  for (const auto& n : nodes) {
-    if (!n.answered) silent += (silent.empty() ? "" : ", ") + n.node;
-  }
-  if (!silent.empty()) {
-    out.push_back({"cluster.answered", Status::fail, "no answer from " + silent,
-                   "check those agents' logs; the node checks of the others are below"});
-  } else {
-    out.push_back({"cluster.answered", Status::pass, "all " + std::to_string(nodes.size()) + " nodes answered", ""});
-  }
-
-  if (auto diff = differences(nodes, [](const NodeFindings& n) { return n.dtrain_version; }); !diff.empty()) {
-    out.push_back({"cluster.dtrain_version", Status::fail, "dtrain versions differ: " + diff,
-                   "install the same dtrain on every node (the session protocol may differ between versions)"});
-  } else {
-    out.push_back({"cluster.dtrain_version", Status::pass,
-                   same_everywhere(nodes, "dtrain", first_value(nodes, &NodeFindings::dtrain_version)), ""});
-  }
-
-  const bool any_driver = std::any_of(nodes.begin(), nodes.end(), [](const auto& n) { return !n.driver_version.empty(); });
-  if (!any_driver) {
-    out.push_back({"cluster.driver_version", Status::skip, "no node has an NVIDIA driver", ""});
-  } else if (auto diff = differences(nodes, [](const NodeFindings& n) {
-               return n.driver_version.empty() ? std::string("no driver") : n.driver_version;
-             });
-             !diff.empty()) {
-    out.push_back({"cluster.driver_version", Status::warn, "NVIDIA drivers differ: " + diff,
-                   "run one driver version on every node of a job; mixed drivers are a common source of NCCL errors"});
-  } else {
-    out.push_back({"cluster.driver_version", Status::pass,
-                   same_everywhere(nodes, "driver", first_value(nodes, &NodeFindings::driver_version)), ""});
-  }
-
-  if (auto diff = differences(nodes, [](const NodeFindings& n) { return nccl_text(n.nccl_version); }); !diff.empty()) {
-    out.push_back({"cluster.nccl_version", Status::fail, "NCCL versions differ: " + diff,
-                   "use one NCCL on every node: ranks with different NCCL versions can hang in their first collective"});
-  } else {
-    int code = 0;
-    for (const auto& n : nodes) code = n.answered ? n.nccl_version : code;
-    out.push_back({"cluster.nccl_version", Status::pass, same_everywhere(nodes, "NCCL", nccl_text(code)), ""});
-  }
-
-  std::optional<double> lo, hi;
-  std::string lo_node, hi_node;
-  for (const auto& n : nodes) {
-    if (!n.clock_offset_ms) continue;
-    if (!lo || *n.clock_offset_ms < *lo) lo = n.clock_offset_ms, lo_node = n.node;
-    if (!hi || *n.clock_offset_ms > *hi) hi = n.clock_offset_ms, hi_node = n.node;
-  }
-  if (!lo) {
-    out.push_back({"cluster.clock_skew", Status::skip, "no clock readings", ""});
-  } else {
-    char text[200];
-    if (*hi - *lo < 1) {
-      std::snprintf(text, sizeof text, "clocks agree within 1 ms");
-    } else {
-      std::snprintf(text, sizeof text, "clocks differ by %.0f ms at most (%s is ahead of %s)", *hi - *lo,
-                    hi_node.c_str(), lo_node.c_str());
-    }
-    if (*hi - *lo > options.max_clock_skew_ms) {
-      out.push_back({"cluster.clock_skew", Status::warn, text,
-                     "run NTP or chrony on every node: logs and timeouts of different nodes cannot be compared"});
-    } else {
-      out.push_back({"cluster.clock_skew", Status::pass, text, ""});
-    }
-  }
-
-  out.push_back(reach_check("cluster.master_port", nodes, &NodeFindings::master_port, "node 0's MASTER_PORT range",
-                            "open node 0's ephemeral TCP ports (ip_local_port_range) to the other nodes in the firewall"));
-  out.push_back(reach_check("cluster.agents", nodes, &NodeFindings::agents, "every other node's agent",
-                            "allow TCP between the nodes on the agents' ports (workers reach node 0's store there)"));
-
-  if (options.interface.empty()) {
-    out.push_back({"cluster.interface", Status::skip,
-                   "nodes.interface is not set: each node talks over the interface its agent advertises", ""});
-  } else {
-    std::string missing;
-    for (const auto& n : nodes) {
-      if (n.answered && std::find(n.interfaces.begin(), n.interfaces.end(), options.interface) == n.interfaces.end()) {
-        missing += (missing.empty() ? "" : ", ") + n.node;
-      }
-    }
-    if (!missing.empty()) {
-      out.push_back({"cluster.interface", Status::fail, "no IPv4 address on " + options.interface + " on " + missing,
-                     "set nodes.interface to an interface every node has (dtrain topo lists them), or fix the network"});
-    } else {
-      out.push_back({"cluster.interface", Status::pass, options.interface + " has an IPv4 address on every node", ""});
-    }
-  }
-  return out;
+  return run_checks(cluster_rows(), Cluster{nodes, options});
 }
 
 NodeReport parse_json(const std::string& text) {

@@ -1,10 +1,10 @@
 // Environment lint: variables that PyTorch renamed, NCCL debugging switches left on, NCCL_IB_HCA prefix matching,
-// NCCL_SOCKET_IFNAME naming no interface here.
+// NCCL_SOCKET_IFNAME naming no interface here. One row per variable (check_table.h); a row reports only a finding.
 
 #include <algorithm>
 #include <sstream>
 
-#include "agent/node/doctor/checks.h"
+#include "agent/node/doctor/check_table.h"
 
 namespace dtrain::node::doctor {
 namespace {
@@ -54,90 +54,120 @@ std::string upper(std::string s) {
   return s;
 }
 
-}  // namespace
+struct Environment {
+  const std::map<std::string, std::string>& env;
+  const std::vector<std::string>& interfaces;  // this node's network interfaces
 
-std::vector<Check> lint_env(const std::map<std::string, std::string>& env, const std::vector<std::string>& interfaces) {
-  std::vector<Check> out;
-  auto get = [&](const std::string& key) -> const std::string* {
+  const std::string* get(const std::string& key) const {
     auto it = env.find(key);
     return it == env.end() ? nullptr : &it->second;
-  };
+  }
+};
 
-  for (const auto& r : kRenamed) {
-    const std::string* old_value = get(r.old_name);
-    if (!old_value) continue;
-    const std::string* new_value = get(r.new_name);
-    out.push_back({std::string("env.") + r.old_name, Status::warn,
+using Row = CheckRow<Environment>;
+// What a variable's value is wrong for, or nullopt when it is fine.
+using Lint = std::function<std::optional<Finding>(const std::string& value, const Environment& environment)>;
+
+// The row env.<variable>: silent while the variable is unset.
+Row variable_row(const std::string& variable, Lint lint, std::string warn_fix = "", std::string fail_fix = "") {
+  Row row{"env." + variable, {}, {}, std::move(warn_fix), std::move(fail_fix)};
+  row.evaluate = [variable, lint = std::move(lint)](const Environment& e) -> std::optional<Finding> {
+    const std::string* value = e.get(variable);
+    if (!value) return std::nullopt;
+    return lint(*value, e);
+  };
+  return row;
+}
+
+Row renamed_row(const Renamed& r) {
+  return variable_row(r.old_name, [r](const std::string& old_value, const Environment& e) -> std::optional<Finding> {
+    const std::string* new_value = e.get(r.new_name);
+    return Finding{Status::warn,
                    std::string(r.old_name) + " is deprecated" +
                        (new_value ? " and ignored: " + std::string(r.new_name) + "=" + *new_value + " is set too"
                                   : ": recent PyTorch warns and may ignore it"),
-                   std::string("use ") + r.new_name + "=" + *old_value + " and unset " + r.old_name});
-  }
-  if (const std::string* v = get("TORCH_NCCL_AVOID_RECORD_STREAMS")) {
-    out.push_back({"env.TORCH_NCCL_AVOID_RECORD_STREAMS", Status::warn,
-                   "TORCH_NCCL_AVOID_RECORD_STREAMS=" + *v +
-                       " is deprecated: recent PyTorch avoids recordStream in collectives by itself",
-                   "unset TORCH_NCCL_AVOID_RECORD_STREAMS"});
-  }
-  if (const std::string* v = get("NCCL_DEBUG")) {
-    std::string level = upper(*v);
-    if (level == "INFO" || level == "TRACE") {
-      out.push_back({"env.NCCL_DEBUG", Status::warn,
-                     "NCCL_DEBUG=" + *v + " left on: every rank logs its setup (and TRACE every call)",
-                     "unset NCCL_DEBUG or set NCCL_DEBUG=WARN; turn INFO on only while debugging"});
+                   std::string("use ") + r.new_name + "=" + old_value + " and unset " + r.old_name};
+  });
+}
+
+Row switch_row(const Switch& s) {
+  return variable_row(
+      s.name,
+      [s](const std::string& v, const Environment&) -> std::optional<Finding> {
+        if (v != s.bad_value) return std::nullopt;
+        return Finding{Status::warn, std::string(s.name) + "=" + v + ": " + s.effect};
+      },
+      std::string("unset ") + s.name + " unless this node really needs it");
+}
+
+std::optional<Finding> avoid_record_streams(const std::string& v, const Environment&) {
+  return Finding{Status::warn, "TORCH_NCCL_AVOID_RECORD_STREAMS=" + v +
+                                   " is deprecated: recent PyTorch avoids recordStream in collectives by itself"};
+}
+
+std::optional<Finding> nccl_debug(const std::string& v, const Environment&) {
+  std::string level = upper(v);
+  if (level != "INFO" && level != "TRACE") return std::nullopt;
+  return Finding{Status::warn, "NCCL_DEBUG=" + v + " left on: every rank logs its setup (and TRACE every call)"};
+}
+
+std::optional<Finding> nccl_debug_subsys(const std::string& v, const Environment&) {
+  return Finding{Status::warn, "NCCL_DEBUG_SUBSYS=" + v + " left on (debug logging)"};
+}
+
+std::optional<Finding> torch_distributed_debug(const std::string& v, const Environment&) {
+  if (upper(v) != "DETAIL" && upper(v) != "INFO") return std::nullopt;
+  return Finding{Status::warn, "TORCH_DISTRIBUTED_DEBUG=" + v + " left on: extra checks and logging on every collective"};
+}
+
+std::optional<Finding> nccl_ib_hca(const std::string& v, const Environment&) {
+  bool exclude = !v.empty() && v[0] == '^';
+  std::string rest = exclude ? v.substr(1) : v;
+  if (rest.empty() || rest[0] == '=') return std::nullopt;
+  return Finding{Status::warn,
+                 "NCCL_IB_HCA=" + v + " matches by prefix: mlx5_1 also " + (exclude ? "excludes" : "selects") +
+                     " mlx5_10, mlx5_11, ...",
+                 "use exact names: NCCL_IB_HCA=" + std::string(exclude ? "^" : "") + "=" + rest};
+}
+
+std::optional<Finding> nccl_socket_ifname(const std::string& v, const Environment& e) {
+  std::string list = v;
+  if (e.interfaces.empty() || list.empty() || list[0] == '^') return std::nullopt;
+  bool exact = list[0] == '=';
+  if (exact) list.erase(0, 1);
+  for (const auto& want : split(list, ',')) {
+    for (const auto& have : e.interfaces) {
+      if (exact ? have == want : have.rfind(want, 0) == 0) return std::nullopt;
     }
   }
-  if (const std::string* v = get("NCCL_DEBUG_SUBSYS")) {
-    out.push_back({"env.NCCL_DEBUG_SUBSYS", Status::warn, "NCCL_DEBUG_SUBSYS=" + *v + " left on (debug logging)",
-                   "unset NCCL_DEBUG_SUBSYS"});
-  }
-  if (const std::string* v = get("TORCH_DISTRIBUTED_DEBUG")) {
-    if (upper(*v) == "DETAIL" || upper(*v) == "INFO") {
-      out.push_back({"env.TORCH_DISTRIBUTED_DEBUG", Status::warn,
-                     "TORCH_DISTRIBUTED_DEBUG=" + *v + " left on: extra checks and logging on every collective",
-                     "unset TORCH_DISTRIBUTED_DEBUG"});
-    }
-  }
-  for (const auto& s : kDebugSwitches) {
-    const std::string* v = get(s.name);
-    if (v && *v == s.bad_value) {
-      out.push_back({std::string("env.") + s.name, Status::warn, std::string(s.name) + "=" + *v + ": " + s.effect,
-                     std::string("unset ") + s.name + " unless this node really needs it"});
-    }
-  }
-  if (const std::string* v = get("NCCL_IB_HCA")) {
-    bool exclude = !v->empty() && (*v)[0] == '^';
-    std::string rest = exclude ? v->substr(1) : *v;
-    if (!rest.empty() && rest[0] != '=') {
-      out.push_back({"env.NCCL_IB_HCA", Status::warn,
-                     "NCCL_IB_HCA=" + *v + " matches by prefix: mlx5_1 also " + (exclude ? "excludes" : "selects") +
-                         " mlx5_10, mlx5_11, ...",
-                     "use exact names: NCCL_IB_HCA=" + std::string(exclude ? "^" : "") + "=" + rest});
-    }
-  }
-  if (const std::string* v = get("NCCL_SOCKET_IFNAME"); v && !interfaces.empty()) {
-    std::string list = *v;
-    if (!list.empty() && list[0] != '^') {
-      bool exact = list[0] == '=';
-      if (exact) list.erase(0, 1);
-      bool any = false;
-      for (const auto& want : split(list, ',')) {
-        for (const auto& have : interfaces) {
-          if (exact ? have == want : have.rfind(want, 0) == 0) any = true;
-        }
-      }
-      if (!any) {
-        std::string names;
-        for (const auto& i : interfaces) names += (names.empty() ? "" : ", ") + i;
-        out.push_back({"env.NCCL_SOCKET_IFNAME", Status::fail,
-                       "NCCL_SOCKET_IFNAME=" + *v + " matches no interface of this node (" + names + ")",
-                       "set it to the interface the nodes reach each other on, or unset it"});
-      }
-    }
-  }
-  if (out.empty()) {
-    out.push_back({"env", Status::pass, "no deprecated or leftover NCCL/PyTorch variable", ""});
-  }
+  return Finding{Status::fail, "NCCL_SOCKET_IFNAME=" + v + " matches no interface of this node (" +
+                                   join_list(e.interfaces) + ")"};
+}
+
+const std::vector<Row>& env_rows() {
+  static const std::vector<Row> rows = [] {
+    std::vector<Row> rows;
+    for (const auto& r : kRenamed) rows.push_back(renamed_row(r));
+    rows.push_back(variable_row("TORCH_NCCL_AVOID_RECORD_STREAMS", avoid_record_streams,
+                                "unset TORCH_NCCL_AVOID_RECORD_STREAMS"));
+    rows.push_back(variable_row("NCCL_DEBUG", nccl_debug,
+                                "unset NCCL_DEBUG or set NCCL_DEBUG=WARN; turn INFO on only while debugging"));
+    rows.push_back(variable_row("NCCL_DEBUG_SUBSYS", nccl_debug_subsys, "unset NCCL_DEBUG_SUBSYS"));
+    rows.push_back(variable_row("TORCH_DISTRIBUTED_DEBUG", torch_distributed_debug, "unset TORCH_DISTRIBUTED_DEBUG"));
+    for (const auto& s : kDebugSwitches) rows.push_back(switch_row(s));
+    rows.push_back(variable_row("NCCL_IB_HCA", nccl_ib_hca));
+    rows.push_back(variable_row("NCCL_SOCKET_IFNAME", nccl_socket_ifname, "",
+                                "set it to the interface the nodes reach each other on, or unset it"));
+    return rows;
+  }();
+  return rows;
+}
+
+}  // namespace
+
+std::vector<Check> lint_env(const std::map<std::string, std::string>& env, const std::vector<std::string>& interfaces) {
+  std::vector<Check> out = run_checks(env_rows(), Environment{env, interfaces});
+  if (out.empty()) out.push_back({"env", Status::pass, "no deprecated or leftover NCCL/PyTorch variable", ""});
   return out;
 }
 
