@@ -12,24 +12,32 @@ namespace dtrain {
 // Session messages carry log batches of up to 1 MiB and store values of up to 64 MiB.
 inline constexpr int kSessionMaxMessageBytes = 80 << 20;
 
+namespace detail {
+
+// What both ends of a session set: `target` is a grpc::ServerBuilder or grpc::ChannelArguments (both have the
+// message size setters), `set_int(name, value)` sets one integer channel argument on it.
+template <class Target, class SetInt>
+void set_session_common(Target& target, SetInt set_int) {
+  target.SetMaxReceiveMessageSize(kSessionMaxMessageBytes);
+  target.SetMaxSendMessageSize(kSessionMaxMessageBytes);
+  // Keepalive pings let a dead peer be noticed even when no message is due.
+  set_int(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+  set_int(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+  set_int(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+}
+
+}  // namespace detail
+
 inline void set_session_server_options(grpc::ServerBuilder& builder) {
-  builder.SetMaxReceiveMessageSize(kSessionMaxMessageBytes);
-  builder.SetMaxSendMessageSize(kSessionMaxMessageBytes);
-  // Keepalive pings let a dead peer be noticed even when no message is due; peers may ping often.
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  detail::set_session_common(builder, [&](const char* name, int value) { builder.AddChannelArgument(name, value); });
+  // Peers ping often (the keepalive above): no ping is refused as too frequent, so none is dropped for it.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
 }
 
 inline grpc::ChannelArguments session_channel_arguments() {
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(kSessionMaxMessageBytes);
-  args.SetMaxSendMessageSize(kSessionMaxMessageBytes);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  detail::set_session_common(args, [&](const char* name, int value) { args.SetInt(name, value); });
   // Each session gets its own connection: one agent's traffic never queues behind another's.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   return args;

@@ -4,6 +4,7 @@
 // share its file. Each rule reads the Spec and reports at the key it is about.
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cli/spec/locations.h"
