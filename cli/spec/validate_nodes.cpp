@@ -9,6 +9,11 @@
 namespace dtrain::spec::detail {
 namespace {
 
+// "is only for provider ssh (provider is local)."
+std::string only_for(std::string_view providers, Provider provider) {
+  return "is only for " + std::string(providers) + " (provider is " + std::string(to_string(provider)) + ").";
+}
+
 void check_count(const Spec::Nodes& nodes, Reporter& r) {
   if (nodes.provider == Provider::slurm && nodes.min_count == 0 && nodes.max_count == 0) {
     // No count: every node of the allocation.
@@ -50,18 +55,15 @@ void check_agents_listed(const Spec::Nodes& nodes, Reporter& r) {
     r.report("nodes.agents", "provider static needs the address of every node's agent.",
              "Example: agents: [10.0.0.1:29400, 10.0.0.2:29400]");
   } else if (!is_static && !nodes.agents.empty()) {
-    r.report("nodes.agents",
-             "is only for provider static (provider is " + std::string(to_string(nodes.provider)) + ").",
-             "Remove agents, or set provider: static.");
+    r.report("nodes.agents", only_for("provider static", nodes.provider), "Remove agents, or set provider: static.");
   } else if (is_static) {
     check_list_matches_count(nodes, "nodes.agents", nodes.agents.size(), "agent", r);
   }
 }
 
 // Each entry of a node list (nodes.agents, nodes.hosts): well formed by `syntax`, and listed once.
-void check_entries(const std::string& list, const std::vector<std::string>& entries,
-                   Status (*syntax)(std::string_view), const std::string& syntax_hint, const std::string& twice_hint,
-                   Reporter& r) {
+void check_entries(const std::string& list, const std::vector<std::string>& entries, Status (*syntax)(std::string_view),
+                   const std::string& syntax_hint, const std::string& twice_hint, Reporter& r) {
   std::set<std::string> seen;
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const std::string path = list + "[" + std::to_string(i) + "]";
@@ -81,7 +83,7 @@ void check_hosts(const Spec::Nodes& nodes, Reporter& r) {
     r.report("nodes.hosts", "provider ssh needs the hosts to start agents on.",
              "Example: hosts: [node1, node2] (the launcher runs `ssh node1 dtrain agent --join ...`)");
   } else if (!is_ssh && !nodes.hosts.empty()) {
-    r.report("nodes.hosts", "is only for provider ssh (provider is " + std::string(to_string(nodes.provider)) + ").",
+    r.report("nodes.hosts", only_for("provider ssh", nodes.provider),
              nodes.provider == Provider::static_list ? "Static agents are listed in nodes.agents as host:port."
                                                      : "Remove hosts, or set provider: ssh.");
   } else if (is_ssh) {
@@ -105,9 +107,7 @@ void check_remote_start(const Spec::Nodes& nodes, Reporter& r) {
     r.report("nodes.srun_command", "is empty.", "Example: srun_command: [srun]");
   }
   if (!nodes.remote_dtrain.empty() && !is_ssh && nodes.provider != Provider::slurm) {
-    r.report("nodes.remote_dtrain",
-             "is only for providers ssh and slurm (provider is " + std::string(to_string(nodes.provider)) + ").",
-             "Remove remote_dtrain.");
+    r.report("nodes.remote_dtrain", only_for("providers ssh and slurm", nodes.provider), "Remove remote_dtrain.");
   }
 }
 
@@ -118,8 +118,7 @@ void check_rendezvous(const Spec::Nodes& nodes, Reporter& r) {
     r.report("nodes.rendezvous", "provider join needs the host:port the launcher listens on for agents.",
              "Example: rendezvous: 10.0.0.1:29500 (agents run `dtrain agent --join 10.0.0.1:29500`)");
   } else if (!dials_in && !nodes.rendezvous.empty()) {
-    r.report("nodes.rendezvous",
-             "is only for providers join, ssh and slurm (provider is " + std::string(to_string(nodes.provider)) + ").",
+    r.report("nodes.rendezvous", only_for("providers join, ssh and slurm", nodes.provider),
              "Remove rendezvous, or set provider: join.");
   } else if (!nodes.rendezvous.empty()) {
     // Port 0: any free port (agents the launcher starts are told which).
