@@ -54,11 +54,9 @@ std::string join(const std::vector<std::string>& items, const std::string& sep) 
   return out;
 }
 
-// Nearest NICs, local ranks and the matrix-level warnings; gpus/nics/matrix are filled.
-void recommend(Report& r, const std::string& socket_ifname) {
-  const Matrix& m = r.matrix;
-  std::size_t g = m.gpus.size();
-
+// The NICs a rank may leave by: those with an ACTIVE port, or every NIC when none reports one (an import knows no
+// port states).
+std::vector<std::size_t> usable_nics(const Report& r) {
   std::vector<std::size_t> usable;
   for (std::size_t i = 0; i < r.nics.size(); ++i) {
     const auto& ports = r.nics[i].ports;
@@ -67,7 +65,13 @@ void recommend(Report& r, const std::string& socket_ifname) {
   if (usable.empty()) {
     for (std::size_t i = 0; i < r.nics.size(); ++i) usable.push_back(i);
   }
+  return usable;
+}
 
+// Each GPU's nearest NICs: every usable NIC at the best level of its matrix row.
+void find_nearest_nics(Report& r, const std::vector<std::size_t>& usable) {
+  const Matrix& m = r.matrix;
+  std::size_t g = m.gpus.size();
   for (std::size_t row = 0; row < g; ++row) {
     int best = 7;
     for (std::size_t nic : usable) best = std::min(best, path_rank(m.cell(row, g + nic)));
@@ -76,19 +80,15 @@ void recommend(Report& r, const std::string& socket_ifname) {
       if (path_rank(m.cell(row, g + nic)) == best) r.gpus[row].nics.push_back({r.nics[nic].name, m.cell(row, g + nic)});
     }
   }
+}
 
+// One local rank per GPU, with its NIC, its share of the GPU's CPUs and its NUMA node.
+void assign_local_ranks(Report& r) {
   // Each rank leaves by the least used of its GPU's nearest NICs, so GPUs sharing a NIC pair spread over both.
   std::map<std::string, unsigned> uses;
   std::map<std::string, std::size_t> affinity_users, affinity_seen;
   for (const auto& gpu : r.gpus) ++affinity_users[gpu.cpu_affinity];
-  std::vector<std::string> hca;
-  for (std::size_t nic : usable) {
-    bool nearest_to_some = std::any_of(r.gpus.begin(), r.gpus.end(), [&](const GpuEntry& gpu) {
-      return std::any_of(gpu.nics.begin(), gpu.nics.end(), [&](const NicPath& p) { return p.name == r.nics[nic].name; });
-    });
-    if (nearest_to_some) hca.push_back(r.nics[nic].name);
-  }
-  for (std::size_t row = 0; row < g; ++row) {
+  for (std::size_t row = 0; row < r.matrix.gpus.size(); ++row) {
     const GpuEntry& gpu = r.gpus[row];
     LocalRank rank;
     rank.local_rank = static_cast<unsigned>(row);
@@ -107,7 +107,18 @@ void recommend(Report& r, const std::string& socket_ifname) {
     if (gpu.numa != "N/A") rank.numa = gpu.numa;
     r.local_ranks.push_back(std::move(rank));
   }
+}
 
+// The NCCL variables every local rank gets: the NICs nearest to some GPU, the socket interface, and rails.
+void set_nccl_env(Report& r, const std::vector<std::size_t>& usable, const std::string& socket_ifname) {
+  std::size_t g = r.matrix.gpus.size();
+  std::vector<std::string> hca;
+  for (std::size_t nic : usable) {
+    bool nearest_to_some = std::any_of(r.gpus.begin(), r.gpus.end(), [&](const GpuEntry& gpu) {
+      return std::any_of(gpu.nics.begin(), gpu.nics.end(), [&](const NicPath& p) { return p.name == r.nics[nic].name; });
+    });
+    if (nearest_to_some) hca.push_back(r.nics[nic].name);
+  }
   // Rails: every GPU has its own NIC behind its PCIe switch; keeping each ring on one rail (NCCL_CROSS_NIC=0)
   // avoids crossing rails between nodes.
   std::set<std::string> distinct;
@@ -123,7 +134,12 @@ void recommend(Report& r, const std::string& socket_ifname) {
     if (!socket_ifname.empty()) rank.env.emplace_back("NCCL_SOCKET_IFNAME", "=" + socket_ifname);
     if (rails) rank.env.emplace_back("NCCL_CROSS_NIC", "0");
   }
+}
 
+// Warnings the matrix alone shows: GPU pairs across sockets, GPUs far from every NIC.
+void warn_about_matrix(Report& r) {
+  const Matrix& m = r.matrix;
+  std::size_t g = m.gpus.size();
   std::vector<std::string> sys_pairs;
   for (std::size_t a = 0; a < g; ++a) {
     for (std::size_t b = a + 1; b < g; ++b) {
@@ -146,6 +162,15 @@ void recommend(Report& r, const std::string& socket_ifname) {
   }
 }
 
+// Nearest NICs, local ranks and the matrix-level warnings; gpus/nics/matrix are filled.
+void recommend(Report& r, const std::string& socket_ifname) {
+  std::vector<std::size_t> usable = usable_nics(r);
+  find_nearest_nics(r, usable);
+  assign_local_ranks(r);
+  set_nccl_env(r, usable, socket_ifname);
+  warn_about_matrix(r);
+}
+
 std::string default_interface(const HostScan& scan) {
   for (const auto& n : scan.net) {
     if (n.default_route) return n.name;
@@ -156,10 +181,11 @@ std::string default_interface(const HostScan& scan) {
   return {};
 }
 
-void width_warning(std::vector<std::string>& warnings, const std::string& what, const PciDevice& d) {
-  if (d.link_width && d.max_link_width && *d.link_width < *d.max_link_width) {
-    warnings.push_back(what + " (" + d.bdf + ") PCIe link runs at x" + std::to_string(*d.link_width) + " of x" +
-                       std::to_string(*d.max_link_width) +
+void width_warning(std::vector<std::string>& warnings, const std::string& what, const std::string& bdf,
+                   std::optional<unsigned> width, std::optional<unsigned> max_width) {
+  if (width && max_width && *width < *max_width) {
+    warnings.push_back(what + " (" + bdf + ") PCIe link runs at x" + std::to_string(*width) + " of x" +
+                       std::to_string(*max_width) +
                        ": reseat the card or check the slot/riser; its bandwidth is cut accordingly.");
   }
 }
@@ -173,6 +199,85 @@ std::string p2p_status_text(int status) {
     case 4: return "disabled by registry key";
     case 5: return "not supported";
     default: return "P2P status " + std::to_string(status);
+  }
+}
+
+// The GPU and NIC entries of a live report, from NVML and the scan; the matrix is filled.
+void add_live_entries(Report& r, const HostScan& scan, const NvmlFacts& nvml) {
+  for (std::size_t i = 0; i < nvml.gpus.size(); ++i) {
+    GpuEntry gpu;
+    gpu.index = nvml.gpus[i].index;
+    gpu.name = nvml.gpus[i].name;
+    gpu.pci = nvml.gpus[i].pci;
+    gpu.cpu_affinity = r.matrix.cpu_affinity[i];
+    gpu.numa = r.matrix.numa_affinity[i];
+    r.gpus.push_back(std::move(gpu));
+  }
+  for (const auto& name : r.matrix.nic_names) {
+    auto it = std::find_if(scan.rdma.begin(), scan.rdma.end(), [&](const RdmaNic& n) { return n.name == name; });
+    NicEntry nic{name, it->pci, std::nullopt, it->ports};
+    const PciDevice* d = find_pci(scan, it->pci);
+    nic.numa = d && d->numa_node >= 0 ? std::to_string(d->numa_node) : "N/A";
+    r.nics.push_back(std::move(nic));
+  }
+}
+
+// PCIe links narrower than they can be: sysfs's widths where it has them, NVML's otherwise; then the NICs'.
+void warn_about_pcie_widths(Report& r, const HostScan& scan, const NvmlFacts& nvml) {
+  for (std::size_t i = 0; i < nvml.gpus.size(); ++i) {
+    const NvmlGpu& gpu = nvml.gpus[i];
+    const PciDevice* d = find_pci(scan, gpu.pci);
+    if (d && d->link_width && d->max_link_width) {
+      width_warning(r.warnings, r.matrix.gpus[i], d->bdf, d->link_width, d->max_link_width);
+    } else {
+      width_warning(r.warnings, r.matrix.gpus[i], gpu.pci, gpu.pcie_width, gpu.pcie_max_width);
+    }
+  }
+  for (const auto& nic : r.nics) {
+    if (const PciDevice* d = find_pci(scan, nic.pci.value_or(""))) {
+      width_warning(r.warnings, nic.name, d->bdf, d->link_width, d->max_link_width);
+    }
+  }
+}
+
+// NICs on more than one fabric, and ports that are not ACTIVE.
+void warn_about_nic_ports(Report& r) {
+  std::map<std::string, std::vector<std::string>> layers;
+  for (const auto& nic : r.nics) {
+    for (const auto& port : *nic.ports) {
+      auto& names = layers[port.link_layer.empty() ? "unknown" : port.link_layer];
+      if (std::find(names.begin(), names.end(), nic.name) == names.end()) names.push_back(nic.name);
+    }
+  }
+  if (layers.size() > 1) {
+    std::vector<std::string> parts;
+    for (const auto& [layer, names] : layers) parts.push_back(layer + ": " + join(names, ","));
+    r.warnings.push_back("NICs mix link layers (" + join(parts, "; ") +
+                         "): NCCL needs every rank on one fabric; list only the NICs of one fabric in NCCL_IB_HCA.");
+  }
+  for (const auto& nic : r.nics) {
+    for (const auto& port : *nic.ports) {
+      if (!port_active(port)) {
+        r.warnings.push_back(nic.name + " port " + std::to_string(port.port) + " is " +
+                             (port.state.empty() ? "in an unknown state" : port.state) +
+                             (port.phys_state.empty() ? "" : " (physical: " + port.phys_state + ")") +
+                             ", not ACTIVE: NCCL cannot use it; check the cable and the subnet manager (ibstat).");
+      }
+    }
+  }
+}
+
+// GPU pairs NVML says cannot read each other's memory.
+void warn_about_p2p(Report& r, const NvmlFacts& nvml) {
+  for (std::size_t a = 0; a < nvml.gpus.size(); ++a) {
+    for (std::size_t b = a + 1; b < nvml.gpus.size(); ++b) {
+      int status = b < nvml.gpus[a].p2p_read.size() ? nvml.gpus[a].p2p_read[b] : -1;
+      if (status > 0) {
+        r.warnings.push_back(r.matrix.gpus[a] + " and " + r.matrix.gpus[b] +
+                             " cannot read each other's memory directly (" + p2p_status_text(status) +
+                             "): NCCL copies through host memory between them.");
+      }
+    }
   }
 }
 
@@ -232,74 +337,11 @@ Report analyze_live(const HostScan& scan, const NvmlFacts& nvml) {
     r.gpu_note = "NVML reports no GPU on this node" + (nvml.error.empty() ? std::string(".") : ": " + nvml.error + ".");
   }
   if (!r.gpu_note.empty()) r.warnings.push_back(r.gpu_note + " Showing CPUs, NUMA nodes and NICs only.");
-
-  for (std::size_t i = 0; i < nvml.gpus.size(); ++i) {
-    GpuEntry gpu;
-    gpu.index = nvml.gpus[i].index;
-    gpu.name = nvml.gpus[i].name;
-    gpu.pci = nvml.gpus[i].pci;
-    gpu.cpu_affinity = r.matrix.cpu_affinity[i];
-    gpu.numa = r.matrix.numa_affinity[i];
-    r.gpus.push_back(std::move(gpu));
-  }
-  for (const auto& name : r.matrix.nic_names) {
-    auto it = std::find_if(scan.rdma.begin(), scan.rdma.end(), [&](const RdmaNic& n) { return n.name == name; });
-    NicEntry nic{name, it->pci, std::nullopt, it->ports};
-    const PciDevice* d = find_pci(scan, it->pci);
-    nic.numa = d && d->numa_node >= 0 ? std::to_string(d->numa_node) : "N/A";
-    r.nics.push_back(std::move(nic));
-  }
+  add_live_entries(r, scan, nvml);
   recommend(r, default_interface(scan));
-
-  for (std::size_t i = 0; i < nvml.gpus.size(); ++i) {
-    const NvmlGpu& gpu = nvml.gpus[i];
-    const PciDevice* d = find_pci(scan, gpu.pci);
-    if (d && d->link_width && d->max_link_width) {
-      width_warning(r.warnings, r.matrix.gpus[i], *d);
-    } else if (gpu.pcie_width && gpu.pcie_max_width && *gpu.pcie_width < *gpu.pcie_max_width) {
-      r.warnings.push_back(r.matrix.gpus[i] + " (" + gpu.pci + ") PCIe link runs at x" + std::to_string(*gpu.pcie_width) +
-                           " of x" + std::to_string(*gpu.pcie_max_width) +
-                           ": reseat the card or check the slot/riser; its bandwidth is cut accordingly.");
-    }
-  }
-  for (const auto& nic : r.nics) {
-    if (const PciDevice* d = find_pci(scan, nic.pci.value_or(""))) width_warning(r.warnings, nic.name, *d);
-  }
-
-  std::map<std::string, std::vector<std::string>> layers;
-  for (const auto& nic : r.nics) {
-    for (const auto& port : *nic.ports) {
-      auto& names = layers[port.link_layer.empty() ? "unknown" : port.link_layer];
-      if (std::find(names.begin(), names.end(), nic.name) == names.end()) names.push_back(nic.name);
-    }
-  }
-  if (layers.size() > 1) {
-    std::vector<std::string> parts;
-    for (const auto& [layer, names] : layers) parts.push_back(layer + ": " + join(names, ","));
-    r.warnings.push_back("NICs mix link layers (" + join(parts, "; ") +
-                         "): NCCL needs every rank on one fabric; list only the NICs of one fabric in NCCL_IB_HCA.");
-  }
-  for (const auto& nic : r.nics) {
-    for (const auto& port : *nic.ports) {
-      if (!port_active(port)) {
-        r.warnings.push_back(nic.name + " port " + std::to_string(port.port) + " is " +
-                             (port.state.empty() ? "in an unknown state" : port.state) +
-                             (port.phys_state.empty() ? "" : " (physical: " + port.phys_state + ")") +
-                             ", not ACTIVE: NCCL cannot use it; check the cable and the subnet manager (ibstat).");
-      }
-    }
-  }
-  for (std::size_t a = 0; a < nvml.gpus.size(); ++a) {
-    for (std::size_t b = a + 1; b < nvml.gpus.size(); ++b) {
-      int status = b < nvml.gpus[a].p2p_read.size() ? nvml.gpus[a].p2p_read[b] : -1;
-      if (status > 0) {
-        r.warnings.push_back(r.matrix.gpus[a] + " and " + r.matrix.gpus[b] +
-                             " cannot read each other's memory directly (" + p2p_status_text(status) +
-                             "): NCCL copies through host memory between them.");
-      }
-    }
-  }
-
+  warn_about_pcie_widths(r, scan, nvml);
+  warn_about_nic_ports(r);
+  warn_about_p2p(r, nvml);
   r.numa_nodes = scan.numa;
   r.interfaces = scan.net;
   for (const auto& n : scan.net) {

@@ -45,47 +45,65 @@ constexpr int kP2pCapsRead = 0;     // NVML_P2P_CAPS_INDEX_READ
 constexpr int kEccUncorrected = 1;  // NVML_MEMORY_ERROR_TYPE_UNCORRECTED
 constexpr int kVolatileEcc = 0, kAggregateEcc = 1;
 
-// Resolved entry points; a missing one (older driver) stays null and its facts stay empty.
-struct Api {
-  void* lib = nullptr;
-  nvmlReturn_t (*init)() = nullptr;
-  nvmlReturn_t (*shutdown)() = nullptr;
-  const char* (*error_string)(nvmlReturn_t) = nullptr;
-  nvmlReturn_t (*count)(unsigned*) = nullptr;
-  nvmlReturn_t (*handle)(unsigned, nvmlDevice_t*) = nullptr;
-  nvmlReturn_t (*name)(nvmlDevice_t, char*, unsigned) = nullptr;
-  nvmlReturn_t (*pci)(nvmlDevice_t, nvmlPciInfo_t*) = nullptr;
-  nvmlReturn_t (*numa)(nvmlDevice_t, unsigned*) = nullptr;
-  nvmlReturn_t (*ancestor)(nvmlDevice_t, nvmlDevice_t, int*) = nullptr;
-  nvmlReturn_t (*p2p)(nvmlDevice_t, nvmlDevice_t, int, int*) = nullptr;
-  nvmlReturn_t (*link_state)(nvmlDevice_t, unsigned, int*) = nullptr;
-  nvmlReturn_t (*link_remote_pci)(nvmlDevice_t, unsigned, nvmlPciInfo_t*) = nullptr;
-  nvmlReturn_t (*link_remote_type)(nvmlDevice_t, unsigned, int*) = nullptr;
-  nvmlReturn_t (*driver_version)(char*, unsigned) = nullptr;
-  nvmlReturn_t (*cuda_version)(int*) = nullptr;
-  nvmlReturn_t (*persistence)(nvmlDevice_t, int*) = nullptr;
-  nvmlReturn_t (*ecc)(nvmlDevice_t, int, int, unsigned long long*) = nullptr;
-  nvmlReturn_t (*remapped_rows)(nvmlDevice_t, unsigned*, unsigned*, unsigned*, unsigned*) = nullptr;
-  nvmlReturn_t (*retired_pages)(nvmlDevice_t, int, unsigned*, unsigned long long*) = nullptr;
-  nvmlReturn_t (*retired_pending)(nvmlDevice_t, int*) = nullptr;
-  nvmlReturn_t (*clock_reasons)(nvmlDevice_t, unsigned long long*) = nullptr;
-  nvmlReturn_t (*processes)(nvmlDevice_t, unsigned*, nvmlProcessInfo_v2_t*) = nullptr;
-  nvmlReturn_t (*pcie_width)(nvmlDevice_t, unsigned*) = nullptr;
-  nvmlReturn_t (*pcie_max_width)(nvmlDevice_t, unsigned*) = nullptr;
-  nvmlReturn_t (*pcie_gen)(nvmlDevice_t, unsigned*) = nullptr;
-  nvmlReturn_t (*pcie_max_gen)(nvmlDevice_t, unsigned*) = nullptr;
-  nvmlReturn_t (*fabric)(nvmlDevice_t, nvmlGpuFabricInfo_t*) = nullptr;
-};
+// An NVML entry point, looked up by the names it has had (newest first). A missing one (older driver) stays null and
+// the facts it would give stay empty.
+template <typename Signature>
+class Entry;
 
-template <typename F>
-void resolve(void* lib, F& fn, std::initializer_list<const char*> names) {
-  for (const char* n : names) {
-    if (void* sym = dlsym(lib, n)) {
-      fn = reinterpret_cast<F>(sym);
-      return;
+template <typename R, typename... Args>
+class Entry<R(Args...)> {
+ public:
+  Entry(void* lib, std::initializer_list<const char*> names) {
+    for (const char* n : names) {
+      if (void* sym = dlsym(lib, n)) {
+        fn_ = reinterpret_cast<R (*)(Args...)>(sym);
+        return;
+      }
     }
   }
-}
+  explicit operator bool() const { return fn_ != nullptr; }
+  R operator()(Args... args) const { return fn_(args...); }
+
+ private:
+  R (*fn_)(Args...) = nullptr;
+};
+
+// The entry points used, each beside the names it is looked up by.
+struct Api {
+  explicit Api(void* library) : lib(library) {}
+
+  void* lib;
+  Entry<nvmlReturn_t()> init{lib, {"nvmlInit_v2", "nvmlInit"}};
+  Entry<nvmlReturn_t()> shutdown{lib, {"nvmlShutdown"}};
+  Entry<const char*(nvmlReturn_t)> error_string{lib, {"nvmlErrorString"}};
+  Entry<nvmlReturn_t(unsigned*)> count{lib, {"nvmlDeviceGetCount_v2", "nvmlDeviceGetCount"}};
+  Entry<nvmlReturn_t(unsigned, nvmlDevice_t*)> handle{lib, {"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex"}};
+  Entry<nvmlReturn_t(nvmlDevice_t, char*, unsigned)> name{lib, {"nvmlDeviceGetName"}};
+  Entry<nvmlReturn_t(nvmlDevice_t, nvmlPciInfo_t*)> pci{lib, {"nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo_v2"}};
+  Entry<nvmlReturn_t(nvmlDevice_t, unsigned*)> numa{lib, {"nvmlDeviceGetNumaNodeId"}};
+  Entry<nvmlReturn_t(nvmlDevice_t, nvmlDevice_t, int*)> ancestor{lib, {"nvmlDeviceGetTopologyCommonAncestor"}};
+  Entry<nvmlReturn_t(nvmlDevice_t, nvmlDevice_t, int, int*)> p2p{lib, {"nvmlDeviceGetP2PStatus"}};
+  Entry<nvmlReturn_t(nvmlDevice_t, unsigned, int*)> link_state{lib, {"nvmlDeviceGetNvLinkState"}};
+  Entry<nvmlReturn_t(nvmlDevice_t, unsigned, nvmlPciInfo_t*)> link_remote_pci{lib, {"nvmlDeviceGetNvLinkRemotePciInfo_v2"}};
+  Entry<nvmlReturn_t(nvmlDevice_t, unsigned, int*)> link_remote_type{lib, {"nvmlDeviceGetNvLinkRemoteDeviceType"}};
+  Entry<nvmlReturn_t(char*, unsigned)> driver_version{lib, {"nvmlSystemGetDriverVersion"}};
+  Entry<nvmlReturn_t(int*)> cuda_version{lib, {"nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetCudaDriverVersion"}};
+  Entry<nvmlReturn_t(nvmlDevice_t, int*)> persistence{lib, {"nvmlDeviceGetPersistenceMode"}};
+  Entry<nvmlReturn_t(nvmlDevice_t, int, int, unsigned long long*)> ecc{lib, {"nvmlDeviceGetTotalEccErrors"}};
+  Entry<nvmlReturn_t(nvmlDevice_t, unsigned*, unsigned*, unsigned*, unsigned*)> remapped_rows{
+      lib, {"nvmlDeviceGetRemappedRows"}};
+  Entry<nvmlReturn_t(nvmlDevice_t, int, unsigned*, unsigned long long*)> retired_pages{lib, {"nvmlDeviceGetRetiredPages"}};
+  Entry<nvmlReturn_t(nvmlDevice_t, int*)> retired_pending{lib, {"nvmlDeviceGetRetiredPagesPendingStatus"}};
+  Entry<nvmlReturn_t(nvmlDevice_t, unsigned long long*)> clock_reasons{
+      lib, {"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"}};
+  Entry<nvmlReturn_t(nvmlDevice_t, unsigned*, nvmlProcessInfo_v2_t*)> processes{
+      lib, {"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"}};
+  Entry<nvmlReturn_t(nvmlDevice_t, unsigned*)> pcie_width{lib, {"nvmlDeviceGetCurrPcieLinkWidth"}};
+  Entry<nvmlReturn_t(nvmlDevice_t, unsigned*)> pcie_max_width{lib, {"nvmlDeviceGetMaxPcieLinkWidth"}};
+  Entry<nvmlReturn_t(nvmlDevice_t, unsigned*)> pcie_gen{lib, {"nvmlDeviceGetCurrPcieLinkGeneration"}};
+  Entry<nvmlReturn_t(nvmlDevice_t, unsigned*)> pcie_max_gen{lib, {"nvmlDeviceGetMaxPcieLinkGeneration"}};
+  Entry<nvmlReturn_t(nvmlDevice_t, nvmlGpuFabricInfo_t*)> fabric{lib, {"nvmlDeviceGetGpuFabricInfo"}};
+};
 
 std::string bus_id_of(const nvmlPciInfo_t& info) {
   char text[40];
@@ -104,8 +122,8 @@ std::string describe(const Api& api, nvmlReturn_t rc) {
 }
 
 template <typename T, typename F, typename... Args>
-std::optional<T> query(F fn, Args... args) {
-  if (fn == nullptr) return std::nullopt;
+std::optional<T> query(const F& fn, Args... args) {
+  if (!fn) return std::nullopt;
   T value{};
   if (fn(args..., &value) != kSuccess) return std::nullopt;
   return value;
@@ -168,6 +186,77 @@ void read_health(const Api& api, nvmlDevice_t dev, NvmlGpu& gpu) {
   }
 }
 
+// The links NVML knows on one GPU; the far end only of active ones.
+std::vector<NvLink> read_nvlinks(const Api& api, nvmlDevice_t dev) {
+  std::vector<NvLink> links;
+  if (!api.link_state) return links;
+  for (unsigned link = 0; link < kMaxLinks; ++link) {
+    int state = 0;
+    if (api.link_state(dev, link, &state) != kSuccess) continue;
+    NvLink l;
+    l.link = link;
+    l.active = state == 1;
+    nvmlPciInfo_t remote{};
+    if (l.active && api.link_remote_pci && api.link_remote_pci(dev, link, &remote) == kSuccess) {
+      l.remote_pci = bus_id_of(remote);
+    }
+    if (l.active) {
+      if (auto type = query<int>(api.link_remote_type, dev, link)) l.remote_type = *type;
+    }
+    links.push_back(std::move(l));
+  }
+  return links;
+}
+
+NvmlGpu read_gpu(const Api& api, nvmlDevice_t dev, unsigned index) {
+  NvmlGpu gpu;
+  gpu.index = index;
+  char name[96] = {};
+  if (api.name && api.name(dev, name, sizeof name) == kSuccess) gpu.name = name;
+  nvmlPciInfo_t pci{};
+  if (api.pci && api.pci(dev, &pci) == kSuccess) gpu.pci = bus_id_of(pci);
+  if (auto node = query<unsigned>(api.numa, dev); node && *node < 65536) gpu.numa_id = static_cast<int>(*node);
+  gpu.nvlinks = read_nvlinks(api, dev);
+  read_health(api, dev, gpu);
+  return gpu;
+}
+
+// Per pair of GPUs: their common ancestor level and whether one can read the other's memory.
+void read_pairs(const Api& api, const std::vector<nvmlDevice_t>& handles, NvmlFacts& facts) {
+  for (std::size_t a = 0; a < handles.size(); ++a) {
+    facts.gpus[a].ancestor.assign(facts.gpus.size(), -1);
+    facts.gpus[a].p2p_read.assign(facts.gpus.size(), -1);
+    for (std::size_t b = 0; b < handles.size(); ++b) {
+      if (a == b) continue;
+      if (auto level = query<int>(api.ancestor, handles[a], handles[b])) facts.gpus[a].ancestor[b] = *level;
+      if (auto status = query<int>(api.p2p, handles[a], handles[b], kP2pCapsRead)) facts.gpus[a].p2p_read[b] = *status;
+    }
+  }
+}
+
+// Everything asked of a started NVML: the driver, then each GPU it can open (a GPU it cannot is named in the error).
+void read_facts(const Api& api, NvmlFacts& facts) {
+  facts.loaded = true;
+  char text[96] = {};
+  if (api.driver_version && api.driver_version(text, sizeof text) == kSuccess) facts.driver_version = text;
+  facts.cuda_driver_version = query<int>(api.cuda_version);
+  unsigned count = 0;
+  nvmlReturn_t rc = api.count(&count);
+  if (rc != kSuccess) facts.error = "nvmlDeviceGetCount failed: " + describe(api, rc);
+  std::vector<nvmlDevice_t> handles;
+  for (unsigned i = 0; i < count; ++i) {
+    nvmlDevice_t dev = nullptr;
+    rc = api.handle(i, &dev);
+    if (rc != kSuccess) {
+      facts.error = "GPU " + std::to_string(i) + " is not accessible: " + describe(api, rc);
+      continue;
+    }
+    facts.gpus.push_back(read_gpu(api, dev, i));
+    handles.push_back(dev);
+  }
+  read_pairs(api, handles, facts);
+}
+
 }  // namespace
 
 std::string level_name(int nvml_level) {
@@ -184,108 +273,23 @@ std::string level_name(int nvml_level) {
 
 NvmlFacts read_nvml(const std::string& library) {
   NvmlFacts facts;
-  Api api;
-  api.lib = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (api.lib == nullptr) {
+  void* lib = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
     std::string why = dlerror();
     facts.error = library + " not found (no NVIDIA driver on this node)";
     if (why.find("No such file") == std::string::npos) facts.error += ": " + why;
     return facts;
   }
-  resolve(api.lib, api.init, {"nvmlInit_v2", "nvmlInit"});
-  resolve(api.lib, api.shutdown, {"nvmlShutdown"});
-  resolve(api.lib, api.error_string, {"nvmlErrorString"});
-  resolve(api.lib, api.count, {"nvmlDeviceGetCount_v2", "nvmlDeviceGetCount"});
-  resolve(api.lib, api.handle, {"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex"});
-  resolve(api.lib, api.name, {"nvmlDeviceGetName"});
-  resolve(api.lib, api.pci, {"nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo_v2"});
-  resolve(api.lib, api.numa, {"nvmlDeviceGetNumaNodeId"});
-  resolve(api.lib, api.ancestor, {"nvmlDeviceGetTopologyCommonAncestor"});
-  resolve(api.lib, api.p2p, {"nvmlDeviceGetP2PStatus"});
-  resolve(api.lib, api.link_state, {"nvmlDeviceGetNvLinkState"});
-  resolve(api.lib, api.link_remote_pci, {"nvmlDeviceGetNvLinkRemotePciInfo_v2"});
-  resolve(api.lib, api.link_remote_type, {"nvmlDeviceGetNvLinkRemoteDeviceType"});
-  resolve(api.lib, api.driver_version, {"nvmlSystemGetDriverVersion"});
-  resolve(api.lib, api.cuda_version, {"nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetCudaDriverVersion"});
-  resolve(api.lib, api.persistence, {"nvmlDeviceGetPersistenceMode"});
-  resolve(api.lib, api.ecc, {"nvmlDeviceGetTotalEccErrors"});
-  resolve(api.lib, api.remapped_rows, {"nvmlDeviceGetRemappedRows"});
-  resolve(api.lib, api.retired_pages, {"nvmlDeviceGetRetiredPages"});
-  resolve(api.lib, api.retired_pending, {"nvmlDeviceGetRetiredPagesPendingStatus"});
-  resolve(api.lib, api.clock_reasons,
-          {"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"});
-  resolve(api.lib, api.processes, {"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"});
-  resolve(api.lib, api.pcie_width, {"nvmlDeviceGetCurrPcieLinkWidth"});
-  resolve(api.lib, api.pcie_max_width, {"nvmlDeviceGetMaxPcieLinkWidth"});
-  resolve(api.lib, api.pcie_gen, {"nvmlDeviceGetCurrPcieLinkGeneration"});
-  resolve(api.lib, api.pcie_max_gen, {"nvmlDeviceGetMaxPcieLinkGeneration"});
-  resolve(api.lib, api.fabric, {"nvmlDeviceGetGpuFabricInfo"});
+  const Api api(lib);
   if (!api.init || !api.count || !api.handle) {
     facts.error = library + " lacks nvmlInit/nvmlDeviceGetCount: driver too old";
-    dlclose(api.lib);
-    return facts;
-  }
-  nvmlReturn_t rc = api.init();
-  if (rc != kSuccess) {
+  } else if (nvmlReturn_t rc = api.init(); rc != kSuccess) {
     facts.error = "NVML could not start: " + describe(api, rc);
-    dlclose(api.lib);
-    return facts;
+  } else {
+    read_facts(api, facts);
+    if (api.shutdown) api.shutdown();
   }
-  facts.loaded = true;
-  char text[96] = {};
-  if (api.driver_version && api.driver_version(text, sizeof text) == kSuccess) facts.driver_version = text;
-  facts.cuda_driver_version = query<int>(api.cuda_version);
-
-  unsigned count = 0;
-  rc = api.count(&count);
-  if (rc != kSuccess) facts.error = "nvmlDeviceGetCount failed: " + describe(api, rc);
-  std::vector<nvmlDevice_t> handles;
-  for (unsigned i = 0; i < count; ++i) {
-    nvmlDevice_t dev = nullptr;
-    rc = api.handle(i, &dev);
-    if (rc != kSuccess) {
-      facts.error = "GPU " + std::to_string(i) + " is not accessible: " + describe(api, rc);
-      continue;
-    }
-    NvmlGpu gpu;
-    gpu.index = i;
-    char name[96] = {};
-    if (api.name && api.name(dev, name, sizeof name) == kSuccess) gpu.name = name;
-    nvmlPciInfo_t pci{};
-    if (api.pci && api.pci(dev, &pci) == kSuccess) gpu.pci = bus_id_of(pci);
-    if (auto node = query<unsigned>(api.numa, dev); node && *node < 65536) gpu.numa_id = static_cast<int>(*node);
-    if (api.link_state) {
-      for (unsigned link = 0; link < kMaxLinks; ++link) {
-        int state = 0;
-        if (api.link_state(dev, link, &state) != kSuccess) continue;
-        NvLink l;
-        l.link = link;
-        l.active = state == 1;
-        nvmlPciInfo_t remote{};
-        if (l.active && api.link_remote_pci && api.link_remote_pci(dev, link, &remote) == kSuccess) {
-          l.remote_pci = bus_id_of(remote);
-        }
-        if (l.active) {
-          if (auto type = query<int>(api.link_remote_type, dev, link)) l.remote_type = *type;
-        }
-        gpu.nvlinks.push_back(std::move(l));
-      }
-    }
-    read_health(api, dev, gpu);
-    facts.gpus.push_back(std::move(gpu));
-    handles.push_back(dev);
-  }
-  for (std::size_t a = 0; a < handles.size(); ++a) {
-    facts.gpus[a].ancestor.assign(facts.gpus.size(), -1);
-    facts.gpus[a].p2p_read.assign(facts.gpus.size(), -1);
-    for (std::size_t b = 0; b < handles.size(); ++b) {
-      if (a == b) continue;
-      if (auto level = query<int>(api.ancestor, handles[a], handles[b])) facts.gpus[a].ancestor[b] = *level;
-      if (auto status = query<int>(api.p2p, handles[a], handles[b], kP2pCapsRead)) facts.gpus[a].p2p_read[b] = *status;
-    }
-  }
-  if (api.shutdown) api.shutdown();
-  dlclose(api.lib);
+  dlclose(lib);
   return facts;
 }
 
