@@ -17,10 +17,15 @@ std::string cuda_version_text(int v) { return std::to_string(v / 1000) + "." + s
 
 bool gpus_visible(const DoctorInputs& in) { return in.nvml.loaded && !in.nvml.gpus.empty(); }
 
-// The skip of every GPU check but gpu.visible: none applies without a GPU visible to NVML, and each needs the fact
-// it reads (`reported`) from at least one GPU.
-std::optional<std::string> gpu_skip(const DoctorInputs& in, bool reported, const char* unreported) {
+// No GPU check but gpu.visible applies without a GPU visible to NVML.
+std::optional<std::string> no_gpu(const DoctorInputs& in) {
   if (!gpus_visible(in)) return "no GPU visible to NVML";
+  return std::nullopt;
+}
+
+// The skip of a GPU check that also needs the fact it reads (`reported`) from at least one GPU.
+std::optional<std::string> gpu_skip(const DoctorInputs& in, bool reported, const char* unreported) {
+  if (auto why = no_gpu(in)) return why;
   if (!reported) return unreported;
   return std::nullopt;
 }
@@ -156,7 +161,9 @@ Finding memory_rows(const DoctorInputs& in) {
     if (g.remapped_rows_uncorrectable.value_or(0) > 0) {
       repaired.push_back(gpu_name(g) + ": " + std::to_string(*g.remapped_rows_uncorrectable) + " rows remapped");
     }
-    if (g.retired_pages.value_or(0) > 0) repaired.push_back(gpu_name(g) + ": " + std::to_string(*g.retired_pages) + " pages retired");
+    if (g.retired_pages.value_or(0) > 0) {
+      repaired.push_back(gpu_name(g) + ": " + std::to_string(*g.retired_pages) + " pages retired");
+    }
   }
   if (!failed.empty()) return {Status::fail, join_list(failed)};
   if (!pending.empty()) return {Status::warn, join_list(pending) + ": applies at the next GPU reset"};
@@ -230,7 +237,7 @@ const std::vector<Row>& gpu_rows() {
       per_gpu_row({"gpu.busy", other_processes, "NVML cannot list the processes on these GPUs",
                    "busy with other processes: ", "", "no other process uses the GPUs",
                    "stop those processes, or give the job other GPUs (CUDA_VISIBLE_DEVICES)"}),
-      {"gpu.driver", [](const DoctorInputs& in) { return gpu_skip(in, true, ""); }, driver,
+      {"gpu.driver", no_gpu, driver,
        "install a newer NVIDIA driver (or use CUDA forward-compatibility packages)", ""},
       per_gpu_row({"gpu.persistence", persistence_off, "NVML does not report persistence mode here",
                    "persistence mode off (", "): each job start re-initialises the GPUs", "persistence mode on",
@@ -264,7 +271,8 @@ const std::vector<Row>& gpu_rows() {
        },
        nvlink, "on NVSwitch systems start nvidia-fabricmanager; on bridged cards check the NVLink bridge",
        "NCCL bandwidth between GPUs drops: reset the GPU; if the link stays down, service the board"},
-      {"gpu.fabric_manager", [](const DoctorInputs& in) { return gpu_skip(in, has_nvswitch(in), "no NVSwitch on this node"); },
+      {"gpu.fabric_manager",
+       [](const DoctorInputs& in) { return gpu_skip(in, has_nvswitch(in), "no NVSwitch on this node"); },
        fabric_manager, "", ""},
   };
   return rows;

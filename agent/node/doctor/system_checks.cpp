@@ -23,8 +23,9 @@ std::string nccl_version_text(int code) {
 
 bool has_gpus(const DoctorInputs& in) { return !in.nvml.gpus.empty() || !in.nvidia_pci_gpus.empty(); }
 
-std::optional<std::string> no_rdma(const DoctorInputs& in, const char* why) {
-  if (in.host.rdma.empty()) return why;
+// A skip predicate's answer: `why_not` where the check does not apply.
+std::optional<std::string> unless(bool applies, const char* why_not) {
+  if (!applies) return why_not;
   return std::nullopt;
 }
 
@@ -83,7 +84,8 @@ Finding memlock(const DoctorInputs& in) {
   if (!in.memlock->soft) return {Status::pass, "RLIMIT_MEMLOCK unlimited"};
   if (!in.host.rdma.empty()) {
     return {Status::fail,
-            "RLIMIT_MEMLOCK is " + human_bytes(*in.memlock->soft) + ": RDMA memory registration fails (NCCL: ibv_reg_mr failed)"};
+            "RLIMIT_MEMLOCK is " + human_bytes(*in.memlock->soft) +
+                ": RDMA memory registration fails (NCCL: ibv_reg_mr failed)"};
   }
   return {Status::pass, "RLIMIT_MEMLOCK is " + human_bytes(*in.memlock->soft) + " (enough without RDMA NICs)"};
 }
@@ -99,7 +101,8 @@ Finding nofile(const DoctorInputs& in) {
 Finding shm_size(const DoctorInputs& in) {
   if (!in.shm_total_bytes) return {Status::fail, "/dev/shm unusable: " + in.shm_error};
   if (*in.shm_total_bytes < 256 * kMiB) {
-    return {Status::fail, "/dev/shm is " + human_bytes(*in.shm_total_bytes) + ": NCCL and data loaders fail with bus errors"};
+    return {Status::fail,
+            "/dev/shm is " + human_bytes(*in.shm_total_bytes) + ": NCCL and data loaders fail with bus errors"};
   }
   if (*in.shm_total_bytes < kGiB) return {Status::warn, "/dev/shm is only " + human_bytes(*in.shm_total_bytes)};
   return {Status::pass, "/dev/shm is " + human_bytes(*in.shm_total_bytes)};
@@ -114,24 +117,21 @@ const std::vector<Row>& system_rows() {
       {"nccl.library", {}, nccl_library, "", "install NCCL (libnccl2) or add its directory to LD_LIBRARY_PATH"},
       {"ib.ports",
        [](const DoctorInputs& in) {
-         return no_rdma(in, "no RDMA NIC (/sys/class/infiniband is empty): NCCL uses TCP between nodes");
+         return unless(!in.host.rdma.empty(),
+                       "no RDMA NIC (/sys/class/infiniband is empty): NCCL uses TCP between nodes");
        },
        ib_ports, "fix the link (ibstat), or leave those NICs out of NCCL_IB_HCA",
        "check cables and the subnet manager (ibstat, opensm); NCCL falls back to TCP meanwhile"},
-      {"ib.link_layer", [](const DoctorInputs& in) { return no_rdma(in, "no RDMA NIC"); }, ib_link_layer,
+      {"ib.link_layer", [](const DoctorInputs& in) { return unless(!in.host.rdma.empty(), "no RDMA NIC"); }, ib_link_layer,
        "set NCCL_IB_HCA to the NICs of one fabric (InfiniBand or RoCE), with '=' exact names", ""},
       {"gdr.module", {}, gdr_module, "sudo modprobe nvidia_peermem (and add it to /etc/modules-load.d)", ""},
       {"limits.memlock",
-       [](const DoctorInputs& in) {
-         return in.memlock ? std::nullopt : std::optional<std::string>("RLIMIT_MEMLOCK could not be read");
-       },
+       [](const DoctorInputs& in) { return unless(in.memlock.has_value(), "RLIMIT_MEMLOCK could not be read"); },
        memlock, "",
        "set memlock unlimited: limits.conf '* - memlock unlimited', systemd LimitMEMLOCK=infinity, "
        "docker --ulimit memlock=-1"},
       {"limits.nofile",
-       [](const DoctorInputs& in) {
-         return in.nofile ? std::nullopt : std::optional<std::string>("RLIMIT_NOFILE could not be read");
-       },
+       [](const DoctorInputs& in) { return unless(in.nofile.has_value(), "RLIMIT_NOFILE could not be read"); },
        nofile, nofile_fix, nofile_fix},
       {"shm.size", {}, shm_size, shm_fix, shm_fix},
   };
