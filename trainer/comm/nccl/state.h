@@ -1,0 +1,106 @@
+#pragma once
+
+// The NCCL communicator's state, shared by the communicator and the Work handles of its collectives so that a
+// handle outlives neither the stream nor the NCCL communicator: the two, the options, and whether (and why) it was
+// aborted. Internal to the nccl backend.
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstddef>
+#include <initializer_list>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "trainer/comm/describe.h"
+#include "trainer/comm/nccl/communicator.h"
+#include "trainer/comm/nccl/runtime.h"
+
+namespace dtrain::trainer {
+
+struct NcclCommunicator::State {
+  NcclCommOptions options;
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  std::mutex mutex;           // guards broken, first_failure and the abort
+  bool broken = false;        // aborted: no collective can run on comm any more
+  std::string first_failure;  // why it broke
+
+  std::string where() const {
+    return "rank " + std::to_string(options.rank) + " of " + std::to_string(options.size) + ", GPU " +
+           std::to_string(options.device);
+  }
+
+  // Makes this communicator's GPU current on the calling thread (each thread has its own current device).
+  void use_device() const {
+    const cudaError_t error = nccl_runtime::rt().cudaSetDevice(options.device);
+    if (error != cudaSuccess) {
+      throw CommError("nccl (" + where() + "): cudaSetDevice failed: " + nccl_runtime::cuda_text(error));
+    }
+  }
+
+  // Copies `count` floats between host and this GPU on the communicator's stream (which does not synchronise with
+  // the default stream), then waits for it: the copy lands after the collectives issued before and before any
+  // issued after, and is complete on return.
+  void copy(float* to, const float* from, std::size_t count, cudaMemcpyKind kind) const {
+    if (count == 0) return;
+    use_device();
+    cudaError_t error = nccl_runtime::rt().cudaMemcpyAsync(to, from, count * sizeof(float), kind, stream);
+    if (error == cudaSuccess) error = nccl_runtime::rt().cudaStreamSynchronize(stream);
+    if (error != cudaSuccess) {
+      throw CommError("nccl (" + where() + "): copy of " + describe_floats(count) +
+                      (kind == cudaMemcpyHostToDevice ? " to" : " from") + " the GPU failed: " + nccl_runtime::cuda_text(error));
+    }
+  }
+
+  // Aborts the NCCL communicator once and remembers `failure` as the reason; returns the first reason.
+  std::string abort(const std::string& failure) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!broken) {
+      broken = true;
+      first_failure = failure;
+      if (comm != nullptr) nccl_runtime::rt().ncclCommAbort(comm);
+      comm = nullptr;
+    }
+    return first_failure;
+  }
+
+  void check_usable(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (broken) {
+      throw CommError("nccl " + what + " on " + where() + " not run: the communicator was aborted after an " +
+                      "earlier failure: " + first_failure);
+    }
+  }
+
+  // Each of a collective's buffers must be device memory on this communicator's GPU; an empty collective
+  // (count 0) touches none, so its buffers are not checked.
+  void check_device_pointers(const std::string& what, std::size_t count,
+                             std::initializer_list<std::pair<const void*, const char*>> buffers) const {
+    if (count == 0) return;
+    for (const auto& [pointer, name] : buffers) check_device_pointer(pointer, name, what);
+  }
+
+  void check_device_pointer(const void* pointer, const char* name, const std::string& what) const {
+    cudaPointerAttributes attributes{};
+    const cudaError_t error = nccl_runtime::rt().cudaPointerGetAttributes(&attributes, pointer);
+    if (error != cudaSuccess) {
+      nccl_runtime::rt().cudaGetLastError();
+      throw CommError("nccl " + what + " on " + where() + ": cannot inspect buffer '" + name +
+                      "': " + nccl_runtime::cuda_text(error));
+    }
+    if (attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged) {
+      throw CommError("nccl " + what + " on " + where() + ": buffer '" + name +
+                      "' is host memory; the nccl backend takes device pointers (cudaMalloc on GPU " +
+                      std::to_string(options.device) + ", or Communicator::allocate)");
+    }
+    if (attributes.type == cudaMemoryTypeDevice && attributes.device != options.device) {
+      throw CommError("nccl " + what + " on " + where() + ": buffer '" + name + "' lives on GPU " +
+                      std::to_string(attributes.device) + ", not on this communicator's GPU " +
+                      std::to_string(options.device));
+    }
+  }
+};
+
+}  // namespace dtrain::trainer
