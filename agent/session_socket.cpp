@@ -42,16 +42,17 @@ void require_private_directory(const std::string& path) {
 
 }  // namespace
 
-std::string session_peer_refusal(int fd, uid_t uid, const std::vector<pid_t>& pids) {
+Status check_session_peer(int fd, uid_t uid, const std::vector<pid_t>& pids) {
   ucred peer{};
   socklen_t length = sizeof peer;
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0) {
-    return "cannot read the peer's credentials (SO_PEERCRED): " + errno_text();
+    return {StatusCode::internal, "cannot read the peer's credentials (SO_PEERCRED): " + errno_text()};
   }
   if (peer.uid != uid || std::find(pids.begin(), pids.end(), peer.pid) == pids.end()) {
-    return "a connection from pid " + std::to_string(peer.pid) + " (uid " + std::to_string(peer.uid) +
-           ") is not from the launcher that started this agent (uid " + std::to_string(uid) +
-           ", one of this agent's ancestor processes)";
+    const std::string who = "pid " + std::to_string(peer.pid) + " (uid " + std::to_string(peer.uid) + ")";
+    return {StatusCode::permission_denied, "a connection from " + who +
+                                               " is not from the launcher that started this agent (uid " +
+                                               std::to_string(uid) + ", one of this agent's ancestor processes)"};
   }
   return {};
 }
@@ -123,9 +124,8 @@ void SessionSocket::accept_loop() {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) continue;
     // Ancestors are read at every connection: once the launcher died, it is no longer among them.
-    std::string refused = session_peer_refusal(fd, uid, ancestor_pids());
-    if (!refused.empty()) {
-      spdlog::warn("session socket {}: refused: {}", path_, refused);
+    if (Status refused = check_session_peer(fd, uid, ancestor_pids()); !refused.ok()) {
+      spdlog::warn("session socket {}: refused: {}", path_, refused.message());
       ::close(fd);
       continue;
     }

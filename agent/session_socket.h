@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/status.h"
+
 namespace grpc {
 class Server;
 }
@@ -44,9 +46,9 @@ class SessionSocket {
   std::thread thread_;
 };
 
-// Why the process at the other end of connected Unix socket `fd` may not open a session here ("" = it may): its
-// uid must be `uid` and its pid one of `pids` (this agent's ancestors).
-std::string session_peer_refusal(int fd, uid_t uid, const std::vector<pid_t>& pids);
+// Whether the process at the other end of connected Unix socket `fd` may open a session here (permission_denied
+// says why not): its uid must be `uid` and its pid one of `pids` (this agent's ancestors).
+Status check_session_peer(int fd, uid_t uid, const std::vector<pid_t>& pids);
 
 // The pids of this process's parent, its parent's parent, ... up to (not including) pid 1, from /proc.
 std::vector<pid_t> ancestor_pids();

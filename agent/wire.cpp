@@ -5,69 +5,110 @@
 namespace dtrain::agent::wire {
 namespace {
 
-// One AgentMessage per runner event (RunnerEvent's alternatives).
-v1::AgentMessage event_message(const WorkerStarted& e) {
-  v1::AgentMessage message;
-  auto* out = message.mutable_worker_started();
-  out->set_round(e.round);
-  out->set_rank(e.rank);
-  out->set_pid(static_cast<std::uint32_t>(e.pid));
-  return message;
+// Each put() copies one domain value into the message body that carries it.
+
+void put(const WorkerStarted& e, v1::WorkerStarted& out) {
+  out.set_round(e.round);
+  out.set_rank(e.rank);
+  out.set_pid(static_cast<std::uint32_t>(e.pid));
 }
 
-v1::AgentMessage event_message(const WorkerExited& e) {
-  v1::AgentMessage message;
-  auto* out = message.mutable_worker_exited();
-  out->set_round(e.round);
-  out->set_rank(e.rank);
-  out->set_pid(static_cast<std::uint32_t>(e.exit.pid));
-  out->set_exit_code(e.exit.exit_code);
-  out->set_signal(e.exit.signal);
-  out->set_stopped_by_agent(e.exit.stopped);
-  out->set_runtime_ms(static_cast<std::uint64_t>(e.exit.runtime.count()));
-  for (const auto& line : e.exit.stderr_tail) out->add_stderr_tail(line);
-  out->set_error_file_json(e.error_file_json);
-  out->set_log_path(e.log_path);
-  out->set_exit_unix_ms(e.exit_unix_ms);
-  out->set_spawn_error(e.exit.spawn_error);
-  out->set_log_error(e.exit.log_error);
-  out->set_log_bytes_lost(e.exit.log_bytes_lost);
-  return message;
+void put(const WorkerExited& e, v1::WorkerExited& out) {
+  out.set_round(e.round);
+  out.set_rank(e.rank);
+  out.set_pid(static_cast<std::uint32_t>(e.exit.pid));
+  out.set_exit_code(e.exit.exit_code);
+  out.set_signal(e.exit.signal);
+  out.set_stopped_by_agent(e.exit.stopped);
+  out.set_runtime_ms(static_cast<std::uint64_t>(e.exit.runtime.count()));
+  for (const auto& line : e.exit.stderr_tail) out.add_stderr_tail(line);
+  out.set_error_file_json(e.error_file_json);
+  out.set_log_path(e.log_path);
+  out.set_exit_unix_ms(e.exit_unix_ms);
+  out.set_spawn_error(e.exit.spawn_error);
+  out.set_log_error(e.exit.log_error);
+  out.set_log_bytes_lost(e.exit.log_bytes_lost);
 }
 
 // One line per message; the outbox merges consecutive ones.
-v1::AgentMessage event_message(const LogLine& e) {
-  v1::AgentMessage message;
-  auto* out = message.mutable_log_lines();
-  out->set_round(e.round);
-  auto* entry = out->add_lines();
+void put(const LogLine& e, v1::LogLines& out) {
+  out.set_round(e.round);
+  auto* entry = out.add_lines();
   entry->set_rank(e.rank);
   entry->set_is_stderr(e.is_stderr);
   entry->set_text(e.text);
+}
+
+void put(const LogWriteFailed& e, v1::LogWriteFailed& out) {
+  out.set_round(e.round);
+  out.set_rank(e.rank);
+  out.set_message(e.message);
+}
+
+void put(const GroupDone& e, v1::GroupDone& out) { out.set_round(e.round); }
+
+void put(const GroupStopped& e, v1::GroupStopped& out) {
+  out.set_round(e.round);
+  out.set_killed(e.killed);
+}
+
+void put(const RoundPreparation& prepared, v1::RoundPrepared& out) {
+  out.set_round(prepared.round);
+  out.set_master_port(prepared.master_port);
+  out.set_store_address(prepared.store_address);
+}
+
+void put(const AgentHello& hello, v1::Hello& out) {
+  auto* facts = out.mutable_facts();
+  facts->set_hostname(hello.facts.hostname);
+  facts->set_host_id(hello.facts.host_id);
+  for (const auto& a : hello.facts.addresses) facts->add_addresses(a);
+  for (const auto& [name, address] : hello.facts.interfaces) {
+    auto* i = facts->add_interfaces();
+    i->set_name(name);
+    i->set_address(address);
+  }
+  for (unsigned c : hello.facts.cpus) facts->add_cpus(c);
+  for (int n : hello.facts.cpu_numa) facts->add_cpu_numa_node(n);
+  facts->set_gpu_count(hello.facts.gpu_count);
+  facts->set_dtrain_version(hello.dtrain_version);
+  facts->set_kernel(hello.facts.kernel);
+  facts->set_unix_ms(hello.unix_ms);
+  out.set_agent_address(hello.agent_address);
+  out.set_pid(hello.pid);
+  if (hello.slot) out.set_slot(*hello.slot);
+}
+
+void put(const ProbeAnswer& answer, v1::ProbeResult& out) {
+  out.set_id(answer.id);
+  out.set_dtrain_version(answer.dtrain_version);
+  out.set_node_checks_json(answer.node_checks_json);
+  out.set_driver_version(answer.driver_version);
+  out.set_nccl_version(answer.nccl_version);
+  for (const auto& name : answer.interfaces) out.add_interfaces(name);
+  out.set_open_port(answer.open_port);
+  for (const auto& r : answer.reach) {
+    auto* reach = out.add_reach();
+    reach->set_address(r.address);
+    reach->set_ok(r.ok);
+    reach->set_error(r.error);
+    reach->set_connect_ms(r.connect_ms);
+  }
+  out.set_unix_ms(answer.unix_ms);
+}
+
+// The AgentMessage whose body, reached through `body` (one of its mutable_* accessors), carries `value`.
+template <class Value, class Body>
+v1::AgentMessage wrap(const Value& value, Body* (v1::AgentMessage::*body)()) {
+  v1::AgentMessage message;
+  put(value, *(message.*body)());
   return message;
 }
 
-v1::AgentMessage event_message(const LogWriteFailed& e) {
-  v1::AgentMessage message;
-  auto* out = message.mutable_log_write_failed();
-  out->set_round(e.round);
-  out->set_rank(e.rank);
-  out->set_message(e.message);
-  return message;
-}
-
-v1::AgentMessage event_message(const GroupDone& e) {
-  v1::AgentMessage message;
-  message.mutable_group_done()->set_round(e.round);
-  return message;
-}
-
-v1::AgentMessage event_message(const GroupStopped& e) {
-  v1::AgentMessage message;
-  message.mutable_group_stopped()->set_round(e.round);
-  message.mutable_group_stopped()->set_killed(e.killed);
-  return message;
-}
+template <class... Handlers>
+struct Overloaded : Handlers... {
+  using Handlers::operator()...;
+};
 
 }  // namespace
 
@@ -118,62 +159,26 @@ ProbeRequest from_wire(const v1::Probe& probe) {
   return request;
 }
 
-v1::AgentMessage to_wire(const AgentHello& hello) {
-  v1::AgentMessage message;
-  auto* facts = message.mutable_hello()->mutable_facts();
-  facts->set_hostname(hello.facts.hostname);
-  facts->set_host_id(hello.facts.host_id);
-  for (const auto& a : hello.facts.addresses) facts->add_addresses(a);
-  for (const auto& [name, address] : hello.facts.interfaces) {
-    auto* i = facts->add_interfaces();
-    i->set_name(name);
-    i->set_address(address);
-  }
-  for (unsigned c : hello.facts.cpus) facts->add_cpus(c);
-  for (int n : hello.facts.cpu_numa) facts->add_cpu_numa_node(n);
-  facts->set_gpu_count(hello.facts.gpu_count);
-  facts->set_dtrain_version(hello.dtrain_version);
-  facts->set_kernel(hello.facts.kernel);
-  facts->set_unix_ms(hello.unix_ms);
-  message.mutable_hello()->set_agent_address(hello.agent_address);
-  message.mutable_hello()->set_pid(hello.pid);
-  if (hello.slot) message.mutable_hello()->set_slot(*hello.slot);
-  return message;
-}
+v1::AgentMessage to_wire(const AgentHello& hello) { return wrap(hello, &v1::AgentMessage::mutable_hello); }
 
 v1::AgentMessage to_wire(const RoundPreparation& prepared) {
-  v1::AgentMessage message;
-  auto* out = message.mutable_round_prepared();
-  out->set_round(prepared.round);
-  out->set_master_port(prepared.master_port);
-  out->set_store_address(prepared.store_address);
-  return message;
+  return wrap(prepared, &v1::AgentMessage::mutable_round_prepared);
 }
 
 v1::AgentMessage to_wire(const RunnerEvent& event) {
-  return std::visit([](const auto& e) { return event_message(e); }, event);
+  using M = v1::AgentMessage;
+  return std::visit(Overloaded{
+                        [](const WorkerStarted& e) { return wrap(e, &M::mutable_worker_started); },
+                        [](const WorkerExited& e) { return wrap(e, &M::mutable_worker_exited); },
+                        [](const LogLine& e) { return wrap(e, &M::mutable_log_lines); },
+                        [](const LogWriteFailed& e) { return wrap(e, &M::mutable_log_write_failed); },
+                        [](const GroupDone& e) { return wrap(e, &M::mutable_group_done); },
+                        [](const GroupStopped& e) { return wrap(e, &M::mutable_group_stopped); },
+                    },
+                    event);
 }
 
-v1::AgentMessage to_wire(const ProbeAnswer& answer) {
-  v1::AgentMessage message;
-  auto* out = message.mutable_probe_result();
-  out->set_id(answer.id);
-  out->set_dtrain_version(answer.dtrain_version);
-  out->set_node_checks_json(answer.node_checks_json);
-  out->set_driver_version(answer.driver_version);
-  out->set_nccl_version(answer.nccl_version);
-  for (const auto& name : answer.interfaces) out->add_interfaces(name);
-  out->set_open_port(answer.open_port);
-  for (const auto& r : answer.reach) {
-    auto* reach = out->add_reach();
-    reach->set_address(r.address);
-    reach->set_ok(r.ok);
-    reach->set_error(r.error);
-    reach->set_connect_ms(r.connect_ms);
-  }
-  out->set_unix_ms(answer.unix_ms);
-  return message;
-}
+v1::AgentMessage to_wire(const ProbeAnswer& answer) { return wrap(answer, &v1::AgentMessage::mutable_probe_result); }
 
 v1::AgentMessage to_wire(const v1::WorkerHealth& health, std::uint64_t unix_ms) {
   v1::AgentMessage message;

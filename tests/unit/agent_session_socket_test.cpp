@@ -17,15 +17,15 @@
 #include "tests/unit/temp_dir.h"
 
 using dtrain::agent::SessionSocket;
-using dtrain::agent::session_peer_refusal;
+using dtrain::agent::check_session_peer;
 
 TEST_CASE("the peer check wants the launcher: this uid and one of the agent's ancestors") {
   int fds[2];
   REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
-  CHECK(session_peer_refusal(fds[0], ::geteuid(), {::getppid(), ::getpid()}).empty());
-  const std::string other_pid = session_peer_refusal(fds[0], ::geteuid(), {::getppid()});
+  CHECK(check_session_peer(fds[0], ::geteuid(), {::getppid(), ::getpid()}).ok());
+  const std::string other_pid = check_session_peer(fds[0], ::geteuid(), {::getppid()}).message();
   CHECK(other_pid.find("is not from the launcher that started this agent") != std::string::npos);
-  CHECK_FALSE(session_peer_refusal(fds[0], ::geteuid() + 1, {::getpid()}).empty());
+  CHECK_FALSE(check_session_peer(fds[0], ::geteuid() + 1, {::getpid()}).ok());
   const auto ancestors = dtrain::agent::ancestor_pids();
   REQUIRE_FALSE(ancestors.empty());
   CHECK(ancestors.front() == ::getppid());
