@@ -34,7 +34,9 @@ bool pread_all(int fd, void* data, std::size_t bytes, off_t offset) {
 
 Shard::Shard(std::string path) : path_(std::move(path)) {
   fd_.reset(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd_.valid()) throw DataError("data shard " + path_ + ": cannot open (" + os_error() + "); check the --data glob");
+  if (!fd_.valid()) {
+    throw DataError("data shard " + path_ + ": cannot open (" + os_error() + "); check the --data glob");
+  }
   struct stat st {};
   std::array<std::int32_t, kShardHeaderInts> header{};
   // A throw below closes the file: fd_ owns it.

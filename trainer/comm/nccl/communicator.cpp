@@ -17,10 +17,6 @@
 namespace dtrain::trainer {
 namespace {
 
-using nccl_runtime::cuda_text;
-using nccl_runtime::nccl_text;
-using nccl_runtime::rt;
-
 using Clock = std::chrono::steady_clock;
 
 std::atomic<int> communicators_created{0};

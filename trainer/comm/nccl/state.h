@@ -19,6 +19,11 @@
 
 namespace dtrain::trainer {
 
+// The nccl backend's files call the loaded runtime by these short names.
+using nccl_runtime::cuda_text;
+using nccl_runtime::nccl_text;
+using nccl_runtime::rt;
+
 struct NcclCommunicator::State {
   NcclCommOptions options;
   ncclComm_t comm = nullptr;
@@ -34,9 +39,9 @@ struct NcclCommunicator::State {
 
   // Makes this communicator's GPU current on the calling thread (each thread has its own current device).
   void use_device() const {
-    const cudaError_t error = nccl_runtime::rt().cudaSetDevice(options.device);
+    const cudaError_t error = rt().cudaSetDevice(options.device);
     if (error != cudaSuccess) {
-      throw CommError("nccl (" + where() + "): cudaSetDevice failed: " + nccl_runtime::cuda_text(error));
+      throw CommError("nccl (" + where() + "): cudaSetDevice failed: " + cuda_text(error));
     }
   }
 
@@ -46,11 +51,11 @@ struct NcclCommunicator::State {
   void copy(float* to, const float* from, std::size_t count, cudaMemcpyKind kind) const {
     if (count == 0) return;
     use_device();
-    cudaError_t error = nccl_runtime::rt().cudaMemcpyAsync(to, from, count * sizeof(float), kind, stream);
-    if (error == cudaSuccess) error = nccl_runtime::rt().cudaStreamSynchronize(stream);
+    cudaError_t error = rt().cudaMemcpyAsync(to, from, count * sizeof(float), kind, stream);
+    if (error == cudaSuccess) error = rt().cudaStreamSynchronize(stream);
     if (error != cudaSuccess) {
       throw CommError("nccl (" + where() + "): copy of " + describe_floats(count) +
-                      (kind == cudaMemcpyHostToDevice ? " to" : " from") + " the GPU failed: " + nccl_runtime::cuda_text(error));
+                      (kind == cudaMemcpyHostToDevice ? " to" : " from") + " the GPU failed: " + cuda_text(error));
     }
   }
 
@@ -60,7 +65,7 @@ struct NcclCommunicator::State {
     if (!broken) {
       broken = true;
       first_failure = failure;
-      if (comm != nullptr) nccl_runtime::rt().ncclCommAbort(comm);
+      if (comm != nullptr) rt().ncclCommAbort(comm);
       comm = nullptr;
     }
     return first_failure;
@@ -84,11 +89,11 @@ struct NcclCommunicator::State {
 
   void check_device_pointer(const void* pointer, const char* name, const std::string& what) const {
     cudaPointerAttributes attributes{};
-    const cudaError_t error = nccl_runtime::rt().cudaPointerGetAttributes(&attributes, pointer);
+    const cudaError_t error = rt().cudaPointerGetAttributes(&attributes, pointer);
     if (error != cudaSuccess) {
-      nccl_runtime::rt().cudaGetLastError();
+      rt().cudaGetLastError();
       throw CommError("nccl " + what + " on " + where() + ": cannot inspect buffer '" + name +
-                      "': " + nccl_runtime::cuda_text(error));
+                      "': " + cuda_text(error));
     }
     if (attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged) {
       throw CommError("nccl " + what + " on " + where() + ": buffer '" + name +

@@ -71,7 +71,8 @@ std::string exchange_nccl_unique_id(store::StoreClient* store, const std::string
     hex = store->get(key, timeout);
   } catch (const store::StoreError& error) {
     throw CommError(who + "): rank 0 did not publish the id within " + describe_seconds(timeout) + ": " +
-                    error.what() + ". Check rank 0's log: it may have failed before (e.g. no GPU) or not be using NCCL");
+                    error.what() +
+                    ". Check rank 0's log: it may have failed before (e.g. no GPU) or not be using NCCL");
   }
   std::string bytes;
   if (!from_hex(hex, bytes) || bytes.size() != NCCL_UNIQUE_ID_BYTES) {

@@ -13,9 +13,6 @@
 namespace dtrain::trainer {
 namespace {
 
-using nccl_runtime::cuda_text;
-using nccl_runtime::nccl_text;
-using nccl_runtime::rt;
 using Clock = std::chrono::steady_clock;
 using State = NcclCommunicator::State;
 
