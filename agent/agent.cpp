@@ -94,6 +94,7 @@ int Agent::run() {
   }
   const int code = wait_until_done();
   if (joiner.joinable()) {
+    // Terminated before a session: stop retrying the launcher (a served session was cancelled by terminate()).
     if (code != 0) join->stop();
     joiner.join();
   }
