@@ -14,15 +14,6 @@
 namespace dtrain::cli {
 namespace {
 
-node::Reach reach_of(const v1::Reachability& r) {
-  node::Reach out;
-  out.address = r.address();
-  out.ok = r.ok();
-  out.error = r.error();
-  out.connect_ms = r.connect_ms();
-  return out;
-}
-
 int doctor_job(const spec::Spec& spec, const LaunchFlags& flags, const std::string& checkpoint_dir, double timeout_s,
                bool json) {
   namespace doctor = node::doctor;
@@ -50,13 +41,13 @@ int doctor_job(const spec::Spec& spec, const LaunchFlags& flags, const std::stri
     f.node = "node " + std::to_string(p.node_rank) + " (" + p.hostname + ")";
     if (p.checks) {
       f.answered = true;
-      f.dtrain_version = p.checks->dtrain_version();
-      f.driver_version = p.checks->driver_version();
-      f.nccl_version = p.checks->nccl_version();
+      f.dtrain_version = p.checks->dtrain_version;
+      f.driver_version = p.checks->driver_version;
+      f.nccl_version = p.checks->nccl_version;
       f.clock_offset_ms = p.clock_offset_ms;
-      f.interfaces.assign(p.checks->interfaces().begin(), p.checks->interfaces().end());
+      f.interfaces = p.checks->interfaces;
       try {
-        doctor::NodeReport report = doctor::parse_json(p.checks->node_checks_json());
+        doctor::NodeReport report = doctor::parse_json(p.checks->node_checks_json);
         report.node = f.node;
         reports.push_back(std::move(report));
       } catch (const std::exception& e) {
@@ -67,10 +58,10 @@ int doctor_job(const spec::Spec& spec, const LaunchFlags& flags, const std::stri
                                    "check the agent's log on that node"}}});
     }
     if (p.reach) {
-      // Node 0's port comes first in every other node's list (see Controller::probe).
-      for (int i = 0; i < p.reach->reach_size(); ++i) {
+      // Node 0's port comes first in every other node's list (see JobProbe::run).
+      for (std::size_t i = 0; i < p.reach->reach.size(); ++i) {
         const bool master = p.node_rank != 0 && i == 0;
-        (master ? f.master_port : f.agents).push_back(reach_of(p.reach->reach(i)));
+        (master ? f.master_port : f.agents).push_back(p.reach->reach[i]);
       }
     }
     findings.push_back(std::move(f));

@@ -1,13 +1,14 @@
 #include "cli/controller/agent_connection.h"
 
 #include "agent/security/credentials.h"
+#include "cli/controller/session_reader.h"
 #include "common/deadline_guard.h"
 
 namespace dtrain::controller {
 
 AgentConnection::AgentConnection(int node, std::string address, EventQueue& events,
                                  std::shared_ptr<grpc::ChannelCredentials> credentials,
-                                 grpc::ChannelArguments arguments, bool tls)
+                                 grpc::ChannelArguments arguments, Transport transport)
     : node_(node),
       address_(std::move(address)),
       events_(events),
@@ -16,14 +17,14 @@ AgentConnection::AgentConnection(int node, std::string address, EventQueue& even
       // Here, not in open(): the process's first channel starts gRPC (its threads, tens of ms on a loaded host),
       // which the launcher overlaps with the start of its local agents. A channel does not dial before open().
       channel_(grpc::CreateCustomChannel(address_, credentials_, arguments_)),
-      tls_(tls) {}
+      transport_(transport) {}
 
 AgentConnection::~AgentConnection() {
   if (stream_ && !finished_) context_.TryCancel();
   if (reader_.joinable()) reader_.join();
 }
 
-bool AgentConnection::open(std::chrono::milliseconds timeout, std::string& error) {
+Status AgentConnection::open(std::chrono::milliseconds timeout) {
   // WaitForConnected gives no reason; one call on the channel fails at once with it (TLS, refused, ...).
   const auto why_not = [this] {
     grpc::ClientContext probe;
@@ -36,14 +37,13 @@ bool AgentConnection::open(std::chrono::milliseconds timeout, std::string& error
     return stream->Finish();
   };
   const auto explain = [this](const grpc::Status& status) {
-    return security::explain_connect_failure(address_, status,
-                                             tls_ ? security::Transport::tls : security::Transport::plaintext);
+    return security::explain_connect_failure(address_, status, transport_);
   };
   const auto deadline = std::chrono::system_clock::now() + timeout;
   while (!channel_->WaitForConnected(std::min(deadline, std::chrono::system_clock::now() + kConnectPoll))) {
     if (std::chrono::system_clock::now() >= deadline) {
-      error = "cannot connect to the agent within " + std::to_string(timeout.count()) + " ms: " + explain(why_not());
-      return false;
+      return {StatusCode::unavailable,
+              "cannot connect to the agent within " + std::to_string(timeout.count()) + " ms: " + explain(why_not())};
     }
     // An agent that is still starting refuses the connection, and waiting is right; an agent that answers but
     // refuses us (another cluster's CA, a wrong token) will refuse again: say so now, not after the timeout.
@@ -53,35 +53,33 @@ bool AgentConnection::open(std::chrono::milliseconds timeout, std::string& error
     if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
         status.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
         text.find("andshake") != std::string::npos || text.find("SSL") != std::string::npos) {
-      error = "the agent refused this launcher: " + explain(status);
-      return false;
+      return {StatusCode::unauthenticated, "the agent refused this launcher: " + explain(status)};
     }
   }
   stub_ = v1::AgentService::NewStub(channel_);
   stream_ = stub_->Session(&context_);
   if (!stream_) {
-    error = "cannot open a session with the agent at " + address_;
-    return false;
+    return {StatusCode::unavailable, "cannot open a session with the agent at " + address_};
   }
   reader_ = std::thread([this] { pump_session(*stream_, node_, events_, [this] { received_any_ = true; }); });
-  return true;
+  return {};
 }
 
-bool AgentConnection::send(const v1::LauncherMessage& message) {
+bool AgentConnection::send(const Command& command) {
   if (!stream_ || finished_ || writes_done_) return false;
   // A Write blocks while the agent does not read (HTTP/2 flow control); an agent that stalls that long is lost.
   DeadlineGuard guard(kStallTimeout, [this] { context_.TryCancel(); });
-  return stream_->Write(message);
+  return stream_->Write(wire::to_wire(command));
 }
 
-bool AgentConnection::send_last(const v1::LauncherMessage& message) {
+bool AgentConnection::send_last(const Command& command) {
   if (!stream_ || finished_ || writes_done_) return false;
   writes_done_ = true;
   DeadlineGuard guard(kStallTimeout, [this] { context_.TryCancel(); });
-  return stream_->Write(message, grpc::WriteOptions().set_last_message());
+  return stream_->Write(wire::to_wire(command), grpc::WriteOptions().set_last_message());
 }
 
-std::string AgentConnection::finish() {
+Status AgentConnection::finish() {
   if (!stream_ || finished_) return status_;
   grpc::Status status;
   {
@@ -97,11 +95,10 @@ std::string AgentConnection::finish() {
   if (!status.ok()) {
     // Before the first message a failure is about reaching the agent (TLS, token); after it, the connection broke.
     bool connecting = !received_any_ || status.error_code() == grpc::StatusCode::UNAUTHENTICATED;
-    status_ = connecting ? security::explain_connect_failure(address_, status, tls_ ? security::Transport::tls
-                                                                             : security::Transport::plaintext)
-                  : "connection lost (" + (status.error_message().empty() ? std::string("stream failed")
-                                                                            : status.error_message()) +
-                        "): the agent process died, or the network between here and there failed";
+    const std::string why = status.error_message().empty() ? std::string("stream failed") : status.error_message();
+    status_ = connecting ? Status(StatusCode::unavailable, security::explain_connect_failure(address_, status, transport_))
+                         : Status(StatusCode::unavailable, "connection lost (" + why + "): the agent process died, or "
+                                                           "the network between here and there failed");
   }
   return status_;
 }

@@ -13,6 +13,7 @@
 
 #include "cli/controller/event_queue.h"
 #include "cli/controller/node_session.h"
+#include "common/transport.h"
 #include "dtrain/v1/session.grpc.pb.h"
 
 namespace dtrain::controller {
@@ -29,21 +30,22 @@ class AgentConnection final : public NodeSession {
   // `credentials`: TLS + token for a remote agent, or insecure ones on loopback / with --insecure.
   AgentConnection(int node, std::string address, EventQueue& events,
                   std::shared_ptr<grpc::ChannelCredentials> credentials, grpc::ChannelArguments arguments,
-                  bool tls = false);
+                  Transport transport);
   ~AgentConnection() override;   // cancels the stream and joins the reader
   AgentConnection(const AgentConnection&) = delete;
   AgentConnection& operator=(const AgentConnection&) = delete;
 
-  // Dials and opens the session; false with `error` set when the agent cannot be reached before `timeout`.
-  bool open(std::chrono::milliseconds timeout, std::string& error);
+  // Dials and opens the session: unavailable when the agent cannot be reached before `timeout`, unauthenticated
+  // when it refuses this launcher (another cluster's CA, a wrong token).
+  Status open(std::chrono::milliseconds timeout);
   // False when the stream is broken.
-  bool send(const v1::LauncherMessage& message) override;
+  bool send(const Command& command) override;
   // Sends `message` as the last one of the session and half-closes: the agent's server can complete the call as
   // soon as it has answered, instead of waiting for the launcher to hang up.
-  bool send_last(const v1::LauncherMessage& message) override;
-  // After a session_closed event (or to end the session): half-closes, waits for the reader, returns the final
-  // status text ("" for OK). Bounded: after kFinishTimeout the call is cancelled. Safe to call more than once.
-  std::string finish() override;
+  bool send_last(const Command& command) override;
+  // After a session_closed event (or to end the session): half-closes, waits for the reader, returns how the
+  // session ended. Bounded: after kFinishTimeout the call is cancelled. Safe to call more than once.
+  Status finish() override;
   // Ends the session from this side at once (a stuck agent); finish() then returns promptly.
   void cancel() override { context_.TryCancel(); }
 
@@ -63,9 +65,9 @@ class AgentConnection final : public NodeSession {
   std::thread reader_;
   bool finished_ = false;
   bool writes_done_ = false;
-  bool tls_ = true;   // for error explanations: which transport this side used
+  Transport transport_;   // for error explanations: which transport this side used
   std::atomic<bool> received_any_{false};   // the agent sent at least one message
-  std::string status_;
+  Status status_;
 };
 
 }  // namespace dtrain::controller

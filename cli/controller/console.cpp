@@ -60,15 +60,15 @@ void write_whole(std::FILE* to, std::string_view text) {
   }
 }
 
-void Console::worker_lines(const v1::LogLines& lines) {
+void Console::worker_lines(const LogLines& lines) {
   // One write(2) per stream for the whole batch, built from whole lines: stdout and stderr often share one file
   // (`dtrain run ... > out.log 2>&1`), and stdio's buffer would flush a line in two parts with the other stream's
   // writes in between.
   std::string out, err;
-  for (const auto& line : lines.lines()) {
-    std::string& to = line.is_stderr() ? err : out;
-    to += "[" + std::to_string(line.rank()) + "] ";
-    to += line.text();
+  for (const auto& line : lines.lines) {
+    std::string& to = line.is_stderr ? err : out;
+    to += "[" + std::to_string(line.rank) + "] ";
+    to += line.text;
     to += '\n';
   }
   if (!out.empty()) write_whole(out_, out);
@@ -80,19 +80,19 @@ void Console::note(std::string_view text) {
   write_whole(err_, line);
 }
 
-std::string describe_exit(const v1::WorkerExited& exit) {
-  if (!exit.spawn_error().empty()) return "could not start: " + exit.spawn_error();
-  if (exit.signal() != 0) {
-    const char* name = signal_name(exit.signal());
-    return "killed by signal " + std::to_string(exit.signal()) + (name ? std::string(" (") + name + ")" : "");
+std::string describe_exit(const WorkerExit& exit) {
+  if (!exit.spawn_error.empty()) return "could not start: " + exit.spawn_error;
+  if (exit.signal != 0) {
+    const char* name = signal_name(exit.signal);
+    return "killed by signal " + std::to_string(exit.signal) + (name ? std::string(" (") + name + ")" : "");
   }
-  return "exited with code " + std::to_string(exit.exit_code());
+  return "exited with code " + std::to_string(exit.exit_code);
 }
 
-int exit_code_of(const v1::WorkerExited& exit) {
-  if (!exit.spawn_error().empty()) return exit.exit_code() != 0 ? exit.exit_code() : 127;
-  if (exit.signal() != 0) return 128 + exit.signal();
-  return exit.exit_code();
+int exit_code_of(const WorkerExit& exit) {
+  if (!exit.spawn_error.empty()) return exit.exit_code != 0 ? exit.exit_code : 127;
+  if (exit.signal != 0) return 128 + exit.signal;
+  return exit.exit_code;
 }
 
 std::string error_file_message(const std::string& json) {
@@ -115,33 +115,33 @@ std::string failure_summary(const std::string& job_id, const Failure& root, cons
   s << "job " << job_id << " failed";
   if (max_restarts > 0) s << " after " << attempt + 1 << " attempt" << (attempt == 0 ? "" : "s");
   s << "\n  root cause: rank " << root.rank << " on node " << root.node << " (" << root.host << "), pid "
-    << root.exit.pid() << ", " << describe_exit(root.exit);
-  if (root.exit.runtime_ms() > 0) s << " after " << root.exit.runtime_ms() / 1000.0 << " s";
+    << root.exit.pid << ", " << describe_exit(root.exit);
+  if (root.exit.runtime_ms > 0) s << " after " << root.exit.runtime_ms / 1000.0 << " s";
   s << "\n";
   if (root.last_health) {
     const auto& h = *root.last_health;
-    s << "  last health report of rank " << root.rank << ": step " << h.step() << ", loss " << h.loss() << ", "
-      << h.tokens_per_s() << " tokens/s";
-    if (root.failed_unix_ms >= h.unix_ms() && h.unix_ms() > 0) {
-      s << ", " << (root.failed_unix_ms - h.unix_ms()) / 1000.0 << " s before it failed";
+    s << "  last health report of rank " << root.rank << ": step " << h.step << ", loss " << h.loss << ", "
+      << h.tokens_per_s << " tokens/s";
+    if (root.failed_unix_ms >= h.unix_ms && h.unix_ms > 0) {
+      s << ", " << (root.failed_unix_ms - h.unix_ms) / 1000.0 << " s before it failed";
     }
     s << "\n";
   }
-  if (!root.exit.error_file_json().empty()) {
+  if (!root.exit.error_file_json.empty()) {
     s << "  error file (TORCHELASTIC_ERROR_FILE):\n";
-    std::istringstream lines(error_file_message(root.exit.error_file_json()));
+    std::istringstream lines(error_file_message(root.exit.error_file_json));
     for (std::string line; std::getline(lines, line);) s << "    " << line << "\n";
   }
-  if (root.exit.stderr_tail_size() > 0) {
-    s << "  last " << root.exit.stderr_tail_size() << " stderr line" << (root.exit.stderr_tail_size() == 1 ? "" : "s")
+  if (root.exit.stderr_tail.size() > 0) {
+    s << "  last " << root.exit.stderr_tail.size() << " stderr line" << (root.exit.stderr_tail.size() == 1 ? "" : "s")
       << " of rank " << root.rank << ":\n";
-    for (const auto& line : root.exit.stderr_tail()) s << "    | " << line << "\n";
-  } else if (root.exit.spawn_error().empty()) {
+    for (const auto& line : root.exit.stderr_tail) s << "    | " << line << "\n";
+  } else if (root.exit.spawn_error.empty()) {
     s << "  rank " << root.rank << " wrote nothing to stderr\n";
   }
   if (!root.log_path.empty()) {
     s << "  full log: " << root.log_path;
-    if (!root.exit.log_error().empty()) s << " (incomplete: " << root.exit.log_error() << ")";
+    if (!root.exit.log_error.empty()) s << " (incomplete: " << root.exit.log_error << ")";
     s << "\n";
   }
   // A few other failures help tell a cascade from independent faults; thousands would bury the root cause.

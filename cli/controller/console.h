@@ -10,18 +10,18 @@
 #include <string_view>
 #include <vector>
 
-#include "dtrain/v1/session.pb.h"
+#include "cli/controller/session_messages.h"
 
 namespace dtrain::controller {
 
-// How a failed worker ended, gathered from its WorkerExited and the plan.
+// How a failed worker ended, gathered from its WorkerExit and the plan.
 struct Failure {
   unsigned rank = 0;
   unsigned node = 0;
   std::string host;
-  v1::WorkerExited exit;     // code or signal, stderr tail, error file, spawn error
+  WorkerExit exit;           // code or signal, stderr tail, error file, spawn error
   std::string log_path;
-  std::optional<v1::WorkerHealth> last_health;   // the rank's last health report, if it sent any
+  std::optional<WorkerHealth> last_health;   // the rank's last health report, if it sent any
   std::uint64_t failed_unix_ms = 0;              // when the launcher learned of the failure
 };
 
@@ -29,7 +29,7 @@ class Console {
  public:
   Console(std::FILE* out, std::FILE* err) : out_(out), err_(err) {}
 
-  void worker_lines(const v1::LogLines& lines);
+  void worker_lines(const LogLines& lines);
   // A launcher note ("dtrain: ..."), on stderr so that stdout carries only the workers' own output.
   // Each line (and each note, however long) reaches the file in one write(2), never split by stdio buffering.
   void note(std::string_view text);
@@ -40,9 +40,9 @@ class Console {
 };
 
 // "exit code 3", "signal 9 (SIGKILL)", "could not start: ...".
-std::string describe_exit(const v1::WorkerExited& exit);
+std::string describe_exit(const WorkerExit& exit);
 // The launcher's exit code for a failed worker: its own code, 128+signal, or 127 when it never ran.
-int exit_code_of(const v1::WorkerExited& exit);
+int exit_code_of(const WorkerExit& exit);
 // Writes `text` to `to`'s descriptor in as few write(2) calls as the kernel allows, after flushing `to`.
 void write_whole(std::FILE* to, std::string_view text);
 // The failure summary: which rank, where, how, the last stderr lines, the error file, where the log is.

@@ -10,22 +10,22 @@
 #include <optional>
 #include <string>
 
-#include "dtrain/v1/session.pb.h"
+#include "cli/controller/session_messages.h"
 
 namespace dtrain::controller {
 
 struct Event {
   enum class Kind {
-    message,          // `message` from node `node`'s agent
+    report,           // `report` from node `node`'s agent
     session_closed,   // node `node`'s session stream ended (read failed); finish() gives the status
-    agent_line,       // a local agent process printed `text` (stdout when !is_stderr)
-    agent_exited,     // a local agent process exited; `text` says how
+    agent_line,       // an agent process the launcher started (local, ssh, srun) printed `text`
+    agent_exited,     // an agent process the launcher started exited; `text` says how
     signal,           // the launcher received `signal`
     joined,           // an agent dialed in (provider join) and became node id `node`; `text` is its peer address
   };
-  Kind kind = Kind::message;
+  Kind kind = Kind::report;
   int node = -1;
-  v1::AgentMessage message;
+  AgentReport report;
   std::string text;
   bool is_stderr = false;
   int signal = 0;
@@ -55,26 +55,5 @@ class EventQueue {
   std::condition_variable cv_;
   std::deque<Event> events_;
 };
-
-// Turns every AgentMessage read from one session stream (client or server side, whichever dialed) into an Event
-// for `node`, then one session_closed once the stream ends. Runs on the stream's reader thread.
-// `on_message` runs before each message is queued (may be empty).
-template <class Stream, class OnMessage>
-void pump_session(Stream& stream, int node, EventQueue& events, OnMessage on_message) {
-  v1::AgentMessage message;
-  while (stream.Read(&message)) {
-    on_message();
-    Event event;
-    event.kind = Event::Kind::message;
-    event.node = node;
-    event.message = std::move(message);
-    events.push(std::move(event));
-    message = v1::AgentMessage();
-  }
-  Event closed;
-  closed.kind = Event::Kind::session_closed;
-  closed.node = node;
-  events.push(std::move(closed));
-}
 
 }  // namespace dtrain::controller

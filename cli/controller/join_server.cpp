@@ -3,25 +3,26 @@
 #include <stdexcept>
 
 #include "cli/controller/agent_connection.h"
+#include "cli/controller/session_reader.h"
 #include "common/deadline_guard.h"
 #include "common/grpc_options.h"
 
 namespace dtrain::controller {
 
-bool JoinedSession::send(const v1::LauncherMessage& message) {
+bool JoinedSession::send(const Command& command) {
   std::lock_guard lock(mutex_);
   if (finished_) return false;
   // A Write blocks while the agent does not read (HTTP/2 flow control): cancel a session stalled that long.
   DeadlineGuard guard(AgentConnection::kStallTimeout, [this] { context_->TryCancel(); });
-  return stream_->Write(message);
+  return stream_->Write(wire::to_wire(command));
 }
 
-bool JoinedSession::send_last(const v1::LauncherMessage& message) {
+bool JoinedSession::send_last(const Command& command) {
   // A server stream cannot half-close; the message is simply the last one this side writes.
-  return send(message);
+  return send(command);
 }
 
-std::string JoinedSession::finish() {
+Status JoinedSession::finish() {
   std::lock_guard lock(mutex_);
   finished_ = true;
   cv_.notify_all();

@@ -23,9 +23,9 @@ class JoinedSession final : public NodeSession {
   JoinedSession(grpc::ServerContext* context, grpc::ServerReaderWriter<v1::LauncherMessage, v1::AgentMessage>* stream)
       : context_(context), stream_(stream), peer_(context->peer()) {}
 
-  bool send(const v1::LauncherMessage& message) override;
-  bool send_last(const v1::LauncherMessage& message) override;
-  std::string finish() override;
+  bool send(const Command& command) override;
+  bool send_last(const Command& command) override;
+  Status finish() override;
   void cancel() override;
   std::string address() const override { return peer_; }
   bool open() const override;

@@ -55,17 +55,16 @@ TEST_CASE("agent connection: finish() returns within its bound when the agent ne
   EventQueue events;
   {
     AgentConnection connection(0, "127.0.0.1:" + std::to_string(port), events, grpc::InsecureChannelCredentials(),
-                               grpc::ChannelArguments());
-    std::string error;
-    REQUIRE(connection.open(5s, error));
+                               grpc::ChannelArguments(), dtrain::Transport::plaintext);
+    REQUIRE(connection.open(5s).ok());
     REQUIRE(events.pop(std::chrono::steady_clock::now() + 5s));  // the hello
     const auto start = std::chrono::steady_clock::now();
-    const std::string status = connection.finish();
+    const dtrain::Status status = connection.finish();
     const auto took = std::chrono::steady_clock::now() - start;
     MESSAGE("finish() took " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms");
     CHECK(took >= AgentConnection::kFinishTimeout - 100ms);
     CHECK(took < AgentConnection::kFinishTimeout + 1500ms);
-    CHECK_FALSE(status.empty());
+    CHECK_FALSE(status.ok());
   }
   agent.release();
   server->Shutdown(std::chrono::system_clock::now() + 2s);

@@ -8,18 +8,18 @@
 using namespace dtrain::controller;
 
 TEST_CASE("exit descriptions and the launcher's exit code") {
-  dtrain::v1::WorkerExited exit;
-  exit.set_exit_code(3);
+  WorkerExit exit;
+  exit.exit_code = 3;
   CHECK(describe_exit(exit) == "exited with code 3");
   CHECK(exit_code_of(exit) == 3);
 
-  exit.set_exit_code(0);
-  exit.set_signal(SIGKILL);
+  exit.exit_code = 0;
+  exit.signal = SIGKILL;
   CHECK(describe_exit(exit) == "killed by signal 9 (SIGKILL)");
   CHECK(exit_code_of(exit) == 137);
 
-  dtrain::v1::WorkerExited never;
-  never.set_spawn_error("cannot execute 'trainx': No such file or directory");
+  WorkerExit never;
+  never.spawn_error = "cannot execute 'trainx': No such file or directory";
   CHECK(describe_exit(never) == "could not start: cannot execute 'trainx': No such file or directory");
   CHECK(exit_code_of(never) == 127);
 }
@@ -38,18 +38,18 @@ TEST_CASE("failure summary names rank, node, host, pid, cause, stderr tail, erro
   root.rank = 2;
   root.node = 1;
   root.host = "gpu-07";
-  root.exit.set_pid(4242);
-  root.exit.set_exit_code(3);
-  root.exit.set_runtime_ms(1500);
-  root.exit.add_stderr_tail("loading shard 17");
-  root.exit.add_stderr_tail("boom");
-  root.exit.set_error_file_json(R"({"message": {"message": "ValueError: bad shard", "extraInfo": {}}})");
+  root.exit.pid = 4242;
+  root.exit.exit_code = 3;
+  root.exit.runtime_ms = 1500;
+  root.exit.stderr_tail.push_back("loading shard 17");
+  root.exit.stderr_tail.push_back("boom");
+  root.exit.error_file_json = R"({"message": {"message": "ValueError: bad shard", "extraInfo": {}}})";
   root.log_path = "/runs/job/attempt_0/rank_2.log";
   Failure other;
   other.rank = 5;
   other.node = 1;
   other.host = "gpu-07";
-  other.exit.set_signal(SIGSEGV);
+  other.exit.signal = SIGSEGV;
   std::string text = failure_summary("job-1", root, {other}, 0, 0);
   CHECK(text.find("job job-1 failed") != std::string::npos);
   CHECK(text.find("root cause: rank 2 on node 1 (gpu-07), pid 4242, exited with code 3 after 1.5 s") !=
@@ -73,11 +73,11 @@ TEST_CASE("restart policy counts restarts, not attempts") {
 
 TEST_CASE("failure summary lists a few other failures, then counts the rest") {
   Failure root;
-  root.exit.set_exit_code(1);
+  root.exit.exit_code = 1;
   std::vector<Failure> others(12);
   for (unsigned i = 0; i < others.size(); ++i) {
     others[i].rank = 100 + i;
-    others[i].exit.set_exit_code(1);
+    others[i].exit.exit_code = 1;
   }
   std::string text = failure_summary("job", root, others, 0, 0);
   CHECK(text.find("also failed: rank 107") != std::string::npos);

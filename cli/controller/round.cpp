@@ -1,0 +1,223 @@
+#include "cli/controller/round.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <stdexcept>
+
+#include "agent/security/x509.h"
+
+namespace dtrain::controller {
+
+using std::chrono::milliseconds;
+
+Round::Round(RoundSetup setup, RoundFleet& fleet, Interrupts& interrupts, Console& console)
+    : setup_(std::move(setup)), fleet_(fleet), interrupts_(interrupts), console_(console) {
+  for (int node : setup_.nodes) groups_[node] = GroupState::idle;
+}
+
+GroupState Round::group(int node) const {
+  auto it = groups_.find(node);
+  return it == groups_.end() ? GroupState::idle : it->second;
+}
+
+void Round::move(int node, GroupEvent event) {
+  auto it = groups_.find(node);
+  if (it == groups_.end()) return;   // not a node of this round
+  if (auto next = next_state(it->second, event)) it->second = *next;
+}
+
+bool Round::all_groups(GroupState state) const {
+  return std::all_of(groups_.begin(), groups_.end(), [state](const auto& g) { return g.second == state; });
+}
+
+bool Round::finished() const {
+  return interrupts_.interrupted() || root_cause_ || node_failure_ || all_groups(GroupState::done);
+}
+
+Round::Outcome Round::run() {
+  started_ = fleet_.now();
+  if (!prepare()) {
+    if (interrupts_.interrupted()) return Outcome::interrupted;
+    return Outcome::node_failed;
+  }
+  plan_workers();
+  start_groups();
+  fleet_.pump_until([this] { return finished(); }, RoundFleet::Clock::time_point::max());
+  // The first of these to hold decides, in this order (one event sets at most one of them).
+  if (interrupts_.interrupted()) {
+    stop_groups();
+    return Outcome::interrupted;
+  }
+  if (root_cause_) {
+    stop_groups();
+    return Outcome::worker_failed;
+  }
+  if (node_failure_) {
+    stop_groups();
+    return Outcome::node_failed;
+  }
+  return Outcome::success;
+}
+
+bool Round::prepare() {
+  attempt_dir_ = setup_.job_dir + "/attempt_" + std::to_string(setup_.number);
+  if (std::error_code ec; !std::filesystem::create_directories(attempt_dir_, ec) && ec) {
+    throw std::runtime_error("cannot create the attempt's log directory " + attempt_dir_ + ": " + ec.message());
+  }
+  // The round's store token: 32 random bytes from OpenSSL, like every other credential of the cluster.
+  token_ = security::x509::random_hex(32);
+  const int node0 = setup_.nodes.front();
+  fleet_.send(node0, PrepareRound{setup_.number, token_});
+  const auto deadline = fleet_.now() + setup_.timeouts->prepare_round;
+  fleet_.pump_until([this] { return prepared_ || interrupts_.interrupted() || node_failure_; }, deadline);
+  if (prepared_) return true;
+  if (!interrupts_.interrupted() && !node_failure_) {
+    fleet_.lose(node0, "its agent did not prepare round " + std::to_string(setup_.number) + " within " +
+                           std::to_string(setup_.timeouts->prepare_round.count() / 1000) + " s");
+  }
+  return false;
+}
+
+void Round::plan_workers() {
+  spec::RoundInfo info;
+  info.job_id = setup_.job_id;
+  info.restart_count = setup_.number;
+  info.master_addr = fleet_.info(setup_.nodes.front()).address;
+  info.master_port = prepared_->master_port;
+  info.store_address = prepared_->store_address;
+  info.store_token = token_;
+  info.attempt_dir = attempt_dir_;
+  std::vector<spec::NodeInfo> infos;
+  for (int id : setup_.nodes) infos.push_back(fleet_.info(id));
+  plan_ = spec::make_plan(*setup_.spec, infos, info);
+  if (setup_.number == 0) {
+    for (const auto& warning : plan_.warnings) console_.note("warning: " + warning);
+  }
+}
+
+void Round::start_groups() {
+  std::vector<StartGroup> starts(setup_.nodes.size());
+  for (auto& s : starts) {
+    s.round = setup_.number;
+    s.round_token = token_;
+  }
+  const auto relative = [this](const std::string& path) {
+    // Named inside the job's directory: each agent places them under its own run directory (agent/run_dir.h).
+    return std::filesystem::path(path).lexically_relative(setup_.job_dir).string();
+  };
+  for (const auto& w : plan_.workers) {
+    WorkerLaunch launch;
+    launch.rank = w.rank;
+    launch.local_rank = w.local_rank;
+    launch.argv = w.argv;
+    launch.env = w.env;
+    launch.working_dir = w.working_dir;
+    launch.cpus = w.cpus;
+    launch.log_path = relative(w.log_path);
+    launch.stream_stdout = w.stream_stdout;
+    launch.stream_stderr = w.stream_stderr;
+    launch.error_file = relative(w.error_file);
+    starts[w.node_rank].workers.push_back(std::move(launch));
+    workers_[w.rank] = Worker{};
+  }
+  for (std::size_t r = 0; r < setup_.nodes.size(); ++r) {
+    move(setup_.nodes[r], GroupEvent::start);
+    fleet_.send(setup_.nodes[r], std::move(starts[r]));
+  }
+}
+
+void Round::send_stop(milliseconds grace) {
+  StopGroup stop;
+  stop.round = setup_.number;
+  stop.grace_ms = static_cast<std::uint32_t>(grace.count());
+  stop.reason = interrupts_.interrupted() ? "interrupted" : "another worker or node failed";
+  for (int node : setup_.nodes) {
+    move(node, GroupEvent::stop);
+    fleet_.send(node, stop);
+  }
+}
+
+void Round::stop_groups() {
+  const milliseconds grace = spec::duration_ms(setup_.spec->stop.grace_s);
+  send_stop(grace);
+  bool escalated = interrupts_.count() >= 2;
+  if (escalated) send_stop(milliseconds(0));
+  const auto own_deadline = fleet_.now() + grace + setup_.timeouts->stop_confirm_margin;
+  const auto confirmed = [this] {
+    return std::all_of(setup_.nodes.begin(), setup_.nodes.end(),
+                       [this](int node) { return group(node) == GroupState::stopped || fleet_.gone(node); });
+  };
+  while (!confirmed()) {
+    // A signal moves the deadline (exit_by) or asks for the stop without grace: look again after each one.
+    const int signals = interrupts_.count();
+    const bool in_time = fleet_.pump_until([&] { return confirmed() || interrupts_.count() != signals; },
+                                           interrupts_.bounded(own_deadline));
+    if (!escalated && interrupts_.count() >= 2) {
+      escalated = true;
+      send_stop(milliseconds(0));
+    }
+    if (in_time) continue;
+    for (int node : setup_.nodes) {
+      if (group(node) != GroupState::stopped && !fleet_.gone(node)) {
+        fleet_.lose(node, "its agent did not confirm that the workers stopped");
+      }
+    }
+    return;
+  }
+}
+
+void Round::on_report(int node, const AgentReport& report) {
+  if (const auto* p = std::get_if<RoundPrepared>(&report)) {
+    if (p->round == setup_.number) prepared_ = *p;
+  } else if (const auto* s = std::get_if<WorkerStarted>(&report)) {
+    if (s->round == setup_.number) on_worker_started(*s);
+  } else if (const auto* x = std::get_if<WorkerExit>(&report)) {
+    if (x->round == setup_.number) on_worker_exit(node, *x);
+  } else if (const auto* d = std::get_if<GroupDone>(&report)) {
+    if (d->round == setup_.number) move(node, GroupEvent::done);
+  } else if (const auto* g = std::get_if<GroupStopped>(&report)) {
+    if (g->round == setup_.number) move(node, GroupEvent::stopped);
+  } else if (const auto* h = std::get_if<WorkerHealth>(&report)) {
+    last_health_[h->rank] = *h;
+  }
+}
+
+void Round::on_node_lost(int node, const std::string& text) {
+  if (node_failure_) return;
+  if (std::find(setup_.nodes.begin(), setup_.nodes.end(), node) != setup_.nodes.end()) node_failure_ = text;
+}
+
+void Round::on_worker_started(const WorkerStarted& started) {
+  auto& w = workers_[started.rank];
+  if (!w.started && ++started_workers_ == workers_.size()) {
+    const auto ms = std::chrono::duration_cast<milliseconds>(fleet_.now() - started_).count();
+    const std::size_t nodes = setup_.nodes.size();
+    console_.note("attempt " + std::to_string(setup_.number) + ": all " + std::to_string(workers_.size()) +
+                  " workers started on " + std::to_string(nodes) + " node" + (nodes == 1 ? "" : "s") + " in " +
+                  std::to_string(ms) + " ms");
+  }
+  w.started = true;
+  w.pid = started.pid;
+}
+
+void Round::on_worker_exit(int node, const WorkerExit& exit) {
+  workers_[exit.rank].exited = true;
+  if (!exit.failed()) return;
+  Failure f;
+  f.rank = exit.rank;
+  const bool planned = exit.rank < plan_.workers.size();
+  f.node = planned ? plan_.workers[exit.rank].node_rank : static_cast<unsigned>(node);
+  f.host = fleet_.info(node).hostname;
+  f.exit = exit;
+  if (planned) f.log_path = plan_.workers[exit.rank].log_path;
+  if (!exit.log_path.empty()) f.log_path = exit.log_path;   // where its agent placed it, on its node
+  if (auto h = last_health_.find(exit.rank); h != last_health_.end()) f.last_health = h->second;
+  f.failed_unix_ms = exit.exit_unix_ms;
+  if (!root_cause_) {
+    root_cause_ = std::move(f);
+  } else {
+    other_failures_.push_back(std::move(f));
+  }
+}
+
+}  // namespace dtrain::controller

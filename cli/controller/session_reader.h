@@ -1,0 +1,32 @@
+#pragma once
+
+// The reading half of a session, shared by both transports (AgentConnection, JoinedSession).
+
+#include "cli/controller/event_queue.h"
+#include "cli/controller/wire.h"
+#include "dtrain/v1/session.pb.h"
+
+namespace dtrain::controller {
+
+// Turns every AgentMessage read from one session stream (client or server side, whichever dialed) into an Event
+// for `node`, then one session_closed once the stream ends. Runs on the stream's reader thread.
+// `on_message` runs before each message is queued (may be empty).
+template <class Stream, class OnMessage>
+void pump_session(Stream& stream, int node, EventQueue& events, OnMessage on_message) {
+  v1::AgentMessage message;
+  while (stream.Read(&message)) {
+    on_message();
+    Event event;
+    event.kind = Event::Kind::report;
+    event.node = node;
+    event.report = wire::from_wire(message);
+    events.push(std::move(event));
+    message.Clear();
+  }
+  Event closed;
+  closed.kind = Event::Kind::session_closed;
+  closed.node = node;
+  events.push(std::move(closed));
+}
+
+}  // namespace dtrain::controller
