@@ -1,17 +1,14 @@
 #pragma once
-// The metadata entries that workers' calls carry, and the one way a handler reads them. Header-only: two short
-// definitions that every service library can use without linking another.
+// The one way a handler reads the metadata entries that workers' calls carry (their names: common/metadata.h).
+// Header-only: a short definition that every service library can use without linking another.
 
 #include <grpcpp/grpcpp.h>
 
 #include <string_view>
 
-namespace dtrain::agent {
+#include "common/metadata.h"
 
-// The round's job token (DTRAIN_JOB_TOKEN): selects the store namespace and ties a health report to its round.
-inline constexpr std::string_view kTokenMetadata = "dtrain-token";
-// The reporting rank's own DTRAIN_REPORT_TOKEN (health reports only).
-inline constexpr std::string_view kReportTokenMetadata = "dtrain-report-token";
+namespace dtrain::agent {
 
 // The value of the call's metadata entry `name`; empty when the call carries none. Valid while the call lasts.
 inline std::string_view call_metadata(const grpc::ServerContextBase& context, std::string_view name) {

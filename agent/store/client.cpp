@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "agent/store/store.h"
+#include "common/metadata.h"
 #include "dtrain/v1/store.grpc.pb.h"
 
 namespace dtrain::store {
@@ -17,7 +18,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-constexpr char kTokenMetadata[] = "dtrain-token";
 // Room for a 64 MiB value plus its key and framing.
 constexpr int kMaxMessageBytes = 65 << 20;
 
@@ -69,7 +69,7 @@ struct StoreClient::Impl {
   template <class Rpc>
   void run(const Call& call, Rpc rpc) const {
     grpc::ClientContext context;
-    context.AddMetadata(kTokenMetadata, token);
+    context.AddMetadata(std::string(kTokenMetadata), token);
     context.set_wait_for_ready(true);
     milliseconds budget = call.timeout + options.connect_timeout;
     Clock::time_point start = Clock::now();
@@ -135,9 +135,9 @@ static std::shared_ptr<grpc::ChannelCredentials> worker_credentials(grpc::Channe
     const char* path = std::getenv(variable);
     std::ifstream in(path ? path : "");
     if (!in) {
-      throw StoreError(StoreError::Kind::other, std::string("store client: cannot read ") + variable + " (" +
-                                                    (path ? path : "unset") +
-                                                    "); the agent writes the worker's TLS files when the cluster uses TLS");
+      throw StoreError(StoreError::Kind::other,
+                       std::string("store client: cannot read ") + variable + " (" + (path ? path : "unset") +
+                           "); the agent writes the worker's TLS files when the cluster uses TLS");
     }
     return std::string(std::istreambuf_iterator<char>(in), {});
   };

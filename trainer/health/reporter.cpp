@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/security/credentials.h"
+#include "common/metadata.h"
 #include "dtrain/v1/report.grpc.pb.h"
 
 namespace dtrain::trainer {
@@ -110,8 +111,8 @@ void HealthReporter::run() {
     request.set_rss_bytes(report.rss_bytes);
     v1::ReportAck ack;
     grpc::ClientContext context;
-    context.AddMetadata("dtrain-token", options_.token);
-    context.AddMetadata("dtrain-report-token", options_.report_token);
+    context.AddMetadata(std::string(kTokenMetadata), options_.token);
+    context.AddMetadata(std::string(kReportTokenMetadata), options_.report_token);
     context.set_deadline(std::chrono::system_clock::now() + options_.deadline);
     grpc::Status status = channel_->stub->Report(&context, request, &ack);
     std::lock_guard lock(mutex_);
