@@ -7,33 +7,10 @@
 #include <vector>
 
 #include "agent/service/call_metadata.h"
+#include "agent/service/grpc_status.h"
 
 namespace dtrain::agent {
 namespace {
-
-grpc::StatusCode to_grpc(store::StatusCode code) {
-  switch (code) {
-    case store::StatusCode::ok: return grpc::StatusCode::OK;
-    case store::StatusCode::invalid_argument: return grpc::StatusCode::INVALID_ARGUMENT;
-    case store::StatusCode::unauthenticated: return grpc::StatusCode::UNAUTHENTICATED;
-    case store::StatusCode::deadline_exceeded: return grpc::StatusCode::DEADLINE_EXCEEDED;
-    case store::StatusCode::aborted: return grpc::StatusCode::ABORTED;
-    case store::StatusCode::failed_precondition: return grpc::StatusCode::FAILED_PRECONDITION;
-    case store::StatusCode::cancelled: return grpc::StatusCode::CANCELLED;
-    case store::StatusCode::unavailable: return grpc::StatusCode::UNAVAILABLE;
-    case store::StatusCode::resource_exhausted: return grpc::StatusCode::RESOURCE_EXHAUSTED;
-    case store::StatusCode::not_found: return grpc::StatusCode::NOT_FOUND;
-    case store::StatusCode::already_exists: return grpc::StatusCode::ALREADY_EXISTS;
-    case store::StatusCode::permission_denied: return grpc::StatusCode::PERMISSION_DENIED;
-    case store::StatusCode::internal: return grpc::StatusCode::INTERNAL;
-  }
-  return grpc::StatusCode::UNKNOWN;
-}
-
-grpc::Status to_grpc(const store::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return {to_grpc(status.code()), status.message()};
-}
 
 // The round's token; empty when the call carries none (the store refuses that).
 std::string_view token_of(const grpc::CallbackServerContext* context) {
