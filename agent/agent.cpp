@@ -258,13 +258,12 @@ void Agent::terminate(int signal) {
   changed_.notify_all();
 }
 
-std::string Agent::check_reporter(const std::string& token, const std::string& report_token,
-                                  std::uint32_t rank) const {
-  if (!runner_) return "the agent is still starting";
+Status Agent::check_reporter(const std::string& token, const std::string& report_token, std::uint32_t rank) const {
+  if (!runner_) return {StatusCode::unavailable, "the agent is still starting"};
   if (token.empty() || !security::x509::constant_time_equal(token, runner_->current_token())) {
-    return "the dtrain-token metadata is missing or not this round's DTRAIN_JOB_TOKEN";
+    return {StatusCode::permission_denied, "the dtrain-token metadata is missing or not this round's DTRAIN_JOB_TOKEN"};
   }
-  return runner_->check_reporter(rank, report_token).message();
+  return runner_->check_reporter(rank, report_token);
 }
 
 void Agent::forward_report(const v1::WorkerHealth& health) {

@@ -71,8 +71,9 @@ class Agent {
   std::shared_ptr<grpc::ServerCredentials> server_credentials();
 
   // Whether a health report may speak for `rank`: `token` must be the current round's job token and `report_token`
-  // that rank's own DTRAIN_REPORT_TOKEN (JobRunner::check_reporter). Returns "" when it may, else why not.
-  std::string check_reporter(const std::string& token, const std::string& report_token, std::uint32_t rank) const;
+  // that rank's own DTRAIN_REPORT_TOKEN (JobRunner::check_reporter). Ok when it may; else permission_denied saying
+  // why not, or unavailable while the agent is still starting (no round can exist yet).
+  Status check_reporter(const std::string& token, const std::string& report_token, std::uint32_t rank) const;
   // Forwards an accepted health report on the session.
   void forward_report(const v1::WorkerHealth& health);
 

@@ -137,16 +137,18 @@ std::shared_ptr<grpc::ServerCredentials> server_credentials(const ClusterSecret&
   return credentials;
 }
 
-std::string session_refusal(const grpc::AuthContext& context) {
+Status session_refusal(const grpc::AuthContext& context) {
   const auto type = context.FindPropertyValues(GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME);
   if (type.empty() || type.front() != "ssl") return {};
   const auto role = context.FindPropertyValues(kRoleProperty);
   if (!role.empty() && role.front() == kRoleMember) return {};
   if (!role.empty() && role.front() == kRoleWorker) {
-    return "a worker's certificate cannot open a session (workers may use their job's store and send health "
-           "reports, nothing else); sessions need the cluster secret (`dtrain secret init`)";
+    return {StatusCode::permission_denied,
+            "a worker's certificate cannot open a session (workers may use their job's store and send health "
+            "reports, nothing else); sessions need the cluster secret (`dtrain secret init`)"};
   }
-  return "the caller did not present the cluster token; sessions need the cluster secret (`dtrain secret init`)";
+  return {StatusCode::permission_denied,
+          "the caller did not present the cluster token; sessions need the cluster secret (`dtrain secret init`)"};
 }
 
 std::shared_ptr<grpc::ChannelCredentials> worker_channel_credentials(const std::string& ca_pem,

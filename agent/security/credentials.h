@@ -30,6 +30,7 @@
 #include <string_view>
 
 #include "agent/security/identity.h"
+#include "common/status.h"
 #include "common/transport.h"
 #include "agent/security/secret.h"
 
@@ -69,11 +70,11 @@ class WorkerAdmission {
 std::shared_ptr<grpc::ServerCredentials> server_credentials(const ClusterSecret& secret, const Identity& identity,
                                                             std::shared_ptr<const WorkerAdmission> workers = nullptr);
 
-// "" when the caller of a call may open a session (AgentService.Session, LauncherService.Join): it proved the
+// Ok when the caller of a call may open a session (AgentService.Session, LauncherService.Join): it proved the
 // cluster token, or the transport is plaintext (only --insecure, or the private channel between a launcher and the
-// local agents it started, serve sessions in plaintext). Otherwise why not, for the caller: a worker's certificate
-// never opens a session.
-std::string session_refusal(const grpc::AuthContext& context);
+// local agents it started, serve sessions in plaintext). Otherwise permission_denied saying why not, for the
+// caller: a worker's certificate never opens a session.
+Status session_refusal(const grpc::AuthContext& context);
 
 // A worker's channel: TLS with its worker certificate, trusting only the cluster CA (`ca_pem`), no cluster token.
 // Use with set_tls_target. The store and health reports accept it while the worker's job runs.

@@ -5,6 +5,7 @@
 
 #include "agent/agent.h"
 #include "agent/service/call_metadata.h"
+#include "agent/service/grpc_status.h"
 
 namespace dtrain::agent {
 namespace {
@@ -40,12 +41,14 @@ Status check_report_values(const v1::WorkerReport& report) {
 }
 
 grpc::Status ReportService::Report(grpc::ServerContext* context, const v1::WorkerReport* request, v1::ReportAck*) {
-  std::string refused = agent_.check_reporter(std::string(call_metadata(*context, kTokenMetadata)),
-                                              std::string(call_metadata(*context, kReportTokenMetadata)),
-                                              request->rank());
-  if (!refused.empty()) return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "report refused: " + refused);
+  const Status refused = agent_.check_reporter(std::string(call_metadata(*context, kTokenMetadata)),
+                                               std::string(call_metadata(*context, kReportTokenMetadata)),
+                                               request->rank());
+  // Every refused reporter is PERMISSION_DENIED on the wire, an agent still starting included (report_service.h):
+  // the reporter treats all failures alike, it logs them and sends the next report.
+  if (!refused.ok()) return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "report refused: " + refused.message());
   if (Status implausible = check_report_values(*request); !implausible.ok()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+    return grpc::Status(to_grpc(implausible.code()),
                         "report of rank " + std::to_string(request->rank()) + " refused: " + implausible.message());
   }
   v1::WorkerHealth health;

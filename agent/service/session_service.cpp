@@ -2,6 +2,7 @@
 
 #include "agent/agent.h"
 #include "agent/security/credentials.h"
+#include "agent/service/grpc_status.h"
 #include "agent/session_stream.h"
 
 namespace dtrain::agent {
@@ -27,8 +28,8 @@ class ServerSessionStream final : public SessionStream {
 grpc::Status SessionService::Session(grpc::ServerContext* context,
                                      grpc::ServerReaderWriter<v1::AgentMessage, v1::LauncherMessage>* stream) {
   // Before anything of the agent is touched: only a cluster member (or the private channel) drives an agent.
-  if (std::string refused = security::session_refusal(*context->auth_context()); !refused.empty()) {
-    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "session refused: " + refused);
+  if (Status refused = security::session_refusal(*context->auth_context()); !refused.ok()) {
+    return grpc::Status(to_grpc(refused.code()), "session refused: " + refused.message());
   }
   ServerSessionStream session(context, stream);
   // Whatever ended the session, the launcher learns it as the session's end (UNAVAILABLE), with the agent's words.
