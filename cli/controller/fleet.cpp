@@ -17,12 +17,13 @@ Fleet::Fleet(spec::Spec& spec, FleetOptions options, EventQueue& events, Console
       console_(console),
       interrupts_(interrupts),
       listener_(listener),
+      clock_(options_.clock ? options_.clock : std::make_shared<FleetClock>()),
       credentials_(options_.insecure, options_.secret_dir),
-      provider_(make_provider(spec.nodes.provider)),
+      provider_(options_.provider ? options_.provider() : make_provider(spec.nodes.provider)),
       node_timeout_(spec::duration_ms(spec.health.node_timeout_s)),
       // Five heartbeats per node timeout, so that one late message never costs a node; at most one a second.
       heartbeat_interval_(std::clamp(node_timeout_ / 5, milliseconds(100), milliseconds(1000))),
-      next_heartbeat_(Clock::now() + heartbeat_interval_) {}
+      next_heartbeat_(clock_->now() + heartbeat_interval_) {}
 
 Fleet::~Fleet() = default;
 
@@ -37,7 +38,7 @@ void Fleet::attach(int id, std::shared_ptr<NodeSession> session) {
   if (static_cast<std::size_t>(id) >= nodes_.size()) nodes_.resize(static_cast<std::size_t>(id) + 1);
   auto& n = nodes_[static_cast<std::size_t>(id)];
   n.session = std::move(session);
-  n.last_heard = Clock::now();
+  n.last_heard = now();
 }
 
 void Fleet::leave_out(int id, const std::string& why) {
@@ -145,7 +146,7 @@ void Fleet::on_hello(int node, const AgentHello& hello) {
 void Fleet::on_report(int node, const AgentReport& report) {
   auto& n = nodes_[static_cast<std::size_t>(node)];
   if (n.state == NodeState::lost) return;
-  n.last_heard = Clock::now();
+  n.last_heard = now();
   if (const auto* hello = std::get_if<AgentHello>(&report)) {
     on_hello(node, *hello);
   } else if (const auto* error = std::get_if<AgentError>(&report)) {

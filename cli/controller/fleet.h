@@ -39,6 +39,17 @@ class FleetListener {
   virtual void on_node_lost(int node, const std::string& text) = 0;
 };
 
+// The fleet's time: the steady clock and a blocking wait for the next event; in tests, a scripted clock that
+// jumps to the deadline when no event is queued, so that minutes of node timeouts take no time.
+class FleetClock {
+ public:
+  using Clock = std::chrono::steady_clock;
+  virtual ~FleetClock() = default;
+  virtual Clock::time_point now() const { return Clock::now(); }
+  // The next event, or nothing once `deadline` passed.
+  virtual std::optional<Event> next(EventQueue& events, Clock::time_point deadline) { return events.pop(deadline); }
+};
+
 struct FleetOptions {
   std::string self_exe;        // the dtrain binary (local agents, and remote ones without nodes.remote_dtrain)
   bool insecure = false;       // --insecure
@@ -46,6 +57,8 @@ struct FleetOptions {
   bool probing = false;        // dtrain doctor: report problems (a missing nodes.interface) instead of failing
                                //   nodes over them
   Timeouts timeouts;
+  std::shared_ptr<FleetClock> clock;                   // nullptr = the steady clock
+  std::function<std::unique_ptr<Provider>()> provider; // nullptr = the one nodes.provider names (tests give others)
 };
 
 class Fleet final : public RoundFleet {
@@ -67,7 +80,7 @@ class Fleet final : public RoundFleet {
   void shutdown();
 
   // RoundFleet.
-  Clock::time_point now() const override { return Clock::now(); }
+  Clock::time_point now() const override { return clock_->now(); }
   void send(int node, const Command& command) override;
   void lose(int node, const std::string& why) override;
   bool gone(int node) const override;
@@ -121,6 +134,7 @@ class Fleet final : public RoundFleet {
   Console& console_;
   Interrupts& interrupts_;
   FleetListener& listener_;
+  std::shared_ptr<FleetClock> clock_;
   LauncherCredentials credentials_;
   std::unique_ptr<Provider> provider_;
   std::string job_id_;

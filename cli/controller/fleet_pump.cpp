@@ -32,15 +32,15 @@ bool Fleet::check_silence(Clock::time_point now, Clock::time_point& wake) {
 
 bool Fleet::next_event(Event& event, Clock::time_point deadline) {
   while (true) {
-    const auto now = Clock::now();
-    send_heartbeats(now);
+    const auto time = now();
+    send_heartbeats(time);
     auto wake = std::min(deadline, next_heartbeat_);
-    if (check_silence(now, wake)) return false;
-    if (auto e = events_.pop(wake)) {
+    if (check_silence(time, wake)) return false;
+    if (auto e = clock_->next(events_, wake)) {
       event = std::move(*e);
       return true;
     }
-    if (Clock::now() >= deadline) return false;
+    if (now() >= deadline) return false;
   }
 }
 
@@ -49,7 +49,7 @@ bool Fleet::pump_until(const std::function<bool()>& done, Clock::time_point dead
   while (!done()) {
     if (next_event(event, deadline)) {
       apply(event);
-    } else if (Clock::now() >= deadline) {
+    } else if (now() >= deadline) {
       return done();
     }
   }
@@ -58,12 +58,12 @@ bool Fleet::pump_until(const std::function<bool()>& done, Clock::time_point dead
 
 Result<std::vector<int>> Fleet::select(bool first_round) {
   const int min = spec_.nodes.min_count;
-  const auto deadline = Clock::now() + provider_->node_wait(first_round, *this);
+  const auto deadline = now() + provider_->node_wait(first_round, *this);
   // Every node is there, or none is still saying hello and none can arrive any more, or the wait is over.
   const auto enough = [&] {
     if (interrupts_.interrupted() || count(NodeState::ready) >= spec_.nodes.max_count) return true;
     if (waiting_for_hello()) return false;
-    return Clock::now() >= deadline || !provider_->may_still_join(*this);
+    return now() >= deadline || !provider_->may_still_join(*this);
   };
   if (!pump_until(enough, deadline) && count(NodeState::ready) < min) {
     // Agents that connected but never said hello are lost.
@@ -93,7 +93,7 @@ void Fleet::shutdown() {
     auto& n = nodes_[i];
     if (n.session && n.session->open() && !gone(static_cast<int>(i))) n.session->send_last(Shutdown{"job ended"});
   }
-  const auto own_deadline = Clock::now() + spec::duration_ms(spec_.stop.grace_s) + options_.timeouts.shutdown_margin;
+  const auto own_deadline = now() + spec::duration_ms(spec_.stop.grace_s) + options_.timeouts.shutdown_margin;
   // A session that never opened (a refused or unreachable agent) has nothing to wait for.
   const auto ended = [this] {
     for (std::size_t i = 0; i < nodes_.size(); ++i) {
@@ -121,7 +121,7 @@ void Fleet::shutdown() {
   auto wait = options_.timeouts.agent_exit;
   auto kill_grace = options_.timeouts.agent_kill_grace;
   if (const auto exit_by = interrupts_.exit_by()) {
-    wait = std::clamp(std::chrono::duration_cast<milliseconds>(*exit_by - Clock::now()), milliseconds(0), wait);
+    wait = std::clamp(std::chrono::duration_cast<milliseconds>(*exit_by - now()), milliseconds(0), wait);
     kill_grace = milliseconds(0);
   }
   provider_->finish(wait, kill_grace, *this);

@@ -1,0 +1,251 @@
+// The Fleet with scripted sessions, provider and clock: which nodes a round gets (join order, slots, nodes.count
+// MIN:MAX), and when a node is given up. The clock jumps to each deadline when no event is queued, so minutes of
+// join and node timeouts take no time.
+
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cli/controller/fleet.h"
+#include "cli/controller/remote_provider.h"
+#include "cli/spec/spec.h"
+
+using namespace dtrain::controller;
+using namespace std::chrono_literals;
+
+namespace {
+
+class ScriptedClock final : public FleetClock {
+ public:
+  Clock::time_point time = Clock::time_point() + 1h;
+  Clock::time_point now() const override { return time; }
+  std::optional<Event> next(EventQueue& events, Clock::time_point deadline) override {
+    if (auto event = events.pop(Clock::now())) return event;
+    if (deadline == Clock::time_point::max()) throw std::logic_error("the fleet waits forever for an empty queue");
+    time = std::max(time, deadline);
+    return std::nullopt;
+  }
+};
+
+class FakeSession final : public NodeSession {
+ public:
+  std::vector<Command> sent;
+  bool cancelled = false;
+  bool finished = false;
+  bool send(const Command& command) override {
+    sent.push_back(command);
+    return true;
+  }
+  bool send_last(const Command& command) override { return send(command); }
+  dtrain::Status finish() override {
+    finished = true;
+    return {};
+  }
+  void cancel() override { cancelled = true; }
+  std::string address() const override { return "10.0.0.9:29400"; }
+  bool open() const override { return !finished && !cancelled; }
+};
+
+// Attaches `sessions` at start, in that order (the join order); everything else as provider join.
+class AttachingProvider : public Provider {
+ public:
+  explicit AttachingProvider(std::vector<std::shared_ptr<FakeSession>> sessions) : sessions_(std::move(sessions)) {}
+  void start(Fleet& fleet) override {
+    for (std::size_t i = 0; i < sessions_.size(); ++i) fleet.attach(static_cast<int>(i), sessions_[i]);
+  }
+  std::chrono::milliseconds node_wait(bool, const Fleet& fleet) const override {
+    return dtrain::spec::duration_ms(fleet.spec().nodes.join_timeout_s);
+  }
+  bool may_still_join(const Fleet&) const override { return true; }
+
+ private:
+  std::vector<std::shared_ptr<FakeSession>> sessions_;
+};
+
+// ssh/slurm's strategy for node ranks (RemoteProvider::order), without starting any process.
+class SlotProvider final : public RemoteProvider {
+ public:
+  explicit SlotProvider(std::vector<std::shared_ptr<FakeSession>> sessions) : attaching_(std::move(sessions)) {}
+  void start(Fleet& fleet) override { attaching_.start(fleet); }
+  bool may_still_join(const Fleet&) const override { return true; }
+
+ protected:
+  int agent_count(Fleet&) const override { return 0; }
+  std::vector<std::vector<std::string>> commands(const Fleet&, int, const RemoteAgentOptions&) const override { return {}; }
+  std::string how() const override { return "in a test"; }
+  std::string who(const Fleet&, int slot) const override { return "slot " + std::to_string(slot); }
+  int node_of_process(const Fleet& fleet, int slot) const override { return fleet.node_of_slot(slot); }
+
+ private:
+  AttachingProvider attaching_;
+};
+
+struct Listener final : FleetListener {
+  std::vector<std::string> lost;
+  int reports = 0;
+  void on_signal(int) override {}
+  void on_report(int, const AgentReport&) override { ++reports; }
+  void on_node_lost(int, const std::string& text) override { lost.push_back(text); }
+};
+
+struct World {
+  dtrain::spec::Spec spec;
+  std::vector<std::shared_ptr<FakeSession>> sessions;
+  std::shared_ptr<ScriptedClock> clock = std::make_shared<ScriptedClock>();
+  EventQueue events;
+  std::FILE* console_file = std::tmpfile();
+  Console console{console_file, console_file};
+  Interrupts interrupts{2000ms, 600ms};
+  Listener listener;
+  std::unique_ptr<Fleet> fleet;
+
+  // `more_yaml`: other keys of the spec, e.g. "health: {node_timeout_s: 120}\n".
+  World(const std::string& nodes_yaml, int sessions_count, bool by_slot = false, const std::string& more_yaml = "")
+      : spec(dtrain::spec::load_spec_string("name: job\nnodes: " + nodes_yaml + "\ncommand: [train]\n" + more_yaml,
+                                            "job.yaml", {})) {
+    for (int i = 0; i < sessions_count; ++i) sessions.push_back(std::make_shared<FakeSession>());
+    FleetOptions options;
+    options.clock = clock;
+    auto attached = sessions;
+    options.provider = [attached, by_slot]() -> std::unique_ptr<Provider> {
+      if (by_slot) return std::make_unique<SlotProvider>(attached);
+      return std::make_unique<AttachingProvider>(attached);
+    };
+    fleet = std::make_unique<Fleet>(spec, options, events, console, interrupts, listener);
+    fleet->set_job("job-1", "/tmp");
+    fleet->start();
+  }
+  ~World() {
+    fleet.reset();
+    std::fclose(console_file);
+  }
+
+  void hello(int node, std::optional<unsigned> slot = std::nullopt) {
+    AgentHello h;
+    h.hostname = "host" + std::to_string(node);
+    h.dtrain_version = "test";
+    h.agent_address = "10.0.0." + std::to_string(node + 1) + ":29400";
+    h.slot = slot;
+    Event event;
+    event.kind = Event::Kind::report;
+    event.node = node;
+    event.report = h;
+    events.push(std::move(event));
+  }
+  std::vector<int> select(bool first = true) {
+    auto selected = fleet->select(first);
+    REQUIRE_MESSAGE(selected.ok(), selected.status.message());
+    return selected.value;
+  }
+  template <class T>
+  int count_sent(int node) const {
+    int n = 0;
+    for (const auto& c : sessions[static_cast<std::size_t>(node)]->sent) n += std::holds_alternative<T>(c) ? 1 : 0;
+    return n;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("fleet: node ranks follow join order; a node is configured once, on its hello") {
+  World w("{provider: join, rendezvous: \"127.0.0.1:29999\", count: 3}", 3);
+  w.hello(2);
+  w.hello(0);
+  w.hello(1);
+  const auto start = w.clock->now();
+  CHECK(w.select() == std::vector<int>{0, 1, 2});
+  CHECK(w.clock->now() == start);   // every node was there: no waiting
+  for (int node = 0; node < 3; ++node) {
+    CHECK(w.count_sent<ConfigureNode>(node) == 1);
+    CHECK(w.fleet->state(node) == NodeState::ready);
+  }
+  // A second hello is ignored (a ready node is not configured again).
+  w.hello(1);
+  w.fleet->pump_until([&] { return w.events.pop(w.clock->now()) == std::nullopt; }, w.clock->now() + 1ms);
+  CHECK(w.count_sent<ConfigureNode>(1) == 1);
+}
+
+TEST_CASE("fleet: ssh/slurm node ranks follow the agents' slots, whatever the join order") {
+  World w("{provider: join, rendezvous: \"127.0.0.1:29999\", count: 3}", 3, true);
+  w.hello(0, 2);
+  w.hello(1, 0);
+  w.hello(2, 1);
+  CHECK(w.select() == std::vector<int>{1, 2, 0});
+  CHECK(w.fleet->node_of_slot(2) == 0);
+  CHECK(w.fleet->node_of_slot(7) == -1);
+}
+
+TEST_CASE("fleet: nodes.count 2:4 waits join_timeout_s for 4, then starts with the 2 that said hello") {
+  // A node timeout longer than the wait: nobody is lost over silence here.
+  World w("{provider: join, rendezvous: \"127.0.0.1:29999\", count: \"2:4\", join_timeout_s: 60}", 2, false,
+          "health: {node_timeout_s: 120}\n");
+  w.hello(0);
+  w.hello(1);
+  const auto start = w.clock->now();
+  CHECK(w.select() == std::vector<int>{0, 1});
+  CHECK(w.clock->now() - start >= 60s);
+  CHECK(w.listener.lost.empty());
+}
+
+TEST_CASE("fleet: fewer than MIN after the wait: unavailable, naming the count; the silent agent is lost") {
+  World w("{provider: join, rendezvous: \"127.0.0.1:29999\", count: \"2:4\", join_timeout_s: 30}", 2, false,
+          "health: {node_timeout_s: 120}\n");
+  w.hello(0);
+  const auto selected = w.fleet->select(true);
+  REQUIRE_FALSE(selected.ok());
+  CHECK(selected.status.code() == dtrain::StatusCode::unavailable);
+  CHECK(selected.status.message() == "only 1 node available, nodes.count needs at least 2");
+  REQUIRE(w.listener.lost.size() == 1);
+  CHECK(w.listener.lost[0] == "node 1 (10.0.0.9:29400) lost: its agent did not say hello in time");
+  CHECK(w.fleet->state(1) == NodeState::lost);
+  CHECK(w.sessions[1]->cancelled);
+}
+
+TEST_CASE("fleet: an agent silent for health.node_timeout_s is lost, and its session cancelled") {
+  World w("{provider: join, rendezvous: \"127.0.0.1:29999\", count: 2}", 2);
+  w.hello(0);
+  w.hello(1);
+  CHECK(w.select() == std::vector<int>{0, 1});
+  // Node 0 keeps answering; node 1 says nothing more.
+  const auto until = w.clock->now() + 30s;
+  while (w.clock->now() < until && w.listener.lost.empty()) {
+    Event beat;
+    beat.kind = Event::Kind::report;
+    beat.node = 0;
+    beat.report = AgentAlive{};
+    w.events.push(beat);
+    w.fleet->pump_until([&] { return !w.listener.lost.empty(); }, w.clock->now() + 1s);
+  }
+  REQUIRE(w.listener.lost.size() == 1);
+  CHECK(w.listener.lost[0] == "node 1 (host1) lost: no message from its agent for 10000 ms (health.node_timeout_s)");
+  CHECK(w.fleet->state(0) == NodeState::ready);
+  CHECK(w.fleet->gone(1));
+  CHECK(w.sessions[1]->cancelled);
+  // Heartbeats went out meanwhile, about five per node timeout.
+  CHECK(w.count_sent<Heartbeat>(0) >= 5);
+}
+
+TEST_CASE("fleet: a lost node takes no further part: no commands, its reports dropped, never selected again") {
+  World w("{provider: join, rendezvous: \"127.0.0.1:29999\", count: \"1:2\", join_timeout_s: 5}", 2);
+  w.hello(0);
+  w.hello(1);
+  CHECK(w.select() == std::vector<int>{0, 1});
+  w.fleet->lose(1, "a test");
+  w.fleet->lose(1, "twice");   // lost once is enough
+  CHECK(w.listener.lost == std::vector<std::string>{"node 1 (host1) lost: a test"});
+  const auto sent = w.sessions[1]->sent.size();
+  w.fleet->send(1, StopGroup{0, 0, "x"});
+  CHECK(w.sessions[1]->sent.size() == sent);
+  const int reports = w.listener.reports;
+  Event late;
+  late.kind = Event::Kind::report;
+  late.node = 1;
+  late.report = GroupDone{0};
+  w.events.push(late);
+  w.fleet->pump_until([] { return false; }, w.clock->now() + 1ms);
+  CHECK(w.listener.reports == reports);
+  CHECK(w.select(false) == std::vector<int>{0});
+}
