@@ -7,6 +7,7 @@
 
 using dtrain::StatusCode;
 using dtrain::trainer::env_int;
+using dtrain::trainer::openmp_threads;
 
 TEST_CASE("env_int: unset gives the default, an integer gives its value") {
   {
@@ -32,5 +33,28 @@ TEST_CASE("env_int: a value that is not an integer is an error naming the variab
     CHECK(value.status.code() == StatusCode::invalid_argument);
     CHECK(value.status.message() ==
           "DTRAIN_TEST_INT='" + std::string(text) + "' is not an integer; set it to a count");
+  }
+}
+
+TEST_CASE("openmp_threads: OMP_NUM_THREADS as OpenMP reads it; what it cannot read means every core, with a warning") {
+  for (const auto& [text, expected] : {std::pair{"8", 8}, std::pair{"4,2", 4}, std::pair{"1", 1}}) {
+    CAPTURE(text);
+    ScopedEnv env{{"OMP_NUM_THREADS", text}};
+    std::string warning;
+    CHECK(openmp_threads(warning) == expected);
+    CHECK(warning.empty());
+  }
+  for (const char* text : {static_cast<const char*>(nullptr), ""}) {
+    ScopedEnv env{{"OMP_NUM_THREADS", text}};
+    std::string warning;
+    CHECK(openmp_threads(warning) == 0);
+    CHECK(warning.empty());
+  }
+  for (const char* text : {"two", "0", "-1", ",4"}) {
+    CAPTURE(text);
+    ScopedEnv env{{"OMP_NUM_THREADS", text}};
+    std::string warning;
+    CHECK(openmp_threads(warning) == 0);
+    CHECK(warning.find("OMP_NUM_THREADS='" + std::string(text) + "' is not a number of threads") == 0);
   }
 }

@@ -20,4 +20,19 @@ Result<int> env_int(const char* name, int fallback, const std::string& hint) {
   return {{}, value};
 }
 
+int openmp_threads(std::string& warning) {
+  const char* raw = std::getenv("OMP_NUM_THREADS");
+  if (raw == nullptr || *raw == '\0') return 0;
+  const std::string_view text(raw);
+  const std::string_view first = text.substr(0, text.find(','));
+  int value = 0;
+  const auto [end, error] = std::from_chars(first.data(), first.data() + first.size(), value);
+  if (error != std::errc() || end != first.data() + first.size() || value <= 0) {
+    warning = "OMP_NUM_THREADS='" + std::string(text) + "' is not a number of threads (as OpenMP reads it: N or a "
+              "list N,M,...); using every core. Set it to a count, or use --threads";
+    return 0;
+  }
+  return value;
+}
+
 }  // namespace dtrain::trainer

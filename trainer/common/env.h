@@ -15,4 +15,10 @@ namespace dtrain::trainer {
 // "NAME='VALUE' is not an integer; HINT", where `hint` says what the variable should hold or who sets it.
 Result<int> env_int(const char* name, int fallback, const std::string& hint);
 
+// OMP_NUM_THREADS as OpenMP itself reads it: a list "N[,M...]" whose first entry is the thread count of the
+// outermost level. Unset or empty gives 0 (the caller's "every core"). Like libgomp, which ignores a value it
+// cannot parse, a value without a positive first entry gives 0 too, with `warning` set to say so; a launcher's
+// environment must not stop a run that OpenMP itself would run.
+int openmp_threads(std::string& warning);
+
 }  // namespace dtrain::trainer

@@ -53,10 +53,12 @@ int env_setting(const char* name, int fallback, const std::string& hint) {
 // Setup, first: the CPU threads (--threads, else OMP_NUM_THREADS, else every core), then the communicator, whose
 // rank decides who shows progress.
 std::unique_ptr<Communicator> start_communicator(const TrainOptions& o) {
-  const int threads = o.threads > 0 ? o.threads
-                                    : env_setting("OMP_NUM_THREADS", 0,
-                                                  "set it to a number of CPU threads, or unset it to use every core "
-                                                  "(--threads overrides it)");
+  int threads = o.threads;
+  if (threads <= 0) {
+    std::string warning;
+    threads = openmp_threads(warning);
+    if (!warning.empty()) spdlog::warn("{}", warning);
+  }
   kernels::set_cpu_threads(threads);
   std::unique_ptr<Communicator> comm = make_communicator_from_env();
   quiet_console_unless_rank0(comm->rank());
