@@ -70,8 +70,8 @@ class WorkerAdmission {
 std::shared_ptr<grpc::ServerCredentials> server_credentials(const ClusterSecret& secret, const Identity& identity,
                                                             std::shared_ptr<const WorkerAdmission> workers = nullptr);
 
-// Ok when the caller of a call may open a session (AgentService.Session, LauncherService.Join): it proved the
-// cluster token, or the transport is plaintext (only --insecure, or the private channel between a launcher and the
+// Ok when the caller of a call may open a session (AgentService.Session; the launcher's join server needs no such
+// check, as its credentials admit no worker certificate at all): it proved the cluster token, or the transport is plaintext (only --insecure, or the private channel between a launcher and the
 // local agents it started, serve sessions in plaintext). Otherwise permission_denied saying why not, for the
 // caller: a worker's certificate never opens a session.
 Status session_refusal(const grpc::AuthContext& context);

@@ -47,7 +47,7 @@ MAX_TIMEOUT_S = 3600.0
 DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
 
-_TOKEN_METADATA = "dtrain-token"
+_TOKEN_METADATA = "dtrain-token"  # the same name as kTokenMetadata in common/metadata.h
 _MAX_MESSAGE_BYTES = 65 << 20  # a 64 MiB value plus its key and framing
 
 
