@@ -1,9 +1,14 @@
 #include "agent/wire.h"
 
+#include <chrono>
 #include <variant>
+
+#include "common/repeated_field.h"
 
 namespace dtrain::agent::wire {
 namespace {
+
+using ms = std::chrono::milliseconds;
 
 // Each put() copies one domain value into the message body that carries it.
 
@@ -21,7 +26,7 @@ void put(const WorkerExited& e, v1::WorkerExited& out) {
   out.set_signal(e.exit.signal);
   out.set_stopped_by_agent(e.exit.stopped);
   out.set_runtime_ms(static_cast<std::uint64_t>(e.exit.runtime.count()));
-  for (const auto& line : e.exit.stderr_tail) out.add_stderr_tail(line);
+  append(out.mutable_stderr_tail(), e.exit.stderr_tail);
   out.set_error_file_json(e.error_file_json);
   out.set_log_path(e.log_path);
   out.set_exit_unix_ms(e.exit_unix_ms);
@@ -62,14 +67,14 @@ void put(const AgentHello& hello, v1::Hello& out) {
   auto* facts = out.mutable_facts();
   facts->set_hostname(hello.facts.hostname);
   facts->set_host_id(hello.facts.host_id);
-  for (const auto& a : hello.facts.addresses) facts->add_addresses(a);
+  append(facts->mutable_addresses(), hello.facts.addresses);
   for (const auto& [name, address] : hello.facts.interfaces) {
     auto* i = facts->add_interfaces();
     i->set_name(name);
     i->set_address(address);
   }
-  for (unsigned c : hello.facts.cpus) facts->add_cpus(c);
-  for (int n : hello.facts.cpu_numa) facts->add_cpu_numa_node(n);
+  append(facts->mutable_cpus(), hello.facts.cpus);
+  append(facts->mutable_cpu_numa_node(), hello.facts.cpu_numa);
   facts->set_gpu_count(hello.facts.gpu_count);
   facts->set_dtrain_version(hello.dtrain_version);
   facts->set_kernel(hello.facts.kernel);
@@ -85,7 +90,7 @@ void put(const ProbeAnswer& answer, v1::ProbeResult& out) {
   out.set_node_checks_json(answer.node_checks_json);
   out.set_driver_version(answer.driver_version);
   out.set_nccl_version(answer.nccl_version);
-  for (const auto& name : answer.interfaces) out.add_interfaces(name);
+  append(out.mutable_interfaces(), answer.interfaces);
   out.set_open_port(answer.open_port);
   for (const auto& r : answer.reach) {
     auto* reach = out.add_reach();
@@ -105,6 +110,13 @@ v1::AgentMessage wrap(const Value& value, Body* (v1::AgentMessage::*body)()) {
   return message;
 }
 
+WorkerSpec worker_of(const v1::WorkerSpec& w) {
+  return {.rank = w.rank(), .local_rank = w.local_rank(), .argv = copy_of(w.argv()),
+          .env = {w.env().begin(), w.env().end()}, .working_dir = w.working_dir(), .cpus = copy_of(w.cpus()),
+          .log_path = w.log_path(), .stream_stdout = w.stream_stdout(), .stream_stderr = w.stream_stderr(),
+          .error_file = w.error_file()};
+}
+
 template <class... Handlers>
 struct Overloaded : Handlers... {
   using Handlers::operator()...;
@@ -112,51 +124,23 @@ struct Overloaded : Handlers... {
 
 }  // namespace
 
-SessionConfig from_wire(const v1::Configure& configure) {
-  SessionConfig config;
-  config.job_id = configure.job_id();
-  config.node_rank = configure.node_rank();
-  config.lease = std::chrono::milliseconds(configure.lease_ms());
-  config.heartbeat_interval = std::chrono::milliseconds(configure.heartbeat_interval_ms());
-  config.stop_grace = std::chrono::milliseconds(configure.stop_grace_ms());
-  return config;
+SessionConfig from_wire(const v1::Configure& c) {
+  return {.job_id = c.job_id(), .node_rank = c.node_rank(), .lease = ms(c.lease_ms()),
+          .heartbeat_interval = ms(c.heartbeat_interval_ms()), .stop_grace = ms(c.stop_grace_ms())};
 }
 
 RoundRequest from_wire(const v1::PrepareRound& prepare) { return {prepare.round(), prepare.store_token()}; }
 
 GroupSpec from_wire(const v1::StartGroup& start) {
-  GroupSpec group;
-  group.round = start.round();
-  group.round_token = start.round_token();
-  for (const auto& w : start.workers()) {
-    WorkerSpec worker;
-    worker.rank = w.rank();
-    worker.local_rank = w.local_rank();
-    worker.argv.assign(w.argv().begin(), w.argv().end());
-    worker.env.insert(w.env().begin(), w.env().end());
-    worker.working_dir = w.working_dir();
-    worker.cpus.assign(w.cpus().begin(), w.cpus().end());
-    worker.log_path = w.log_path();
-    worker.stream_stdout = w.stream_stdout();
-    worker.stream_stderr = w.stream_stderr();
-    worker.error_file = w.error_file();
-    group.workers.push_back(std::move(worker));
-  }
-  return group;
+  return {.round = start.round(), .workers = convert_all(start.workers(), worker_of),
+          .round_token = start.round_token()};
 }
 
-StopRequest from_wire(const v1::StopGroup& stop) { return {stop.round(), std::chrono::milliseconds(stop.grace_ms())}; }
+StopRequest from_wire(const v1::StopGroup& stop) { return {stop.round(), ms(stop.grace_ms())}; }
 
-ProbeRequest from_wire(const v1::Probe& probe) {
-  ProbeRequest request;
-  request.id = probe.id();
-  request.node_checks = probe.node_checks();
-  request.log_dir = probe.log_dir();
-  request.checkpoint_dir = probe.checkpoint_dir();
-  request.open_port = probe.open_port();
-  request.reach.assign(probe.reach().begin(), probe.reach().end());
-  request.reach_timeout = std::chrono::milliseconds(probe.reach_timeout_ms());
-  return request;
+ProbeRequest from_wire(const v1::Probe& p) {
+  return {.id = p.id(), .node_checks = p.node_checks(), .log_dir = p.log_dir(), .checkpoint_dir = p.checkpoint_dir(),
+          .open_port = p.open_port(), .reach = copy_of(p.reach()), .reach_timeout = ms(p.reach_timeout_ms())};
 }
 
 v1::AgentMessage to_wire(const AgentHello& hello) { return wrap(hello, &v1::AgentMessage::mutable_hello); }

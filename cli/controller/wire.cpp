@@ -1,7 +1,9 @@
 #include "cli/controller/wire.h"
 
+#include <optional>
 #include <string>
 
+#include "common/repeated_field.h"
 #include "common/version.h"
 
 namespace dtrain::controller::wire {
@@ -9,44 +11,26 @@ namespace {
 
 AgentHello hello_of(const v1::Hello& h) {
   const auto& f = h.facts();
-  AgentHello out;
-  out.hostname = f.hostname();
-  out.host_id = f.host_id();
-  out.dtrain_version = f.dtrain_version();
-  out.agent_address = h.agent_address();
-  out.cpus.assign(f.cpus().begin(), f.cpus().end());
-  out.cpu_numa.assign(f.cpu_numa_node().begin(), f.cpu_numa_node().end());
-  out.gpu_count = f.gpu_count();
-  for (const auto& i : f.interfaces()) out.interfaces.push_back({i.name(), i.address()});
-  if (h.has_slot()) out.slot = h.slot();
-  return out;
+  return {.hostname = f.hostname(), .host_id = f.host_id(), .dtrain_version = f.dtrain_version(),
+          .agent_address = h.agent_address(), .cpus = copy_of(f.cpus()), .cpu_numa = copy_of(f.cpu_numa_node()),
+          .gpu_count = f.gpu_count(),
+          .interfaces = convert_all(f.interfaces(),
+                                    [](const v1::NetInterface& i) { return NetInterface{i.name(), i.address()}; }),
+          .slot = h.has_slot() ? std::optional<unsigned>(h.slot()) : std::nullopt};
 }
 
 WorkerExit exit_of(const v1::WorkerExited& x) {
-  WorkerExit out;
-  out.round = x.round();
-  out.rank = x.rank();
-  out.pid = x.pid();
-  out.exit_code = x.exit_code();
-  out.signal = x.signal();
-  out.stopped_by_agent = x.stopped_by_agent();
-  out.runtime_ms = x.runtime_ms();
-  out.stderr_tail.assign(x.stderr_tail().begin(), x.stderr_tail().end());
-  out.error_file_json = x.error_file_json();
-  out.exit_unix_ms = x.exit_unix_ms();
-  out.spawn_error = x.spawn_error();
-  out.log_error = x.log_error();
-  out.log_bytes_lost = x.log_bytes_lost();
-  out.log_path = x.log_path();
-  return out;
+  return {.round = x.round(), .rank = x.rank(), .pid = x.pid(), .exit_code = x.exit_code(), .signal = x.signal(),
+          .stopped_by_agent = x.stopped_by_agent(), .runtime_ms = x.runtime_ms(),
+          .stderr_tail = copy_of(x.stderr_tail()), .error_file_json = x.error_file_json(),
+          .exit_unix_ms = x.exit_unix_ms(), .spawn_error = x.spawn_error(), .log_error = x.log_error(),
+          .log_bytes_lost = x.log_bytes_lost(), .log_path = x.log_path()};
 }
 
 LogLines lines_of(const v1::LogLines& l) {
-  LogLines out;
-  out.round = l.round();
-  out.lines.reserve(static_cast<std::size_t>(l.lines_size()));
-  for (const auto& line : l.lines()) out.lines.push_back({line.rank(), line.is_stderr(), line.text()});
-  return out;
+  return {.round = l.round(), .lines = convert_all(l.lines(), [](const v1::LogLine& line) {
+            return LogLine{line.rank(), line.is_stderr(), line.text()};
+          })};
 }
 
 WorkerHealth health_of(const v1::WorkerHealth& h) {
@@ -54,26 +38,22 @@ WorkerHealth health_of(const v1::WorkerHealth& h) {
 }
 
 ProbeResult probe_of(const v1::ProbeResult& p) {
-  ProbeResult out;
-  out.id = p.id();
-  out.node_checks_json = p.node_checks_json();
-  out.unix_ms = p.unix_ms();
-  out.open_port = p.open_port();
-  for (const auto& r : p.reach()) out.reach.push_back({r.address(), r.ok(), r.error(), r.connect_ms()});
-  out.dtrain_version = p.dtrain_version();
-  out.driver_version = p.driver_version();
-  out.nccl_version = p.nccl_version();
-  out.interfaces.assign(p.interfaces().begin(), p.interfaces().end());
-  return out;
+  return {.id = p.id(), .node_checks_json = p.node_checks_json(), .unix_ms = p.unix_ms(), .open_port = p.open_port(),
+          .reach = convert_all(p.reach(),
+                               [](const v1::Reachability& r) {
+                                 return node::Reach{r.address(), r.ok(), r.error(), r.connect_ms()};
+                               }),
+          .dtrain_version = p.dtrain_version(), .driver_version = p.driver_version(),
+          .nccl_version = p.nccl_version(), .interfaces = copy_of(p.interfaces())};
 }
 
 void fill(v1::WorkerSpec& out, const WorkerLaunch& w) {
   out.set_rank(w.rank);
   out.set_local_rank(w.local_rank);
-  for (const auto& a : w.argv) out.add_argv(a);
-  for (const auto& [k, v] : w.env) (*out.mutable_env())[k] = v;
+  append(out.mutable_argv(), w.argv);
+  out.mutable_env()->insert(w.env.begin(), w.env.end());
   out.set_working_dir(w.working_dir);
-  for (unsigned c : w.cpus) out.add_cpus(c);
+  append(out.mutable_cpus(), w.cpus);
   out.set_log_path(w.log_path);
   out.set_stream_stdout(w.stream_stdout);
   out.set_stream_stderr(w.stream_stderr);
@@ -120,7 +100,7 @@ void fill(v1::LauncherMessage& m, const ProbeRequest& p) {
   out->set_log_dir(p.log_dir);
   out->set_checkpoint_dir(p.checkpoint_dir);
   out->set_open_port(p.open_port);
-  for (const auto& r : p.reach) out->add_reach(r);
+  append(out->mutable_reach(), p.reach);
   out->set_reach_timeout_ms(p.reach_timeout_ms);
 }
 

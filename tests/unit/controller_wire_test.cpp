@@ -1,0 +1,153 @@
+// The launcher's wire layer reads every field of an agent's reports: a message with each field set comes out as
+// the domain value with the same values (a field the conversion forgot would stay at its default).
+#include <doctest/doctest.h>
+
+#include "cli/controller/wire.h"
+
+namespace wire = dtrain::controller::wire;
+namespace v1 = dtrain::v1;
+using namespace dtrain::controller;
+
+TEST_CASE("Hello, WorkerExited, LogLines and ProbeResult arrive with every field") {
+  v1::AgentMessage hello_message;
+  auto* h = hello_message.mutable_hello();
+  h->set_agent_address("node1:29400");
+  h->set_slot(4);
+  auto* f = h->mutable_facts();
+  f->set_hostname("node1");
+  f->set_host_id("machine-1");
+  f->set_dtrain_version("1.2.3");
+  f->add_cpus(0);
+  f->add_cpus(1);
+  f->add_cpu_numa_node(0);
+  f->add_cpu_numa_node(1);
+  f->set_gpu_count(8);
+  auto* i = f->add_interfaces();
+  i->set_name("eth0");
+  i->set_address("10.0.0.1");
+  const auto hello = std::get<AgentHello>(wire::from_wire(hello_message));
+  CHECK(hello.hostname == "node1");
+  CHECK(hello.host_id == "machine-1");
+  CHECK(hello.dtrain_version == "1.2.3");
+  CHECK(hello.agent_address == "node1:29400");
+  CHECK(hello.cpus == std::vector<unsigned>{0, 1});
+  CHECK(hello.cpu_numa == std::vector<int>{0, 1});
+  CHECK(hello.gpu_count == 8);
+  REQUIRE(hello.interfaces.size() == 1);
+  CHECK(hello.interfaces[0].name == "eth0");
+  CHECK(hello.interfaces[0].address == "10.0.0.1");
+  CHECK(hello.slot == 4U);
+  hello_message.mutable_hello()->clear_slot();
+  CHECK_FALSE(std::get<AgentHello>(wire::from_wire(hello_message)).slot.has_value());
+
+  v1::AgentMessage exit_message;
+  auto* x = exit_message.mutable_worker_exited();
+  x->set_round(2);
+  x->set_rank(3);
+  x->set_pid(1234);
+  x->set_exit_code(1);
+  x->set_signal(9);
+  x->set_stopped_by_agent(true);
+  x->set_runtime_ms(5000);
+  x->add_stderr_tail("boom");
+  x->set_error_file_json("{}");
+  x->set_exit_unix_ms(77);
+  x->set_spawn_error("no such file");
+  x->set_log_error("disk full");
+  x->set_log_bytes_lost(12);
+  x->set_log_path("rank_3.log");
+  const auto exit = std::get<WorkerExit>(wire::from_wire(exit_message));
+  CHECK(exit.round == 2);
+  CHECK(exit.rank == 3);
+  CHECK(exit.pid == 1234);
+  CHECK(exit.exit_code == 1);
+  CHECK(exit.signal == 9);
+  CHECK(exit.stopped_by_agent);
+  CHECK(exit.runtime_ms == 5000);
+  CHECK(exit.stderr_tail == std::vector<std::string>{"boom"});
+  CHECK(exit.error_file_json == "{}");
+  CHECK(exit.exit_unix_ms == 77);
+  CHECK(exit.spawn_error == "no such file");
+  CHECK(exit.log_error == "disk full");
+  CHECK(exit.log_bytes_lost == 12);
+  CHECK(exit.log_path == "rank_3.log");
+
+  v1::AgentMessage lines_message;
+  lines_message.mutable_log_lines()->set_round(2);
+  auto* line = lines_message.mutable_log_lines()->add_lines();
+  line->set_rank(1);
+  line->set_is_stderr(true);
+  line->set_text("hello");
+  const auto lines = std::get<LogLines>(wire::from_wire(lines_message));
+  CHECK(lines.round == 2);
+  REQUIRE(lines.lines.size() == 1);
+  CHECK(lines.lines[0].rank == 1);
+  CHECK(lines.lines[0].is_stderr);
+  CHECK(lines.lines[0].text == "hello");
+
+  v1::AgentMessage probe_message;
+  auto* p = probe_message.mutable_probe_result();
+  p->set_id(9);
+  p->set_node_checks_json("{\"node\":1}");
+  p->set_unix_ms(88);
+  p->set_open_port(29500);
+  auto* r = p->add_reach();
+  r->set_address("node2:29400");
+  r->set_ok(false);
+  r->set_error("connection refused");
+  r->set_connect_ms(3);
+  p->set_dtrain_version("1.2.3");
+  p->set_driver_version("550.1");
+  p->set_nccl_version(21903);
+  p->add_interfaces("eth0");
+  const auto probe = std::get<ProbeResult>(wire::from_wire(probe_message));
+  CHECK(probe.id == 9);
+  CHECK(probe.node_checks_json == "{\"node\":1}");
+  CHECK(probe.unix_ms == 88);
+  CHECK(probe.open_port == 29500);
+  REQUIRE(probe.reach.size() == 1);
+  CHECK(probe.reach[0].address == "node2:29400");
+  CHECK_FALSE(probe.reach[0].ok);
+  CHECK(probe.reach[0].error == "connection refused");
+  CHECK(probe.reach[0].connect_ms == 3);
+  CHECK(probe.dtrain_version == "1.2.3");
+  CHECK(probe.driver_version == "550.1");
+  CHECK(probe.nccl_version == 21903);
+  CHECK(probe.interfaces == std::vector<std::string>{"eth0"});
+}
+
+TEST_CASE("StartGroup and ProbeRequest go out with every field") {
+  const StartGroup start{.round = 2, .round_token = "token",
+                         .workers = {{.rank = 5, .local_rank = 1, .argv = {"python", "train.py"}, .env = {{"RANK", "5"}},
+                                      .working_dir = "/work", .cpus = {2, 3}, .log_path = "rank_5.log",
+                                      .stream_stdout = true, .stream_stderr = false, .error_file = "err.json"}}};
+  const auto s = wire::to_wire(Command{start}).start_group();
+  CHECK(s.round() == 2);
+  CHECK(s.round_token() == "token");
+  REQUIRE(s.workers_size() == 1);
+  const auto& w = s.workers(0);
+  CHECK(w.rank() == 5);
+  CHECK(w.local_rank() == 1);
+  REQUIRE(w.argv_size() == 2);
+  CHECK(w.argv(1) == "train.py");
+  CHECK(w.env().at("RANK") == "5");
+  CHECK(w.working_dir() == "/work");
+  REQUIRE(w.cpus_size() == 2);
+  CHECK(w.cpus(1) == 3);
+  CHECK(w.log_path() == "rank_5.log");
+  CHECK(w.stream_stdout());
+  CHECK_FALSE(w.stream_stderr());
+  CHECK(w.error_file() == "err.json");
+
+  const ProbeRequest request{.id = 9, .node_checks = true, .log_dir = "/logs", .checkpoint_dir = "/ckpt",
+                             .open_port = true, .reach = {"node1:29400"}, .reach_timeout_ms = 1500};
+  const auto p = wire::to_wire(Command{request}).probe();
+  CHECK(p.id() == 9);
+  CHECK(p.node_checks());
+  CHECK(p.log_dir() == "/logs");
+  CHECK(p.checkpoint_dir() == "/ckpt");
+  CHECK(p.open_port());
+  REQUIRE(p.reach_size() == 1);
+  CHECK(p.reach(0) == "node1:29400");
+  CHECK(p.reach_timeout_ms() == 1500);
+}
