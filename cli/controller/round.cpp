@@ -106,18 +106,10 @@ void Round::start_groups() {
     return std::filesystem::path(path).lexically_relative(setup_.job_dir).string();
   };
   for (const auto& w : plan_.workers) {
-    WorkerLaunch launch;
-    launch.rank = w.rank;
-    launch.local_rank = w.local_rank;
-    launch.argv = w.argv;
-    launch.env = w.env;
-    launch.working_dir = w.working_dir;
-    launch.cpus = w.cpus;
-    launch.log_path = relative(w.log_path);
-    launch.stream_stdout = w.stream_stdout;
-    launch.stream_stderr = w.stream_stderr;
-    launch.error_file = relative(w.error_file);
-    starts[w.node_rank].workers.push_back(std::move(launch));
+    starts[w.node_rank].workers.push_back({.rank = w.rank, .local_rank = w.local_rank, .argv = w.argv, .env = w.env,
+                                           .working_dir = w.working_dir, .cpus = w.cpus,
+                                           .log_path = relative(w.log_path), .stream_stdout = w.stream_stdout,
+                                           .stream_stderr = w.stream_stderr, .error_file = relative(w.error_file)});
     workers_[w.rank] = Worker{};
   }
   for (std::size_t r = 0; r < setup_.nodes.size(); ++r) {
