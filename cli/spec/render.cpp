@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "cli/spec/spec.h"
+#include "common/cpu_list.h"
 
 namespace dtrain::spec {
 namespace {
@@ -24,22 +25,6 @@ std::string shell_quote(const std::string& word) {
   return out + "'";
 }
 
-// {0,1,2,3,8,10,11} -> "0-3,8,10-11"
-std::string cpu_ranges(std::vector<unsigned> cpus) {
-  if (cpus.empty()) return "not pinned";
-  std::sort(cpus.begin(), cpus.end());
-  std::string out;
-  for (std::size_t i = 0; i < cpus.size();) {
-    std::size_t j = i;
-    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
-    if (!out.empty()) out += ',';
-    out += std::to_string(cpus[i]);
-    if (j > i) out += '-' + std::to_string(cpus[j]);
-    i = j + 1;
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string render_plan(const Spec& spec, const Plan& plan) {
@@ -55,7 +40,7 @@ std::string render_plan(const Spec& spec, const Plan& plan) {
     for (const auto& arg : w.argv) argv += (argv.empty() ? "" : " ") + shell_quote(arg);
     out << "\nrank " << w.rank << ": node " << w.node_rank << ", host " << w.host << ", local rank " << w.local_rank
         << "\n";
-    out << "  cpus:        " << cpu_ranges(w.cpus) << "\n";
+    out << "  cpus:        " << (w.cpus.empty() ? "not pinned" : format_cpu_list(w.cpus)) << "\n";
     out << "  argv:        " << argv << "\n";
     out << "  working dir: " << w.working_dir << "\n";
     out << "  log:         " << w.log_path << (w.stream_stdout ? " (shown on the console)" : "") << "\n";

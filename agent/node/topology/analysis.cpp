@@ -7,6 +7,7 @@
 
 #include "agent/node/topology/import.h"
 #include "agent/node/topology/report.h"
+#include "common/cpu_list.h"
 
 namespace dtrain::node::topo {
 namespace {
@@ -28,20 +29,6 @@ std::vector<Range> parse_ranges(const std::string& list) {
     } catch (const std::exception&) {
       return {};
     }
-  }
-  return out;
-}
-
-std::string format_cpus(std::vector<unsigned> cpus) {
-  std::sort(cpus.begin(), cpus.end());
-  std::string out;
-  for (std::size_t i = 0; i < cpus.size();) {
-    std::size_t j = i;
-    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
-    if (!out.empty()) out += ",";
-    out += std::to_string(cpus[i]);
-    if (j > i) out += "-" + std::to_string(cpus[j]);
-    i = j + 1;
   }
   return out;
 }
@@ -301,9 +288,9 @@ std::string cpu_share(const std::string& cpulist, std::size_t part, std::size_t 
     }
     std::vector<unsigned> mine;
     for (std::size_t i = part * all.size() / parts; i < (part + 1) * all.size() / parts; ++i) mine.push_back(all[i]);
-    return mine.empty() ? cpulist : format_cpus(mine);
+    return mine.empty() ? cpulist : format_cpu_list(mine);
   }
-  return format_cpus(shares[part]);
+  return format_cpu_list(shares[part]);
 }
 
 Report analyze_import(const std::string& text) {
