@@ -2,20 +2,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/stop_thread.h"
+
 namespace dtrain::agent {
 
 LeaseWatch::LeaseWatch(SessionStream& stream, std::chrono::milliseconds lease) : stream_(stream), lease_(lease) {
   thread_ = std::thread([this] { run(); });
 }
 
-LeaseWatch::~LeaseWatch() {
-  {
-    std::lock_guard lock(mutex_);
-    done_ = true;
-  }
-  cv_.notify_all();
-  thread_.join();
-}
+LeaseWatch::~LeaseWatch() { stop_and_join(mutex_, done_, cv_, thread_); }
 
 void LeaseWatch::heard() {
   std::lock_guard lock(mutex_);

@@ -1,6 +1,7 @@
 #include "agent/outbox.h"
 
 #include "common/deadline_guard.h"
+#include "common/stop_thread.h"
 #include "common/util.h"
 
 #include <chrono>
@@ -22,14 +23,7 @@ std::size_t log_bytes(const v1::AgentMessage& message) {
 Outbox::Outbox(SessionStream& stream, std::chrono::milliseconds heartbeat_interval)
     : stream_(stream), heartbeat_interval_(heartbeat_interval), writer_([this] { run(); }) {}
 
-Outbox::~Outbox() {
-  {
-    std::lock_guard lock(mutex_);
-    closing_ = true;
-  }
-  wake_.notify_all();
-  writer_.join();
-}
+Outbox::~Outbox() { stop_and_join(mutex_, closing_, wake_, writer_); }
 
 void Outbox::push(v1::AgentMessage message) {
   {

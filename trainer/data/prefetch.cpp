@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "common/stop_thread.h"
+
 namespace dtrain::trainer {
 
 Prefetcher::Prefetcher(const DataLoader& loader, std::uint64_t first_step, std::size_t capacity)
@@ -9,14 +11,7 @@ Prefetcher::Prefetcher(const DataLoader& loader, std::uint64_t first_step, std::
   thread_ = std::thread([this, first_step] { run(first_step); });
 }
 
-Prefetcher::~Prefetcher() {
-  {
-    std::lock_guard lock(mutex_);
-    stop_ = true;
-  }
-  changed_.notify_all();
-  thread_.join();
-}
+Prefetcher::~Prefetcher() { stop_and_join(mutex_, stop_, changed_, thread_); }
 
 void Prefetcher::run(std::uint64_t first_step) {
   const int micro_steps = loader_.options().grad_accum;

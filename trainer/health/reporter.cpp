@@ -11,6 +11,7 @@
 
 #include "agent/security/credentials.h"
 #include "common/metadata.h"
+#include "common/stop_thread.h"
 #include "dtrain/v1/report.grpc.pb.h"
 
 namespace dtrain::trainer {
@@ -65,14 +66,7 @@ HealthReporter::HealthReporter(HealthReporterOptions options)
   thread_ = std::thread([this] { run(); });
 }
 
-HealthReporter::~HealthReporter() {
-  {
-    std::lock_guard lock(mutex_);
-    stop_ = true;
-  }
-  changed_.notify_all();
-  thread_.join();
-}
+HealthReporter::~HealthReporter() { stop_and_join(mutex_, stop_, changed_, thread_); }
 
 void HealthReporter::report(const HealthReport& report) {
   {
