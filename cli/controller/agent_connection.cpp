@@ -19,6 +19,12 @@ AgentConnection::AgentConnection(int node, std::string address, EventQueue& even
       channel_(grpc::CreateCustomChannel(address_, credentials_, arguments_)),
       transport_(transport) {}
 
+std::shared_ptr<AgentConnection> AgentConnection::make(int node, std::string address, EventQueue& events,
+                                                       LauncherCredentials& credentials, Transport transport) {
+  return std::make_shared<AgentConnection>(node, std::move(address), events, credentials.channel(transport),
+                                           credentials.channel_arguments(transport), transport);
+}
+
 AgentConnection::~AgentConnection() {
   if (stream_ && !finished_) context_.TryCancel();
   if (reader_.joinable()) reader_.join();

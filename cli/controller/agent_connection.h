@@ -12,6 +12,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "cli/controller/event_queue.h"
+#include "cli/controller/launcher_credentials.h"
 #include "cli/controller/node_session.h"
 #include "common/transport.h"
 #include "dtrain/v1/session.grpc.pb.h"
@@ -31,6 +32,9 @@ class AgentConnection final : public NodeSession {
   AgentConnection(int node, std::string address, EventQueue& events,
                   std::shared_ptr<grpc::ChannelCredentials> credentials, grpc::ChannelArguments arguments,
                   Transport transport);
+  // The same, with the launcher's credentials for `transport`: how providers local and static reach their agents.
+  static std::shared_ptr<AgentConnection> make(int node, std::string address, EventQueue& events,
+                                               LauncherCredentials& credentials, Transport transport);
   ~AgentConnection() override;   // cancels the stream and joins the reader
   AgentConnection(const AgentConnection&) = delete;
   AgentConnection& operator=(const AgentConnection&) = delete;

@@ -15,35 +15,8 @@ namespace {
 class LocalProvider final : public Provider {
  public:
   void start(Fleet& fleet) override {
-    const spec::Spec& spec = fleet.spec();
-    const auto& timeouts = fleet.options().timeouts;
-    processes_ = std::make_unique<AgentProcesses>(fleet.events(), fleet.job_dir(), spec::duration_ms(spec.stop.grace_s));
-    // The agents place the job's files in <run dir>/<job id>, which is the job's directory itself with the run
-    // dir set to <logs.dir> (and dtrain doctor's disk check looks there).
-    const std::string run_dir = std::filesystem::absolute(spec.logs.dir).string();
-    std::vector<std::vector<std::string>> argvs;
-    for (int i = 0; i < spec.nodes.max_count; ++i) {
-      argvs.push_back({fleet.options().self_exe, "agent", "--listen", "127.0.0.1:0", "--quiet", "--session-socket",
-                       processes_->session_socket(i), "--run-dir", run_dir});
-    }
-    processes_->start(std::move(argvs));
-    // The sockets' paths are known before the agents listen: the channels (and gRPC itself) are set up while the
-    // agents start, and dial once they report.
-    std::vector<std::shared_ptr<AgentConnection>> connections;
-    for (int i = 0; i < spec.nodes.max_count; ++i) {
-      const std::string address = "unix:" + processes_->session_socket(i);
-      connections.push_back(std::make_shared<AgentConnection>(i, address, fleet.events(),
-                                                              fleet.credentials().channel(kPrivateSocketTransport),
-                                                              fleet.credentials().channel_arguments(kPrivateSocketTransport),
-                                                              kPrivateSocketTransport));
-    }
-    processes_->wait_addresses(timeouts.agent_start);
-    for (std::size_t i = 0; i < connections.size(); ++i) {
-      fleet.attach(static_cast<int>(i), connections[i]);
-      if (Status opened = connections[i]->open(timeouts.connect); !opened.ok()) {
-        throw std::runtime_error("node " + std::to_string(i) + ": " + opened.message());
-      }
-    }
+    start_agents(fleet);
+    dial_agents(fleet);
   }
 
   // Every round waits for all of them: local agents do not come back, but they are all there at once.
@@ -70,6 +43,40 @@ class LocalProvider final : public Provider {
   }
 
  private:
+  // One agent process per simulated node, each listening on its own private socket.
+  void start_agents(Fleet& fleet) {
+    const spec::Spec& spec = fleet.spec();
+    processes_ =
+        std::make_unique<AgentProcesses>(fleet.events(), fleet.job_dir(), spec::duration_ms(spec.stop.grace_s));
+    // The agents place the job's files in <run dir>/<job id>, which is the job's directory itself with the run
+    // dir set to <logs.dir> (and dtrain doctor's disk check looks there).
+    const std::string run_dir = std::filesystem::absolute(spec.logs.dir).string();
+    std::vector<std::vector<std::string>> argvs;
+    for (int i = 0; i < spec.nodes.max_count; ++i) {
+      argvs.push_back({fleet.options().self_exe, "agent", "--listen", "127.0.0.1:0", "--quiet", "--session-socket",
+                       processes_->session_socket(i), "--run-dir", run_dir});
+    }
+    processes_->start(std::move(argvs));
+  }
+
+  // The sockets' paths are known before the agents listen: the channels (and gRPC itself) are set up while the
+  // agents start, and dial once they report.
+  void dial_agents(Fleet& fleet) {
+    const auto& timeouts = fleet.options().timeouts;
+    std::vector<std::shared_ptr<AgentConnection>> connections;
+    for (int i = 0; i < fleet.spec().nodes.max_count; ++i) {
+      connections.push_back(AgentConnection::make(i, "unix:" + processes_->session_socket(i), fleet.events(),
+                                                  fleet.credentials(), kPrivateSocketTransport));
+    }
+    processes_->wait_addresses(timeouts.agent_start);
+    for (std::size_t i = 0; i < connections.size(); ++i) {
+      fleet.attach(static_cast<int>(i), connections[i]);
+      if (Status opened = connections[i]->open(timeouts.connect); !opened.ok()) {
+        throw std::runtime_error("node " + std::to_string(i) + ": " + opened.message());
+      }
+    }
+  }
+
   std::unique_ptr<AgentProcesses> processes_;
 };
 

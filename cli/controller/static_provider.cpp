@@ -22,10 +22,8 @@ class StaticProvider final : public Provider {
     std::vector<Status> opened(agents.size());
     std::vector<std::thread> dialers;
     for (std::size_t i = 0; i < agents.size(); ++i) {
-      const Transport transport = fleet.credentials().transport(agents[i]);
-      auto connection = std::make_shared<AgentConnection>(static_cast<int>(i), agents[i], fleet.events(),
-                                                          fleet.credentials().channel(transport),
-                                                          fleet.credentials().channel_arguments(transport), transport);
+      auto connection = AgentConnection::make(static_cast<int>(i), agents[i], fleet.events(), fleet.credentials(),
+                                              fleet.credentials().transport(agents[i]));
       fleet.attach(static_cast<int>(i), connection);
       dialers.emplace_back([connection, timeout, &opened, i] { opened[i] = connection->open(timeout); });
     }
