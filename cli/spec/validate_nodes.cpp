@@ -49,16 +49,37 @@ void check_list_matches_count(const Spec::Nodes& nodes, const std::string& path,
            "List one " + noun + " per node, or leave out count (it defaults to the number of " + noun + "s).");
 }
 
-void check_agents_listed(const Spec::Nodes& nodes, Reporter& r) {
-  const bool is_static = nodes.provider == Provider::static_list;
-  if (is_static && nodes.agents.empty()) {
-    r.report("nodes.agents", "provider static needs the address of every node's agent.",
-             "Example: agents: [10.0.0.1:29400, 10.0.0.2:29400]");
-  } else if (!is_static && !nodes.agents.empty()) {
-    r.report("nodes.agents", only_for("provider static", nodes.provider), "Remove agents, or set provider: static.");
-  } else if (is_static) {
-    check_list_matches_count(nodes, "nodes.agents", nodes.agents.size(), "agent", r);
+// A node list that belongs to one provider (nodes.agents: static, nodes.hosts: ssh).
+struct OwnedList {
+  std::string path;                           // "nodes.agents"
+  const std::vector<std::string>& entries;
+  Provider owner;
+  std::string noun;                           // what an entry is, for the count message: "agent"
+  std::string needed;                         // the error when the owner has no list
+  std::string example;                        // its fix
+  std::string remove;                         // the fix when another provider has a list
+};
+
+// The owner needs the list, with one entry per node; any other provider refuses it.
+void check_owned_list(const Spec::Nodes& nodes, const OwnedList& list, Reporter& r) {
+  const bool owned = nodes.provider == list.owner;
+  if (owned && list.entries.empty()) {
+    r.report(list.path, list.needed, list.example);
+  } else if (!owned && !list.entries.empty()) {
+    r.report(list.path, only_for("provider " + std::string(to_string(list.owner)), nodes.provider), list.remove);
+  } else if (owned) {
+    check_list_matches_count(nodes, list.path, list.entries.size(), list.noun, r);
   }
+}
+
+// provider static: the address of every node's agent.
+void check_agents_listed(const Spec::Nodes& nodes, Reporter& r) {
+  check_owned_list(nodes,
+                   {.path = "nodes.agents", .entries = nodes.agents, .owner = Provider::static_list, .noun = "agent",
+                    .needed = "provider static needs the address of every node's agent.",
+                    .example = "Example: agents: [10.0.0.1:29400, 10.0.0.2:29400]",
+                    .remove = "Remove agents, or set provider: static."},
+                   r);
 }
 
 // Each entry of a node list (nodes.agents, nodes.hosts): well formed by `syntax`, and listed once.
@@ -78,17 +99,14 @@ void check_entries(const std::string& list, const std::vector<std::string>& entr
 
 // provider ssh: one "[user@]host[:port]" per node.
 void check_hosts(const Spec::Nodes& nodes, Reporter& r) {
-  const bool is_ssh = nodes.provider == Provider::ssh;
-  if (is_ssh && nodes.hosts.empty()) {
-    r.report("nodes.hosts", "provider ssh needs the hosts to start agents on.",
-             "Example: hosts: [node1, node2] (the launcher runs `ssh node1 dtrain agent --join ...`)");
-  } else if (!is_ssh && !nodes.hosts.empty()) {
-    r.report("nodes.hosts", only_for("provider ssh", nodes.provider),
-             nodes.provider == Provider::static_list ? "Static agents are listed in nodes.agents as host:port."
-                                                     : "Remove hosts, or set provider: ssh.");
-  } else if (is_ssh) {
-    check_list_matches_count(nodes, "nodes.hosts", nodes.hosts.size(), "host", r);
-  }
+  check_owned_list(nodes,
+                   {.path = "nodes.hosts", .entries = nodes.hosts, .owner = Provider::ssh, .noun = "host",
+                    .needed = "provider ssh needs the hosts to start agents on.",
+                    .example = "Example: hosts: [node1, node2] (the launcher runs `ssh node1 dtrain agent --join ...`)",
+                    .remove = nodes.provider == Provider::static_list
+                                  ? "Static agents are listed in nodes.agents as host:port."
+                                  : "Remove hosts, or set provider: ssh."},
+                   r);
   check_entries("nodes.hosts", nodes.hosts, check_ssh_host,
                 "Write host, user@host or host:ssh_port, e.g. alice@node2:2222.",
                 "List each host once; run more workers with workers_per_node.", r);
