@@ -2,7 +2,8 @@
 
 // The compute backend: the layer operations of GPT-2, each a forward with its backward, on fp32 buffers that the
 // backend allocated. Backends are sibling folders with the same file names: kernels/cpu/backend.{h,cpp} (OpenBLAS
-// sgemm + OpenMP) and, later, kernels/cuda/backend.{h,cu}; the model calls only this interface.
+// sgemm + OpenMP) and, later, kernels/cuda/backend.{h,cu}; the model calls only this interface. Mixed precision adds
+// 16-bit copies and matrix products with 16-bit inputs (the last group of methods); everything else stays fp32.
 //
 // Shapes are in the comments, row-major: N = B*T positions. Conventions shared by every backward:
 //   - parameter gradients (dweight, dbias, dwte, ...) ACCUMULATE (+=), so gradient accumulation and the tied
@@ -12,6 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+
+#include "trainer/kernels/half.h"
 
 namespace dtrain::trainer::kernels {
 
@@ -89,6 +92,21 @@ class Backend {
   virtual double sum_squares(const float* data, std::size_t n) = 0;
   // data[0, n) *= factor.
   virtual void scale(float* data, std::size_t n, float factor) = 0;
+
+  // Mixed precision. `type` is bf16 or fp16, rounded as kernels/half.h defines (the same bits on every backend).
+  // out (n) = in rounded to `type`; from_half: out (n) = in as fp32 (exact).
+  virtual void to_half(std::uint16_t* out, const float* in, std::size_t n, Dtype type) = 0;
+  virtual void from_half(float* out, const std::uint16_t* in, std::size_t n, Dtype type) = 0;
+  // C (M, N) = alpha op(A) op(B) + beta C, row-major as cblas_sgemm with op(X) = X or X^T: op(A) is (M, K),
+  // op(B) is (K, N). A and B hold 16-bit values of `type`, C is fp32, and the products accumulate in fp32 (as
+  // cuBLAS's gemmEx with CUBLAS_COMPUTE_32F): the result is an fp32 product of the 16-bit inputs, only the order
+  // of the additions may differ from sgemm's.
+  virtual void gemm_half(Dtype type, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                         const std::uint16_t* A, int lda, const std::uint16_t* B, int ldb, float beta, float* C,
+                         int ldc) = 0;
+  // Dynamic loss scaling's unscale (torch's _amp_foreach_non_finite_check_and_unscale_): data[0, n) *= inv_scale;
+  // returns whether any element was inf or NaN (those stay non-finite).
+  virtual bool unscale_and_check(float* data, std::size_t n, float inv_scale) = 0;
 };
 
 }  // namespace dtrain::trainer::kernels

@@ -10,47 +10,21 @@
 #include <new>
 #include <vector>
 
+#include "trainer/kernels/cpu/gemm_half.h"
+#include "trainer/kernels/cpu/parallel.h"
 #include "trainer/kernels/cpu/vector_ops.h"
 
 namespace dtrain::trainer::kernels {
 
 namespace {
 
-// Ops on fewer floats than this run on the calling thread: starting threads would cost more than it saves.
-constexpr long kParallelMin = 32768;
-// Elementwise work is split into spans of this many floats, one OpenMP iteration each.
-constexpr std::size_t kSpan = 16384;
+using cpu::gemm_rows;
+using cpu::kParallelMin;
+using cpu::kSpan;
+using cpu::parallel_spans;
+
 // Attention rows per block (see attention_forward).
 constexpr int kAttentionBlock = 64;
-
-// One thread pool: OpenBLAS runs single-threaded (set_cpu_threads) inside OpenMP threads, each on its own slice of
-// the output, so OpenBLAS's threads and OpenMP's never compete for the same cores. gemm_rows splits the M rows of
-// an M x N x K product over the OpenMP threads (one call when the product is small) and calls fn(m0, m1).
-template <typename Fn>
-void gemm_rows(int M, int N, int K, Fn fn) {
-  const int threads = omp_get_max_threads();
-  if (threads == 1 || static_cast<double>(M) * N * K < 64.0 * 64 * 64 || M < 2 * threads) {
-    fn(0, M);
-    return;
-  }
-#pragma omp parallel
-  {
-    const int t = omp_get_thread_num(), n = omp_get_num_threads();
-    const int m0 = static_cast<int>(static_cast<long>(M) * t / n);
-    const int m1 = static_cast<int>(static_cast<long>(M) * (t + 1) / n);
-    if (m1 > m0) fn(m0, m1);
-  }
-}
-
-template <typename SpanFn>
-void parallel_spans(std::size_t n, SpanFn fn) {
-  const long spans = static_cast<long>((n + kSpan - 1) / kSpan);
-#pragma omp parallel for schedule(static) if (spans > 1)
-  for (long i = 0; i < spans; ++i) {
-    const std::size_t begin = static_cast<std::size_t>(i) * kSpan;
-    fn(begin, std::min(kSpan, n - begin));
-  }
-}
 
 // A vector of ones for the column sums of dbias (sgemv with a ones vector), grown on demand.
 const float* ones(std::size_t n) {
@@ -328,6 +302,30 @@ class CpuBackend final : public Backend {
 
   void scale(float* data, std::size_t n, float factor) override {
     parallel_spans(n, [&](std::size_t i, std::size_t count) { cpu::scale(data + i, count, factor); });
+  }
+
+  void to_half(std::uint16_t* out, const float* in, std::size_t n, Dtype type) override {
+    parallel_spans(n, [&](std::size_t i, std::size_t count) { kernels::to_half(out + i, in + i, count, type); });
+  }
+
+  void from_half(float* out, const std::uint16_t* in, std::size_t n, Dtype type) override {
+    parallel_spans(n, [&](std::size_t i, std::size_t count) { kernels::from_half(out + i, in + i, count, type); });
+  }
+
+  void gemm_half(Dtype type, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const std::uint16_t* A,
+                 int lda, const std::uint16_t* B, int ldb, float beta, float* C, int ldc) override {
+    cpu::gemm_half(cpu::gemm_half_path(type), type, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+
+  bool unscale_and_check(float* data, std::size_t n, float inv_scale) override {
+    const long spans = static_cast<long>((n + kSpan - 1) / kSpan);
+    bool found = false;
+#pragma omp parallel for schedule(static) reduction(|| : found) if (spans > 1)
+    for (long i = 0; i < spans; ++i) {
+      const std::size_t begin = static_cast<std::size_t>(i) * kSpan;
+      found = cpu::scale_and_check(data + begin, std::min(kSpan, n - begin), inv_scale) || found;
+    }
+    return found;
   }
 };
 

@@ -103,6 +103,18 @@ double sum_squares(const float* data, std::size_t n) {
   return total;
 }
 
+// Non-finite means all exponent bits set; an integer test, so it holds whatever the compiler assumes about NaN.
+DTRAIN_MULTIVERSION
+bool scale_and_check(float* data, std::size_t n, float factor) {
+  std::uint32_t non_finite = 0;
+#pragma omp simd reduction(| : non_finite)
+  for (std::size_t i = 0; i < n; ++i) {
+    non_finite |= (std::bit_cast<std::uint32_t>(data[i]) & 0x7F800000u) == 0x7F800000u;
+    data[i] *= factor;
+  }
+  return non_finite != 0;
+}
+
 DTRAIN_MULTIVERSION
 void layernorm_forward_row(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b,
                            int C) {

@@ -19,6 +19,8 @@ void add(float* out, const float* a, const float* b, std::size_t n);
 void scale(float* data, std::size_t n, float factor);
 // sum of data[i]^2 in double
 double sum_squares(const float* data, std::size_t n);
+// data[i] *= factor; returns whether any data[i] was inf or NaN.
+bool scale_and_check(float* data, std::size_t n, float factor);
 
 // One row of LayerNorm (eps 1e-5): out = (x - mean) * rstd * w + b.
 void layernorm_forward_row(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b,
