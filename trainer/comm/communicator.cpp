@@ -60,6 +60,23 @@ void Communicator::copy_out(float* host, const float* buffer, std::size_t count)
   if (count > 0) std::memcpy(host, buffer, count * sizeof(float));
 }
 
+std::shared_ptr<Work> Communicator::allreduce_half(std::uint16_t*, std::size_t count, kernels::Dtype type) {
+  throw CommError("the " + backend() + " communicator has no 16-bit allreduce (asked for " + std::to_string(count) +
+                  " " + kernels::dtype_name(type) + " values); use allreduce() on fp32, or the gloo or nccl backend");
+}
+
+std::uint64_t ring_bytes_per_rank(Collective collective, std::uint64_t buffer_bytes, int ranks) {
+  if (ranks <= 1) return 0;
+  const std::uint64_t n = static_cast<std::uint64_t>(ranks);
+  switch (collective) {
+    case Collective::allreduce: return 2 * (n - 1) * buffer_bytes / n;
+    case Collective::reduce_scatter:
+    case Collective::all_gather: return (n - 1) * buffer_bytes / n;
+    case Collective::broadcast: return buffer_bytes;
+  }
+  return 0;
+}
+
 std::unique_ptr<Communicator> make_communicator_from_env(const CommOptions& options) {
   const std::string backend = chosen_backend(options);
 #ifndef DTRAIN_HAVE_NCCL

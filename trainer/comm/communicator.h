@@ -13,11 +13,15 @@
 // Code that works with any backend (the bench driver, tests) allocates and fills buffers through allocate(),
 // release(), copy_in() and copy_out(), which do the right thing for the backend (plain host memory by default).
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
+
+#include "trainer/kernels/half.h"
 
 namespace dtrain::trainer {
 
@@ -72,7 +76,32 @@ class Communicator {
   virtual std::shared_ptr<Work> all_gather(const float* in, float* out, std::size_t count_per_rank) = 0;
   // data[0, count) on every rank becomes root's.
   virtual std::shared_ptr<Work> broadcast(float* data, std::size_t count, int root) = 0;
+
+  // data[0, count) holds 16-bit values of `type` (bf16 or fp16, kernels/half.h) and becomes their elementwise sum
+  // over ranks, each pairwise addition done in fp32 and rounded back to `type`, as Gloo's and NCCL's 16-bit sums
+  // do (the order of the additions is the backend's). Half the bytes of allreduce() on the wire. The default
+  // fails with a CommError naming the backend.
+  virtual std::shared_ptr<Work> allreduce_half(std::uint16_t* data, std::size_t count, kernels::Dtype type);
+
+  // Bytes this rank has sent for the collectives issued so far, counted when each is issued, as ring algorithms
+  // send them (ring_bytes_per_rank below); a single rank sends none. Callers take differences (bytes per step).
+  std::uint64_t bytes_sent() const { return bytes_sent_.load(std::memory_order_relaxed); }
+
+ protected:
+  void count_sent(std::uint64_t bytes) { bytes_sent_.fetch_add(bytes, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<std::uint64_t> bytes_sent_{0};
 };
+
+// The collectives, for ring_bytes_per_rank.
+enum class Collective { allreduce, reduce_scatter, all_gather, broadcast };
+
+// What one of `ranks` ranks sends for a collective whose largest buffer is `buffer_bytes` (allreduce, broadcast:
+// the buffer; reduce_scatter: the input; all_gather: the output), in a ring: allreduce 2(n-1)/n of it (a
+// reduce-scatter then an all-gather), reduce_scatter and all_gather (n-1)/n, broadcast all of it. These are
+// nccl-tests' bus-bandwidth factors (comm/bench.h), so bytes_sent() and the bench's busbw agree. 0 for one rank.
+std::uint64_t ring_bytes_per_rank(Collective collective, std::uint64_t buffer_bytes, int ranks);
 
 struct CommOptions {
   // Which backend make_communicator_from_env builds: "gloo" (CPU, TCP), "nccl" (GPU; buffers are device

@@ -37,6 +37,16 @@ void sum_floats(void* out, const void* a, const void* b, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) c[i] = x[i] + y[i];
 }
 
+// 16-bit sums for gloo's reduce function (one per type: the signature has no room for it); out may alias a.
+void sum_bf16(void* out, const void* a, const void* b, std::size_t n) {
+  kernels::add_half(static_cast<std::uint16_t*>(out), static_cast<const std::uint16_t*>(a),
+                    static_cast<const std::uint16_t*>(b), n, kernels::Dtype::bf16);
+}
+void sum_fp16(void* out, const void* a, const void* b, std::size_t n) {
+  kernels::add_half(static_cast<std::uint16_t*>(out), static_cast<const std::uint16_t*>(a),
+                    static_cast<const std::uint16_t*>(b), n, kernels::Dtype::fp16);
+}
+
 std::atomic<int> communicators_created{0};
 
 // A write to a socket whose peer is gone raises SIGPIPE, which kills the process by default, and gloo writes with
@@ -227,6 +237,7 @@ int GlooCommunicator::size() const { return impl_->options.size; }
 const std::string& GlooCommunicator::endpoint() const { return impl_->endpoint; }
 
 std::shared_ptr<Work> GlooCommunicator::allreduce(float* data, std::size_t count) {
+  count_sent(ring_bytes_per_rank(Collective::allreduce, count * sizeof(float), size()));
   return impl_->submit("allreduce of " + describe_floats(count), [this, data, count](uint32_t tag) {
     if (count == 0 || impl_->options.size == 1) return;
     gloo::AllreduceOptions opts(impl_->context);
@@ -239,7 +250,27 @@ std::shared_ptr<Work> GlooCommunicator::allreduce(float* data, std::size_t count
   });
 }
 
+std::shared_ptr<Work> GlooCommunicator::allreduce_half(std::uint16_t* data, std::size_t count, kernels::Dtype type) {
+  if (type == kernels::Dtype::fp32) {
+    throw CommError("gloo allreduce_half was given fp32; use allreduce() for fp32 buffers");
+  }
+  count_sent(ring_bytes_per_rank(Collective::allreduce, count * sizeof(std::uint16_t), size()));
+  const std::string what = std::string("allreduce of ") + std::to_string(count) + " " + kernels::dtype_name(type) +
+                           " values";
+  return impl_->submit(what, [this, data, count, type](uint32_t tag) {
+    if (count == 0 || impl_->options.size == 1) return;
+    gloo::AllreduceOptions opts(impl_->context);
+    opts.setOutput(data, count);
+    opts.setReduceFunction(type == kernels::Dtype::bf16 ? &sum_bf16 : &sum_fp16);
+    opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+    opts.setTag(tag);
+    opts.setTimeout(impl_->options.timeout);
+    gloo::allreduce(opts);
+  });
+}
+
 std::shared_ptr<Work> GlooCommunicator::reduce_scatter(const float* in, float* out, std::size_t count_per_rank) {
+  count_sent(ring_bytes_per_rank(Collective::reduce_scatter, count_per_rank * size() * sizeof(float), size()));
   return impl_->submit("reduce_scatter of " + describe_floats(count_per_rank) + " per rank",
                        [this, in, out, count_per_rank](uint32_t tag) {
                          if (count_per_rank == 0) return;
@@ -252,6 +283,7 @@ std::shared_ptr<Work> GlooCommunicator::reduce_scatter(const float* in, float* o
 }
 
 std::shared_ptr<Work> GlooCommunicator::all_gather(const float* in, float* out, std::size_t count_per_rank) {
+  count_sent(ring_bytes_per_rank(Collective::all_gather, count_per_rank * size() * sizeof(float), size()));
   return impl_->submit("all_gather of " + describe_floats(count_per_rank) + " per rank",
                        [this, in, out, count_per_rank](uint32_t tag) {
                          if (count_per_rank == 0) return;
@@ -276,6 +308,7 @@ std::shared_ptr<Work> GlooCommunicator::broadcast(float* data, std::size_t count
     throw CommError("broadcast: root " + std::to_string(root) + " is not a rank of this communicator of " +
                     std::to_string(impl_->options.size) + " ranks");
   }
+  count_sent(ring_bytes_per_rank(Collective::broadcast, count * sizeof(float), size()));
   return impl_->submit("broadcast of " + describe_floats(count) + " from rank " + std::to_string(root),
                        [this, data, count, root](uint32_t tag) {
                          if (count == 0 || impl_->options.size == 1) return;

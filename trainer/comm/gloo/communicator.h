@@ -55,6 +55,9 @@ class GlooCommunicator : public Communicator {
   std::shared_ptr<Work> reduce_scatter(const float* in, float* out, std::size_t count_per_rank) override;
   std::shared_ptr<Work> all_gather(const float* in, float* out, std::size_t count_per_rank) override;
   std::shared_ptr<Work> broadcast(float* data, std::size_t count, int root) override;
+  // gloo's ring allreduce over 16-bit elements with a reduce function that adds in fp32 and rounds back
+  // (kernels::add_half): gloo's own float16 sum does the same, and it has no bf16 one.
+  std::shared_ptr<Work> allreduce_half(std::uint16_t* data, std::size_t count, kernels::Dtype type) override;
 
  private:
   struct Impl;

@@ -18,6 +18,10 @@ std::shared_ptr<Work> done_work() { return std::make_shared<DoneWork>(); }
 
 std::shared_ptr<Work> LocalCommunicator::allreduce(float*, std::size_t) { return done_work(); }
 
+std::shared_ptr<Work> LocalCommunicator::allreduce_half(std::uint16_t*, std::size_t, kernels::Dtype) {
+  return done_work();
+}
+
 std::shared_ptr<Work> LocalCommunicator::reduce_scatter(const float* in, float* out, std::size_t count_per_rank) {
   if (in != out) std::copy_n(in, count_per_rank, out);
   return done_work();

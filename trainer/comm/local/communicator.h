@@ -20,6 +20,7 @@ class LocalCommunicator : public Communicator {
   std::shared_ptr<Work> reduce_scatter(const float* in, float* out, std::size_t count_per_rank) override;
   std::shared_ptr<Work> all_gather(const float* in, float* out, std::size_t count_per_rank) override;
   std::shared_ptr<Work> broadcast(float* data, std::size_t count, int root) override;
+  std::shared_ptr<Work> allreduce_half(std::uint16_t* data, std::size_t count, kernels::Dtype type) override;
 };
 
 }  // namespace dtrain::trainer

@@ -180,14 +180,30 @@ void NcclCommunicator::copy_out(float* host, const float* buffer, std::size_t co
 std::shared_ptr<Work> NcclCommunicator::allreduce(float* data, std::size_t count) {
   const std::string what = "allreduce of " + describe_floats(count);
   state_->check_device_pointers(what, count, {{data, "data"}});
+  count_sent(ring_bytes_per_rank(Collective::allreduce, count * sizeof(float), size()));
   return enqueue(state_, what, count, [&] {
     return rt().ncclAllReduce(data, data, count, ncclFloat32, ncclSum, state_->comm, state_->stream);
+  });
+}
+
+std::shared_ptr<Work> NcclCommunicator::allreduce_half(std::uint16_t* data, std::size_t count, kernels::Dtype type) {
+  const std::string what =
+      std::string("allreduce of ") + std::to_string(count) + " " + kernels::dtype_name(type) + " values";
+  if (type == kernels::Dtype::fp32) {
+    throw CommError("nccl " + what + " on " + state_->where() + ": allreduce_half takes bf16 or fp16; use allreduce()");
+  }
+  state_->check_device_pointers(what, count, {{data, "data"}});
+  count_sent(ring_bytes_per_rank(Collective::allreduce, count * sizeof(std::uint16_t), size()));
+  const ncclDataType_t nccl_type = type == kernels::Dtype::bf16 ? ncclBfloat16 : ncclFloat16;
+  return enqueue(state_, what, count, [&] {
+    return rt().ncclAllReduce(data, data, count, nccl_type, ncclSum, state_->comm, state_->stream);
   });
 }
 
 std::shared_ptr<Work> NcclCommunicator::reduce_scatter(const float* in, float* out, std::size_t count_per_rank) {
   const std::string what = "reduce_scatter of " + describe_floats(count_per_rank) + " per rank";
   state_->check_device_pointers(what, count_per_rank, {{in, "in"}, {out, "out"}});
+  count_sent(ring_bytes_per_rank(Collective::reduce_scatter, count_per_rank * size() * sizeof(float), size()));
   return enqueue(state_, what, count_per_rank, [&] {
     return rt().ncclReduceScatter(in, out, count_per_rank, ncclFloat32, ncclSum, state_->comm, state_->stream);
   });
@@ -196,6 +212,7 @@ std::shared_ptr<Work> NcclCommunicator::reduce_scatter(const float* in, float* o
 std::shared_ptr<Work> NcclCommunicator::all_gather(const float* in, float* out, std::size_t count_per_rank) {
   const std::string what = "all_gather of " + describe_floats(count_per_rank) + " per rank";
   state_->check_device_pointers(what, count_per_rank, {{in, "in"}, {out, "out"}});
+  count_sent(ring_bytes_per_rank(Collective::all_gather, count_per_rank * size() * sizeof(float), size()));
   return enqueue(state_, what, count_per_rank, [&] {
     return rt().ncclAllGather(in, out, count_per_rank, ncclFloat32, state_->comm, state_->stream);
   });
@@ -208,6 +225,7 @@ std::shared_ptr<Work> NcclCommunicator::broadcast(float* data, std::size_t count
                     std::to_string(state_->options.size) + ")");
   }
   state_->check_device_pointers(what, count, {{data, "data"}});
+  count_sent(ring_bytes_per_rank(Collective::broadcast, count * sizeof(float), size()));
   return enqueue(state_, what, count, [&] {
     return rt().ncclBroadcast(data, data, count, ncclFloat32, root, state_->comm, state_->stream);
   });

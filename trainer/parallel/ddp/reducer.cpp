@@ -25,7 +25,8 @@ std::size_t floats_in(std::size_t bytes, const char* field) {
 }  // namespace
 
 DdpReducer::DdpReducer(Communicator& comm, float* grads, std::size_t count, DdpOptions options)
-    : comm_(comm), grads_(grads), count_(count) {
+    : comm_(comm), grads_(grads), count_(count), comm_dtype_(options.comm_dtype) {
+  if (comm_dtype_ != kernels::Dtype::fp32) half_.resize(count_);
   const std::size_t first = floats_in(options.first_bucket_bytes, "first_bucket_bytes");
   const std::size_t rest = floats_in(options.bucket_bytes, "bucket_bytes");
   std::size_t end = count_;
@@ -52,6 +53,7 @@ void DdpReducer::begin_backward(bool sync) {
   sync_ = sync;
   ready_from_ = count_;
   next_bucket_ = 0;
+  sent_at_begin_ = comm_.bytes_sent();
 }
 
 void DdpReducer::grads_ready(std::size_t offset, std::size_t count) {
@@ -79,12 +81,27 @@ void DdpReducer::grads_ready(std::size_t offset, std::size_t count) {
 
 void DdpReducer::start_bucket(std::size_t index) {
   const int world = comm_.size();
-  if (world == 1) return;
   auto [offset, count] = buckets_[index];
+  if (comm_dtype_ != kernels::Dtype::fp32) {
+    std::uint16_t* half = half_.data() + offset;
+    kernels::to_half_divided(half, grads_ + offset, count, static_cast<float>(world), comm_dtype_);
+    started_.push_back(index);
+    if (world > 1) pending_.push_back(comm_.allreduce_half(half, count, comm_dtype_));
+    return;
+  }
+  if (world == 1) return;
   const float scale = 1.0f / static_cast<float>(world);
   float* data = grads_ + offset;
   for (std::size_t i = 0; i < count; ++i) data[i] *= scale;
   pending_.push_back(comm_.allreduce(data, count));
+}
+
+void DdpReducer::cast_back() {
+  for (std::size_t index : started_) {
+    auto [offset, count] = buckets_[index];
+    kernels::from_half(grads_ + offset, half_.data() + offset, count, comm_dtype_);
+  }
+  started_.clear();
 }
 
 std::string DdpReducer::drain() {
@@ -116,10 +133,15 @@ void DdpReducer::finish_backward() {
   DdpStats stats;
   stats.exposed_ms = std::chrono::duration<double, std::milli>(Clock::now() - waiting).count();
   stats.buckets = buckets_.size();
+  stats.bytes_sent = comm_.bytes_sent() - sent_at_begin_;
   for (const auto& work : pending_) stats.comm_ms += work->elapsed_ms();
   pending_.clear();
   stats_ = stats;
-  if (!failure.empty()) throw CommError("DDP gradient allreduce failed: " + failure);
+  if (!failure.empty()) {
+    started_.clear();
+    throw CommError("DDP gradient allreduce failed: " + failure);
+  }
+  cast_back();
 }
 
 }  // namespace dtrain::trainer

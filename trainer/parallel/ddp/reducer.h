@@ -7,6 +7,13 @@
 // backward has passed its start, and its allreduce runs on the communicator's thread while backward goes on.
 // Gradients are divided by the world size just before their bucket's allreduce, so the result is the mean over ranks.
 //
+// Communication dtype (DdpOptions::comm_dtype), PyTorch's DDP compression hooks: with bf16 or fp16 a bucket is cast
+// to 16 bits and divided by the world size in 16 bits (fp16_compress_hook / bf16_compress_hook:
+// `bucket.to(dtype).div_(world)`), allreduced in 16 bits (each pairwise sum in fp32, rounded back), and cast back
+// into the fp32 gradients when finish_backward() has waited for it: half the bytes on the wire, gradients rounded
+// to 16 bits. The 16-bit copy is a buffer of the reducer's own (2 bytes per gradient). With one rank the cast and
+// the division still happen, so a run's numerics do not depend on the world size.
+//
 // Per backward pass:
 //   reducer.begin_backward(sync);        // sync=false on micro-steps before the last (no_sync): nothing is sent
 //   model.backward(..., [&](std::size_t offset, std::size_t count) { reducer.grads_ready(offset, count); });
@@ -22,18 +29,23 @@
 // rank); judge it by step time, not by hidden_fraction() alone.
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "trainer/comm/communicator.h"
+#include "trainer/kernels/half.h"
 
 namespace dtrain::trainer {
 
 struct DdpOptions {
   std::size_t first_bucket_bytes = std::size_t{1} << 20;  // PyTorch DDP's first bucket: 1 MiB
   std::size_t bucket_bytes = std::size_t{25} << 20;       // PyTorch DDP's bucket_cap_mb: 25 MiB
+  // What the gradients travel as: fp32 (PyTorch DDP's default, no hook), bf16 or fp16 (the compression hooks, see
+  // the top of this file). Bucket sizes above stay in fp32 bytes, as PyTorch's bucket_cap_mb does.
+  kernels::Dtype comm_dtype = kernels::Dtype::fp32;
 };
 
 // Timing of the last synchronised backward pass.
@@ -41,6 +53,7 @@ struct DdpStats {
   std::size_t buckets = 0;
   double comm_ms = 0;      // sum of the buckets' allreduce durations, measured on the communication thread
   double exposed_ms = 0;   // time finish_backward() spent waiting for communication after backward had ended
+  std::uint64_t bytes_sent = 0;  // what this rank sent for the pass (Communicator::bytes_sent's difference)
   // Fraction of communication time that overlapped backward: 1 - exposed / comm (1 when there was no communication).
   double hidden_fraction() const { return comm_ms > 0 ? 1.0 - exposed_ms / comm_ms : 1.0; }
 };
@@ -76,9 +89,14 @@ class DdpReducer {
   bool sync_ = false;
   std::size_t ready_from_ = 0;   // grads[ready_from_, count_) are final in this pass
   std::size_t next_bucket_ = 0;  // index in buckets_ of the next bucket to start
+  kernels::Dtype comm_dtype_;
+  std::vector<std::uint16_t> half_;  // the 16-bit copy of the gradients (comm_dtype bf16 or fp16), else empty
   std::vector<std::shared_ptr<Work>> pending_;
+  std::vector<std::size_t> started_;  // buckets whose 16-bit copy must be cast back after the wait
+  std::uint64_t sent_at_begin_ = 0;
 
   void start_bucket(std::size_t index);
+  void cast_back();
   // Waits for every pending work; returns the first failure's message (empty if none).
   std::string drain();
 };
