@@ -25,6 +25,21 @@ void append(std::string& out, const char* key, double value) {
   out += number;
 }
 
+void append(std::string& out, const char* key, std::uint64_t value) {
+  out += ", \"";
+  out += key;
+  out += "\": " + std::to_string(value);
+}
+
+void append(std::string& out, const ShardingMetrics& s) {
+  append(out, "mem_params_bytes", s.mem_params_bytes);
+  append(out, "mem_grads_bytes", s.mem_grads_bytes);
+  append(out, "mem_optim_bytes", s.mem_optim_bytes);
+  append(out, "mem_activations_bytes", s.mem_activations_bytes);
+  if (s.mem_gathered_peak_bytes) append(out, "mem_gathered_peak_bytes", *s.mem_gathered_peak_bytes);
+  append(out, "comm_bytes", s.comm_bytes);
+}
+
 }  // namespace
 
 std::string to_json(const StepMetrics& m) {
@@ -36,6 +51,7 @@ std::string to_json(const StepMetrics& m) {
   append(out, "tokens_per_s", m.tokens_per_s);
   append(out, "step_ms", m.step_ms);
   if (m.comm_hidden) append(out, "comm_hidden", *m.comm_hidden);
+  if (m.sharding) append(out, *m.sharding);
   out += "}";
   return out;
 }

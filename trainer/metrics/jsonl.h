@@ -7,7 +7,11 @@
 // micro-steps); grad_norm is before clipping; tokens_per_s counts the global batch's tokens over step_ms, the wall
 // time from zero_grad to the end of the optimizer update (a checkpoint written after the step is not included).
 // With more than one rank, "comm_hidden" is the fraction of the step's gradient allreduce time that overlapped
-// backward (DdpStats::hidden_fraction, clamped to [0, 1]). Values are printed with 9 significant digits, enough to
+// backward (DdpStats::hidden_fraction, clamped to [0, 1]). With --zero 1..3 each line also has what this rank holds
+// and sends (integers, bytes; README "--zero" gives the formulas): "mem_params_bytes", "mem_grads_bytes",
+// "mem_optim_bytes" (steady state, padding included), "mem_activations_bytes", "comm_bytes" (reduce-scatters and
+// all-gathers sent during the step, ring accounting) and, stage 3 only, "mem_gathered_peak_bytes" (the most bytes
+// of all-gathered units alive at once during the step). Values are printed with 9 significant digits, enough to
 // round-trip a float. A run appends to an existing file.
 
 #include <cstdint>
@@ -17,6 +21,16 @@
 
 namespace dtrain::trainer {
 
+// --zero 1..3 (jsonl.h's top comment).
+struct ShardingMetrics {
+  std::uint64_t mem_params_bytes = 0;
+  std::uint64_t mem_grads_bytes = 0;
+  std::uint64_t mem_optim_bytes = 0;
+  std::uint64_t mem_activations_bytes = 0;
+  std::optional<std::uint64_t> mem_gathered_peak_bytes;  // stage 3 only
+  std::uint64_t comm_bytes = 0;
+};
+
 struct StepMetrics {
   std::uint64_t step = 0;
   double loss = 0;
@@ -25,6 +39,7 @@ struct StepMetrics {
   double tokens_per_s = 0;
   double step_ms = 0;
   std::optional<double> comm_hidden;  // only with more than one rank
+  std::optional<ShardingMetrics> sharding;  // only with --zero 1..3
 };
 
 // "{...}" without a newline; NaN and infinities become null (JSON has no such numbers).

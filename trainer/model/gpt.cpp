@@ -16,6 +16,7 @@ namespace dtrain::trainer {
 struct Gpt::Activations {
   kernels::Backend& backend;
   std::vector<float*> owned;
+  std::size_t owned_count = 0;      // floats in `owned`
   int B = 0, T = 0;                 // shape of the last forward()
   std::size_t capacity_bt = 0;      // B*T the buffers hold
   std::size_t capacity_att = 0;     // B*T*T the attention buffers hold (per head and layer)
@@ -53,15 +54,23 @@ struct Gpt::Activations {
     for (float* p : owned) backend.release(p);
     backend.release(att_scratch);
   }
+  void ensure_scratch(std::size_t count) {
+    if (count <= att_scratch_count) return;
+    backend.release(att_scratch);
+    att_scratch = backend.allocate(count);
+    att_scratch_count = count;
+  }
   float* take(std::size_t count) {
     owned.push_back(backend.allocate(count));
+    owned_count += count;
     return owned.back();
   }
 };
 
-Gpt::Gpt(const GptConfig& config, kernels::Backend& backend) : layout_(config), backend_(backend) {
-  params_ = backend_.allocate(layout_.num_params());
-  grads_ = backend_.allocate(layout_.num_params());
+Gpt::Gpt(const GptConfig& config, kernels::Backend& backend, int unit_multiple)
+    : layout_(config, unit_multiple), backend_(backend) {
+  params_ = backend_.allocate(layout_.buffer_size());
+  grads_ = backend_.allocate(layout_.buffer_size());
 }
 
 Gpt::Gpt(const GptConfig& config) : Gpt(config, kernels::cpu_backend()) {}
@@ -71,6 +80,12 @@ Gpt::~Gpt() {
   backend_.release(logits_);
   backend_.release(grads_);
   backend_.release(params_);
+}
+
+std::size_t Gpt::activation_bytes() const {
+  if (!acts_) return 0;
+  const std::size_t logits = acts_->capacity_bt * static_cast<std::size_t>(config().padded_vocab_size);
+  return (acts_->owned_count + acts_->att_scratch_count + logits) * sizeof(float);
 }
 
 void Gpt::init_weights(std::uint64_t seed) {
@@ -88,7 +103,7 @@ void Gpt::init_weights(std::uint64_t seed) {
   };
   const GptConfig& c = config();
   const double residual_std = 0.02 / std::sqrt(2.0 * c.num_layers);
-  backend_.zero(params_, num_params());
+  backend_.zero(params_, buffer_size());
   normal(params_, static_cast<std::size_t>(c.vocab_size) * c.channels, 0.02);  // padded rows stay 0
   normal(params_ + layout_.wpe().offset, layout_.wpe().count, 0.02);
   auto fill = [this](ParamRange r, float value) {
@@ -182,6 +197,7 @@ float Gpt::forward(const std::int32_t* inputs, const std::int32_t* targets, int 
   const std::size_t att_size = static_cast<std::size_t>(B) * NH * T * T;
   kernels::Backend& k = backend_;
   const float* p = params_;
+  gather(0);
   k.embedding_forward(a.encoded, a.inputs.data(), p + layout_.wte().offset, p + layout_.wpe().offset, B, T, C);
   for (int l = 0; l < c.num_layers; ++l) {
     auto w = [&](LayerTensor t) { return p + layout_.layer_tensor(l, t).offset; };
@@ -193,6 +209,7 @@ float Gpt::forward(const std::int32_t* inputs, const std::int32_t* targets, int 
     float* ln2 = a.ln2 + l * BT * C;
     float* fch = a.fch + l * BT * 4 * C;
     float* fch_gelu = a.fch_gelu + l * BT * 4 * C;
+    gather(1 + l);
     k.layernorm_forward(ln1, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, residual, w(LayerTensor::ln1w),
                         w(LayerTensor::ln1b), N, C);
     k.matmul_forward(qkv, ln1, w(LayerTensor::qkvw), w(LayerTensor::qkvb), N, C, 3 * C);
@@ -205,16 +222,20 @@ float Gpt::forward(const std::int32_t* inputs, const std::int32_t* targets, int 
     k.gelu_forward(fch_gelu, fch, BT * 4 * C);
     k.matmul_forward(a.proj, fch_gelu, w(LayerTensor::fcprojw), w(LayerTensor::fcprojb), N, 4 * C, C);
     k.residual_forward(a.residual3 + l * BT * C, residual2, a.proj, BT * C);
+    release(1 + l);
   }
   const float* last = a.residual3 + (c.num_layers - 1) * BT * C;
+  const int lnf_unit = layout_.num_units() - 1;
+  gather(lnf_unit);
   k.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p + layout_.lnfw().offset, p + layout_.lnfb().offset, N,
                       C);
+  release(lnf_unit);
   k.matmul_forward(logits_, a.lnf, p + layout_.wte().offset, nullptr, N, C, Vp);
   if (!a.has_targets) return std::numeric_limits<float>::quiet_NaN();
   return k.softmax_crossentropy_forward(a.probs, a.losses, logits_, a.targets.data(), N, V, Vp);
 }
 
-void Gpt::zero_grad() { backend_.zero(grads_, num_params()); }
+void Gpt::zero_grad() { backend_.zero(grads_, buffer_size()); }
 
 void Gpt::backward(float loss_scale, const GradsReady& grads_ready) {
   if (!acts_ || !acts_->has_targets)
@@ -230,26 +251,23 @@ void Gpt::backward(float loss_scale, const GradsReady& grads_ready) {
   float* g = grads_;
 
   // Everything from `unreported` to the end of the buffer has been handed to grads_ready.
-  std::size_t unreported = num_params();
+  std::size_t unreported = buffer_size();
   auto ready_from = [&](std::size_t offset) {
     if (grads_ready) grads_ready(offset, unreported - offset);
     unreported = offset;
   };
 
-  const std::size_t scratch = k.attention_scratch_size(B, T, C, NH);
-  if (scratch > a.att_scratch_count) {
-    k.release(a.att_scratch);
-    a.att_scratch = k.allocate(scratch);
-    a.att_scratch_count = scratch;
-  }
-
+  a.ensure_scratch(k.attention_scratch_size(B, T, C, NH));
   float* dlogits = a.probs;
   k.softmax_crossentropy_backward(dlogits, a.probs, a.targets.data(), loss_scale / static_cast<float>(N), N, V, Vp);
   k.matmul_backward(a.dbtc, g + layout_.wte().offset, nullptr, dlogits, a.lnf, p + layout_.wte().offset, N, C, Vp);
   k.zero(a.dresidual, BT * C);
   const float* last = a.residual3 + (c.num_layers - 1) * BT * C;
+  const int lnf_unit = layout_.num_units() - 1;
+  gather(lnf_unit);
   k.layernorm_backward(a.dresidual, g + layout_.lnfw().offset, g + layout_.lnfb().offset, a.dbtc, last,
                        p + layout_.lnfw().offset, a.lnf_mean, a.lnf_rstd, N, C);
+  release(lnf_unit);
   ready_from(layout_.lnfw().offset);
 
   for (int l = c.num_layers - 1; l >= 0; --l) {
@@ -265,6 +283,7 @@ void Gpt::backward(float loss_scale, const GradsReady& grads_ready) {
     const float* fch = a.fch + l * BT * 4 * C;
     const float* fch_gelu = a.fch_gelu + l * BT * 4 * C;
 
+    gather(1 + l);
     // dresidual holds d residual3[l]; the MLP branch.
     k.matmul_backward(a.dbig, dw(LayerTensor::fcprojw), dw(LayerTensor::fcprojb), a.dresidual, fch_gelu,
                       w(LayerTensor::fcprojw), N, 4 * C, C);
@@ -286,9 +305,11 @@ void Gpt::backward(float loss_scale, const GradsReady& grads_ready) {
     ready_from(start(LayerTensor::qkvw));
     k.layernorm_backward(a.dresidual, dw(LayerTensor::ln1w), dw(LayerTensor::ln1b), a.dbtc, residual,
                          w(LayerTensor::ln1w), a.ln1_mean + l * BT, a.ln1_rstd + l * BT, N, C);
+    release(1 + l);
     ready_from(start(LayerTensor::ln1w));
   }
   k.embedding_backward(g + layout_.wte().offset, g + layout_.wpe().offset, a.dresidual, a.inputs.data(), B, T, C);
+  release(0);
   ready_from(layout_.wpe().offset);
   ready_from(0);
   // probs were overwritten by dlogits: another backward() needs another forward().

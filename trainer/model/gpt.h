@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 
 #include "trainer/kernels/backend.h"
 #include "trainer/model/config.h"
@@ -25,13 +26,23 @@ namespace dtrain::trainer {
 class Gpt {
  public:
   // Called by backward() for each range of the gradient buffer as soon as it is final for this pass: in
-  // decreasing offset order, together covering [0, num_params()) exactly once (wte, which also gets the output
+  // decreasing offset order, together covering [0, buffer_size()) exactly once (wte, which also gets the output
   // head's gradient, comes last).
   using GradsReady = std::function<void(std::size_t offset, std::size_t count)>;
 
+  // ZeRO-3 (trainer/parallel/zero/gatherer.h): called around the use of a unit's parameters (ParamLayout's units),
+  // so that they can be all-gathered just before and freed just after. Per forward(): gather(0) first (the
+  // embeddings, which the tied output head also reads, stay gathered until the end of backward), then for each
+  // layer and the final LayerNorm gather(u) before and release(u) after; per backward(): gather(u) / release(u)
+  // around lnf and each layer in reverse, and release(0) after the embedding backward.
+  struct UnitHooks {
+    std::function<void(int unit)> gather;
+    std::function<void(int unit)> release;
+  };
+
   // Validates config (throws std::invalid_argument). Parameters and gradients start at zero: call
-  // init_weights() or fill params() from a checkpoint.
-  explicit Gpt(const GptConfig& config, kernels::Backend& backend);
+  // init_weights() or fill params() from a checkpoint. unit_multiple pads each ZeRO unit (layout.h).
+  explicit Gpt(const GptConfig& config, kernels::Backend& backend, int unit_multiple = 1);
   explicit Gpt(const GptConfig& config);  // the CPU backend
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -46,6 +57,12 @@ class Gpt {
   float* grads() { return grads_; }
   const float* grads() const { return grads_; }
   std::size_t num_params() const { return layout_.num_params(); }
+  // Floats in params() and grads(): num_params() plus ZeRO padding (layout.h).
+  std::size_t buffer_size() const { return layout_.buffer_size(); }
+  // Bytes of activations (and backward's scratch) held now: sized by the largest B*T seen so far.
+  std::size_t activation_bytes() const;
+  // Hooks around each unit's parameter use (ZeRO-3); empty hooks (the default) do nothing.
+  void set_unit_hooks(UnitHooks hooks) { hooks_ = std::move(hooks); }
 
   // GPT-2 initialisation as nanoGPT: Linear and Embedding weights ~ normal(0, 0.02), the two residual projections
   // (attprojw, fcprojw) ~ normal(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm weights 1 and biases 0; padded wte rows
@@ -60,7 +77,7 @@ class Gpt {
   // (B, T, Vp) logits of the last forward(); valid until the next forward().
   const float* logits() const { return logits_; }
 
-  // grads[0, num_params()) = 0.
+  // grads[0, buffer_size()) = 0.
   void zero_grad();
   // grads += d(loss_scale * loss)/dparams for the last forward(), once per forward() (it consumes the softmax
   // buffers; a second call throws std::logic_error). grads_ready may be empty.
@@ -69,6 +86,8 @@ class Gpt {
  private:
   struct Activations;
   void ensure_activations(int B, int T);
+  void gather(int unit) { if (hooks_.gather) hooks_.gather(unit); }
+  void release(int unit) { if (hooks_.release) hooks_.release(unit); }
 
   ParamLayout layout_;
   kernels::Backend& backend_;
@@ -76,6 +95,7 @@ class Gpt {
   float* grads_ = nullptr;
   float* logits_ = nullptr;
   std::unique_ptr<Activations> acts_;
+  UnitHooks hooks_;
 };
 
 }  // namespace dtrain::trainer

@@ -10,6 +10,14 @@
 // Backward finishes gradients from the end of the buffer towards the start (final LayerNorm, layer L-1, ..., layer
 // 0, wpe, wte), which is what DDP buckets taken from the end need (trainer/parallel/ddp/reducer.h).
 //
+// ZeRO units (trainer/parallel/zero/shards.h): the buffer is cut into units, each sharded over the W ranks:
+//   unit 0 = wte + wpe, unit 1 + l = layer l (l = 0 .. L-1), unit L + 1 = lnfw + lnfb.
+// With unit_multiple W > 1 (--zero 1/2/3 on W ranks) each unit's slice is followed by zero padding up to a multiple
+// of W, as PyTorch FSDP pads its flat parameters, so that every unit splits into W equal shards in place:
+//   wte | wpe | pad | layer 0 | pad | ... | layer L-1 | pad | lnfw | lnfb | pad        (buffer_size() floats)
+// The padding holds zeros in parameters, gradients and optimizer state and never changes (its gradient is 0).
+// unit_multiple 1 (the default, and --zero 0) has no padding: buffer_size() == num_params(), the layout above.
+//
 // llm.c's checkpoint stores the same tensors in another order: each kind stacked over all layers
 // (wte, wpe, ln1w[L], ln1b[L], qkvw[L], ...). checkpoint_tensors() lists them in that order with their place in
 // our buffer, and to_checkpoint_order()/from_checkpoint_order() convert whole buffers both ways.
@@ -45,17 +53,29 @@ struct TensorInfo {
 
 class ParamLayout {
  public:
-  explicit ParamLayout(const GptConfig& config);
+  // unit_multiple: every unit's slice is padded to a multiple of it (the ZeRO world size; 1 = no padding).
+  explicit ParamLayout(const GptConfig& config, int unit_multiple = 1);
 
   const GptConfig& config() const { return config_; }
+  // Parameters of the model, without padding (what checkpoints hold).
   std::size_t num_params() const { return total_; }
+  // Floats in a flat buffer laid out this way, padding included.
+  std::size_t buffer_size() const { return buffer_; }
+  int unit_multiple() const { return multiple_; }
+
+  // ZeRO units (top of this file): num_layers + 2 of them, in increasing offset order.
+  int num_units() const { return config_.num_layers + 2; }
+  // Unit u's slice of the buffer, padding included (count is a multiple of unit_multiple()).
+  ParamRange unit_slice(int u) const;
+  // How many of unit_slice(u)'s floats are parameters (the rest, at its end, is padding).
+  std::size_t unit_params(int u) const;
 
   ParamRange wte() const { return {0, wte_count_}; }
   ParamRange wpe() const { return {wte_count_, wpe_count_}; }
   ParamRange layer(int l) const;  // the whole block l
   ParamRange layer_tensor(int l, LayerTensor t) const;
-  ParamRange lnfw() const { return {total_ - 2 * channels(), channels()}; }
-  ParamRange lnfb() const { return {total_ - channels(), channels()}; }
+  ParamRange lnfw() const { return {lnf_offset_, channels()}; }
+  ParamRange lnfb() const { return {lnf_offset_ + channels(), channels()}; }
 
   // Every tensor in llm.c's checkpoint order (16 kinds; per-layer kinds expanded to L entries, layer 0 first).
   const std::vector<TensorInfo>& checkpoint_tensors() const { return tensors_; }
@@ -65,6 +85,10 @@ class ParamLayout {
   // Reorders a whole buffer (num_params() floats) between our layout and llm.c's checkpoint order.
   void to_checkpoint_order(const float* ours, float* checkpoint) const;
   void from_checkpoint_order(const float* checkpoint, float* ours) const;
+  // Between a buffer of this layout (buffer_size() floats) and the same parameters without padding (num_params()
+  // floats, the unpadded layout, as the state file stores AdamW's moments). unpack() zeroes the padding.
+  void pack(const float* buffer, float* packed) const;
+  void unpack(const float* packed, float* buffer) const;
 
  private:
   std::size_t channels() const { return static_cast<std::size_t>(config_.channels); }
@@ -76,6 +100,11 @@ class ParamLayout {
   std::array<std::size_t, kLayerTensors> layer_counts_{};
   std::size_t layer_count_ = 0;  // elements per block
   std::size_t total_ = 0;
+  int multiple_ = 1;
+  std::size_t emb_slice_ = 0;    // wte + wpe + padding
+  std::size_t layer_slice_ = 0;  // one block + padding
+  std::size_t lnf_offset_ = 0;
+  std::size_t buffer_ = 0;
   std::vector<TensorInfo> tensors_;
 };
 

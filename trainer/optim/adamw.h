@@ -20,18 +20,31 @@ struct AdamWOptions {
   float weight_decay = 0.1f;   // decoupled decay, applied to decay ranges only
 };
 
+// A range of the parameter buffer and where its m and v start in the optimizer's state (ZeRO: a rank's shard of a
+// unit, trainer/parallel/zero/shards.h).
+struct ParamSpan {
+  std::size_t offset = 0;        // first float in the parameter (and gradient) buffer
+  std::size_t count = 0;         // floats
+  std::size_t state_offset = 0;  // first float in m and v
+};
+
 class AdamW {
  public:
-  // State for num_params floats (m and v start at zero); decay_ranges: increasing, non-overlapping ranges that get
-  // weight decay (ParamLayout::decay_ranges()); everything else gets weight_decay 0.
+  // State for num_params floats (m and v start at zero); decay_ranges: increasing, non-overlapping ranges of the
+  // parameter buffer that get weight decay (ParamLayout::decay_ranges()); everything else gets weight_decay 0.
+  // buffer_size: floats in the parameter buffer when the state covers only part of it (ZeRO shards, step_spans());
+  // 0 means num_params.
   AdamW(kernels::Backend& backend, std::size_t num_params, std::vector<ParamRange> decay_ranges,
-        AdamWOptions options);
+        AdamWOptions options, std::size_t buffer_size = 0);
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
   ~AdamW();
 
   // One update of params[0, num_params) with grads, learning rate lr, 1-based step t (bias correction uses t).
   void step(float* params, const float* grads, float lr, long t);
+  // The same update on the given spans of the buffers only, each with its own state (decay ranges intersected):
+  // ZeRO's step over the shards a rank owns.
+  void step_spans(float* params, const float* grads, const std::vector<ParamSpan>& spans, float lr, long t);
 
   const AdamWOptions& options() const { return options_; }
   std::size_t num_params() const { return n_; }
@@ -44,6 +57,7 @@ class AdamW {
  private:
   kernels::Backend& backend_;
   std::size_t n_;
+  std::size_t buffer_size_;
   std::vector<ParamRange> decay_ranges_;
   AdamWOptions options_;
   float* m_ = nullptr;

@@ -32,6 +32,19 @@ void say(const std::string& line) {
   std::fflush(stderr);
 }
 
+// The state file stores the moments without padding; with none (--zero 0) they are written as they are.
+void write_moments(const std::string& path, const TrainState& state, const ParamLayout& layout, const float* m,
+                   const float* v) {
+  if (layout.buffer_size() == layout.num_params()) {
+    write_state_file(path, state, m, v);
+    return;
+  }
+  std::vector<float> packed_m(layout.num_params()), packed_v(layout.num_params());
+  layout.pack(m, packed_m.data());
+  layout.pack(v, packed_v.data());
+  write_state_file(path, state, packed_m.data(), packed_v.data());
+}
+
 }  // namespace
 
 TrainState run_shape(const TrainOptions& o, const GptConfig& config, int seq_len, int world, std::size_t n) {
@@ -51,7 +64,7 @@ std::uint64_t global_batch_tokens(const TrainState& s) {
 }
 
 std::optional<StartPoint> load_newest_checkpoint(const std::string& dir, const TrainState& shape, Gpt& model,
-                                                 AdamW& optimizer) {
+                                                 float* m_out, float* v_out) {
   const std::size_t n = model.num_params();
   for (const std::string& line : remove_interrupted_saves(dir)) say(line);
   std::vector<CheckpointPair> pairs = list_checkpoints(dir);
@@ -83,8 +96,8 @@ std::optional<StartPoint> load_newest_checkpoint(const std::string& dir, const T
       TrainState state =
           read_checkpoint_pair(pair, shape.config, ordered.data(), m.data(), v.data(), n, model_checked);
       model.layout().from_checkpoint_order(ordered.data(), model.params());
-      std::copy(m.begin(), m.end(), optimizer.m());
-      std::copy(v.begin(), v.end(), optimizer.v());
+      model.layout().unpack(m.data(), m_out);
+      model.layout().unpack(v.data(), v_out);
       if (found.world_size != shape.world_size || found.batch_size != shape.batch_size ||
           found.grad_accum != shape.grad_accum) {
         spdlog::warn("checkpoint {} was written with batch {} x world {} x accum {}; this run splits the same "
@@ -109,7 +122,7 @@ std::optional<StartPoint> load_newest_checkpoint(const std::string& dir, const T
                         "from a copy, or move them away (or pass another --checkpoint-dir) to start over");
 }
 
-void save_checkpoint(Communicator& comm, const std::string& dir, const Gpt& model, const AdamW& optimizer,
+void save_checkpoint(Communicator& comm, const std::string& dir, const Gpt& model, const float* m, const float* v,
                      const TrainState& state) {
   float failed = 0;
   std::string failure;
@@ -124,7 +137,7 @@ void save_checkpoint(Communicator& comm, const std::string& dir, const Gpt& mode
       TrainState recorded = state;
       recorded.model_crc = write_model_file(pair.model, model.config(), ordered.data(), ordered.size());
       try {
-        write_state_file(pair.state, recorded, optimizer.m(), optimizer.v());
+        write_moments(pair.state, recorded, model.layout(), m, v);
       } catch (const CheckpointError& e) {
         // The new model file would pair with nothing, or with an older state file of this step that no longer
         // matches it; it also holds space that the next try needs.
@@ -144,6 +157,24 @@ void save_checkpoint(Communicator& comm, const std::string& dir, const Gpt& mode
                                                  std::to_string(state.step) + "; see rank 0's log");
   }
   spdlog::info("saved checkpoint {} (+ {})", pair.model, pair.state);
+}
+
+}  // namespace dtrain::trainer
+
+namespace dtrain::trainer {
+
+void save_zero_checkpoint(Communicator& comm, const std::string& dir, const Gpt& model, ZeroEngine& zero,
+                          const TrainState& state) {
+  std::vector<float> m, v;
+  zero.gather_moments(m, v);
+  zero.gather_params();
+  try {
+    save_checkpoint(comm, dir, model, m.data(), v.data(), state);
+  } catch (...) {
+    zero.release_params();
+    throw;
+  }
+  zero.release_params();
 }
 
 }  // namespace dtrain::trainer

@@ -12,6 +12,7 @@
 #include "trainer/comm/communicator.h"
 #include "trainer/model/gpt.h"
 #include "trainer/optim/adamw.h"
+#include "trainer/parallel/zero/engine.h"
 #include "trainer/train/options.h"
 
 namespace dtrain::trainer {
@@ -42,14 +43,24 @@ std::uint64_t global_batch_tokens(const TrainState& state);
 // when training reaches its step again. When every complete pair is damaged it throws CheckpointError instead of
 // starting from step 1, which would silently discard the whole run. A checkpoint of another model shape or global
 // batch throws std::invalid_argument (resuming it would not continue the same run).
+// m and v receive AdamW's moments in the model's buffer layout (model.buffer_size() floats each, padding zeroed):
+// the optimizer's own state with --zero 0, scratch that the ranks then take their shards of with --zero 1..3. The
+// files do not depend on the world size or the ZeRO stage (moments are stored without padding), so a run resumes
+// with another W or stage as long as the global batch is the same.
 std::optional<StartPoint> load_newest_checkpoint(const std::string& dir, const TrainState& shape, Gpt& model,
-                                                 AdamW& optimizer);
+                                                 float* m, float* v);
 
 // Every rank: rank 0 writes model_<step>.bin then state_<step>.bin (state.step, with the model file's CRC-32C)
 // into dir; the others wait on a one-float allreduce that also tells them whether it worked. Throws CheckpointError
 // on every rank if it did not; a model file whose state file could not be written (a full disk) is removed first,
 // so that it neither holds the space the next try needs nor pairs with an older state file of the same step.
-void save_checkpoint(Communicator& comm, const std::string& dir, const Gpt& model, const AdamW& optimizer,
+// m and v: AdamW's moments in the model's buffer layout (read on rank 0 only); model.params() must be whole.
+void save_checkpoint(Communicator& comm, const std::string& dir, const Gpt& model, const float* m, const float* v,
                      const TrainState& state);
+
+// The same with --zero 1..3, on every rank: the moments are all-gathered from the shards (and stage 3's parameters
+// gathered for the write and released after), so rank 0 writes the consolidated pair, the same files as --zero 0.
+void save_zero_checkpoint(Communicator& comm, const std::string& dir, const Gpt& model, ZeroEngine& zero,
+                          const TrainState& state);
 
 }  // namespace dtrain::trainer

@@ -28,6 +28,7 @@
 #include "trainer/optim/adamw.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/parallel/ddp/reducer.h"
+#include "trainer/parallel/zero/engine.h"
 #include "trainer/train/checkpointing.h"
 #include "trainer/train/collectives.h"
 #include "trainer/train/console.h"
@@ -114,11 +115,16 @@ class Training {
         T_(o.seq_len > 0 ? o.seq_len : config_.max_seq_len),
         K_(o.grad_accum),
         loader_(open_data(o, B_, T_, rank_, world_, config_)),
-        model_(config_),
+        model_(config_, kernels::cpu_backend(), o.zero > 0 ? world_ : 1),
         n_(model_.num_params()),
-        optimizer_(model_.backend(), n_, model_.layout().decay_ranges(),
-                   AdamWOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay}),
-        shape_(run_shape(o, config_, T_, world_, n_)) {}
+        shape_(run_shape(o, config_, T_, world_, n_)) {
+    const AdamWOptions adamw{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
+    if (o.zero > 0) {
+      zero_ = std::make_unique<ZeroEngine>(o.zero, *comm_, model_, adamw);
+    } else {
+      adamw_ = std::make_unique<AdamW>(model_.backend(), n_, model_.layout().decay_ranges(), adamw);
+    }
+  }
 
   // Trains from the start point to --steps; returns the exit code (0; a failure throws).
   int run();
@@ -131,6 +137,7 @@ class Training {
   StepMetrics train_step(std::uint64_t step, const LrSchedule& schedule);
   void report(const StepMetrics& m);
   void save(std::uint64_t step, std::uint64_t data_step);
+  void share_moments();
 
   const TrainOptions& o_;
   std::unique_ptr<Communicator> comm_;
@@ -141,8 +148,12 @@ class Training {
   DataLoader loader_;
   Gpt model_;
   const std::size_t n_;
-  AdamW optimizer_;
   const TrainState shape_;
+  // One of the two: AdamW over the whole buffer (--zero 0) or the ZeRO engine with its sharded AdamW.
+  std::unique_ptr<AdamW> adamw_;
+  std::unique_ptr<ZeroEngine> zero_;
+  // --zero 1..3, resumed: the checkpoint's moments (buffer layout) until every rank has taken its shards.
+  std::vector<float> resumed_m_, resumed_v_;
   // Set by prepare_steps(): what the steps use besides the model.
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<HealthReporter> health_;
@@ -200,14 +211,30 @@ Start Training::choose_start() {
     start.step = broadcast_u64(*comm_, start.step);
     start.data_step = broadcast_u64(*comm_, start.data_step);
   }
-  if (world_ > 1) {
-    comm_->broadcast(model_.params(), n_, 0)->wait();
-    if (status > 0) {
-      comm_->broadcast(optimizer_.m(), n_, 0)->wait();
-      comm_->broadcast(optimizer_.v(), n_, 0)->wait();
-    }
-  }
+  if (world_ > 1) comm_->broadcast(model_.params(), model_.buffer_size(), 0)->wait();
+  if (status > 0) share_moments();
+  if (zero_) zero_->shard_params();
   return {start, status > 0};
+}
+
+// Resumed: every rank gets rank 0's AdamW moments (with --zero 1..3, its shards of them).
+void Training::share_moments() {
+  if (!zero_) {
+    if (world_ > 1) {
+      comm_->broadcast(adamw_->m(), n_, 0)->wait();
+      comm_->broadcast(adamw_->v(), n_, 0)->wait();
+    }
+    return;
+  }
+  resumed_m_.resize(model_.buffer_size());
+  resumed_v_.resize(model_.buffer_size());
+  if (world_ > 1) {
+    comm_->broadcast(resumed_m_.data(), resumed_m_.size(), 0)->wait();
+    comm_->broadcast(resumed_v_.data(), resumed_v_.size(), 0)->wait();
+  }
+  zero_->load_moments(resumed_m_.data(), resumed_v_.data());
+  resumed_m_ = {};
+  resumed_v_ = {};
 }
 
 // Rank 0: the newest checkpoint when resuming and there is one, else --init-from's weights, else init_weights(--seed).
@@ -215,7 +242,15 @@ Start Training::choose_start() {
 float Training::load_start(bool want_resume, StartPoint& start, std::exception_ptr& failure) {
   try {
     std::optional<StartPoint> resumed;
-    if (want_resume) resumed = load_newest_checkpoint(o_.checkpoint_dir, shape_, model_, optimizer_);
+    if (want_resume) {
+      if (zero_) {
+        resumed_m_.resize(model_.buffer_size());
+        resumed_v_.resize(model_.buffer_size());
+      }
+      float* m = zero_ ? resumed_m_.data() : adamw_->m();
+      float* v = zero_ ? resumed_v_.data() : adamw_->v();
+      resumed = load_newest_checkpoint(o_.checkpoint_dir, shape_, model_, m, v);
+    }
     if (resumed) {
       start = *resumed;
       return 1;
@@ -242,7 +277,9 @@ void Training::prepare_steps(const Start& start) {
     metrics_ = std::make_unique<MetricsWriter>(o_.metrics);
   }
   health_ = HealthReporter::from_env();
-  if (world_ > 1) {
+  if (world_ > 1 && zero_) {
+    grads_ready_ = zero_->grads_ready();
+  } else if (world_ > 1) {
     DdpOptions ddp_options;
     ddp_options.bucket_bytes = static_cast<std::size_t>(o_.ddp_bucket_mb * (1 << 20));
     ddp_ = std::make_unique<DdpReducer>(*comm_, model_.grads(), n_, ddp_options);
@@ -255,20 +292,33 @@ void Training::prepare_steps(const Start& start) {
 // and AdamW; returns what it measured.
 StepMetrics Training::train_step(std::uint64_t step, const LrSchedule& schedule) {
   const Clock::time_point began = Clock::now();
-  const float loss_scale = 1.0f / static_cast<float>(K_);
-  model_.zero_grad();
+  // ZeRO reduce-scatters sum over ranks: each rank's gradients are divided by W up front.
+  const float loss_scale = 1.0f / static_cast<float>(zero_ ? K_ * world_ : K_);
+  if (zero_) {
+    zero_->zero_grad();
+  } else {
+    model_.zero_grad();
+  }
   double loss_sum = 0;
   for (int micro = 0; micro < K_; ++micro) {
     Batch batch = prefetch_->next();
     loss_sum += model_.forward(batch.inputs(), batch.targets(), B_, T_);
     if (ddp_) ddp_->begin_backward(micro == K_ - 1);
+    if (zero_) zero_->begin_backward(micro == K_ - 1);
     model_.backward(loss_scale, grads_ready_);
     if (ddp_) ddp_->finish_backward();
+    if (zero_) zero_->finish_backward();
   }
   const float loss = allreduce_sum(*comm_, static_cast<float>(loss_sum / K_)) / static_cast<float>(world_);
-  const float grad_norm = clip_grad_norm(model_.backend(), model_.grads(), n_, o_.grad_clip);
   const float lr = schedule.at(static_cast<long>(step));
-  optimizer_.step(model_.params(), model_.grads(), lr, static_cast<long>(step) + 1);
+  float grad_norm = 0;
+  if (zero_) {
+    grad_norm = zero_->clip_grad_norm(o_.grad_clip);
+    zero_->step(lr, static_cast<long>(step) + 1);
+  } else {
+    grad_norm = clip_grad_norm(model_.backend(), model_.grads(), n_, o_.grad_clip);
+    adamw_->step(model_.params(), model_.grads(), lr, static_cast<long>(step) + 1);
+  }
 
   StepMetrics m;
   m.step = step + 1;
@@ -279,6 +329,13 @@ StepMetrics Training::train_step(std::uint64_t step, const LrSchedule& schedule)
   m.tokens_per_s = static_cast<double>(global_batch_tokens(shape_)) / (m.step_ms / 1000.0);
   // Timer noise can make the measured fraction a hair below 0 when nothing overlapped.
   if (ddp_) m.comm_hidden = std::clamp(ddp_->last_stats().hidden_fraction(), 0.0, 1.0);
+  if (zero_) {
+    const ZeroStepStats stats = zero_->take_stats();
+    if (world_ > 1) m.comm_hidden = std::clamp(stats.hidden_fraction, 0.0, 1.0);
+    const ZeroMemory memory = zero_->memory();
+    m.sharding = ShardingMetrics{memory.params, memory.grads, memory.optim, model_.activation_bytes(),
+                                 stats.gathered_peak_bytes, stats.comm_bytes};
+  }
   return m;
 }
 
@@ -289,7 +346,7 @@ void Training::report(const StepMetrics& m) {
   if (m.step % static_cast<std::uint64_t>(o_.log_every) == 0 || m.step == steps()) {
     spdlog::info("step {}/{} | loss {:.6f} | lr {:.3e} | norm {:.4f} | {:.0f} tok/s | {:.1f} ms{}", m.step,
                  o_.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_ms,
-                 ddp_ ? fmt::format(" | comm hidden {:.0f}%", 100 * *m.comm_hidden) : std::string());
+                 m.comm_hidden ? fmt::format(" | comm hidden {:.0f}%", 100 * *m.comm_hidden) : std::string());
   }
   // A loss that is not finite ends the run just below, with an error that says so; the agent refuses it in a
   // health report.
@@ -308,7 +365,11 @@ void Training::save(std::uint64_t step, std::uint64_t data_step) {
   TrainState state = shape_;
   state.step = step;
   state.data_step = data_step;
-  save_checkpoint(*comm_, o_.checkpoint_dir, model_, optimizer_, state);
+  if (zero_) {
+    save_zero_checkpoint(*comm_, o_.checkpoint_dir, model_, *zero_, state);
+  } else {
+    save_checkpoint(*comm_, o_.checkpoint_dir, model_, adamw_->m(), adamw_->v(), state);
+  }
 }
 
 }  // namespace

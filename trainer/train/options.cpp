@@ -117,6 +117,9 @@ void add_io_flags(CLI::App& app, TrainOptions& o) {
 
 // Flags outside the groups: --help lists them under "Options".
 void add_run_flags(CLI::App& app, TrainOptions& o) {
+  app.add_option("--zero", o.zero, "sharding over the ranks: 0 = DDP (full replicas); 1 = optimizer state sharded "
+                 "(ZeRO-1); 2 = also gradients (ZeRO-2); 3 = also parameters (ZeRO-3, FSDP FULL_SHARD)")
+      ->check(CLI::Range(0, 3))->capture_default_str();
   app.add_option("--ddp-bucket-mb", o.ddp_bucket_mb,
                  "DDP gradient bucket size in MiB after the first 1 MiB bucket (PyTorch's bucket_cap_mb)")
       ->check(CLI::Range(0.0625, 4096.0))->capture_default_str();

@@ -41,6 +41,7 @@ struct TrainOptions {
   std::string lr_schedule = "constant";  // --lr-schedule: constant | cosine (to lr * min_lr_ratio at --steps)
   float min_lr_ratio = 0.0f;             // --min-lr-ratio: the cosine's floor as a fraction of --lr
   int grad_accum = 1;                    // --grad-accum: micro-steps per optimizer step
+  int zero = 0;                          // --zero: 0 = DDP; 1, 2, 3 = ZeRO stage (trainer/parallel/zero/engine.h)
   double ddp_bucket_mb = 25;             // --ddp-bucket-mb: DDP bucket size after the first 1 MiB bucket (PyTorch's
                                          //   bucket_cap_mb); smaller buckets start their allreduce earlier in
                                          //   backward, which matters for models of a few tens of MB

@@ -1,0 +1,138 @@
+#include "trainer/parallel/zero/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace dtrain::trainer {
+namespace {
+
+std::vector<ParamSpan> owned_spans(const ZeroShards& shards) {
+  std::vector<ParamSpan> spans;
+  for (const ShardSpan& s : shards.owned()) spans.push_back({s.offset, s.count, s.state_offset});
+  return spans;
+}
+
+int checked_stage(int stage) {
+  if (stage < 1 || stage > 3)
+    throw std::invalid_argument("ZeroEngine: stage " + std::to_string(stage) + " is not 1, 2 or 3 (--zero 0 is "
+                                "DDP, trainer/parallel/ddp)");
+  return stage;
+}
+
+}  // namespace
+
+ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, const AdamWOptions& options)
+    : stage_(checked_stage(stage)),
+      comm_(comm),
+      model_(model),
+      shards_(model.layout(), comm.rank(), comm.size()),
+      spans_(owned_spans(shards_)),
+      optimizer_(model.backend(), shards_.shard_params(), model.layout().decay_ranges(), options,
+                 shards_.padded_params()),
+      reducer_(comm, shards_, model.grads(), stage >= 2) {
+  grads_ready_ = [this](std::size_t offset, std::size_t count) { reducer_.grads_ready(offset, count); };
+  if (stage_ == 3) {
+    gatherer_ = std::make_unique<ParamGatherer>(comm, shards_, model.params());
+    model.set_unit_hooks({[this](int u) { gatherer_->gather(u); }, [this](int u) { gatherer_->release(u); }});
+  }
+}
+
+void ZeroEngine::shard_params() {
+  if (gatherer_) gatherer_->release_all();
+}
+
+void ZeroEngine::gather_params() {
+  if (gatherer_) gatherer_->gather_all();
+}
+
+void ZeroEngine::release_params() {
+  if (gatherer_) gatherer_->release_all();
+}
+
+void ZeroEngine::gather_moments(std::vector<float>& m, std::vector<float>& v) {
+  m.assign(shards_.padded_params(), 0.0f);
+  v.assign(shards_.padded_params(), 0.0f);
+  std::vector<std::shared_ptr<Work>> works;
+  for (int u = 0; u < shards_.num_units(); ++u) {
+    const ShardSpan& own = shards_.owned(u);
+    const std::size_t at = shards_.slice(u).offset;
+    std::copy_n(optimizer_.m() + own.state_offset, own.count, m.data() + own.offset);
+    std::copy_n(optimizer_.v() + own.state_offset, own.count, v.data() + own.offset);
+    if (shards_.world() == 1) continue;
+    works.push_back(comm_.all_gather(m.data() + own.offset, m.data() + at, own.count));
+    works.push_back(comm_.all_gather(v.data() + own.offset, v.data() + at, own.count));
+  }
+  for (auto& work : works) work->wait();
+}
+
+void ZeroEngine::load_moments(const float* m, const float* v) {
+  for (const ShardSpan& own : shards_.owned()) {
+    std::copy_n(m + own.offset, own.count, optimizer_.m() + own.state_offset);
+    std::copy_n(v + own.offset, own.count, optimizer_.v() + own.state_offset);
+  }
+}
+
+void ZeroEngine::zero_grad() {
+  if (stage_ == 1) {
+    model_.zero_grad();
+    return;
+  }
+  // Outside the owned shards the gradient buffer already reads as zeros: the reducer released it.
+  for (const ShardSpan& own : shards_.owned()) model_.backend().zero(model_.grads() + own.offset, own.count);
+}
+
+void ZeroEngine::begin_backward(bool last_micro_step) { reducer_.begin_backward(stage_ >= 2 || last_micro_step); }
+
+void ZeroEngine::finish_backward() { reducer_.finish_backward(); }
+
+float ZeroEngine::clip_grad_norm(float max_norm) {
+  double local = 0;
+  kernels::Backend& k = model_.backend();
+  for (const ShardSpan& own : shards_.owned()) local += k.sum_squares(model_.grads() + own.offset, own.count);
+  // Every rank's sum travels as two floats (its float and the float of the rest), so the total keeps double
+  // precision and the norm rounds to the float DDP's clip_grad_norm gets from its one double sum.
+  const int W = shards_.world(), r = shards_.rank();
+  std::vector<float> parts(2 * static_cast<std::size_t>(W));
+  parts[2 * r] = static_cast<float>(local);
+  parts[2 * r + 1] = static_cast<float>(local - static_cast<double>(parts[2 * r]));
+  if (W > 1) comm_.all_gather(parts.data() + 2 * r, parts.data(), 2)->wait();
+  double total = 0;
+  for (float part : parts) total += part;
+  const float norm = static_cast<float>(std::sqrt(total));
+  if (max_norm > 0.0f) {
+    const float coef = max_norm / (norm + 1e-6f);
+    if (coef < 1.0f)
+      for (const ShardSpan& own : shards_.owned()) k.scale(model_.grads() + own.offset, own.count, coef);
+  }
+  return norm;
+}
+
+void ZeroEngine::step(float lr, long t) {
+  optimizer_.step_spans(model_.params(), model_.grads(), spans_, lr, t);
+  if (stage_ == 3 || shards_.world() == 1) return;
+  std::vector<std::shared_ptr<Work>> works;
+  for (int u = 0; u < shards_.num_units(); ++u) {
+    const ShardSpan& own = shards_.owned(u);
+    works.push_back(comm_.all_gather(model_.params() + own.offset, model_.params() + shards_.slice(u).offset,
+                                     own.count));
+    counted_bytes_ += ring_bytes_sent(shards_.slice(u).count, shards_.world());
+  }
+  for (auto& work : works) work->wait();
+}
+
+ZeroStepStats ZeroEngine::take_stats() {
+  ZeroStepStats stats;
+  const std::uint64_t total = counted_bytes_ + reducer_.bytes_sent() + (gatherer_ ? gatherer_->bytes_sent() : 0);
+  stats.comm_bytes = total - taken_bytes_;
+  taken_bytes_ = total;
+  if (gatherer_) {
+    stats.gathered_peak_bytes = gatherer_->peak_bytes();
+    gatherer_->reset_peak();
+  }
+  stats.hidden_fraction = reducer_.last_stats().hidden_fraction();
+  return stats;
+}
+
+}  // namespace dtrain::trainer

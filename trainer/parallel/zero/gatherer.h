@@ -1,0 +1,69 @@
+#pragma once
+
+// ZeRO-3 (FSDP FULL_SHARD) parameters: every rank keeps only its shard of each unit (shards.h); a unit's parameters
+// are all-gathered in place into the model's flat buffer just before the model uses them and released (pages.h)
+// just after, through the model's unit hooks (Gpt::UnitHooks). The gather order of one micro-step is known:
+//   forward:  0 (embeddings), 1 .. L (layers), L+1 (final LayerNorm)
+//   backward: L+1, L .. 1                                      (unit 0 is released after the embedding backward)
+// so when gather(u) returns, the all-gather of the next unit in that order is already in flight (forward prefetch,
+// and backward prefetch in reverse order), overlapping u's compute. At most two units besides unit 0 are gathered
+// or being gathered at once (FSDP's limit_all_gathers). Unit 0 stays gathered from the start of forward to the end
+// of backward, as FSDP keeps its root unit: the tied output head reads wte at the end of forward and the start of
+// backward. A unit that is next in the order when released (the final LayerNorm between forward and backward)
+// stays gathered.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "trainer/comm/communicator.h"
+#include "trainer/parallel/zero/shards.h"
+
+namespace dtrain::trainer {
+
+class ParamGatherer {
+ public:
+  ParamGatherer(Communicator& comm, const ZeroShards& shards, float* params);
+  ParamGatherer(const ParamGatherer&) = delete;
+  ParamGatherer& operator=(const ParamGatherer&) = delete;
+  ~ParamGatherer();
+
+  // The model's hooks. gather(u) must follow the order above (a new micro-step starts at gather(0));
+  // anything else throws std::logic_error.
+  void gather(int unit);
+  void release(int unit);
+
+  // Every unit gathered (a checkpoint writes the whole model), or every unit released outside the owned shard
+  // (after the start's broadcast filled the whole buffer, and after a checkpoint).
+  void gather_all();
+  void release_all();
+
+  // Bytes sent by all-gathers so far (ring accounting); the largest number of bytes of gathered units (whole
+  // slices, unit 0 included) alive at once since the last reset_peak().
+  std::uint64_t bytes_sent() const { return bytes_sent_; }
+  std::uint64_t peak_bytes() const { return peak_bytes_; }
+  void reset_peak() { peak_bytes_ = alive_bytes(); }
+  // The gather order of one micro-step (above), for tests.
+  const std::vector<int>& order() const { return order_; }
+
+ private:
+  enum class State { released, gathering, gathered };
+  void issue(int unit);
+  void wait(int unit);
+  void free(int unit);
+  int alive_besides_root() const;
+  std::uint64_t alive_bytes() const;
+
+  Communicator& comm_;
+  const ZeroShards& shards_;
+  float* params_;
+  std::vector<int> order_;
+  std::size_t cursor_;  // index in order_ of the last gather()
+  std::vector<State> state_;
+  std::vector<std::shared_ptr<Work>> work_;
+  std::uint64_t bytes_sent_ = 0;
+  std::uint64_t peak_bytes_ = 0;
+};
+
+}  // namespace dtrain::trainer

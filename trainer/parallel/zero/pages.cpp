@@ -1,0 +1,42 @@
+#include "trainer/parallel/zero/pages.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace dtrain::trainer {
+
+void release_range(float* data, std::size_t count) {
+  if (count == 0) return;
+  static const std::uintptr_t page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  const std::uintptr_t begin = reinterpret_cast<std::uintptr_t>(data);
+  const std::uintptr_t end = begin + count * sizeof(float);
+  const std::uintptr_t first = (begin + page - 1) / page * page;
+  const std::uintptr_t last = end / page * page;
+  if (first >= last) {
+    std::memset(data, 0, count * sizeof(float));
+    return;
+  }
+  std::memset(data, 0, first - begin);
+  std::memset(reinterpret_cast<void*>(last), 0, end - last);
+  if (madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED) != 0) {
+    throw std::runtime_error("ZeRO: madvise(MADV_DONTNEED) of " + std::to_string(last - first) +
+                             " bytes failed (" + std::strerror(errno) + "); the buffer must be host memory");
+  }
+}
+
+void release_outside(float* base, std::size_t begin, std::size_t end, std::size_t keep_begin, std::size_t keep_end) {
+  if (keep_begin < begin || keep_end > end || keep_begin > keep_end)
+    throw std::logic_error("release_outside: kept range [" + std::to_string(keep_begin) + ", " +
+                           std::to_string(keep_end) + ") is not inside [" + std::to_string(begin) + ", " +
+                           std::to_string(end) + ")");
+  release_range(base + begin, keep_begin - begin);
+  release_range(base + keep_end, end - keep_end);
+}
+
+}  // namespace dtrain::trainer

@@ -1,0 +1,118 @@
+#include "trainer/parallel/zero/reducer.h"
+
+#include <chrono>
+#include <stdexcept>
+
+#include "trainer/parallel/zero/pages.h"
+
+namespace dtrain::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string range(std::size_t offset, std::size_t count) {
+  return "[" + std::to_string(offset) + ", " + std::to_string(offset + count) + ")";
+}
+
+}  // namespace
+
+ZeroReducer::ZeroReducer(Communicator& comm, const ZeroShards& shards, float* grads, bool release_grads)
+    : comm_(comm), shards_(shards), grads_(grads), release_grads_(release_grads) {}
+
+ZeroReducer::~ZeroReducer() {
+  // The communicator's thread may still write into grads_; it must be done before the buffer can go.
+  for (const Pending& p : pending_) {
+    try {
+      p.work->wait();
+    } catch (const std::exception&) {
+      // Already unwinding or destroyed after a failure that finish_backward() reported.
+    }
+  }
+}
+
+void ZeroReducer::begin_backward(bool sync) {
+  if (in_pass_)
+    throw std::logic_error("ZeroReducer::begin_backward: the previous backward pass was not finished; call "
+                           "finish_backward() after every pass");
+  in_pass_ = true;
+  sync_ = sync;
+  ready_from_ = shards_.padded_params();
+  next_unit_ = shards_.num_units() - 1;
+  comm_ms_ = 0;
+  failure_.clear();
+}
+
+void ZeroReducer::grads_ready(std::size_t offset, std::size_t count) {
+  if (!in_pass_)
+    throw std::logic_error("ZeroReducer::grads_ready" + range(offset, count) + " outside a backward pass; call "
+                           "begin_backward() first");
+  if (offset + count != ready_from_ || offset > ready_from_)
+    throw std::logic_error("ZeroReducer::grads_ready" + range(offset, count) + ": expected a range ending at " +
+                           std::to_string(ready_from_) + "; backward must report the whole padded buffer of " +
+                           std::to_string(shards_.padded_params()) + " floats once, from its end to its start");
+  ready_from_ = offset;
+  while (next_unit_ >= 0 && ready_from_ <= shards_.slice(next_unit_).offset) {
+    if (sync_) start_unit(next_unit_);
+    --next_unit_;
+  }
+  if (release_grads_) {
+    const std::string failed = retire(false);
+    if (failure_.empty()) failure_ = failed;
+  }
+}
+
+void ZeroReducer::start_unit(int unit) {
+  if (shards_.world() == 1) return;
+  const ParamRange slice = shards_.slice(unit);
+  const ShardSpan& own = shards_.owned(unit);
+  pending_.push_back({unit, comm_.reduce_scatter(grads_ + slice.offset, grads_ + own.offset, own.count)});
+  bytes_sent_ += ring_bytes_sent(slice.count, shards_.world());
+}
+
+std::string ZeroReducer::complete(const Pending& p) {
+  std::string failed;
+  try {
+    p.work->wait();
+    comm_ms_ += p.work->elapsed_ms();
+  } catch (const std::exception& error) {
+    failed = error.what();
+  }
+  if (release_grads_) {
+    const ParamRange slice = shards_.slice(p.unit);
+    const ShardSpan& own = shards_.owned(p.unit);
+    release_outside(grads_, slice.offset, slice.offset + slice.count, own.offset, own.offset + own.count);
+  }
+  return failed;
+}
+
+std::string ZeroReducer::retire(bool wait_all) {
+  std::string failed;
+  std::size_t done = 0;
+  while (done < pending_.size() && (wait_all || pending_[done].work->done())) {
+    const std::string error = complete(pending_[done]);
+    if (failed.empty()) failed = error;
+    ++done;
+  }
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done));
+  return failed;
+}
+
+void ZeroReducer::finish_backward() {
+  if (!in_pass_) throw std::logic_error("ZeroReducer::finish_backward outside a backward pass");
+  if (ready_from_ != 0)
+    throw std::logic_error("ZeroReducer::finish_backward: gradients [0, " + std::to_string(ready_from_) +
+                           ") were never reported ready");
+  in_pass_ = false;
+  if (!sync_) return;
+  const Clock::time_point waiting = Clock::now();
+  const std::string failed = retire(true);
+  if (failure_.empty()) failure_ = failed;
+  DdpStats stats;
+  stats.exposed_ms = std::chrono::duration<double, std::milli>(Clock::now() - waiting).count();
+  stats.buckets = static_cast<std::size_t>(shards_.num_units());
+  stats.comm_ms = comm_ms_;
+  stats_ = stats;
+  if (!failure_.empty()) throw CommError("ZeRO gradient reduce-scatter failed: " + failure_);
+}
+
+}  // namespace dtrain::trainer

@@ -1,0 +1,66 @@
+#pragma once
+
+// ZeRO sharding of the flat parameter buffer (ZeRO paper, arXiv:1910.02054; PyTorch FSDP's flat parameters).
+// The buffer is cut into units (trainer/model/layout.h: wte + wpe, each layer, the final LayerNorm), each unit's
+// slice padded to a multiple of the world size W and split into W equal shards; rank r owns shard r of every unit:
+//   unit u:  | shard 0 (rank 0) | shard 1 (rank 1) | ... | shard W-1 (rank W-1, padding at its end) |
+// Stage 1 shards AdamW's m and v, stage 2 also the gradients, stage 3 also the parameters. A rank's optimizer
+// state is its shards of every unit, concatenated in unit order (ShardSpan::state_offset).
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "trainer/model/layout.h"
+
+namespace dtrain::trainer {
+
+// One rank's shard of one unit: where it lies in the flat buffer and where its optimizer state starts.
+struct ShardSpan {
+  std::size_t offset = 0;        // first float in the flat buffer
+  std::size_t count = 0;         // floats (the unit's slice / W; padding included)
+  std::size_t state_offset = 0;  // first float in this rank's optimizer state
+};
+
+class ZeroShards {
+ public:
+  // layout: the model's, padded for `world` ranks (ParamLayout(config, world)). Throws std::invalid_argument when
+  // the layout's unit multiple is not `world` or rank is outside [0, world).
+  ZeroShards(const ParamLayout& layout, int rank, int world);
+
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+  int num_units() const { return static_cast<int>(slices_.size()); }
+  // Unit u's slice of the flat buffer (padding included; a multiple of world()).
+  ParamRange slice(int u) const { return slices_[u]; }
+  // This rank's shard of unit u.
+  const ShardSpan& owned(int u) const { return owned_[u]; }
+  const std::vector<ShardSpan>& owned() const { return owned_; }
+  // P: the padded parameter count (the flat buffer's size).
+  std::size_t padded_params() const { return padded_; }
+  // P / W: the floats of this rank's shards together (its optimizer state's size).
+  std::size_t shard_params() const { return padded_ / static_cast<std::size_t>(world_); }
+
+ private:
+  int rank_;
+  int world_;
+  std::vector<ParamRange> slices_;
+  std::vector<ShardSpan> owned_;
+  std::size_t padded_ = 0;
+};
+
+// What one rank holds in steady state, in bytes, fp32 (README, "--zero"): P = padded parameter count, W ranks.
+//   stage 0: params 4P, grads 4P, optimizer (m, v) 8P     stage 2: 4P, 4P/W, 8P/W
+//   stage 1: 4P, 4P, 8P/W                                 stage 3: 4P/W, 4P/W, 8P/W
+struct ZeroMemory {
+  std::uint64_t params = 0;
+  std::uint64_t grads = 0;
+  std::uint64_t optim = 0;
+};
+ZeroMemory zero_memory(int stage, std::size_t padded_params, int world);
+
+// Bytes one rank sends for a reduce-scatter or an all-gather of `count` floats in all (W shards of count / W), as
+// a ring does it: W - 1 shards. (An allreduce is one of each.)
+std::uint64_t ring_bytes_sent(std::size_t count, int world);
+
+}  // namespace dtrain::trainer
