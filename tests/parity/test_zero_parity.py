@@ -1,0 +1,109 @@
+"""--zero 1, 2, 3 (fp32) under the real launcher on 2 and 4 ranks against --zero 0 (DDP) at the same world size and
+against the single-process PyTorch reference, over 10 AdamW steps with warmup, a cosine schedule, clipping and
+weight decay, all from one llm.c checkpoint the reference wrote:
+  - per-step losses within 1e-5 relative of --zero 0 (grad norms too), and of PyTorch within 1e-4 (the tolerance
+    test_trainer_pytorch uses for --zero 0 itself);
+  - parameters after 10 steps (the consolidated model file rank 0 writes) equal DDP's within 1e-6 relative, as the
+    2-norm of the difference over the 2-norm of DDP's parameters (on 2 ranks they are bit for bit equal; on 4, Gloo's
+    reduce-scatter adds the four ranks' gradients in another order than its allreduce, and AdamW turns those last-bit
+    differences of near-zero gradients into differences of up to about lr * 1e-3 in single elements);
+  - gradient accumulation: K=2 micro-steps of B/2 equal K=1 of B under every stage;
+  - the memory metrics equal the README formulas exactly (P = padded parameter count), stage 3 reports its gathered
+    peak, and comm_bytes follows the ring accounting.
+The model has 129 channels (3 heads), so its layers' slices are odd and ZeRO pads them on both world sizes."""
+
+import os
+
+import trainer_harness as h
+
+h.require_binaries(h.TRAINER, h.DTRAIN)
+MODEL = ["--layers", "2", "--channels", "129", "--heads", "3", "--max-seq-len", "64", "--vocab", "256"]
+L, C, VP, MAXT = 2, 129, 256, 64
+work = h.workdir()
+shard = h.make_text_shard(work)
+init = os.path.join(work, "init.bin")
+proc = h.run([h.PYTHON, h.REFERENCE, "init", "--out", init, "--seed", "5"] + MODEL, work)
+if not h.check(proc.code == 0, "the reference writes an initial checkpoint"):
+    h.finish()
+GLOBAL_B = 8
+schedule = ["--init-from", init, "--data", shard, "--seq-len", "64", "--steps", "10", "--lr", "1e-3",
+            "--warmup-steps", "3", "--lr-schedule", "cosine", "--min-lr-ratio", "0.1", "--grad-clip", "1.0",
+            "--weight-decay", "0.1", "--threads", "1"]
+common = schedule + ["--save-every", "10"]
+
+
+def padded_params(world):
+    units = [(VP + MAXT) * C] + [12 * C * C + 13 * C] * L + [2 * C]
+    return sum(-(-u // world) * world for u in units)
+
+
+def params_of(path):
+    import array
+    values = array.array("f")
+    with open(path, "rb") as f:
+        f.seek(256 * 4)
+        values.frombytes(f.read())
+    return values
+
+
+def train(world, zero, accum=1):
+    name = f"n{world}_z{zero}_k{accum}"
+    path = os.path.join(work, name + ".jsonl")
+    ck = os.path.join(work, "ck_" + name)
+    batch = GLOBAL_B // world // accum
+    run = h.launched(world, MODEL + common + ["--zero", str(zero), "--batch-size", str(batch), "--grad-accum",
+                                             str(accum), "--metrics", path, "--checkpoint-dir", ck], work)
+    if not h.check(run.code == 0, f"{name}: `dtrain run -n {world} ... --zero {zero}` exits 0"):
+        return None, None
+    return h.metrics(path), params_of(os.path.join(ck, "model_10.bin"))
+
+
+def check_memory(label, steps, world, zero):
+    P = padded_params(world)
+    full, shard = 4 * P, 4 * P // world
+    want = {1: (full, full, 2 * shard), 2: (full, shard, 2 * shard), 3: (shard, shard, 2 * shard)}[zero]
+    got = [(m["mem_params_bytes"], m["mem_grads_bytes"], m["mem_optim_bytes"]) for m in steps]
+    h.check(all(g == want for g in got), f"{label}: params/grads/optim bytes {got[0]} = formula {want} (P = {P})")
+    peak = [m.get("mem_gathered_peak_bytes") for m in steps]
+    h.check((zero == 3) == all(p is not None and p > 0 for p in peak), f"{label}: gathered peak {peak[0]}")
+    ring = (world - 1) * P // world * 4  # one reduce-scatter (or all-gather) of the whole buffer
+    # Stage 3 gathers the layers a second time in backward (the embeddings stay, the final LayerNorm is kept).
+    layers = (world - 1) * (L * -(-(12 * C * C + 13 * C) // world)) * 4
+    expected = {1: 2 * ring, 2: 2 * ring, 3: 2 * ring + layers}[zero]
+    h.check(all(m["comm_bytes"] == expected for m in steps),
+            f"{label}: comm_bytes {steps[0]['comm_bytes']} per step = {expected} (ring accounting)")
+    h.check(all(m["mem_activations_bytes"] > 0 for m in steps), f"{label}: activation bytes reported")
+
+
+def param_differences(a, b):
+    """(norm of the difference / norm of DDP's parameters, largest difference / largest parameter)."""
+    norm = sum((x - y) ** 2 for x, y in zip(a, b)) ** 0.5 / sum(y * y for y in b) ** 0.5
+    return norm, max(abs(x - y) for x, y in zip(a, b)) / max(abs(y) for y in b)
+
+
+reference = os.path.join(work, "torch.jsonl")
+ref = h.run([h.PYTHON, h.REFERENCE, "train", "--init-from", init, "-B", str(GLOBAL_B), "--threads", "1",
+             "--metrics", reference] + schedule,
+            work, timeout=240)
+h.check(ref.code == 0, "the PyTorch reference exits 0")
+torch_losses = [m["loss"] for m in h.metrics(reference)] if ref.code == 0 else []
+
+for world in (2, 4):
+    ddp, ddp_params = train(world, 0)
+    for zero in (1, 2, 3):
+        label = f"-n {world} --zero {zero}"
+        steps, params = train(world, zero)
+        if steps is None or ddp is None:
+            continue
+        h.compare_steps(f"{label} vs --zero 0", steps, ddp, 1e-5)
+        if torch_losses:
+            h.compare_losses(f"{label} vs PyTorch", [m["loss"] for m in steps], torch_losses, 1e-4)
+        norm, largest = param_differences(params, ddp_params)
+        h.check(norm <= 1e-6, f"{label}: parameters after 10 steps vs DDP's: relative difference {norm:.2e} "
+                              f"(2-norm; tolerance 1e-6), largest element difference {largest:.2e} of the "
+                              f"largest parameter")
+        check_memory(label, steps, world, zero)
+        accum, _ = train(world, zero, accum=2)
+        if accum is not None:
+            h.compare_steps(f"{label}: K=2 x B/2 vs K=1 x B", accum, steps, 1e-5)
+h.finish()
