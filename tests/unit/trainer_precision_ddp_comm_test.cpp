@@ -133,8 +133,10 @@ TEST_CASE("bf16 and fp16 DDP over 2 Gloo ranks: PyTorch's compress hook result, 
     int wrong = 0;
     for (std::size_t i = 0; i < kCount; ++i) {
       // compressed = bucket.to(dtype).div_(world); all_reduce (sum in fp32, rounded); decompress = copy_ to fp32
-      const float c0 = float_from_half(half_from_float(float_from_half(half_from_float(g0[i], type), type) / 2, type), type);
-      const float c1 = float_from_half(half_from_float(float_from_half(half_from_float(g1[i], type), type) / 2, type), type);
+      auto compressed = [type](float g) {
+        return float_from_half(half_from_float(float_from_half(half_from_float(g, type), type) / 2, type), type);
+      };
+      const float c0 = compressed(g0[i]), c1 = compressed(g1[i]);
       const float expected = float_from_half(half_from_float(c0 + c1, type), type);
       wrong += !(half.grads[0][i] == expected || (std::isnan(expected) && std::isnan(half.grads[0][i])));
     }

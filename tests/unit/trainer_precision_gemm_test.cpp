@@ -37,8 +37,12 @@ int wrong_elements(cpu::GemmHalfPath path, Dtype type, const Case& c, std::mt199
   const auto B = random_half(static_cast<std::size_t>(c.trans_b ? c.N : c.K) * ldb, type, rng);
   std::vector<float> C(static_cast<std::size_t>(c.M) * ldc, 0.5f);
   const float alpha = 0.75f, beta = 2.0f;
-  auto a = [&](int m, int k) { return float_from_half(A[c.trans_a ? std::size_t(k) * lda + m : std::size_t(m) * lda + k], type); };
-  auto b = [&](int k, int n) { return float_from_half(B[c.trans_b ? std::size_t(n) * ldb + k : std::size_t(k) * ldb + n], type); };
+  auto a = [&](int m, int k) {
+    return float_from_half(A[c.trans_a ? std::size_t(k) * lda + m : std::size_t(m) * lda + k], type);
+  };
+  auto b = [&](int k, int n) {
+    return float_from_half(B[c.trans_b ? std::size_t(n) * ldb + k : std::size_t(k) * ldb + n], type);
+  };
   cpu::gemm_half(path, type, c.trans_a, c.trans_b, c.M, c.N, c.K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(),
                  ldc);
   int wrong = 0;
@@ -108,7 +112,8 @@ TEST_CASE("bench: bf16 and fp16 gemm against fp32 sgemm at the bench model's MLP
     for (int r = 0; r < runs; ++r) {
       const auto start = std::chrono::steady_clock::now();
       fn();
-      best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+      const auto elapsed = std::chrono::steady_clock::now() - start;
+      best = std::min(best, std::chrono::duration<double, std::milli>(elapsed).count());
     }
     return best;
   };
@@ -116,10 +121,11 @@ TEST_CASE("bench: bf16 and fp16 gemm against fp32 sgemm at the bench model's MLP
   std::vector<float> result(out.size());
   const double fp32 =
       best_ms([&] { backend.matmul_forward(result.data(), inp.data(), weight.data(), nullptr, N, C, OC); });
-  const double fp32_dweight = best_ms(
-      [&] { backend.matmul_backward(nullptr, dweight.data(), nullptr, out.data(), inp.data(), weight.data(), N, C, OC); });
-  std::printf("threads %d; forward out (%d, %d) = inp (%d, %d) @ weight (%d, %d)^T; dweight (%d, %d) += dout^T @ inp\n"
-              "  fp32 sgemm: forward %.2f ms, dweight %.2f ms\n",
+  const double fp32_dweight = best_ms([&] {
+    backend.matmul_backward(nullptr, dweight.data(), nullptr, out.data(), inp.data(), weight.data(), N, C, OC);
+  });
+  std::printf("threads %d; forward out (%d, %d) = inp (%d, %d) @ weight (%d, %d)^T;"
+              " dweight (%d, %d) += dout^T @ inp\n  fp32 sgemm: forward %.2f ms, dweight %.2f ms\n",
               cpu_threads(), N, OC, N, C, OC, C, OC, C, fp32, fp32_dweight);
   for (Dtype type : {Dtype::bf16, Dtype::fp16}) {
     std::vector<std::uint16_t> inp16(inp.size()), weight16(weight.size()), dout16(out.size());

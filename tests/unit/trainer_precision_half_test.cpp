@@ -130,7 +130,8 @@ TEST_CASE("the vectorised spans and the backend's copies equal the scalar defini
     cpu_backend().from_half(wide.data(), expected.data(), expected.size(), type);
     int wrong = 0;
     for (std::size_t i = 0; i < values.size(); ++i) {
-      wrong += std::bit_cast<std::uint32_t>(wide[i]) != std::bit_cast<std::uint32_t>(float_from_half(expected[i], type));
+      const float scalar = float_from_half(expected[i], type);
+      wrong += std::bit_cast<std::uint32_t>(wide[i]) != std::bit_cast<std::uint32_t>(scalar);
     }
     CHECK(wrong == 0);
     std::vector<std::uint16_t> divided(values.size()), sum(values.size());

@@ -6,8 +6,9 @@
 //
 //   bf16  (bfloat16): fp32's sign and 8-bit exponent, 7 mantissa bits: fp32's range, about 3 significant digits.
 //         From fp32: round to nearest, ties to even; a NaN becomes 0x7FC0 (a quiet NaN) whatever its sign or
-//         payload; infinities and overflow past bf16's largest finite value give inf. As PyTorch's
-//         c10::BFloat16 (round_to_nearest_even), bit for bit.
+//         payload; infinities and overflow past bf16's largest finite value give inf. As PyTorch's scalar
+//         c10::BFloat16 (round_to_nearest_even), bit for bit (PyTorch's vectorised CPU cast differs only in
+//         writing a NaN as 0xFFFF).
 //   fp16  (IEEE 754 binary16): 5-bit exponent, 10 mantissa bits: largest finite 65504, subnormals down to 2^-24.
 //         From fp32: round to nearest, ties to even, overflow to inf, gradual underflow to subnormals and zero,
 //         NaN to sign | 0x7E00. As PyTorch's c10::Half (fp16_ieee_from_fp32_value), bit for bit.

@@ -190,7 +190,8 @@ std::shared_ptr<Work> NcclCommunicator::allreduce_half(std::uint16_t* data, std:
   const std::string what =
       std::string("allreduce of ") + std::to_string(count) + " " + kernels::dtype_name(type) + " values";
   if (type == kernels::Dtype::fp32) {
-    throw CommError("nccl " + what + " on " + state_->where() + ": allreduce_half takes bf16 or fp16; use allreduce()");
+    throw CommError("nccl " + what + " on " + state_->where() +
+                    ": allreduce_half takes bf16 or fp16; use allreduce() for fp32");
   }
   state_->check_device_pointers(what, count, {{data, "data"}});
   count_sent(ring_bytes_per_rank(Collective::allreduce, count * sizeof(std::uint16_t), size()));

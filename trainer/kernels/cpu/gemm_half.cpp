@@ -26,19 +26,11 @@ Sbgemm find_sbgemm() {
   return found;
 }
 
-// dst (rows, cols), packed, = the fp32 values of src's rows (row stride ld) or, transposed, of its columns:
-// dst[r][c] = transposed ? src[c * ld + r] : src[r * ld + c].
-void widen(float* dst, const std::uint16_t* src, int rows, int cols, int ld, bool transposed, Dtype type) {
-  if (!transposed) {
-    for (int r = 0; r < rows; ++r) {
-      from_half(dst + static_cast<std::size_t>(r) * cols, src + static_cast<std::size_t>(r) * ld,
-                static_cast<std::size_t>(cols), type);
-    }
-    return;
-  }
-  for (int c = 0; c < cols; ++c) {
-    const std::uint16_t* column = src + static_cast<std::size_t>(c) * ld;
-    for (int r = 0; r < rows; ++r) dst[static_cast<std::size_t>(r) * cols + c] = float_from_half(column[r], type);
+// dst (rows, cols), packed, = the fp32 values of src's rows [0, rows) and columns [0, cols) (row stride ld).
+void widen(float* dst, const std::uint16_t* src, int rows, int cols, int ld, Dtype type) {
+  for (int r = 0; r < rows; ++r) {
+    from_half(dst + static_cast<std::size_t>(r) * cols, src + static_cast<std::size_t>(r) * ld,
+              static_cast<std::size_t>(cols), type);
   }
 }
 
@@ -49,19 +41,26 @@ void gemm_convert(Dtype type, bool trans_a, bool trans_b, int M, int N, int K, f
   std::vector<float> wide_b(static_cast<std::size_t>(b_rows) * b_cols);
 #pragma omp parallel for schedule(static) if (static_cast<long>(b_rows) * b_cols >= kParallelMin)
   for (int r = 0; r < b_rows; ++r) {
-    from_half(wide_b.data() + static_cast<std::size_t>(r) * b_cols, B + static_cast<std::size_t>(r) * ldb,
-              static_cast<std::size_t>(b_cols), type);
+    widen(wide_b.data() + static_cast<std::size_t>(r) * b_cols, B + static_cast<std::size_t>(r) * ldb, 1, b_cols,
+          ldb, type);
   }
   gemm_rows(M, N, K, [&](int m0, int m1) {
     thread_local std::vector<float> tile;
     tile.resize(static_cast<std::size_t>(kTileRows) * K);
     for (int t0 = m0; t0 < m1; t0 += kTileRows) {
       const int rows = std::min(kTileRows, m1 - t0);
-      // Row t of op(A) is A's row t, or A's column t when transposed.
-      const std::uint16_t* first = trans_a ? A + t0 : A + static_cast<std::size_t>(t0) * lda;
-      widen(tile.data(), first, rows, K, lda, trans_a, type);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, rows, N, K, alpha, tile.data(),
-                  K, wide_b.data(), b_cols, beta, C + static_cast<std::size_t>(t0) * ldc, ldc);
+      float* c = C + static_cast<std::size_t>(t0) * ldc;
+      const CBLAS_TRANSPOSE op_b = trans_b ? CblasTrans : CblasNoTrans;
+      // The tile keeps A's orientation (contiguous reads and writes); sgemm's flag transposes it.
+      if (trans_a) {
+        widen(tile.data(), A + t0, K, rows, lda, type);
+        cblas_sgemm(CblasRowMajor, CblasTrans, op_b, rows, N, K, alpha, tile.data(), rows, wide_b.data(), b_cols,
+                    beta, c, ldc);
+      } else {
+        widen(tile.data(), A + static_cast<std::size_t>(t0) * lda, rows, K, lda, type);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, op_b, rows, N, K, alpha, tile.data(), K, wide_b.data(), b_cols,
+                    beta, c, ldc);
+      }
     }
   });
 }
