@@ -104,6 +104,17 @@ class Backend {
   virtual void gemm_half(Dtype type, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                          const std::uint16_t* A, int lda, const std::uint16_t* B, int ldb, float beta, float* C,
                          int ldc) = 0;
+  // matmul_forward with 16-bit inp (N, C) and weight (OC, C) of `type`; the products accumulate in fp32 and out
+  // and bias stay fp32 (autocast's linear, with an fp32 result).
+  virtual void matmul_forward_half(Dtype type, float* out, const std::uint16_t* inp, const std::uint16_t* weight,
+                                   const float* bias, int N, int C, int OC) = 0;
+  // matmul_backward of matmul_forward_half: dout (N, OC) is first rounded to `type` into dout_half (N * OC
+  // values, scratch), as the gradient a 16-bit product receives; dinp (N, C) = dout_half @ weight and
+  // dweight (OC, C) += dout_half^T @ inp accumulate in fp32; dbias (OC) += column sums of the fp32 dout.
+  // dinp and dbias may be null.
+  virtual void matmul_backward_half(Dtype type, float* dinp, float* dweight, float* dbias, const float* dout,
+                                    std::uint16_t* dout_half, const std::uint16_t* inp, const std::uint16_t* weight,
+                                    int N, int C, int OC) = 0;
   // Dynamic loss scaling's unscale (torch's _amp_foreach_non_finite_check_and_unscale_): data[0, n) *= inv_scale;
   // returns whether any element was inf or NaN (those stay non-finite).
   virtual bool unscale_and_check(float* data, std::size_t n, float inv_scale) = 0;

@@ -9,68 +9,16 @@
 #include <vector>
 
 #include "trainer/kernels/cpu/backend.h"
+#include "trainer/model/activations.h"
 
 namespace dtrain::trainer {
 
-// Forward activations kept for backward (per-layer ones stacked over L), plus backward's scratch buffers.
-struct Gpt::Activations {
-  kernels::Backend& backend;
-  std::vector<float*> owned;
-  std::size_t owned_count = 0;      // floats in `owned`
-  int B = 0, T = 0;                 // shape of the last forward()
-  std::size_t capacity_bt = 0;      // B*T the buffers hold
-  std::size_t capacity_att = 0;     // B*T*T the attention buffers hold (per head and layer)
-  std::vector<std::int32_t> inputs, targets;
-  bool has_targets = false;
-
-  float* encoded = nullptr;     // (B, T, C)
-  float* ln1 = nullptr;         // (L, B, T, C)
-  float* ln1_mean = nullptr;    // (L, B, T)
-  float* ln1_rstd = nullptr;    // (L, B, T)
-  float* qkv = nullptr;         // (L, B, T, 3C)
-  float* atty = nullptr;        // (L, B, T, C)
-  float* att = nullptr;         // (L, B, NH, T, T)
-  float* residual2 = nullptr;   // (L, B, T, C)
-  float* ln2 = nullptr;         // (L, B, T, C)
-  float* ln2_mean = nullptr;    // (L, B, T)
-  float* ln2_rstd = nullptr;    // (L, B, T)
-  float* fch = nullptr;         // (L, B, T, 4C)
-  float* fch_gelu = nullptr;    // (L, B, T, 4C)
-  float* residual3 = nullptr;   // (L, B, T, C)
-  float* lnf = nullptr;         // (B, T, C)
-  float* lnf_mean = nullptr;    // (B, T)
-  float* lnf_rstd = nullptr;    // (B, T)
-  float* probs = nullptr;       // (B, T, Vp); becomes dlogits in backward
-  float* losses = nullptr;      // (B, T)
-  float* proj = nullptr;        // (B, T, C): projection output before the residual add
-  float* dresidual = nullptr;   // (B, T, C)
-  float* dbtc = nullptr;        // (B, T, C)
-  float* dbig = nullptr;        // (B, T, 4C): dfch, and dqkv (3C)
-  float* att_scratch = nullptr;  // attention_backward's scratch; its size depends on the thread count too
-  std::size_t att_scratch_count = 0;
-
-  explicit Activations(kernels::Backend& b) : backend(b) {}
-  ~Activations() {
-    for (float* p : owned) backend.release(p);
-    backend.release(att_scratch);
-  }
-  void ensure_scratch(std::size_t count) {
-    if (count <= att_scratch_count) return;
-    backend.release(att_scratch);
-    att_scratch = backend.allocate(count);
-    att_scratch_count = count;
-  }
-  float* take(std::size_t count) {
-    owned.push_back(backend.allocate(count));
-    owned_count += count;
-    return owned.back();
-  }
-};
-
-Gpt::Gpt(const GptConfig& config, kernels::Backend& backend, int unit_multiple)
-    : layout_(config, unit_multiple), backend_(backend) {
+Gpt::Gpt(const GptConfig& config, kernels::Backend& backend, int unit_multiple, kernels::Dtype precision)
+    : layout_(config, unit_multiple), backend_(backend), precision_(precision) {
   params_ = backend_.allocate(layout_.buffer_size());
   grads_ = backend_.allocate(layout_.buffer_size());
+  if (precision_ != kernels::Dtype::fp32)
+    params_half_ = reinterpret_cast<std::uint16_t*>(backend_.allocate((layout_.buffer_size() + 1) / 2));
 }
 
 Gpt::Gpt(const GptConfig& config) : Gpt(config, kernels::cpu_backend()) {}
@@ -78,8 +26,40 @@ Gpt::Gpt(const GptConfig& config) : Gpt(config, kernels::cpu_backend()) {}
 Gpt::~Gpt() {
   acts_.reset();
   backend_.release(logits_);
+  backend_.release(reinterpret_cast<float*>(params_half_));
   backend_.release(grads_);
   backend_.release(params_);
+}
+
+void Gpt::refresh_working_params() {
+  if (params_half_ != nullptr) backend_.to_half(params_half_, params_, buffer_size(), precision_);
+}
+
+float* Gpt::staging(MatmulInput& x, int l) {
+  return x.f32 != nullptr ? x.f32 + l * x.stride : acts_->dbig;
+}
+
+void Gpt::stage_done(MatmulInput& x, int l, std::size_t count) {
+  if (x.h16 != nullptr) backend_.to_half(x.h16 + l * x.stride, acts_->dbig, count, precision_);
+}
+
+void Gpt::linear(float* out, const MatmulInput& x, int l, std::size_t weight, const float* bias, int N, int C,
+                 int OC) {
+  if (x.f32 != nullptr) {
+    backend_.matmul_forward(out, x.f32 + l * x.stride, params_ + weight, bias, N, C, OC);
+  } else {
+    backend_.matmul_forward_half(precision_, out, x.h16 + l * x.stride, params_half_ + weight, bias, N, C, OC);
+  }
+}
+
+void Gpt::linear_backward(float* dinp, std::size_t weight, float* dbias, const float* dout, const MatmulInput& x,
+                          int l, int N, int C, int OC) {
+  if (x.f32 != nullptr) {
+    backend_.matmul_backward(dinp, grads_ + weight, dbias, dout, x.f32 + l * x.stride, params_ + weight, N, C, OC);
+  } else {
+    backend_.matmul_backward_half(precision_, dinp, grads_ + weight, dbias, dout, acts_->dout_half,
+                                  x.h16 + l * x.stride, params_half_ + weight, N, C, OC);
+  }
 }
 
 std::size_t Gpt::activation_bytes() const {
@@ -121,52 +101,20 @@ void Gpt::init_weights(std::uint64_t seed) {
   fill(layout_.lnfw(), 1.0f);
 }
 
-// Buffers are laid out for the current (B, T) from their start, so any shape within the capacity fits; they grow
-// (never shrink) when a forward needs more.
+// Any shape within the capacity fits (activations.h); a larger one regrows every buffer.
 void Gpt::ensure_activations(int B, int T) {
   const std::size_t need_bt = static_cast<std::size_t>(B) * T, need_att = need_bt * T;
-  if (acts_ && need_bt <= acts_->capacity_bt && need_att <= acts_->capacity_att) {
-    acts_->B = B;
-    acts_->T = T;
-    return;
+  if (!acts_ || need_bt > acts_->capacity_bt || need_att > acts_->capacity_att) {
+    const std::size_t BT = std::max(need_bt, acts_ ? acts_->capacity_bt : 0);
+    const std::size_t BTT = std::max(need_att, acts_ ? acts_->capacity_att : 0);
+    acts_.reset();
+    backend_.release(logits_);
+    logits_ = nullptr;
+    acts_ = std::make_unique<Activations>(backend_, config(), precision_, BT, BTT);
+    logits_ = backend_.allocate(BT * config().padded_vocab_size);
   }
-  const GptConfig& c = config();
-  const std::size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
-  const std::size_t BT = std::max(need_bt, acts_ ? acts_->capacity_bt : 0);
-  const std::size_t BTT = std::max(need_att, acts_ ? acts_->capacity_att : 0);
-  acts_.reset();
-  backend_.release(logits_);
-  logits_ = nullptr;
-  auto a = std::make_unique<Activations>(backend_);
-  a->B = B;
-  a->T = T;
-  a->capacity_bt = BT;
-  a->capacity_att = BTT;
-  a->encoded = a->take(BT * C);
-  a->ln1 = a->take(L * BT * C);
-  a->ln1_mean = a->take(L * BT);
-  a->ln1_rstd = a->take(L * BT);
-  a->qkv = a->take(L * BT * 3 * C);
-  a->atty = a->take(L * BT * C);
-  a->att = a->take(L * NH * BTT);
-  a->residual2 = a->take(L * BT * C);
-  a->ln2 = a->take(L * BT * C);
-  a->ln2_mean = a->take(L * BT);
-  a->ln2_rstd = a->take(L * BT);
-  a->fch = a->take(L * BT * 4 * C);
-  a->fch_gelu = a->take(L * BT * 4 * C);
-  a->residual3 = a->take(L * BT * C);
-  a->lnf = a->take(BT * C);
-  a->lnf_mean = a->take(BT);
-  a->lnf_rstd = a->take(BT);
-  a->probs = a->take(BT * Vp);
-  a->losses = a->take(BT);
-  a->proj = a->take(BT * C);
-  a->dresidual = a->take(BT * C);
-  a->dbtc = a->take(BT * C);
-  a->dbig = a->take(BT * 4 * C);
-  logits_ = backend_.allocate(BT * Vp);
-  acts_ = std::move(a);
+  acts_->B = B;
+  acts_->T = T;
 }
 
 float Gpt::forward(const std::int32_t* inputs, const std::int32_t* targets, int B, int T) {
@@ -201,36 +149,38 @@ float Gpt::forward(const std::int32_t* inputs, const std::int32_t* targets, int 
   k.embedding_forward(a.encoded, a.inputs.data(), p + layout_.wte().offset, p + layout_.wpe().offset, B, T, C);
   for (int l = 0; l < c.num_layers; ++l) {
     auto w = [&](LayerTensor t) { return p + layout_.layer_tensor(l, t).offset; };
+    auto at = [&](LayerTensor t) { return layout_.layer_tensor(l, t).offset; };
     const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
-    float* ln1 = a.ln1 + l * BT * C;
     float* qkv = a.qkv + l * BT * 3 * C;
-    float* atty = a.atty + l * BT * C;
     float* residual2 = a.residual2 + l * BT * C;
-    float* ln2 = a.ln2 + l * BT * C;
     float* fch = a.fch + l * BT * 4 * C;
-    float* fch_gelu = a.fch_gelu + l * BT * 4 * C;
     gather(1 + l);
-    k.layernorm_forward(ln1, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, residual, w(LayerTensor::ln1w),
+    k.layernorm_forward(staging(a.ln1, l), a.ln1_mean + l * BT, a.ln1_rstd + l * BT, residual, w(LayerTensor::ln1w),
                         w(LayerTensor::ln1b), N, C);
-    k.matmul_forward(qkv, ln1, w(LayerTensor::qkvw), w(LayerTensor::qkvb), N, C, 3 * C);
-    k.attention_forward(atty, a.att + l * att_size, qkv, B, T, C, NH);
-    k.matmul_forward(a.proj, atty, w(LayerTensor::attprojw), w(LayerTensor::attprojb), N, C, C);
+    stage_done(a.ln1, l, BT * C);
+    linear(qkv, a.ln1, l, at(LayerTensor::qkvw), w(LayerTensor::qkvb), N, C, 3 * C);
+    k.attention_forward(staging(a.atty, l), a.att + l * att_size, qkv, B, T, C, NH);
+    stage_done(a.atty, l, BT * C);
+    linear(a.proj, a.atty, l, at(LayerTensor::attprojw), w(LayerTensor::attprojb), N, C, C);
     k.residual_forward(residual2, residual, a.proj, BT * C);
-    k.layernorm_forward(ln2, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, residual2, w(LayerTensor::ln2w),
-                        w(LayerTensor::ln2b), N, C);
-    k.matmul_forward(fch, ln2, w(LayerTensor::fcw), w(LayerTensor::fcb), N, C, 4 * C);
-    k.gelu_forward(fch_gelu, fch, BT * 4 * C);
-    k.matmul_forward(a.proj, fch_gelu, w(LayerTensor::fcprojw), w(LayerTensor::fcprojb), N, 4 * C, C);
+    k.layernorm_forward(staging(a.ln2, l), a.ln2_mean + l * BT, a.ln2_rstd + l * BT, residual2,
+                        w(LayerTensor::ln2w), w(LayerTensor::ln2b), N, C);
+    stage_done(a.ln2, l, BT * C);
+    linear(fch, a.ln2, l, at(LayerTensor::fcw), w(LayerTensor::fcb), N, C, 4 * C);
+    k.gelu_forward(staging(a.fch_gelu, l), fch, BT * 4 * C);
+    stage_done(a.fch_gelu, l, BT * 4 * C);
+    linear(a.proj, a.fch_gelu, l, at(LayerTensor::fcprojw), w(LayerTensor::fcprojb), N, 4 * C, C);
     k.residual_forward(a.residual3 + l * BT * C, residual2, a.proj, BT * C);
     release(1 + l);
   }
   const float* last = a.residual3 + (c.num_layers - 1) * BT * C;
   const int lnf_unit = layout_.num_units() - 1;
   gather(lnf_unit);
-  k.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p + layout_.lnfw().offset, p + layout_.lnfb().offset, N,
-                      C);
+  k.layernorm_forward(staging(a.lnf, 0), a.lnf_mean, a.lnf_rstd, last, p + layout_.lnfw().offset,
+                      p + layout_.lnfb().offset, N, C);
+  stage_done(a.lnf, 0, BT * C);
   release(lnf_unit);
-  k.matmul_forward(logits_, a.lnf, p + layout_.wte().offset, nullptr, N, C, Vp);
+  linear(logits_, a.lnf, 0, layout_.wte().offset, nullptr, N, C, Vp);
   if (!a.has_targets) return std::numeric_limits<float>::quiet_NaN();
   return k.softmax_crossentropy_forward(a.probs, a.losses, logits_, a.targets.data(), N, V, Vp);
 }
@@ -260,7 +210,7 @@ void Gpt::backward(float loss_scale, const GradsReady& grads_ready) {
   a.ensure_scratch(k.attention_scratch_size(B, T, C, NH));
   float* dlogits = a.probs;
   k.softmax_crossentropy_backward(dlogits, a.probs, a.targets.data(), loss_scale / static_cast<float>(N), N, V, Vp);
-  k.matmul_backward(a.dbtc, g + layout_.wte().offset, nullptr, dlogits, a.lnf, p + layout_.wte().offset, N, C, Vp);
+  linear_backward(a.dbtc, layout_.wte().offset, nullptr, dlogits, a.lnf, 0, N, C, Vp);
   k.zero(a.dresidual, BT * C);
   const float* last = a.residual3 + (c.num_layers - 1) * BT * C;
   const int lnf_unit = layout_.num_units() - 1;
@@ -275,33 +225,27 @@ void Gpt::backward(float loss_scale, const GradsReady& grads_ready) {
     auto dw = [&](LayerTensor t) { return g + layout_.layer_tensor(l, t).offset; };
     auto start = [&](LayerTensor t) { return layout_.layer_tensor(l, t).offset; };
     const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
-    const float* ln1 = a.ln1 + l * BT * C;
     const float* qkv = a.qkv + l * BT * 3 * C;
-    const float* atty = a.atty + l * BT * C;
     const float* residual2 = a.residual2 + l * BT * C;
-    const float* ln2 = a.ln2 + l * BT * C;
     const float* fch = a.fch + l * BT * 4 * C;
-    const float* fch_gelu = a.fch_gelu + l * BT * 4 * C;
 
     gather(1 + l);
     // dresidual holds d residual3[l]; the MLP branch.
-    k.matmul_backward(a.dbig, dw(LayerTensor::fcprojw), dw(LayerTensor::fcprojb), a.dresidual, fch_gelu,
-                      w(LayerTensor::fcprojw), N, 4 * C, C);
+    linear_backward(a.dbig, start(LayerTensor::fcprojw), dw(LayerTensor::fcprojb), a.dresidual, a.fch_gelu, l, N,
+                    4 * C, C);
     ready_from(start(LayerTensor::fcprojw));
     k.gelu_backward(a.dbig, fch, a.dbig, BT * 4 * C);
-    k.matmul_backward(a.dbtc, dw(LayerTensor::fcw), dw(LayerTensor::fcb), a.dbig, ln2, w(LayerTensor::fcw), N, C,
-                      4 * C);
+    linear_backward(a.dbtc, start(LayerTensor::fcw), dw(LayerTensor::fcb), a.dbig, a.ln2, l, N, C, 4 * C);
     ready_from(start(LayerTensor::fcw));
     k.layernorm_backward(a.dresidual, dw(LayerTensor::ln2w), dw(LayerTensor::ln2b), a.dbtc, residual2,
                          w(LayerTensor::ln2w), a.ln2_mean + l * BT, a.ln2_rstd + l * BT, N, C);
     ready_from(start(LayerTensor::ln2w));
     // dresidual now holds d residual2[l]; the attention branch.
-    k.matmul_backward(a.dbtc, dw(LayerTensor::attprojw), dw(LayerTensor::attprojb), a.dresidual, atty,
-                      w(LayerTensor::attprojw), N, C, C);
+    linear_backward(a.dbtc, start(LayerTensor::attprojw), dw(LayerTensor::attprojb), a.dresidual, a.atty, l, N, C,
+                    C);
     ready_from(start(LayerTensor::attprojw));
     k.attention_backward(a.dbig, a.att_scratch, a.dbtc, qkv, a.att + l * att_size, B, T, C, NH);
-    k.matmul_backward(a.dbtc, dw(LayerTensor::qkvw), dw(LayerTensor::qkvb), a.dbig, ln1, w(LayerTensor::qkvw), N,
-                      C, 3 * C);
+    linear_backward(a.dbtc, start(LayerTensor::qkvw), dw(LayerTensor::qkvb), a.dbig, a.ln1, l, N, C, 3 * C);
     ready_from(start(LayerTensor::qkvw));
     k.layernorm_backward(a.dresidual, dw(LayerTensor::ln1w), dw(LayerTensor::ln1b), a.dbtc, residual,
                          w(LayerTensor::ln1w), a.ln1_mean + l * BT, a.ln1_rstd + l * BT, N, C);

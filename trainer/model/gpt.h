@@ -10,6 +10,14 @@
 //   model.backward(1.0f / K, [&](size_t offset, size_t count) { ddp.grads_ready(offset, count); });
 // backward() adds d(loss_scale * loss)/dparams to the gradient buffer (call zero_grad() once per optimizer step),
 // so K micro-steps with loss_scale 1/K give the gradient of the mean loss over the K micro-batches.
+//
+// Mixed precision (precision bf16 or fp16): params() stays the fp32 master copy that the optimizer updates, and the
+// model keeps a 16-bit working copy of it, rounded to nearest even by refresh_working_params() (call it whenever
+// params() changed: after loading or initialising them and after every optimizer step). Every matrix product (the
+// four linear layers of each block and the output head) takes 16-bit inputs, the working weights and 16-bit
+// activations, and accumulates in fp32; embeddings, LayerNorm, attention's softmax, GELU, the residual adds and the
+// loss run in fp32 on fp32 parameters, as CUDA autocast runs them. Backward rounds each product's incoming gradient
+// to 16 bits and accumulates parameter gradients in fp32. activations.h says which activations are kept in 16 bits.
 
 #include <cstddef>
 #include <cstdint>
@@ -22,6 +30,8 @@
 #include "trainer/model/layout.h"
 
 namespace dtrain::trainer {
+
+struct MatmulInput;
 
 class Gpt {
  public:
@@ -41,8 +51,10 @@ class Gpt {
   };
 
   // Validates config (throws std::invalid_argument). Parameters and gradients start at zero: call
-  // init_weights() or fill params() from a checkpoint. unit_multiple pads each ZeRO unit (layout.h).
-  explicit Gpt(const GptConfig& config, kernels::Backend& backend, int unit_multiple = 1);
+  // init_weights() or fill params() from a checkpoint. unit_multiple pads each ZeRO unit (layout.h). precision:
+  // fp32, or bf16 / fp16 for mixed precision (top of this file).
+  explicit Gpt(const GptConfig& config, kernels::Backend& backend, int unit_multiple = 1,
+               kernels::Dtype precision = kernels::Dtype::fp32);
   explicit Gpt(const GptConfig& config);  // the CPU backend
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -51,6 +63,7 @@ class Gpt {
   const GptConfig& config() const { return layout_.config(); }
   const ParamLayout& layout() const { return layout_; }
   kernels::Backend& backend() { return backend_; }
+  kernels::Dtype precision() const { return precision_; }
 
   float* params() { return params_; }
   const float* params() const { return params_; }
@@ -61,6 +74,11 @@ class Gpt {
   std::size_t buffer_size() const { return layout_.buffer_size(); }
   // Bytes of activations (and backward's scratch) held now: sized by the largest B*T seen so far.
   std::size_t activation_bytes() const;
+  // Mixed precision: the 16-bit working copy = params() rounded to nearest even; nothing with fp32 precision.
+  void refresh_working_params();
+  // The 16-bit working copy (buffer_size() values); null with fp32 precision.
+  const std::uint16_t* working_params() const { return params_half_; }
+
   // Hooks around each unit's parameter use (ZeRO-3); empty hooks (the default) do nothing.
   void set_unit_hooks(UnitHooks hooks) { hooks_ = std::move(hooks); }
 
@@ -88,10 +106,19 @@ class Gpt {
   void ensure_activations(int B, int T);
   void gather(int unit) { if (hooks_.gather) hooks_.gather(unit); }
   void release(int unit) { if (hooks_.release) hooks_.release(unit); }
+  // The matrix products of forward and backward in the model's precision: the input activation x (layer l of it)
+  // against the weight at `weight` in the parameter buffer.
+  float* staging(MatmulInput& x, int l);
+  void stage_done(MatmulInput& x, int l, std::size_t count);
+  void linear(float* out, const MatmulInput& x, int l, std::size_t weight, const float* bias, int N, int C, int OC);
+  void linear_backward(float* dinp, std::size_t weight, float* dbias, const float* dout, const MatmulInput& x,
+                       int l, int N, int C, int OC);
 
   ParamLayout layout_;
   kernels::Backend& backend_;
+  kernels::Dtype precision_;
   float* params_ = nullptr;
+  std::uint16_t* params_half_ = nullptr;  // mixed precision's working copy (allocated as floats, two per float)
   float* grads_ = nullptr;
   float* logits_ = nullptr;
   std::unique_ptr<Activations> acts_;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "trainer/kernels/cpu/gemm_half.h"
+#include "trainer/kernels/cpu/matmul_half.h"
 #include "trainer/kernels/cpu/parallel.h"
 #include "trainer/kernels/cpu/vector_ops.h"
 
@@ -315,6 +316,17 @@ class CpuBackend final : public Backend {
   void gemm_half(Dtype type, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const std::uint16_t* A,
                  int lda, const std::uint16_t* B, int ldb, float beta, float* C, int ldc) override {
     cpu::gemm_half(cpu::gemm_half_path(type), type, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+
+  void matmul_forward_half(Dtype type, float* out, const std::uint16_t* inp, const std::uint16_t* weight,
+                           const float* bias, int N, int C, int OC) override {
+    cpu::matmul_forward_half(type, out, inp, weight, bias, N, C, OC);
+  }
+
+  void matmul_backward_half(Dtype type, float* dinp, float* dweight, float* dbias, const float* dout,
+                            std::uint16_t* dout_half, const std::uint16_t* inp, const std::uint16_t* weight, int N,
+                            int C, int OC) override {
+    cpu::matmul_backward_half(type, dinp, dweight, dbias, dout, dout_half, inp, weight, N, C, OC);
   }
 
   bool unscale_and_check(float* data, std::size_t n, float inv_scale) override {

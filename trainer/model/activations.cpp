@@ -1,0 +1,71 @@
+#include "trainer/model/activations.h"
+
+#include <algorithm>
+
+namespace dtrain::trainer {
+
+Gpt::Activations::Activations(kernels::Backend& b, const GptConfig& c, kernels::Dtype precision, std::size_t BT,
+                              std::size_t BTT)
+    : backend(b), capacity_bt(BT), capacity_att(BTT) {
+  const std::size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
+  encoded = take(BT * C);
+  ln1 = take_input(precision, L, BT * C);
+  ln1_mean = take(L * BT);
+  ln1_rstd = take(L * BT);
+  qkv = take(L * BT * 3 * C);
+  atty = take_input(precision, L, BT * C);
+  att = take(L * NH * BTT);
+  residual2 = take(L * BT * C);
+  ln2 = take_input(precision, L, BT * C);
+  ln2_mean = take(L * BT);
+  ln2_rstd = take(L * BT);
+  fch = take(L * BT * 4 * C);
+  fch_gelu = take_input(precision, L, BT * 4 * C);
+  residual3 = take(L * BT * C);
+  lnf = take_input(precision, 1, BT * C);
+  lnf_mean = take(BT);
+  lnf_rstd = take(BT);
+  probs = take(BT * Vp);
+  losses = take(BT);
+  proj = take(BT * C);
+  dresidual = take(BT * C);
+  dbtc = take(BT * C);
+  dbig = take(BT * 4 * C);
+  if (precision != kernels::Dtype::fp32) dout_half = take_half(BT * std::max(Vp, 4 * C));
+}
+
+Gpt::Activations::~Activations() {
+  for (float* p : owned) backend.release(p);
+  backend.release(att_scratch);
+}
+
+void Gpt::Activations::ensure_scratch(std::size_t count) {
+  if (count <= att_scratch_count) return;
+  backend.release(att_scratch);
+  att_scratch = backend.allocate(count);
+  att_scratch_count = count;
+}
+
+float* Gpt::Activations::take(std::size_t count) {
+  owned.push_back(backend.allocate(count));
+  owned_count += count;
+  return owned.back();
+}
+
+// The backend allocates floats; two 16-bit values share one.
+std::uint16_t* Gpt::Activations::take_half(std::size_t count) {
+  return reinterpret_cast<std::uint16_t*>(take((count + 1) / 2));
+}
+
+MatmulInput Gpt::Activations::take_input(kernels::Dtype precision, std::size_t layers, std::size_t stride) {
+  MatmulInput input;
+  input.stride = stride;
+  if (precision == kernels::Dtype::fp32) {
+    input.f32 = take(layers * stride);
+  } else {
+    input.h16 = take_half(layers * stride);
+  }
+  return input;
+}
+
+}  // namespace dtrain::trainer

@@ -1,0 +1,82 @@
+#pragma once
+
+// Gpt's forward activations kept for backward (per-layer ones stacked over L), plus backward's scratch buffers.
+// Buffers are laid out for the current (B, T) from their start, so any shape within the capacity fits; Gpt grows
+// them (never shrinks) when a forward needs more.
+//
+// Mixed precision (Gpt's precision bf16 or fp16): the inputs of the matrix products (ln1, atty, ln2, fch_gelu, lnf)
+// are only read again by those products' backward, which takes them in 16 bits, so they are stored in 16 bits
+// (MatmulInput). The rest stays fp32, as autocast's fp32 ops need it: the residual stream (encoded, residual2,
+// residual3; LayerNorm's input), qkv and att (attention's softmax), fch (GELU's input), the LayerNorm statistics,
+// probs and the logits.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "trainer/kernels/backend.h"
+#include "trainer/model/config.h"
+#include "trainer/model/gpt.h"
+
+namespace dtrain::trainer {
+
+// An activation that feeds a matrix product: fp32 (f32) with fp32 precision, else 16-bit values (h16).
+struct MatmulInput {
+  float* f32 = nullptr;
+  std::uint16_t* h16 = nullptr;
+  std::size_t stride = 0;  // values per layer
+};
+
+struct Gpt::Activations {
+  Activations(kernels::Backend& backend, const GptConfig& config, kernels::Dtype precision, std::size_t BT,
+              std::size_t BTT);
+  ~Activations();
+  Activations(const Activations&) = delete;
+  Activations& operator=(const Activations&) = delete;
+
+  // Grows att_scratch to at least `count` floats.
+  void ensure_scratch(std::size_t count);
+
+  kernels::Backend& backend;
+  std::vector<float*> owned;
+  std::size_t owned_count = 0;      // floats in `owned` (16-bit buffers count half a float per value)
+  int B = 0, T = 0;                 // shape of the last forward()
+  std::size_t capacity_bt = 0;      // B*T the buffers hold
+  std::size_t capacity_att = 0;     // B*T*T the attention buffers hold (per head and layer)
+  std::vector<std::int32_t> inputs, targets;
+  bool has_targets = false;
+
+  float* encoded = nullptr;     // (B, T, C)
+  MatmulInput ln1;              // (L, B, T, C)
+  float* ln1_mean = nullptr;    // (L, B, T)
+  float* ln1_rstd = nullptr;    // (L, B, T)
+  float* qkv = nullptr;         // (L, B, T, 3C)
+  MatmulInput atty;             // (L, B, T, C)
+  float* att = nullptr;         // (L, B, NH, T, T)
+  float* residual2 = nullptr;   // (L, B, T, C)
+  MatmulInput ln2;              // (L, B, T, C)
+  float* ln2_mean = nullptr;    // (L, B, T)
+  float* ln2_rstd = nullptr;    // (L, B, T)
+  float* fch = nullptr;         // (L, B, T, 4C)
+  MatmulInput fch_gelu;         // (L, B, T, 4C)
+  float* residual3 = nullptr;   // (L, B, T, C)
+  MatmulInput lnf;              // (B, T, C)
+  float* lnf_mean = nullptr;    // (B, T)
+  float* lnf_rstd = nullptr;    // (B, T)
+  float* probs = nullptr;       // (B, T, Vp); becomes dlogits in backward
+  float* losses = nullptr;      // (B, T)
+  float* proj = nullptr;        // (B, T, C): projection output before the residual add
+  float* dresidual = nullptr;   // (B, T, C)
+  float* dbtc = nullptr;        // (B, T, C)
+  float* dbig = nullptr;        // (B, T, 4C): dfch, and dqkv (3C); in forward, 16-bit inputs' fp32 staging
+  std::uint16_t* dout_half = nullptr;  // (B, T, max(Vp, 4C)): 16-bit products' rounded dout; 16 bits only
+  float* att_scratch = nullptr;  // attention_backward's scratch; its size depends on the thread count too
+  std::size_t att_scratch_count = 0;
+
+ private:
+  float* take(std::size_t count);
+  std::uint16_t* take_half(std::size_t count);
+  MatmulInput take_input(kernels::Dtype precision, std::size_t layers, std::size_t stride);
+};
+
+}  // namespace dtrain::trainer
