@@ -37,7 +37,6 @@ void append(std::string& out, const ShardingMetrics& s) {
   append(out, "mem_optim_bytes", s.mem_optim_bytes);
   append(out, "mem_activations_bytes", s.mem_activations_bytes);
   if (s.mem_gathered_peak_bytes) append(out, "mem_gathered_peak_bytes", *s.mem_gathered_peak_bytes);
-  append(out, "comm_bytes", s.comm_bytes);
 }
 
 }  // namespace
@@ -52,6 +51,9 @@ std::string to_json(const StepMetrics& m) {
   append(out, "step_ms", m.step_ms);
   if (m.comm_hidden) append(out, "comm_hidden", *m.comm_hidden);
   if (m.sharding) append(out, *m.sharding);
+  if (m.comm_bytes) append(out, "comm_bytes", *m.comm_bytes);
+  if (m.loss_scale) append(out, "loss_scale", *m.loss_scale);
+  if (m.skipped) out += std::string(", \"skipped\": ") + (*m.skipped ? "true" : "false");
   out += "}";
   return out;
 }

@@ -8,11 +8,13 @@
 // time from zero_grad to the end of the optimizer update (a checkpoint written after the step is not included).
 // With more than one rank, "comm_hidden" is the fraction of the step's gradient allreduce time that overlapped
 // backward (DdpStats::hidden_fraction, clamped to [0, 1]). With --zero 1..3 each line also has what this rank holds
-// and sends (integers, bytes; README "--zero" gives the formulas): "mem_params_bytes", "mem_grads_bytes",
-// "mem_optim_bytes" (steady state, padding included), "mem_activations_bytes", "comm_bytes" (reduce-scatters and
-// all-gathers sent during the step, ring accounting) and, stage 3 only, "mem_gathered_peak_bytes" (the most bytes
-// of all-gathered units alive at once during the step). Values are printed with 9 significant digits, enough to
-// round-trip a float. A run appends to an existing file.
+// (integers, bytes; README "--zero" gives the formulas): "mem_params_bytes", "mem_grads_bytes", "mem_optim_bytes"
+// (steady state, padding included), "mem_activations_bytes" and, stage 3 only, "mem_gathered_peak_bytes" (the most
+// bytes of all-gathered units alive at once during the step). With DDP over more than one rank or any --zero stage,
+// "comm_bytes" is what this rank sent during the step (DDP's allreduces, or ZeRO's reduce-scatters and all-gathers;
+// ring accounting). With --precision fp16, "loss_scale" is the scale the step's backward used and "skipped" (true
+// or false) whether the loss scaler skipped the optimizer update (an inf or NaN gradient). Values are printed with
+// 9 significant digits, enough to round-trip a float. A run appends to an existing file.
 
 #include <cstdint>
 #include <cstdio>
@@ -28,7 +30,6 @@ struct ShardingMetrics {
   std::uint64_t mem_optim_bytes = 0;
   std::uint64_t mem_activations_bytes = 0;
   std::optional<std::uint64_t> mem_gathered_peak_bytes;  // stage 3 only
-  std::uint64_t comm_bytes = 0;
 };
 
 struct StepMetrics {
@@ -40,6 +41,9 @@ struct StepMetrics {
   double step_ms = 0;
   std::optional<double> comm_hidden;  // only with more than one rank
   std::optional<ShardingMetrics> sharding;  // only with --zero 1..3
+  std::optional<std::uint64_t> comm_bytes;  // with DDP over more than one rank, or --zero 1..3
+  std::optional<double> loss_scale;         // only with --precision fp16
+  std::optional<bool> skipped;              // only with --precision fp16
 };
 
 // "{...}" without a newline; NaN and infinities become null (JSON has no such numbers).

@@ -146,7 +146,7 @@ class Gpt(torch.nn.Module):
         mask = torch.ones(T, T, dtype=torch.bool).tril()
         for l in range(cfg.num_layers):
             h = F.layer_norm(x, (C,), self.ln1w[l], self.ln1b[l], 1e-5)
-            qkv = F.linear(h, self.qkvw[l], self.qkvb[l])
+            qkv = self.linear(h, self.qkvw[l], self.qkvb[l])
             q, k, v = qkv.split(C, dim=2)
             q = q.view(B, T, NH, hs).transpose(1, 2)
             k = k.view(B, T, NH, hs).transpose(1, 2)
@@ -154,17 +154,25 @@ class Gpt(torch.nn.Module):
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
             att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
             y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
-            x = x + F.linear(y, self.attprojw[l], self.attprojb[l])
+            x = x + self.linear(y, self.attprojw[l], self.attprojb[l])
             h = F.layer_norm(x, (C,), self.ln2w[l], self.ln2b[l], 1e-5)
-            h = F.gelu(F.linear(h, self.fcw[l], self.fcb[l]), approximate="tanh")
-            x = x + F.linear(h, self.fcprojw[l], self.fcprojb[l])
+            h = F.gelu(self.linear(h, self.fcw[l], self.fcb[l]), approximate="tanh")
+            x = x + self.linear(h, self.fcprojw[l], self.fcprojb[l])
         x = F.layer_norm(x, (C,), self.lnfw, self.lnfb, 1e-5)
-        logits = x @ self.wte.t()
+        logits = self.head(x)
         if targets is None:
             return logits, None
         V = cfg.vocab_size
         loss = F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1).long())
         return logits, loss
+
+    def linear(self, x, weight, bias):
+        """The four matrix products of a block (mixed_reference.py rounds their inputs)."""
+        return F.linear(x, weight, bias)
+
+    def head(self, x):
+        """The output head, tied to wte."""
+        return x @ self.wte.t()
 
     def decay_groups(self):
         decay = [p for name, _, p in self.named_tensors() if name in DECAY]
@@ -172,7 +180,7 @@ class Gpt(torch.nn.Module):
         return decay, no_decay
 
 
-def read_checkpoint(path):
+def read_checkpoint(path, model_class=Gpt):
     with open(path, "rb") as f:
         header = np.frombuffer(f.read(HEADER_INTS * 4), dtype=np.int32)
         if header[0] != CHECKPOINT_MAGIC or header[1] != CHECKPOINT_VERSION:
@@ -180,7 +188,7 @@ def read_checkpoint(path):
                              f"want {CHECKPOINT_MAGIC}, {CHECKPOINT_VERSION})")
         cfg = GptConfig(max_seq_len=int(header[2]), vocab_size=int(header[3]), num_layers=int(header[4]),
                         num_heads=int(header[5]), channels=int(header[6]), padded_vocab_size=int(header[7]))
-        model = Gpt(cfg)
+        model = model_class(cfg)
         data = np.frombuffer(f.read(), dtype=np.float32)
     load_flat(model, data, path)
     return model

@@ -33,6 +33,8 @@
 #include "trainer/train/collectives.h"
 #include "trainer/train/console.h"
 #include "trainer/train/error_file.h"
+#include "trainer/train/precision.h"
+#include "trainer/train/setup.h"
 
 namespace dtrain::trainer {
 namespace {
@@ -51,54 +53,11 @@ int env_setting(const char* name, int fallback, const std::string& hint) {
   return value.value;
 }
 
-// Setup, first: the CPU threads (--threads, else OMP_NUM_THREADS, else every core), then the communicator, whose
-// rank decides who shows progress.
-std::unique_ptr<Communicator> start_communicator(const TrainOptions& o) {
-  int threads = o.threads;
-  if (threads <= 0) {
-    std::string warning;
-    threads = openmp_threads(warning);
-    if (!warning.empty()) spdlog::warn("{}", warning);
-  }
-  kernels::set_cpu_threads(threads);
-  std::unique_ptr<Communicator> comm = make_communicator_from_env();
-  quiet_console_unless_rank0(comm->rank());
-  return comm;
-}
-
-// The model shape the options give, with --init-from's header when there is one.
-GptConfig model_config(const TrainOptions& o) {
-  std::optional<GptConfig> file_config;
-  if (!o.init_from.empty()) file_config = read_model_header(o.init_from);
-  return resolve_config(o, file_config ? &*file_config : nullptr);
-}
-
-// This rank's data, with a warning for each shard too small for one step.
-DataLoader open_data(const TrainOptions& o, int B, int T, int rank, int world, const GptConfig& config) {
-  const int K = o.grad_accum;
-  DataLoader loader({o.data, B, T, rank, world, K, config.vocab_size});
-  for (const std::string& path : loader.skipped()) {
-    spdlog::warn("data shard {} is smaller than one step ({} tokens); skipped", path,
-                 static_cast<std::size_t>(B) * T * world * K + 1);
-  }
-  return loader;
-}
-
 // Where choose_start() says training starts, on every rank.
 struct Start {
   StartPoint point;      // step and data_step on every rank; checkpoint only on rank 0
   bool resumed = false;  // from a checkpoint, rather than --init-from or --seed
 };
-
-LrSchedule lr_schedule(const TrainOptions& o) {
-  LrSchedule schedule;
-  schedule.kind = LrSchedule::parse_kind(o.lr_schedule);
-  schedule.lr = o.lr;
-  schedule.warmup_steps = o.warmup_steps;
-  schedule.total_steps = o.steps;
-  schedule.min_lr_ratio = o.min_lr_ratio;
-  return schedule;
-}
 
 // One run of the loop in loop.h, phase by phase: the constructor sets up (threads, communicator, model shape, data,
 // model, optimizer); choose_start() picks a fresh start or a checkpoint and gives it to every rank; then each
@@ -115,10 +74,12 @@ class Training {
         T_(o.seq_len > 0 ? o.seq_len : config_.max_seq_len),
         K_(o.grad_accum),
         loader_(open_data(o, B_, T_, rank_, world_, config_)),
-        model_(config_, kernels::cpu_backend(), o.zero > 0 ? world_ : 1),
+        model_(config_, kernels::cpu_backend(), o.zero > 0 ? world_ : 1, training_precision(o)),
         n_(model_.num_params()),
-        shape_(run_shape(o, config_, T_, world_, n_)) {
+        shape_(run_shape(o, config_, T_, world_, n_)),
+        ddp_comm_dtype_(ddp_comm_dtype(o)) {
     const AdamWOptions adamw{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
+    if (model_.precision() == kernels::Dtype::fp16) scaling_ = std::make_unique<LossScaling>(o, *comm_, k());
     if (o.zero > 0) {
       zero_ = std::make_unique<ZeroEngine>(o.zero, *comm_, model_, adamw);
     } else {
@@ -138,6 +99,10 @@ class Training {
   void report(const StepMetrics& m);
   void save(std::uint64_t step, std::uint64_t data_step);
   void share_moments();
+  kernels::Backend& k() { return model_.backend(); }
+  GradSpans reduced_spans() const;
+  float clip_and_update(float lr, bool skipped);
+  void measure(StepMetrics& m);
 
   const TrainOptions& o_;
   std::unique_ptr<Communicator> comm_;
@@ -149,6 +114,10 @@ class Training {
   Gpt model_;
   const std::size_t n_;
   const TrainState shape_;
+  const kernels::Dtype ddp_comm_dtype_;
+  // fp16: the dynamic loss scale; AdamW's step count, which skipped steps do not advance.
+  std::unique_ptr<LossScaling> scaling_;
+  long optimizer_steps_ = 0;
   // One of the two: AdamW over the whole buffer (--zero 0) or the ZeRO engine with its sharded AdamW.
   std::unique_ptr<AdamW> adamw_;
   std::unique_ptr<ZeroEngine> zero_;
@@ -214,6 +183,8 @@ Start Training::choose_start() {
   if (world_ > 1) comm_->broadcast(model_.params(), model_.buffer_size(), 0)->wait();
   if (status > 0) share_moments();
   if (zero_) zero_->shard_params();
+  model_.refresh_working_params();
+  optimizer_steps_ = static_cast<long>(start.step);
   return {start, status > 0};
 }
 
@@ -282,18 +253,21 @@ void Training::prepare_steps(const Start& start) {
   } else if (world_ > 1) {
     DdpOptions ddp_options;
     ddp_options.bucket_bytes = static_cast<std::size_t>(o_.ddp_bucket_mb * (1 << 20));
+    ddp_options.comm_dtype = ddp_comm_dtype_;
     ddp_ = std::make_unique<DdpReducer>(*comm_, model_.grads(), n_, ddp_options);
     grads_ready_ = [this](std::size_t offset, std::size_t count) { ddp_->grads_ready(offset, count); };
   }
   prefetch_ = std::make_unique<Prefetcher>(loader_, start.point.data_step, 2 * static_cast<std::size_t>(K_));
 }
 
-// One optimizer step (0-based `step`): K micro-steps of forward and backward, the loss over all ranks, clipping
-// and AdamW; returns what it measured.
+// One optimizer step (0-based `step`): K micro-steps of forward and backward, the loss over all ranks, loss
+// scaling (fp16), clipping and AdamW; returns what it measured.
 StepMetrics Training::train_step(std::uint64_t step, const LrSchedule& schedule) {
   const Clock::time_point began = Clock::now();
   // ZeRO reduce-scatters sum over ranks: each rank's gradients are divided by W up front.
-  const float loss_scale = 1.0f / static_cast<float>(zero_ ? K_ * world_ : K_);
+  float loss_scale = 1.0f / static_cast<float>(zero_ ? K_ * world_ : K_);
+  if (scaling_) loss_scale *= scaling_->scale();
+  const float scale_used = scaling_ ? scaling_->scale() : 1.0f;
   if (zero_) {
     zero_->zero_grad();
   } else {
@@ -310,33 +284,63 @@ StepMetrics Training::train_step(std::uint64_t step, const LrSchedule& schedule)
     if (zero_) zero_->finish_backward();
   }
   const float loss = allreduce_sum(*comm_, static_cast<float>(loss_sum / K_)) / static_cast<float>(world_);
-  const float lr = schedule.at(static_cast<long>(step));
-  float grad_norm = 0;
-  if (zero_) {
-    grad_norm = zero_->clip_grad_norm(o_.grad_clip);
-    zero_->step(lr, static_cast<long>(step) + 1);
-  } else {
-    grad_norm = clip_grad_norm(model_.backend(), model_.grads(), n_, o_.grad_clip);
-    adamw_->step(model_.params(), model_.grads(), lr, static_cast<long>(step) + 1);
-  }
+  const bool skipped = scaling_ && scaling_->finish(step + 1, model_.grads(), reduced_spans());
 
   StepMetrics m;
   m.step = step + 1;
   m.loss = loss;
-  m.lr = lr;
-  m.grad_norm = grad_norm;
+  m.lr = schedule.at(static_cast<long>(step));
+  m.grad_norm = clip_and_update(static_cast<float>(m.lr), skipped);
+  if (scaling_) {
+    m.loss_scale = scale_used;
+    m.skipped = skipped;
+  }
   m.step_ms = ms_since(began);
   m.tokens_per_s = static_cast<double>(global_batch_tokens(shape_)) / (m.step_ms / 1000.0);
+  measure(m);
+  return m;
+}
+
+// The gradient ranges this rank holds reduced: the whole buffer (DDP), or its owned shards (ZeRO).
+GradSpans Training::reduced_spans() const {
+  if (!zero_) return {{0, n_}};
+  GradSpans spans;
+  for (const ShardSpan& own : zero_->shards().owned()) spans.emplace_back(own.offset, own.count);
+  return spans;
+}
+
+// Clipping, then AdamW unless the loss scaler skips the step, then the 16-bit working copy; returns the norm.
+float Training::clip_and_update(float lr, bool skipped) {
+  float grad_norm = 0;
+  if (zero_) {
+    grad_norm = zero_->clip_grad_norm(o_.grad_clip);
+    if (!skipped) zero_->step(lr, optimizer_steps_ + 1);
+  } else {
+    grad_norm = clip_grad_norm(k(), model_.grads(), n_, o_.grad_clip);
+    if (!skipped) adamw_->step(model_.params(), model_.grads(), lr, optimizer_steps_ + 1);
+  }
+  if (!skipped) {
+    ++optimizer_steps_;
+    model_.refresh_working_params();
+  }
+  return grad_norm;
+}
+
+// Communication and memory of the step, from DDP or the ZeRO engine.
+void Training::measure(StepMetrics& m) {
   // Timer noise can make the measured fraction a hair below 0 when nothing overlapped.
-  if (ddp_) m.comm_hidden = std::clamp(ddp_->last_stats().hidden_fraction(), 0.0, 1.0);
+  if (ddp_) {
+    m.comm_hidden = std::clamp(ddp_->last_stats().hidden_fraction(), 0.0, 1.0);
+    m.comm_bytes = ddp_->last_stats().bytes_sent;
+  }
   if (zero_) {
     const ZeroStepStats stats = zero_->take_stats();
     if (world_ > 1) m.comm_hidden = std::clamp(stats.hidden_fraction, 0.0, 1.0);
     const ZeroMemory memory = zero_->memory();
     m.sharding = ShardingMetrics{memory.params, memory.grads, memory.optim, model_.activation_bytes(),
-                                 stats.gathered_peak_bytes, stats.comm_bytes};
+                                 stats.gathered_peak_bytes};
+    m.comm_bytes = stats.comm_bytes;
   }
-  return m;
 }
 
 // The step's metrics line, console line (rank 0, every --log-every steps and the last) and health report; a loss

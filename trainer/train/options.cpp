@@ -115,6 +115,31 @@ void add_io_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--metrics", o.metrics, "append one JSON object per step to this file (rank 0)")->group(group);
 }
 
+void add_precision_flags(CLI::App& app, TrainOptions& o) {
+  const char* group = "Precision";
+  app.add_option("--precision", o.precision, "fp32, or mixed precision: bf16 | fp16 (fp32 master weights and "
+                 "AdamW state, 16-bit matrix products with fp32 accumulation)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))->capture_default_str()->group(group);
+  app.add_option("--loss-scale-init", o.loss_scale_init, "fp16: the first dynamic loss scale")
+      ->check(positive())->capture_default_str()->group(group);
+  app.add_option("--loss-scale-growth-interval", o.loss_scale_growth_interval,
+                 "fp16: finite steps in a row before the loss scale doubles")
+      ->check(positive())->capture_default_str()->group(group);
+  app.add_option("--inject-inf-steps", o.inject_inf_steps, "fp16, for tests: put an inf into the gradients of "
+                 "these 1-based steps (comma-separated)")
+      ->delimiter(',')->check(positive())->group(group)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
+// The fp16-only flags given without fp16 would do nothing: refused (CLI::ValidationError, exit code 2).
+void check_precision_flags(const CLI::App& app, const TrainOptions& o) {
+  if (o.precision == "fp16") return;
+  for (const char* flag : {"--loss-scale-init", "--loss-scale-growth-interval", "--inject-inf-steps"}) {
+    if (app.count(flag) > 0)
+      throw CLI::ValidationError(flag, std::string("applies to --precision fp16 only (this run is ") + o.precision +
+                                           "); drop it or add --precision fp16");
+  }
+}
+
 // Flags outside the groups: --help lists them under "Options".
 void add_run_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--zero", o.zero, "sharding over the ranks: 0 = DDP (full replicas); 1 = optimizer state sharded "
@@ -123,6 +148,9 @@ void add_run_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--ddp-bucket-mb", o.ddp_bucket_mb,
                  "DDP gradient bucket size in MiB after the first 1 MiB bucket (PyTorch's bucket_cap_mb)")
       ->check(CLI::Range(0.0625, 4096.0))->capture_default_str();
+  app.add_option("--ddp-comm-dtype", o.ddp_comm_dtype, "DDP gradient allreduce dtype (--zero 0): fp32, or bf16 / "
+                 "fp16 as PyTorch's compress hooks (half the bytes on the wire)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads; 0 = OMP_NUM_THREADS, else all cores")
       ->check(nonnegative())->capture_default_str();
   app.add_option("--log-every", o.log_every, "print a console line every N steps (rank 0)")
@@ -146,6 +174,7 @@ Command parse_command_line(int argc, char** argv) {
   add_batch_flags(app, o);
   add_optimizer_flags(app, o);
   add_io_flags(app, o);
+  add_precision_flags(app, o);
   add_run_flags(app, o);
 
   CLI::App* prepare_cmd = app.add_subcommand("prepare-text", "convert a text file to a token shard: one token per "
@@ -159,6 +188,8 @@ Command parse_command_line(int argc, char** argv) {
       command.prepare_text = prepare;
     } else if (o.data.empty()) {
       throw CLI::RequiredError("--data");
+    } else {
+      check_precision_flags(app, o);
     }
   } catch (const CLI::CallForHelp& e) {
     command.exit_code = app.exit(e);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "trainer/model/config.h"
 
@@ -45,6 +46,18 @@ struct TrainOptions {
   double ddp_bucket_mb = 25;             // --ddp-bucket-mb: DDP bucket size after the first 1 MiB bucket (PyTorch's
                                          //   bucket_cap_mb); smaller buckets start their allreduce earlier in
                                          //   backward, which matters for models of a few tens of MB
+  // --precision: fp32 | bf16 | fp16. bf16 / fp16 = mixed precision: fp32 master weights and AdamW state, a 16-bit
+  // working copy for the matrix products (trainer/model/gpt.h). Not with --zero 3 (its all-gathers are fp32 only).
+  std::string precision = "fp32";
+  // fp16 only: dynamic loss scaling (trainer/optim/loss_scaler.h, GradScaler's rule).
+  float loss_scale_init = 65536.0f;      // --loss-scale-init: the first scale (2^16)
+  int loss_scale_growth_interval = 2000;  // --loss-scale-growth-interval: finite steps before the scale doubles
+  // --inject-inf-steps: for tests, 1-based optimizer steps whose gradients get an inf (on rank 0, after the
+  // reduction), so that the loss scaler's overflow path runs; fp16 only.
+  std::vector<long> inject_inf_steps;
+  // --ddp-comm-dtype: fp32 | bf16 | fp16, the dtype of DDP's gradient allreduce (--zero 0; PyTorch's
+  // bf16/fp16_compress_hook, trainer/parallel/ddp/reducer.h).
+  std::string ddp_comm_dtype = "fp32";
 
   std::string data;            // --data: glob of llm.c token shards (required)
   std::string init_from;       // --init-from: llm.c model checkpoint to start from

@@ -1,0 +1,58 @@
+#include "trainer/train/precision.h"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace dtrain::trainer {
+namespace {
+
+kernels::Dtype parsed(const std::string& name, const char* flag) {
+  const Result<kernels::Dtype> type = kernels::parse_dtype(name, flag);
+  if (!type.ok()) throw std::invalid_argument(type.status.message());
+  return type.value;
+}
+
+}  // namespace
+
+kernels::Dtype training_precision(const TrainOptions& o) {
+  const kernels::Dtype type = parsed(o.precision, "--precision");
+  if (type != kernels::Dtype::fp32 && o.zero == 3) {
+    throw std::invalid_argument("--precision " + o.precision + " is not supported with --zero 3 yet (its parameter "
+                                "all-gathers are fp32); use --zero 0, 1 or 2, or --precision fp32");
+  }
+  if (type == kernels::Dtype::fp16 && (o.save_every > 0 || o.resume)) {
+    throw std::invalid_argument("--precision fp16 cannot write or resume checkpoints yet (the state file has no "
+                                "room for the loss scale and AdamW's step count); drop --save-every/--resume or "
+                                "use --precision bf16");
+  }
+  return type;
+}
+
+kernels::Dtype ddp_comm_dtype(const TrainOptions& o) {
+  const kernels::Dtype type = parsed(o.ddp_comm_dtype, "--ddp-comm-dtype");
+  if (type != kernels::Dtype::fp32 && o.zero > 0) {
+    throw std::invalid_argument("--ddp-comm-dtype " + o.ddp_comm_dtype + " applies to DDP (--zero 0) only; --zero " +
+                                std::to_string(o.zero) + " reduces in fp32");
+  }
+  return type;
+}
+
+LossScaling::LossScaling(const TrainOptions& o, Communicator& comm, kernels::Backend& backend)
+    : comm_(comm),
+      scaler_(backend, LossScalerOptions{.init_scale = o.loss_scale_init,
+                                         .growth_interval = o.loss_scale_growth_interval}),
+      inject_(o.inject_inf_steps) {}
+
+bool LossScaling::finish(std::uint64_t step, float* grads, const GradSpans& spans) {
+  const bool inject = std::find(inject_.begin(), inject_.end(), static_cast<long>(step)) != inject_.end();
+  // Rank 0 only: the other ranks learn of it through the combined flag, as they would of a real overflow there.
+  if (inject && comm_.rank() == 0 && !spans.empty()) grads[spans.front().first] = std::numeric_limits<float>::infinity();
+  for (const auto& [offset, count] : spans) scaler_.unscale(grads + offset, count);
+  float found = scaler_.found_inf();
+  if (comm_.size() > 1) comm_.allreduce(&found, 1)->wait();
+  return scaler_.update(found);
+}
+
+}  // namespace dtrain::trainer

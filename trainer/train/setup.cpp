@@ -1,0 +1,54 @@
+#include "trainer/train/setup.h"
+
+#include <optional>
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+#include "trainer/ckpt/model_file.h"
+#include "trainer/common/env.h"
+#include "trainer/kernels/cpu/backend.h"
+#include "trainer/train/console.h"
+
+namespace dtrain::trainer {
+
+std::unique_ptr<Communicator> start_communicator(const TrainOptions& o) {
+  int threads = o.threads;
+  if (threads <= 0) {
+    std::string warning;
+    threads = openmp_threads(warning);
+    if (!warning.empty()) spdlog::warn("{}", warning);
+  }
+  kernels::set_cpu_threads(threads);
+  std::unique_ptr<Communicator> comm = make_communicator_from_env();
+  quiet_console_unless_rank0(comm->rank());
+  return comm;
+}
+
+GptConfig model_config(const TrainOptions& o) {
+  std::optional<GptConfig> file_config;
+  if (!o.init_from.empty()) file_config = read_model_header(o.init_from);
+  return resolve_config(o, file_config ? &*file_config : nullptr);
+}
+
+DataLoader open_data(const TrainOptions& o, int B, int T, int rank, int world, const GptConfig& config) {
+  const int K = o.grad_accum;
+  DataLoader loader({o.data, B, T, rank, world, K, config.vocab_size});
+  for (const std::string& path : loader.skipped()) {
+    spdlog::warn("data shard {} is smaller than one step ({} tokens); skipped", path,
+                 static_cast<std::size_t>(B) * T * world * K + 1);
+  }
+  return loader;
+}
+
+LrSchedule lr_schedule(const TrainOptions& o) {
+  LrSchedule schedule;
+  schedule.kind = LrSchedule::parse_kind(o.lr_schedule);
+  schedule.lr = o.lr;
+  schedule.warmup_steps = o.warmup_steps;
+  schedule.total_steps = o.steps;
+  schedule.min_lr_ratio = o.min_lr_ratio;
+  return schedule;
+}
+
+}  // namespace dtrain::trainer

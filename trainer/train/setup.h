@@ -1,0 +1,28 @@
+#pragma once
+
+// The training loop's setup steps (loop.cpp's Training constructor), in the order it takes them: CPU threads and
+// the communicator, the model shape, this rank's data, the learning-rate schedule.
+
+#include <memory>
+
+#include "trainer/comm/communicator.h"
+#include "trainer/data/loader.h"
+#include "trainer/model/config.h"
+#include "trainer/optim/lr_schedule.h"
+#include "trainer/train/options.h"
+
+namespace dtrain::trainer {
+
+// Setup, first: the CPU threads (--threads, else OMP_NUM_THREADS, else every core), then the communicator, whose
+// rank decides who shows progress.
+std::unique_ptr<Communicator> start_communicator(const TrainOptions& options);
+
+// The model shape the options give, with --init-from's header when there is one.
+GptConfig model_config(const TrainOptions& options);
+
+// This rank's data, with a warning for each shard too small for one step.
+DataLoader open_data(const TrainOptions& options, int B, int T, int rank, int world, const GptConfig& config);
+
+LrSchedule lr_schedule(const TrainOptions& options);
+
+}  // namespace dtrain::trainer
