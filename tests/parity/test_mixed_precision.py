@@ -1,0 +1,64 @@
+"""--precision bf16 and fp16 against PyTorch: over 10 AdamW steps (warmup, cosine schedule, clipping, weight decay)
+from one llm.c checkpoint the reference wrote, every step's loss must be
+  - within 0.05 absolute of the fp32 PyTorch reference (trainer/python/gpt_reference.py; llm.c's bf16 criterion),
+  - within 1e-3 relative of the PyTorch reference that rounds the matrix products' inputs as dtrain-trainer does
+    (trainer/python/mixed_reference.py; fp16 with the same dynamic loss scale),
+as one process (--zero 0) and on 2 ranks under the real launcher with --zero 0, 1 and 2 (--zero 3 refuses a 16-bit
+precision with an error that says so). The worst differences are printed per precision and stage."""
+
+import os
+
+import trainer_harness as h
+
+h.require_binaries(h.TRAINER, h.DTRAIN)
+MIXED = os.path.join(h.SOURCE_DIR, "trainer", "python", "mixed_reference.py")
+work = h.workdir()
+shard = h.make_text_shard(work)
+init = os.path.join(work, "init.bin")
+proc = h.run([h.PYTHON, h.REFERENCE, "init", "--out", init, "--seed", "5"] + h.MODEL, work)
+if not h.check(proc.code == 0, "the reference writes an initial checkpoint"):
+    h.finish()
+GLOBAL_B = 4
+common = ["--init-from", init, "--data", shard, "--seq-len", "64", "--steps", "10", "--lr", "1e-3",
+          "--warmup-steps", "3", "--lr-schedule", "cosine", "--min-lr-ratio", "0.1", "--grad-clip", "1.0",
+          "--weight-decay", "0.1", "--threads", "1"]
+
+
+def reference(script, extra, name):
+    path = os.path.join(work, name + ".jsonl")
+    ref = h.run([h.PYTHON, script, "train", "-B", str(GLOBAL_B), "--metrics", path] + extra + common, work,
+                timeout=240)
+    h.check(ref.code == 0, f"{name}: the PyTorch reference exits 0")
+    return h.losses(path) if ref.code == 0 else None
+
+
+def worst_abs(a, b):
+    return max(abs(x - y) for x, y in zip(a, b))
+
+
+fp32 = reference(h.REFERENCE, [], "torch_fp32")
+for precision in ("bf16", "fp16"):
+    rounded = reference(MIXED, ["--precision", precision], f"torch_{precision}")
+    runs = [("1 process", 1, 0)] + [(f"-n 2 --zero {z}", 2, z) for z in (0, 1, 2)]
+    for label, world, zero in runs:
+        path = os.path.join(work, f"{precision}_n{world}_z{zero}.jsonl")
+        args = ["--precision", precision, "--zero", str(zero), "--batch-size", str(GLOBAL_B // world),
+                "--metrics", path] + common
+        run = h.trainer(args, work) if world == 1 else h.launched(world, h.MODEL + args, work)
+        if not h.check(run.code == 0, f"{precision} {label}: dtrain-trainer exits 0") or not fp32 or not rounded:
+            continue
+        steps = h.metrics(path)
+        ours = [m["loss"] for m in steps]
+        diff = worst_abs(ours, fp32)
+        h.check(len(ours) == 10 and diff <= 0.05,
+                f"{precision} {label}: worst |loss - PyTorch fp32| {diff:.2e} (tolerance 0.05)")
+        h.compare_losses(f"{precision} {label}: loss vs PyTorch with rounded matmul inputs", ours, rounded, 1e-3)
+        if precision == "fp16":
+            h.check(all(m["loss_scale"] == 65536 and m["skipped"] is False for m in steps),
+                    f"{precision} {label}: loss scale 65536 throughout, no step skipped")
+        h.check(ours[-1] < ours[0] - 0.1, f"{precision} {label}: the loss falls ({ours[0]:.3f} -> {ours[-1]:.3f})")
+
+refused = h.trainer(["--precision", "bf16", "--zero", "3", "--batch-size", "4"] + common, work)
+h.check(refused.code == 2 and "not supported with --zero 3" in refused.err,
+        "--precision bf16 --zero 3 is refused with exit code 2 and says why")
+h.finish()
