@@ -54,3 +54,16 @@ TEST_CASE("the writer appends lines; drop_metrics_after keeps steps up to a chec
   CHECK_THROWS_WITH_AS(MetricsWriter(dir + "/no/such/m.jsonl"), doctest::Contains("--metrics"), std::runtime_error);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("comm_bytes, and fp16's loss_scale and skipped, follow the sharding keys when set") {
+  StepMetrics m;
+  m.step = 3;
+  m.comm_bytes = 875520;
+  m.loss_scale = 32768;
+  m.skipped = true;
+  const std::string line = to_json(m);
+  CHECK(line.find(", \"comm_bytes\": 875520, \"loss_scale\": 32768, \"skipped\": true}") != std::string::npos);
+  m.skipped = false;
+  CHECK(to_json(m).find("\"skipped\": false}") != std::string::npos);
+  CHECK(to_json(StepMetrics{}).find("skipped") == std::string::npos);
+}
