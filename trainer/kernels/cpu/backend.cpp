@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
@@ -80,18 +81,29 @@ void parallel_heads(int B, int T, int C, int NH, HeadFn fn) {
   }
 }
 
+// In front of every buffer CpuBackend allocates: the size of its mapping (and 64-byte alignment behind it).
+constexpr std::size_t kHeaderBytes = 64;
+
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
 
+  // Zeroed memory without touching it: anonymous pages are zero until first written, so a buffer that is
+  // allocated but not yet used (the gradients of a ZeRO-2 rank, the parameters a ZeRO-3 rank does not own) costs
+  // no resident memory, and pages released with madvise(MADV_DONTNEED) read back as zeros. One 64-byte header in
+  // front of the buffer keeps its mapping's size for release() and the buffer 64-byte aligned.
   float* allocate(std::size_t count) override {
-    const std::size_t bytes = std::max<std::size_t>(64, (count * sizeof(float) + 63) / 64 * 64);
-    void* data = std::aligned_alloc(64, bytes);
-    if (data == nullptr) throw std::bad_alloc();
-    std::memset(data, 0, bytes);
-    return static_cast<float*>(data);
+    const std::size_t bytes = kHeaderBytes + std::max<std::size_t>(64, (count * sizeof(float) + 63) / 64 * 64);
+    void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED) throw std::bad_alloc();
+    *static_cast<std::size_t*>(map) = bytes;
+    return reinterpret_cast<float*>(static_cast<char*>(map) + kHeaderBytes);
   }
-  void release(float* data) override { std::free(data); }
+  void release(float* data) override {
+    if (data == nullptr) return;
+    void* map = reinterpret_cast<char*>(data) - kHeaderBytes;
+    ::munmap(map, *static_cast<std::size_t*>(map));
+  }
   void zero(float* data, std::size_t count) override { std::memset(data, 0, count * sizeof(float)); }
 
   void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T,
