@@ -65,6 +65,12 @@ std::shared_ptr<Work> Communicator::allreduce_half(std::uint16_t*, std::size_t c
                   " " + kernels::dtype_name(type) + " values); use allreduce() on fp32, or the gloo or nccl backend");
 }
 
+std::shared_ptr<Work> Communicator::all_gather_half(const std::uint16_t*, std::uint16_t*, std::size_t count_per_rank) {
+  throw CommError("the " + backend() + " communicator has no 16-bit all_gather (asked for " +
+                  std::to_string(count_per_rank) + " values per rank); use all_gather() on fp32, or the gloo or "
+                  "nccl backend");
+}
+
 std::uint64_t ring_bytes_per_rank(Collective collective, std::uint64_t buffer_bytes, int ranks) {
   if (ranks <= 1) return 0;
   const std::uint64_t n = static_cast<std::uint64_t>(ranks);

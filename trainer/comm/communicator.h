@@ -82,6 +82,11 @@ class Communicator {
   // do (the order of the additions is the backend's). Half the bytes of allreduce() on the wire. The default
   // fails with a CommError naming the backend.
   virtual std::shared_ptr<Work> allreduce_half(std::uint16_t* data, std::size_t count, kernels::Dtype type);
+  // all_gather() of 16-bit values (bf16 or fp16 alike: nothing is added): in holds count_per_rank of them, out
+  // receives size() * count_per_rank, rank r's chunk at r * count_per_rank; in may be out's own chunk. Half the bytes
+  // of all_gather() on the wire (ZeRO-3's 16-bit parameters). The default fails with a CommError naming the backend.
+  virtual std::shared_ptr<Work> all_gather_half(const std::uint16_t* in, std::uint16_t* out,
+                                                std::size_t count_per_rank);
 
   // Bytes this rank has sent for the collectives issued so far, counted when each is issued, as ring algorithms
   // send them (ring_bytes_per_rank below); a single rank sends none. Callers take differences (bytes per step).

@@ -16,6 +16,7 @@ namespace dtrain::trainer {
 Gpt::Gpt(const GptConfig& config, kernels::Backend& backend, int unit_multiple, kernels::Dtype precision)
     : layout_(config, unit_multiple), backend_(backend), precision_(precision) {
   params_ = backend_.allocate(layout_.buffer_size());
+  compute_ = params_;
   grads_ = backend_.allocate(layout_.buffer_size());
   if (precision_ != kernels::Dtype::fp32)
     params_half_ = reinterpret_cast<std::uint16_t*>(backend_.allocate((layout_.buffer_size() + 1) / 2));
@@ -28,11 +29,34 @@ Gpt::~Gpt() {
   backend_.release(logits_);
   backend_.release(reinterpret_cast<float*>(params_half_));
   backend_.release(grads_);
+  if (compute_ != params_) backend_.release(compute_);
   backend_.release(params_);
 }
 
 void Gpt::refresh_working_params() {
   if (params_half_ != nullptr) backend_.to_half(params_half_, params_, buffer_size(), precision_);
+}
+
+void Gpt::refresh_working_params(ParamRange range) {
+  if (params_half_ != nullptr)
+    backend_.to_half(params_half_ + range.offset, params_ + range.offset, range.count, precision_);
+}
+
+void Gpt::read_params_from_working_copy() {
+  if (params_half_ == nullptr)
+    throw std::logic_error("Gpt::read_params_from_working_copy: the model is fp32 and has no 16-bit working copy; "
+                           "build it with precision bf16 or fp16");
+  if (compute_ == params_) compute_ = backend_.allocate(buffer_size());
+}
+
+std::vector<ParamRange> Gpt::fp32_tensors(int unit) const {
+  if (unit == 0) return {layout_.wte(), layout_.wpe()};
+  if (unit == layout_.num_units() - 1) return {layout_.lnfw(), layout_.lnfb()};
+  std::vector<ParamRange> ranges;
+  for (LayerTensor t : {LayerTensor::ln1w, LayerTensor::ln1b, LayerTensor::qkvb, LayerTensor::attprojb,
+                        LayerTensor::ln2w, LayerTensor::ln2b, LayerTensor::fcb, LayerTensor::fcprojb})
+    ranges.push_back(layout_.layer_tensor(unit - 1, t));
+  return ranges;
 }
 
 float* Gpt::staging(MatmulInput& x, int l) {
@@ -144,7 +168,7 @@ float Gpt::forward(const std::int32_t* inputs, const std::int32_t* targets, int 
   const int N = static_cast<int>(BT);
   const std::size_t att_size = static_cast<std::size_t>(B) * NH * T * T;
   kernels::Backend& k = backend_;
-  const float* p = params_;
+  const float* p = compute_;
   gather(0);
   k.embedding_forward(a.encoded, a.inputs.data(), p + layout_.wte().offset, p + layout_.wpe().offset, B, T, C);
   for (int l = 0; l < c.num_layers; ++l) {
@@ -197,7 +221,7 @@ void Gpt::backward(float loss_scale, const GradsReady& grads_ready) {
   const int N = static_cast<int>(BT);
   const std::size_t att_size = static_cast<std::size_t>(B) * NH * T * T;
   kernels::Backend& k = backend_;
-  const float* p = params_;
+  const float* p = compute_;
   float* g = grads_;
 
   // Everything from `unreported` to the end of the buffer has been handed to grads_ready.

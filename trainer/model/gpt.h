@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "trainer/kernels/backend.h"
 #include "trainer/model/config.h"
@@ -76,8 +77,24 @@ class Gpt {
   std::size_t activation_bytes() const;
   // Mixed precision: the 16-bit working copy = params() rounded to nearest even; nothing with fp32 precision.
   void refresh_working_params();
+  // The same for params()[range] only (ZeRO-3: a rank holds only its shards of the master).
+  void refresh_working_params(ParamRange range);
   // The 16-bit working copy (buffer_size() values); null with fp32 precision.
   const std::uint16_t* working_params() const { return params_half_; }
+  std::uint16_t* working_params() { return params_half_; }
+
+  // ZeRO-3 with a 16-bit precision (trainer/parallel/zero/gatherer.h), as FSDP's param_dtype: the 16-bit working
+  // copy is what gets gathered, so every parameter the model computes with is the 16-bit value. After this call
+  // forward() and backward() stop reading params() (the master, of which a rank then holds only its shards) and
+  // read the tensors their fp32 kernels need (fp32_tensors()) from compute_params() instead, a buffer of
+  // buffer_size() floats that the gatherer fills by widening the gathered 16-bit copy. Throws std::logic_error
+  // with fp32 precision. Without the call compute_params() is params().
+  void read_params_from_working_copy();
+  float* compute_params() { return compute_; }
+  // The tensors of ZeRO unit u (layout.h) that fp32 kernels read from compute_params(): the embeddings, LayerNorm
+  // weights and biases, the linear layers' biases; not the four weight matrices of a block, which only the 16-bit
+  // matrix products read.
+  std::vector<ParamRange> fp32_tensors(int unit) const;
 
   // Hooks around each unit's parameter use (ZeRO-3); empty hooks (the default) do nothing.
   void set_unit_hooks(UnitHooks hooks) { hooks_ = std::move(hooks); }
@@ -118,6 +135,7 @@ class Gpt {
   kernels::Backend& backend_;
   kernels::Dtype precision_;
   float* params_ = nullptr;
+  float* compute_ = nullptr;  // params_, or its own buffer after read_params_from_working_copy()
   std::uint16_t* params_half_ = nullptr;  // mixed precision's working copy (allocated as floats, two per float)
   float* grads_ = nullptr;
   float* logits_ = nullptr;

@@ -102,6 +102,8 @@ class Training {
   kernels::Backend& k() { return model_.backend(); }
   GradSpans reduced_spans() const;
   float clip_and_update(float lr, bool skipped);
+  // Mixed precision: the 16-bit working copy from the fp32 master (ZeRO-3: the owned shards of both).
+  void refresh_working_params() { zero_ ? zero_->refresh_working_params() : model_.refresh_working_params(); }
   void measure(StepMetrics& m);
 
   const TrainOptions& o_;
@@ -183,7 +185,7 @@ Start Training::choose_start() {
   if (world_ > 1) comm_->broadcast(model_.params(), model_.buffer_size(), 0)->wait();
   if (status > 0) share_moments();
   if (zero_) zero_->shard_params();
-  model_.refresh_working_params();
+  refresh_working_params();
   optimizer_steps_ = static_cast<long>(start.step);
   return {start, status > 0};
 }
@@ -321,7 +323,7 @@ float Training::clip_and_update(float lr, bool skipped) {
   }
   if (!skipped) {
     ++optimizer_steps_;
-    model_.refresh_working_params();
+    refresh_working_params();
   }
   return grad_norm;
 }

@@ -47,7 +47,8 @@ struct TrainOptions {
                                          //   bucket_cap_mb); smaller buckets start their allreduce earlier in
                                          //   backward, which matters for models of a few tens of MB
   // --precision: fp32 | bf16 | fp16. bf16 / fp16 = mixed precision: fp32 master weights and AdamW state, a 16-bit
-  // working copy for the matrix products (trainer/model/gpt.h). Not with --zero 3 (its all-gathers are fp32 only).
+  // working copy for the matrix products (trainer/model/gpt.h); --zero 3 shards the working copy and all-gathers it
+  // in 16 bits (trainer/parallel/zero/engine.h).
   std::string precision = "fp32";
   // fp16 only: dynamic loss scaling (trainer/optim/loss_scaler.h, GradScaler's rule).
   float loss_scale_init = 65536.0f;      // --loss-scale-init: the first scale (2^16)

@@ -18,10 +18,6 @@ kernels::Dtype parsed(const std::string& name, const char* flag) {
 
 kernels::Dtype training_precision(const TrainOptions& o) {
   const kernels::Dtype type = parsed(o.precision, "--precision");
-  if (type != kernels::Dtype::fp32 && o.zero == 3) {
-    throw std::invalid_argument("--precision " + o.precision + " is not supported with --zero 3 yet (its parameter "
-                                "all-gathers are fp32); use --zero 0, 1 or 2, or --precision fp32");
-  }
   if (type == kernels::Dtype::fp16 && (o.save_every > 0 || o.resume)) {
     throw std::invalid_argument("--precision fp16 cannot write or resume checkpoints yet (the state file has no "
                                 "room for the loss scale and AdamW's step count); drop --save-every/--resume or "

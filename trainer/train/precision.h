@@ -21,8 +21,8 @@
 
 namespace dtrain::trainer {
 
-// --precision as a Dtype. Throws std::invalid_argument (exit code 2) for what is not supported: a 16-bit precision
-// with --zero 3 (its parameter all-gathers are fp32), and fp16 with checkpoints (--save-every, --resume: the state
+// --precision as a Dtype. Throws std::invalid_argument (exit code 2) for what is not supported: fp16 with
+// checkpoints (--save-every, --resume: the state
 // file does not hold the loss scaler's state or AdamW's step count, which differ from the step once a step is
 // skipped).
 kernels::Dtype training_precision(const TrainOptions& options);

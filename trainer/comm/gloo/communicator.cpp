@@ -282,24 +282,44 @@ std::shared_ptr<Work> GlooCommunicator::reduce_scatter(const float* in, float* o
                        });
 }
 
+namespace {
+
+// gloo's all_gather of count_per_rank elements of T (float, or 16-bit values) per rank.
+template <typename T>
+void gather_elements(const GlooCommOptions& options, const std::shared_ptr<gloo::rendezvous::Context>& context,
+                     const T* in, T* out, std::size_t count_per_rank, uint32_t tag) {
+  if (count_per_rank == 0) return;
+  const std::size_t total = count_per_rank * static_cast<std::size_t>(options.size);
+  T* mine = out + count_per_rank * static_cast<std::size_t>(options.rank);
+  if (options.size == 1) {
+    if (in != mine) std::copy_n(in, count_per_rank, mine);
+    return;
+  }
+  gloo::AllgatherOptions opts(context);
+  // gloo copies the input into this rank's chunk; an input already there needs no copy.
+  if (in != mine) opts.setInput(const_cast<T*>(in), count_per_rank);
+  opts.setOutput(out, total);
+  opts.setTag(tag);
+  opts.setTimeout(options.timeout);
+  gloo::allgather(opts);
+}
+
+}  // namespace
+
 std::shared_ptr<Work> GlooCommunicator::all_gather(const float* in, float* out, std::size_t count_per_rank) {
   count_sent(ring_bytes_per_rank(Collective::all_gather, count_per_rank * size() * sizeof(float), size()));
   return impl_->submit("all_gather of " + describe_floats(count_per_rank) + " per rank",
                        [this, in, out, count_per_rank](uint32_t tag) {
-                         if (count_per_rank == 0) return;
-                         const std::size_t total = count_per_rank * static_cast<std::size_t>(impl_->options.size);
-                         float* mine = out + count_per_rank * static_cast<std::size_t>(impl_->options.rank);
-                         if (impl_->options.size == 1) {
-                           if (in != mine) std::copy_n(in, count_per_rank, mine);
-                           return;
-                         }
-                         gloo::AllgatherOptions opts(impl_->context);
-                         // gloo copies the input into this rank's chunk; an input already there needs no copy.
-                         if (in != mine) opts.setInput(const_cast<float*>(in), count_per_rank);
-                         opts.setOutput(out, total);
-                         opts.setTag(tag);
-                         opts.setTimeout(impl_->options.timeout);
-                         gloo::allgather(opts);
+                         gather_elements(impl_->options, impl_->context, in, out, count_per_rank, tag);
+                       });
+}
+
+std::shared_ptr<Work> GlooCommunicator::all_gather_half(const std::uint16_t* in, std::uint16_t* out,
+                                                        std::size_t count_per_rank) {
+  count_sent(ring_bytes_per_rank(Collective::all_gather, count_per_rank * size() * sizeof(std::uint16_t), size()));
+  return impl_->submit("all_gather of " + std::to_string(count_per_rank) + " 16-bit values per rank",
+                       [this, in, out, count_per_rank](uint32_t tag) {
+                         gather_elements(impl_->options, impl_->context, in, out, count_per_rank, tag);
                        });
 }
 

@@ -58,6 +58,9 @@ class GlooCommunicator : public Communicator {
   // gloo's ring allreduce over 16-bit elements with a reduce function that adds in fp32 and rounds back
   // (kernels::add_half): gloo's own float16 sum does the same, and it has no bf16 one.
   std::shared_ptr<Work> allreduce_half(std::uint16_t* data, std::size_t count, kernels::Dtype type) override;
+  // gloo's all_gather on 2-byte elements.
+  std::shared_ptr<Work> all_gather_half(const std::uint16_t* in, std::uint16_t* out,
+                                        std::size_t count_per_rank) override;
 
  private:
   struct Impl;

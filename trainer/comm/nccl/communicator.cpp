@@ -219,6 +219,16 @@ std::shared_ptr<Work> NcclCommunicator::all_gather(const float* in, float* out, 
   });
 }
 
+std::shared_ptr<Work> NcclCommunicator::all_gather_half(const std::uint16_t* in, std::uint16_t* out,
+                                                        std::size_t count_per_rank) {
+  const std::string what = "all_gather of " + std::to_string(count_per_rank) + " 16-bit values per rank";
+  state_->check_device_pointers(what, count_per_rank, {{in, "in"}, {out, "out"}});
+  count_sent(ring_bytes_per_rank(Collective::all_gather, count_per_rank * size() * sizeof(std::uint16_t), size()));
+  return enqueue(state_, what, count_per_rank, [&] {
+    return rt().ncclAllGather(in, out, count_per_rank, ncclFloat16, state_->comm, state_->stream);
+  });
+}
+
 std::shared_ptr<Work> NcclCommunicator::broadcast(float* data, std::size_t count, int root) {
   const std::string what = "broadcast of " + describe_floats(count) + " from rank " + std::to_string(root);
   if (root < 0 || root >= state_->options.size) {

@@ -66,6 +66,9 @@ class NcclCommunicator : public Communicator {
   std::shared_ptr<Work> broadcast(float* data, std::size_t count, int root) override;
   // ncclAllReduce on ncclBfloat16 / ncclFloat16 (NCCL >= 2.10 for bf16).
   std::shared_ptr<Work> allreduce_half(std::uint16_t* data, std::size_t count, kernels::Dtype type) override;
+  // ncclAllGather on ncclFloat16: a 2-byte element type (nothing is added, so bf16 values travel unchanged).
+  std::shared_ptr<Work> all_gather_half(const std::uint16_t* in, std::uint16_t* out,
+                                        std::size_t count_per_rank) override;
 
   struct State;
 

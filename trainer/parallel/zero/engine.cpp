@@ -4,6 +4,9 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
+
+#include "trainer/parallel/zero/pages.h"
 
 namespace dtrain::trainer {
 namespace {
@@ -33,22 +36,69 @@ ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, const AdamWOpt
                  shards_.padded_params()),
       reducer_(comm, shards_, model.grads(), stage >= 2) {
   grads_ready_ = [this](std::size_t offset, std::size_t count) { reducer_.grads_ready(offset, count); };
-  if (stage_ == 3) {
+  if (stage_ == 3 && model.precision() != kernels::Dtype::fp32) {
+    model.read_params_from_working_copy();
+    HalfParams half{model.working_params(), model.compute_params(), model.precision(), {}};
+    for (int u = 0; u < shards_.num_units(); ++u) half.widen.push_back(model.fp32_tensors(u));
+    gatherer_ = std::make_unique<ParamGatherer>(comm, shards_, std::move(half));
+    sharded_master_ = true;
+  } else if (stage_ == 3) {
     gatherer_ = std::make_unique<ParamGatherer>(comm, shards_, model.params());
+  }
+  if (gatherer_) {
     model.set_unit_hooks({[this](int u) { gatherer_->gather(u); }, [this](int u) { gatherer_->release(u); }});
   }
 }
 
 void ZeroEngine::shard_params() {
+  if (sharded_master_) release_master();
   if (gatherer_) gatherer_->release_all();
 }
 
 void ZeroEngine::gather_params() {
-  if (gatherer_) gatherer_->gather_all();
+  if (sharded_master_) {
+    all_gather_master();
+  } else if (gatherer_) {
+    gatherer_->gather_all();
+  }
 }
 
 void ZeroEngine::release_params() {
-  if (gatherer_) gatherer_->release_all();
+  if (sharded_master_) {
+    release_master();
+  } else if (gatherer_) {
+    gatherer_->release_all();
+  }
+}
+
+void ZeroEngine::refresh_working_params() {
+  if (!sharded_master_) {
+    model_.refresh_working_params();
+    return;
+  }
+  for (const ShardSpan& own : shards_.owned()) model_.refresh_working_params({own.offset, own.count});
+}
+
+std::uint64_t ZeroEngine::all_gather_master() {
+  if (shards_.world() == 1) return 0;
+  std::uint64_t bytes = 0;
+  std::vector<std::shared_ptr<Work>> works;
+  for (int u = 0; u < shards_.num_units(); ++u) {
+    const ShardSpan& own = shards_.owned(u);
+    works.push_back(comm_.all_gather(model_.params() + own.offset, model_.params() + shards_.slice(u).offset,
+                                     own.count));
+    bytes += ring_bytes_sent(shards_.slice(u).count, shards_.world());
+  }
+  for (auto& work : works) work->wait();
+  return bytes;
+}
+
+void ZeroEngine::release_master() {
+  for (int u = 0; u < shards_.num_units(); ++u) {
+    const ParamRange slice = shards_.slice(u);
+    const ShardSpan& own = shards_.owned(u);
+    release_outside(model_.params(), slice.offset, slice.offset + slice.count, own.offset, own.offset + own.count);
+  }
 }
 
 void ZeroEngine::gather_moments(std::vector<float>& m, std::vector<float>& v) {
@@ -111,15 +161,7 @@ float ZeroEngine::clip_grad_norm(float max_norm) {
 
 void ZeroEngine::step(float lr, long t) {
   optimizer_.step_spans(model_.params(), model_.grads(), spans_, lr, t);
-  if (stage_ == 3 || shards_.world() == 1) return;
-  std::vector<std::shared_ptr<Work>> works;
-  for (int u = 0; u < shards_.num_units(); ++u) {
-    const ShardSpan& own = shards_.owned(u);
-    works.push_back(comm_.all_gather(model_.params() + own.offset, model_.params() + shards_.slice(u).offset,
-                                     own.count));
-    counted_bytes_ += ring_bytes_sent(shards_.slice(u).count, shards_.world());
-  }
-  for (auto& work : works) work->wait();
+  if (stage_ < 3) counted_bytes_ += all_gather_master();
 }
 
 ZeroStepStats ZeroEngine::take_stats() {

@@ -10,9 +10,13 @@
 //     engine.finish_backward()
 //   norm = engine.clip_grad_norm(--grad-clip)           sum of squared shard norms, allreduced
 //   engine.step(lr, t)                                  AdamW on the owned shards; stages 1, 2: all-gather params
+//   engine.refresh_working_params()                     16-bit precision: the working copy from the master
 // Gradient accumulation, written down: stage 1 keeps full local gradients and communicates once per step, like
 // DDP's no_sync; stages 2 and 3 cannot keep a full gradient, so they reduce-scatter every micro-step and accumulate
 // into the owned shard (reducer.h says how), sending K times the bytes.
+// Stage 3 with a 16-bit precision (FSDP's param_dtype): the fp32 master is the owned shards of the parameter buffer
+// (nothing else of it exists on a rank), the model's 16-bit working copy is sharded the same way and is what the
+// gatherer all-gathers (half the bytes), refreshed from the owned master shards after each step.
 
 #include <cstddef>
 #include <cstdint>
@@ -50,9 +54,11 @@ class ZeroEngine {
 
   // After every rank holds the whole parameter buffer (the start's broadcast): stage 3 releases the rest.
   void shard_params();
-  // The whole buffer on every rank for a checkpoint (stage 3 gathers; a no-op otherwise), and back.
+  // The whole fp32 buffer on every rank for a checkpoint (stage 3 gathers; a no-op otherwise), and back.
   void gather_params();
   void release_params();
+  // The model's 16-bit working copy from the master: the whole buffer, or with stage 3 the owned shards only.
+  void refresh_working_params();
   // AdamW's moments of the whole buffer (buffer layout) gathered from every rank's shards, and the reverse: each
   // rank takes its shards of full moments (resume).
   void gather_moments(std::vector<float>& m, std::vector<float>& v);
@@ -77,7 +83,13 @@ class ZeroEngine {
   AdamW optimizer_;
   ZeroReducer reducer_;
   std::unique_ptr<ParamGatherer> gatherer_;
+  // All-gathers the fp32 parameters' owned shards into the whole buffer and waits; returns the bytes sent.
+  std::uint64_t all_gather_master();
+  // Releases the fp32 parameters outside the owned shards.
+  void release_master();
+
   Gpt::GradsReady grads_ready_;
+  bool sharded_master_ = false;      // stage 3, 16-bit: the gatherer gathers the working copy, not params()
   std::uint64_t counted_bytes_ = 0;  // the parameter all-gathers of step()
   std::uint64_t taken_bytes_ = 0;    // everything sent up to the last take_stats()
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "trainer/parallel/zero/pages.h"
 
@@ -10,6 +11,16 @@ namespace dtrain::trainer {
 
 // How many units besides unit 0 may be gathered (or in flight) at once: the one computing and the next.
 constexpr int kMaxGatheredUnits = 2;
+
+ParamGatherer::ParamGatherer(Communicator& comm, const ZeroShards& shards, HalfParams half)
+    : ParamGatherer(comm, shards, nullptr) {
+  if (half.half == nullptr || half.wide == nullptr || half.type == kernels::Dtype::fp32 ||
+      half.widen.size() != static_cast<std::size_t>(shards.num_units()))
+    throw std::invalid_argument("ParamGatherer: 16-bit parameters need the working copy, the fp32 buffer to widen "
+                                "into, a 16-bit type and one list of ranges per unit (" +
+                                std::to_string(shards.num_units()) + ")");
+  half_ = std::move(half);
+}
 
 ParamGatherer::ParamGatherer(Communicator& comm, const ZeroShards& shards, float* params)
     : comm_(comm), shards_(shards), params_(params) {
@@ -36,15 +47,28 @@ void ParamGatherer::issue(int unit) {
   state_[unit] = State::gathering;
   if (shards_.world() == 1) return;
   const ShardSpan& own = shards_.owned(unit);
-  work_[unit] = comm_.all_gather(params_ + own.offset, params_ + shards_.slice(unit).offset, own.count);
-  bytes_sent_ += ring_bytes_sent(shards_.slice(unit).count, shards_.world());
+  const std::size_t at = shards_.slice(unit).offset;
+  if (half_.half != nullptr) {
+    work_[unit] = comm_.all_gather_half(half_.half + own.offset, half_.half + at, own.count);
+    bytes_sent_ += ring_bytes_sent(shards_.slice(unit).count, shards_.world(), sizeof(std::uint16_t));
+  } else {
+    work_[unit] = comm_.all_gather(params_ + own.offset, params_ + at, own.count);
+    bytes_sent_ += ring_bytes_sent(shards_.slice(unit).count, shards_.world());
+  }
+}
+
+void ParamGatherer::widen(int unit) {
+  for (const ParamRange& r : half_.widen[unit])
+    kernels::from_half(half_.wide + r.offset, half_.half + r.offset, r.count, half_.type);
 }
 
 void ParamGatherer::wait(int unit) {
-  if (state_[unit] == State::gathering && work_[unit]) {
+  if (state_[unit] != State::gathering) return;
+  if (work_[unit]) {
     std::shared_ptr<Work> work = std::move(work_[unit]);
     work->wait();
   }
+  if (half_.half != nullptr) widen(unit);
   state_[unit] = State::gathered;
 }
 
@@ -52,7 +76,12 @@ void ParamGatherer::free(int unit) {
   wait(unit);
   const ParamRange slice = shards_.slice(unit);
   const ShardSpan& own = shards_.owned(unit);
-  release_outside(params_, slice.offset, slice.offset + slice.count, own.offset, own.offset + own.count);
+  if (half_.half != nullptr) {
+    release_outside(half_.half, slice.offset, slice.offset + slice.count, own.offset, own.offset + own.count);
+    for (const ParamRange& r : half_.widen[unit]) release_range(half_.wide + r.offset, r.count);
+  } else {
+    release_outside(params_, slice.offset, slice.offset + slice.count, own.offset, own.offset + own.count);
+  }
   state_[unit] = State::released;
 }
 
@@ -63,8 +92,15 @@ int ParamGatherer::alive_besides_root() const {
 
 std::uint64_t ParamGatherer::alive_bytes() const {
   std::uint64_t bytes = 0;
-  for (int u = 0; u < shards_.num_units(); ++u)
-    if (state_[u] != State::released) bytes += shards_.slice(u).count * sizeof(float);
+  for (int u = 0; u < shards_.num_units(); ++u) {
+    if (state_[u] == State::released) continue;
+    if (half_.half == nullptr) {
+      bytes += shards_.slice(u).count * sizeof(float);
+      continue;
+    }
+    bytes += shards_.slice(u).count * sizeof(std::uint16_t);
+    for (const ParamRange& r : half_.widen[u]) bytes += r.count * sizeof(float);
+  }
   return bytes;
 }
 

@@ -11,6 +11,11 @@
 // of backward, as FSDP keeps its root unit: the tied output head reads wte at the end of forward and the start of
 // backward. A unit that is next in the order when released (the final LayerNorm between forward and backward)
 // stays gathered.
+//
+// With a 16-bit precision (FSDP's param_dtype) the gathered buffer is the model's 16-bit working copy instead of the
+// fp32 parameters, so an all-gather sends half the bytes; once a unit has arrived, the tensors of it that fp32
+// kernels read (Gpt::fp32_tensors) are widened into a separate fp32 buffer (Gpt::compute_params), and both are
+// released together. The fp32 master stays with the engine: only its owned shards exist on a rank.
 
 #include <cstddef>
 #include <cstdint>
@@ -18,13 +23,26 @@
 #include <vector>
 
 #include "trainer/comm/communicator.h"
+#include "trainer/kernels/half.h"
+#include "trainer/model/layout.h"
 #include "trainer/parallel/zero/shards.h"
 
 namespace dtrain::trainer {
 
+// The 16-bit buffers of a gatherer for 16-bit parameters (top of this file), all in the flat buffer's layout.
+struct HalfParams {
+  std::uint16_t* half = nullptr;                // the working copy: the owned shards hold this rank's values
+  float* wide = nullptr;                        // where gathered units' fp32 tensors are widened to
+  kernels::Dtype type = kernels::Dtype::bf16;   // bf16 or fp16
+  std::vector<std::vector<ParamRange>> widen;   // per unit: the ranges widened into `wide`
+};
+
 class ParamGatherer {
  public:
+  // fp32: gathers params (the model's parameter buffer) in place.
   ParamGatherer(Communicator& comm, const ZeroShards& shards, float* params);
+  // 16-bit: gathers half.half in place and widens into half.wide.
+  ParamGatherer(Communicator& comm, const ZeroShards& shards, HalfParams half);
   ParamGatherer(const ParamGatherer&) = delete;
   ParamGatherer& operator=(const ParamGatherer&) = delete;
   ~ParamGatherer();
@@ -52,12 +70,14 @@ class ParamGatherer {
   void issue(int unit);
   void wait(int unit);
   void free(int unit);
+  void widen(int unit);
   int alive_besides_root() const;
   std::uint64_t alive_bytes() const;
 
   Communicator& comm_;
   const ZeroShards& shards_;
-  float* params_;
+  float* params_;    // fp32 parameters, or null with 16-bit ones
+  HalfParams half_;  // half_.half null with fp32 parameters
   std::vector<int> order_;
   std::size_t cursor_;  // index in order_ of the last gather()
   std::vector<State> state_;

@@ -37,9 +37,9 @@ ZeroMemory zero_memory(int stage, std::size_t padded_params, int world) {
   return m;
 }
 
-std::uint64_t ring_bytes_sent(std::size_t count, int world) {
+std::uint64_t ring_bytes_sent(std::size_t count, int world, std::size_t element_bytes) {
   const std::uint64_t shard = count / static_cast<std::size_t>(world);
-  return shard * static_cast<std::uint64_t>(world - 1) * sizeof(float);
+  return shard * static_cast<std::uint64_t>(world - 1) * element_bytes;
 }
 
 }  // namespace dtrain::trainer

@@ -59,8 +59,9 @@ struct ZeroMemory {
 };
 ZeroMemory zero_memory(int stage, std::size_t padded_params, int world);
 
-// Bytes one rank sends for a reduce-scatter or an all-gather of `count` floats in all (W shards of count / W), as
-// a ring does it: W - 1 shards. (An allreduce is one of each.)
-std::uint64_t ring_bytes_sent(std::size_t count, int world);
+// Bytes one rank sends for a reduce-scatter or an all-gather of `count` elements in all (W shards of count / W), as
+// a ring does it: W - 1 shards. (An allreduce is one of each.) Elements are floats unless element_bytes says
+// otherwise (2: ZeRO-3's 16-bit parameters).
+std::uint64_t ring_bytes_sent(std::size_t count, int world, std::size_t element_bytes = sizeof(float));
 
 }  // namespace dtrain::trainer
