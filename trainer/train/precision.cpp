@@ -35,6 +35,19 @@ kernels::Dtype ddp_comm_dtype(const TrainOptions& o) {
   return type;
 }
 
+kernels::Dtype param_dtype(const TrainOptions& o) {
+  const kernels::Dtype precision = parsed(o.precision, "--precision");
+  if (o.param_dtype.empty()) return precision;
+  const kernels::Dtype type = parsed(o.param_dtype, "--param-dtype");
+  if (o.zero != 3)
+    throw std::invalid_argument("--param-dtype applies to --zero 3 only (the stage that all-gathers parameters); "
+                                "drop it or use --zero 3");
+  if (type != kernels::Dtype::fp32 && type != precision)
+    throw std::invalid_argument("--param-dtype " + o.param_dtype + " with --precision " + o.precision + ": the "
+                                "parameters are gathered in fp32 or in the --precision; use one of those");
+  return type;
+}
+
 LossScaling::LossScaling(const TrainOptions& o, Communicator& comm, kernels::Backend& backend)
     : comm_(comm),
       scaler_(backend, LossScalerOptions{.init_scale = o.loss_scale_init,

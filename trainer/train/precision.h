@@ -22,12 +22,14 @@
 namespace dtrain::trainer {
 
 // --precision as a Dtype. Throws std::invalid_argument (exit code 2) for what is not supported: fp16 with
-// checkpoints (--save-every, --resume: the state
-// file does not hold the loss scaler's state or AdamW's step count, which differ from the step once a step is
-// skipped).
+// checkpoints (--save-every, --resume: the state file does not hold the loss scaler's state or AdamW's step count,
+// which differ from the step once a step is skipped).
 kernels::Dtype training_precision(const TrainOptions& options);
 // --ddp-comm-dtype as a Dtype; anything but fp32 with --zero 1..3 is refused (std::invalid_argument).
 kernels::Dtype ddp_comm_dtype(const TrainOptions& options);
+// --param-dtype as a Dtype (the --precision when not given). Given, it needs --zero 3 (the only stage that gathers
+// parameters for compute) and must be fp32 or the --precision; otherwise std::invalid_argument.
+kernels::Dtype param_dtype(const TrainOptions& options);
 
 // Offset and count of gradient ranges in the model's buffer.
 using GradSpans = std::vector<std::pair<std::size_t, std::size_t>>;
