@@ -5,8 +5,9 @@ from one llm.c checkpoint the reference wrote, every step's loss must be
     (trainer/python/mixed_reference.py; fp16 with the same dynamic loss scale),
 as one process (--zero 0) and on 2 ranks under the real launcher with --zero 0, 1, 2 and 3. With --zero 3 the
 parameters are all-gathered in 16 bits: the all-gathers' share of comm_bytes (comm_bytes less the fp32
-reduce-scatters, which send mem_params_bytes * (W - 1) per step) is half that of an fp32 --zero 3 run. The worst
-differences are printed per precision and stage."""
+reduce-scatters, which send mem_params_bytes * (W - 1) per step) is half that of an fp32 --zero 3 run; with
+--param-dtype fp32 they are fp32's and the losses equal --zero 2's bit for bit. --param-dtype without --zero 3, or
+other than fp32 or the --precision, is refused. The worst differences are printed per precision and stage."""
 
 import os
 
@@ -78,4 +79,21 @@ if h.check(fp32_run.code == 0, "fp32 -n 2 --zero 3: dtrain-trainer exits 0"):
         h.check(len(half) == len(full) == 10 and all(2 * x == y and x > 0 for x, y in zip(half, full)),
                 f"{precision} -n 2 --zero 3: the parameter all-gathers send half the bytes of fp32 "
                 f"({half[0] if half else None} vs {full[0] if full else None} per step)")
+
+    # --param-dtype fp32: the fp32 master is gathered and rounded per unit, so the model computes as --zero 2 does.
+    path = os.path.join(work, "bf16_n2_z3_fp32_gathers.jsonl")
+    run = h.launched(2, h.MODEL + ["--precision", "bf16", "--zero", "3", "--param-dtype", "fp32", "--batch-size",
+                                   str(GLOBAL_B // 2), "--metrics", path] + common, work)
+    if h.check(run.code == 0, "bf16 -n 2 --zero 3 --param-dtype fp32: dtrain-trainer exits 0"):
+        stage2 = h.losses(os.path.join(work, "bf16_n2_z2.jsonl"))
+        ours = h.losses(path)
+        h.check(len(ours) == 10 and ours == stage2,
+                f"bf16 --zero 3 --param-dtype fp32: losses equal --zero 2's bit for bit "
+                f"(worst difference {worst_abs(ours, stage2):.1e})")
+        h.check(gather_bytes(path) == full, "bf16 --zero 3 --param-dtype fp32: the all-gathers send fp32's bytes")
+
+for flags, why in ((["--precision", "bf16", "--zero", "2", "--param-dtype", "bf16"], "applies to --zero 3 only"),
+                   (["--precision", "bf16", "--zero", "3", "--param-dtype", "fp16"], "gathered in fp32 or in the")):
+    refused = h.trainer(flags + ["--batch-size", "4"] + common, work)
+    h.check(refused.code == 2 and why in refused.err, f"{' '.join(flags)}: refused with exit code 2 and says why")
 h.finish()

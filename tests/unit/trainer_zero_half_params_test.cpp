@@ -1,7 +1,8 @@
 // ZeRO-3 with 16-bit parameters (trainer/parallel/zero/gatherer.h, engine.h): the gatherer all-gathers the 16-bit
 // working copy (half the bytes of fp32), widens the gathered unit's fp32 tensors and releases both; on one rank the
 // engine's model computes exactly what a plain bf16 model computes from the same 16-bit values, and its working
-// copy is refreshed from the master after a step. Two ranks end to end: tests/parity/test_mixed_precision.py.
+// copy is refreshed from the master after a step. fp32 gathers for a 16-bit model (--param-dtype fp32) round each
+// gathered unit into the working copy. Two ranks end to end: tests/parity/test_mixed_precision.py.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -107,6 +108,25 @@ TEST_CASE("16-bit gathers: half the bytes, the fp32 tensors widened, both releas
   CHECK(h[own.offset] == kernels::bf16_from_float(model.params()[own.offset]));
 }
 
+TEST_CASE("fp32 gathers for a 16-bit model round each gathered unit into the working copy and release it") {
+  Gpt model(small_gpt_config(), kernels::cpu_backend(), 1, Dtype::fp16);
+  model.init_weights(5);
+  LocalCommunicator comm;
+  const ZeroShards shards(model.layout(), 0, 1);
+  ParamGatherer gatherer(comm, shards, model.params(), RoundedCopy{model.working_params(), Dtype::fp16});
+  gatherer.release_all();
+  const ParamRange slice = shards.slice(1);
+  CHECK(model.working_params()[slice.offset] == 0);
+  gatherer.gather(0);
+  gatherer.gather(1);
+  for (std::size_t i = slice.offset; i < slice.offset + slice.count; ++i)
+    REQUIRE(model.working_params()[i] == kernels::fp16_from_float(model.params()[i]));
+  CHECK(gatherer.peak_bytes() == 6 * (shards.slice(0).count + slice.count + shards.slice(2).count));
+  gatherer.release(1);
+  CHECK(model.working_params()[slice.offset] == 0);
+  CHECK(model.params()[slice.offset] != 0.0f);  // one rank owns the whole unit: the master stays
+}
+
 TEST_CASE("the gatherer refuses 16-bit buffers it cannot use") {
   Gpt model(small_gpt_config(), kernels::cpu_backend(), 2, Dtype::bf16);
   const ZeroShards shards(model.layout(), 0, 2);
@@ -115,6 +135,9 @@ TEST_CASE("the gatherer refuses 16-bit buffers it cannot use") {
                   std::invalid_argument);
   Gpt fp32(small_gpt_config(), kernels::cpu_backend(), 2);
   CHECK_THROWS_AS(fp32.read_params_from_working_copy(), std::logic_error);
+  LocalCommunicator local;
+  Gpt bf16(small_gpt_config(), kernels::cpu_backend(), 1, Dtype::bf16);
+  CHECK_THROWS_AS(ZeroEngine(3, local, bf16, AdamWOptions{}, Dtype::fp16), std::invalid_argument);
 }
 
 TEST_CASE("on one rank, --zero 3 bf16 computes what a bf16 model computes from the same 16-bit parameters") {

@@ -81,7 +81,7 @@ class Training {
     const AdamWOptions adamw{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
     if (model_.precision() == kernels::Dtype::fp16) scaling_ = std::make_unique<LossScaling>(o, *comm_, k());
     if (o.zero > 0) {
-      zero_ = std::make_unique<ZeroEngine>(o.zero, *comm_, model_, adamw);
+      zero_ = std::make_unique<ZeroEngine>(o.zero, *comm_, model_, adamw, param_dtype(o));
     } else {
       adamw_ = std::make_unique<AdamW>(model_.backend(), n_, model_.layout().decay_ranges(), adamw);
     }

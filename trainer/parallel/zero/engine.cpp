@@ -27,6 +27,10 @@ int checked_stage(int stage) {
 }  // namespace
 
 ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, const AdamWOptions& options)
+    : ZeroEngine(stage, comm, model, options, model.precision()) {}
+
+ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, const AdamWOptions& options,
+                       kernels::Dtype param_dtype)
     : stage_(checked_stage(stage)),
       comm_(comm),
       model_(model),
@@ -36,14 +40,20 @@ ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, const AdamWOpt
                  shards_.padded_params()),
       reducer_(comm, shards_, model.grads(), stage >= 2) {
   grads_ready_ = [this](std::size_t offset, std::size_t count) { reducer_.grads_ready(offset, count); };
-  if (stage_ == 3 && model.precision() != kernels::Dtype::fp32) {
+  if (param_dtype != kernels::Dtype::fp32 && param_dtype != model.precision())
+    throw std::invalid_argument(std::string("ZeroEngine: parameters gathered in ") + kernels::dtype_name(param_dtype) +
+                                " for a model in " + kernels::dtype_name(model.precision()) + "; gather in fp32 "
+                                "or in the model's precision");
+  if (stage_ == 3 && param_dtype != kernels::Dtype::fp32) {
     model.read_params_from_working_copy();
     HalfParams half{model.working_params(), model.compute_params(), model.precision(), {}};
     for (int u = 0; u < shards_.num_units(); ++u) half.widen.push_back(model.fp32_tensors(u));
     gatherer_ = std::make_unique<ParamGatherer>(comm, shards_, std::move(half));
     sharded_master_ = true;
   } else if (stage_ == 3) {
-    gatherer_ = std::make_unique<ParamGatherer>(comm, shards_, model.params());
+    gatherer_ = std::make_unique<ParamGatherer>(comm, shards_, model.params(),
+                                                RoundedCopy{model.working_params(), model.precision()});
+    rounded_on_gather_ = model.working_params() != nullptr;
   }
   if (gatherer_) {
     model.set_unit_hooks({[this](int u) { gatherer_->gather(u); }, [this](int u) { gatherer_->release(u); }});
@@ -72,6 +82,8 @@ void ZeroEngine::release_params() {
 }
 
 void ZeroEngine::refresh_working_params() {
+  // The gatherer rounds each unit as it arrives.
+  if (rounded_on_gather_) return;
   if (!sharded_master_) {
     model_.refresh_working_params();
     return;

@@ -16,7 +16,8 @@
 // into the owned shard (reducer.h says how), sending K times the bytes.
 // Stage 3 with a 16-bit precision (FSDP's param_dtype): the fp32 master is the owned shards of the parameter buffer
 // (nothing else of it exists on a rank), the model's 16-bit working copy is sharded the same way and is what the
-// gatherer all-gathers (half the bytes), refreshed from the owned master shards after each step.
+// gatherer all-gathers (half the bytes), refreshed from the owned master shards after each step. With
+// --param-dtype fp32 it gathers the fp32 master instead and rounds each gathered unit into the working copy.
 
 #include <cstddef>
 #include <cstdint>
@@ -43,7 +44,11 @@ struct ZeroStepStats {
 class ZeroEngine {
  public:
   // stage 1..3; model built with ParamLayout(config, comm.size()) padding (Gpt(config, backend, W)).
+  // param_dtype (--param-dtype): what stage 3 all-gathers, fp32 or the model's precision (the default);
+  // std::invalid_argument otherwise. fp32 for a 16-bit model gathers the master and rounds each unit into the
+  // working copy as it arrives: the model then computes exactly as with stages 0-2, at twice the bytes.
   ZeroEngine(int stage, Communicator& comm, Gpt& model, const AdamWOptions& options);
+  ZeroEngine(int stage, Communicator& comm, Gpt& model, const AdamWOptions& options, kernels::Dtype param_dtype);
   ZeroEngine(const ZeroEngine&) = delete;
   ZeroEngine& operator=(const ZeroEngine&) = delete;
 
@@ -90,6 +95,7 @@ class ZeroEngine {
 
   Gpt::GradsReady grads_ready_;
   bool sharded_master_ = false;      // stage 3, 16-bit: the gatherer gathers the working copy, not params()
+  bool rounded_on_gather_ = false;   // stage 3, 16-bit model, fp32 gathers: the gatherer rounds the working copy
   std::uint64_t counted_bytes_ = 0;  // the parameter all-gathers of step()
   std::uint64_t taken_bytes_ = 0;    // everything sent up to the last take_stats()
 };

@@ -22,8 +22,8 @@ ParamGatherer::ParamGatherer(Communicator& comm, const ZeroShards& shards, HalfP
   half_ = std::move(half);
 }
 
-ParamGatherer::ParamGatherer(Communicator& comm, const ZeroShards& shards, float* params)
-    : comm_(comm), shards_(shards), params_(params) {
+ParamGatherer::ParamGatherer(Communicator& comm, const ZeroShards& shards, float* params, RoundedCopy rounded)
+    : comm_(comm), shards_(shards), params_(params), rounded_(rounded) {
   const int last = shards.num_units() - 1;
   for (int u = 0; u <= last; ++u) order_.push_back(u);
   for (int u = last; u >= 1; --u) order_.push_back(u);
@@ -69,6 +69,10 @@ void ParamGatherer::wait(int unit) {
     work->wait();
   }
   if (half_.half != nullptr) widen(unit);
+  if (rounded_.half != nullptr) {
+    const ParamRange slice = shards_.slice(unit);
+    kernels::to_half(rounded_.half + slice.offset, params_ + slice.offset, slice.count, rounded_.type);
+  }
   state_[unit] = State::gathered;
 }
 
@@ -81,6 +85,7 @@ void ParamGatherer::free(int unit) {
     for (const ParamRange& r : half_.widen[unit]) release_range(half_.wide + r.offset, r.count);
   } else {
     release_outside(params_, slice.offset, slice.offset + slice.count, own.offset, own.offset + own.count);
+    if (rounded_.half != nullptr) release_range(rounded_.half + slice.offset, slice.count);
   }
   state_[unit] = State::released;
 }
@@ -95,7 +100,7 @@ std::uint64_t ParamGatherer::alive_bytes() const {
   for (int u = 0; u < shards_.num_units(); ++u) {
     if (state_[u] == State::released) continue;
     if (half_.half == nullptr) {
-      bytes += shards_.slice(u).count * sizeof(float);
+      bytes += shards_.slice(u).count * (sizeof(float) + (rounded_.half != nullptr ? sizeof(std::uint16_t) : 0));
       continue;
     }
     bytes += shards_.slice(u).count * sizeof(std::uint16_t);

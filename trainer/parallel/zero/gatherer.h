@@ -16,6 +16,8 @@
 // fp32 parameters, so an all-gather sends half the bytes; once a unit has arrived, the tensors of it that fp32
 // kernels read (Gpt::fp32_tensors) are widened into a separate fp32 buffer (Gpt::compute_params), and both are
 // released together. The fp32 master stays with the engine: only its owned shards exist on a rank.
+// A 16-bit model may also gather its fp32 parameters (--param-dtype fp32): then each gathered unit is rounded into
+// the working copy (RoundedCopy), which is released with it, and the model computes exactly as with --zero 0..2.
 
 #include <cstddef>
 #include <cstdint>
@@ -37,10 +39,16 @@ struct HalfParams {
   std::vector<std::vector<ParamRange>> widen;   // per unit: the ranges widened into `wide`
 };
 
+// The working copy of a 16-bit model whose fp32 parameters are gathered (top of this file).
+struct RoundedCopy {
+  std::uint16_t* half = nullptr;               // null: an fp32 model, nothing to round
+  kernels::Dtype type = kernels::Dtype::bf16;  // bf16 or fp16
+};
+
 class ParamGatherer {
  public:
-  // fp32: gathers params (the model's parameter buffer) in place.
-  ParamGatherer(Communicator& comm, const ZeroShards& shards, float* params);
+  // fp32: gathers params (the model's parameter buffer) in place, rounding each unit into `rounded` when given.
+  ParamGatherer(Communicator& comm, const ZeroShards& shards, float* params, RoundedCopy rounded = {});
   // 16-bit: gathers half.half in place and widens into half.wide.
   ParamGatherer(Communicator& comm, const ZeroShards& shards, HalfParams half);
   ParamGatherer(const ParamGatherer&) = delete;
@@ -78,6 +86,7 @@ class ParamGatherer {
   const ZeroShards& shards_;
   float* params_;    // fp32 parameters, or null with 16-bit ones
   HalfParams half_;  // half_.half null with fp32 parameters
+  RoundedCopy rounded_;
   std::vector<int> order_;
   std::size_t cursor_;  // index in order_ of the last gather()
   std::vector<State> state_;
