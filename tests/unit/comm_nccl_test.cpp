@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <string>
@@ -16,6 +17,7 @@
 #include "tests/unit/scoped_env.h"
 #include "trainer/comm/bench.h"
 #include "trainer/comm/communicator.h"
+#include "trainer/kernels/half.h"
 
 #ifdef DTRAIN_HAVE_NCCL
 #include <future>
@@ -242,6 +244,25 @@ TEST_CASE("nccl world-1 collectives on device buffers (needs a GPU)") {
     comm->copy_out(back.data(), a, kCount);
     CHECK(back == host);
     CHECK(comm_error_of([&] { comm->broadcast(a, kCount, 1); }).find("root") != std::string::npos);
+  }
+  SUBCASE("16-bit allreduce (bf16, fp16) and all_gather: NCCL takes the types and returns the values unchanged") {
+    // Packed 16-bit values in float-sized device buffers: kCount floats hold 2 * kCount of them. 0x3F80 is bf16 1.0
+    // and 0x3C00 fp16 1.0; the pattern varies so that a byte-level mix-up would show.
+    std::vector<std::uint16_t> halves(2 * kCount), halves_back(2 * kCount);
+    for (std::size_t i = 0; i < halves.size(); ++i) halves[i] = static_cast<std::uint16_t>(0x3C00 + i % 256);
+    for (const auto type : {dtrain::trainer::kernels::Dtype::bf16, dtrain::trainer::kernels::Dtype::fp16}) {
+      CAPTURE(dtrain::trainer::kernels::dtype_name(type));
+      comm->copy_in(a, reinterpret_cast<const float*>(halves.data()), kCount);
+      comm->allreduce_half(reinterpret_cast<std::uint16_t*>(a), 2 * kCount, type)->wait();
+      comm->copy_out(reinterpret_cast<float*>(halves_back.data()), a, kCount);
+      CHECK(halves_back == halves);
+    }
+    comm->copy_in(a, reinterpret_cast<const float*>(halves.data()), kCount);
+    comm->copy_in(b, std::vector<float>(kCount, 0.0f).data(), kCount);
+    comm->all_gather_half(reinterpret_cast<const std::uint16_t*>(a), reinterpret_cast<std::uint16_t*>(b), 2 * kCount)
+        ->wait();
+    comm->copy_out(reinterpret_cast<float*>(halves_back.data()), b, kCount);
+    CHECK(halves_back == halves);
   }
   SUBCASE("many collectives in flight, waited for in issue order") {
     comm->copy_in(a, host.data(), kCount);
