@@ -20,7 +20,8 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from trainer_vs_pytorch import make_shard  # noqa: E402  the same llm.c shard of random tokens
 
 MODEL = ["--layers", "4", "--channels", "256", "--heads", "4", "--max-seq-len", "256", "--vocab", "256"]
 L, C, V, MAXT = 4, 256, 256, 256
@@ -29,13 +30,6 @@ N_PARAMS = (V + MAXT) * C + L * (12 * C * C + 13 * C) + 2 * C
 RUN_TIMEOUT_S = 1800  # one job of 4 ranks on 2 cores: about 10 steps of 3-10 s plus start-up, with a wide margin
 
 
-def make_shard(path, tokens=2_000_000):
-    header = np.zeros(256, dtype=np.int32)
-    header[:3] = [20240520, 1, tokens]
-    data = np.random.default_rng(0).integers(0, 256, tokens, dtype=np.uint16)
-    with open(path, "wb") as f:
-        f.write(header.tobytes())
-        f.write(data.tobytes())
 
 
 def env_one_thread():
@@ -154,7 +148,7 @@ def main():
 
     print(f"torch.distributed.fsdp (torch 1.13, {args.python}) {fsdp_import(args.python)}", flush=True)
     work = tempfile.mkdtemp(prefix="dtrain-bench-zero-")
-    make_shard(os.path.join(work, "data.bin"))
+    make_shard(os.path.join(work, "data.bin"), tokens=2_000_000)
     cases = {}
     for world in worlds:
         for precision in precisions:

@@ -382,17 +382,8 @@ def cmd_bench(args):
                       "step_ms": [t * 1000.0 for t in times]}))
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="cmd", required=True)
-
-    p = sub.add_parser("init", help="write a freshly initialised checkpoint")
-    add_model_args(p)
-    p.add_argument("--seed", type=int, default=1337)
-    p.add_argument("--out", required=True)
-    p.set_defaults(func=cmd_init)
-
-    p = sub.add_parser("train", help="train from a checkpoint, as dtrain-trainer does")
+def add_train_args(p):
+    """The training flags dtrain-trainer and every reference share (mixed_reference.py adds its own)."""
     p.add_argument("--init-from", required=True)
     p.add_argument("--data", required=True)
     p.add_argument("-B", "--batch-size", type=int, default=4)
@@ -410,6 +401,20 @@ def main(argv=None):
     p.add_argument("--warmup-steps", type=int, default=0)
     p.add_argument("--lr-schedule", choices=["constant", "cosine"], default="constant")
     p.add_argument("--min-lr-ratio", type=float, default=0.0)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("init", help="write a freshly initialised checkpoint")
+    add_model_args(p)
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("train", help="train from a checkpoint, as dtrain-trainer does")
+    add_train_args(p)
     p.add_argument("--metrics")
     p.add_argument("--save", help="write the final weights here")
     p.add_argument("--threads", type=int, default=1)
