@@ -47,12 +47,19 @@ RawHeader pack(const TrainState& s) {
   RawHeader h;
   h.ints = {kStateFileMagic, kStateFileVersion, s.config.max_seq_len, s.config.vocab_size, s.config.num_layers,
             s.config.num_heads, s.config.channels, s.config.padded_vocab_size, s.batch_size, s.seq_len,
-            s.world_size, s.grad_accum, s.model_crc ? 1 : 0, 0, 0, 0};
+            s.world_size, s.grad_accum, s.model_crc ? 1 : 0, s.precision ? 1 : 0, 0, 0};
   h.words[0] = s.step;
   h.words[1] = s.data_step;
   h.words[2] = s.seed;
   h.words[3] = s.num_params;
   h.words[4] = s.model_crc.value_or(0);
+  if (s.precision) {
+    h.ints[14] = s.precision->growth_tracker;
+    h.words[5] = s.precision->adam_steps;
+    std::uint32_t bits;
+    std::memcpy(&bits, &s.precision->loss_scale, sizeof(bits));
+    h.words[6] = bits;
+  }
   return h;
 }
 
@@ -73,6 +80,14 @@ TrainState unpack(const RawHeader& h) {
   s.seed = h.words[2];
   s.num_params = h.words[3];
   if (h.ints[12] == 1) s.model_crc = static_cast<std::uint32_t>(h.words[4]);
+  if (h.ints[13] == 1) {
+    PrecisionState p;
+    p.growth_tracker = h.ints[14];
+    p.adam_steps = h.words[5];
+    const auto bits = static_cast<std::uint32_t>(h.words[6]);
+    std::memcpy(&p.loss_scale, &bits, sizeof(bits));
+    s.precision = p;
+  }
   return s;
 }
 
