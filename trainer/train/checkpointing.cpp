@@ -45,7 +45,38 @@ void write_moments(const std::string& path, const TrainState& state, const Param
   write_state_file(path, state, packed_m.data(), packed_v.data());
 }
 
+// A checksum that matches but a step count past the step is a file no trainer writes: refused like damage.
+void check_precision(const std::string& path, const TrainState& state) {
+  if (state.precision && state.precision->adam_steps > state.step) {
+    throw CheckpointError("state file " + path + ": AdamW step count " + std::to_string(state.precision->adam_steps) +
+                          " is past the step " + std::to_string(state.step) + "; the file is damaged");
+  }
+}
+
+void say_precision(const TrainState& state, kernels::Dtype precision) {
+  if (state.precision) {
+    say("AdamW has taken " + std::to_string(state.precision->adam_steps) + " of the " + std::to_string(state.step) +
+        " steps; loss scale " + std::to_string(state.precision->loss_scale) + ", " +
+        std::to_string(state.precision->growth_tracker) + " finite steps since it last changed");
+  } else if (precision == kernels::Dtype::fp16) {
+    say("the checkpoint has no loss scale (a bf16 or fp32 run wrote it): the loss scaler starts at "
+        "--loss-scale-init");
+  }
+}
+
 }  // namespace
+
+void share_start_point(Communicator& comm, StartPoint& start) {
+  start.step = broadcast_u64(comm, start.step);
+  start.data_step = broadcast_u64(comm, start.data_step);
+  const bool has_precision = broadcast_u64(comm, start.precision ? 1 : 0) != 0;
+  if (!has_precision) return;
+  PrecisionState p = start.precision.value_or(PrecisionState{});
+  p.adam_steps = broadcast_u64(comm, p.adam_steps);
+  p.loss_scale = broadcast_float(comm, p.loss_scale);
+  p.growth_tracker = static_cast<int>(broadcast_u64(comm, static_cast<std::uint64_t>(p.growth_tracker)));
+  start.precision = p;
+}
 
 TrainState run_shape(const TrainOptions& o, const GptConfig& config, int seq_len, int world, std::size_t n) {
   TrainState state;
@@ -95,6 +126,7 @@ std::optional<StartPoint> load_newest_checkpoint(const std::string& dir, const T
       bool model_checked = false;
       TrainState state =
           read_checkpoint_pair(pair, shape.config, ordered.data(), m.data(), v.data(), n, model_checked);
+      check_precision(pair.state, state);
       model.layout().from_checkpoint_order(ordered.data(), model.params());
       model.layout().unpack(m.data(), m_out);
       model.layout().unpack(v.data(), v_out);
@@ -109,7 +141,8 @@ std::optional<StartPoint> load_newest_checkpoint(const std::string& dir, const T
           (model_checked ? ", checksums ok"
                          : ", state checksum ok; the model file has no recorded checksum (its state file predates "
                            "them), so it is not verified"));
-      return StartPoint{state.step, state.data_step, pair.model};
+      say_precision(state, model.precision());
+      return StartPoint{state.step, state.data_step, pair.model, state.precision};
     } catch (const CheckpointError& e) {
       say(pair_name(pair) + ": " + e.what() + ": skipped");
       damaged.push_back(file_name(pair.state));

@@ -22,7 +22,13 @@ struct StartPoint {
   std::uint64_t step = 0;       // optimizer steps already done
   std::uint64_t data_step = 0;  // the data step the next optimizer step reads
   std::string checkpoint;       // the model file resumed from ("" when fresh)
+  // fp16's AdamW step count and loss scaler (state_file.h); none when fresh or when the checkpoint has none, where
+  // AdamW's step count is `step` and the scaler starts at --loss-scale-init.
+  std::optional<PrecisionState> precision;
 };
+
+// Every rank gets rank 0's resumed start point: step, data_step and the precision state (not the file name).
+void share_start_point(Communicator& comm, StartPoint& start);
 
 // The run's shape, as the state file records it (step and data_step 0).
 TrainState run_shape(const TrainOptions& options, const GptConfig& config, int seq_len, int world, std::size_t n);
@@ -46,11 +52,14 @@ std::uint64_t global_batch_tokens(const TrainState& state);
 // m and v receive AdamW's moments in the model's buffer layout (model.buffer_size() floats each, padding zeroed):
 // the optimizer's own state with --zero 0, scratch that the ranks then take their shards of with --zero 1..3. The
 // files do not depend on the world size or the ZeRO stage (moments are stored without padding), so a run resumes
-// with another W or stage as long as the global batch is the same.
+// with another W or stage as long as the global batch is the same. The precision state comes back as the file holds
+// it, whatever the run's --precision (an fp16 checkpoint's AdamW step count stays right under bf16 or fp32); an
+// fp16 run resuming a checkpoint without one is told on stderr that the loss scaler starts afresh.
 std::optional<StartPoint> load_newest_checkpoint(const std::string& dir, const TrainState& shape, Gpt& model,
                                                  float* m, float* v);
 
-// Every rank: rank 0 writes model_<step>.bin then state_<step>.bin (state.step, with the model file's CRC-32C)
+// Every rank: rank 0 writes model_<step>.bin then state_<step>.bin (state.step and state.precision, with the model
+// file's CRC-32C)
 // into dir; the others wait on a one-float allreduce that also tells them whether it worked. Throws CheckpointError
 // on every rank if it did not; a model file whose state file could not be written (a full disk) is removed first,
 // so that it neither holds the space the next try needs nor pairs with an older state file of the same step.

@@ -178,15 +178,13 @@ Start Training::choose_start() {
     if (rank_ == 0) std::rethrow_exception(failure);
     throw std::runtime_error("rank 0 could not load the starting weights; see rank 0's log");
   }
-  if (status > 0) {
-    start.step = broadcast_u64(*comm_, start.step);
-    start.data_step = broadcast_u64(*comm_, start.data_step);
-  }
+  if (status > 0) share_start_point(*comm_, start);
   if (world_ > 1) comm_->broadcast(model_.params(), model_.buffer_size(), 0)->wait();
   if (status > 0) share_moments();
   if (zero_) zero_->shard_params();
   refresh_working_params();
-  optimizer_steps_ = static_cast<long>(start.step);
+  optimizer_steps_ = static_cast<long>(start.precision ? start.precision->adam_steps : start.step);
+  if (scaling_ && start.precision) scaling_->restore(*start.precision);
   return {start, status > 0};
 }
 
@@ -371,6 +369,7 @@ void Training::save(std::uint64_t step, std::uint64_t data_step) {
   TrainState state = shape_;
   state.step = step;
   state.data_step = data_step;
+  if (scaling_) state.precision = scaling_->checkpoint_state(static_cast<std::uint64_t>(optimizer_steps_));
   if (zero_) {
     save_zero_checkpoint(*comm_, o_.checkpoint_dir, model_, *zero_, state);
   } else {

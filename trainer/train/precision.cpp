@@ -17,13 +17,7 @@ kernels::Dtype parsed(const std::string& name, const char* flag) {
 }  // namespace
 
 kernels::Dtype training_precision(const TrainOptions& o) {
-  const kernels::Dtype type = parsed(o.precision, "--precision");
-  if (type == kernels::Dtype::fp16 && (o.save_every > 0 || o.resume)) {
-    throw std::invalid_argument("--precision fp16 cannot write or resume checkpoints yet (the state file has no "
-                                "room for the loss scale and AdamW's step count); drop --save-every/--resume or "
-                                "use --precision bf16");
-  }
-  return type;
+  return parsed(o.precision, "--precision");
 }
 
 kernels::Dtype ddp_comm_dtype(const TrainOptions& o) {
@@ -62,6 +56,22 @@ bool LossScaling::finish(std::uint64_t step, float* grads, const GradSpans& span
   float found = scaler_.found_inf();
   if (comm_.size() > 1) comm_.allreduce(&found, 1)->wait();
   return scaler_.update(found);
+}
+
+PrecisionState LossScaling::checkpoint_state(std::uint64_t adam_steps) const {
+  return PrecisionState{adam_steps, scaler_.scale(), scaler_.growth_tracker()};
+}
+
+void LossScaling::restore(const PrecisionState& state) {
+  const int interval = scaler_.options().growth_interval;
+  if (state.growth_tracker >= interval) {
+    throw std::invalid_argument("the checkpoint's loss scaler has had " + std::to_string(state.growth_tracker) +
+                                " finite steps in a row, at or past this run's --loss-scale-growth-interval " +
+                                std::to_string(interval) + ", so the scale would never grow again; resume with the "
+                                "interval the checkpoint was written with (more than " +
+                                std::to_string(state.growth_tracker) + ")");
+  }
+  scaler_.restore(state.loss_scale, state.growth_tracker);
 }
 
 }  // namespace dtrain::trainer

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "trainer/ckpt/state_file.h"
 #include "trainer/comm/communicator.h"
 #include "trainer/kernels/backend.h"
 #include "trainer/optim/loss_scaler.h"
@@ -21,9 +22,8 @@
 
 namespace dtrain::trainer {
 
-// --precision as a Dtype. Throws std::invalid_argument (exit code 2) for what is not supported: fp16 with
-// checkpoints (--save-every, --resume: the state file does not hold the loss scaler's state or AdamW's step count,
-// which differ from the step once a step is skipped).
+// --precision as a Dtype; a name that is not one is refused (std::invalid_argument, exit code 2). fp16 checkpoints
+// carry the loss scaler's state and AdamW's step count (PrecisionState in trainer/ckpt/state_file.h).
 kernels::Dtype training_precision(const TrainOptions& options);
 // --ddp-comm-dtype as a Dtype; anything but fp32 with --zero 1..3 is refused (std::invalid_argument).
 kernels::Dtype ddp_comm_dtype(const TrainOptions& options);
@@ -43,6 +43,11 @@ class LossScaling {
   // --inject-inf-steps names the step, unscales `spans` of grads (the ranges this rank holds reduced), combines the
   // overflow flag over every rank and updates the scale. Returns true when the step must be skipped.
   bool finish(std::uint64_t step, float* grads, const GradSpans& spans);
+  // For checkpoints: the scaler's state beside AdamW's step count (steps skipped for an overflow do not count),
+  // and back on resume, so that the resumed steps scale and skip as the uninterrupted run's would. restore() throws
+  // std::invalid_argument when the checkpoint's growth tracker does not fit --loss-scale-growth-interval.
+  PrecisionState checkpoint_state(std::uint64_t adam_steps) const;
+  void restore(const PrecisionState& state);
 
  private:
   Communicator& comm_;
