@@ -23,12 +23,6 @@ namespace {
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 constexpr std::size_t kFloatsPerMiB = kMiB / sizeof(float);
 
-class FinishedWork : public Work {
- public:
-  void wait() override {}
-  bool done() const override { return true; }
-};
-
 // Pretends to be one of `world` ranks; records each allreduce as (offset into the gradient buffer, count) and the
 // first value it was given.
 class RecordingCommunicator : public Communicator {
@@ -40,7 +34,7 @@ class RecordingCommunicator : public Communicator {
   std::shared_ptr<Work> allreduce(float* data, std::size_t count) override {
     calls.emplace_back(static_cast<std::size_t>(data - base_), count);
     first_values.push_back(data[0]);
-    return std::make_shared<FinishedWork>();
+    return dtrain::trainer::done_work();
   }
   std::shared_ptr<Work> reduce_scatter(const float*, float*, std::size_t) override { throw std::logic_error("unused"); }
   std::shared_ptr<Work> all_gather(const float*, float*, std::size_t) override { throw std::logic_error("unused"); }

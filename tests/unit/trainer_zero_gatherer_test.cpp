@@ -16,12 +16,6 @@ using namespace dtrain::trainer;
 
 namespace {
 
-class FinishedWork : public Work {
- public:
-  void wait() override {}
-  bool done() const override { return true; }
-};
-
 // Rank 0 of 2; an all-gather fills the other rank's shard with 5 so that a gathered unit is visible.
 class RecordingCommunicator : public Communicator {
  public:
@@ -34,7 +28,7 @@ class RecordingCommunicator : public Communicator {
       if (base_ + shards_.slice(u).offset == out) gathered.push_back(u);
     CHECK(in == out);
     for (std::size_t i = 0; i < count; ++i) out[count + i] = 5.0f;
-    return std::make_shared<FinishedWork>();
+    return done_work();
   }
   std::shared_ptr<Work> allreduce(float*, std::size_t) override { throw std::logic_error("unused"); }
   std::shared_ptr<Work> reduce_scatter(const float*, float*, std::size_t) override { throw std::logic_error("unused"); }

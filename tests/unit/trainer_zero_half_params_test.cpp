@@ -25,12 +25,6 @@ using kernels::Dtype;
 
 namespace {
 
-class FinishedWork : public Work {
- public:
-  void wait() override {}
-  bool done() const override { return true; }
-};
-
 // Rank 0 of 2; a 16-bit all-gather fills the other rank's shard with bf16 5.0; fp32 collectives are not expected.
 class HalfRecordingCommunicator : public Communicator {
  public:
@@ -41,7 +35,7 @@ class HalfRecordingCommunicator : public Communicator {
     CHECK(in == out);
     for (std::size_t i = 0; i < count; ++i) out[count + i] = kernels::bf16_from_float(5.0f);
     ++gathers;
-    return std::make_shared<FinishedWork>();
+    return done_work();
   }
   std::shared_ptr<Work> all_gather(const float*, float*, std::size_t) override { throw std::logic_error("fp32"); }
   std::shared_ptr<Work> allreduce(float*, std::size_t) override { throw std::logic_error("unused"); }

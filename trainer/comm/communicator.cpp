@@ -13,6 +13,18 @@
 #endif
 
 namespace dtrain::trainer {
+
+namespace {
+
+class DoneWork final : public Work {
+ public:
+  void wait() override {}
+  bool done() const override { return true; }
+};
+
+}  // namespace
+
+std::shared_ptr<Work> done_work() { return std::make_shared<DoneWork>(); }
 namespace {
 
 // The integer value of a variable the launcher sets, or `fallback` when it is unset; CommError when it is not an
