@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/unit/flip_bit.h"
 #include "tests/unit/small_gpt_config.h"
 #include "tests/unit/temp_dir.h"
 #include "trainer/ckpt/checkpoint_dir.h"
@@ -33,16 +34,6 @@ std::vector<float> ramp(std::size_t n, float scale) {
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), {}};
-}
-
-void flip_bit(const std::string& path, std::size_t offset, unsigned char mask) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(offset));
-  char byte = 0;
-  f.read(&byte, 1);
-  byte = static_cast<char>(byte ^ mask);
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.write(&byte, 1);
 }
 
 void touch(const std::string& path) { std::ofstream(path) << "x"; }

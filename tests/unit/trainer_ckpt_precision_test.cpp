@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/unit/flip_bit.h"
 #include "tests/unit/small_gpt_config.h"
 #include "tests/unit/temp_dir.h"
 #include "trainer/ckpt/atomic_file.h"
@@ -40,16 +41,6 @@ TrainState small_state(std::uint64_t step) {
   state.num_params = kParams;
   state.model_crc = 0x01020304u;
   return state;
-}
-
-void flip_bit(const std::string& path, std::size_t offset, unsigned char mask) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(offset));
-  char byte = 0;
-  f.read(&byte, 1);
-  byte = static_cast<char>(byte ^ mask);
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.write(&byte, 1);
 }
 
 // FNV-1a over 64-bit words, as the state file's format (state_file.h) specifies it.
