@@ -17,14 +17,9 @@ h.require_binaries(h.TRAINER, h.DTRAIN)
 MIXED = os.path.join(h.SOURCE_DIR, "trainer", "python", "mixed_reference.py")
 work = h.workdir()
 shard = h.make_text_shard(work)
-init = os.path.join(work, "init.bin")
-proc = h.run([h.PYTHON, h.REFERENCE, "init", "--out", init, "--seed", "5"] + h.MODEL, work)
-if not h.check(proc.code == 0, "the reference writes an initial checkpoint"):
-    h.finish()
+init = h.reference_init(work)
 GLOBAL_B = 4
-common = ["--init-from", init, "--data", shard, "--seq-len", "64", "--steps", "10", "--lr", "1e-3",
-          "--warmup-steps", "3", "--lr-schedule", "cosine", "--min-lr-ratio", "0.1", "--grad-clip", "1.0",
-          "--weight-decay", "0.1", "--threads", "1"]
+common = ["--init-from", init, "--data", shard] + h.TEN_STEPS + ["--threads", "1"]
 
 
 def reference(script, extra, name):

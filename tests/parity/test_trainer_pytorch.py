@@ -10,13 +10,9 @@ import trainer_harness as h
 h.require_binaries(h.TRAINER)
 work = h.workdir()
 shard = h.make_text_shard(work)
-model = os.path.join(work, "init.bin")
-proc = h.run([h.PYTHON, h.REFERENCE, "init", "--out", model, "--seed", "5"] + h.MODEL, work)
-if not h.check(proc.code == 0, "the reference writes an initial checkpoint"):
-    h.finish()
+model = h.reference_init(work)
 
-common = ["--data", shard, "--seq-len", "64", "--steps", "10", "--lr", "1e-3", "--warmup-steps", "3",
-          "--lr-schedule", "cosine", "--min-lr-ratio", "0.1", "--grad-clip", "1.0", "--weight-decay", "0.1"]
+common = ["--data", shard] + h.TEN_STEPS
 for accum, batch in ((1, 4), (2, 2)):
     ours = os.path.join(work, f"ours_{accum}.jsonl")
     theirs = os.path.join(work, f"torch_{accum}.jsonl")

@@ -20,14 +20,9 @@ MODEL = ["--layers", "2", "--channels", "129", "--heads", "3", "--max-seq-len", 
 L, C, VP, MAXT = 2, 129, 256, 64
 work = h.workdir()
 shard = h.make_text_shard(work)
-init = os.path.join(work, "init.bin")
-proc = h.run([h.PYTHON, h.REFERENCE, "init", "--out", init, "--seed", "5"] + MODEL, work)
-if not h.check(proc.code == 0, "the reference writes an initial checkpoint"):
-    h.finish()
+init = h.reference_init(work, MODEL)
 GLOBAL_B = 8
-schedule = ["--init-from", init, "--data", shard, "--seq-len", "64", "--steps", "10", "--lr", "1e-3",
-            "--warmup-steps", "3", "--lr-schedule", "cosine", "--min-lr-ratio", "0.1", "--grad-clip", "1.0",
-            "--weight-decay", "0.1", "--threads", "1"]
+schedule = ["--init-from", init, "--data", shard] + h.TEN_STEPS + ["--threads", "1"]
 common = schedule + ["--save-every", "10"]
 
 

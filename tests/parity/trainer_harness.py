@@ -51,6 +51,21 @@ def finish():
     sys.exit(0)
 
 
+# The ten AdamW steps the parity tests compare (warmup, cosine schedule, clipping, weight decay); each test adds
+# --init-from, --data, the batch and the threads.
+TEN_STEPS = ["--seq-len", "64", "--steps", "10", "--lr", "1e-3", "--warmup-steps", "3", "--lr-schedule", "cosine",
+             "--min-lr-ratio", "0.1", "--grad-clip", "1.0", "--weight-decay", "0.1"]
+
+
+def reference_init(work, model=None, seed=5):
+    """The reference's initial checkpoint of `model` (default MODEL) as work/init.bin; ends the test if it fails."""
+    init = os.path.join(work, "init.bin")
+    proc = run([PYTHON, REFERENCE, "init", "--out", init, "--seed", str(seed)] + (model or MODEL), work)
+    if not check(proc.code == 0, "the reference writes an initial checkpoint"):
+        finish()
+    return init
+
+
 def workdir():
     return tempfile.mkdtemp(prefix="dtrain-trainer-test-")
 
