@@ -15,6 +15,7 @@
 #include "agent/store/client.h"
 #include "agent/store/store.h"
 #include "agent/store/testing/in_process_store.h"
+#include "tests/unit/gloo_ranks.h"
 #include "trainer/comm/bench.h"
 #include "trainer/comm/gloo/communicator.h"
 #include "trainer/parallel/ddp/reducer.h"
@@ -31,34 +32,9 @@ namespace {
 
 constexpr char kToken[] = "comm-gloo-test-token-round-0";
 
-struct StoreServer : dtrain::store::testing::InProcessStore {
-  StoreServer() : InProcessStore(kToken) {}
-
-  std::unique_ptr<GlooCommunicator> join(int rank, int size, const std::string& prefix,
-                                         std::chrono::milliseconds timeout = 10s) {
-    auto client = std::make_shared<dtrain::store::StoreClient>(address, kToken,
-                                                               dtrain::store::StoreClientOptions{5s, timeout});
-    GlooCommOptions options;
-    options.rank = rank;
-    options.size = size;
-    options.prefix = prefix;
-    options.timeout = timeout;
-    return std::make_unique<GlooCommunicator>(std::move(client), options);
-  }
+struct StoreServer : GlooRanks {
+  StoreServer() : GlooRanks(kToken) {}
 };
-
-// Runs body(comm) on `size` ranks, each a thread with its own communicator; rethrows the first failure.
-void on_ranks(StoreServer& server, int size, const std::string& prefix,
-              const std::function<void(GlooCommunicator&)>& body) {
-  std::vector<std::future<void>> ranks;
-  for (int rank = 0; rank < size; ++rank) {
-    ranks.push_back(std::async(std::launch::async, [&, rank] {
-      auto comm = server.join(rank, size, prefix);
-      body(*comm);
-    }));
-  }
-  for (auto& rank : ranks) rank.get();
-}
 
 // Rank r's input element i: a small integer, distinct per rank and index.
 float value(int rank, std::size_t i) { return static_cast<float>((rank + 1) * 1000 + static_cast<int>(i % 997)); }
@@ -75,7 +51,7 @@ TEST_CASE("allreduce, reduce_scatter, all_gather and broadcast give exact result
   StoreServer server;
   for (int size : {2, 3, 4}) {
     CAPTURE(size);
-    on_ranks(server, size, "t1/" + std::to_string(size) + "/", [size](GlooCommunicator& comm) {
+    on_ranks(server, size, "t1/" + std::to_string(size) + "/", [size](int, GlooCommunicator& comm) {
       const int rank = comm.rank();
       CHECK(comm.size() == size);
       CHECK(comm.backend() == "gloo");
@@ -135,7 +111,7 @@ TEST_CASE("allreduce, reduce_scatter, all_gather and broadcast give exact result
 
 TEST_CASE("collectives queue and complete in issue order without waiting in between") {
   StoreServer server;
-  on_ranks(server, 2, "order/", [](GlooCommunicator& comm) {
+  on_ranks(server, 2, "order/", [](int, GlooCommunicator& comm) {
     std::vector<std::vector<float>> buffers(8, std::vector<float>(100'000));
     std::vector<std::shared_ptr<dtrain::trainer::Work>> works;
     for (std::size_t b = 0; b < buffers.size(); ++b) {
@@ -154,7 +130,7 @@ TEST_CASE("collectives queue and complete in issue order without waiting in betw
 
 TEST_CASE("DdpReducer over 3 ranks with gradients ready in reverse chunks yields the mean") {
   StoreServer server;
-  on_ranks(server, 3, "ddp/", [](GlooCommunicator& comm) {
+  on_ranks(server, 3, "ddp/", [](int, GlooCommunicator& comm) {
     const std::size_t count = 3 * 100'000 + 17;
     std::vector<float> grads(count);
     // Small buckets so there are many, of uneven sizes.
@@ -196,7 +172,7 @@ TEST_CASE("a rank that never joins fails the rendezvous with CommError after the
 
 TEST_CASE("the collective bench over 3 ranks finds no wrong element in any collective") {
   StoreServer server;
-  on_ranks(server, 3, "bench/", [](GlooCommunicator& comm) {
+  on_ranks(server, 3, "bench/", [](int, GlooCommunicator& comm) {
     for (const char* collective : {"allreduce", "all_gather", "reduce_scatter", "broadcast"}) {
       CAPTURE(collective);
       dtrain::trainer::CollectiveBenchOptions options;

@@ -15,6 +15,7 @@
 
 #include "agent/store/client.h"
 #include "agent/store/testing/in_process_store.h"
+#include "tests/unit/gloo_ranks.h"
 #include "trainer/comm/gloo/communicator.h"
 #include "trainer/comm/local/communicator.h"
 #include "trainer/kernels/cpu/backend.h"
@@ -42,27 +43,13 @@ constexpr std::size_t kCount = 300'000;
 // 64 KiB first bucket, then 256 KiB: several buckets, the last one partial.
 const DdpOptions kBuckets{std::size_t{64} << 10, std::size_t{256} << 10};
 
-struct StoreServer : dtrain::store::testing::InProcessStore {
-  StoreServer() : InProcessStore(kToken) {}
+struct StoreServer : GlooRanks {
+  StoreServer() : GlooRanks(kToken) {}
 };
 
 // Runs body(rank, comm) on 2 ranks, each a thread with its own Gloo communicator; rethrows the first failure.
 void on_two_ranks(StoreServer& server, const std::string& prefix, const std::function<void(int, Communicator&)>& body) {
-  std::vector<std::future<void>> ranks;
-  for (int rank = 0; rank < 2; ++rank) {
-    ranks.push_back(std::async(std::launch::async, [&, rank] {
-      auto client = std::make_shared<dtrain::store::StoreClient>(server.address, kToken,
-                                                                 dtrain::store::StoreClientOptions{5s, 10s});
-      GlooCommOptions options;
-      options.rank = rank;
-      options.size = 2;
-      options.prefix = prefix;
-      options.timeout = 10s;
-      GlooCommunicator comm(std::move(client), options);
-      body(rank, comm);
-    }));
-  }
-  for (auto& rank : ranks) rank.get();
+  on_ranks(server, 2, prefix, body);
 }
 
 // Rank r's gradients: normal values over several orders of magnitude, so that rounding matters everywhere.
