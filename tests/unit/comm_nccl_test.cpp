@@ -245,7 +245,7 @@ TEST_CASE("nccl world-1 collectives on device buffers (needs a GPU)") {
     CHECK(back == host);
     CHECK(comm_error_of([&] { comm->broadcast(a, kCount, 1); }).find("root") != std::string::npos);
   }
-  SUBCASE("16-bit allreduce (bf16, fp16) and all_gather: NCCL takes the types and returns the values unchanged") {
+  SUBCASE("16-bit allreduce, reduce_scatter (bf16, fp16) and all_gather: the types taken, the values unchanged") {
     // Packed 16-bit values in float-sized device buffers: kCount floats hold 2 * kCount of them. 0x3F80 is bf16 1.0
     // and 0x3C00 fp16 1.0; the pattern varies so that a byte-level mix-up would show.
     std::vector<std::uint16_t> halves(2 * kCount), halves_back(2 * kCount);
@@ -263,6 +263,20 @@ TEST_CASE("nccl world-1 collectives on device buffers (needs a GPU)") {
         ->wait();
     comm->copy_out(reinterpret_cast<float*>(halves_back.data()), b, kCount);
     CHECK(halves_back == halves);
+    for (const auto type : {dtrain::trainer::kernels::Dtype::bf16, dtrain::trainer::kernels::Dtype::fp16}) {
+      CAPTURE(dtrain::trainer::kernels::dtype_name(type));
+      comm->copy_in(b, std::vector<float>(kCount, 0.0f).data(), kCount);
+      comm->reduce_scatter_half(reinterpret_cast<const std::uint16_t*>(a), reinterpret_cast<std::uint16_t*>(b),
+                                2 * kCount, type)
+          ->wait();
+      comm->copy_out(reinterpret_cast<float*>(halves_back.data()), b, kCount);
+      CHECK(halves_back == halves);
+    }
+    const std::string refused = comm_error_of([&] {
+      comm->reduce_scatter_half(reinterpret_cast<const std::uint16_t*>(a), reinterpret_cast<std::uint16_t*>(b),
+                                2 * kCount, dtrain::trainer::kernels::Dtype::fp32);
+    });
+    CHECK(refused.find("use reduce_scatter() for fp32") != std::string::npos);
   }
   SUBCASE("many collectives in flight, waited for in issue order") {
     comm->copy_in(a, host.data(), kCount);

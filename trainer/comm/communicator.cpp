@@ -83,6 +83,19 @@ std::shared_ptr<Work> Communicator::all_gather_half(const std::uint16_t*, std::u
                   "nccl backend");
 }
 
+std::shared_ptr<Work> Communicator::reduce_scatter_half(const std::uint16_t*, std::uint16_t*,
+                                                        std::size_t count_per_rank, kernels::Dtype type) {
+  throw CommError("the " + backend() + " communicator has no 16-bit reduce_scatter (asked for " +
+                  std::to_string(count_per_rank) + " " + kernels::dtype_name(type) + " values per rank); use "
+                  "reduce_scatter() on fp32, or the gloo or nccl backend");
+}
+
+void Communicator::refuse_fp32(kernels::Dtype type, const std::string& what, const char* fp32_collective) const {
+  if (type != kernels::Dtype::fp32) return;
+  throw CommError(backend() + " " + what + ": the 16-bit collective takes bf16 or fp16, not fp32; use " +
+                  fp32_collective + "() for fp32 buffers");
+}
+
 std::uint64_t ring_bytes_per_rank(Collective collective, std::uint64_t buffer_bytes, int ranks) {
   if (ranks <= 1) return 0;
   const std::uint64_t n = static_cast<std::uint64_t>(ranks);

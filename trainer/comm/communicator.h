@@ -90,6 +90,13 @@ class Communicator {
   // of all_gather() on the wire (ZeRO-3's 16-bit parameters). The default fails with a CommError naming the backend.
   virtual std::shared_ptr<Work> all_gather_half(const std::uint16_t* in, std::uint16_t* out,
                                                 std::size_t count_per_rank);
+  // reduce_scatter() of 16-bit values of `type` (bf16 or fp16) with allreduce_half()'s arithmetic: in holds
+  // size() * count_per_rank of them, out receives count_per_rank: the sum over ranks of chunk rank(), each pairwise
+  // addition done in fp32 and rounded back to `type` (the order of the additions is the backend's); out may be in's
+  // own chunk. Half the bytes of reduce_scatter() on the wire (ZeRO's 16-bit gradient reduction). fp32 is refused
+  // with a CommError (use reduce_scatter()). The default fails with a CommError naming the backend.
+  virtual std::shared_ptr<Work> reduce_scatter_half(const std::uint16_t* in, std::uint16_t* out,
+                                                    std::size_t count_per_rank, kernels::Dtype type);
 
   // Bytes this rank has sent for the collectives issued so far, counted when each is issued, as ring algorithms
   // send them (ring_bytes_per_rank below); a single rank sends none. Callers take differences (bytes per step).
@@ -97,6 +104,9 @@ class Communicator {
 
  protected:
   void count_sent(std::uint64_t bytes) { bytes_sent_.fetch_add(bytes, std::memory_order_relaxed); }
+  // The one refusal of fp32 by a 16-bit collective: a CommError naming this backend, `what` (the collective and
+  // its size) and `fp32_collective`, the function to call instead. Returns when `type` is bf16 or fp16.
+  void refuse_fp32(kernels::Dtype type, const std::string& what, const char* fp32_collective) const;
 
  private:
   std::atomic<std::uint64_t> bytes_sent_{0};

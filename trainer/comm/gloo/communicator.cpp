@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -26,10 +28,11 @@ using Clock = std::chrono::steady_clock;
 
 // Slot prefix of our ring reduce-scatter; gloo's own collectives use 0x01..0x08.
 constexpr uint8_t kReduceScatterSlotPrefix = 0x40;
-// reduce_scatter's segment: gloo's allreduce uses 1 MiB too (AllreduceOptions::kMaxSegmentSize).
-constexpr std::size_t kSegmentFloats = (std::size_t{1} << 20) / sizeof(float);
+// reduce_scatter's segment: gloo's allreduce uses 1 MiB too (AllreduceOptions::kMaxSegmentSize). A whole number of
+// elements of every type the ring adds.
+constexpr std::size_t kSegmentBytes = std::size_t{1} << 20;
 
-// gloo's reduce-function signature; out may alias a.
+// gloo's reduce-function signature; out may alias a or b.
 void sum_floats(void* out, const void* a, const void* b, std::size_t n) {
   float* c = static_cast<float*>(out);
   const float* x = static_cast<const float*>(a);
@@ -37,7 +40,7 @@ void sum_floats(void* out, const void* a, const void* b, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) c[i] = x[i] + y[i];
 }
 
-// 16-bit sums for gloo's reduce function (one per type: the signature has no room for it); out may alias a.
+// 16-bit sums for gloo's reduce function (one per type: the signature has no room for it); out may alias a or b.
 void sum_bf16(void* out, const void* a, const void* b, std::size_t n) {
   kernels::add_half(static_cast<std::uint16_t*>(out), static_cast<const std::uint16_t*>(a),
                     static_cast<const std::uint16_t*>(b), n, kernels::Dtype::bf16);
@@ -46,6 +49,15 @@ void sum_fp16(void* out, const void* a, const void* b, std::size_t n) {
   kernels::add_half(static_cast<std::uint16_t*>(out), static_cast<const std::uint16_t*>(a),
                     static_cast<const std::uint16_t*>(b), n, kernels::Dtype::fp16);
 }
+
+// An element type of our ring reduce-scatter: its size and its sum (one of the above).
+struct RingSum {
+  std::size_t element_bytes;
+  void (*add)(void* out, const void* a, const void* b, std::size_t n);
+};
+constexpr RingSum kFloatSum{sizeof(float), &sum_floats};
+constexpr RingSum kBf16Sum{sizeof(std::uint16_t), &sum_bf16};
+constexpr RingSum kFp16Sum{sizeof(std::uint16_t), &sum_fp16};
 
 std::atomic<int> communicators_created{0};
 
@@ -84,7 +96,8 @@ struct GlooCommunicator::Impl {
   std::string endpoint;
   std::shared_ptr<gloo::rendezvous::Context> context;
   uint32_t next_tag = 0;       // used on the queue's thread only
-  std::vector<float> scratch;  // reduce_scatter's receive and partial-sum buffers; the queue's thread only
+  // reduce_scatter's receive and partial-sum buffers, bytes of any element type; the queue's thread only.
+  std::vector<std::byte> scratch;
   // Last member: destroyed first, so its thread has finished before the context goes.
   WorkQueue queue;
 
@@ -107,12 +120,25 @@ struct GlooCommunicator::Impl {
     });
   }
 
-  // Ring reduce-scatter over unbound buffers. In step s, rank r sends its partial sum of chunk (r - s - 1) to its
-  // right neighbour and receives its left neighbour's partial sum of chunk (r - s - 2), adding its own input to it;
-  // after size - 1 steps that sum is chunk r over every rank. Each rank sends (size - 1) / size of the input, like
-  // NCCL's ring. Chunks travel in segments so that summing one overlaps receiving the next; step 0 sends straight
-  // from the input and the last step sums straight into the output, so 2 ranks need no scratch copy at all.
-  void ring_reduce_scatter(const float* in, float* out, std::size_t n, uint32_t tag) {
+  // Queues a reduce-scatter of `n` elements per rank (sum.element_bytes each) from in to out under `what`.
+  std::shared_ptr<Work> reduce_scatter(std::string what, const void* in, void* out, std::size_t n, RingSum sum) {
+    return submit(std::move(what), [this, in, out, n, sum](uint32_t tag) {
+      if (n == 0) return;
+      if (options.size == 1) {
+        if (in != out) std::memcpy(out, in, n * sum.element_bytes);
+        return;
+      }
+      ring_reduce_scatter(static_cast<const std::byte*>(in), static_cast<std::byte*>(out), n, sum, tag);
+    });
+  }
+
+  // Ring reduce-scatter over unbound buffers, of `n` elements per rank added by `sum` (the chunk below is n of
+  // them, in bytes). In step s, rank r sends its partial sum of chunk (r - s - 1) to its right neighbour and
+  // receives its left neighbour's partial sum of chunk (r - s - 2), adding its own input to it; after size - 1 steps
+  // that sum is chunk r over every rank. Each rank sends (size - 1) / size of the input, like NCCL's ring. Chunks
+  // travel in segments so that summing one overlaps receiving the next; step 0 sends straight from the input and
+  // the last step sums straight into the output, so 2 ranks need no scratch copy at all.
+  void ring_reduce_scatter(const std::byte* in, std::byte* out, std::size_t n, RingSum sum, uint32_t tag) {
     const int p = options.size;
     const int r = options.rank;
     const auto deadline = Clock::now() + options.timeout;
@@ -123,32 +149,32 @@ struct GlooCommunicator::Impl {
     const int right = (r + 1) % p;
     const int left = (r + p - 1) % p;
     const auto slot = gloo::Slot::build(kReduceScatterSlotPrefix, tag);
-    const std::size_t segments = (n + kSegmentFloats - 1) / kSegmentFloats;
-    const auto segment_floats = [&](std::size_t k) { return std::min(kSegmentFloats, n - k * kSegmentFloats); };
+    const std::size_t chunk = n * sum.element_bytes;
+    const std::size_t segments = (chunk + kSegmentBytes - 1) / kSegmentBytes;
+    const auto segment_bytes = [&](std::size_t k) { return std::min(kSegmentBytes, chunk - k * kSegmentBytes); };
 
-    scratch.resize(p > 2 ? 2 * n : n);
-    float* incoming = scratch.data();
-    float* partial = p > 2 ? scratch.data() + n : nullptr;  // what this rank sends in the next step
-    auto in_buffer = context->createUnboundBuffer(const_cast<float*>(in), static_cast<std::size_t>(p) * n * sizeof(float));
-    auto incoming_buffer = context->createUnboundBuffer(incoming, n * sizeof(float));
-    auto partial_buffer = p > 2 ? context->createUnboundBuffer(partial, n * sizeof(float)) : nullptr;
+    scratch.resize(p > 2 ? 2 * chunk : chunk);
+    std::byte* incoming = scratch.data();
+    std::byte* partial = p > 2 ? scratch.data() + chunk : nullptr;  // what this rank sends in the next step
+    auto in_buffer = context->createUnboundBuffer(const_cast<std::byte*>(in), static_cast<std::size_t>(p) * chunk);
+    auto incoming_buffer = context->createUnboundBuffer(incoming, chunk);
+    auto partial_buffer = p > 2 ? context->createUnboundBuffer(partial, chunk) : nullptr;
 
     for (int step = 0; step < p - 1; ++step) {
       const std::size_t send_chunk = static_cast<std::size_t>(((r - step - 1) % p + p) % p);
       const std::size_t recv_chunk = static_cast<std::size_t>(((r - step - 2) % p + p) % p);
       for (std::size_t k = 0; k < segments; ++k) {
-        incoming_buffer->recv(left, slot, k * kSegmentFloats * sizeof(float), segment_floats(k) * sizeof(float));
+        incoming_buffer->recv(left, slot, k * kSegmentBytes, segment_bytes(k));
       }
       for (std::size_t k = 0; k < segments; ++k) {
-        const std::size_t at = k * kSegmentFloats * sizeof(float);
         if (step == 0) {
-          in_buffer->send(right, slot, send_chunk * n * sizeof(float) + at, segment_floats(k) * sizeof(float));
+          in_buffer->send(right, slot, send_chunk * chunk + k * kSegmentBytes, segment_bytes(k));
         } else {
-          partial_buffer->send(right, slot, at, segment_floats(k) * sizeof(float));
+          partial_buffer->send(right, slot, k * kSegmentBytes, segment_bytes(k));
         }
       }
-      float* target = step == p - 2 ? out : partial;
-      const float* own = in + recv_chunk * n;
+      std::byte* target = step == p - 2 ? out : partial;
+      const std::byte* own = in + recv_chunk * chunk;
       auto& sending = step == 0 ? in_buffer : partial_buffer;
       for (std::size_t k = 0; k < segments; ++k) {
         if (!incoming_buffer->waitRecv(remaining())) {
@@ -156,9 +182,8 @@ struct GlooCommunicator::Impl {
         }
         // Segments complete in order on one pair, so segment k of what is being sent has left once k sends have.
         if (!sending->waitSend(remaining())) throw CommError("send to rank " + std::to_string(right) + " was aborted");
-        const std::size_t begin = k * kSegmentFloats;
-        const std::size_t end = begin + segment_floats(k);
-        for (std::size_t i = begin; i < end; ++i) target[i] = incoming[i] + own[i];
+        const std::size_t at = k * kSegmentBytes;
+        sum.add(target + at, incoming + at, own + at, segment_bytes(k) / sum.element_bytes);
       }
     }
   }
@@ -251,12 +276,10 @@ std::shared_ptr<Work> GlooCommunicator::allreduce(float* data, std::size_t count
 }
 
 std::shared_ptr<Work> GlooCommunicator::allreduce_half(std::uint16_t* data, std::size_t count, kernels::Dtype type) {
-  if (type == kernels::Dtype::fp32) {
-    throw CommError("gloo allreduce_half was given fp32; use allreduce() for fp32 buffers");
-  }
-  count_sent(ring_bytes_per_rank(Collective::allreduce, count * sizeof(std::uint16_t), size()));
   const std::string what = std::string("allreduce of ") + std::to_string(count) + " " + kernels::dtype_name(type) +
                            " values";
+  refuse_fp32(type, what, "allreduce");
+  count_sent(ring_bytes_per_rank(Collective::allreduce, count * sizeof(std::uint16_t), size()));
   return impl_->submit(what, [this, data, count, type](uint32_t tag) {
     if (count == 0 || impl_->options.size == 1) return;
     gloo::AllreduceOptions opts(impl_->context);
@@ -271,15 +294,18 @@ std::shared_ptr<Work> GlooCommunicator::allreduce_half(std::uint16_t* data, std:
 
 std::shared_ptr<Work> GlooCommunicator::reduce_scatter(const float* in, float* out, std::size_t count_per_rank) {
   count_sent(ring_bytes_per_rank(Collective::reduce_scatter, count_per_rank * size() * sizeof(float), size()));
-  return impl_->submit("reduce_scatter of " + describe_floats(count_per_rank) + " per rank",
-                       [this, in, out, count_per_rank](uint32_t tag) {
-                         if (count_per_rank == 0) return;
-                         if (impl_->options.size == 1) {
-                           std::copy_n(in, count_per_rank, out);
-                           return;
-                         }
-                         impl_->ring_reduce_scatter(in, out, count_per_rank, tag);
-                       });
+  return impl_->reduce_scatter("reduce_scatter of " + describe_floats(count_per_rank) + " per rank", in, out,
+                               count_per_rank, kFloatSum);
+}
+
+std::shared_ptr<Work> GlooCommunicator::reduce_scatter_half(const std::uint16_t* in, std::uint16_t* out,
+                                                            std::size_t count_per_rank, kernels::Dtype type) {
+  const std::string what = "reduce_scatter of " + std::to_string(count_per_rank) + " " + kernels::dtype_name(type) +
+                           " values per rank";
+  refuse_fp32(type, what, "reduce_scatter");
+  count_sent(ring_bytes_per_rank(Collective::reduce_scatter, count_per_rank * size() * sizeof(std::uint16_t),
+                                 size()));
+  return impl_->reduce_scatter(what, in, out, count_per_rank, type == kernels::Dtype::bf16 ? kBf16Sum : kFp16Sum);
 }
 
 namespace {

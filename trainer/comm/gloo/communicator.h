@@ -61,6 +61,10 @@ class GlooCommunicator : public Communicator {
   // gloo's all_gather on 2-byte elements.
   std::shared_ptr<Work> all_gather_half(const std::uint16_t* in, std::uint16_t* out,
                                         std::size_t count_per_rank) override;
+  // reduce_scatter()'s ring on 16-bit elements, each step's sum done by kernels::add_half: chunk c's sum starts at
+  // rank c + 1 and adds the next rank's input at each step, ((x[c+1] + x[c+2]) + ...) + x[c], rounded every time.
+  std::shared_ptr<Work> reduce_scatter_half(const std::uint16_t* in, std::uint16_t* out, std::size_t count_per_rank,
+                                            kernels::Dtype type) override;
 
  private:
   struct Impl;

@@ -16,6 +16,13 @@ std::shared_ptr<Work> LocalCommunicator::reduce_scatter(const float* in, float* 
   return done_work();
 }
 
+std::shared_ptr<Work> LocalCommunicator::reduce_scatter_half(const std::uint16_t* in, std::uint16_t* out,
+                                                             std::size_t count_per_rank, kernels::Dtype type) {
+  refuse_fp32(type, "reduce_scatter of " + std::to_string(count_per_rank) + " values per rank", "reduce_scatter");
+  if (in != out) std::copy_n(in, count_per_rank, out);
+  return done_work();
+}
+
 std::shared_ptr<Work> LocalCommunicator::all_gather(const float* in, float* out, std::size_t count_per_rank) {
   if (in != out) std::copy_n(in, count_per_rank, out);
   return done_work();

@@ -23,6 +23,8 @@ class LocalCommunicator : public Communicator {
   std::shared_ptr<Work> allreduce_half(std::uint16_t* data, std::size_t count, kernels::Dtype type) override;
   std::shared_ptr<Work> all_gather_half(const std::uint16_t* in, std::uint16_t* out,
                                         std::size_t count_per_rank) override;
+  std::shared_ptr<Work> reduce_scatter_half(const std::uint16_t* in, std::uint16_t* out, std::size_t count_per_rank,
+                                            kernels::Dtype type) override;
 };
 
 }  // namespace dtrain::trainer

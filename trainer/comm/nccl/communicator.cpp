@@ -21,6 +21,11 @@ using Clock = std::chrono::steady_clock;
 
 std::atomic<int> communicators_created{0};
 
+// NCCL's element type for a 16-bit `type` (bf16 needs NCCL >= 2.10).
+ncclDataType_t nccl_half_type(kernels::Dtype type) {
+  return type == kernels::Dtype::bf16 ? ncclBfloat16 : ncclFloat16;
+}
+
 }  // namespace
 
 int cuda_device_count(std::string* why) {
@@ -189,13 +194,10 @@ std::shared_ptr<Work> NcclCommunicator::allreduce(float* data, std::size_t count
 std::shared_ptr<Work> NcclCommunicator::allreduce_half(std::uint16_t* data, std::size_t count, kernels::Dtype type) {
   const std::string what =
       std::string("allreduce of ") + std::to_string(count) + " " + kernels::dtype_name(type) + " values";
-  if (type == kernels::Dtype::fp32) {
-    throw CommError("nccl " + what + " on " + state_->where() +
-                    ": allreduce_half takes bf16 or fp16; use allreduce() for fp32");
-  }
+  refuse_fp32(type, what + " on " + state_->where(), "allreduce");
   state_->check_device_pointers(what, count, {{data, "data"}});
   count_sent(ring_bytes_per_rank(Collective::allreduce, count * sizeof(std::uint16_t), size()));
-  const ncclDataType_t nccl_type = type == kernels::Dtype::bf16 ? ncclBfloat16 : ncclFloat16;
+  const ncclDataType_t nccl_type = nccl_half_type(type);
   return enqueue(state_, what, count, [&] {
     return rt().ncclAllReduce(data, data, count, nccl_type, ncclSum, state_->comm, state_->stream);
   });
@@ -207,6 +209,20 @@ std::shared_ptr<Work> NcclCommunicator::reduce_scatter(const float* in, float* o
   count_sent(ring_bytes_per_rank(Collective::reduce_scatter, count_per_rank * size() * sizeof(float), size()));
   return enqueue(state_, what, count_per_rank, [&] {
     return rt().ncclReduceScatter(in, out, count_per_rank, ncclFloat32, ncclSum, state_->comm, state_->stream);
+  });
+}
+
+std::shared_ptr<Work> NcclCommunicator::reduce_scatter_half(const std::uint16_t* in, std::uint16_t* out,
+                                                            std::size_t count_per_rank, kernels::Dtype type) {
+  const std::string what = "reduce_scatter of " + std::to_string(count_per_rank) + " " + kernels::dtype_name(type) +
+                           " values per rank";
+  refuse_fp32(type, what + " on " + state_->where(), "reduce_scatter");
+  state_->check_device_pointers(what, count_per_rank, {{in, "in"}, {out, "out"}});
+  count_sent(ring_bytes_per_rank(Collective::reduce_scatter, count_per_rank * size() * sizeof(std::uint16_t),
+                                 size()));
+  const ncclDataType_t nccl_type = nccl_half_type(type);
+  return enqueue(state_, what, count_per_rank, [&] {
+    return rt().ncclReduceScatter(in, out, count_per_rank, nccl_type, ncclSum, state_->comm, state_->stream);
   });
 }
 

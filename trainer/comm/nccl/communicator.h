@@ -69,6 +69,9 @@ class NcclCommunicator : public Communicator {
   // ncclAllGather on ncclFloat16: a 2-byte element type (nothing is added, so bf16 values travel unchanged).
   std::shared_ptr<Work> all_gather_half(const std::uint16_t* in, std::uint16_t* out,
                                         std::size_t count_per_rank) override;
+  // ncclReduceScatter on ncclBfloat16 / ncclFloat16, as allreduce_half.
+  std::shared_ptr<Work> reduce_scatter_half(const std::uint16_t* in, std::uint16_t* out, std::size_t count_per_rank,
+                                            kernels::Dtype type) override;
 
   struct State;
 
