@@ -241,6 +241,7 @@ void set_identity_env(const Job& job, const NodeInfo& node, const WorkerPlan& w,
   env["DTRAIN_STORE_ADDR"] = or_reserved(round.store_address);
   env["DTRAIN_JOB_TOKEN"] = or_reserved(round.store_token);
   env["DTRAIN_AGENT_ADDR"] = or_reserved(node.agent_address);
+  env["DTRAIN_HEALTH_INTERVAL_MS"] = std::to_string(health_interval(job.spec.health).count());
 }
 
 WorkerPlan plan_worker(const Job& job, const NodeInfo& node, unsigned node_rank, unsigned local_rank) {

@@ -185,6 +185,7 @@ class Reader : ValueReader {
     each_entry(node, path, [&](const std::string& key, const std::string& key_path, const YAML::Node& value) {
       if (key == "heartbeat_timeout_s") read_number(value, key_path, out.heartbeat_timeout_s);
       else if (key == "hang_timeout_s") read_number(value, key_path, out.hang_timeout_s);
+      else if (key == "startup_timeout_s") read_number(value, key_path, out.startup_timeout_s);
       else if (key == "node_timeout_s") read_number(value, key_path, out.node_timeout_s);
     });
   }

@@ -117,6 +117,7 @@ struct Spec {
   struct Health {
     double heartbeat_timeout_s = 30;  // a worker whose health reports stop for this long has failed
     double hang_timeout_s = 0;        // a worker whose step counter does not move for this long has failed
+    double startup_timeout_s = 600;   // a reporting worker with no first step this long after it started has failed
     double node_timeout_s = 10;       // an agent that is silent for this long is a failed node
   } health;                           // all 0 to kMaxDurationS; 0 turns that check off (hang_timeout_s is off by
                                       //   default)
@@ -180,6 +181,12 @@ Spec load_spec_string(std::string_view yaml, std::string_view source, const std:
 // The value checks that do not depend on YAML (ranges, names, cross-key rules), for a Spec built in code.
 // Diagnostics carry spec.source as their file and no position. Throws SpecError.
 void validate(const Spec&);
+
+// How often a worker resends its latest health report when no step completed (DTRAIN_HEALTH_INTERVAL_MS): a fifth
+// of health.heartbeat_timeout_s, so that four lost or late heartbeats in a row still do not fail a live worker,
+// between 100 ms (more is load on the agent for nothing) and 1 s (the reports are the launcher's only sign of life
+// from inside a worker). 1 s when the heartbeat check is off.
+std::chrono::milliseconds health_interval(const Spec::Health& health);
 
 // One entry of nodes.hosts: "[user@]host[:ssh_port]".
 struct SshHost {

@@ -182,6 +182,7 @@ void check_spec(const Spec& spec, const Locations& where, std::vector<Diagnostic
   r.duration("stop.grace_s", spec.stop.grace_s);
   r.duration("health.heartbeat_timeout_s", spec.health.heartbeat_timeout_s);
   r.duration("health.hang_timeout_s", spec.health.hang_timeout_s);
+  r.duration("health.startup_timeout_s", spec.health.startup_timeout_s);
   r.duration("health.node_timeout_s", spec.health.node_timeout_s);
   if (spec.logs.dir.empty()) r.report("logs.dir", "is empty.", "Example: dir: runs");
   r.no_nul("logs.dir", spec.logs.dir);
@@ -198,6 +199,13 @@ std::chrono::milliseconds duration_ms(double seconds) {
   // At most 6.048e8 ms here, exact in a double and in every integer type it goes into.
   const long long ms = std::llround(seconds * 1000.0);
   return std::chrono::milliseconds(ms == 0 && seconds > 0 ? 1 : ms);
+}
+
+std::chrono::milliseconds health_interval(const Spec::Health& health) {
+  using std::chrono::milliseconds;
+  const milliseconds timeout = duration_ms(health.heartbeat_timeout_s);
+  if (timeout.count() == 0) return milliseconds(1000);
+  return std::clamp(timeout / 5, milliseconds(100), milliseconds(1000));
 }
 
 void validate(const Spec& spec) {

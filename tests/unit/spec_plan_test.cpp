@@ -112,6 +112,7 @@ TEST_CASE("2 nodes x 4 workers: ranks and the complete torchrun-compatible envir
         {"DTRAIN_JOB_TOKEN", "s3cret"},
         {"DTRAIN_AGENT_ADDR", node_rank == 0 ? "10.0.0.1:29400" : "10.0.0.2:29400"},
         {"DTRAIN_RESTART_COUNT", "2"},
+        {"DTRAIN_HEALTH_INTERVAL_MS", "1000"},
     };
     CHECK(w.env == expected);
   }

@@ -11,6 +11,7 @@
 
 #include "agent/security/credentials.h"
 #include "common/metadata.h"
+#include "common/status.h"
 #include "common/stop_thread.h"
 #include "dtrain/v1/report.grpc.pb.h"
 
@@ -47,11 +48,22 @@ struct HealthReporter::Channel {
   std::unique_ptr<v1::WorkerReports::Stub> stub;
 };
 
+// A non-negative integer variable, or `otherwise` when it is unset or not one.
+std::uint64_t env_number(const char* name, std::uint64_t otherwise) {
+  const std::string text = env_or_empty(name);
+  char* end = nullptr;
+  const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
+  return text.empty() || *end != '\0' || text[0] == '-' ? otherwise : value;
+}
+
 std::unique_ptr<HealthReporter> HealthReporter::from_env() {
   std::string address = env_or_empty("DTRAIN_AGENT_ADDR");
   if (address.empty()) return nullptr;
-  return std::make_unique<HealthReporter>(
-      HealthReporterOptions{address, env_or_empty("DTRAIN_JOB_TOKEN"), env_or_empty("DTRAIN_REPORT_TOKEN")});
+  HealthReporterOptions options{address, env_or_empty("DTRAIN_JOB_TOKEN"), env_or_empty("DTRAIN_REPORT_TOKEN")};
+  options.rank = static_cast<std::uint32_t>(env_number("RANK", 0));
+  const auto interval = env_number("DTRAIN_HEALTH_INTERVAL_MS", static_cast<std::uint64_t>(options.interval.count()));
+  if (interval > 0) options.interval = std::chrono::milliseconds(interval);
+  return std::make_unique<HealthReporter>(std::move(options));
 }
 
 HealthReporter::HealthReporter(HealthReporterOptions options)
@@ -63,6 +75,8 @@ HealthReporter::HealthReporter(HealthReporterOptions options)
   } catch (const std::exception& e) {
     spdlog::warn("health reports to {} are off: {}", options_.address, e.what());
   }
+  latest_.rank = options_.rank;
+  latest_.rss_bytes = resident_bytes();
   thread_ = std::thread([this] { run(); });
 }
 
@@ -71,7 +85,9 @@ HealthReporter::~HealthReporter() { stop_and_join(mutex_, stop_, changed_, threa
 void HealthReporter::report(const HealthReport& report) {
   {
     std::lock_guard lock(mutex_);
-    pending_ = report;
+    latest_ = report;
+    ++steps_done_;
+    fresh_ = true;
   }
   changed_.notify_all();
 }
@@ -86,39 +102,47 @@ std::uint64_t HealthReporter::failed() const {
   return failed_;
 }
 
+// Sends each new report as it comes, and the latest again whenever `interval` passed without one; on stop, what
+// was not sent yet.
 void HealthReporter::run() {
+  std::unique_lock lock(mutex_);
   for (;;) {
-    HealthReport report;
-    {
-      std::unique_lock lock(mutex_);
-      changed_.wait(lock, [&] { return stop_ || pending_.has_value(); });
-      if (!pending_) return;  // stopping with nothing left to send
-      report = *pending_;
-      pending_.reset();
-    }
+    changed_.wait_for(lock, options_.interval, [&] { return stop_ || fresh_; });
+    if (stop_ && !fresh_) return;
+    const HealthReport report = latest_;
+    const std::uint64_t steps_done = steps_done_;
+    fresh_ = false;
+    const bool stopping = stop_;
+    lock.unlock();
+    const Status status = channel_->stub ? send(report, steps_done) : Status{};
+    lock.lock();
+    if (stopping) return;
     if (!channel_->stub) continue;
-    v1::WorkerReport request;
-    request.set_rank(report.rank);
-    request.set_step(report.step);
-    request.set_loss(report.loss);
-    request.set_tokens_per_s(report.tokens_per_s);
-    request.set_rss_bytes(report.rss_bytes);
-    v1::ReportAck ack;
-    grpc::ClientContext context;
-    context.AddMetadata(std::string(kTokenMetadata), options_.token);
-    context.AddMetadata(std::string(kReportTokenMetadata), options_.report_token);
-    context.set_deadline(std::chrono::system_clock::now() + options_.deadline);
-    grpc::Status status = channel_->stub->Report(&context, request, &ack);
-    std::lock_guard lock(mutex_);
     if (status.ok()) {
       ++sent_;
-      continue;
-    }
-    if (failed_++ % 100 == 0) {
+    } else if (failed_++ % 100 == 0) {
       spdlog::warn("health report to the agent at {} failed ({} so far; training goes on): {}", options_.address,
-                   failed_, status.error_message());
+                   failed_, status.message());
     }
   }
+}
+
+Status HealthReporter::send(const HealthReport& report, std::uint64_t steps_done) {
+  v1::WorkerReport request;
+  request.set_rank(report.rank);
+  request.set_step(report.step);
+  request.set_loss(report.loss);
+  request.set_tokens_per_s(report.tokens_per_s);
+  request.set_rss_bytes(report.rss_bytes);
+  request.set_steps_done(steps_done);
+  v1::ReportAck ack;
+  grpc::ClientContext context;
+  context.AddMetadata(std::string(kTokenMetadata), options_.token);
+  context.AddMetadata(std::string(kReportTokenMetadata), options_.report_token);
+  context.set_deadline(std::chrono::system_clock::now() + options_.deadline);
+  const grpc::Status status = channel_->stub->Report(&context, request, &ack);
+  if (status.ok()) return {};
+  return {StatusCode::unavailable, status.error_message()};
 }
 
 std::uint64_t resident_bytes() {

@@ -7,6 +7,13 @@
 // Training never waits for it: report() only stores the newest values and a background thread sends them, each
 // call with a short deadline; values that arrive while a call is in flight replace each other (the agent wants the
 // latest, not a history). A failed report is logged once (then every 100th), and training goes on.
+//
+// The reports are also the launcher's sign of life from inside the worker (health.heartbeat_timeout_s): the thread
+// sends one as the reporter starts (step 0, no step done yet), and resends the latest every `interval` while no new
+// one comes (DTRAIN_HEALTH_INTERVAL_MS, from the launcher), so a slow step is not taken for a stopped process. Each
+// report carries how many steps this process completed (steps_done: the report() calls so far), from which the
+// launcher tells progress (health.hang_timeout_s) from heartbeats, and a start-up (health.startup_timeout_s) from a
+// resumed run's start at step N.
 // With DTRAIN_TLS_CA set (a cluster that uses TLS) the channel is mutual TLS with the worker certificate in
 // DTRAIN_TLS_CERT/KEY (no cluster token), as the store client does.
 
@@ -18,6 +25,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+
+#include "common/status.h"
 
 namespace dtrain::trainer {
 
@@ -33,7 +42,11 @@ struct HealthReporterOptions {
   std::string address;                         // the agent's WorkerReports server (host:port)
   std::string token;                           // this round's job token
   std::string report_token;                    // this worker's DTRAIN_REPORT_TOKEN
+  std::uint32_t rank = 0;                      // RANK: the start-up report's
   std::chrono::milliseconds deadline{2'000};   // per report call
+  // Resend the latest report this often while no new one comes (DTRAIN_HEALTH_INTERVAL_MS). 1 s without the
+  // variable, the longest interval a launcher gives (several heartbeats fit in any heartbeat timeout of 5 s or more).
+  std::chrono::milliseconds interval{1'000};
 };
 
 class HealthReporter {
@@ -41,13 +54,14 @@ class HealthReporter {
   // Null when DTRAIN_AGENT_ADDR is unset (not started by dtrain): nothing to report to.
   static std::unique_ptr<HealthReporter> from_env();
 
+  // Starts the thread, which sends the start-up report at once.
   explicit HealthReporter(HealthReporterOptions options);
   HealthReporter(const HealthReporter&) = delete;
   HealthReporter& operator=(const HealthReporter&) = delete;
   // Sends what is pending (within one deadline) and stops the thread.
   ~HealthReporter();
 
-  // Never blocks on the network.
+  // One completed step's values (each call counts one step). Never blocks on the network.
   void report(const HealthReport& report);
 
   // Reports sent and accepted / failed so far.
@@ -57,12 +71,16 @@ class HealthReporter {
  private:
   struct Channel;
   void run();
+  // One WorkerReports.Report call; unavailable with gRPC's message when the agent did not accept it.
+  Status send(const HealthReport& report, std::uint64_t steps_done);
 
   HealthReporterOptions options_;
   std::unique_ptr<Channel> channel_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;
-  std::optional<HealthReport> pending_;
+  HealthReport latest_;             // what the next heartbeat resends
+  std::uint64_t steps_done_ = 0;    // report() calls so far
+  bool fresh_ = true;               // latest_ not sent yet (the start-up report, then each new step)
   bool stop_ = false;
   std::uint64_t sent_ = 0;
   std::uint64_t failed_ = 0;

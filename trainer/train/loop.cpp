@@ -10,6 +10,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -64,7 +65,7 @@ struct Start {
 // optimizer step is train_step(), report() and, every --save-every steps, save().
 class Training {
  public:
-  explicit Training(const TrainOptions& o)
+  Training(const TrainOptions& o, std::unique_ptr<HealthReporter> health)
       : o_(o),
         comm_(start_communicator(o)),
         rank_(comm_->rank()),
@@ -77,7 +78,8 @@ class Training {
         model_(config_, kernels::cpu_backend(), o.zero > 0 ? world_ : 1, training_precision(o)),
         n_(model_.num_params()),
         shape_(run_shape(o, config_, T_, world_, n_)),
-        ddp_comm_dtype_(ddp_comm_dtype(o)) {
+        ddp_comm_dtype_(ddp_comm_dtype(o)),
+        health_(std::move(health)) {
     const AdamWOptions adamw{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
     if (model_.precision() == kernels::Dtype::fp16) scaling_ = std::make_unique<LossScaling>(o, *comm_, k());
     if (o.zero > 0) {
@@ -127,7 +129,7 @@ class Training {
   std::vector<float> resumed_m_, resumed_v_;
   // Set by prepare_steps(): what the steps use besides the model.
   std::unique_ptr<MetricsWriter> metrics_;
-  std::unique_ptr<HealthReporter> health_;
+  std::unique_ptr<HealthReporter> health_;   // from run_training(): reporting before the communicator starts
   std::unique_ptr<DdpReducer> ddp_;
   Gpt::GradsReady grads_ready_;
   std::unique_ptr<Prefetcher> prefetch_;
@@ -150,6 +152,8 @@ int Training::run() {
   prepare_steps(start);
   std::uint64_t data_step = start.point.data_step;
   for (std::uint64_t step = start.point.step; step < steps(); ++step) {
+    // --debug-stall-step (tests): stuck before the step's collectives while the reporter's heartbeats go on.
+    while (static_cast<long>(step) + 1 == o_.debug_stall_step) std::this_thread::sleep_for(std::chrono::seconds(1));
     const StepMetrics m = train_step(step, schedule);
     ++data_step;
     report(m);
@@ -241,13 +245,12 @@ float Training::load_start(bool want_resume, StartPoint& start, std::exception_p
 }
 
 // What the steps use besides the model: the metrics file (rank 0; a resumed run first drops the lines of the steps it
-// repeats), health reports, DDP (more than one rank) and the prefetcher from the start's data step.
+// repeats), DDP (more than one rank) and the prefetcher from the start's data step.
 void Training::prepare_steps(const Start& start) {
   if (rank_ == 0 && !o_.metrics.empty()) {
     if (start.resumed) drop_metrics_after(o_.metrics, start.point.step);
     metrics_ = std::make_unique<MetricsWriter>(o_.metrics);
   }
-  health_ = HealthReporter::from_env();
   if (world_ > 1 && zero_) {
     grads_ready_ = zero_->grads_ready();
   } else if (world_ > 1) {
@@ -381,7 +384,9 @@ void Training::save(std::uint64_t step, std::uint64_t data_step) {
 
 int run_training(const TrainOptions& options) {
   try {
-    return Training(options).run();
+    // The reporter first: the launcher hears this worker is starting (health.startup_timeout_s) while the
+    // communicator may still wait for its peers.
+    return Training(options, HealthReporter::from_env()).run();
   } catch (const std::invalid_argument& e) {
     spdlog::error("{}", e.what());
     write_error_file(e.what());

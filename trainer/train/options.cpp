@@ -158,6 +158,9 @@ void add_run_flags(CLI::App& app, TrainOptions& o) {
       ->check(nonnegative())->capture_default_str();
   app.add_option("--log-every", o.log_every, "print a console line every N steps (rank 0)")
       ->check(positive())->capture_default_str();
+  app.add_option("--debug-stall-step", o.debug_stall_step, "for tests: stop before step N (1-based) for ever, "
+                 "health heartbeats going on, as a hung collective would; 0 = never")
+      ->check(nonnegative())->capture_default_str();
 }
 
 }  // namespace

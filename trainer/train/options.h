@@ -71,6 +71,7 @@ struct TrainOptions {
   std::string metrics;         // --metrics: JSONL file of per-step metrics (rank 0 writes it)
   int threads = 0;             // --threads: CPU threads; 0 = OMP_NUM_THREADS if set, else all cores
   long log_every = 1;          // --log-every: console line every N steps (rank 0)
+  long debug_stall_step = 0;   // --debug-stall-step (tests of the launcher's hang check): sleep before step N; 0 = off
 };
 
 // The model shape the options describe: --model's preset, else `from_file` (the header of --init-from's
