@@ -8,6 +8,7 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include "agent/evidence.h"
 #include "agent/join_client.h"
 #include "agent/lease_watch.h"
 #include "agent/outbox.h"
@@ -61,6 +62,7 @@ struct Agent::Session {
   std::chrono::milliseconds grace;   // for stops the agent decides itself (Configure's stop_grace)
   Prober prober;
   bool goodbye = false;              // the launcher's Shutdown was answered
+  EvidenceCollector evidence;        // last: its thread, which pushes to the outbox, ends first
 };
 
 Agent::Agent(AgentOptions options) : options_(std::move(options)), facts_(node::gather_facts()) {}
@@ -335,6 +337,12 @@ void Agent::handle(Session& session, const v1::LauncherMessage& message) {
       session.outbox.push(wire::to_wire(session.prober.answer(probe)));
       break;
     }
+    case v1::LauncherMessage::kCollectEvidence: {
+      const EvidenceRequest request = wire::from_wire(message.collect_evidence());
+      session.evidence.start(request, runner_->stack_targets(request.round),
+                             [&session](EvidenceReport report) { session.outbox.push(wire::to_wire(report)); });
+      break;
+    }
     case v1::LauncherMessage::kHeartbeat:
     case v1::LauncherMessage::BODY_NOT_SET:
       break;
@@ -363,6 +371,7 @@ Status Agent::close_session(Session& session) {
     forward_ = nullptr;
   }
   runner_->set_emit(nullptr);
+  session.evidence.wait();
   // The job is over here: its worker certificates open nothing on this agent any more.
   admission_->close();
   session.outbox.flush(kFinalFlushTimeout);

@@ -48,7 +48,7 @@ unsigned reserve_port() {
 JobRunner::JobRunner(store::Store& store, std::string advertise_host, std::string store_address)
     : store_(store), advertise_host_(std::move(advertise_host)), store_address_(std::move(store_address)) {
   supervisor::Events events;
-  events.started = [this](std::uint64_t id, pid_t pid) { emit(WorkerStarted{round_of(id), rank_of(id), pid}); };
+  events.started = [this](std::uint64_t id, pid_t pid) { on_started(id, pid); };
   events.line = [this](std::uint64_t id, bool is_stderr, std::string_view line) { on_line(id, is_stderr, line); };
   events.exited = [this](const supervisor::ProcessExit& exit) { on_exited(exit); };
   events.log_failed = [this](std::uint64_t id, const std::string& text) {
@@ -152,7 +152,7 @@ Status JobRunner::start_group(const GroupSpec& group) {
     workers_.clear();
     std::size_t index = 0;
     for (const auto& w : group.workers) {
-      Worker& worker = workers_[w.rank] = Worker{w, false, {}};
+      Worker& worker = workers_[w.rank] = Worker{w, false, {}, 0};
       std::tie(worker.spec.log_path, worker.spec.error_file) = files[index++];
       // Ties a health report to the worker that sends it (check_reporter): fresh for every worker and round.
       worker.report_token = security::x509::random_hex(16);
@@ -222,6 +222,32 @@ Status JobRunner::check_reporter(std::uint32_t rank, const std::string& report_t
 std::string JobRunner::current_token() const {
   std::lock_guard lock(mutex_);
   return round_token_;
+}
+
+std::vector<StackTarget> JobRunner::stack_targets(std::uint32_t round) const {
+  std::lock_guard lock(mutex_);
+  std::vector<StackTarget> targets;
+  if (round != round_) return targets;
+  for (const auto& [rank, w] : workers_) {
+    if (w.exited || w.pid == 0) continue;
+    StackTarget target{rank, w.pid, {}, {}};
+    const std::string name = "attempt_" + std::to_string(round) + "/stacks/rank_" + std::to_string(rank) + ".txt";
+    try {
+      target.path = job_files_.place(name, "rank " + std::to_string(rank) + "'s stacks");
+    } catch (const PathError& e) {
+      target.error = e.what();
+    }
+    targets.push_back(std::move(target));
+  }
+  return targets;
+}
+
+void JobRunner::on_started(std::uint64_t id, pid_t pid) {
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = workers_.find(rank_of(id)); it != workers_.end() && round_of(id) == round_) it->second.pid = pid;
+  }
+  emit(WorkerStarted{round_of(id), rank_of(id), pid});
 }
 
 void JobRunner::on_line(std::uint64_t id, bool is_stderr, std::string_view line) {

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 
+#include "agent/evidence.h"
 #include "agent/round_state.h"
 #include "agent/run_dir.h"
 #include "agent/store/store.h"
@@ -70,11 +71,16 @@ class JobRunner {
   // The token of the current round (worker reports must carry it).
   std::string current_token() const;
 
+  // The workers of `round` still running, each with where its stacks go (attempt_<round>/stacks/rank_<r>.txt in
+  // the job's directory, placed now); none when `round` is not the current one.
+  std::vector<StackTarget> stack_targets(std::uint32_t round) const;
+
  private:
   struct Worker {
     WorkerSpec spec;           // log_path and error_file as placed under the job's directory
     bool exited = false;
     std::string report_token;  // its DTRAIN_REPORT_TOKEN
+    pid_t pid = 0;             // once started
   };
 
   // The worker's log and error file placed under the job's directory ("" where the launcher named none). Throws
@@ -84,6 +90,7 @@ class JobRunner {
   supervisor::ProcessSpec process_spec(std::uint32_t round, const Worker& worker) const;
   // Moves the round's state by `event`; false (nothing changed) where transition() refuses. Called with mutex_ held.
   bool move(RoundEvent event);
+  void on_started(std::uint64_t id, pid_t pid);
   void on_exited(const supervisor::ProcessExit& exit);
   void on_line(std::uint64_t id, bool is_stderr, std::string_view line);
   void emit(RunnerEvent event);

@@ -102,6 +102,17 @@ void put(const ProbeAnswer& answer, v1::ProbeResult& out) {
   out.set_unix_ms(answer.unix_ms);
 }
 
+void put(const EvidenceReport& report, v1::Evidence& out) {
+  out.set_round(report.round);
+  for (const auto& r : report.ranks) {
+    auto* rank = out.add_ranks();
+    rank->set_rank(r.rank);
+    rank->set_stacks_path(r.path);
+    append(rank->mutable_top_frames(), r.top_frames);
+    rank->set_error(r.error);
+  }
+}
+
 // The AgentMessage whose body, reached through `body` (one of its mutable_* accessors), carries `value`.
 template <class Value, class Body>
 v1::AgentMessage wrap(const Value& value, Body* (v1::AgentMessage::*body)()) {
@@ -145,6 +156,12 @@ ProbeRequest from_wire(const v1::Probe& p) {
   return {.id = p.id(), .node_checks = p.node_checks(), .log_dir = p.log_dir(), .checkpoint_dir = p.checkpoint_dir(),
           .open_port = p.open_port(), .reach = copy_of(p.reach()), .reach_timeout = ms(p.reach_timeout_ms())};
 }
+
+EvidenceRequest from_wire(const v1::CollectEvidence& collect) {
+  return {collect.round(), ms(collect.budget_ms())};
+}
+
+v1::AgentMessage to_wire(const EvidenceReport& report) { return wrap(report, &v1::AgentMessage::mutable_evidence); }
 
 v1::AgentMessage to_wire(const AgentHello& hello) { return wrap(hello, &v1::AgentMessage::mutable_hello); }
 

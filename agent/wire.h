@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "agent/evidence.h"
 #include "agent/probe.h"
 #include "agent/session_types.h"
 #include "agent/worker_group.h"
@@ -20,12 +21,14 @@ RoundRequest from_wire(const v1::PrepareRound& prepare);
 GroupSpec from_wire(const v1::StartGroup& start);
 StopRequest from_wire(const v1::StopGroup& stop);
 ProbeRequest from_wire(const v1::Probe& probe);
+EvidenceRequest from_wire(const v1::CollectEvidence& collect);
 
 // agent -> launcher
 v1::AgentMessage to_wire(const AgentHello& hello);
 v1::AgentMessage to_wire(const RoundPreparation& prepared);
 v1::AgentMessage to_wire(const RunnerEvent& event);
 v1::AgentMessage to_wire(const ProbeAnswer& answer);
+v1::AgentMessage to_wire(const EvidenceReport& report);
 // A worker's accepted health report, stamped with this agent's clock.
 v1::AgentMessage to_wire(const v1::WorkerHealth& health, std::uint64_t unix_ms);
 // AgentError: a request of the launcher's that this agent could not carry out.

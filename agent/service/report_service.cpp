@@ -57,6 +57,7 @@ grpc::Status ReportService::Report(grpc::ServerContext* context, const v1::Worke
   health.set_loss(request->loss());
   health.set_tokens_per_s(request->tokens_per_s());
   health.set_rss_bytes(request->rss_bytes());
+  health.set_steps_done(request->steps_done());
   agent_.forward_report(health);
   return grpc::Status::OK;
 }

@@ -46,6 +46,18 @@ bool json_string_field(const std::string& json, const std::string& key, std::siz
   return false;
 }
 
+// The hung rank's first frames and where all of its stacks are.
+void append_stacks(std::ostringstream& s, const RankStacks& stacks) {
+  if (!stacks.top_frames.empty()) {
+    s << "  where rank " << stacks.rank << " is (first frames of its main thread):\n";
+    for (const auto& frame : stacks.top_frames) s << "    " << frame << "\n";
+  }
+  if (!stacks.error.empty()) s << "  stacks of rank " << stacks.rank << ": " << stacks.error << "\n";
+  if (!stacks.stacks_path.empty()) {
+    s << "  full stacks: " << stacks.stacks_path << " (every rank's beside it, on its own node)\n";
+  }
+}
+
 }  // namespace
 
 void write_whole(std::FILE* to, std::string_view text) {
@@ -95,6 +107,12 @@ int exit_code_of(const WorkerExit& exit) {
   return exit.exit_code;
 }
 
+std::string describe_failure(const Failure& f) {
+  return f.health_failure.empty() ? describe_exit(f.exit) : f.health_failure;
+}
+
+int exit_code_of(const Failure& f) { return f.health_failure.empty() ? exit_code_of(f.exit) : kHealthCheckExitCode; }
+
 std::string error_file_message(const std::string& json) {
   std::string message, traceback;
   // PyTorch's record(): {"message": {"message": "...", "extraInfo": {"py_callstack": "...", ...}}}
@@ -115,9 +133,10 @@ std::string failure_summary(const std::string& job_id, const Failure& root, cons
   s << "job " << job_id << " failed";
   if (max_restarts > 0) s << " after " << attempt + 1 << " attempt" << (attempt == 0 ? "" : "s");
   s << "\n  root cause: rank " << root.rank << " on node " << root.node << " (" << root.host << "), pid "
-    << root.exit.pid << ", " << describe_exit(root.exit);
-  if (root.exit.runtime_ms > 0) s << " after " << root.exit.runtime_ms / 1000.0 << " s";
+    << root.exit.pid << ", " << describe_failure(root);
+  if (root.exit.runtime_ms > 0 && root.health_failure.empty()) s << " after " << root.exit.runtime_ms / 1000.0 << " s";
   s << "\n";
+  if (root.stacks) append_stacks(s, *root.stacks);
   if (root.last_health) {
     const auto& h = *root.last_health;
     s << "  last health report of rank " << root.rank << ": step " << h.step << ", loss " << h.loss << ", "

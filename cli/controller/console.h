@@ -23,7 +23,15 @@ struct Failure {
   std::string log_path;
   std::optional<WorkerHealth> last_health;   // the rank's last health report, if it sent any
   std::uint64_t failed_unix_ms = 0;              // when the launcher learned of the failure
+  // Set when a health check failed it while it ran (health_watch.h): what the launcher saw. `exit` then tells how the
+  // stop ended it, and says nothing of its own.
+  std::string health_failure;
+  std::optional<RankStacks> stacks;              // its stacks, when its agent wrote them (CollectEvidence)
 };
+
+// The launcher's exit code when the root cause failed a health check (it hung, stopped, or never started): 124, as
+// timeout(1) says "timed out", so scripts tell it from a crash's code.
+inline constexpr int kHealthCheckExitCode = 124;
 
 class Console {
  public:
@@ -43,6 +51,10 @@ class Console {
 std::string describe_exit(const WorkerExit& exit);
 // The launcher's exit code for a failed worker: its own code, 128+signal, or 127 when it never ran.
 int exit_code_of(const WorkerExit& exit);
+// How a failure happened: the health check that failed it, else describe_exit; and its exit code, the same way
+// (kHealthCheckExitCode, else exit_code_of).
+std::string describe_failure(const Failure& failure);
+int exit_code_of(const Failure& failure);
 // Writes `text` to `to`'s descriptor in as few write(2) calls as the kernel allows, after flushing `to`.
 void write_whole(std::FILE* to, std::string_view text);
 // The failure summary: which rank, where, how, the last stderr lines, the error file, where the log is.

@@ -117,12 +117,12 @@ void Controller::report_incomplete_logs() {
 
 std::optional<int> Controller::after_failure(const Round& round, int restarts) {
   const auto& root = round.root_cause();
-  const std::string what = root ? "rank " + std::to_string(root->rank) + " " + describe_exit(root->exit)
+  const std::string what = root ? "rank " + std::to_string(root->rank) + " " + describe_failure(*root)
                                 : round.node_failure().value_or("a node failed");
   if (!policy_.may_restart(restarts)) {
     if (root) {
       console_.note(failure_summary(job_id_, *root, round.other_failures(), restarts, policy_.max_restarts()));
-      return exit_code_of(root->exit);
+      return exit_code_of(*root);
     }
     console_.note("job " + job_id_ + " failed: " + what +
                   (policy_.max_restarts() > 0 ? " (no restarts left)" : " (restart.max_restarts is 0)"));

@@ -5,13 +5,15 @@
 #include <stdexcept>
 
 #include "agent/security/x509.h"
+#include "common/util.h"
 
 namespace dtrain::controller {
 
 using std::chrono::milliseconds;
 
 Round::Round(RoundSetup setup, RoundFleet& fleet, Interrupts& interrupts, Console& console)
-    : setup_(std::move(setup)), fleet_(fleet), interrupts_(interrupts), console_(console) {
+    : setup_(std::move(setup)), fleet_(fleet), interrupts_(interrupts), console_(console),
+      health_(setup_.spec->health) {
   for (int node : setup_.nodes) groups_[node] = GroupState::idle;
 }
 
@@ -42,7 +44,7 @@ Round::Outcome Round::run() {
   }
   plan_workers();
   start_groups();
-  fleet_.pump_until([this] { return finished(); }, RoundFleet::Clock::time_point::max());
+  wait();
   // The first of these to hold decides, in this order (one event sets at most one of them).
   if (interrupts_.interrupted()) {
     stop_groups();
@@ -118,6 +120,58 @@ void Round::start_groups() {
   }
 }
 
+void Round::wait() {
+  while (!finished()) {
+    fleet_.pump_until([this] { return finished() || health_.due_sooner(); }, health_.next_deadline());
+    if (finished()) return;
+    if (auto failure = health_.check(fleet_.now())) on_health_failure(*failure);
+  }
+}
+
+// The worker is the round's root cause from now on (a crash it causes in its peers meanwhile is not); then its
+// evidence, which the summary shows.
+void Round::on_health_failure(const HealthFailure& failure) {
+  console_.note("attempt " + std::to_string(setup_.number) + ": rank " + std::to_string(failure.rank) + " " +
+                failure.what + "; collecting every worker's stacks, then stopping the round");
+  Failure f;
+  f.rank = failure.rank;
+  f.health_failure = failure.what;
+  if (failure.rank < plan_.workers.size()) {
+    const auto& planned = plan_.workers[failure.rank];
+    f.node = planned.node_rank;
+    f.host = fleet_.info(setup_.nodes.at(planned.node_rank)).hostname;
+    f.log_path = planned.log_path;
+  }
+  f.exit.round = setup_.number;
+  f.exit.rank = failure.rank;
+  f.exit.pid = workers_[failure.rank].pid;
+  if (auto h = last_health_.find(failure.rank); h != last_health_.end()) f.last_health = h->second;
+  f.failed_unix_ms = unix_ms();
+  root_cause_ = std::move(f);
+  collect_evidence();
+  if (auto s = stacks_.find(failure.rank); s != stacks_.end()) root_cause_->stacks = s->second;
+}
+
+void Round::collect_evidence() {
+  const CollectEvidence ask{setup_.number, static_cast<std::uint32_t>(setup_.timeouts->evidence_budget.count())};
+  for (int node : setup_.nodes) {
+    if (fleet_.gone(node)) continue;
+    evidence_due_[node] = true;
+    fleet_.send(node, ask);
+  }
+  const auto answered = [this] {
+    return interrupts_.interrupted() || std::none_of(evidence_due_.begin(), evidence_due_.end(), [this](const auto& e) {
+             return e.second && !fleet_.gone(e.first);
+           });
+  };
+  fleet_.pump_until(answered, fleet_.now() + setup_.timeouts->evidence);
+}
+
+void Round::on_evidence(int node, const Evidence& evidence) {
+  evidence_due_[node] = false;
+  for (const auto& r : evidence.ranks) stacks_[r.rank] = r;
+}
+
 void Round::send_stop(milliseconds grace) {
   StopGroup stop;
   stop.round = setup_.number;
@@ -171,6 +225,9 @@ void Round::on_report(int node, const AgentReport& report) {
     if (g->round == setup_.number) move(node, GroupEvent::stopped);
   } else if (const auto* h = std::get_if<WorkerHealth>(&report)) {
     last_health_[h->rank] = *h;
+    if (workers_.count(h->rank)) health_.reported(*h, fleet_.now());
+  } else if (const auto* e = std::get_if<Evidence>(&report)) {
+    if (e->round == setup_.number) on_evidence(node, *e);
   }
 }
 
@@ -190,10 +247,18 @@ void Round::on_worker_started(const WorkerStarted& started) {
   }
   w.started = true;
   w.pid = started.pid;
+  health_.started(started.rank, fleet_.now());
 }
 
 void Round::on_worker_exit(int node, const WorkerExit& exit) {
   workers_[exit.rank].exited = true;
+  health_.exited(exit.rank);
+  if (root_cause_ && !root_cause_->health_failure.empty() && root_cause_->rank == exit.rank) {
+    // The stop ended the worker that failed its health check: its last output is the best clue left.
+    root_cause_->exit = exit;
+    if (!exit.log_path.empty()) root_cause_->log_path = exit.log_path;
+    return;
+  }
   if (!exit.failed()) return;
   Failure f;
   f.rank = exit.rank;

@@ -5,7 +5,9 @@
 //   prepare   node 0 reserves MASTER_PORT and opens the round's store namespace   (Timeouts::prepare_round)
 //   plan      ranks, environment and CPUs per worker (spec::make_plan)
 //   start     StartGroup to every node
-//   wait      until every group is done (success), a worker fails, a node is lost, or a signal arrives
+//   wait      until every group is done (success), a worker fails, a node is lost, or a signal arrives; a worker
+//             that fails a health check (health_watch.h) fails like one that exits, after every node was asked
+//             for its workers' stacks (CollectEvidence, answered within Timeouts::evidence)
 //   stop      on anything but success: StopGroup to every node, wait for each to confirm
 //             (stop.grace_s + Timeouts::stop_confirm_margin, bounded by the exit deadline after a signal); a
 //             second signal sends a StopGroup without grace; a node that never confirms is lost
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "cli/controller/console.h"
+#include "cli/controller/health_watch.h"
 #include "cli/controller/interrupts.h"
 #include "cli/controller/node_state.h"
 #include "cli/controller/session_messages.h"
@@ -91,6 +94,11 @@ class Round {
   bool prepare();
   void plan_workers();
   void start_groups();
+  // Pumps until finished(), waking for each health check that falls due.
+  void wait();
+  void on_health_failure(const HealthFailure& failure);
+  void collect_evidence();
+  void on_evidence(int node, const Evidence& evidence);
   void stop_groups();
   void send_stop(std::chrono::milliseconds grace);
   void move(int node, GroupEvent event);
@@ -112,6 +120,9 @@ class Round {
   std::map<unsigned, Worker> workers_;          // by rank
   std::size_t started_workers_ = 0;
   std::map<unsigned, WorkerHealth> last_health_;   // by rank
+  HealthWatch health_;
+  std::map<int, bool> evidence_due_;               // by fleet id: asked for evidence, not answered yet
+  std::map<unsigned, RankStacks> stacks_;          // by rank
   std::optional<Failure> root_cause_;
   std::vector<Failure> other_failures_;
   std::optional<std::string> node_failure_;

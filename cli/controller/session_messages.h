@@ -94,7 +94,8 @@ struct WorkerHealth {
   double loss = 0;
   double tokens_per_s = 0;
   std::uint64_t rss_bytes = 0;
-  std::uint64_t unix_ms = 0;            // the worker's clock when it reported
+  std::uint64_t unix_ms = 0;            // its agent's clock when it forwarded the report
+  std::uint64_t steps_done = 0;         // steps its process completed (0: none yet, or a reporter without the field)
 };
 
 struct LogWriteFailed {
@@ -121,11 +122,26 @@ struct ProbeResult {
   std::vector<std::string> interfaces;
 };
 
+// One worker's stacks, written by its agent when the launcher asked for evidence (CollectEvidence).
+struct RankStacks {
+  unsigned rank = 0;
+  std::string stacks_path;              // the full stacks, on the agent's node ("" when nothing could be written)
+  std::vector<std::string> top_frames;  // the main thread's first frames (gdb), else each thread's state and wchan
+  std::string error;                    // why the stacks are missing or partial ("" when complete)
+};
+
+// A node's answer to CollectEvidence: its workers of the round that were still running.
+struct Evidence {
+  std::uint32_t round = 0;
+  std::vector<RankStacks> ranks;
+};
+
 // A heartbeat or goodbye: the agent is alive, nothing else.
 struct AgentAlive {};
 
 using AgentReport = std::variant<AgentHello, RoundPrepared, WorkerStarted, WorkerExit, LogLines, GroupDone,
-                                 GroupStopped, WorkerHealth, LogWriteFailed, AgentError, ProbeResult, AgentAlive>;
+                                 GroupStopped, WorkerHealth, LogWriteFailed, AgentError, ProbeResult, Evidence,
+                                 AgentAlive>;
 
 // ---------------------------------------------------------------- launcher -> agent (commands)
 
@@ -186,6 +202,14 @@ struct ProbeRequest {
   std::uint32_t reach_timeout_ms = 0;
 };
 
-using Command = std::variant<ConfigureNode, PrepareRound, StartGroup, StopGroup, Shutdown, Heartbeat, ProbeRequest>;
+// A worker of the round failed a health check: write every worker's stacks (the agent's run directory,
+// attempt_<round>/stacks/rank_<r>.txt) and answer with Evidence within budget_ms.
+struct CollectEvidence {
+  std::uint32_t round = 0;
+  std::uint32_t budget_ms = 0;
+};
+
+using Command = std::variant<ConfigureNode, PrepareRound, StartGroup, StopGroup, Shutdown, Heartbeat, ProbeRequest,
+                             CollectEvidence>;
 
 }  // namespace dtrain::controller

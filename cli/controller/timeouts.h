@@ -32,6 +32,12 @@ struct Timeouts {
   // After the first SIGINT/SIGTERM/SIGHUP the launcher exits within stop.grace_s + exit_margin whatever its agents
   // do (a second signal: within exit_margin / 2): the user is waiting.
   ms exit_margin{600};
+  // A worker failed a health check (heartbeat, hang, startup): how long the launcher waits for every node's
+  // Evidence (each worker's stacks) before it stops the round. gdb attaches and walks a few dozen threads in 1-2 s;
+  // the round is lost either way, so the wait buys a diagnosis but must not hold up the restart much. The agents get
+  // evidence_budget, a second less, to leave the reply time to travel.
+  ms evidence{5000};
+  ms evidence_budget{4000};
   // `dtrain doctor JOB.yaml`: one TCP connect from a node to a peer. A reachable port answers within a round trip;
   // 2 s separates "filtered" from "slow" without making the check slow.
   ms reach_probe{2000};

@@ -34,7 +34,13 @@ LogLines lines_of(const v1::LogLines& l) {
 }
 
 WorkerHealth health_of(const v1::WorkerHealth& h) {
-  return {h.rank(), h.step(), h.loss(), h.tokens_per_s(), h.rss_bytes(), h.unix_ms()};
+  return {h.rank(), h.step(), h.loss(), h.tokens_per_s(), h.rss_bytes(), h.unix_ms(), h.steps_done()};
+}
+
+Evidence evidence_of(const v1::Evidence& e) {
+  return {.round = e.round(), .ranks = convert_all(e.ranks(), [](const v1::RankStacks& r) {
+            return RankStacks{r.rank(), r.stacks_path(), copy_of(r.top_frames()), r.error()};
+          })};
 }
 
 ProbeResult probe_of(const v1::ProbeResult& p) {
@@ -93,6 +99,11 @@ void fill(v1::LauncherMessage& m, const Shutdown& s) { m.mutable_shutdown()->set
 
 void fill(v1::LauncherMessage& m, const Heartbeat& h) { m.mutable_heartbeat()->set_sent_unix_ms(h.sent_unix_ms); }
 
+void fill(v1::LauncherMessage& m, const CollectEvidence& c) {
+  m.mutable_collect_evidence()->set_round(c.round);
+  m.mutable_collect_evidence()->set_budget_ms(c.budget_ms);
+}
+
 void fill(v1::LauncherMessage& m, const ProbeRequest& p) {
   auto* out = m.mutable_probe();
   out->set_id(p.id);
@@ -128,6 +139,7 @@ AgentReport from_wire(const v1::AgentMessage& m) {
     }
     case v1::AgentMessage::kError: return AgentError{m.error().message()};
     case v1::AgentMessage::kProbeResult: return probe_of(m.probe_result());
+    case v1::AgentMessage::kEvidence: return evidence_of(m.evidence());
     case v1::AgentMessage::kHeartbeat:
     case v1::AgentMessage::kGoodbye:
     case v1::AgentMessage::BODY_NOT_SET: break;

@@ -26,7 +26,8 @@ class ScriptedFleet final : public RoundFleet {
  public:
   struct Step {
     int node = -1;
-    std::variant<AgentReport, std::string, int> what;   // a report, a loss ("why"), or a signal
+    std::variant<AgentReport, std::string, int, Clock::duration> what;   // a report, a loss ("why"), a signal, or
+                                                                          //   time passing
   };
   // Called for every command the round sends; tests queue the agents' answers from here.
   std::function<void(int node, const Command&)> on_send;
@@ -59,6 +60,17 @@ class ScriptedFleet final : public RoundFleet {
         REQUIRE_MESSAGE(deadline != Clock::time_point::max(), "the round waits forever for something that never comes");
         clock = std::max(clock, deadline);
         return done();
+      }
+      if (auto* wait = std::get_if<Clock::duration>(&script.front().what)) {
+        // Time passes; a deadline within it ends this wait there, with the rest of the time still to pass.
+        if (deadline != Clock::time_point::max() && clock + *wait > deadline) {
+          *wait -= deadline - clock;
+          clock = deadline;
+          return done();
+        }
+        clock += *wait;
+        script.pop_front();
+        continue;
       }
       Step step = std::move(script.front());
       script.pop_front();
@@ -94,11 +106,10 @@ dtrain::spec::NodeInfo node_info(int i) {
   return n;
 }
 
-// Two nodes, two workers each (ranks 0-1 on node 0, 2-3 on node 1), stop.grace_s 2.
+// Two nodes, two workers each (ranks 0-1 on node 0, 2-3 on node 1), stop.grace_s 2; `more_yaml` adds keys.
 struct Scenario {
   TempDir dir{"dtrain-round-test"};
-  dtrain::spec::Spec spec = dtrain::spec::load_spec_string(
-      "name: job\nnodes: {count: 2}\nworkers_per_node: 2\ncommand: [train]\nstop: {grace_s: 2}\n", "job.yaml", {});
+  dtrain::spec::Spec spec;
   Timeouts timeouts;
   Interrupts interrupts{2000ms, timeouts.exit_margin};
   std::FILE* console_file = std::tmpfile();
@@ -106,8 +117,11 @@ struct Scenario {
   ScriptedFleet fleet;
   Round round;
 
-  explicit Scenario(std::uint32_t number = 0)
-      : round(RoundSetup{&spec, &timeouts, "job-1", dir.path, number, {0, 1}}, fleet, interrupts, console) {
+  explicit Scenario(std::uint32_t number = 0, const std::string& more_yaml = "")
+      : spec(dtrain::spec::load_spec_string(
+            "name: job\nnodes: {count: 2}\nworkers_per_node: 2\ncommand: [train]\nstop: {grace_s: 2}\n" + more_yaml,
+            "job.yaml", {})),
+        round(RoundSetup{&spec, &timeouts, "job-1", dir.path, number, {0, 1}}, fleet, interrupts, console) {
     fleet.round = &round;
     fleet.interrupts = &interrupts;
     fleet.infos = {node_info(0), node_info(1)};
@@ -115,6 +129,7 @@ struct Scenario {
   ~Scenario() { std::fclose(console_file); }
 
   void report(int node, AgentReport report) { fleet.script.push_back({node, std::move(report)}); }
+  void pass(RoundFleet::Clock::duration time) { fleet.script.push_back({-1, time}); }
   // Node 0 prepares the round and every worker starts.
   void answer_prepare_and_start() {
     fleet.on_send = [this](int node, const Command& command) {
@@ -291,4 +306,211 @@ TEST_CASE("round: reports of another round change nothing") {
   };
   CHECK(s.round.run() == Round::Outcome::success);
   CHECK_FALSE(s.round.root_cause());
+}
+
+// ---------------------------------------------------------------- health checks (health_watch.h)
+
+namespace {
+
+WorkerHealth health(unsigned rank, std::uint64_t step, std::uint64_t steps_done) {
+  WorkerHealth h;
+  h.rank = rank;
+  h.step = step;
+  h.steps_done = steps_done;
+  return h;
+}
+
+// Answers CollectEvidence with a frame per running worker of the node (ranks 0-1 on node 0, 2-3 on node 1), unless
+// `answers_evidence` says not; remembers when it was asked; every other command as answer_prepare_and_start. What
+// the script still held (heartbeats past the failure) is dropped: the round stops here.
+void answer_evidence(Scenario& s, RoundFleet::Clock::time_point& asked_at,
+                     std::function<bool(int)> answers_evidence = [](int) { return true; }) {
+  s.answer_prepare_and_start();
+  s.fleet.on_send = [&s, &asked_at, answers_evidence, answer = s.fleet.on_send](int node, const Command& command) {
+    answer(node, command);
+    const auto* ask = std::get_if<CollectEvidence>(&command);
+    if (!ask) return;
+    asked_at = s.fleet.now();
+    if (node == 0) s.fleet.script.clear();
+    if (!answers_evidence(node)) return;
+    Evidence e{ask->round, {}};
+    for (unsigned rank : {2u * node, 2u * node + 1}) {
+      e.ranks.push_back({rank, "/runs/job-1/attempt_0/stacks/rank_" + std::to_string(rank) + ".txt",
+                         {"#0  0x1 in poll ()", "#1  0x2 in wait_for_peer ()"}, ""});
+    }
+    s.report(node, e);
+  };
+}
+
+// Every worker of both nodes exits 0 and both groups are done.
+void all_exit(Scenario& s) {
+  for (unsigned rank = 0; rank < 4; ++rank) s.report(static_cast<int>(rank / 2), exited(0, rank, 0));
+  s.report(0, GroupDone{0});
+  s.report(1, GroupDone{0});
+}
+
+// `rank` resends the same report every `every` for `total` (a worker alive but without progress).
+void heartbeats(Scenario& s, const WorkerHealth& h, std::chrono::seconds every, std::chrono::seconds total) {
+  for (auto t = every; t <= total; t += every) {
+    s.pass(every);
+    s.report(static_cast<int>(h.rank / 2), h);
+  }
+}
+
+std::size_t index_of_first(const ScriptedFleet& fleet, const std::function<bool(const Command&)>& which) {
+  for (std::size_t i = 0; i < fleet.sent.size(); ++i) {
+    if (which(fleet.sent[i].second)) return i;
+  }
+  return fleet.sent.size();
+}
+
+}  // namespace
+
+TEST_CASE("round: a worker that reported and then went silent fails after health.heartbeat_timeout_s, stacks first") {
+  Scenario s(0, "health: {heartbeat_timeout_s: 30, startup_timeout_s: 0}\n");
+  RoundFleet::Clock::time_point asked_at;
+  answer_evidence(s, asked_at);
+  s.fleet.on_send = [&, answer = s.fleet.on_send](int node, const Command& command) {
+    answer(node, command);
+    if (std::holds_alternative<StartGroup>(command) && node == 1) {
+      s.report(1, health(2, 5, 1));   // then nothing more from rank 2 (SIGSTOPped, say)
+    }
+  };
+  const auto start = s.fleet.now();
+  CHECK(s.round.run() == Round::Outcome::worker_failed);
+  REQUIRE(s.round.root_cause());
+  const Failure& root = *s.round.root_cause();
+  CHECK(root.rank == 2);
+  CHECK(root.node == 1);
+  CHECK(root.host == "node1");
+  CHECK(root.exit.pid == 102);
+  CHECK(root.health_failure.find("stopped reporting health 30.0 s ago (health.heartbeat_timeout_s: 30)") == 0);
+  CHECK(asked_at - start >= 30s);
+  CHECK(asked_at - start < 30s + 20ms);
+  // Both nodes were asked before anything was stopped, and the failed rank's frames are kept for the summary.
+  CHECK(s.fleet.sent_to<CollectEvidence>() == std::vector<int>{0, 1});
+  CHECK(index_of_first(s.fleet, [](const Command& c) { return std::holds_alternative<CollectEvidence>(c); }) <
+        index_of_first(s.fleet, [](const Command& c) { return std::holds_alternative<StopGroup>(c); }));
+  REQUIRE(root.stacks);
+  CHECK(root.stacks->stacks_path == "/runs/job-1/attempt_0/stacks/rank_2.txt");
+  CHECK(root.stacks->top_frames.front() == "#0  0x1 in poll ()");
+  CHECK(exit_code_of(root) == kHealthCheckExitCode);
+  CHECK(s.fleet.sent_to<StopGroup>() == std::vector<int>{0, 1});
+}
+
+TEST_CASE("round: slow steps with heartbeats, and workers that never report, are not failed") {
+  Scenario s(0, "health: {heartbeat_timeout_s: 5, startup_timeout_s: 60}\n");
+  RoundFleet::Clock::time_point asked_at{};
+  answer_evidence(s, asked_at);
+  s.fleet.on_send = [&, answer = s.fleet.on_send](int node, const Command& command) {
+    answer(node, command);
+    if (std::holds_alternative<StartGroup>(command) && node == 1) {
+      s.report(0, health(0, 0, 0));          // rank 0's start-up report
+      s.report(0, health(0, 1, 1));          // its first step, then a 100 s step with a heartbeat every 3 s
+      heartbeats(s, health(0, 1, 1), 3s, 99s);
+      s.report(0, health(0, 2, 2));
+      s.report(0, exited(0, 0, 0));          // rank 0 is done; its silence from here on is no failure
+      s.pass(20s);
+      all_exit(s);                           // ranks 1-3 never reported: unchecked, even past startup_timeout_s
+    }
+  };
+  CHECK(s.round.run() == Round::Outcome::success);
+  CHECK(s.fleet.sent_to<CollectEvidence>().empty());
+  CHECK_FALSE(s.round.root_cause());
+}
+
+TEST_CASE("round: no step progress for health.hang_timeout_s fails the worker, heartbeats or not") {
+  Scenario s(0, "health: {heartbeat_timeout_s: 8, hang_timeout_s: 10}\n");
+  RoundFleet::Clock::time_point asked_at{};
+  answer_evidence(s, asked_at);
+  RoundFleet::Clock::time_point stuck_since{};
+  s.fleet.on_send = [&, answer = s.fleet.on_send](int node, const Command& command) {
+    if (std::holds_alternative<StopGroup>(command) && node == 0) {
+      WorkerExit stopped = exited(0, 0, 0, SIGTERM, true);
+      stopped.stderr_tail = {"waiting for allreduce"};
+      s.report(0, stopped);   // before its node's GroupStopped
+    }
+    answer(node, command);
+    if (std::holds_alternative<StartGroup>(command) && node == 1) {
+      s.report(0, health(0, 40, 0));    // resumed at step 40: a start-up report is no progress
+      s.pass(7s);
+      s.report(0, health(0, 41, 1));    // its first step; then heartbeats only
+      s.report(1, health(1, 41, 1));    // rank 1 keeps stepping
+      for (std::uint64_t i = 2; i <= 20; ++i) {
+        s.pass(2s);
+        s.report(0, health(0, 41, 1));
+        s.report(1, health(1, 40 + i, i));
+      }
+    }
+  };
+  const auto start = s.fleet.now();
+  CHECK(s.round.run() == Round::Outcome::worker_failed);
+  stuck_since = start + 7s;
+  REQUIRE(s.round.root_cause());
+  const Failure& root = *s.round.root_cause();
+  CHECK(root.rank == 0);
+  CHECK(root.health_failure.find("made no step progress for 10.0 s (stuck at step 41; health.hang_timeout_s: 10)") == 0);
+  CHECK(asked_at - stuck_since >= 10s);
+  CHECK(asked_at - stuck_since < 10s + 50ms);
+  // The stop that ended it leaves its last output in the summary; it stays a health failure.
+  CHECK(root.exit.stderr_tail == std::vector<std::string>{"waiting for allreduce"});
+  CHECK(describe_failure(root) == root.health_failure);
+  CHECK(s.round.other_failures().empty());
+}
+
+TEST_CASE("round: a reporting worker with no first step within health.startup_timeout_s fails, naming start-up") {
+  Scenario s(0, "health: {heartbeat_timeout_s: 5, startup_timeout_s: 60}\n");
+  RoundFleet::Clock::time_point asked_at{};
+  answer_evidence(s, asked_at);
+  s.fleet.on_send = [&, answer = s.fleet.on_send](int node, const Command& command) {
+    answer(node, command);
+    if (std::holds_alternative<StartGroup>(command) && node == 1) {
+      s.report(1, health(3, 0, 0));               // started reporting; stuck in communicator init
+      heartbeats(s, health(3, 0, 0), 2s, 80s);
+    }
+  };
+  const auto start = s.fleet.now();
+  CHECK(s.round.run() == Round::Outcome::worker_failed);
+  REQUIRE(s.round.root_cause());
+  CHECK(s.round.root_cause()->rank == 3);
+  CHECK(s.round.root_cause()->health_failure.find("made no first step 60.0 s after it started "
+                                                  "(health.startup_timeout_s: 60): stuck starting up") == 0);
+  CHECK(asked_at - start >= 60s);
+  CHECK(asked_at - start < 60s + 20ms);
+}
+
+TEST_CASE("round: 0 turns each health check off") {
+  Scenario s(0, "health: {heartbeat_timeout_s: 0, hang_timeout_s: 0, startup_timeout_s: 0}\n");
+  RoundFleet::Clock::time_point asked_at{};
+  answer_evidence(s, asked_at);
+  s.fleet.on_send = [&, answer = s.fleet.on_send](int node, const Command& command) {
+    answer(node, command);
+    if (std::holds_alternative<StartGroup>(command) && node == 1) {
+      s.report(0, health(0, 0, 0));    // never a first step
+      s.report(1, health(1, 3, 1));    // one step, then silence
+      s.pass(std::chrono::hours(24));
+      all_exit(s);
+    }
+  };
+  CHECK(s.round.run() == Round::Outcome::success);
+  CHECK(s.fleet.sent_to<CollectEvidence>().empty());
+}
+
+TEST_CASE("round: a node that never sends its evidence holds the stop for Timeouts::evidence, no longer") {
+  Scenario s(0, "health: {heartbeat_timeout_s: 5}\n");
+  RoundFleet::Clock::time_point asked_at{};
+  answer_evidence(s, asked_at, [](int node) { return node == 0; });
+  RoundFleet::Clock::time_point stop_at{};
+  s.fleet.on_send = [&, answer = s.fleet.on_send](int node, const Command& command) {
+    answer(node, command);
+    if (std::holds_alternative<StartGroup>(command) && node == 1) s.report(0, health(1, 1, 1));
+    if (std::holds_alternative<StopGroup>(command) && node == 0) stop_at = s.fleet.now();
+  };
+  CHECK(s.round.run() == Round::Outcome::worker_failed);
+  CHECK(stop_at - asked_at >= s.timeouts.evidence);
+  CHECK(stop_at - asked_at < s.timeouts.evidence + 20ms);
+  REQUIRE(s.round.root_cause());
+  CHECK(s.round.root_cause()->rank == 1);
+  REQUIRE(s.round.root_cause()->stacks);   // node 0's answer came
+  CHECK(s.fleet.losses.empty());
 }

@@ -1,0 +1,181 @@
+#include "agent/evidence.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+#include "agent/run_dir.h"
+#include "common/status.h"
+
+extern char** environ;
+
+namespace dtrain::agent {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// What the stacks file may hold when it is read back for the frames: gdb's output for a few hundred threads.
+constexpr std::size_t kMaxStacksRead = 4 << 20;
+
+std::string first_line_of(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// "thread 4242 (dtrain-trainer): state S, wchan futex_wait_queue", one line per thread of `pid`.
+std::vector<std::string> thread_states(pid_t pid) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> lines;
+  std::error_code ec;
+  const fs::path tasks = "/proc/" + std::to_string(pid) + "/task";
+  for (const auto& entry : fs::directory_iterator(tasks, ec)) {
+    const std::string task = entry.path().string();
+    const std::string stat = first_line_of(task + "/stat");
+    // The state is the field after the command's closing parenthesis (the command may hold spaces and parentheses).
+    const auto close = stat.rfind(')');
+    const std::string state = close != std::string::npos && close + 2 < stat.size() ? stat.substr(close + 2, 1) : "?";
+    std::string wchan = first_line_of(task + "/wchan");
+    if (wchan.empty() || wchan == "0") wchan = "-";
+    lines.push_back("thread " + entry.path().filename().string() + " (" + first_line_of(task + "/comm") +
+                    "): state " + state + ", wchan " + wchan);
+  }
+  if (lines.empty()) lines.push_back("no threads under " + tasks.string() + (ec ? ": " + ec.message() : ""));
+  return lines;
+}
+
+// Runs gdb on `pid` with its output appended to `fd`, killed at `deadline`. Ok when it ran to its end by itself;
+// unavailable when it is not installed or cannot run, deadline_exceeded when it was killed.
+Status run_gdb(pid_t pid, int fd, Clock::time_point deadline) {
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  posix_spawn_file_actions_addopen(&files, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&files, fd, 1);
+  posix_spawn_file_actions_adddup2(&files, fd, 2);
+  // The agent's threads block SIGCHLD (the supervisor takes it through a signalfd); gdb needs it to see its
+  // inferior stop.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGCHLD);
+  sigaddset(&defaults, SIGPIPE);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  const std::string target = std::to_string(pid);
+  // No init files, no debuginfod lookups over the network: only what is on this node, quickly.
+  const char* argv[] = {"gdb", "-nx", "-batch", "-iex", "set debuginfod enabled off", "-p", target.c_str(),
+                        "-ex", "thread apply all bt", nullptr};
+  pid_t gdb = 0;
+  const int spawned = posix_spawnp(&gdb, "gdb", &files, &attr, const_cast<char* const*>(argv), environ);
+  posix_spawn_file_actions_destroy(&files);
+  posix_spawnattr_destroy(&attr);
+  if (spawned == ENOENT) {
+    return {StatusCode::unavailable, "gdb is not installed (thread states from /proc only; install gdb for stacks)"};
+  }
+  if (spawned != 0) return {StatusCode::unavailable, std::string("cannot run gdb: ") + std::strerror(spawned)};
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, gdb, 0));
+  if (pidfd < 0) return {};   // already gone (and reaped by the supervisor)
+  pollfd watch{pidfd, POLLIN, 0};
+  int ready = 0;
+  do {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    ready = ::poll(&watch, 1, static_cast<int>(std::max<long long>(left, 0)));
+  } while (ready < 0 && errno == EINTR);
+  Status status;
+  if (ready == 0) {
+    syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
+    status = {StatusCode::deadline_exceeded, "gdb did not finish in time and was killed; its stacks may be partial"};
+  }
+  ::close(pidfd);
+  return status;
+}
+
+RankStacks stacks_of(const StackTarget& target, Clock::time_point deadline) {
+  RankStacks out{target.rank, target.path, {}, target.error};
+  if (target.path.empty()) return out;
+  const std::vector<std::string> threads = thread_states(target.pid);
+  const int fd = ::open(target.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    out.error = "cannot write " + target.path + ": " + std::strerror(errno);
+    out.path.clear();
+    return out;
+  }
+  std::string head = "rank " + std::to_string(target.rank) + ", pid " + std::to_string(target.pid) +
+                     ": threads (/proc/PID/task/TID state and wchan)\n";
+  for (const auto& line : threads) head += "  " + line + "\n";
+  head += "\ngdb -batch -p " + std::to_string(target.pid) + " -ex 'thread apply all bt':\n";
+  const bool written = ::write(fd, head.data(), head.size()) == static_cast<ssize_t>(head.size());
+  if (Status gdb = run_gdb(target.pid, fd, deadline); !gdb.ok()) out.error = gdb.message();
+  ::close(fd);
+  if (!written) out.error = "cannot write " + target.path + ": " + std::strerror(errno);
+  out.top_frames = top_frames(read_placed_file(target.path, kMaxStacksRead));
+  if (out.top_frames.empty()) {
+    if (out.error.empty()) out.error = "gdb printed no frames (it could not attach: see the file); thread states shown";
+    for (std::size_t i = 0; i < threads.size() && i < kTopFrames; ++i) {
+      out.top_frames.push_back(threads[i].substr(0, kMaxFrameBytes));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> top_frames(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(std::move(line));
+  std::size_t from = 0;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].rfind("Thread 1 ", 0) == 0) from = i + 1;
+  }
+  std::vector<std::string> frames;
+  for (std::size_t i = from; i < lines.size() && frames.size() < kTopFrames; ++i) {
+    if (lines[i].rfind('#', 0) == 0) {
+      frames.push_back(lines[i].substr(0, kMaxFrameBytes));
+    } else if (!frames.empty()) {
+      break;   // the end of that thread's backtrace
+    }
+  }
+  return frames;
+}
+
+EvidenceReport collect_stacks(std::uint32_t round, const std::vector<StackTarget>& targets,
+                              std::chrono::milliseconds budget) {
+  const auto deadline = Clock::now() + budget;
+  EvidenceReport report{round, std::vector<RankStacks>(targets.size())};
+  std::vector<std::thread> threads;
+  threads.reserve(targets.size());
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    threads.emplace_back([&, i] { report.ranks[i] = stacks_of(targets[i], deadline); });
+  }
+  for (auto& t : threads) t.join();
+  return report;
+}
+
+void EvidenceCollector::start(const EvidenceRequest& request, std::vector<StackTarget> targets,
+                              std::function<void(EvidenceReport)> done) {
+  wait();
+  thread_ = std::thread([request, targets = std::move(targets), done = std::move(done)] {
+    done(collect_stacks(request.round, targets, request.budget));
+  });
+}
+
+void EvidenceCollector::wait() {
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace dtrain::agent

@@ -1,0 +1,84 @@
+#pragma once
+
+// Evidence about a round whose worker failed a health check (it hung, stopped, or never got to its first step),
+// collected before the round is stopped, because the stop destroys it. For each worker of the round on this node
+// still running, one file, <job dir>/attempt_<n>/stacks/rank_<r>.txt (placed by JobFiles, run_dir.h):
+//
+//   every thread's state and wchan from /proc/PID/task/TID (instant, and all there is when gdb cannot attach)
+//   then `gdb -batch -p PID -ex 'thread apply all bt'` when gdb is installed
+//
+// All workers at once, one thread each, every gdb killed at the deadline, so the answer comes within the budget the
+// launcher gave (Timeouts::evidence_budget) however many workers there are and whatever state they are in (a
+// SIGSTOPped process, one in uninterruptible sleep). gdb is the agent's child only briefly and not a worker: the
+// supervisor reaps it like any stray child (it owns waitpid in this process), so its end is watched through a pidfd.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace dtrain::agent {
+
+// CollectEvidence, in the agent's terms.
+struct EvidenceRequest {
+  std::uint32_t round = 0;
+  std::chrono::milliseconds budget{0};   // answer within this
+};
+
+// One worker to look at.
+struct StackTarget {
+  std::uint32_t rank = 0;
+  pid_t pid = 0;
+  std::string path;    // where its stacks go, placed under the job's directory; "" when it could not be
+  std::string error;   // why path is "" (the PathError)
+};
+
+// What was found for one worker (Evidence.ranks on the wire).
+struct RankStacks {
+  std::uint32_t rank = 0;
+  std::string path;                     // the file written ("" when none could be)
+  std::vector<std::string> top_frames;  // the main thread's first frames (gdb), else each thread's state and wchan
+  std::string error;                    // why the stacks are missing or partial ("" when complete)
+};
+
+struct EvidenceReport {
+  std::uint32_t round = 0;
+  std::vector<RankStacks> ranks;
+};
+
+// How many frames (or thread lines) a RankStacks carries, and how long each may be: enough to see where a rank
+// waits, small enough that thousands of ranks fit in one session message.
+inline constexpr std::size_t kTopFrames = 8;
+inline constexpr std::size_t kMaxFrameBytes = 200;
+
+// Writes every target's stacks in parallel; returns within `budget` (plus the file reads after it).
+EvidenceReport collect_stacks(std::uint32_t round, const std::vector<StackTarget>& targets,
+                              std::chrono::milliseconds budget);
+
+// The main thread's first frames in gdb's `thread apply all bt` output (gdb lists the threads last to first, so
+// thread 1's come last), else the first frames it printed; at most kTopFrames, each cut to kMaxFrameBytes.
+std::vector<std::string> top_frames(const std::string& gdb_output);
+
+// collect_stacks on a thread of its own, so the session goes on reading (heartbeats, the stop) while gdb works.
+class EvidenceCollector {
+ public:
+  EvidenceCollector() = default;
+  EvidenceCollector(const EvidenceCollector&) = delete;
+  EvidenceCollector& operator=(const EvidenceCollector&) = delete;
+  ~EvidenceCollector() { wait(); }
+
+  // Starts a collection (after the previous one ended); `done` gets the report on the collector's thread.
+  void start(const EvidenceRequest& request, std::vector<StackTarget> targets,
+             std::function<void(EvidenceReport)> done);
+  // Until the collection in progress, if any, ended: at most its budget.
+  void wait();
+
+ private:
+  std::thread thread_;
+};
+
+}  // namespace dtrain::agent
