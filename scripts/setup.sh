@@ -8,7 +8,7 @@ packages=(
   libcli11-dev libspdlog-dev libfmt-dev libyaml-cpp-dev doctest-dev nlohmann-json3-dev
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   python3 python3-torch python3-grpcio python3-protobuf
-  procps iproute2 libssl-dev
+  procps iproute2 libssl-dev gdb
   iptables iputils-ping util-linux hostname
   openssh-server openssh-client slurm-wlm munge
   libgloo-dev libopenblas-dev
