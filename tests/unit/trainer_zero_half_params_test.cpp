@@ -131,7 +131,7 @@ TEST_CASE("the gatherer refuses 16-bit buffers it cannot use") {
   CHECK_THROWS_AS(fp32.read_params_from_working_copy(), std::logic_error);
   LocalCommunicator local;
   Gpt bf16(small_gpt_config(), kernels::cpu_backend(), 1, Dtype::bf16);
-  CHECK_THROWS_AS(ZeroEngine(3, local, bf16, AdamWOptions{}, Dtype::fp16), std::invalid_argument);
+  CHECK_THROWS_AS(ZeroEngine(3, local, bf16, AdamWOptions{}, ZeroDtypes{Dtype::fp16}), std::invalid_argument);
 }
 
 TEST_CASE("on one rank, --zero 3 bf16 computes what a bf16 model computes from the same 16-bit parameters") {

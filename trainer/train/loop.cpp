@@ -82,8 +82,10 @@ class Training {
         health_(std::move(health)) {
     const AdamWOptions adamw{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
     if (model_.precision() == kernels::Dtype::fp16) scaling_ = std::make_unique<LossScaling>(o, *comm_, k());
+    // Read (and refused when they do not fit --zero) whatever the stage.
+    const ZeroDtypes dtypes{param_dtype(o), reduce_dtype(o)};
     if (o.zero > 0) {
-      zero_ = std::make_unique<ZeroEngine>(o.zero, *comm_, model_, adamw, param_dtype(o));
+      zero_ = std::make_unique<ZeroEngine>(o.zero, *comm_, model_, adamw, dtypes);
     } else {
       adamw_ = std::make_unique<AdamW>(model_.backend(), n_, model_.layout().decay_ranges(), adamw);
     }
@@ -185,8 +187,12 @@ Start Training::choose_start() {
   if (status > 0) share_start_point(*comm_, start);
   if (world_ > 1) comm_->broadcast(model_.params(), model_.buffer_size(), 0)->wait();
   if (status > 0) share_moments();
-  if (zero_) zero_->shard_params();
-  refresh_working_params();
+  // The 16-bit working copy: the ZeRO engine makes it as it shards.
+  if (zero_) {
+    zero_->shard_params();
+  } else {
+    model_.refresh_working_params();
+  }
   optimizer_steps_ = static_cast<long>(start.precision ? start.precision->adam_steps : start.step);
   if (scaling_ && start.precision) scaling_->restore(*start.precision);
   return {start, status > 0};

@@ -151,9 +151,13 @@ void add_run_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--ddp-comm-dtype", o.ddp_comm_dtype, "DDP gradient allreduce dtype (--zero 0): fp32, or bf16 / "
                  "fp16 as PyTorch's compress hooks (half the bytes on the wire)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))->capture_default_str();
-  app.add_option("--param-dtype", o.param_dtype, "--zero 3 parameter all-gather dtype: fp32, or the --precision "
-                 "(the default; half the bytes with bf16 / fp16)")
+  app.add_option("--param-dtype", o.param_dtype, "--zero 1..3 parameter all-gather dtype: fp32 (the whole fp32 "
+                 "master on every rank at stages 1-2), or the --precision (the default; half the bytes with bf16 / "
+                 "fp16, the master sharded)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_option("--reduce-dtype", o.reduce_dtype, "--zero 1..3 gradient reduce-scatter dtype: fp32, or bf16 / fp16 "
+                 "(half the bytes on the wire; gradients stay fp32 on each rank)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads; 0 = OMP_NUM_THREADS, else all cores")
       ->check(nonnegative())->capture_default_str();
   app.add_option("--log-every", o.log_every, "print a console line every N steps (rank 0)")

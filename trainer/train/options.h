@@ -59,9 +59,12 @@ struct TrainOptions {
   // --ddp-comm-dtype: fp32 | bf16 | fp16, the dtype of DDP's gradient allreduce (--zero 0; PyTorch's
   // bf16/fp16_compress_hook, trainer/parallel/ddp/reducer.h).
   std::string ddp_comm_dtype = "fp32";
-  // --param-dtype: fp32 | bf16 | fp16, the dtype of --zero 3's parameter all-gathers (PyTorch FSDP's param_dtype);
+  // --param-dtype: fp32 | bf16 | fp16, the dtype of --zero 1..3's parameter all-gathers (PyTorch FSDP's param_dtype);
   // empty = the --precision. trainer/parallel/zero/engine.h says what fp32 with a 16-bit precision does.
   std::string param_dtype;
+  // --reduce-dtype: fp32 | bf16 | fp16, the dtype of --zero 1..3's gradient reduce-scatters (PyTorch FSDP's
+  // reduce_dtype; trainer/parallel/zero/reducer.h).
+  std::string reduce_dtype = "fp32";
 
   std::string data;            // --data: glob of llm.c token shards (required)
   std::string init_from;       // --init-from: llm.c model checkpoint to start from

@@ -33,12 +33,20 @@ kernels::Dtype param_dtype(const TrainOptions& o) {
   const kernels::Dtype precision = parsed(o.precision, "--precision");
   if (o.param_dtype.empty()) return precision;
   const kernels::Dtype type = parsed(o.param_dtype, "--param-dtype");
-  if (o.zero != 3)
-    throw std::invalid_argument("--param-dtype applies to --zero 3 only (the stage that all-gathers parameters); "
-                                "drop it or use --zero 3");
+  if (o.zero == 0)
+    throw std::invalid_argument("--param-dtype applies to --zero 1, 2 and 3 (the stages that all-gather "
+                                "parameters); drop it or add --zero");
   if (type != kernels::Dtype::fp32 && type != precision)
     throw std::invalid_argument("--param-dtype " + o.param_dtype + " with --precision " + o.precision + ": the "
                                 "parameters are gathered in fp32 or in the --precision; use one of those");
+  return type;
+}
+
+kernels::Dtype reduce_dtype(const TrainOptions& o) {
+  const kernels::Dtype type = parsed(o.reduce_dtype, "--reduce-dtype");
+  if (type != kernels::Dtype::fp32 && o.zero == 0)
+    throw std::invalid_argument("--reduce-dtype " + o.reduce_dtype + " applies to --zero 1, 2 and 3; DDP (--zero 0) "
+                                "has --ddp-comm-dtype " + o.reduce_dtype + " for the same");
   return type;
 }
 

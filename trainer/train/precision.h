@@ -27,9 +27,12 @@ namespace dtrain::trainer {
 kernels::Dtype training_precision(const TrainOptions& options);
 // --ddp-comm-dtype as a Dtype; anything but fp32 with --zero 1..3 is refused (std::invalid_argument).
 kernels::Dtype ddp_comm_dtype(const TrainOptions& options);
-// --param-dtype as a Dtype (the --precision when not given). Given, it needs --zero 3 (the only stage that gathers
-// parameters for compute) and must be fp32 or the --precision; otherwise std::invalid_argument.
+// --param-dtype as a Dtype (the --precision when not given). Given, it needs --zero 1..3 (the stages that
+// all-gather parameters) and must be fp32 or the --precision; otherwise std::invalid_argument.
 kernels::Dtype param_dtype(const TrainOptions& options);
+// --reduce-dtype as a Dtype; anything but fp32 needs --zero 1..3 (DDP has --ddp-comm-dtype), else
+// std::invalid_argument.
+kernels::Dtype reduce_dtype(const TrainOptions& options);
 
 // Offset and count of gradient ranges in the model's buffer.
 using GradSpans = std::vector<std::pair<std::size_t, std::size_t>>;

@@ -26,11 +26,7 @@ int checked_stage(int stage) {
 
 }  // namespace
 
-ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, const AdamWOptions& options)
-    : ZeroEngine(stage, comm, model, options, model.precision()) {}
-
-ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, const AdamWOptions& options,
-                       kernels::Dtype param_dtype)
+ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, const AdamWOptions& options, ZeroDtypes dtypes)
     : stage_(checked_stage(stage)),
       comm_(comm),
       model_(model),
@@ -38,18 +34,19 @@ ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, const AdamWOpt
       spans_(owned_spans(shards_)),
       optimizer_(model.backend(), shards_.shard_params(), model.layout().decay_ranges(), options,
                  shards_.padded_params()),
-      reducer_(comm, shards_, model.grads(), stage >= 2) {
+      reducer_(comm, shards_, model.grads(), stage >= 2, dtypes.reduce) {
   grads_ready_ = [this](std::size_t offset, std::size_t count) { reducer_.grads_ready(offset, count); };
+  const kernels::Dtype param_dtype = dtypes.param.value_or(model.precision());
   if (param_dtype != kernels::Dtype::fp32 && param_dtype != model.precision())
     throw std::invalid_argument(std::string("ZeroEngine: parameters gathered in ") + kernels::dtype_name(param_dtype) +
                                 " for a model in " + kernels::dtype_name(model.precision()) + "; gather in fp32 "
                                 "or in the model's precision");
-  if (stage_ == 3 && param_dtype != kernels::Dtype::fp32) {
-    model.read_params_from_working_copy();
+  sharded_master_ = param_dtype != kernels::Dtype::fp32;
+  if (sharded_master_) model.read_params_from_working_copy();
+  if (stage_ == 3 && sharded_master_) {
     HalfParams half{model.working_params(), model.compute_params(), model.precision(), {}};
     for (int u = 0; u < shards_.num_units(); ++u) half.widen.push_back(model.fp32_tensors(u));
     gatherer_ = std::make_unique<ParamGatherer>(comm, shards_, std::move(half));
-    sharded_master_ = true;
   } else if (stage_ == 3) {
     gatherer_ = std::make_unique<ParamGatherer>(comm, shards_, model.params(),
                                                 RoundedCopy{model.working_params(), model.precision()});
@@ -60,9 +57,30 @@ ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, const AdamWOpt
   }
 }
 
+ZeroMemory ZeroEngine::memory() const {
+  if (model_.precision() == kernels::Dtype::fp32) return zero_memory(stage_, shards_.padded_params(), shards_.world());
+  std::size_t widened = 0;
+  for (int u = 0; u < shards_.num_units(); ++u)
+    for (const ParamRange& r : model_.fp32_tensors(u)) widened += r.count;
+  return mixed_zero_memory(stage_, shards_.padded_params(), shards_.world(), sharded_master_, widened);
+}
+
 void ZeroEngine::shard_params() {
-  if (sharded_master_) release_master();
+  if (sharded_master_ && stage_ < 3) {
+    // The whole working copy from the whole master while it is still here; no all-gather needed.
+    model_.refresh_working_params();
+    for (int u = 0; u < shards_.num_units(); ++u) widen_unit(u);
+    release_master();
+    return;
+  }
+  if (sharded_master_) {
+    release_master();
+  } else if (!rounded_on_gather_) {
+    model_.refresh_working_params();
+  }
   if (gatherer_) gatherer_->release_all();
+  if (sharded_master_)
+    for (const ShardSpan& own : shards_.owned()) model_.refresh_working_params({own.offset, own.count});
 }
 
 void ZeroEngine::gather_params() {
@@ -89,6 +107,7 @@ void ZeroEngine::refresh_working_params() {
     return;
   }
   for (const ShardSpan& own : shards_.owned()) model_.refresh_working_params({own.offset, own.count});
+  if (stage_ < 3) counted_bytes_ += all_gather_working();
 }
 
 std::uint64_t ZeroEngine::all_gather_master() {
@@ -103,6 +122,31 @@ std::uint64_t ZeroEngine::all_gather_master() {
   }
   for (auto& work : works) work->wait();
   return bytes;
+}
+
+std::uint64_t ZeroEngine::all_gather_working() {
+  std::uint64_t bytes = 0;
+  std::vector<std::shared_ptr<Work>> works;
+  std::uint16_t* half = model_.working_params();
+  if (shards_.world() > 1) {
+    for (int u = 0; u < shards_.num_units(); ++u) {
+      const ShardSpan& own = shards_.owned(u);
+      works.push_back(comm_.all_gather_half(half + own.offset, half + shards_.slice(u).offset, own.count));
+      bytes += ring_bytes_sent(shards_.slice(u).count, shards_.world(), sizeof(std::uint16_t));
+    }
+  }
+  // Each unit is widened as soon as it has arrived, while the later ones are still on the wire.
+  for (int u = 0; u < shards_.num_units(); ++u) {
+    if (!works.empty()) works[u]->wait();
+    widen_unit(u);
+  }
+  return bytes;
+}
+
+void ZeroEngine::widen_unit(int unit) {
+  for (const ParamRange& r : model_.fp32_tensors(unit))
+    kernels::from_half(model_.compute_params() + r.offset, model_.working_params() + r.offset, r.count,
+                       model_.precision());
 }
 
 void ZeroEngine::release_master() {
@@ -145,7 +189,9 @@ void ZeroEngine::zero_grad() {
   for (const ShardSpan& own : shards_.owned()) model_.backend().zero(model_.grads() + own.offset, own.count);
 }
 
-void ZeroEngine::begin_backward(bool last_micro_step) { reducer_.begin_backward(stage_ >= 2 || last_micro_step); }
+void ZeroEngine::begin_backward(bool last_micro_step) {
+  reducer_.begin_backward(stage_ >= 2 || last_micro_step, last_micro_step);
+}
 
 void ZeroEngine::finish_backward() { reducer_.finish_backward(); }
 
@@ -173,7 +219,8 @@ float ZeroEngine::clip_grad_norm(float max_norm) {
 
 void ZeroEngine::step(float lr, long t) {
   optimizer_.step_spans(model_.params(), model_.grads(), spans_, lr, t);
-  if (stage_ < 3) counted_bytes_ += all_gather_master();
+  // A sharded master's updated shards travel in 16 bits (refresh_working_params).
+  if (stage_ < 3 && !sharded_master_) counted_bytes_ += all_gather_master();
 }
 
 ZeroStepStats ZeroEngine::take_stats() {

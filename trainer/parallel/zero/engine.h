@@ -9,8 +9,10 @@
 //     backward(1 / (K W), engine.grads_ready())          (no_sync); stages 2, 3: every micro-step, into the shard
 //     engine.finish_backward()
 //   norm = engine.clip_grad_norm(--grad-clip)           sum of squared shard norms, allreduced
-//   engine.step(lr, t)                                  AdamW on the owned shards; stages 1, 2: all-gather params
-//   engine.refresh_working_params()                     16-bit precision: the working copy from the master
+//   engine.step(lr, t)                                  AdamW on the owned shards; stages 1, 2 (fp32 master):
+//                                                       all-gather the fp32 params
+//   engine.refresh_working_params()                     16-bit precision: the working copy from the master; stages
+//                                                       1, 2 with a sharded master: its all-gather in 16 bits
 // Gradient accumulation, written down: stage 1 keeps full local gradients and communicates once per step, like
 // DDP's no_sync; stages 2 and 3 cannot keep a full gradient, so they reduce-scatter every micro-step and accumulate
 // into the owned shard (reducer.h says how), sending K times the bytes.
@@ -18,6 +20,12 @@
 // (nothing else of it exists on a rank), the model's 16-bit working copy is sharded the same way and is what the
 // gatherer all-gathers (half the bytes), refreshed from the owned master shards after each step. With
 // --param-dtype fp32 it gathers the fp32 master instead and rounds each gathered unit into the working copy.
+// Stages 1 and 2 with a 16-bit precision shard the master too (the ZeRO paper's 12P/W of fp32 optimizer state): a
+// rank keeps the fp32 master of its owned shards only and the whole 16-bit working copy; after the step each rank
+// rounds its updated shards into the working copy, which is all-gathered in 16 bits (half the bytes of fp32), and
+// the tensors fp32 kernels read are widened from it (as stage 3 does per unit). --param-dtype fp32 keeps the whole
+// fp32 master on every rank and all-gathers it in fp32 instead, so the model computes exactly as with --zero 0.
+// --reduce-dtype (reducer.h) is the dtype of the gradient reduce-scatters, independent of all this.
 
 #include <cstddef>
 #include <cstdint>
@@ -34,6 +42,14 @@
 
 namespace dtrain::trainer {
 
+// The dtypes of the engine's collectives, as PyTorch FSDP's MixedPrecision names them.
+struct ZeroDtypes {
+  // Parameter all-gathers: fp32 or the model's precision; unset = the model's precision.
+  std::optional<kernels::Dtype> param;
+  // Gradient reduce-scatters (reducer.h): fp32, bf16 or fp16.
+  kernels::Dtype reduce = kernels::Dtype::fp32;
+};
+
 // What one step measured (metrics).
 struct ZeroStepStats {
   std::uint64_t comm_bytes = 0;            // reduce-scatters and all-gathers this rank sent during the step
@@ -44,25 +60,28 @@ struct ZeroStepStats {
 class ZeroEngine {
  public:
   // stage 1..3; model built with ParamLayout(config, comm.size()) padding (Gpt(config, backend, W)).
-  // param_dtype (--param-dtype): what stage 3 all-gathers, fp32 or the model's precision (the default);
-  // std::invalid_argument otherwise. fp32 for a 16-bit model gathers the master and rounds each unit into the
-  // working copy as it arrives: the model then computes exactly as with stages 0-2, at twice the bytes.
-  ZeroEngine(int stage, Communicator& comm, Gpt& model, const AdamWOptions& options);
-  ZeroEngine(int stage, Communicator& comm, Gpt& model, const AdamWOptions& options, kernels::Dtype param_dtype);
+  // dtypes.param (--param-dtype): what the parameter all-gathers carry, fp32 or the model's precision (the
+  // default); std::invalid_argument otherwise. fp32 for a 16-bit model keeps the master whole at stages 1-2, and
+  // at stage 3 gathers the master and rounds each unit into the working copy as it arrives: the model then
+  // computes exactly as with --zero 0, at twice the bytes. dtypes.reduce: see reducer.h.
+  ZeroEngine(int stage, Communicator& comm, Gpt& model, const AdamWOptions& options, ZeroDtypes dtypes = {});
   ZeroEngine(const ZeroEngine&) = delete;
   ZeroEngine& operator=(const ZeroEngine&) = delete;
 
   int stage() const { return stage_; }
   const ZeroShards& shards() const { return shards_; }
   AdamW& optimizer() { return optimizer_; }
-  ZeroMemory memory() const { return zero_memory(stage_, shards_.padded_params(), shards_.world()); }
+  // What this rank holds (shards.h: zero_memory, or mixed_zero_memory for a 16-bit model).
+  ZeroMemory memory() const;
 
-  // After every rank holds the whole parameter buffer (the start's broadcast): stage 3 releases the rest.
+  // After every rank holds the whole parameter buffer (the start's broadcast): makes the 16-bit working copy, and
+  // releases what this rank does not keep (stage 3: the parameters; a sharded master: the master).
   void shard_params();
   // The whole fp32 buffer on every rank for a checkpoint (stage 3 gathers; a no-op otherwise), and back.
   void gather_params();
   void release_params();
-  // The model's 16-bit working copy from the master: the whole buffer, or with stage 3 the owned shards only.
+  // The model's 16-bit working copy from the master after a step: the whole buffer, or with a sharded master the
+  // owned shards (stages 1-2 then all-gather it and widen the fp32 kernels' tensors).
   void refresh_working_params();
   // AdamW's moments of the whole buffer (buffer layout) gathered from every rank's shards, and the reverse: each
   // rank takes its shards of full moments (resume).
@@ -92,9 +111,14 @@ class ZeroEngine {
   std::uint64_t all_gather_master();
   // Releases the fp32 parameters outside the owned shards.
   void release_master();
+  // Stages 1-2, sharded master: all-gathers the working copy's owned shards and widens the fp32 kernels' tensors
+  // from it (Gpt::compute_params); returns the bytes sent.
+  std::uint64_t all_gather_working();
+  // The fp32 kernels' tensors of a unit (Gpt::fp32_tensors) from the working copy into Gpt::compute_params.
+  void widen_unit(int unit);
 
   Gpt::GradsReady grads_ready_;
-  bool sharded_master_ = false;      // stage 3, 16-bit: the gatherer gathers the working copy, not params()
+  bool sharded_master_ = false;      // 16-bit, param dtype = the precision: only the owned master shards exist
   bool rounded_on_gather_ = false;   // stage 3, 16-bit model, fp32 gathers: the gatherer rounds the working copy
   std::uint64_t counted_bytes_ = 0;  // the parameter all-gathers of step()
   std::uint64_t taken_bytes_ = 0;    // everything sent up to the last take_stats()

@@ -1,5 +1,6 @@
 #include "trainer/parallel/zero/reducer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
@@ -16,8 +17,9 @@ std::string range(std::size_t offset, std::size_t count) {
 
 }  // namespace
 
-ZeroReducer::ZeroReducer(Communicator& comm, const ZeroShards& shards, float* grads, bool release_grads)
-    : comm_(comm), shards_(shards), grads_(grads), release_grads_(release_grads) {}
+ZeroReducer::ZeroReducer(Communicator& comm, const ZeroShards& shards, float* grads, bool release_grads,
+                         kernels::Dtype reduce_type)
+    : comm_(comm), shards_(shards), grads_(grads), release_grads_(release_grads), reduce_type_(reduce_type) {}
 
 ZeroReducer::~ZeroReducer() {
   // The communicator's thread may still write into grads_; it must be done before the buffer can go.
@@ -30,12 +32,13 @@ ZeroReducer::~ZeroReducer() {
   }
 }
 
-void ZeroReducer::begin_backward(bool sync) {
+void ZeroReducer::begin_backward(bool sync, bool last) {
   if (in_pass_)
     throw std::logic_error("ZeroReducer::begin_backward: the previous backward pass was not finished; call "
                            "finish_backward() after every pass");
   in_pass_ = true;
   sync_ = sync;
+  last_ = last;
   ready_from_ = shards_.padded_params();
   next_unit_ = shards_.num_units() - 1;
   comm_ms_ = 0;
@@ -65,8 +68,36 @@ void ZeroReducer::start_unit(int unit) {
   if (shards_.world() == 1) return;
   const ParamRange slice = shards_.slice(unit);
   const ShardSpan& own = shards_.owned(unit);
-  pending_.push_back({unit, comm_.reduce_scatter(grads_ + slice.offset, grads_ + own.offset, own.count)});
-  bytes_sent_ += ring_bytes_sent(slice.count, shards_.world());
+  if (reduce_type_ == kernels::Dtype::fp32) {
+    pending_.push_back({unit, comm_.reduce_scatter(grads_ + slice.offset, grads_ + own.offset, own.count), {}});
+    bytes_sent_ += ring_bytes_sent(slice.count, shards_.world());
+    return;
+  }
+  std::vector<std::uint16_t> half(slice.count);
+  kernels::to_half(half.data(), grads_ + slice.offset, slice.count, reduce_type_);
+  std::uint16_t* mine = half.data() + (own.offset - slice.offset);
+  std::shared_ptr<Work> work = comm_.reduce_scatter_half(half.data(), mine, own.count, reduce_type_);
+  pending_.push_back({unit, std::move(work), std::move(half)});
+  bytes_sent_ += ring_bytes_sent(slice.count, shards_.world(), sizeof(std::uint16_t));
+}
+
+void ZeroReducer::widen_owned(const Pending& p) {
+  const ParamRange slice = shards_.slice(p.unit);
+  const ShardSpan& own = shards_.owned(p.unit);
+  float* shard = grads_ + own.offset;
+  kernels::from_half(shard, p.half.data() + (own.offset - slice.offset), own.count, reduce_type_);
+  if (!last_) {
+    if (accumulated_.empty()) accumulated_.assign(shards_.shard_params(), 0.0f);
+    float* sum = accumulated_.data() + own.state_offset;
+    for (std::size_t i = 0; i < own.count; ++i) sum[i] += shard[i];
+    std::fill_n(shard, own.count, 0.0f);
+  } else if (!accumulated_.empty()) {
+    float* sum = accumulated_.data() + own.state_offset;
+    for (std::size_t i = 0; i < own.count; ++i) {
+      shard[i] += sum[i];
+      sum[i] = 0.0f;
+    }
+  }
 }
 
 std::string ZeroReducer::complete(const Pending& p) {
@@ -74,6 +105,7 @@ std::string ZeroReducer::complete(const Pending& p) {
   try {
     p.work->wait();
     comm_ms_ += p.work->elapsed_ms();
+    if (!p.half.empty()) widen_owned(p);
   } catch (const std::exception& error) {
     failed = error.what();
   }

@@ -10,8 +10,16 @@
 // while the owned shard keeps the reduced sum so far; the next reduce-scatter then adds the reduced sum (held by one
 // rank only) to everyone's new gradient, and the shard holds the mean over ranks and micro-steps.
 //
+// A 16-bit reduce dtype (--reduce-dtype bf16|fp16, FSDP's reduce_dtype): each unit's gradient is rounded to 16
+// bits into a buffer of its own, reduce-scattered in 16 bits (half the bytes; each pairwise addition in fp32,
+// rounded back, as Gloo and NCCL add 16-bit values) and the owned shard widened back into the fp32 gradient. So
+// that only what crosses the wire is rounded, a sum reduced on an earlier micro-step is not sent again: on a pass
+// that is not the step's last, the widened shard is added to an fp32 accumulator of the owned shards (4P/W, made on
+// the first such pass) and the shard itself reads as zeros for the next backward; the last pass adds the
+// accumulator back. The gradient buffer and the accumulation stay fp32.
+//
 // Per backward pass, as DdpReducer:
-//   reducer.begin_backward(sync);     // stage 1: sync only on the last micro-step (no_sync); stages 2, 3: always
+//   reducer.begin_backward(sync, last); // stage 1: sync only on the last micro-step (no_sync); stages 2, 3: always
 //   model.backward(..., [&](std::size_t offset, std::size_t count) { reducer.grads_ready(offset, count); });
 //   reducer.finish_backward();        // waits for every unit; owned shards hold the mean gradient
 
@@ -30,13 +38,16 @@ namespace dtrain::trainer {
 
 class ZeroReducer {
  public:
-  ZeroReducer(Communicator& comm, const ZeroShards& shards, float* grads, bool release_grads);
+  // reduce_type: fp32, or bf16 / fp16 (top of this file).
+  ZeroReducer(Communicator& comm, const ZeroShards& shards, float* grads, bool release_grads,
+              kernels::Dtype reduce_type = kernels::Dtype::fp32);
   ZeroReducer(const ZeroReducer&) = delete;
   ZeroReducer& operator=(const ZeroReducer&) = delete;
   ~ZeroReducer();
 
-  // Starts a pass; throws std::logic_error if the previous one was not finished.
-  void begin_backward(bool sync);
+  // Starts a pass; last: the optimizer step's last micro-step. Throws std::logic_error if the previous pass was
+  // not finished.
+  void begin_backward(bool sync, bool last = true);
   // grads[offset, offset + count) are final for this pass; ranges arrive in decreasing offset order and cover the
   // buffer exactly once per pass (std::logic_error otherwise).
   void grads_ready(std::size_t offset, std::size_t count);
@@ -52,22 +63,28 @@ class ZeroReducer {
   struct Pending {
     int unit;
     std::shared_ptr<Work> work;
+    std::vector<std::uint16_t> half;  // 16-bit reduce: the unit's rounded gradient, reduced in place
   };
   void start_unit(int unit);
   // Waits for pending[i] and releases its unit's gradient outside the owned shard; returns an error or "".
   std::string complete(const Pending& p);
   // Completes the pending units that have finished (all of them with wait_all).
   std::string retire(bool wait_all);
+  // 16-bit reduce: the reduced owned shard of p back into the fp32 gradient (top of this file).
+  void widen_owned(const Pending& p);
 
   Communicator& comm_;
   const ZeroShards& shards_;
   float* grads_;
   bool release_grads_;
+  kernels::Dtype reduce_type_;
+  std::vector<float> accumulated_;  // 16-bit reduce over several micro-steps: this rank's shards, state layout
   DdpStats stats_;
   std::uint64_t bytes_sent_ = 0;
 
   bool in_pass_ = false;
   bool sync_ = false;
+  bool last_ = true;
   std::size_t ready_from_ = 0;
   int next_unit_ = 0;  // the unit whose start backward reaches next (units go from the last to the first)
   std::vector<Pending> pending_;

@@ -37,6 +37,21 @@ ZeroMemory zero_memory(int stage, std::size_t padded_params, int world) {
   return m;
 }
 
+ZeroMemory mixed_zero_memory(int stage, std::size_t padded_params, int world, bool master_sharded,
+                             std::size_t widened) {
+  if (stage < 1 || stage > 3 || world < 1)
+    throw std::invalid_argument("mixed_zero_memory: stage " + std::to_string(stage) + " on " +
+                                std::to_string(world) + " ranks; the stage is 1..3 and the world at least 1");
+  const std::uint64_t P = padded_params;
+  const std::uint64_t W = static_cast<std::uint64_t>(world);
+  const bool sharded = master_sharded || stage == 3;
+  ZeroMemory m;
+  m.params = stage == 3 ? 2 * P / W : 2 * P + (sharded ? 4 * static_cast<std::uint64_t>(widened) : 0);
+  m.grads = stage >= 2 ? 4 * P / W : 4 * P;
+  m.optim = (sharded ? 4 * P / W : 4 * P) + 8 * P / W;
+  return m;
+}
+
 std::uint64_t ring_bytes_sent(std::size_t count, int world, std::size_t element_bytes) {
   const std::uint64_t shard = count / static_cast<std::size_t>(world);
   return shard * static_cast<std::uint64_t>(world - 1) * element_bytes;

@@ -59,6 +59,18 @@ struct ZeroMemory {
 };
 ZeroMemory zero_memory(int stage, std::size_t padded_params, int world);
 
+// The same with a 16-bit precision (README, "--precision"), in the ZeRO paper's accounting: params = the 16-bit
+// working copy, 2P (stage 3: 2P/W); optimizer = fp32 master + m + v. Two departures from the paper, both what a rank
+// really holds: gradients stay fp32 (4P, or 4P/W from stage 2; backward accumulates in fp32 and --reduce-dtype only
+// changes what crosses the wire), and with the master sharded at stages 1-2 the tensors fp32 kernels read
+// (Gpt::fp32_tensors: embeddings, LayerNorms, biases; `widened` values) are kept widened from the working copy, 4
+// bytes each on top of params.
+//   master_sharded (--param-dtype = the precision):  stage 1: 2P + 4F, 4P, 12P/W   stage 2: 2P + 4F, 4P/W, 12P/W
+//   master whole (--param-dtype fp32):               stage 1: 2P, 4P, 4P + 8P/W    stage 2: 2P, 4P/W, 4P + 8P/W
+//   stage 3 either way: 2P/W, 4P/W, 12P/W (gathered units count in mem_gathered_peak_bytes)
+ZeroMemory mixed_zero_memory(int stage, std::size_t padded_params, int world, bool master_sharded,
+                             std::size_t widened);
+
 // Bytes one rank sends for a reduce-scatter or an all-gather of `count` elements in all (W shards of count / W), as
 // a ring does it: W - 1 shards. (An allreduce is one of each.) Elements are floats unless element_bytes says
 // otherwise (2: ZeRO-3's 16-bit parameters).
