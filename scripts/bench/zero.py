@@ -5,7 +5,9 @@ Model: BENCHMARKS.md's bench model, GPT-2 with L=4, C=256, NH=4, T=256, V=256 (3
 B=8 per rank, 1 thread per rank, Gloo over loopback. Cases, for each world size in --worlds:
   dtrain-zZ-PREC   `dtrain run -n W -- dtrain-trainer --zero Z [--precision PREC]`, Z = 0 (DDP), 1, 2, 3
   torch-zero1      torchrun --nproc_per_node W zero_torch_worker.py: DDP + ZeroRedundancyOptimizer(AdamW)
-Precisions: fp32 always; bf16 when the trainer's --help offers --precision (--precisions overrides). Every run is a
+Precisions: fp32 always; bf16 when the trainer's --help offers --precision; bf16+r16 (bf16 with 16-bit gradient
+reduction: --reduce-dtype bf16 for --zero 1..3, --ddp-comm-dtype bf16 for --zero 0) when it offers --reduce-dtype
+(--precisions overrides). Every run is a
 fresh job; rounds interleave the cases so machine noise hits all alike. Per run: medians over the steps after
 --warmup of step_ms, comm_bytes (bytes rank 0 sent in the step, ring accounting; where a build's --zero 0 does not
 report it, the table gives DDP's ring allreduce 2(W-1)/W x 4N instead) and comm_hidden; each cell is the median over rounds. tokens/s = W*B*T / step time.
@@ -59,7 +61,9 @@ def dtrain_case(args, work, world, zero, precision):
                  str(args.warmup + args.steps), "--threads", "1", "--zero", str(zero), "--metrics", metrics,
                  "--log-every", "1000"]
     if precision != "fp32":
-        cmd += ["--precision", precision]
+        cmd += ["--precision", precision.split("+")[0]]
+    if precision.endswith("+r16"):
+        cmd += ["--ddp-comm-dtype" if zero == 0 else "--reduce-dtype", precision.split("+")[0]]
     try:
         run(cmd, work)
     except RuntimeError as e:
@@ -91,7 +95,9 @@ def trainer_precisions(args):
     if args.precisions:
         return args.precisions.split(",")
     help_text = subprocess.run([args.trainer, "--help"], capture_output=True, text=True).stdout
-    return ["fp32", "bf16"] if "--precision" in help_text else ["fp32"]
+    if "--precision" not in help_text:
+        return ["fp32"]
+    return ["fp32", "bf16", "bf16+r16"] if "--reduce-dtype" in help_text else ["fp32", "bf16"]
 
 
 def fsdp_import(python):
@@ -140,7 +146,7 @@ def main():
     parser.add_argument("--steps", type=int, default=5, help="timed steps per run")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per run")
     parser.add_argument("--worlds", default="2,4")
-    parser.add_argument("--precisions", help="comma list (fp32,bf16); default fp32, plus bf16 if the trainer has it")
+    parser.add_argument("--precisions", help="comma list (fp32,bf16,bf16+r16); default: what the trainer has")
     args = parser.parse_args()
     args.trainer, args.dtrain, args.torch_worker = map(os.path.abspath, (args.trainer, args.dtrain, args.torch_worker))
     worlds = [int(w) for w in args.worlds.split(",")]

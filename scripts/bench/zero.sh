@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ZeRO stages 0-3 of dtrain-trainer on 2 and 4 ranks, and --zero 1 vs PyTorch DDP + ZeroRedundancyOptimizer
-# (see zero.py). Usage: zero.sh [ROUNDS, default 2] [extra zero.py flags, e.g. --precisions fp32,bf16]
+# (see zero.py). Usage: zero.sh [ROUNDS, default 2] [extra zero.py flags, e.g. --precisions fp32,bf16,bf16+r16]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${DTRAIN_BUILD_DIR:-$root/build}
