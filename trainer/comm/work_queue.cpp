@@ -41,7 +41,7 @@ class WorkQueue::QueuedWork : public Work {
   double elapsed_ms_ = 0;
 };
 
-WorkQueue::WorkQueue() : thread_([this] { loop(); }) {}
+WorkQueue::WorkQueue(CollectiveTrace* trace) : trace_(trace), thread_([this] { loop(); }) {}
 
 WorkQueue::~WorkQueue() {
   {
@@ -56,7 +56,8 @@ std::shared_ptr<Work> WorkQueue::submit(std::string what, std::function<void()> 
   auto work = std::make_shared<QueuedWork>();
   {
     std::lock_guard lock(mutex_);
-    tasks_.push_back(Task{std::move(what), std::move(run), work});
+    const std::uint64_t seq = trace_ != nullptr ? trace_->issue(what) : 0;
+    tasks_.push_back(Task{std::move(what), std::move(run), work, seq});
   }
   wake_.notify_one();
   return work;
@@ -73,12 +74,14 @@ void WorkQueue::loop() {
       tasks_.pop_front();
     }
     if (!first_failure_.empty()) {
+      if (trace_ != nullptr) trace_->finished(task.seq);
       task.work->finish(task.what + " was not run: an earlier collective on this communicator failed: " +
                             first_failure_,
                         0);
       continue;
     }
     const auto start = std::chrono::steady_clock::now();
+    if (trace_ != nullptr) trace_->started(task.seq);
     std::string error;
     try {
       task.run();
@@ -90,6 +93,7 @@ void WorkQueue::loop() {
       first_failure_ = error;
     }
     const double elapsed = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (trace_ != nullptr) trace_->finished(task.seq);
     task.work->finish(std::move(error), elapsed);
   }
 }

@@ -99,7 +99,8 @@ struct GlooCommunicator::Impl {
   // reduce_scatter's receive and partial-sum buffers, bytes of any element type; the queue's thread only.
   std::vector<std::byte> scratch;
   // Last member: destroyed first, so its thread has finished before the context goes.
-  WorkQueue queue;
+  CollectiveTrace trace{"gloo communicator"};
+  WorkQueue queue{&trace};
 
   // Queues `run` and turns a gloo failure into a CommError that names the collective, the rank and what to check.
   std::shared_ptr<Work> submit(std::string what, std::function<void(uint32_t tag)> run) {
