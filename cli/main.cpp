@@ -104,6 +104,7 @@ int main(int argc, char** argv) {
   dtrain::cli::Action topo = dtrain::cli::add_topo_command(app);
   dtrain::cli::Action doctor = dtrain::cli::add_doctor_command(app);
   dtrain::cli::Action bench = dtrain::cli::add_bench_command(app);
+  dtrain::cli::Action plan = dtrain::cli::add_plan_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -126,6 +127,7 @@ int main(int argc, char** argv) {
     if (name == "topo") return exit_now(topo());
     if (name == "doctor") return exit_now(doctor());
     if (name == "bench") return exit_now(bench());
+    if (name == "plan") return exit_now(plan());
   }
   return 2;
 }

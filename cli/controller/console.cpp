@@ -141,6 +141,7 @@ std::string failure_summary(const std::string& job_id, const Failure& root, cons
     const auto& h = *root.last_health;
     s << "  last health report of rank " << root.rank << ": step " << h.step << ", loss " << h.loss << ", "
       << h.tokens_per_s << " tokens/s";
+    if (!h.phase.empty()) s << ", last phase: " << h.phase;
     if (root.failed_unix_ms >= h.unix_ms && h.unix_ms > 0) {
       s << ", " << (root.failed_unix_ms - h.unix_ms) / 1000.0 << " s before it failed";
     }

@@ -226,6 +226,8 @@ void Round::on_report(int node, const AgentReport& report) {
   } else if (const auto* h = std::get_if<WorkerHealth>(&report)) {
     last_health_[h->rank] = *h;
     if (workers_.count(h->rank)) health_.reported(*h, fleet_.now());
+  } else if (const auto* sample = std::get_if<WorkerSample>(&report)) {
+    if (sample->round == setup_.number) last_sample_[sample->rank] = *sample;
   } else if (const auto* e = std::get_if<Evidence>(&report)) {
     if (e->round == setup_.number) on_evidence(node, *e);
   }

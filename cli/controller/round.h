@@ -83,6 +83,10 @@ class Round {
   // Why the round failed over a node (the first node lost during it).
   const std::optional<std::string>& node_failure() const { return node_failure_; }
   GroupState group(int node) const;
+  // Each rank's latest health report (every field, whichever round it came from) and its agent's latest /proc sample
+  // of it (this round's), by rank: what `dtrain status` and diagnoses read.
+  const std::map<unsigned, WorkerHealth>& last_health() const { return last_health_; }
+  const std::map<unsigned, WorkerSample>& last_samples() const { return last_sample_; }
 
  private:
   struct Worker {
@@ -120,6 +124,7 @@ class Round {
   std::map<unsigned, Worker> workers_;          // by rank
   std::size_t started_workers_ = 0;
   std::map<unsigned, WorkerHealth> last_health_;   // by rank
+  std::map<unsigned, WorkerSample> last_sample_;   // by rank
   HealthWatch health_;
   std::map<int, bool> evidence_due_;               // by fleet id: asked for evidence, not answered yet
   std::map<unsigned, RankStacks> stacks_;          // by rank

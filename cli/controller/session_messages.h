@@ -96,6 +96,34 @@ struct WorkerHealth {
   std::uint64_t rss_bytes = 0;
   std::uint64_t unix_ms = 0;            // its agent's clock when it forwarded the report
   std::uint64_t steps_done = 0;         // steps its process completed (0: none yet, or a reporter without the field)
+  // The rest: 0 or empty when the worker does not report it (report.proto says what each means). Times are the last
+  // completed step's, in milliseconds.
+  double step_ms = 0;
+  double data_wait_ms = 0;              // blocked waiting for the next batch
+  double compute_ms = 0;                // forward + backward, less exposed communication
+  double comm_exposed_ms = 0;           // communication not hidden behind compute
+  double optimizer_ms = 0;              // clip, update, refresh or gather of the working copy
+  std::uint64_t device_mem_used_bytes = 0;
+  std::uint64_t device_mem_total_bytes = 0;
+  std::string phase;                    // what it was doing when it reported ("allreduce bucket 3"); valid UTF-8
+  std::uint64_t mem_params_bytes = 0;   // what it holds (the --metrics line's mem_* keys)
+  std::uint64_t mem_grads_bytes = 0;
+  std::uint64_t mem_optim_bytes = 0;
+  std::uint64_t mem_activations_bytes = 0;
+  std::uint64_t mem_gathered_peak_bytes = 0;
+  std::uint64_t comm_bytes = 0;         // sent during the last step
+  double loss_scale = 0;                // fp16
+  std::uint32_t dump_signal = 0;        // the signal that makes it write its stacks to DTRAIN_STACKS_FILE; 0 = none
+};
+
+// What a worker's agent saw of it in /proc (every ~1 s, with no help from the worker).
+struct WorkerSample {
+  std::uint32_t round = 0;
+  unsigned rank = 0;
+  double cpu_seconds = 0;               // user + system time of the whole process so far
+  char state = '?';                     // the main thread's state letter (R, S, D, T, Z, ...)
+  unsigned threads = 0;
+  std::uint64_t unix_ms = 0;            // its agent's clock when it sampled
 };
 
 struct LogWriteFailed {
@@ -140,8 +168,8 @@ struct Evidence {
 struct AgentAlive {};
 
 using AgentReport = std::variant<AgentHello, RoundPrepared, WorkerStarted, WorkerExit, LogLines, GroupDone,
-                                 GroupStopped, WorkerHealth, LogWriteFailed, AgentError, ProbeResult, Evidence,
-                                 AgentAlive>;
+                                 GroupStopped, WorkerHealth, WorkerSample, LogWriteFailed, AgentError, ProbeResult,
+                                 Evidence, AgentAlive>;
 
 // ---------------------------------------------------------------- launcher -> agent (commands)
 

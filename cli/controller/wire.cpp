@@ -34,7 +34,21 @@ LogLines lines_of(const v1::LogLines& l) {
 }
 
 WorkerHealth health_of(const v1::WorkerHealth& h) {
-  return {h.rank(), h.step(), h.loss(), h.tokens_per_s(), h.rss_bytes(), h.unix_ms(), h.steps_done()};
+  return {.rank = h.rank(), .step = h.step(), .loss = h.loss(), .tokens_per_s = h.tokens_per_s(),
+          .rss_bytes = h.rss_bytes(), .unix_ms = h.unix_ms(), .steps_done = h.steps_done(), .step_ms = h.step_ms(),
+          .data_wait_ms = h.data_wait_ms(), .compute_ms = h.compute_ms(), .comm_exposed_ms = h.comm_exposed_ms(),
+          .optimizer_ms = h.optimizer_ms(), .device_mem_used_bytes = h.device_mem_used_bytes(),
+          .device_mem_total_bytes = h.device_mem_total_bytes(), .phase = h.phase(),
+          .mem_params_bytes = h.mem_params_bytes(), .mem_grads_bytes = h.mem_grads_bytes(),
+          .mem_optim_bytes = h.mem_optim_bytes(), .mem_activations_bytes = h.mem_activations_bytes(),
+          .mem_gathered_peak_bytes = h.mem_gathered_peak_bytes(), .comm_bytes = h.comm_bytes(),
+          .loss_scale = h.loss_scale(), .dump_signal = h.dump_signal()};
+}
+
+// The state is one letter; an agent that sent none (or more) gets '?', which no kernel uses.
+WorkerSample sample_of(const v1::WorkerSample& s) {
+  return {.round = s.round(), .rank = s.rank(), .cpu_seconds = s.cpu_seconds(),
+          .state = s.state().size() == 1 ? s.state()[0] : '?', .threads = s.threads(), .unix_ms = s.unix_ms()};
 }
 
 Evidence evidence_of(const v1::Evidence& e) {
@@ -133,6 +147,7 @@ AgentReport from_wire(const v1::AgentMessage& m) {
     case v1::AgentMessage::kGroupDone: return GroupDone{m.group_done().round()};
     case v1::AgentMessage::kGroupStopped: return GroupStopped{m.group_stopped().round()};
     case v1::AgentMessage::kWorkerHealth: return health_of(m.worker_health());
+    case v1::AgentMessage::kWorkerSample: return sample_of(m.worker_sample());
     case v1::AgentMessage::kLogWriteFailed: {
       const auto& f = m.log_write_failed();
       return LogWriteFailed{f.round(), f.rank(), f.message()};

@@ -61,6 +61,23 @@ TEST_CASE("failure summary names rank, node, host, pid, cause, stderr tail, erro
   CHECK(failure_summary("job-1", root, {}, 2, 3).find("failed after 3 attempts") != std::string::npos);
 }
 
+TEST_CASE("failure summary shows the root cause's last phase, when its report had one") {
+  Failure root;
+  root.rank = 1;
+  root.health_failure = "made no progress for 60 s (health.hang_timeout_s)";
+  WorkerHealth health;
+  health.step = 7;
+  health.loss = 2.5;
+  health.tokens_per_s = 1000;
+  health.phase = "allreduce bucket 3";
+  root.last_health = health;
+  CHECK(failure_summary("job-1", root, {}, 0, 0)
+            .find("last health report of rank 1: step 7, loss 2.5, 1000 tokens/s, last phase: allreduce bucket 3") !=
+        std::string::npos);
+  root.last_health->phase.clear();
+  CHECK(failure_summary("job-1", root, {}, 0, 0).find("last phase") == std::string::npos);
+}
+
 TEST_CASE("restart policy counts restarts, not attempts") {
   RestartPolicy none(0, std::chrono::milliseconds(1000));
   CHECK_FALSE(none.may_restart(0));

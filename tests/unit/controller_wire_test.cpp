@@ -151,3 +151,76 @@ TEST_CASE("StartGroup and ProbeRequest go out with every field") {
   CHECK(p.reach(0) == "node1:29400");
   CHECK(p.reach_timeout_ms() == 1500);
 }
+
+TEST_CASE("WorkerHealth and WorkerSample arrive with every field") {
+  v1::AgentMessage health_message;
+  auto* h = health_message.mutable_worker_health();
+  h->set_rank(3);
+  h->set_step(4);
+  h->set_loss(5.5);
+  h->set_tokens_per_s(6.5);
+  h->set_rss_bytes(7);
+  h->set_unix_ms(8);
+  h->set_steps_done(9);
+  h->set_step_ms(10.5);
+  h->set_data_wait_ms(11.5);
+  h->set_compute_ms(12.5);
+  h->set_comm_exposed_ms(13.5);
+  h->set_optimizer_ms(14.5);
+  h->set_device_mem_used_bytes(15);
+  h->set_device_mem_total_bytes(16);
+  h->set_phase("allreduce bucket 3");
+  h->set_mem_params_bytes(17);
+  h->set_mem_grads_bytes(18);
+  h->set_mem_optim_bytes(19);
+  h->set_mem_activations_bytes(20);
+  h->set_mem_gathered_peak_bytes(21);
+  h->set_comm_bytes(22);
+  h->set_loss_scale(23.5);
+  h->set_dump_signal(24);
+  const auto health = std::get<WorkerHealth>(wire::from_wire(health_message));
+  CHECK(health.rank == 3);
+  CHECK(health.step == 4);
+  CHECK(health.loss == 5.5);
+  CHECK(health.tokens_per_s == 6.5);
+  CHECK(health.rss_bytes == 7);
+  CHECK(health.unix_ms == 8);
+  CHECK(health.steps_done == 9);
+  CHECK(health.step_ms == 10.5);
+  CHECK(health.data_wait_ms == 11.5);
+  CHECK(health.compute_ms == 12.5);
+  CHECK(health.comm_exposed_ms == 13.5);
+  CHECK(health.optimizer_ms == 14.5);
+  CHECK(health.device_mem_used_bytes == 15);
+  CHECK(health.device_mem_total_bytes == 16);
+  CHECK(health.phase == "allreduce bucket 3");
+  CHECK(health.mem_params_bytes == 17);
+  CHECK(health.mem_grads_bytes == 18);
+  CHECK(health.mem_optim_bytes == 19);
+  CHECK(health.mem_activations_bytes == 20);
+  CHECK(health.mem_gathered_peak_bytes == 21);
+  CHECK(health.comm_bytes == 22);
+  CHECK(health.loss_scale == 23.5);
+  CHECK(health.dump_signal == 24);
+
+  v1::AgentMessage sample_message;
+  auto* s = sample_message.mutable_worker_sample();
+  s->set_round(2);
+  s->set_rank(5);
+  s->set_cpu_seconds(12.25);
+  s->set_state("D");
+  s->set_threads(17);
+  s->set_unix_ms(99);
+  auto sample = std::get<WorkerSample>(wire::from_wire(sample_message));
+  CHECK(sample.round == 2);
+  CHECK(sample.rank == 5);
+  CHECK(sample.cpu_seconds == 12.25);
+  CHECK(sample.state == 'D');
+  CHECK(sample.threads == 17);
+  CHECK(sample.unix_ms == 99);
+  // Anything but one letter is not a state the kernel reports.
+  s->set_state("DS");
+  CHECK(std::get<WorkerSample>(wire::from_wire(sample_message)).state == '?');
+  s->clear_state();
+  CHECK(std::get<WorkerSample>(wire::from_wire(sample_message)).state == '?');
+}

@@ -1,0 +1,105 @@
+// `dtrain plan`: which parallel strategy fits a model on a set of GPUs, what it costs in memory and communication,
+// and the dtrain-trainer flags and job-spec lines that run it (README "dtrain plan"; the formulas and their sources
+// are in cli/plan/formulas.h).
+
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "cli/plan/recommend.h"
+#include "cli/plan/render.h"
+#include "cli/plan/request.h"
+
+namespace dtrain::cli {
+namespace {
+
+// CLI11 binds plain values; an option the user did not give stays unset in PlanArgs.
+template <class T>
+struct Given {
+  T value{};
+  CLI::Option* option = nullptr;
+  std::optional<T> get() const { return option->count() ? std::optional<T>(value) : std::nullopt; }
+};
+
+struct Flags {
+  Given<double> params, intra_bw, inter_bw, tflops;
+  Given<std::string> model;
+  Given<int> gpus, gpus_per_node, layers, hidden, heads, seq_len, vocab, micro_batch, tp, pp;
+  Given<long long> global_batch;
+  plan::PlanArgs args;
+  bool json = false;
+};
+
+template <class T>
+void add(CLI::App* cmd, Given<T>& given, const char* name, const char* help) {
+  given.option = cmd->add_option(name, given.value, help);
+}
+
+void add_flags(CLI::App* cmd, Flags& f) {
+  add(cmd, f.params, "--params", "parameters, e.g. 7.5e9");
+  add(cmd, f.model, "--model", "dtrain-trainer's preset instead of --params: tiny | gpt2-124m");
+  add(cmd, f.gpus, "--gpus", "GPUs in all (required)");
+  add(cmd, f.gpus_per_node, "--gpus-per-node", "GPUs per node (default 8, or --gpus when fewer)");
+  cmd->add_option("--gpu-memory", f.args.gpu_memory, "memory per GPU: 80GB, 141GB, 24GiB (GB = 1e9 bytes)")
+      ->capture_default_str();
+  cmd->add_option("--precision", f.args.precision, "bf16 | fp16 (mixed precision, fp32 master) | fp32")
+      ->capture_default_str();
+  add(cmd, f.layers, "--layers", "transformer layers (L)");
+  add(cmd, f.hidden, "--hidden", "hidden size (h)");
+  add(cmd, f.heads, "--heads", "attention heads (a)");
+  add(cmd, f.seq_len, "--seq-len", "sequence length (s); with --model, default its longest");
+  add(cmd, f.vocab, "--vocab", "vocabulary: with the shape, makes it dtrain-trainer's GPT-2 (its exact size)");
+  add(cmd, f.micro_batch, "--micro-batch", "sequences per GPU per micro-step (b, default 1)");
+  add(cmd, f.global_batch, "--global-batch", "sequences per optimizer step; gradient accumulation reaches it");
+  add(cmd, f.intra_bw, "--intra-node-bw", "GB/s per GPU within a node (busbw of `dtrain bench allreduce`)");
+  add(cmd, f.inter_bw, "--inter-node-bw", "GB/s per GPU across nodes (busbw of `dtrain bench allreduce`)");
+  add(cmd, f.tflops, "--gpu-tflops", "achieved TFLOP/s per GPU, for compute time and scaling efficiency");
+  add(cmd, f.tp, "--tp", "tensor-parallel size (within a node); default: searched when nothing else fits");
+  add(cmd, f.pp, "--pp", "pipeline stages; default: searched when nothing else fits");
+  cmd->add_option("--bottleneck", f.args.bottleneck, "memory | speed | communication: how to choose among what fits")
+      ->capture_default_str();
+  cmd->add_flag("--trainer-accounting", f.args.trainer_accounting,
+                "also print what dtrain-trainer holds per rank (its mem_*_bytes metrics)");
+  cmd->add_flag("--json", f.json, "print JSON instead of text");
+}
+
+void collect(Flags& f) {
+  plan::PlanArgs& a = f.args;
+  a.params = f.params.get();
+  a.model = f.model.get();
+  a.gpus = f.gpus.get();
+  a.gpus_per_node = f.gpus_per_node.get();
+  a.layers = f.layers.get();
+  a.hidden = f.hidden.get();
+  a.heads = f.heads.get();
+  a.seq_len = f.seq_len.get();
+  a.vocab = f.vocab.get();
+  a.micro_batch = f.micro_batch.get();
+  a.global_batch = f.global_batch.get();
+  a.intra_node_bw_gbs = f.intra_bw.get();
+  a.inter_node_bw_gbs = f.inter_bw.get();
+  a.gpu_tflops = f.tflops.get();
+  a.tp = f.tp.get();
+  a.pp = f.pp.get();
+}
+
+}  // namespace
+
+Action add_plan_command(CLI::App& app) {
+  auto flags = std::make_shared<Flags>();
+  auto* cmd = app.add_subcommand("plan", "which parallel strategy fits a model on these GPUs, and its cost");
+  add_flags(cmd, *flags);
+  return [flags]() {
+    collect(*flags);
+    const auto request = plan::make_request(flags->args);
+    if (!request.ok()) {
+      std::fprintf(stderr, "dtrain plan: %s\n", request.status.message().c_str());
+      return 2;
+    }
+    const plan::PlanReport report = plan::make_report(request.value);
+    const std::string out = flags->json ? plan::render_json(report) : plan::render_text(report);
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    return 0;
+  };
+}
+
+}  // namespace dtrain::cli

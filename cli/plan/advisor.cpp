@@ -1,0 +1,131 @@
+#include "cli/plan/advisor.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "cli/plan/trainer_model.h"
+
+namespace dtrain::plan {
+namespace {
+
+// Time for `bytes` at `bandwidth` (bytes/s); 0 bytes need no bandwidth.
+std::optional<double> transfer_seconds(double bytes, const std::optional<double>& bandwidth) {
+  if (bytes <= 0) return 0.0;
+  if (!bandwidth) return std::nullopt;
+  return bytes / *bandwidth;
+}
+
+Comm communication(const PlanRequest& r, const Layout& l, int dp, long long micro_steps) {
+  const Workload& w = r.workload;
+  const Cluster& c = r.cluster;
+  const int steps = static_cast<int>(micro_steps);
+  Comm comm;
+  comm.data_parallel = data_parallel_bytes(l.stage, w.params / (l.tp * l.pp), dp, steps, w.precision);
+  if (w.shape) {
+    comm.tensor_parallel = tensor_parallel_bytes(*w.shape, l.tp, w.shape->layers / l.pp, steps, w.precision);
+    comm.pipeline = pipeline_bytes(*w.shape, l.pp, steps, w.precision);
+  }
+  comm.data_parallel_crosses_nodes = l.tp * dp > c.gpus_per_node;
+  comm.pipeline_crosses_nodes = l.pp > 1 && c.nodes() > 1;
+  const auto dp_s =
+      transfer_seconds(comm.data_parallel, comm.data_parallel_crosses_nodes ? c.inter_node_bw : c.intra_node_bw);
+  const auto tp_s = transfer_seconds(comm.tensor_parallel, c.intra_node_bw);
+  const auto pp_s =
+      transfer_seconds(comm.pipeline, comm.pipeline_crosses_nodes ? c.inter_node_bw : c.intra_node_bw);
+  if (dp_s && tp_s && pp_s) comm.seconds = *dp_s + *tp_s + *pp_s;
+  return comm;
+}
+
+std::optional<Scaling> scaling(const PlanRequest& r, const Evaluation& e) {
+  const Cluster& c = r.cluster;
+  if (!c.gpu_flops || !e.comm.seconds || !r.workload.shape) return std::nullopt;
+  const double tokens = static_cast<double>(e.accumulation.global_batch) * r.workload.shape->seq_len;
+  Scaling s;
+  s.ideal_s = compute_seconds(r.workload.params, tokens / c.gpus, *c.gpu_flops);
+  s.compute_s = s.ideal_s / (1 - e.bubble);
+  s.efficiency_serial = s.ideal_s / (s.compute_s + *e.comm.seconds);
+  s.efficiency_overlap = s.ideal_s / std::max(s.compute_s, *e.comm.seconds);
+  return s;
+}
+
+std::vector<int> divisors(int n) {
+  std::vector<int> out;
+  for (int d = 1; d <= n; ++d) {
+    if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+int max_stage(int pp) { return pp > 1 ? 1 : 3; }
+
+}  // namespace
+
+std::string layout_name(const Layout& layout) {
+  static const char* const kStages[] = {"DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3/FSDP"};
+  std::string name = kStages[layout.stage];
+  if (layout.tp > 1) name += " + TP " + std::to_string(layout.tp);
+  if (layout.pp > 1) name += " + PP " + std::to_string(layout.pp);
+  return name;
+}
+
+Evaluation evaluate(const PlanRequest& r, const Layout& l) {
+  const Workload& w = r.workload;
+  const Cluster& c = r.cluster;
+  Evaluation e;
+  e.layout = l;
+  e.dp = c.gpus / (l.tp * l.pp);
+  e.states = zero_model_states(l.stage, w.precision, w.params / (l.tp * l.pp), e.dp);
+  if (r.trainer_accounting && w.trainer && l.tp == 1 && l.pp == 1)
+    e.trainer = trainer_model_states(*w.trainer, l.stage, w.precision, e.dp);
+  e.accumulation = w.global_batch ? accumulation(*w.global_batch, w.micro_batch, e.dp)
+                                  : Accumulation{1, static_cast<long long>(w.micro_batch) * e.dp, true};
+  const int micro_steps = static_cast<int>(std::min<long long>(e.accumulation.micro_steps, 1 << 30));
+  if (w.shape) e.activations = activation_bytes(*w.shape, l.tp, l.pp, micro_steps, w.precision);
+  e.total = e.states.total() + e.activations.value_or(0);
+  e.fits = fits(e.total, c.gpu_memory);
+  e.bubble = pipeline_bubble(l.pp, micro_steps);
+  e.comm = communication(r, l, e.dp, micro_steps);
+  e.scaling = scaling(r, e);
+  return e;
+}
+
+std::vector<Evaluation> data_parallel_strategies(const PlanRequest& r) {
+  const int tp = r.tp.value_or(1), pp = r.pp.value_or(1);
+  std::vector<Evaluation> out;
+  for (int stage = 0; stage <= max_stage(pp); ++stage) out.push_back(evaluate(r, {stage, tp, pp}));
+  return out;
+}
+
+std::vector<Evaluation> model_parallel_search(const PlanRequest& r) {
+  std::vector<Evaluation> out;
+  if (!r.workload.shape || r.tp || r.pp) return out;
+  const Shape& shape = *r.workload.shape;
+  for (int tp : divisors(r.cluster.gpus_per_node)) {
+    if (shape.heads % tp != 0) continue;
+    for (int pp : divisors(shape.layers)) {
+      if (tp * pp == 1 || r.cluster.gpus % (tp * pp) != 0) continue;
+      for (int stage = 0; stage <= max_stage(pp); ++stage) out.push_back(evaluate(r, {stage, tp, pp}));
+    }
+  }
+  return out;
+}
+
+std::optional<Evaluation> best_fit(const std::vector<Evaluation>& candidates, Bottleneck bottleneck) {
+  auto cost = [](const Evaluation& e) { return e.comm.seconds ? *e.comm.seconds : e.comm.bytes(); };
+  auto key = [&](const Evaluation& e) {
+    const int model_parallel = e.layout.tp * e.layout.pp;
+    switch (bottleneck) {
+      case Bottleneck::memory: return std::make_tuple(double(model_parallel), e.total, double(e.layout.stage));
+      case Bottleneck::communication: return std::make_tuple(cost(e), double(model_parallel), double(e.layout.stage));
+      case Bottleneck::speed: break;
+    }
+    return std::make_tuple(double(model_parallel), cost(e), double(e.layout.stage));
+  };
+  std::optional<Evaluation> best;
+  for (const Evaluation& e : candidates) {
+    if (e.fits && (!best || key(e) < key(*best))) best = e;
+  }
+  return best;
+}
+
+}  // namespace dtrain::plan

@@ -1,0 +1,91 @@
+#include "cli/plan/formulas.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace dtrain::plan {
+
+const char* precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::fp32: return "fp32";
+    case Precision::bf16: return "bf16";
+    case Precision::fp16: return "fp16";
+  }
+  return "?";
+}
+
+double value_bytes(Precision precision) { return precision == Precision::fp32 ? 4.0 : 2.0; }
+
+ModelStates zero_model_states(int stage, Precision precision, double params, int dp) {
+  if (stage < 0 || stage > 3 || dp < 1)
+    throw std::invalid_argument("zero_model_states: stage " + std::to_string(stage) + " over " + std::to_string(dp) +
+                                " ranks; the stage is 0..3 and the ranks at least 1");
+  const bool mixed = precision != Precision::fp32;
+  const double param_bytes = mixed ? 2 : 4;
+  const double grad_bytes = mixed ? 2 : 4;
+  const double optim_bytes = mixed ? 12 : 8;  // K: master + m + v, or m + v
+  const double n = dp;
+  ModelStates m;
+  m.params = param_bytes * params / (stage == 3 ? n : 1);
+  m.grads = grad_bytes * params / (stage >= 2 ? n : 1);
+  m.optim = optim_bytes * params / (stage >= 1 ? n : 1);
+  return m;
+}
+
+double layer_activation_bytes(const Shape& shape, int tp, Precision precision) {
+  const double s = shape.seq_len, b = shape.micro_batch, h = shape.hidden, a = shape.heads, t = tp;
+  const double sixteen_bit = s * b * h * (10 + 24 / t + 5 * a * s / (h * t));
+  return sixteen_bit * value_bytes(precision) / 2;
+}
+
+double activation_bytes(const Shape& shape, int tp, int pp, int micro_batches, Precision precision) {
+  const double in_flight = std::min(micro_batches, pp);
+  const double layers_per_stage = static_cast<double>(shape.layers) / pp;
+  return in_flight * layers_per_stage * layer_activation_bytes(shape, tp, precision);
+}
+
+double pipeline_bubble(int pp, int micro_batches) {
+  return static_cast<double>(pp - 1) / (micro_batches + pp - 1);
+}
+
+double ring_gather_bytes(double bytes, int n) { return bytes * (n - 1) / n; }
+
+double ring_allreduce_bytes(double bytes, int n) { return 2 * ring_gather_bytes(bytes, n); }
+
+double data_parallel_bytes(int stage, double params, int dp, int micro_steps, Precision precision) {
+  const double k = micro_steps;
+  double collectives = 2;  // stages 0 and 1
+  if (stage == 2) collectives = k + 1;
+  if (stage == 3) collectives = 3 * k;
+  return collectives * ring_gather_bytes(params * value_bytes(precision), dp);
+}
+
+double tensor_parallel_bytes(const Shape& shape, int tp, int layers_per_stage, int micro_steps,
+                             Precision precision) {
+  const double activations = static_cast<double>(shape.seq_len) * shape.micro_batch * shape.hidden *
+                             value_bytes(precision);
+  return 4.0 * layers_per_stage * micro_steps * ring_allreduce_bytes(activations, tp);
+}
+
+double pipeline_bytes(const Shape& shape, int pp, int micro_steps, Precision precision) {
+  if (pp <= 1) return 0;
+  const double activations = static_cast<double>(shape.seq_len) * shape.micro_batch * shape.hidden *
+                             value_bytes(precision);
+  return 2.0 * micro_steps * activations;
+}
+
+Accumulation accumulation(long long wanted_global_batch, int micro_batch, int dp) {
+  const long long per_micro_step = static_cast<long long>(micro_batch) * dp;
+  Accumulation a;
+  a.micro_steps = std::max(1LL, (wanted_global_batch + per_micro_step - 1) / per_micro_step);
+  a.global_batch = a.micro_steps * per_micro_step;
+  a.exact = a.global_batch == wanted_global_batch;
+  return a;
+}
+
+bool fits(double bytes, double gpu_memory) { return bytes <= (1 - kHeadroom) * gpu_memory; }
+
+double compute_seconds(double params, double tokens, double flops_per_s) { return 6 * params * tokens / flops_per_s; }
+
+}  // namespace dtrain::plan

@@ -1,0 +1,103 @@
+#pragma once
+
+// The arithmetic of `dtrain plan`: plain functions of numbers, each with its source. Everything is in bytes,
+// values, seconds and FLOP/s; GB (1e9 bytes) appears only where text is printed (units.h).
+// Symbols, as the sources write them: P parameters (the ZeRO paper's Ψ), N (or dp) data-parallel ranks,
+// t tensor-parallel ranks, p pipeline stages, m (or k) micro-batches per optimizer step, and for one micro-batch
+// s sequence length, b micro-batch size, h hidden size, a attention heads, L layers.
+
+namespace dtrain::plan {
+
+enum class Precision { fp32, bf16, fp16 };
+const char* precision_name(Precision precision);
+// Bytes of one activation or communicated value: 2 for bf16/fp16, 4 for fp32.
+double value_bytes(Precision precision);
+
+// Bytes one GPU holds for the model states (parameters, gradients, optimizer state).
+struct ModelStates {
+  double params = 0;
+  double grads = 0;
+  double optim = 0;
+  double total() const { return params + grads + optim; }
+};
+
+// ZeRO paper (Rajbhandari et al., arXiv:1910.02054, Sec. 5.1 and Fig. 1), mixed-precision Adam, K = 12: 16-bit
+// parameters 2P, 16-bit gradients 2P, optimizer state KP (fp32 master 4P, momentum 4P, variance 4P):
+//   stage 0 (DDP): 2P + 2P + 12P = 16P             stage 2: 2P + (2 + 12)P/N
+//   stage 1:       2P + 2P + 12P/N                 stage 3: (2 + 2 + 12)P/N
+// fp32 (no master copy; the same sharding): params 4P, gradients 4P, momentum and variance 8P:
+//   16P, 8P + 8P/N, 4P + 12P/N, 16P/N (what dtrain-trainer reports in fp32: README "--zero").
+// stage: 0..3 (throws std::invalid_argument otherwise); dp >= 1.
+ModelStates zero_model_states(int stage, Precision precision, double params, int dp);
+
+// One micro-batch's shape.
+struct Shape {
+  int layers = 0;       // L
+  int hidden = 0;       // h
+  int heads = 0;        // a
+  int seq_len = 0;      // s
+  int micro_batch = 1;  // b
+};
+
+// Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models" (arXiv:2205.05198, Sec. 4.1
+// and Table 2): one transformer layer keeps s*b*h*(34 + 5*a*s/h) bytes for backward with 16-bit activations
+// (attention 11sbh + 5as^2b, MLP 19sbh, the two LayerNorms 4sbh; dropout masks at 1 byte a value). With Megatron
+// tensor parallelism over t ranks and no sequence parallelism (Sec. 4.2.1), the LayerNorm and dropout inputs stay
+// whole on every rank: s*b*h*(10 + 24/t + 5*a*s/(h*t)). No recomputation. fp32 doubles it (every kept tensor at 4
+// bytes; an upper bound, as the masks stay 1 byte).
+double layer_activation_bytes(const Shape& shape, int tp, Precision precision);
+
+// Activations one GPU holds at the peak of a step, for the transformer layers (the paper's smaller terms for the
+// embeddings and the output layer are not counted). Without pipelining, one micro-batch through all L layers. With
+// p stages, 1F1B (Narayanan et al., arXiv:2104.04473, Sec. 2.2.1; Korthikanti Sec. 4.2.3) keeps up to p
+// micro-batches in flight on the first stage, each through L/p layers: min(m, p) * L/p layers' worth.
+double activation_bytes(const Shape& shape, int tp, int pp, int micro_batches, Precision precision);
+
+// The fraction of a step a pipeline of p stages stands idle with m micro-batches: (p - 1) / (m + p - 1) (GPipe,
+// Huang et al., arXiv:1811.06965, Sec. 2.3; the same bubble for Megatron's 1F1B, Narayanan et al. Sec. 2.2.1).
+double pipeline_bubble(int pp, int micro_batches);
+
+// Ring collectives (NCCL's algorithms; the bus bandwidth of nccl-tests' PERFORMANCE.md): a reduce-scatter or an
+// all-gather of B bytes in all sends (n - 1)/n * B from each rank; an allreduce is one of each, 2(n - 1)/n * B.
+double ring_gather_bytes(double bytes, int n);
+double ring_allreduce_bytes(double bytes, int n);
+
+// Bytes one GPU sends for data parallelism in one optimizer step of k micro-steps, P the parameters a data-parallel
+// rank replicates (P / (t*p) with model parallelism). ZeRO paper Sec. 7: DDP and stages 1-2 move 2P values, stage 3
+// 3P; with gradient accumulation:
+//   stage 0: one allreduce of the gradients after the last micro-step (no_sync before it): 2P
+//   stage 1: one reduce-scatter of the gradients and one all-gather of the updated parameters: 2P
+//   stage 2: a reduce-scatter every micro-step (only the shard is kept) and the all-gather: (k + 1)P
+//   stage 3: per micro-step an all-gather for forward, one for backward, and a reduce-scatter: 3kP
+// each times (N - 1)/N (ring), at value_bytes (the paper's fp16 gradients and parameters; fp32 otherwise).
+double data_parallel_bytes(int stage, double params, int dp, int micro_steps, Precision precision);
+
+// Megatron tensor parallelism (Shoeybi et al., arXiv:1909.08053, Sec. 3 and Fig. 4): every layer allreduces its
+// s*b*h activations over the t ranks twice in forward (after attention and after the MLP) and twice in backward:
+// 4 ring allreduces per layer per micro-batch.
+double tensor_parallel_bytes(const Shape& shape, int tp, int layers_per_stage, int micro_steps, Precision precision);
+
+// Pipeline parallelism: each micro-batch's s*b*h activations go to the next stage and their gradient comes back,
+// so a middle stage sends 2*s*b*h values per micro-batch (Narayanan et al. Sec. 2.2; 0 for one stage).
+double pipeline_bytes(const Shape& shape, int pp, int micro_steps, Precision precision);
+
+// Gradient accumulation: a step's global batch is micro-batch * dp * micro-steps; the fewest micro-steps that reach
+// the wanted global batch (the batch then reached, which is larger when dp * micro-batch does not divide it).
+struct Accumulation {
+  long long micro_steps = 1;
+  long long global_batch = 0;  // sequences per optimizer step
+  bool exact = true;           // global_batch is the one wanted
+};
+Accumulation accumulation(long long wanted_global_batch, int micro_batch, int dp);
+
+// What must stay free: the CUDA context, NCCL's buffers, the allocator's fragmentation and temporary workspaces are
+// not in the estimates above; 10% of the GPU's memory is the margin the issue sets for them.
+inline constexpr double kHeadroom = 0.10;
+// bytes fit when they take at most (1 - kHeadroom) of the GPU's memory.
+bool fits(double bytes, double gpu_memory);
+
+// Forward and backward cost 6 FLOPs per parameter per token (Kaplan et al., arXiv:2001.08361, Sec. 2.1):
+// 6 * P * tokens / flops_per_s seconds on one GPU.
+double compute_seconds(double params, double tokens, double flops_per_s);
+
+}  // namespace dtrain::plan

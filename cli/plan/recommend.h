@@ -1,0 +1,37 @@
+#pragma once
+
+// The advice `dtrain plan` ends with, following the guide's rules: a model that fits runs plain DDP with mixed
+// precision and a large batch; a large one shards (ZeRO / FSDP); a very large one adds tensor parallelism within a
+// node and pipeline stages across nodes; several nodes want NCCL over InfiniBand with bucketed, overlapped
+// gradients. Each reason carries the numbers it rests on.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/plan/advisor.h"
+
+namespace dtrain::plan {
+
+struct Recommendation {
+  std::optional<Evaluation> choice;    // nullopt: no layout fits
+  std::vector<std::string> reasons;    // why this one, in the order they apply
+  std::vector<std::string> trainer_args;  // dtrain-trainer's flags for it; empty when it needs TP or PP
+  std::vector<std::string> spec_lines;    // job-spec lines (YAML) that run it
+};
+
+// strategies: data_parallel_strategies(request); search: model_parallel_search(request), consulted only when no
+// strategy fits.
+Recommendation recommend(const PlanRequest& request, const std::vector<Evaluation>& strategies,
+                         const std::vector<Evaluation>& search);
+
+// Everything `dtrain plan` prints, as text or JSON (render.h).
+struct PlanReport {
+  PlanRequest request;
+  std::vector<Evaluation> strategies;  // DDP and ZeRO-1..3 at --tp/--pp
+  std::vector<Evaluation> search;      // the model-parallel layouts (empty with --tp/--pp or without a shape)
+  Recommendation recommendation;
+};
+PlanReport make_report(const PlanRequest& request);
+
+}  // namespace dtrain::plan

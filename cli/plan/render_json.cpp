@@ -1,0 +1,100 @@
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/plan/render.h"
+
+namespace dtrain::plan {
+namespace {
+
+using nlohmann::json;
+
+// Byte counts as whole numbers (the formulas give fractions of a byte only through P/N).
+json bytes(double value) { return static_cast<long long>(std::llround(value)); }
+
+json optional_seconds(const std::optional<double>& s) { return s ? json(*s) : json(nullptr); }
+
+json request_json(const PlanRequest& r) {
+  const Workload& w = r.workload;
+  const Cluster& c = r.cluster;
+  json shape = nullptr;
+  if (w.shape)
+    shape = {{"layers", w.shape->layers}, {"hidden", w.shape->hidden}, {"heads", w.shape->heads},
+             {"seq_len", w.shape->seq_len}, {"micro_batch", w.shape->micro_batch}};
+  auto bandwidth = [](const std::optional<double>& bw) { return bw ? json(*bw) : json(nullptr); };
+  return {{"params", w.params},
+          {"model", w.model_name.empty() ? json(nullptr) : json(w.model_name)},
+          {"precision", precision_name(w.precision)},
+          {"shape", shape},
+          {"micro_batch", w.micro_batch},
+          {"global_batch", w.global_batch ? json(*w.global_batch) : json(nullptr)},
+          {"gpus", c.gpus},
+          {"gpus_per_node", c.gpus_per_node},
+          {"nodes", c.nodes()},
+          {"gpu_memory_bytes", bytes(c.gpu_memory)},
+          {"usable_bytes", bytes((1 - kHeadroom) * c.gpu_memory)},
+          {"intra_node_bw_bytes_per_s", bandwidth(c.intra_node_bw)},
+          {"inter_node_bw_bytes_per_s", bandwidth(c.inter_node_bw)},
+          {"gpu_flops", bandwidth(c.gpu_flops)},
+          {"bottleneck", bottleneck_name(r.bottleneck)}};
+}
+
+json evaluation_json(const Evaluation& e) {
+  json trainer = nullptr;
+  if (e.trainer)
+    trainer = {{"params_bytes", e.trainer->params}, {"grads_bytes", e.trainer->grads},
+               {"optim_bytes", e.trainer->optim},
+               {"model_states_bytes", e.trainer->params + e.trainer->grads + e.trainer->optim}};
+  json scaling = nullptr;
+  if (e.scaling)
+    scaling = {{"ideal_compute_s", e.scaling->ideal_s}, {"compute_s", e.scaling->compute_s},
+               {"efficiency_serial", e.scaling->efficiency_serial},
+               {"efficiency_overlap", e.scaling->efficiency_overlap}};
+  return {{"name", layout_name(e.layout)},
+          {"zero_stage", e.layout.stage},
+          {"tp", e.layout.tp},
+          {"pp", e.layout.pp},
+          {"dp", e.dp},
+          {"memory",
+           {{"params_bytes", bytes(e.states.params)},
+            {"grads_bytes", bytes(e.states.grads)},
+            {"optim_bytes", bytes(e.states.optim)},
+            {"model_states_bytes", bytes(e.states.total())},
+            {"activations_bytes", e.activations ? bytes(*e.activations) : json(nullptr)},
+            {"total_bytes", bytes(e.total)},
+            {"fits", e.fits}}},
+          {"trainer", trainer},
+          {"accumulation",
+           {{"micro_steps", e.accumulation.micro_steps},
+            {"global_batch", e.accumulation.global_batch},
+            {"exact", e.accumulation.exact}}},
+          {"pipeline_bubble", e.bubble},
+          {"comm",
+           {{"data_parallel_bytes", bytes(e.comm.data_parallel)},
+            {"tensor_parallel_bytes", bytes(e.comm.tensor_parallel)},
+            {"pipeline_bytes", bytes(e.comm.pipeline)},
+            {"data_parallel_crosses_nodes", e.comm.data_parallel_crosses_nodes},
+            {"pipeline_crosses_nodes", e.comm.pipeline_crosses_nodes},
+            {"seconds", optional_seconds(e.comm.seconds)}}},
+          {"scaling", scaling}};
+}
+
+}  // namespace
+
+std::string render_json(const PlanReport& report) {
+  json strategies = json::array(), search = json::array();
+  for (const Evaluation& e : report.strategies) strategies.push_back(evaluation_json(e));
+  for (const Evaluation& e : report.search) search.push_back(evaluation_json(e));
+  const Recommendation& rec = report.recommendation;
+  json recommendation = {{"strategy", rec.choice ? evaluation_json(*rec.choice) : json(nullptr)},
+                         {"reasons", rec.reasons},
+                         {"trainer_args", rec.trainer_args},
+                         {"job_spec", rec.spec_lines}};
+  json out = {{"request", request_json(report.request)},
+              {"strategies", strategies},
+              {"search", search},
+              {"recommendation", recommendation}};
+  return out.dump(2) + "\n";
+}
+
+}  // namespace dtrain::plan

@@ -1,0 +1,119 @@
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+
+#include "cli/plan/render.h"
+#include "cli/plan/units.h"
+
+namespace dtrain::plan {
+namespace {
+
+std::string line(const char* format, ...) __attribute__((format(printf, 1, 2)));
+std::string line(const char* format, ...) {
+  char text[1024];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(text, sizeof text, format, args);
+  va_end(args);
+  return std::string(text) + "\n";
+}
+
+std::string header(const PlanRequest& r) {
+  const Workload& w = r.workload;
+  const Cluster& c = r.cluster;
+  std::string out = line("dtrain plan: %.4g parameters%s%s, %s, %d GPU(s) (%d node(s) x %d), %s each (%s usable with "
+                         "10%% headroom)",
+                         w.params, w.model_name.empty() ? "" : " of ", w.model_name.c_str(),
+                         precision_name(w.precision), c.gpus, c.nodes(), c.gpus_per_node,
+                         format_gb(c.gpu_memory).c_str(), format_gb((1 - kHeadroom) * c.gpu_memory).c_str());
+  if (w.shape) {
+    const Shape& s = *w.shape;
+    out += line("shape: %d layers, hidden %d, %d heads, sequence %d, micro-batch %d", s.layers, s.hidden, s.heads,
+                s.seq_len, s.micro_batch);
+  } else {
+    out += line("activations not counted: give --layers --hidden --heads --seq-len (or --model)");
+  }
+  return out;
+}
+
+std::string table_head() {
+  return line("%-28s %5s %10s %10s %10s %10s %10s %10s %-4s %6s %10s %10s", "strategy", "dp", "params", "grads",
+              "optim", "states", "activ.", "total", "fits", "accum", "comm/GPU", "comm time");
+}
+
+std::string row(const Evaluation& e) {
+  return line("%-28s %5d %10s %10s %10s %10s %10s %10s %-4s %6lld %10s %10s", layout_name(e.layout).c_str(), e.dp,
+              format_gb(e.states.params).c_str(), format_gb(e.states.grads).c_str(),
+              format_gb(e.states.optim).c_str(), format_gb(e.states.total()).c_str(),
+              e.activations ? format_gb(*e.activations).c_str() : "-", format_gb(e.total).c_str(),
+              e.fits ? "yes" : "no", e.accumulation.micro_steps, format_gb(e.comm.bytes()).c_str(),
+              e.comm.seconds ? format_seconds(*e.comm.seconds).c_str() : "-");
+}
+
+std::string trainer_table(const PlanReport& report) {
+  std::string out = line("\ndtrain-trainer's own accounting (its --metrics mem_*_bytes per rank; fp32 gradients, "
+                         "widened fp32 tensors at stages 1-2: README \"Mixed precision\"):");
+  out += line("%-12s %14s %14s %14s %14s", "strategy", "params", "grads", "optim", "total");
+  for (const Evaluation& e : report.strategies) {
+    if (!e.trainer) {
+      out += line("%-12s %14s   (dtrain-trainer reports no mem_* metrics at --zero 0)", layout_name(e.layout).c_str(),
+                  "-");
+      continue;
+    }
+    const auto& t = *e.trainer;
+    out += line("%-12s %14llu %14llu %14llu %14llu", layout_name(e.layout).c_str(),
+                static_cast<unsigned long long>(t.params), static_cast<unsigned long long>(t.grads),
+                static_cast<unsigned long long>(t.optim),
+                static_cast<unsigned long long>(t.params + t.grads + t.optim));
+  }
+  return out;
+}
+
+std::string search_table(const PlanReport& report) {
+  constexpr int kShown = 12;  // a screenful; --json lists every layout
+  std::string out;
+  int shown = 0, fitting = 0;
+  for (const Evaluation& e : report.search) {
+    if (!e.fits) continue;
+    ++fitting;
+    if (shown < kShown) {
+      out += row(e);
+      ++shown;
+    }
+  }
+  std::string head = line("\nwith tensor parallelism (within a node) and pipeline stages, %d of %zu layouts fit:",
+                          fitting, report.search.size());
+  if (fitting > shown) out += line("(%d more fit; --json lists every layout)", fitting - shown);
+  return head + (fitting ? table_head() + out : std::string());
+}
+
+std::string recommendation(const PlanReport& report) {
+  const Recommendation& rec = report.recommendation;
+  std::string out = rec.choice ? line("\nrecommended: %s", layout_name(rec.choice->layout).c_str())
+                               : line("\nrecommended: nothing fits");
+  for (const std::string& reason : rec.reasons) out += "  - " + reason + "\n";
+  if (!rec.trainer_args.empty()) {
+    std::string args = "dtrain-trainer";
+    for (const std::string& arg : rec.trainer_args) args += " " + arg;
+    out += line("\ndtrain-trainer flags:\n  %s", args.c_str());
+  }
+  if (!rec.spec_lines.empty()) {
+    out += "\njob spec:\n";
+    for (const std::string& spec : rec.spec_lines) out += "  " + spec + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string render_text(const PlanReport& report) {
+  std::string out = header(report.request) + "\n" + table_head();
+  for (const Evaluation& e : report.strategies) out += row(e);
+  if (report.request.trainer_accounting) out += trainer_table(report);
+  const bool any_fits = std::any_of(report.strategies.begin(), report.strategies.end(),
+                                    [](const Evaluation& e) { return e.fits; });
+  if (!any_fits && !report.search.empty()) out += search_table(report);
+  return out + recommendation(report);
+}
+
+}  // namespace dtrain::plan

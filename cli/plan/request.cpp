@@ -1,0 +1,189 @@
+#include "cli/plan/request.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "cli/plan/trainer_model.h"
+#include "cli/plan/units.h"
+
+namespace dtrain::plan {
+namespace {
+
+// Bounds that keep every product below in range of a double's exact integers and a search short; far above any
+// real model or cluster.
+constexpr long long kMaxGpus = 1 << 20;
+constexpr long long kMaxGpusPerNode = 1024;
+constexpr long long kMaxDimension = 10'000'000;  // layers, hidden, heads, sequence, vocabulary, micro-batch
+constexpr double kMaxParams = 1e16;
+
+Status refuse(std::string message) { return {StatusCode::invalid_argument, std::move(message)}; }
+
+template <class T>
+Status check_range(const std::optional<T>& value, const char* flag, long long max) {
+  if (!value) return {};
+  if (*value < 1 || *value > max)
+    return refuse(std::string(flag) + " " + std::to_string(*value) + ": must be a whole number from 1 to " +
+                  std::to_string(max));
+  return {};
+}
+
+Status check_positive(const std::optional<double>& value, const char* flag, const char* example) {
+  if (value && (!std::isfinite(*value) || *value <= 0))
+    return refuse(std::string(flag) + " " + std::to_string(*value) + ": must be a positive number, e.g. " + flag +
+                  " " + example);
+  return {};
+}
+
+Status check_numbers(const PlanArgs& a) {
+  for (const auto& [value, flag] : {std::pair{a.layers, "--layers"}, {a.hidden, "--hidden"}, {a.heads, "--heads"},
+                                    {a.seq_len, "--seq-len"}, {a.vocab, "--vocab"}, {a.micro_batch, "--micro-batch"},
+                                    {a.tp, "--tp"}, {a.pp, "--pp"}}) {
+    if (Status s = check_range(value, flag, kMaxDimension); !s.ok()) return s;
+  }
+  if (Status s = check_range(a.gpus, "--gpus", kMaxGpus); !s.ok()) return s;
+  if (Status s = check_range(a.gpus_per_node, "--gpus-per-node", kMaxGpusPerNode); !s.ok()) return s;
+  if (Status s = check_range(a.global_batch, "--global-batch", 1'000'000'000'000LL); !s.ok()) return s;
+  if (Status s = check_positive(a.params, "--params", "7.5e9"); !s.ok()) return s;
+  if (a.params && *a.params > kMaxParams) return refuse("--params " + std::to_string(*a.params) + ": above 1e16");
+  if (Status s = check_positive(a.intra_node_bw_gbs, "--intra-node-bw", "200 (GB/s)"); !s.ok()) return s;
+  if (Status s = check_positive(a.inter_node_bw_gbs, "--inter-node-bw", "25 (GB/s)"); !s.ok()) return s;
+  return check_positive(a.gpu_tflops, "--gpu-tflops", "400");
+}
+
+// The trainer's model from a preset, or from a whole shape with --vocab (positions = --seq-len).
+Result<std::optional<trainer::GptConfig>> trainer_config(const PlanArgs& a) {
+  if (a.model) {
+    try {
+      return {{}, trainer::GptConfig::preset(*a.model)};
+    } catch (const std::invalid_argument& e) {
+      return {refuse(std::string("--model: ") + e.what())};
+    }
+  }
+  if (!a.vocab || !a.layers || !a.hidden || !a.heads || !a.seq_len) return {{}, std::nullopt};
+  trainer::GptConfig c{*a.seq_len, *a.vocab, trainer::GptConfig::pad_vocab(*a.vocab), *a.layers, *a.heads, *a.hidden};
+  return {{}, c};
+}
+
+Status check_shape_flags(const PlanArgs& a) {
+  const bool any = a.layers || a.hidden || a.heads;
+  if (a.model && (any || a.vocab))
+    return refuse("--model " + *a.model + " already gives the shape; drop --layers/--hidden/--heads/--vocab, or "
+                  "drop --model and give the whole shape");
+  if (a.model && a.params)
+    return refuse("--params and --model both give the model's size; give one of them");
+  if (a.vocab && a.params)
+    return refuse("--vocab makes the shape dtrain-trainer's model, whose size follows from it; drop --params or "
+                  "--vocab");
+  if (any && !(a.layers && a.hidden && a.heads && a.seq_len))
+    return refuse("the shape is incomplete: --layers, --hidden, --heads and --seq-len go together (missing " +
+                  std::string(!a.layers ? "--layers" : !a.hidden ? "--hidden" : !a.heads ? "--heads" : "--seq-len") +
+                  ")");
+  if (a.hidden && a.heads && *a.hidden % *a.heads != 0)
+    return refuse("--hidden " + std::to_string(*a.hidden) + " is not a multiple of --heads " +
+                  std::to_string(*a.heads) + "; the head size is hidden / heads");
+  if (!a.params && !a.model && !(any && a.vocab))
+    return refuse("give the model's size: --params 7.5e9, or --model tiny|gpt2-124m (dtrain-trainer's presets), or "
+                  "the shape --layers --hidden --heads --seq-len with --vocab");
+  return {};
+}
+
+Result<Workload> make_workload(const PlanArgs& a) {
+  if (Status s = check_shape_flags(a); !s.ok()) return {s};
+  Workload w;
+  if (a.precision == "fp32") w.precision = Precision::fp32;
+  else if (a.precision == "bf16") w.precision = Precision::bf16;
+  else if (a.precision == "fp16") w.precision = Precision::fp16;
+  else return {refuse("--precision " + a.precision + ": use bf16, fp16 or fp32")};
+  w.micro_batch = a.micro_batch.value_or(1);
+  w.global_batch = a.global_batch;
+  auto config = trainer_config(a);
+  if (!config.ok()) return {config.status};
+  w.trainer = config.value;
+  w.model_name = a.model.value_or("");
+  if (w.trainer && a.model) {
+    const trainer::GptConfig& c = *w.trainer;
+    const int seq = a.seq_len.value_or(c.max_seq_len);
+    if (seq > c.max_seq_len)
+      return {refuse("--seq-len " + std::to_string(seq) + " is longer than " + *a.model + "'s " +
+                     std::to_string(c.max_seq_len) + " positions")};
+    w.shape = Shape{c.num_layers, c.channels, c.num_heads, seq, w.micro_batch};
+  } else if (a.layers) {
+    w.shape = Shape{*a.layers, *a.hidden, *a.heads, *a.seq_len, w.micro_batch};
+  }
+  w.params = a.params ? *a.params : static_cast<double>(trainer_params(*w.trainer));
+  return {{}, w};
+}
+
+Result<Cluster> make_cluster(const PlanArgs& a) {
+  if (!a.gpus) return {refuse("--gpus is required: how many GPUs the job gets, e.g. --gpus 64")};
+  Cluster c;
+  c.gpus = *a.gpus;
+  c.gpus_per_node = a.gpus_per_node.value_or(std::min(8, c.gpus));
+  if (c.gpus > c.gpus_per_node && c.gpus % c.gpus_per_node != 0)
+    return {refuse("--gpus " + std::to_string(c.gpus) + " is not a whole number of nodes of --gpus-per-node " +
+                   std::to_string(c.gpus_per_node))};
+  c.gpus_per_node = std::min(c.gpus_per_node, c.gpus);
+  auto memory = parse_bytes(a.gpu_memory);
+  if (!memory.ok()) return {refuse("--gpu-memory " + memory.status.message())};
+  c.gpu_memory = memory.value;
+  if (a.intra_node_bw_gbs) c.intra_node_bw = *a.intra_node_bw_gbs * 1e9;
+  if (a.inter_node_bw_gbs) c.inter_node_bw = *a.inter_node_bw_gbs * 1e9;
+  if (a.gpu_tflops) c.gpu_flops = *a.gpu_tflops * 1e12;
+  return {{}, c};
+}
+
+Status check_parallel(const PlanArgs& a, const Workload& w, const Cluster& c) {
+  const int tp = a.tp.value_or(1), pp = a.pp.value_or(1);
+  if (a.tp && tp > c.gpus_per_node)
+    return refuse("--tp " + std::to_string(tp) + " is more than the " + std::to_string(c.gpus_per_node) +
+                  " GPUs of a node: tensor parallelism allreduces every layer and stays within a node; use --pp "
+                  "across nodes");
+  if (a.tp && w.shape && w.shape->heads % tp != 0)
+    return refuse("--tp " + std::to_string(tp) + " does not divide the " + std::to_string(w.shape->heads) +
+                  " attention heads; Megatron splits whole heads: pick a divisor of the heads");
+  if (a.pp && w.shape && w.shape->layers % pp != 0)
+    return refuse("--pp " + std::to_string(pp) + " does not divide the " + std::to_string(w.shape->layers) +
+                  " layers; pick a divisor so every stage holds as many layers");
+  if (c.gpus % (tp * pp) != 0)
+    return refuse("--tp " + std::to_string(tp) + " x --pp " + std::to_string(pp) + " = " + std::to_string(tp * pp) +
+                  " does not divide --gpus " + std::to_string(c.gpus) + "; the rest of the GPUs are data-parallel");
+  if ((a.tp || a.pp) && !w.shape && (tp > 1 || pp > 1))
+    return refuse("--tp and --pp need the layer shape (--model, or --layers --hidden --heads --seq-len)");
+  if (a.trainer_accounting && !w.trainer)
+    return refuse("--trainer-accounting needs dtrain-trainer's model: --model tiny|gpt2-124m, or --layers "
+                  "--hidden --heads --seq-len with --vocab");
+  return {};
+}
+
+}  // namespace
+
+const char* bottleneck_name(Bottleneck bottleneck) {
+  switch (bottleneck) {
+    case Bottleneck::speed: return "speed";
+    case Bottleneck::memory: return "memory";
+    case Bottleneck::communication: return "communication";
+  }
+  return "?";
+}
+
+Result<PlanRequest> make_request(const PlanArgs& args) {
+  if (Status s = check_numbers(args); !s.ok()) return {s};
+  auto workload = make_workload(args);
+  if (!workload.ok()) return {workload.status};
+  auto cluster = make_cluster(args);
+  if (!cluster.ok()) return {cluster.status};
+  if (Status s = check_parallel(args, workload.value, cluster.value); !s.ok()) return {s};
+  PlanRequest r;
+  r.workload = workload.value;
+  r.cluster = cluster.value;
+  r.tp = args.tp;
+  r.pp = args.pp;
+  r.trainer_accounting = args.trainer_accounting;
+  if (args.bottleneck == "speed") r.bottleneck = Bottleneck::speed;
+  else if (args.bottleneck == "memory") r.bottleneck = Bottleneck::memory;
+  else if (args.bottleneck == "communication") r.bottleneck = Bottleneck::communication;
+  else return {refuse("--bottleneck " + args.bottleneck + ": use memory, speed or communication")};
+  return {{}, r};
+}
+
+}  // namespace dtrain::plan

@@ -1,0 +1,69 @@
+#pragma once
+
+// What `dtrain plan` is asked: the command line as given (PlanArgs) checked into a model, a cluster and the
+// options of the search (PlanRequest). Every refusal names the flag, the value and what to give instead.
+
+#include <optional>
+#include <string>
+
+#include "cli/plan/formulas.h"
+#include "common/status.h"
+#include "trainer/model/config.h"
+
+namespace dtrain::plan {
+
+// What the user says limits the run today; it orders the strategies that fit (advisor.h).
+enum class Bottleneck { speed, memory, communication };
+const char* bottleneck_name(Bottleneck bottleneck);
+
+struct Cluster {
+  int gpus = 0;
+  int gpus_per_node = 0;
+  double gpu_memory = 0;                // bytes per GPU
+  std::optional<double> intra_node_bw;  // bytes/s per GPU within a node (busbw of `dtrain bench allreduce`)
+  std::optional<double> inter_node_bw;  // bytes/s per GPU across nodes (the same, measured across nodes)
+  std::optional<double> gpu_flops;      // achieved FLOP/s per GPU, for compute time and scaling
+  int nodes() const { return (gpus + gpus_per_node - 1) / gpus_per_node; }
+};
+
+struct Workload {
+  double params = 0;                           // P
+  Precision precision = Precision::bf16;
+  int micro_batch = 1;                         // b, sequences per GPU per micro-step
+  std::optional<Shape> shape;                  // the layer shape, when known (activations, TP, PP)
+  std::optional<long long> global_batch;       // sequences per optimizer step
+  std::optional<trainer::GptConfig> trainer;   // dtrain-trainer's model, when it is one (preset or shape + vocab)
+  std::string model_name;                      // the preset, or "" for a size or shape
+};
+
+struct PlanRequest {
+  Workload workload;
+  Cluster cluster;
+  std::optional<int> tp;  // fixed by --tp, else searched
+  std::optional<int> pp;  // fixed by --pp, else searched
+  Bottleneck bottleneck = Bottleneck::speed;
+  bool trainer_accounting = false;
+};
+
+// The command line; an unset optional was not given.
+struct PlanArgs {
+  std::optional<double> params;
+  std::optional<std::string> model;
+  std::optional<int> gpus;
+  std::optional<int> gpus_per_node;
+  std::string gpu_memory = "80GB";
+  std::string precision = "bf16";
+  std::optional<int> layers, hidden, heads, seq_len, vocab;
+  std::optional<int> micro_batch;
+  std::optional<long long> global_batch;
+  std::optional<double> intra_node_bw_gbs, inter_node_bw_gbs;  // GB/s
+  std::optional<double> gpu_tflops;
+  std::optional<int> tp, pp;
+  std::string bottleneck = "speed";
+  bool trainer_accounting = false;
+};
+
+// Checks the arguments. Failures are invalid_argument with a message for the user (the command exits 2).
+Result<PlanRequest> make_request(const PlanArgs& args);
+
+}  // namespace dtrain::plan

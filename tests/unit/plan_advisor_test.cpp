@@ -1,0 +1,244 @@
+// `dtrain plan`'s request checks, evaluation, search and recommendation (cli/plan/{request,advisor,recommend}.h).
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "cli/plan/advisor.h"
+#include "cli/plan/recommend.h"
+#include "cli/plan/render.h"
+#include "cli/plan/request.h"
+
+using namespace dtrain::plan;
+
+namespace {
+
+PlanRequest request(const PlanArgs& args) {
+  const auto r = make_request(args);
+  REQUIRE_MESSAGE(r.ok(), r.status.message());
+  return r.value;
+}
+
+PlanArgs paper() {
+  PlanArgs a;
+  a.params = 7.5e9;
+  a.gpus = 64;
+  return a;
+}
+
+std::string refusal(const PlanArgs& args) {
+  const auto r = make_request(args);
+  CHECK_FALSE(r.ok());
+  CHECK(r.status.code() == dtrain::StatusCode::invalid_argument);
+  return r.status.message();
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("request: defaults are 8 GPUs a node, 80 GB, bf16, micro-batch 1") {
+  const PlanRequest r = request(paper());
+  CHECK(r.cluster.gpus_per_node == 8);
+  CHECK(r.cluster.nodes() == 8);
+  CHECK(r.cluster.gpu_memory == 80e9);
+  CHECK(r.workload.precision == Precision::bf16);
+  CHECK(r.workload.micro_batch == 1);
+  CHECK_FALSE(r.workload.shape.has_value());
+  PlanArgs few = paper();
+  few.gpus = 2;
+  CHECK(request(few).cluster.gpus_per_node == 2);
+}
+
+TEST_CASE("request: a preset is dtrain-trainer's model, with its size and shape") {
+  PlanArgs a;
+  a.model = "gpt2-124m";
+  a.gpus = 8;
+  const PlanRequest r = request(a);
+  CHECK(r.workload.params == 124475904);  // llm.c's GPT-2 small with Vp = 50304
+  REQUIRE(r.workload.shape.has_value());
+  CHECK(r.workload.shape->seq_len == 1024);
+  CHECK(r.workload.shape->layers == 12);
+}
+
+TEST_CASE("request: bad input is refused with the flag, the value and the fix") {
+  PlanArgs a = paper();
+  a.gpus = 0;
+  CHECK(contains(refusal(a), "--gpus 0: must be a whole number from 1"));
+  a = paper();
+  a.params = -1;
+  CHECK(contains(refusal(a), "--params"));
+  a = paper();
+  a.gpu_memory = "lots";
+  CHECK(contains(refusal(a), "--gpu-memory 'lots' is not a size"));
+  a = paper();
+  a.precision = "int8";
+  CHECK(contains(refusal(a), "--precision int8: use bf16, fp16 or fp32"));
+  a = paper();
+  a.bottleneck = "disk";
+  CHECK(contains(refusal(a), "--bottleneck disk"));
+  a = paper();
+  a.params.reset();
+  CHECK(contains(refusal(a), "give the model's size"));
+  a.model = "gpt5";
+  CHECK(contains(refusal(a), "unknown model preset 'gpt5'"));
+  a = paper();
+  a.layers = 32;
+  a.hidden = 4096;
+  CHECK(contains(refusal(a), "missing --heads"));
+  a.heads = 32;
+  a.seq_len = 2048;
+  a.tp = 3;
+  CHECK(contains(refusal(a), "--tp 3 does not divide the 32 attention heads"));
+  a.tp = 16;
+  CHECK(contains(refusal(a), "--tp 16 is more than the 8 GPUs of a node"));
+  a.tp = 4;
+  a.pp = 5;
+  CHECK(contains(refusal(a), "--pp 5 does not divide the 32 layers"));
+  a.pp = 32;
+  CHECK(contains(refusal(a), "= 128 does not divide --gpus 64"));
+  a = paper();
+  a.gpus = 12;
+  CHECK(contains(refusal(a), "not a whole number of nodes"));
+  a = paper();
+  a.trainer_accounting = true;
+  CHECK(contains(refusal(a), "--trainer-accounting needs dtrain-trainer's model"));
+}
+
+TEST_CASE("evaluate: the paper's example without a shape: DDP does not fit 80 GB, ZeRO-1 does and is chosen") {
+  const PlanReport report = make_report(request(paper()));
+  REQUIRE(report.strategies.size() == 4);
+  CHECK_FALSE(report.strategies[0].fits);  // 120 GB
+  CHECK(report.strategies[1].fits);        // 31.4 GB
+  CHECK_FALSE(report.strategies[0].activations.has_value());
+  REQUIRE(report.recommendation.choice.has_value());
+  CHECK(report.recommendation.choice->layout.stage == 1);
+  const std::string reasons = [&] {
+    std::string all;
+    for (const auto& r : report.recommendation.reasons) all += r + "\n";
+    return all;
+  }();
+  CHECK(contains(reasons, "DDP does not fit: it needs 120.0 GB"));
+  CHECK(contains(reasons, "ZeRO-1 shards the optimizer state over 64 ranks"));
+  CHECK(contains(reasons, "8 nodes: NCCL over InfiniBand"));
+  CHECK(report.recommendation.trainer_args == std::vector<std::string>{"--zero", "1", "--precision", "bf16",
+                                                                         "--batch-size", "1", "--grad-accum", "1"});
+}
+
+TEST_CASE("evaluate: --bottleneck memory picks the layout with the most memory left") {
+  PlanArgs a = paper();
+  a.bottleneck = "memory";
+  const PlanReport report = make_report(request(a));
+  CHECK(report.recommendation.choice->layout.stage == 3);
+}
+
+TEST_CASE("evaluate: a model that fits runs DDP; communication time at the given bandwidths") {
+  PlanArgs a;
+  a.params = 1e9;
+  a.gpus = 8;
+  a.layers = 16;
+  a.hidden = 2048;
+  a.heads = 16;
+  a.seq_len = 1024;
+  a.micro_batch = 4;
+  a.global_batch = 32;
+  a.intra_node_bw_gbs = 100;
+  a.gpu_tflops = 100;
+  const PlanReport report = make_report(request(a));
+  const Evaluation& ddp = report.strategies[0];
+  CHECK(ddp.fits);
+  CHECK(report.recommendation.choice->layout.stage == 0);
+  // 2 x 7/8 x 2e9 bytes = 3.5e9 within the node at 100 GB/s.
+  CHECK(ddp.comm.data_parallel == doctest::Approx(3.5e9));
+  CHECK_FALSE(ddp.comm.data_parallel_crosses_nodes);
+  REQUIRE(ddp.comm.seconds.has_value());
+  CHECK(*ddp.comm.seconds == doctest::Approx(0.035));
+  // 32 sequences = 4 x 8 x 1 micro-step; 6 * 1e9 * 32 * 1024 / 8 / 1e14 = 0.24576 s of compute per GPU.
+  CHECK(ddp.accumulation.micro_steps == 1);
+  REQUIRE(ddp.scaling.has_value());
+  CHECK(ddp.scaling->ideal_s == doctest::Approx(0.24576));
+  CHECK(ddp.scaling->efficiency_serial == doctest::Approx(0.24576 / (0.24576 + 0.035)));
+  CHECK(ddp.scaling->efficiency_overlap == doctest::Approx(1.0));
+  // 16 layers x 8,388,608 x (34 + 5*16*1024/2048 = 40) = 9,932,111,872 bytes of activations.
+  CHECK(*ddp.activations == doctest::Approx(16 * 8388608.0 * 74));
+}
+
+TEST_CASE("evaluate: data parallelism across nodes uses the inter-node bandwidth, or says it has none") {
+  PlanArgs a;
+  a.params = 1e9;
+  a.gpus = 16;
+  a.intra_node_bw_gbs = 100;
+  const Evaluation without = make_report(request(a)).strategies[0];
+  CHECK(without.comm.data_parallel_crosses_nodes);
+  CHECK_FALSE(without.comm.seconds.has_value());
+  a.inter_node_bw_gbs = 10;
+  const Evaluation with = make_report(request(a)).strategies[0];
+  // 2 x 15/16 x 2e9 = 3.75e9 bytes at 10 GB/s.
+  CHECK(*with.comm.seconds == doctest::Approx(0.375));
+}
+
+TEST_CASE("evaluate: a global batch that the data-parallel ranks do not divide is rounded up and said so") {
+  PlanArgs a = paper();
+  a.micro_batch = 4;
+  a.global_batch = 1000;  // 4 x 64 = 256 a micro-step: 4 micro-steps, 1024
+  const PlanReport report = make_report(request(a));
+  CHECK(report.strategies[1].accumulation.micro_steps == 4);
+  CHECK(report.strategies[1].accumulation.global_batch == 1024);
+  std::string all;
+  for (const auto& r : report.recommendation.reasons) all += r;
+  CHECK(contains(all, "--global-batch 1000 is not a multiple of 256"));
+}
+
+TEST_CASE("search: a model ZeRO-3 alone cannot hold gets tensor and pipeline parallelism, not dtrain-trainer") {
+  // 175e9 parameters, 96 layers of h = 12288, a = 96, s = 2048: one layer's activations are
+  // 25,165,824 x 114 = 2.87 GB, 275 GB for all 96, so no data-parallel layout fits 80 GB.
+  PlanArgs a;
+  a.params = 175e9;
+  a.gpus = 64;
+  a.layers = 96;
+  a.hidden = 12288;
+  a.heads = 96;
+  a.seq_len = 2048;
+  const PlanReport report = make_report(request(a));
+  for (const Evaluation& e : report.strategies) CHECK_FALSE(e.fits);
+  REQUIRE(report.recommendation.choice.has_value());
+  const Evaluation& c = *report.recommendation.choice;
+  CHECK(c.layout.tp * c.layout.pp > 1);
+  CHECK(c.fits);
+  CHECK(c.layout.tp <= 8);
+  CHECK(report.recommendation.trainer_args.empty());
+  CHECK(contains(report.recommendation.spec_lines.back(), "--tensor-model-parallel-size"));
+  // The text shows the search only because nothing else fits; JSON carries the same layout.
+  CHECK(contains(render_text(report), "with tensor parallelism (within a node) and pipeline stages"));
+  CHECK(contains(render_json(report), "\"name\": \"" + layout_name(c.layout) + "\""));
+}
+
+TEST_CASE("search: with --tp and --pp fixed, the strategies use them and nothing is searched") {
+  PlanArgs a;
+  a.params = 175e9;
+  a.gpus = 64;
+  a.layers = 96;
+  a.hidden = 12288;
+  a.heads = 96;
+  a.seq_len = 2048;
+  a.tp = 8;
+  a.pp = 8;
+  const PlanReport report = make_report(request(a));
+  CHECK(report.search.empty());
+  REQUIRE(report.strategies.size() == 2);  // stages 0 and 1 with a pipeline
+  CHECK(report.strategies[0].dp == 1);
+  // States: 16 x 175e9 / 64 = 43.75 GB; one micro-batch through 12 layers at t = 8: 12 x 25,165,824 x 23.
+  CHECK(report.strategies[0].states.total() == doctest::Approx(43.75e9));
+  CHECK(*report.strategies[0].activations == doctest::Approx(12 * 25165824.0 * 23));
+  CHECK(report.strategies[0].bubble == doctest::Approx(7.0 / 8));
+}
+
+TEST_CASE("nothing fits: the recommendation says so and names the least it would take") {
+  PlanArgs a;
+  a.params = 1e12;
+  a.gpus = 1;
+  const PlanReport report = make_report(request(a));
+  CHECK_FALSE(report.recommendation.choice.has_value());
+  CHECK(contains(report.recommendation.reasons.front(), "nothing fits"));
+  CHECK(contains(render_text(report), "recommended: nothing fits"));
+}

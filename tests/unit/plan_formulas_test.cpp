@@ -1,0 +1,147 @@
+// The formulas of `dtrain plan` (cli/plan/formulas.h) against numbers worked out by hand in each case's comment.
+
+#include <doctest/doctest.h>
+
+#include <stdexcept>
+
+#include "cli/plan/formulas.h"
+#include "cli/plan/trainer_model.h"
+#include "cli/plan/units.h"
+
+using namespace dtrain::plan;
+
+namespace {
+
+// The ZeRO paper's Fig. 1 example: 7.5B parameters on 64 GPUs, K = 12.
+constexpr double kPaperParams = 7.5e9;
+constexpr int kPaperGpus = 64;
+
+// GPT-3 2.7B-like layer: s = 2048, b = 1, h = 4096, a = 32 (5as/h = 80; s*b*h = 8,388,608).
+const Shape kLayer{32, 4096, 32, 2048, 1};
+
+}  // namespace
+
+TEST_CASE("zero_model_states: the ZeRO paper's example gives 120, 31.4, 16.6 and 1.9 GB per GPU") {
+  const char* const expected[] = {"120.0 GB", "31.4 GB", "16.6 GB", "1.9 GB"};
+  for (int stage = 0; stage <= 3; ++stage) {
+    CAPTURE(stage);
+    CHECK(format_gb(zero_model_states(stage, Precision::bf16, kPaperParams, kPaperGpus).total()) == expected[stage]);
+  }
+  // Exactly: 16P; 4P + 12P/64; 2P + 14P/64; 16P/64.
+  CHECK(zero_model_states(0, Precision::bf16, kPaperParams, 64).total() == doctest::Approx(120e9));
+  CHECK(zero_model_states(1, Precision::bf16, kPaperParams, 64).total() == doctest::Approx(31.40625e9));
+  CHECK(zero_model_states(2, Precision::bf16, kPaperParams, 64).total() == doctest::Approx(16.640625e9));
+  CHECK(zero_model_states(3, Precision::bf16, kPaperParams, 64).total() == doctest::Approx(1.875e9));
+  // The split at stage 1: 2P params, 2P grads, 12P/N optimizer.
+  const ModelStates one = zero_model_states(1, Precision::fp16, kPaperParams, 64);
+  CHECK(one.params == doctest::Approx(15e9));
+  CHECK(one.grads == doctest::Approx(15e9));
+  CHECK(one.optim == doctest::Approx(1.40625e9));
+}
+
+TEST_CASE("zero_model_states: fp32 is 16P, 8P + 8P/N, 4P + 12P/N, 16P/N") {
+  CHECK(zero_model_states(0, Precision::fp32, 1e9, 8).total() == doctest::Approx(16e9));
+  CHECK(zero_model_states(1, Precision::fp32, 1e9, 8).total() == doctest::Approx(9e9));
+  CHECK(zero_model_states(2, Precision::fp32, 1e9, 8).total() == doctest::Approx(5.5e9));
+  CHECK(zero_model_states(3, Precision::fp32, 1e9, 8).total() == doctest::Approx(2e9));
+  CHECK_THROWS_AS(zero_model_states(4, Precision::fp32, 1e9, 8), std::invalid_argument);
+}
+
+TEST_CASE("activations: Korthikanti's s*b*h*(34 + 5as/h), its tensor-parallel form, and pipelining") {
+  // 8,388,608 * (34 + 80) = 956,301,312 bytes per layer in 16 bits; fp32 twice that.
+  CHECK(layer_activation_bytes(kLayer, 1, Precision::bf16) == doctest::Approx(956301312.0));
+  CHECK(layer_activation_bytes(kLayer, 1, Precision::fp32) == doctest::Approx(1912602624.0));
+  // t = 8: 10 + 24/8 + 80/8 = 23 -> 192,937,984.
+  CHECK(layer_activation_bytes(kLayer, 8, Precision::bf16) == doctest::Approx(192937984.0));
+  // All 32 layers for one micro-batch.
+  CHECK(activation_bytes(kLayer, 1, 1, 4, Precision::bf16) == doctest::Approx(32 * 956301312.0));
+  // 4 stages of 8 layers, 8 micro-batches: 1F1B keeps 4 in flight on the first stage: 32 layers' worth again.
+  CHECK(activation_bytes(kLayer, 1, 4, 8, Precision::bf16) == doctest::Approx(32 * 956301312.0));
+  // Only 2 micro-batches: 2 x 8 layers.
+  CHECK(activation_bytes(kLayer, 1, 4, 2, Precision::bf16) == doctest::Approx(16 * 956301312.0));
+}
+
+TEST_CASE("pipeline bubble: (p - 1) / (m + p - 1)") {
+  CHECK(pipeline_bubble(4, 8) == doctest::Approx(3.0 / 11));
+  CHECK(pipeline_bubble(8, 1) == doctest::Approx(7.0 / 8));
+  CHECK(pipeline_bubble(1, 16) == 0);
+}
+
+TEST_CASE("communication: ring bytes per GPU for data, tensor and pipeline parallelism") {
+  CHECK(ring_gather_bytes(1e9, 4) == doctest::Approx(0.75e9));
+  CHECK(ring_allreduce_bytes(1e9, 4) == doctest::Approx(1.5e9));
+  CHECK(ring_allreduce_bytes(1e9, 1) == 0);
+  // P = 1e9 in bf16 (2e9 bytes) over 4 ranks, 3 micro-steps; one collective sends 1.5e9.
+  CHECK(data_parallel_bytes(0, 1e9, 4, 3, Precision::bf16) == doctest::Approx(3e9));     // allreduce once
+  CHECK(data_parallel_bytes(1, 1e9, 4, 3, Precision::bf16) == doctest::Approx(3e9));     // RS + AG
+  CHECK(data_parallel_bytes(2, 1e9, 4, 3, Precision::bf16) == doctest::Approx(6e9));     // 3 RS + AG
+  CHECK(data_parallel_bytes(3, 1e9, 4, 3, Precision::bf16) == doctest::Approx(13.5e9));  // 3 x (2 AG + RS)
+  CHECK(data_parallel_bytes(1, 1e9, 4, 1, Precision::fp32) == doctest::Approx(6e9));
+  // 16,777,216 bytes of activations per allreduce, 2 * 7/8 of it per GPU, 4 per layer, 8 layers, 2 micro-steps.
+  CHECK(tensor_parallel_bytes(kLayer, 8, 8, 2, Precision::bf16) == doctest::Approx(1879048192.0));
+  CHECK(tensor_parallel_bytes(kLayer, 1, 8, 2, Precision::bf16) == 0);
+  // Forward activations and backward gradients per micro-batch: 2 * 8 * 16,777,216.
+  CHECK(pipeline_bytes(kLayer, 4, 8, Precision::bf16) == doctest::Approx(268435456.0));
+  CHECK(pipeline_bytes(kLayer, 1, 8, Precision::bf16) == 0);
+}
+
+TEST_CASE("accumulation: the fewest micro-steps that reach the global batch") {
+  const Accumulation exact = accumulation(512, 4, 16);  // 64 a micro-step
+  CHECK(exact.micro_steps == 8);
+  CHECK(exact.global_batch == 512);
+  CHECK(exact.exact);
+  const Accumulation over = accumulation(1000, 4, 16);  // 15.6 -> 16 micro-steps, 1024
+  CHECK(over.micro_steps == 16);
+  CHECK(over.global_batch == 1024);
+  CHECK_FALSE(over.exact);
+  CHECK(accumulation(10, 4, 16).micro_steps == 1);
+}
+
+TEST_CASE("fits: at most 90% of the GPU's memory") {
+  CHECK(fits(72e9, 80e9));
+  CHECK_FALSE(fits(72.1e9, 80e9));
+  CHECK(fits(0.9 * 141e9, 141e9));
+}
+
+TEST_CASE("compute: 6 FLOPs per parameter per token") {
+  CHECK(compute_seconds(1e9, 4096, 1e14) == doctest::Approx(6 * 4096e9 / 1e14));
+}
+
+TEST_CASE("units: GB is 1e9 bytes, GiB 2^30; bad sizes name themselves") {
+  CHECK(parse_bytes("80GB").value == 80e9);
+  CHECK(parse_bytes("80 GB").value == 80e9);
+  CHECK(parse_bytes("80").value == 80e9);
+  CHECK(parse_bytes("80GiB").value == 80.0 * 1073741824.0);
+  CHECK(parse_bytes("1.5TB").value == 1.5e12);
+  CHECK(parse_bytes("512MiB").value == 512.0 * 1048576.0);
+  for (const char* bad : {"", "abc", "-5GB", "0", "80XB", "nan", "inf", "GB"}) {
+    CAPTURE(bad);
+    const auto r = parse_bytes(bad);
+    CHECK_FALSE(r.ok());
+    CHECK(r.status.message().find("is not a size") != std::string::npos);
+  }
+  CHECK(format_gb(31.40625e9) == "31.4 GB");
+  CHECK(format_gb(12.3e6) == "12.3 MB");
+  CHECK(format_seconds(0.0351) == "35.1 ms");
+  CHECK(format_seconds(2.5) == "2.50 s");
+}
+
+TEST_CASE("trainer accounting: what dtrain-trainer reports for its tiny model on 2 ranks") {
+  // tiny: L=2 C=64 V=Vp=256 maxT=64. Units: (256 + 64) * 64 = 20,480; per layer 12C^2 + 13C = 49,984; lnf 128;
+  // all even, so P = 120,576 padded for 2 ranks. fp32 kernels' values F = 20,480 + 2 * 13C + 128 = 22,272.
+  const auto tiny = dtrain::trainer::GptConfig::preset("tiny");
+  CHECK(trainer_params(tiny) == 120576);
+  CHECK(fp32_kernel_values(dtrain::trainer::ParamLayout(tiny, 2)) == 22272);
+  CHECK_FALSE(trainer_model_states(tiny, 0, Precision::bf16, 2).has_value());
+  const auto fp32 = *trainer_model_states(tiny, 1, Precision::fp32, 2);
+  CHECK(fp32.params == 482304);  // 4P
+  CHECK(fp32.grads == 482304);   // 4P
+  CHECK(fp32.optim == 482304);   // 8P/2
+  const auto bf16 = *trainer_model_states(tiny, 1, Precision::bf16, 2);
+  CHECK(bf16.params == 241152 + 89088);  // 2P + 4F
+  CHECK(bf16.grads == 482304);           // fp32 gradients, 4P (the paper counts 2P)
+  CHECK(bf16.optim == 723456);           // 12P/2
+  const auto three = *trainer_model_states(tiny, 3, Precision::bf16, 2);
+  CHECK(three.params == 120576);  // 2P/2
+  CHECK(three.grads == 241152);   // 4P/2
+}
