@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <map>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
@@ -34,6 +36,16 @@ constexpr std::chrono::seconds kStopSweepMargin{5};
 // How long a session's last messages (WorkerExited, GroupStopped, Goodbye) may take to leave once it ends.
 constexpr std::chrono::seconds kFinalFlushTimeout{2};
 
+// Where the Python health helper is (python/CMakeLists.txt): <dir of this binary>/../share/dtrain/python, in the
+// build tree as after an install; "" when it is not there.
+std::string helper_python_dir() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return {};
+  const std::filesystem::path dir = exe.parent_path().parent_path() / "share" / "dtrain" / "python";
+  return std::filesystem::exists(dir / "dtrain_health.py", ec) ? dir.string() : std::string();
+}
+
 }  // namespace
 
 // The agent's gRPC servers, for the life of run(). Declared in the order they are built; destroyed the other way.
@@ -46,6 +58,7 @@ struct Agent::Servers {
   std::unique_ptr<grpc::Server> server;           // the agent's port (listen)
   std::unique_ptr<grpc::Server> session_server;   // sessions on the private socket: a server with no port
   std::unique_ptr<SessionSocket> session_socket;
+  std::unique_ptr<HealthSocket> health_socket;   // reports as datagrams (Python workers); null when it cannot bind
 };
 
 // What one session holds while it is served. Declared in the order serve_session needs them.
@@ -139,7 +152,7 @@ int Agent::start_servers(Servers& servers, const std::shared_ptr<grpc::ServerCre
   const std::string host = advertised_host();
   address_ = host + ":" + std::to_string(port);
   runner_ = std::make_unique<JobRunner>(store_, host, address_);
-  if (worker_tls_) runner_->set_worker_env(worker_tls_->env());
+  start_health_socket(servers);
   return options_.session_socket.empty() ? 0 : start_session_socket(servers);
 }
 
@@ -151,6 +164,21 @@ std::string Agent::advertised_host() const {
     if (host.empty()) host = facts_.addresses.empty() ? "127.0.0.1" : facts_.addresses.front();
   }
   return host;
+}
+
+void Agent::start_health_socket(Servers& servers) {
+  std::map<std::string, std::string> env = worker_tls_ ? worker_tls_->env() : std::map<std::string, std::string>{};
+  try {
+    servers.health_socket = std::make_unique<HealthSocket>(
+        runtime_dir_->make_subdir("health") + "/socket",
+        [this](const HealthDatagram& datagram) { return accept_datagram(datagram); });
+    env["DTRAIN_HEALTH_SOCKET"] = servers.health_socket->path();
+  } catch (const std::exception& e) {
+    spdlog::warn("{}; workers get no DTRAIN_HEALTH_SOCKET (the Python health helper does nothing, gRPC reports "
+                 "still work)", e.what());
+  }
+  runner_->set_worker_env(std::move(env));
+  runner_->set_python_path(helper_python_dir());
 }
 
 int Agent::start_session_socket(Servers& servers) {
@@ -185,6 +213,7 @@ void Agent::shut_down(Servers& servers) {
   // launcher that has not hung up yet) instead of waiting for it.
   store_.shutdown();
   servers.session_socket.reset();
+  servers.health_socket.reset();   // its thread calls into runner_
   if (servers.session_server) servers.session_server->Shutdown(std::chrono::system_clock::now());
   servers.server->Shutdown(std::chrono::system_clock::now());
   runner_.reset();
@@ -271,6 +300,17 @@ Status Agent::check_reporter(const std::string& token, const std::string& report
 void Agent::forward_report(const v1::WorkerHealth& health) {
   std::lock_guard lock(mutex_);
   if (forward_) forward_(wire::to_wire(health, unix_ms()));
+}
+
+Status Agent::accept_datagram(const HealthDatagram& datagram) {
+  const v1::WorkerReport& report = datagram.report;
+  if (Status refused = check_reporter(datagram.token, datagram.report_token, report.rank()); !refused.ok()) {
+    return refused;
+  }
+  if (Status implausible = check_report_values(report); !implausible.ok()) return implausible;
+  runner_->note_dump_signal(report.rank(), datagram.sender, report.dump_signal());
+  forward_report(health_of(report));
+  return {};
 }
 
 Status Agent::serve_session(SessionStream& stream) {

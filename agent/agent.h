@@ -19,6 +19,7 @@
 #include "agent/security/credentials.h"
 #include "agent/security/identity.h"
 #include "agent/security/secret.h"
+#include "agent/service/health_socket.h"
 #include "agent/store/store.h"
 #include "agent/supervisor/runtime_dir.h"
 #include "agent/worker_tls.h"
@@ -76,6 +77,9 @@ class Agent {
   Status check_reporter(const std::string& token, const std::string& report_token, std::uint32_t rank) const;
   // Forwards an accepted health report on the session.
   void forward_report(const v1::WorkerHealth& health);
+  // A report from the health socket (health_socket.h): the same token and value checks as a gRPC report, then
+  // forwarded; an announced dump signal is kept for the evidence (JobRunner::note_dump_signal). Ok when accepted.
+  Status accept_datagram(const HealthDatagram& datagram);
 
   // From the signal thread: stop the workers, end the session, leave run().
   void terminate(int signal);
@@ -98,6 +102,9 @@ class Agent {
   int start_servers(Servers& servers, const std::shared_ptr<grpc::ServerCredentials>& credentials);
   std::string advertised_host() const;
   int start_session_socket(Servers& servers);
+  // The health socket in the runtime directory, and what workers need to use it (DTRAIN_HEALTH_SOCKET, the
+  // helper on PYTHONPATH). An agent without it still runs: its workers report over gRPC alone.
+  void start_health_socket(Servers& servers);
   int wait_until_done();
   void shut_down(Servers& servers);
 

@@ -4,9 +4,11 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -26,6 +28,42 @@ using Clock = std::chrono::steady_clock;
 
 // What the stacks file may hold when it is read back for the frames: gdb's output for a few hundred threads.
 constexpr std::size_t kMaxStacksRead = 4 << 20;
+// How often a Python stacks file is looked at while its worker writes it: a few looks within kPythonDumpWait.
+constexpr std::chrono::milliseconds kDumpPoll{20};
+
+off_t file_size(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 ? info.st_size : 0;
+}
+
+// Sends the worker its dump signal and waits until its stacks file grew and stopped growing (at most
+// kPythonDumpWait, never past `deadline`); returns what the dump added to the file.
+Result<std::string> python_dump(const StackTarget& target, Clock::time_point deadline) {
+  const std::string which = "rank " + std::to_string(target.rank) + "'s Python stacks (signal " +
+                            std::to_string(target.dump_signal) + " to pid " + std::to_string(target.pid) + ")";
+  const off_t start = file_size(target.dump_file);
+  if (::kill(target.pid, target.dump_signal) != 0) {
+    return {{StatusCode::unavailable, "cannot ask for " + which + ": " + std::strerror(errno)}};
+  }
+  const auto until = std::min(deadline, Clock::now() + kPythonDumpWait);
+  off_t seen = start;
+  while (Clock::now() < until) {
+    std::this_thread::sleep_for(kDumpPoll);
+    const off_t size = file_size(target.dump_file);
+    if (size > start && size == seen) break;
+    seen = size;
+  }
+  if (seen <= start) {
+    return {{StatusCode::deadline_exceeded, which + " were not written to " + target.dump_file + " within " +
+                                                std::to_string(kPythonDumpWait.count()) + " ms"}};
+  }
+  try {
+    const std::string text = read_placed_file(target.dump_file, kMaxStacksRead);
+    return {{}, text.size() > static_cast<std::size_t>(start) ? text.substr(static_cast<std::size_t>(start)) : ""};
+  } catch (const PathError& e) {
+    return {{StatusCode::failed_precondition, "cannot read " + which + ": " + e.what()}};
+  }
+}
 
 std::string first_line_of(const std::string& path) {
   std::ifstream in(path);
@@ -117,12 +155,20 @@ RankStacks stacks_of(const StackTarget& target, Clock::time_point deadline) {
   std::string head = "rank " + std::to_string(target.rank) + ", pid " + std::to_string(target.pid) +
                      ": threads (/proc/PID/task/TID state and wchan)\n";
   for (const auto& line : threads) head += "  " + line + "\n";
+  std::vector<std::string> python_frames;
+  if (!target.dump_file.empty()) {
+    const Result<std::string> dump = python_dump(target, deadline);
+    head += "\nPython stacks (faulthandler on signal " + std::to_string(target.dump_signal) + ", appended to " +
+            target.dump_file + "):\n" + (dump.ok() ? dump.value : dump.status.message() + "\n");
+    if (!dump.ok()) out.error = dump.status.message();
+    python_frames = python_top_frames(dump.value);
+  }
   head += "\ngdb -batch -p " + std::to_string(target.pid) + " -ex 'thread apply all bt':\n";
   const bool written = ::write(fd, head.data(), head.size()) == static_cast<ssize_t>(head.size());
-  if (Status gdb = run_gdb(target.pid, fd, deadline); !gdb.ok()) out.error = gdb.message();
+  if (Status gdb = run_gdb(target.pid, fd, deadline); !gdb.ok() && out.error.empty()) out.error = gdb.message();
   ::close(fd);
   if (!written) out.error = "cannot write " + target.path + ": " + std::strerror(errno);
-  out.top_frames = top_frames(read_placed_file(target.path, kMaxStacksRead));
+  out.top_frames = !python_frames.empty() ? python_frames : top_frames(read_placed_file(target.path, kMaxStacksRead));
   if (out.top_frames.empty()) {
     if (out.error.empty()) out.error = "gdb printed no frames (it could not attach: see the file); thread states shown";
     for (std::size_t i = 0; i < threads.size() && i < kTopFrames; ++i) {
@@ -149,6 +195,23 @@ std::vector<std::string> top_frames(const std::string& text) {
     } else if (!frames.empty()) {
       break;   // the end of that thread's backtrace
     }
+  }
+  return frames;
+}
+
+std::vector<std::string> python_top_frames(const std::string& dump) {
+  std::vector<std::string> lines;
+  std::istringstream in(dump);
+  for (std::string line; std::getline(in, line);) lines.push_back(std::move(line));
+  std::size_t from = lines.size();
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].rfind("Thread 0x", 0) == 0 || lines[i].rfind("Current thread 0x", 0) == 0) from = i + 1;
+  }
+  std::vector<std::string> frames;
+  for (std::size_t i = from; i < lines.size() && frames.size() < kTopFrames; ++i) {
+    const auto text = lines[i].find_first_not_of(' ');
+    if (text == std::string::npos || lines[i].compare(text, 5, "File ") != 0) break;
+    frames.push_back(lines[i].substr(text, kMaxFrameBytes));
   }
   return frames;
 }

@@ -5,8 +5,12 @@
 // still running, one file, <job dir>/attempt_<n>/stacks/rank_<r>.txt (placed by JobFiles, run_dir.h):
 //
 //   every thread's state and wchan from /proc/PID/task/TID (instant, and all there is when gdb cannot attach)
+//   a Python worker's own stacks, when it announced a dump signal (python/dtrain_health.py: faulthandler writes
+//     every thread's Python stack to its DTRAIN_STACKS_FILE on that signal): the signal is sent first, the file
+//     read back once it stops growing (at most kPythonDumpWait), and its main thread's frames are the top frames
 //   then `gdb -batch -p PID -ex 'thread apply all bt'` when gdb is installed
 //
+// Only a worker that announced a handler is sent a signal (JobRunner::note_dump_signal).
 // All workers at once, one thread each, every gdb killed at the deadline, so the answer comes within the budget the
 // launcher gave (Timeouts::evidence_budget) however many workers there are and whatever state they are in (a
 // SIGSTOPped process, one in uninterruptible sleep). gdb is the agent's child only briefly and not a worker: the
@@ -35,13 +39,16 @@ struct StackTarget {
   pid_t pid = 0;
   std::string path;    // where its stacks go, placed under the job's directory; "" when it could not be
   std::string error;   // why path is "" (the PathError)
+  int dump_signal = 0;     // the signal on which it writes its Python stacks (0: it does not: never signalled)
+  std::string dump_file;   // where it writes them (its DTRAIN_STACKS_FILE, placed by the agent)
 };
 
 // What was found for one worker (Evidence.ranks on the wire).
 struct RankStacks {
   std::uint32_t rank = 0;
   std::string path;                     // the file written ("" when none could be)
-  std::vector<std::string> top_frames;  // the main thread's first frames (gdb), else each thread's state and wchan
+  // The main thread's first frames: Python's (a dump), else gdb's, else each thread's state and wchan.
+  std::vector<std::string> top_frames;
   std::string error;                    // why the stacks are missing or partial ("" when complete)
 };
 
@@ -62,6 +69,15 @@ EvidenceReport collect_stacks(std::uint32_t round, const std::vector<StackTarget
 // The main thread's first frames in gdb's `thread apply all bt` output (gdb lists the threads last to first, so
 // thread 1's come last), else the first frames it printed; at most kTopFrames, each cut to kMaxFrameBytes.
 std::vector<std::string> top_frames(const std::string& gdb_output);
+
+// The main thread's first frames in a faulthandler dump (it lists the threads newest first, so the main thread's
+// come last), innermost first as gdb's; at most kTopFrames, each cut to kMaxFrameBytes.
+std::vector<std::string> python_top_frames(const std::string& dump);
+
+// How long a worker that announced a dump signal has to write its Python stacks: faulthandler writes from its
+// signal handler, in milliseconds even for many threads; a process that does not in this time is stopped or
+// blocked in the kernel, and gdb and /proc are still to come within the same budget.
+inline constexpr std::chrono::milliseconds kPythonDumpWait{1000};
 
 // collect_stacks on a thread of its own, so the session goes on reading (heartbeats, the stop) while gdb works.
 class EvidenceCollector {

@@ -4,7 +4,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <tuple>
+#include <csignal>
+#include <cstdlib>
 
 #include "agent/security/x509.h"
 #include "common/util.h"
@@ -68,6 +69,11 @@ void JobRunner::set_worker_env(std::map<std::string, std::string> env) {
   worker_env_ = std::move(env);
 }
 
+void JobRunner::set_python_path(std::string dir) {
+  std::lock_guard lock(mutex_);
+  python_path_ = std::move(dir);
+}
+
 void JobRunner::set_emit(Emit emit) {
   std::lock_guard lock(mutex_);
   emit_ = std::move(emit);
@@ -104,14 +110,19 @@ RoundPreparation JobRunner::prepare_round(const RoundRequest& request) {
   return RoundPreparation{request.round, reserve_port(), store_address_};
 }
 
-std::pair<std::string, std::string> JobRunner::place_files(const WorkerSpec& worker) const {
+JobRunner::PlacedFiles JobRunner::place_files(std::uint32_t round, const WorkerSpec& worker) const {
   const std::string rank = "rank " + std::to_string(worker.rank) + "'s ";
   if (job_files_.empty()) throw PathError("no job directory yet: the launcher must send Configure (its job id) first");
-  std::string log = worker.log_path.empty() ? "" : job_files_.place(worker.log_path, rank + "log_path");
-  std::string error = worker.error_file.empty() ? "" : job_files_.place(worker.error_file, rank + "error_file");
-  // A stale error file (a reused job id) would be taken for this worker's.
-  if (!error.empty()) ::unlink(error.c_str());
-  return {std::move(log), std::move(error)};
+  PlacedFiles files;
+  files.log = worker.log_path.empty() ? "" : job_files_.place(worker.log_path, rank + "log_path");
+  files.error = worker.error_file.empty() ? "" : job_files_.place(worker.error_file, rank + "error_file");
+  files.stacks = job_files_.place("attempt_" + std::to_string(round) + "/stacks/rank_" + std::to_string(worker.rank) +
+                                      ".py.txt",
+                                  rank + "Python stacks file");
+  // A stale error or stacks file (a reused job id) would be taken for this worker's.
+  if (!files.error.empty()) ::unlink(files.error.c_str());
+  ::unlink(files.stacks.c_str());
+  return files;
 }
 
 supervisor::ProcessSpec JobRunner::process_spec(std::uint32_t round, const Worker& worker) const {
@@ -126,6 +137,14 @@ supervisor::ProcessSpec JobRunner::process_spec(std::uint32_t round, const Worke
   spec.log_path = w.log_path;
   if (!w.error_file.empty()) spec.env["TORCHELASTIC_ERROR_FILE"] = w.error_file;
   spec.env["DTRAIN_REPORT_TOKEN"] = worker.report_token;
+  spec.env["DTRAIN_STACKS_FILE"] = worker.stacks_file;
+  if (!python_path_.empty()) {
+    // Prepended to the plan's PYTHONPATH, else to the one the worker would inherit from the agent.
+    const auto planned = spec.env.find("PYTHONPATH");
+    const char* inherited = std::getenv("PYTHONPATH");
+    const std::string rest = planned != spec.env.end() ? planned->second : inherited ? inherited : "";
+    spec.env["PYTHONPATH"] = rest.empty() ? python_path_ : python_path_ + ":" + rest;
+  }
   return spec;
 }
 
@@ -140,9 +159,9 @@ Status JobRunner::start_group(const GroupSpec& group) {
                                                    std::to_string(group.round)};
     }
     // Every file is placed (and checked) before anything changes: a refused path starts nothing.
-    std::vector<std::pair<std::string, std::string>> files;   // log, error file of each worker
+    std::vector<PlacedFiles> files;
     try {
-      for (const auto& w : group.workers) files.push_back(place_files(w));
+      for (const auto& w : group.workers) files.push_back(place_files(group.round, w));
     } catch (const PathError& e) {
       return {StatusCode::invalid_argument, "round " + std::to_string(group.round) + " not started: " + e.what()};
     }
@@ -152,8 +171,11 @@ Status JobRunner::start_group(const GroupSpec& group) {
     workers_.clear();
     std::size_t index = 0;
     for (const auto& w : group.workers) {
-      Worker& worker = workers_[w.rank] = Worker{w, false, {}, 0};
-      std::tie(worker.spec.log_path, worker.spec.error_file) = files[index++];
+      Worker& worker = workers_[w.rank] = Worker{w, false, {}, 0, {}, 0};
+      PlacedFiles& placed = files[index++];
+      worker.spec.log_path = std::move(placed.log);
+      worker.spec.error_file = std::move(placed.error);
+      worker.stacks_file = std::move(placed.stacks);
       // Ties a health report to the worker that sends it (check_reporter): fresh for every worker and round.
       worker.report_token = security::x509::random_hex(16);
       specs.push_back(process_spec(group.round, worker));
@@ -224,13 +246,22 @@ std::string JobRunner::current_token() const {
   return round_token_;
 }
 
+void JobRunner::note_dump_signal(std::uint32_t rank, pid_t sender, std::uint32_t signal) {
+  const bool harmless = signal == SIGUSR1 || signal == SIGUSR2 ||
+                        (signal >= static_cast<std::uint32_t>(SIGRTMIN) && signal <= static_cast<std::uint32_t>(SIGRTMAX));
+  std::lock_guard lock(mutex_);
+  const auto it = workers_.find(rank);
+  if (it == workers_.end() || it->second.pid == 0 || it->second.pid != sender) return;
+  it->second.dump_signal = harmless ? static_cast<int>(signal) : 0;
+}
+
 std::vector<StackTarget> JobRunner::stack_targets(std::uint32_t round) const {
   std::lock_guard lock(mutex_);
   std::vector<StackTarget> targets;
   if (round != round_) return targets;
   for (const auto& [rank, w] : workers_) {
     if (w.exited || w.pid == 0) continue;
-    StackTarget target{rank, w.pid, {}, {}};
+    StackTarget target{rank, w.pid, {}, {}, w.dump_signal, w.dump_signal != 0 ? w.stacks_file : ""};
     const std::string name = "attempt_" + std::to_string(round) + "/stacks/rank_" + std::to_string(rank) + ".txt";
     try {
       target.path = job_files_.place(name, "rank " + std::to_string(rank) + "'s stacks");

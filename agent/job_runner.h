@@ -34,8 +34,13 @@ class JobRunner {
   JobRunner(store::Store& store, std::string advertise_host, std::string store_address);
   ~JobRunner();
 
-  // Variables every worker of this node gets on top of its plan (the worker TLS files in a TLS cluster).
+  // Variables every worker of this node gets on top of its plan (the worker TLS files in a TLS cluster, the health
+  // socket).
   void set_worker_env(std::map<std::string, std::string> env);
+
+  // A directory put first on every worker's PYTHONPATH (before the plan's or the agent's own): where the Python
+  // health helper is. "" adds nothing.
+  void set_python_path(std::string dir);
 
   // Where events go; set before the first round, replaced when a new session begins. Called from the supervisor's
   // thread (and from start_group's), so it must not block.
@@ -71,6 +76,12 @@ class JobRunner {
   // The token of the current round (worker reports must carry it).
   std::string current_token() const;
 
+  // A worker's report announced that it writes its Python stacks to its DTRAIN_STACKS_FILE on `signal`. Kept (for
+  // stack_targets) only when `sender`, as the kernel told it, is the worker's own process and the signal is one a
+  // handler can take without harm elsewhere (SIGUSR1, SIGUSR2, a real-time signal): the agent never signals a
+  // process that did not ask for it (a shell around the script would die of SIGUSR2).
+  void note_dump_signal(std::uint32_t rank, pid_t sender, std::uint32_t signal);
+
   // The workers of `round` still running, each with where its stacks go (attempt_<round>/stacks/rank_<r>.txt in
   // the job's directory, placed now); none when `round` is not the current one.
   std::vector<StackTarget> stack_targets(std::uint32_t round) const;
@@ -81,11 +92,18 @@ class JobRunner {
     bool exited = false;
     std::string report_token;  // its DTRAIN_REPORT_TOKEN
     pid_t pid = 0;             // once started
+    std::string stacks_file;   // its DTRAIN_STACKS_FILE: attempt_<n>/stacks/rank_<r>.py.txt
+    int dump_signal = 0;       // announced by the worker itself (note_dump_signal); 0: none
+  };
+  struct PlacedFiles {
+    std::string log;
+    std::string error;
+    std::string stacks;
   };
 
-  // The worker's log and error file placed under the job's directory ("" where the launcher named none). Throws
-  // PathError for a name outside it. Called with mutex_ held.
-  std::pair<std::string, std::string> place_files(const WorkerSpec& worker) const;
+  // The worker's log and error file placed under the job's directory ("" where the launcher named none), and its
+  // Python stacks file. Throws PathError for a name outside it. Called with mutex_ held.
+  PlacedFiles place_files(std::uint32_t round, const WorkerSpec& worker) const;
   // What the supervisor runs for `worker` (placed files already in it). Called with mutex_ held.
   supervisor::ProcessSpec process_spec(std::uint32_t round, const Worker& worker) const;
   // Moves the round's state by `event`; false (nothing changed) where transition() refuses. Called with mutex_ held.
@@ -108,6 +126,7 @@ class JobRunner {
   RoundState state_ = RoundState::idle;
   std::map<std::uint32_t, Worker> workers_;  // by rank, current round only
   std::map<std::string, std::string> worker_env_;
+  std::string python_path_;   // set_python_path
   JobFiles job_files_;
 
   // Declared last: destroyed first, so its thread never calls into a half-destroyed runner.

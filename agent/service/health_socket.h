@@ -1,0 +1,93 @@
+#pragma once
+
+// Health reports over a Unix datagram socket, for workers that have no gRPC (python/dtrain_health.py: a PyTorch
+// script with nothing but the standard library). One datagram is one small JSON object:
+//
+//   {"rank": 3, "token": DTRAIN_JOB_TOKEN, "report_token": DTRAIN_REPORT_TOKEN, "step": 41, "steps_done": 41,
+//    "loss": 2.31, "tokens_per_s": 5120.0, "rss_bytes": 812345344, "step_ms": 95.2, "data_wait_ms": 3.1,
+//    "compute_ms": 80.0, "comm_exposed_ms": 12.1, "phase": "forward", "dump_signal": 12}
+//
+// The field names are WorkerReport's (report.proto). rank is required, and the tokens (a datagram without them is
+// refused by the token check); every other field is optional (absent: 0, as in a gRPC report), and
+// fields this agent does not know are ignored. The socket is one per agent, in the agent's private runtime
+// directory (0700): only this user's processes reach it, and the round's tokens tie each datagram to a round and a
+// rank exactly as the gRPC metadata does (the caller's Sink checks them). The kernel tells the sender's pid
+// (SO_PASSCRED), which is how the agent knows that a dump signal was announced by the worker process itself.
+//
+// A datagram that is not JSON, not an object, over kMaxHealthDatagram, has a field of the wrong type, or that the
+// Sink refuses (a wrong token, a value out of bounds) is dropped and counted; the first drop of each kind and every
+// kLogEvery-th after it are logged. Nothing a worker sends can stop the receiver.
+
+#include <sys/types.h>
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "common/status.h"
+#include "dtrain/v1/report.pb.h"
+
+namespace dtrain::agent {
+
+// The largest datagram read: a report is a few hundred bytes; a phase of 128 bytes, escaped, fits many times over.
+inline constexpr std::size_t kMaxHealthDatagram = 4096;
+
+// One datagram, parsed.
+struct HealthDatagram {
+  std::string token;          // the round's DTRAIN_JOB_TOKEN
+  std::string report_token;   // the rank's DTRAIN_REPORT_TOKEN
+  v1::WorkerReport report;   // dump_signal included: the signal on which it writes its Python stacks (0: none)
+  pid_t sender = 0;          // the sending process, as the kernel tells it (0 where it did not)
+};
+
+// The datagram's report, or invalid_argument naming what is wrong with it (not JSON, not an object, a missing
+// rank or token, a field of the wrong type or sign). Values are not checked here: check_report_values does that.
+Result<HealthDatagram> parse_health_datagram(std::string_view bytes);
+
+class HealthSocket {
+ public:
+  // Gets each parsed datagram on the receiver's thread; a failure drops it (counted, logged as `refused`).
+  using Sink = std::function<Status(const HealthDatagram&)>;
+
+  enum class Drop {
+    malformed,   // not a report (parse_health_datagram refused it)
+    oversized,   // over kMaxHealthDatagram
+    refused,     // the Sink refused it: wrong token, not a worker of this round, a value out of bounds
+  };
+  // The first drop of each kind is logged, then every kLogEvery-th: a worker that sends garbage in a loop must not
+  // flood the agent's log.
+  static constexpr std::uint64_t kLogEvery = 1000;
+
+  // Binds a datagram socket at `path` (removing a stale one there) and starts the receiver. Throws
+  // std::runtime_error naming the path when it cannot (too long for a socket address, a directory not writable).
+  HealthSocket(std::string path, Sink sink);
+  HealthSocket(const HealthSocket&) = delete;
+  HealthSocket& operator=(const HealthSocket&) = delete;
+  // Stops the receiver and removes the socket file.
+  ~HealthSocket();
+
+  const std::string& path() const { return path_; }
+  // Datagrams accepted by the Sink, and dropped of each kind, so far.
+  std::uint64_t accepted() const { return accepted_.load(); }
+  std::uint64_t dropped(Drop kind) const { return dropped_[static_cast<std::size_t>(kind)].load(); }
+
+ private:
+  void run();
+  void take(std::string_view bytes, bool truncated, pid_t sender);
+  void drop(Drop kind, const std::string& why);
+
+  std::string path_;
+  Sink sink_;
+  int fd_ = -1;
+  int stop_fd_ = -1;   // an eventfd: written once to end run()
+  std::atomic<std::uint64_t> accepted_{0};
+  std::array<std::atomic<std::uint64_t>, 3> dropped_{};
+  std::thread thread_;
+};
+
+}  // namespace dtrain::agent

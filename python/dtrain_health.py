@@ -1,0 +1,297 @@
+"""Health reports from any PyTorch script to dtrain's agent, standard library only.
+
+    import dtrain_health as health
+    for batch in health.timed(loader):   # time spent inside next() is data wait
+        with health.step():              # one training step; the counter advances when the block exits
+            ...
+    health.report(loss=loss, tokens=n)   # optional: loss (a float or a tensor, read lazily), tokens this step
+    health.phase("allreduce")            # optional: what the script is doing now
+    health.watch(ddp_model)              # optional: times DDP's bucket allreduces (a communication hook)
+
+Every worker dtrain starts has this module on PYTHONPATH. Outside dtrain (DTRAIN_HEALTH_SOCKET unset) every call
+does nothing: timed() returns its argument and step() a shared do-nothing context.
+
+Transport: one JSON object per datagram on the Unix socket DTRAIN_HEALTH_SOCKET (the agent's, in a directory only
+this user can enter), carrying RANK, DTRAIN_JOB_TOKEN and DTRAIN_REPORT_TOKEN as a gRPC report does; the agent
+refuses a datagram whose tokens are not this rank's or whose values cannot be real. The training thread never
+touches the socket: step() keeps one snapshot of the last step, and a daemon thread sends the latest state at
+import, after the first step, and every DTRAIN_HEALTH_INTERVAL_MS (a heartbeat: a long step is not a dead worker).
+Sends never block (a full socket drops the datagram; the next one carries the same state).
+
+A step's times, in milliseconds of wall time:
+    data_wait_ms      inside next() of timed() since the previous step ended
+    step_ms           data_wait_ms plus the time inside the step() block
+    comm_exposed_ms   with watch(): communication the step still waited for once backward had produced its last
+                      gradients (from the launch of the step's last bucket allreduce to the completion of the last
+                      one); the allreduces that ran behind backward's compute are hidden and not counted
+    compute_ms        step_ms - data_wait_ms - comm_exposed_ms
+
+Stacks: when DTRAIN_STACKS_FILE is set, faulthandler writes every thread's Python stack to it (appending) on
+SIGUSR2 (SIGUSR1 when the script handles SIGUSR2 itself; none when it handles both), and the reports announce that
+signal (dump_signal), so the agent asks for the Python stacks of a hung rank before it stops the round.
+"""
+
+import faulthandler
+import json
+import math
+import os
+import signal
+import socket
+import threading
+import time
+
+__all__ = ["timed", "step", "report", "phase", "watch", "enabled"]
+
+# How often the latest state is resent when DTRAIN_HEALTH_INTERVAL_MS is not set: the longest interval dtrain gives.
+_DEFAULT_INTERVAL_S = 1.0
+# The agent cuts a phase at 128 bytes; sending more only costs bytes.
+_MAX_PHASE_CHARS = 128
+
+
+class _Nothing:
+    """step() outside dtrain: enters and exits for free."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NOTHING = _Nothing()
+
+
+class _Reporter:
+    """The state of this process's reports and the thread that sends them."""
+
+    def __init__(self, path, env):
+        self.path = path
+        self.head = {"rank": int(env.get("RANK", "0")), "token": env.get("DTRAIN_JOB_TOKEN", ""),
+                     "report_token": env.get("DTRAIN_REPORT_TOKEN", "")}
+        interval_ms = env.get("DTRAIN_HEALTH_INTERVAL_MS", "")
+        self.interval = int(interval_ms) / 1000.0 if interval_ms.isdigit() and int(interval_ms) > 0 \
+            else _DEFAULT_INTERVAL_S
+        self.page = os.sysconf("SC_PAGE_SIZE")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.setblocking(False)
+        self.dropped = 0                 # datagrams the socket did not take (the agent gone, its queue full)
+        self.step = 0                    # the step number reported: steps completed so far by this process
+        self.steps_done = 0
+        self.data_wait = 0.0             # seconds inside next() of timed() since the last step ended
+        self.comm_first_launch = None    # this step's bucket allreduces (watch)
+        self.comm_last_launch = 0.0
+        self.comm_last_done = 0.0
+        self.tokens = None
+        self.loss = None                 # the last loss read (a float)
+        self.pending_loss = None         # (tensor, ready event or None): a device loss not read yet
+        self.loss_taken = 0.0            # when a device loss was last captured (at most one per interval)
+        self.phase = ""
+        self.last = {}                   # the last step's numbers, replaced whole (the sender reads it unlocked)
+        self.dump_signal = 0
+        self.stacks = None
+        self.wake = threading.Event()
+        self._register_dump(env.get("DTRAIN_STACKS_FILE", ""))
+        self.thread = threading.Thread(target=self._run, name="dtrain-health", daemon=True)
+        self.thread.start()
+
+    def _register_dump(self, path):
+        if not path:
+            return
+        for candidate in (signal.SIGUSR2, signal.SIGUSR1):
+            if signal.getsignal(candidate) in (signal.SIG_DFL, None):
+                try:
+                    self.stacks = open(path, "a")
+                    faulthandler.register(candidate, file=self.stacks, all_threads=True)
+                except (OSError, RuntimeError, ValueError):
+                    return
+                self.dump_signal = int(candidate)
+                return
+
+    def message(self):
+        body = dict(self.head)
+        body.update(self.last)
+        body["step"] = self.step
+        body["steps_done"] = self.steps_done
+        loss = self._read_loss()
+        if loss is not None:
+            body["loss"] = loss
+        if self.phase:
+            body["phase"] = self.phase
+        if self.dump_signal:
+            body["dump_signal"] = self.dump_signal
+        try:
+            with open("/proc/self/statm", "rb") as f:
+                body["rss_bytes"] = int(f.read().split()[1]) * self.page
+        except (OSError, IndexError, ValueError):
+            pass
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    def _read_loss(self):
+        pending = self.pending_loss
+        if pending is not None:
+            tensor, ready = pending
+            # A device loss is read once its value exists (its event passed), never waited for.
+            if ready is None or ready.query():
+                self.pending_loss = None
+                self._set_loss(float(tensor.item()))
+        return self.loss
+
+    def _set_loss(self, value):
+        if math.isfinite(value):   # a diverged loss is the script's error to raise, not a value to report
+            self.loss = value
+
+    def send(self):
+        try:
+            self.sock.sendto(self.message(), self.path)
+        except OSError:
+            self.dropped += 1
+
+    def _run(self):
+        while True:
+            self.send()
+            self.wake.wait(self.interval)
+            self.wake.clear()
+
+    def take_loss(self, loss):
+        if isinstance(loss, (int, float)):
+            self._set_loss(float(loss))
+            return
+        device = getattr(getattr(loss, "device", None), "type", "cpu")
+        if device == "cpu":
+            self._set_loss(float(loss.item()))
+            return
+        now = time.perf_counter()
+        if now - self.loss_taken < self.interval:
+            return
+        self.loss_taken = now
+        ready = None
+        if device == "cuda":
+            import torch
+            ready = torch.cuda.Event()
+            ready.record()
+        self.pending_loss = (loss.detach(), ready)
+
+    def end_step(self, block_s):
+        comm = 0.0
+        if self.comm_first_launch is not None:
+            comm = max(0.0, self.comm_last_done - self.comm_last_launch)
+            self.comm_first_launch = None
+        data = self.data_wait
+        step_s = block_s + data
+        last = {"step_ms": step_s * 1e3, "data_wait_ms": data * 1e3, "comm_exposed_ms": comm * 1e3,
+                "compute_ms": max(0.0, step_s - data - comm) * 1e3}
+        if self.tokens is not None and step_s > 0:
+            last["tokens_per_s"] = self.tokens / step_s
+        self.tokens = None
+        self.data_wait = 0.0
+        self.last = last
+        self.steps_done += 1
+        self.step += 1
+        if self.steps_done == 1:
+            self.wake.set()   # the first step is news: the launcher's start-up check waits for it
+
+
+class _Step:
+    __slots__ = ("reporter", "began")
+
+    def __init__(self, reporter):
+        self.reporter = reporter
+
+    def __enter__(self):
+        self.began = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.reporter.end_step(time.perf_counter() - self.began)
+        return False
+
+
+def _timed(reporter, iterable):
+    clock = time.perf_counter
+    it = iter(iterable)
+    while True:
+        began = clock()
+        try:
+            item = next(it)
+        except StopIteration:
+            return
+        reporter.data_wait += clock() - began
+        yield item
+
+
+def _start():
+    path = os.environ.get("DTRAIN_HEALTH_SOCKET", "")
+    if not path:
+        return None
+    try:
+        return _Reporter(path, os.environ)
+    except (OSError, ValueError):
+        return None
+
+
+_reporter = _start()
+
+
+def enabled():
+    """Whether reports go anywhere (the script runs under dtrain)."""
+    return _reporter is not None
+
+
+def timed(iterable):
+    """Iterates `iterable`, counting the time inside each next() as the step's data wait."""
+    if _reporter is None:
+        return iterable
+    return _timed(_reporter, iterable)
+
+
+def step():
+    """A context for one training step: the step counter advances, and its times are kept, when it exits."""
+    if _reporter is None:
+        return _NOTHING
+    return _Step(_reporter)
+
+
+def report(loss=None, tokens=None):
+    """The step's loss (a number, or a tensor read only once its value exists, at most once per report interval
+    when it lives on a device) and the tokens it processed (for tokens/s)."""
+    if _reporter is None:
+        return
+    if loss is not None:
+        _reporter.take_loss(loss)
+    if tokens is not None:
+        _reporter.tokens = tokens
+
+
+def phase(name):
+    """What the script does now ("allreduce", "checkpoint"): a hung rank's last phase says where it hangs."""
+    if _reporter is None:
+        return
+    _reporter.phase = str(name)[:_MAX_PHASE_CHARS]
+    _reporter.wake.set()
+
+
+def watch(ddp_model, process_group=None):
+    """Times `ddp_model`'s (a DistributedDataParallel) bucket allreduces through a communication hook that does
+    what DDP's default does (allreduce, then divide by the world size); see comm_exposed_ms above. Registers nothing
+    outside dtrain. DDP takes one hook per model, so call it instead of register_comm_hook, not as well."""
+    if _reporter is None:
+        return
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    reporter = _reporter
+    clock = time.perf_counter
+
+    def timed_allreduce(group, bucket):
+        launched = clock()
+        if reporter.comm_first_launch is None:
+            reporter.comm_first_launch = launched
+        reporter.comm_last_launch = launched
+
+        def done(future):
+            reporter.comm_last_done = max(reporter.comm_last_done, clock())
+            return future.value()
+
+        return allreduce_hook(group, bucket).then(done)
+
+    ddp_model.register_comm_hook(process_group, timed_allreduce)

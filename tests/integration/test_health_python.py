@@ -1,0 +1,186 @@
+"""The Python health helper (python/dtrain_health.py) in real PyTorch workers, real agents, a real datagram socket:
+  ddp       a gloo DDP job (2 nodes x 1 worker) imports the helper from the PYTHONPATH the agent gives it (before the
+            spec's own PYTHONPATH), uses timed/step/report/phase/watch; rank 1 fails on purpose after 5 steps and the
+            summary shows its last report, sent by the helper; the step's times add up and the allreduces were timed;
+  hostile   before training, rank 1 sends datagrams that are not JSON, over 4 KiB, with another rank's or a forged
+            token, with a NaN or an infinite loss, a step of 2^64-1: none of them reaches the summary, the agent
+            goes on taking good reports;
+  hang      with health.hang_timeout_s 3, rank 1 blocks in a Python function `stuck_in_data_loader`: the job fails
+            (124) and the summary shows that function from the faulthandler dump the agent asked for; rank 0, which
+            handles SIGUSR2 itself and never announced a dump signal, is not signalled;
+  outside   outside dtrain every call of the helper does nothing."""
+
+import glob
+import json
+import os
+import re
+import subprocess
+import tempfile
+
+from harness import PYTHON, SOURCE_DIR, Run, check, finish, write
+
+DDP = r"""
+import json, os, socket, sys, time
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+import dtrain_health as health
+
+rank = int(os.environ["RANK"])
+print("rank", rank, "path", json.dumps(sys.path[:3]), "helper", health.__file__, flush=True)
+if rank == 1:
+    # Hostile datagrams, straight to the agent's socket; each must be dropped.
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    path = os.environ["DTRAIN_HEALTH_SOCKET"]
+    good = {"rank": 1, "token": os.environ["DTRAIN_JOB_TOKEN"], "report_token": os.environ["DTRAIN_REPORT_TOKEN"]}
+    def forged(**fields):
+        body = dict(good, step=99, steps_done=99, loss=99.0)
+        body.update(fields)
+        return json.dumps(body).encode()
+    for bad in [b"{not json", b"[1]", b"{" * 5000, forged(report_token="0" * 32), forged(token="forged"),
+                forged(rank=0), forged(loss=float("nan")), forged().replace(b"99.0", b"1e999"),
+                forged(step=2**64 - 1), forged(tokens_per_s=-5.0)]:
+        s.sendto(bad, path)
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.Tanh(), torch.nn.Linear(256, 1)),
+            bucket_cap_mb=0.05)
+health.watch(model)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+def batches():
+    gen = torch.Generator().manual_seed(rank)
+    while True:
+        time.sleep(0.02)   # a slow loader: data wait
+        x = torch.randn(32, 64, generator=gen)
+        yield x, x.sum(dim=1, keepdim=True)
+for step, (x, y) in enumerate(health.timed(batches())):
+    with health.step():
+        health.phase("forward")
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        health.report(loss=loss, tokens=32)
+    last = health._reporter.last
+    print("rank %d step %d %s" % (rank, step + 1, json.dumps(last, sort_keys=True)), flush=True)
+    if step + 1 == 5:
+        break
+health.phase("done training")
+time.sleep(1.5)   # a heartbeat carries the last step
+if rank == 1:
+    print("rank 1 fails on purpose, loss %.6f" % float(loss), flush=True)
+    sys.exit(3)
+time.sleep(300)
+"""
+
+HANG = r"""
+import os, signal, sys, threading, time
+rank = int(os.environ["RANK"])
+if rank == 0:
+    # No helper: handles SIGUSR2 itself and never announced it; the agent must not send it.
+    signal.signal(signal.SIGUSR2, lambda *_: open(sys.argv[1], "w").write("signalled"))
+    time.sleep(300)
+import dtrain_health as health
+
+def stuck_in_data_loader():
+    threading.Event().wait()
+
+def batches():
+    for i in range(1000):
+        if i == 2:
+            stuck_in_data_loader()
+        yield i
+
+for batch in health.timed(batches()):
+    with health.step():
+        time.sleep(0.05)
+"""
+
+SPEC = """
+name: %s
+nodes: {provider: local, count: 2}
+workers_per_node: 1
+command: [%s, %s, %s]
+env: {PYTHONPATH: %s}
+stop: {grace_s: 1}
+health: {%s}
+logs: {dir: runs, console: all}
+"""
+
+
+def launch(name, script, arg, health):
+    run = Run([], timeout=240)
+    user_path = os.path.join(run.dir, "user-modules")
+    spec = write(os.path.join(run.dir, "job.yaml"),
+                 SPEC % (name, PYTHON, write(os.path.join(run.dir, name + ".py"), script), arg, user_path, health))
+    run.args += ["launch", spec]
+    run.run()
+    run.show()
+    run.user_path = user_path
+    return run
+
+
+# ---- ddp + hostile
+run = launch("pyhealth", DDP, "-", "startup_timeout_s: 120")
+check(run.code == 3, "rank 1 exits 3 -> launcher exits 3, got %s" % run.code)
+paths = re.findall(r'rank \d path \["[^"]*", "([^"]*)", "([^"]*)"\] helper (\S+)', run.out)
+check(len(paths) == 2, "both ranks imported the helper: %s" % paths)
+for helper_dir, user_dir, helper in paths:
+    check(helper_dir.endswith("share/dtrain/python") and helper.startswith(helper_dir),
+          "the helper comes from the agent's share/dtrain/python (%s)" % helper)
+    check(user_dir == run.user_path, "the spec's PYTHONPATH follows it (%s)" % user_dir)
+loss = re.search(r"rank 1 fails on purpose, loss (\S+)", run.out)
+summary = re.search(r"last health report of rank 1: step (\d+), loss (\S+), (\S+) tokens/s, last phase: ([^,\n]*)", run.err)
+check(summary is not None, "the summary shows rank 1's last report")
+if summary and loss:
+    check(summary.group(1) == "5", "its step is the 5th (the hostile step 99 never got through): " + summary.group(1))
+    check(abs(float(summary.group(2)) - float(loss.group(1))) < 1e-4, "its loss is the last step's: %s vs %s" %
+          (summary.group(2), loss.group(1)))
+    check(float(summary.group(3)) > 0, "tokens/s from report(tokens=...)")
+    check(summary.group(4) == "done training", "its phase is the last one set: " + summary.group(4))
+steps = [json.loads(m) for m in re.findall(r"rank \d step \d+ (\{.*\})", run.out)]
+check(len(steps) == 10, "both ranks ran 5 steps (%d)" % len(steps))
+for t in steps:
+    check(t["data_wait_ms"] >= 15, "the loader's 20 ms sleep is data wait: %s" % t)
+    check(abs(t["step_ms"] - t["data_wait_ms"] - t["comm_exposed_ms"] - t["compute_ms"]) < 0.01,
+          "step = data wait + exposed comm + compute: %s" % t)
+check(any(t["comm_exposed_ms"] > 0 for t in steps), "watch() timed the allreduces")
+run.assert_no_leaks()
+
+# ---- hang: the Python function a rank is blocked in
+marker = os.path.join(tempfile.mkdtemp(prefix="dtrain-it-"), "rank0-signalled")
+run = launch("pyhang", HANG, marker, "hang_timeout_s: 3")
+check(run.code == 124, "a hung Python rank -> exit 124, got %s" % run.code)
+check(re.search(r"rank 1 made no step progress for 3\.\d s", run.err), "the hang check names rank 1")
+frames = re.search(r"where rank 1 is \(first frames of its main thread\):\n( +File .*\n)*? +File \"\S+pyhang\.py\", "
+                   r"line \d+ in stuck_in_data_loader\n", run.err)
+check(frames is not None, "the summary shows the Python function rank 1 is blocked in")
+dumps = glob.glob(os.path.join(run.dir, "runs", "*", "attempt_0", "stacks", "rank_1.py.txt"))
+check(len(dumps) == 1 and "stuck_in_data_loader" in open(dumps[0]).read(), "faulthandler wrote rank 1's dump")
+stacks = glob.glob(os.path.join(run.dir, "runs", "*", "attempt_0", "stacks", "rank_1.txt"))
+check(len(stacks) == 1 and "Python stacks (faulthandler on signal" in open(stacks[0]).read(),
+      "rank 1's stacks file holds the Python stacks too")
+check(not os.path.exists(marker), "rank 0, which announced no dump signal, was not signalled")
+run.assert_no_leaks()
+
+# ---- outside dtrain: no-ops
+OUTSIDE = r"""
+import signal, threading
+import dtrain_health as health
+items = [1, 2]
+assert not health.enabled()
+assert health.timed(items) is items
+assert health.step() is health.step()
+with health.step():
+    pass
+assert health.report(loss=1.0, tokens=3) is None and health.phase("x") is None and health.watch(object()) is None
+assert threading.active_count() == 1, threading.enumerate()
+assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
+print("no-op")
+"""
+env = {k: v for k, v in os.environ.items() if not k.startswith("DTRAIN_")}
+env["PYTHONPATH"] = os.path.join(SOURCE_DIR, "python")
+done = subprocess.run([PYTHON, "-c", OUTSIDE], env=env, capture_output=True, text=True, timeout=60)
+check(done.returncode == 0 and "no-op" in done.stdout, "outside dtrain the helper does nothing: " + done.stderr)
+
+finish()

@@ -1,0 +1,158 @@
+#include <doctest/doctest.h>
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agent/evidence.h"
+#include "agent/service/health_socket.h"
+#include "agent/service/report_service.h"
+
+using namespace dtrain;
+using namespace dtrain::agent;
+
+namespace {
+
+// Sends `bytes` as one datagram to the socket at `path`.
+void send_to(const std::string& path, const std::string& bytes) {
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.data(), path.size());
+  REQUIRE(::sendto(fd, bytes.data(), bytes.size(), 0, reinterpret_cast<sockaddr*>(&address), sizeof address) ==
+          static_cast<ssize_t>(bytes.size()));
+  ::close(fd);
+}
+
+template <class Done>
+bool eventually(Done done) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+const char* kGood = R"({"rank":3,"token":"job","report_token":"r3","step":41,"steps_done":7,"loss":2.5,)"
+                    R"("tokens_per_s":100.0,"rss_bytes":4096,"step_ms":90.5,"data_wait_ms":3.0,"compute_ms":70.0,)"
+                    R"("comm_exposed_ms":17.5,"phase":"forward","dump_signal":12,"unknown_field":[1,2]})";
+
+}  // namespace
+
+TEST_CASE("a datagram's JSON becomes the report it describes") {
+  const Result<HealthDatagram> parsed = parse_health_datagram(kGood);
+  REQUIRE(parsed.ok());
+  const v1::WorkerReport& r = parsed.value.report;
+  CHECK(parsed.value.token == "job");
+  CHECK(parsed.value.report_token == "r3");
+  CHECK(r.rank() == 3);
+  CHECK(r.step() == 41);
+  CHECK(r.steps_done() == 7);
+  CHECK(r.loss() == 2.5);
+  CHECK(r.tokens_per_s() == 100.0);
+  CHECK(r.rss_bytes() == 4096);
+  CHECK(r.step_ms() == 90.5);
+  CHECK(r.data_wait_ms() == 3.0);
+  CHECK(r.compute_ms() == 70.0);
+  CHECK(r.comm_exposed_ms() == 17.5);
+  CHECK(r.phase() == "forward");
+  CHECK(r.dump_signal() == 12);
+  CHECK(check_report_values(r).ok());
+}
+
+TEST_CASE("datagrams that are not reports are refused with what is wrong") {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{not json", "not JSON"},
+      {"[1,2,3]", "not a JSON object"},
+      {R"({"token":"job"})", "\"rank\""},
+      {R"({"rank":-1})", "\"rank\""},
+      {R"({"rank":4294967296})", "\"rank\""},
+      {R"({"rank":1,"token":5})", "\"token\""},
+      {R"({"rank":1,"step":-3})", "\"step\""},
+      {R"({"rank":1,"step":1.5})", "\"step\""},
+      {R"({"rank":1,"loss":"2"})", "\"loss\""},
+      {R"({"rank":1,"phase":7})", "\"phase\""},
+      {R"({"rank":1,"loss":NaN})", "not JSON"},
+  };
+  for (const auto& [bytes, named] : cases) {
+    const Result<HealthDatagram> parsed = parse_health_datagram(bytes);
+    CHECK_MESSAGE(!parsed.ok(), bytes);
+    CHECK_MESSAGE(parsed.status.message().find(named) != std::string::npos, bytes, ": ", parsed.status.message());
+  }
+}
+
+TEST_CASE("numbers JSON cannot hold are refused; values out of bounds parse, and the value check refuses them") {
+  CHECK(!parse_health_datagram(R"({"rank":1,"loss":1e999})").ok());   // no infinite loss through JSON
+  for (const char* bytes : {R"({"rank":1,"step_ms":1e300})", R"({"rank":1,"tokens_per_s":-1})",
+                            R"({"rank":1,"dump_signal":65})", R"({"rank":1,"step":18446744073709551615})"}) {
+    const Result<HealthDatagram> parsed = parse_health_datagram(bytes);
+    REQUIRE_MESSAGE(parsed.ok(), bytes);
+    CHECK_MESSAGE(!check_report_values(parsed.value.report).ok(), bytes);
+  }
+}
+
+TEST_CASE("the socket hands good datagrams to its sink and drops and counts the rest") {
+  const std::string dir = std::filesystem::temp_directory_path() / ("dtrain-hs-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::mutex mutex;
+  std::vector<HealthDatagram> got;
+  auto socket = std::make_unique<HealthSocket>(dir + "/socket", [&](const HealthDatagram& d) -> Status {
+    if (d.token != "job") return {StatusCode::permission_denied, "not this round's token"};
+    std::lock_guard lock(mutex);
+    got.push_back(d);
+    return {};
+  });
+  send_to(socket->path(), "garbage");
+  send_to(socket->path(), std::string(kMaxHealthDatagram + 1, '{'));
+  send_to(socket->path(), R"({"rank":3,"token":"forged","report_token":"r3"})");
+  for (int i = 0; i < 3; ++i) send_to(socket->path(), kGood);
+  CHECK(eventually([&] { return socket->accepted() == 3; }));
+  CHECK(socket->dropped(HealthSocket::Drop::malformed) == 1);
+  CHECK(socket->dropped(HealthSocket::Drop::oversized) == 1);
+  CHECK(socket->dropped(HealthSocket::Drop::refused) == 1);
+  {
+    std::lock_guard lock(mutex);
+    REQUIRE(got.size() == 3);
+    CHECK(got[0].sender == ::getpid());   // the kernel's word, not the datagram's
+    CHECK(got[0].report.step() == 41);
+  }
+  const std::string path = socket->path();
+  socket.reset();
+  CHECK(!std::filesystem::exists(path));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a path too long for a socket address is refused with the fix") {
+  try {
+    HealthSocket socket("/tmp/" + std::string(200, 'x'), [](const HealthDatagram&) { return Status{}; });
+    FAIL("a 200-byte socket path was bound");
+  } catch (const std::runtime_error& e) {
+    CHECK(std::string(e.what()).find("XDG_RUNTIME_DIR or TMPDIR") != std::string::npos);
+  }
+}
+
+TEST_CASE("a faulthandler dump's top frames are its main thread's, innermost first") {
+  const std::string dump =
+      "Thread 0x00007f0c7a1ff640 (most recent call first):\n"
+      "  File \"/usr/lib/python3/threading.py\", line 324 in wait\n"
+      "  File \"/x/dtrain_health.py\", line 140 in _run\n"
+      "\n"
+      "Current thread 0x00007f0c8b2a4740 (most recent call first):\n"
+      "  File \"/tmp/train.py\", line 10 in stuck_in_data_loader\n"
+      "  File \"/tmp/train.py\", line 20 in <module>\n";
+  const std::vector<std::string> frames = python_top_frames(dump);
+  REQUIRE(frames.size() == 2);
+  CHECK(frames[0] == "File \"/tmp/train.py\", line 10 in stuck_in_data_loader");
+  CHECK(frames[1] == "File \"/tmp/train.py\", line 20 in <module>");
+  CHECK(python_top_frames("").empty());
+  CHECK(python_top_frames("Thread 0x1 (most recent call first):\n").empty());
+}
