@@ -1,6 +1,7 @@
 #include "cli/plan/request.h"
 
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
 
 #include "cli/plan/trainer_model.h"
@@ -18,6 +19,13 @@ constexpr double kMaxParams = 1e16;
 
 Status refuse(std::string message) { return {StatusCode::invalid_argument, std::move(message)}; }
 
+// 7.5e+09, 0, -1, nan: as short as the user would write it.
+std::string number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
+
 template <class T>
 Status check_range(const std::optional<T>& value, const char* flag, long long max) {
   if (!value) return {};
@@ -29,7 +37,7 @@ Status check_range(const std::optional<T>& value, const char* flag, long long ma
 
 Status check_positive(const std::optional<double>& value, const char* flag, const char* example) {
   if (value && (!std::isfinite(*value) || *value <= 0))
-    return refuse(std::string(flag) + " " + std::to_string(*value) + ": must be a positive number, e.g. " + flag +
+    return refuse(std::string(flag) + " " + number(*value) + ": must be a positive number, e.g. " + flag +
                   " " + example);
   return {};
 }
@@ -44,7 +52,7 @@ Status check_numbers(const PlanArgs& a) {
   if (Status s = check_range(a.gpus_per_node, "--gpus-per-node", kMaxGpusPerNode); !s.ok()) return s;
   if (Status s = check_range(a.global_batch, "--global-batch", 1'000'000'000'000LL); !s.ok()) return s;
   if (Status s = check_positive(a.params, "--params", "7.5e9"); !s.ok()) return s;
-  if (a.params && *a.params > kMaxParams) return refuse("--params " + std::to_string(*a.params) + ": above 1e16");
+  if (a.params && *a.params > kMaxParams) return refuse("--params " + number(*a.params) + ": above 1e16, more than any model this plans for");
   if (Status s = check_positive(a.intra_node_bw_gbs, "--intra-node-bw", "200 (GB/s)"); !s.ok()) return s;
   if (Status s = check_positive(a.inter_node_bw_gbs, "--inter-node-bw", "25 (GB/s)"); !s.ok()) return s;
   return check_positive(a.gpu_tflops, "--gpu-tflops", "400");

@@ -1,0 +1,144 @@
+"""`dtrain plan` as a user runs it (the real binary):
+  - the ZeRO paper's example (P = 7.5e9, N = 64, K = 12) prints 120.0, 31.4, 16.6 and 1.9 GB per GPU, and --json
+    carries the same numbers in bytes;
+  - the advisor agrees with dtrain-trainer: for the trainer's tiny model on 2 ranks under `dtrain run -n 2`, at
+    --zero 1, 2, 3 in fp32 and bf16 (and a shape given by flags, fp16), the model-state bytes of
+    `dtrain plan --trainer-accounting` equal the trainer's mem_params/grads/optim_bytes metrics;
+  - the job spec it recommends passes `dtrain validate`, and its dtrain-trainer flags run;
+  - bad input is refused with exit 2 and a message naming the flag, never a crash.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "parity"))
+import trainer_harness as h  # noqa: E402
+
+h.require_binaries(h.DTRAIN, h.TRAINER)
+work = h.workdir()
+
+
+def plan(*args, expect=0):
+    proc = subprocess.run([h.DTRAIN, "plan", *args], capture_output=True, text=True, timeout=60)
+    h.check(proc.returncode == expect,
+            f"dtrain plan {' '.join(args)}: exit {proc.returncode} (expected {expect}); stderr: {proc.stderr.strip()}")
+    return proc
+
+
+def plan_json(*args):
+    proc = plan(*args, "--json")
+    return json.loads(proc.stdout) if proc.returncode == 0 else None
+
+
+# --- The ZeRO paper's example ---
+text = plan("--params", "7.5e9", "--gpus", "64").stdout
+rows = {line.split()[0]: line for line in text.splitlines() if line.split()[:1] and line.split()[0] in
+        ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3/FSDP")}
+for name, gb in (("DDP", "120.0 GB"), ("ZeRO-1", "31.4 GB"), ("ZeRO-2", "16.6 GB"), ("ZeRO-3/FSDP", "1.9 GB")):
+    h.check(name in rows and gb in rows[name], f"paper example: {name} needs {gb} per GPU: {rows.get(name)!r}")
+report = plan_json("--params", "7.5e9", "--gpus", "64")
+states = [s["memory"]["model_states_bytes"] for s in report["strategies"]]
+h.check(states == [120_000_000_000, 31_406_250_000, 16_640_625_000, 1_875_000_000],
+        f"paper example in JSON, bytes: {states}")
+h.check(report["recommendation"]["strategy"]["name"] == "ZeRO-1",
+        f"120 GB does not fit 80 GB, ZeRO-1 does: recommended {report['recommendation']['strategy']['name']}")
+
+# --- The same numbers in text and JSON, with a shape, bandwidths and a global batch ---
+args = ["--params", "1e9", "--gpus", "16", "--layers", "16", "--hidden", "2048", "--heads", "16", "--seq-len", "1024",
+        "--micro-batch", "4", "--global-batch", "1000", "--intra-node-bw", "100", "--inter-node-bw", "10"]
+text = plan(*args).stdout
+report = plan_json(*args)
+for s in report["strategies"]:
+    row = next((line for line in text.splitlines() if line.startswith(s["name"] + " ")), "")
+    mem = s["memory"]
+    want = [f"{mem['model_states_bytes'] / 1e9:.1f} GB", f"{mem['activations_bytes'] / 1e9:.1f} GB",
+            f"{mem['total_bytes'] / 1e9:.1f} GB", f" {s['accumulation']['micro_steps']} "]
+    h.check(all(w in row for w in want), f"text row of {s['name']} carries the JSON's numbers {want}: {row!r}")
+# 1000 sequences / (4 x 16) = 15.6 -> 16 micro-steps, 1024; DDP's allreduce crosses nodes: 2 x 15/16 x 2e9 bytes.
+ddp = report["strategies"][0]
+h.check(ddp["accumulation"] == {"micro_steps": 16, "global_batch": 1024, "exact": False},
+        f"accumulation reaching --global-batch 1000: {ddp['accumulation']}")
+h.check(ddp["comm"]["data_parallel_bytes"] == 3_750_000_000 and abs(ddp["comm"]["seconds"] - 0.375) < 1e-9,
+        f"DDP across nodes: {ddp['comm']}")
+h.check("is not a multiple of 64" in text, "the text says the global batch was rounded up")
+
+# --- dtrain plan agrees with dtrain-trainer's own metrics ---
+shard = h.make_text_shard(work)
+
+
+def trainer_memory(model_args, zero, precision):
+    metrics = os.path.join(work, f"m_{zero}_{precision}_{len(model_args)}.jsonl")
+    run = h.launched(2, model_args + ["--data", shard, "--batch-size", "1", "--seq-len", "32", "--steps", "1",
+                                      "--threads", "1", "--zero", str(zero), "--precision", precision,
+                                      "--metrics", metrics], work)
+    if not h.check(run.code == 0, f"dtrain-trainer --zero {zero} --precision {precision} ran"):
+        return None
+    line = h.metrics(metrics)[-1]
+    return {k: line.get(f"mem_{k}_bytes") for k in ("params", "grads", "optim")}
+
+
+CUSTOM = ["--layers", "2", "--channels", "128", "--heads", "4", "--max-seq-len", "64", "--vocab", "256"]
+cases = [(["--model", "tiny"], ["--model", "tiny"], precision) for precision in ("fp32", "bf16")]
+cases.append((CUSTOM, ["--layers", "2", "--hidden", "128", "--heads", "4", "--seq-len", "64", "--vocab", "256"],
+              "fp16"))
+for trainer_model, plan_model, precision in cases:
+    advice = plan_json(*plan_model, "--gpus", "2", "--precision", precision, "--trainer-accounting")
+    for zero in (1, 2, 3):
+        measured = trainer_memory(trainer_model, zero, precision)
+        predicted = advice["strategies"][zero]["trainer"] if advice else None
+        predicted = predicted and {k: predicted[f"{k}_bytes"] for k in ("params", "grads", "optim")}
+        h.check(measured is not None and measured == predicted,
+                f"{' '.join(plan_model)} {precision} --zero {zero}: dtrain plan {predicted} == trainer {measured}")
+    h.check(advice is not None and advice["strategies"][0]["trainer"] is None,
+            "--zero 0 has no trainer column (dtrain-trainer reports no mem_* metrics there)")
+
+# --- The recommendation runs: its spec validates, its flags train ---
+advice = plan_json("--model", "tiny", "--gpus", "2", "--global-batch", "8", "--micro-batch", "2")
+rec = advice["recommendation"]
+h.check(rec["strategy"]["name"] == "DDP" and rec["strategy"]["accumulation"]["micro_steps"] == 2,
+        f"tiny fits: DDP with 2 micro-steps of 2 x 2 ranks: {rec['strategy']['name']}")
+spec = os.path.join(work, "plan.yaml")
+with open(spec, "w") as f:
+    f.write("\n".join(rec["job_spec"]) + "\n")
+proc = subprocess.run([h.DTRAIN, "validate", spec], capture_output=True, text=True, timeout=60)
+h.check(proc.returncode == 0, f"the recommended job spec validates: {proc.stdout}{proc.stderr}")
+metrics = os.path.join(work, "recommended.jsonl")
+run = h.launched(2, rec["trainer_args"] + ["--data", shard, "--steps", "1", "--threads", "1", "--metrics", metrics],
+                 work)
+h.check(run.code == 0, f"the recommended dtrain-trainer flags run: {' '.join(rec['trainer_args'])}")
+
+# --- Bad input: exit 2, a message that names the flag, never a crash ---
+BAD = [
+    (["--params", "-1", "--gpus", "8"], "--params"),
+    (["--params", "0", "--gpus", "8"], "--params"),
+    (["--params", "lots", "--gpus", "8"], "--params"),
+    (["--params", "nan", "--gpus", "8"], "--params"),
+    (["--params", "1e9", "--gpus", "0"], "--gpus"),
+    (["--params", "1e9", "--gpus", "-8"], "--gpus"),
+    (["--params", "1e9", "--gpus", "eight"], "--gpus"),
+    (["--params", "1e9"], "--gpus is required"),
+    (["--gpus", "8"], "give the model's size"),
+    (["--model", "gpt9", "--gpus", "8"], "unknown model preset 'gpt9'"),
+    (["--model", "tiny", "--params", "1e9", "--gpus", "8"], "give one of them"),
+    (["--model", "tiny", "--gpus", "4", "--tp", "3"], "--tp 3 does not divide the 4 attention heads"),
+    (["--model", "tiny", "--gpus", "2", "--pp", "3"], "--pp 3 does not divide the 2 layers"),
+    (["--model", "tiny", "--gpus", "2", "--tp", "0"], "--tp 0"),
+    (["--model", "tiny", "--gpus", "2", "--seq-len", "65"], "--seq-len 65 is longer"),
+    (["--params", "1e9", "--gpus", "8", "--gpu-memory", "80XB"], "--gpu-memory '80XB' is not a size"),
+    (["--params", "1e9", "--gpus", "8", "--gpu-memory", "-80GB"], "--gpu-memory"),
+    (["--params", "1e9", "--gpus", "8", "--precision", "int8"], "--precision"),
+    (["--params", "1e9", "--gpus", "8", "--bottleneck", "disk"], "--bottleneck"),
+    (["--params", "1e9", "--gpus", "8", "--inter-node-bw", "0"], "--inter-node-bw"),
+    (["--params", "1e9", "--gpus", "12", "--gpus-per-node", "8"], "not a whole number of nodes"),
+    (["--params", "1e9", "--gpus", "8", "--layers", "4"], "the shape is incomplete"),
+    (["--params", "1e9", "--gpus", "8", "--trainer-accounting"], "--trainer-accounting needs"),
+    (["--params", "1e9", "--gpus", "8", "--micro-batch", "99999999999"], "--micro-batch"),
+]
+for argv, needle in BAD:
+    proc = plan(*argv, expect=2)
+    h.check(needle in proc.stderr and proc.stdout == "",
+            f"dtrain plan {' '.join(argv)}: refused naming {needle!r}: {proc.stderr.strip()!r}")
+
+h.finish()
