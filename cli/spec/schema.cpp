@@ -18,7 +18,8 @@ const std::map<std::string_view, Keys>& sections() {
                  "srun_command", "remote_dtrain"}},
       {"restart", {"max_restarts", "backoff_s"}},
       {"stop", {"grace_s"}},
-      {"health", {"heartbeat_timeout_s", "hang_timeout_s", "startup_timeout_s", "node_timeout_s"}},
+      {"health", {"heartbeat_timeout_s", "hang_timeout_s", "startup_timeout_s", "node_timeout_s",
+                  "straggler_ratio"}},
       {"logs", {"dir", "console"}},
       {"nccl", {"auto", "env"}},
   };

@@ -119,8 +119,12 @@ struct Spec {
     double hang_timeout_s = 0;        // a worker whose step counter does not move for this long has failed
     double startup_timeout_s = 600;   // a reporting worker with no first step this long after it started has failed
     double node_timeout_s = 10;       // an agent that is silent for this long is a failed node
-  } health;                           // all 0 to kMaxDurationS; 0 turns that check off (hang_timeout_s is off by
-                                      //   default)
+                                      // The *_s keys: 0 to kMaxDurationS; 0 turns that check off (hang_timeout_s is
+                                      //   off by default).
+    double straggler_ratio = 1.2;     // a rank whose own work per step (data wait + compute + optimizer) exceeds the
+                                      //   other ranks' median by more than this factor, window after window, is
+                                      //   named a straggler (cli/controller/diagnosis.h); > 1 and <= 100
+  } health;
 
   struct Logs {
     std::string dir = "runs";  // per-job logs go to <dir>/<job_id>/attempt_<n>/rank_<r>.log

@@ -161,6 +161,16 @@ void check_console(const Spec& spec, Reporter& r) {
   }
 }
 
+// Above 1: a rank is compared with its peers, and 1 would name every rank a hair slower than the median. At most
+// 100: beyond that no rank is ever named, which is better said by not reading the diagnoses.
+void check_straggler_ratio(double ratio, Reporter& r) {
+  constexpr double kMaxRatio = 100;
+  if (!std::isfinite(ratio) || ratio <= 1 || ratio > kMaxRatio) {
+    r.report("health.straggler_ratio", "must be a number above 1 and at most 100, got " + number(ratio) + ".",
+             "1.2 names a rank whose own work per step is more than 20% above the median's.");
+  }
+}
+
 }  // namespace
 
 void check_spec(const Spec& spec, const Locations& where, std::vector<Diagnostic>& out) {
@@ -184,6 +194,7 @@ void check_spec(const Spec& spec, const Locations& where, std::vector<Diagnostic
   r.duration("health.hang_timeout_s", spec.health.hang_timeout_s);
   r.duration("health.startup_timeout_s", spec.health.startup_timeout_s);
   r.duration("health.node_timeout_s", spec.health.node_timeout_s);
+  check_straggler_ratio(spec.health.straggler_ratio, r);
   if (spec.logs.dir.empty()) r.report("logs.dir", "is empty.", "Example: dir: runs");
   r.no_nul("logs.dir", spec.logs.dir);
   check_console(spec, r);
