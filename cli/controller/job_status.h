@@ -1,0 +1,65 @@
+#pragma once
+
+// The job as `dtrain status` shows it: one row per rank of the current round (where it runs, its process, its
+// latest report) and the diagnoses, rendered as the snapshot JSON that the control socket serves and the run
+// directory keeps (status.json):
+//   {"job", "state": "running|succeeded|failed", "attempt", "updated_unix_ms",
+//    "ranks": [{"rank", "node", "host", "pid", "state", "step", "step_ms", "tokens_per_s", "data_wait_ratio",
+//               "comm_exposed_ratio", "rss_bytes", "device_mem_used_bytes", "phase", "report_age_s"}],
+//    "diagnoses": [{"kind", "ranks", "message", "fix"}]}
+// A rank's state is starting (planned, not started yet), running, exited (code 0), failed (its own failure) or
+// stopped (ended by a stop of its group). report_age_s is null until it reports.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/controller/diagnosis.h"
+#include "cli/controller/session_messages.h"
+#include "cli/spec/spec.h"
+
+namespace dtrain::controller {
+
+class JobStatus {
+ public:
+  explicit JobStatus(std::string job_id) : job_id_(std::move(job_id)) {}
+
+  // A new attempt: its planned ranks, none started yet.
+  void round_started(std::uint32_t round, const spec::Plan& plan);
+  void started(const WorkerStarted& started);
+  void exited(const WorkerExit& exit);
+  // `unix_ms` is the launcher's clock when the report arrived (report ages do not depend on the nodes' clocks).
+  void reported(const WorkerHealth& health, std::uint64_t unix_ms);
+
+  // The node rank of `rank` in this round, if it is planned.
+  std::optional<unsigned> node_of(unsigned rank) const;
+  std::uint32_t round() const { return round_; }
+
+  // One rank's row; `now_ms` the launcher's clock.
+  nlohmann::ordered_json rank_json(unsigned rank, const Diagnoser& diagnoser, std::uint64_t now_ms) const;
+  // The whole snapshot; `state` running, succeeded or failed.
+  nlohmann::ordered_json snapshot(const std::string& state, const Diagnoser& diagnoser, std::uint64_t now_ms) const;
+  std::vector<unsigned> ranks() const;
+
+ private:
+  struct Row {
+    unsigned node = 0;
+    std::string host;
+    std::uint32_t pid = 0;
+    std::string state = "starting";
+    std::optional<WorkerHealth> health;
+    std::uint64_t reported_ms = 0;
+  };
+
+  std::string job_id_;
+  std::uint32_t round_ = 0;
+  std::map<unsigned, Row> rows_;   // by rank
+};
+
+nlohmann::ordered_json to_json(const Diagnosis& diagnosis);
+
+}  // namespace dtrain::controller

@@ -1,0 +1,192 @@
+#include <doctest/doctest.h>
+
+#include <algorithm>
+
+#include "cli/controller/diagnosis.h"
+
+using namespace dtrain::controller;
+
+namespace {
+
+// A step of `own` ms of own work split as data/compute/optimizer, in a step of `step_ms` with `comm` exposed.
+StepSample step(std::uint64_t n, double data, double compute, double optimizer, double comm, double step_ms) {
+  StepSample s;
+  s.step = n;
+  s.data_wait_ms = data;
+  s.compute_ms = compute;
+  s.optimizer_ms = optimizer;
+  s.comm_exposed_ms = comm;
+  s.step_ms = step_ms;
+  return s;
+}
+
+// Feeds `windows` evaluations of kMinWindowSteps steps each: every rank gets sample(rank, step), then evaluate().
+template <class Sample>
+void run_windows(Diagnoser& d, unsigned ranks, int windows, Sample sample, std::uint64_t& next_step) {
+  for (int w = 0; w < windows; ++w) {
+    for (std::size_t i = 0; i < Diagnoser::kMinWindowSteps; ++i, ++next_step) {
+      for (unsigned r = 0; r < ranks; ++r) d.add(r, sample(r, next_step));
+    }
+    d.evaluate();
+  }
+}
+
+std::vector<Diagnosis> of_kind(const Diagnoser& d, DiagnosisKind kind) {
+  std::vector<Diagnosis> out;
+  for (const auto& x : d.diagnoses()) {
+    if (x.kind == kind) out.push_back(x);
+  }
+  return out;
+}
+
+Diagnoser placed(double ratio, unsigned ranks) {
+  Diagnoser d(ratio);
+  for (unsigned r = 0; r < ranks; ++r) d.place(r, RankPlace{r / 2, "host" + std::to_string(r / 2), 8});
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("a rank whose data wait makes its own work 40% above the median is named after 3 windows, with its node") {
+  Diagnoser d = placed(1.2, 4);
+  std::uint64_t n = 1;
+  // Synchronous DDP: every rank's step is 100 ms; rank 2 spends 38 ms waiting for data, its peers 3 ms. Its peers
+  // wait for it in the gradient reduction (their exposed comm is higher), so the step time cannot tell it apart.
+  const auto sample = [](unsigned r, std::uint64_t s) {
+    return r == 2 ? step(s, 38, 55, 7, 0, 100) : step(s, 3, 55, 7, 35, 100);
+  };
+  run_windows(d, 4, 2, sample, n);
+  CHECK(of_kind(d, DiagnosisKind::straggler).empty());   // two windows: not yet
+  run_windows(d, 4, 1, sample, n);
+  const auto found = of_kind(d, DiagnosisKind::straggler);
+  REQUIRE(found.size() == 1);
+  CHECK(found[0].ranks == std::vector<unsigned>{2});
+  // (38 + 55 + 7) / (3 + 55 + 7) = 1.54: 54% slower.
+  CHECK(found[0].message ==
+        "rank 2 on node 1 (host1) was 54% slower than the median: 38% of its step was data wait (the median rank's: 3%)");
+  CHECK(found[0].fix.find("data loader") != std::string::npos);
+  CHECK(found[0].fix.find("node 1") != std::string::npos);
+}
+
+TEST_CASE("an even window in between resets the count; stragglers stay named once found") {
+  Diagnoser d = placed(1.2, 3);
+  std::uint64_t n = 1;
+  const auto slow = [](unsigned r, std::uint64_t s) { return r == 0 ? step(s, 1, 80, 5, 0, 90) : step(s, 1, 50, 5, 30, 90); };
+  const auto even = [](unsigned, std::uint64_t s) { return step(s, 1, 50, 5, 30, 90); };
+  run_windows(d, 3, 2, slow, n);
+  run_windows(d, 3, 1, even, n);
+  run_windows(d, 3, 2, slow, n);
+  CHECK(of_kind(d, DiagnosisKind::straggler).empty());
+  run_windows(d, 3, 1, slow, n);
+  const auto found = of_kind(d, DiagnosisKind::straggler);
+  REQUIRE(found.size() == 1);
+  CHECK(found[0].ranks == std::vector<unsigned>{0});
+  CHECK(found[0].message.find("of its step was compute") != std::string::npos);
+  CHECK(found[0].fix.find("throttled device, or CPU contention on node 0") != std::string::npos);
+  run_windows(d, 3, 4, even, n);
+  CHECK(of_kind(d, DiagnosisKind::straggler).size() == 1);
+}
+
+TEST_CASE("just under the ratio is not a straggler; a higher straggler_ratio names fewer ranks") {
+  std::uint64_t n = 1;
+  // Rank 1's own work is 1.15x the median.
+  const auto sample = [](unsigned r, std::uint64_t s) { return r == 1 ? step(s, 0, 115, 0, 0, 120) : step(s, 0, 100, 0, 5, 120); };
+  Diagnoser strict = placed(1.1, 4);
+  run_windows(strict, 4, 3, sample, n);
+  CHECK(of_kind(strict, DiagnosisKind::straggler).size() == 1);
+  Diagnoser lenient = placed(1.2, 4);
+  run_windows(lenient, 4, 3, sample, n);
+  CHECK(of_kind(lenient, DiagnosisKind::straggler).empty());
+}
+
+TEST_CASE("with two ranks the slower is compared with its peer, not with a median that includes itself") {
+  Diagnoser d = placed(1.2, 2);
+  std::uint64_t n = 1;
+  run_windows(d, 2, 3, [](unsigned r, std::uint64_t s) { return step(s, 0, r == 1 ? 150 : 100, 0, 0, 150); }, n);
+  const auto found = of_kind(d, DiagnosisKind::straggler);
+  REQUIRE(found.size() == 1);
+  CHECK(found[0].ranks == std::vector<unsigned>{1});
+  CHECK(found[0].message.find("50% slower") != std::string::npos);
+}
+
+TEST_CASE("heartbeats repeat a step and are no new window; ranks without a breakdown are not compared") {
+  Diagnoser d = placed(1.2, 2);
+  for (int beat = 0; beat < 10; ++beat) {
+    d.add(0, step(7, 0, 100, 0, 0, 100));
+    d.add(1, step(7, 0, 300, 0, 0, 300));
+    d.evaluate();
+  }
+  CHECK(d.diagnoses().empty());
+  Diagnoser bare = placed(1.2, 2);
+  std::uint64_t n = 1;
+  run_windows(bare, 2, 4, [](unsigned r, std::uint64_t s) { return step(s, 0, 0, 0, 0, r == 0 ? 100 : 300); }, n);
+  CHECK(bare.diagnoses().empty());
+}
+
+TEST_CASE("job diagnoses: data loading above 10%, communication above 20%, sync, device memory above 90%") {
+  Diagnoser d = placed(1.2, 2);
+  std::uint64_t n = 1;
+  run_windows(d, 2, 1, [](unsigned r, std::uint64_t s) {
+    StepSample x = r == 0 ? step(s, 15, 50, 5, 10, 100)     // data 15%
+                          : step(s, 5, 40, 5, 25, 100);     // comm 25%, 25 ms unaccounted
+    x.device_mem_total_bytes = 80ull << 30;
+    x.device_mem_used_bytes = r == 1 ? 76ull << 30 : 40ull << 30;
+    return x;
+  }, n);
+  const auto data = of_kind(d, DiagnosisKind::data_loading);
+  REQUIRE(data.size() == 1);
+  CHECK(data[0].ranks == std::vector<unsigned>{0});
+  CHECK(data[0].message == "data wait is 15% of rank 0 on node 0 (host0)'s step");
+  // 8 CPUs per rank: 7 loader workers, one CPU for the training loop.
+  CHECK(data[0].fix.find("num_workers=7") != std::string::npos);
+  CHECK(data[0].fix.find("pin_memory=True") != std::string::npos);
+  CHECK(data[0].fix.find("persistent_workers=True") != std::string::npos);
+  const auto comm = of_kind(d, DiagnosisKind::communication);
+  REQUIRE(comm.size() == 1);
+  CHECK(comm[0].ranks == std::vector<unsigned>{1});
+  CHECK(comm[0].fix.find("dtrain bench allreduce") != std::string::npos);
+  CHECK(comm[0].fix.find("NCCL_IB_HCA") != std::string::npos);
+  CHECK(comm[0].fix.find("bucket_cap_mb") != std::string::npos);
+  const auto sync = of_kind(d, DiagnosisKind::sync);
+  REQUIRE(sync.size() == 1);
+  CHECK(sync[0].ranks == std::vector<unsigned>{1});
+  CHECK(sync[0].message.find("25% of rank 1") != std::string::npos);
+  const auto memory = of_kind(d, DiagnosisKind::memory);
+  REQUIRE(memory.size() == 1);
+  CHECK(memory[0].ranks == std::vector<unsigned>{1});
+  CHECK(memory[0].message.find("(76.0 GiB of 80.0 GiB)") != std::string::npos);
+  CHECK(memory[0].fix.find("ZeRO") != std::string::npos);
+}
+
+TEST_CASE("below every share: no diagnosis; the means a status row shows") {
+  Diagnoser d = placed(1.2, 3);
+  std::uint64_t n = 1;
+  run_windows(d, 3, 3, [](unsigned, std::uint64_t s) { return step(s, 5, 70, 5, 15, 100); }, n);
+  CHECK(d.diagnoses().empty());
+  const auto m = d.means(1);
+  REQUIRE(m);
+  CHECK(m->data_wait_ratio == doctest::Approx(0.05));
+  CHECK(m->comm_exposed_ratio == doctest::Approx(0.15));
+  CHECK(m->mean.step == n - 1);
+  CHECK_FALSE(d.means(9));
+}
+
+TEST_CASE("a hang is a diagnosis; the sample of a report carries its breakdown") {
+  Diagnoser d = placed(1.2, 2);
+  d.hang(1, "made no step progress for 3.0 s");
+  REQUIRE(d.diagnoses().size() == 1);
+  CHECK(d.diagnoses()[0].kind == DiagnosisKind::hang);
+  CHECK(d.diagnoses()[0].message == "rank 1 on node 0 (host0) made no step progress for 3.0 s");
+  CHECK(std::string(to_string(DiagnosisKind::data_loading)) == "data_loading");
+  WorkerHealth h;
+  h.step = 4;
+  h.step_ms = 100;
+  h.data_wait_ms = 10;
+  h.compute_ms = 60;
+  h.comm_exposed_ms = 20;
+  h.optimizer_ms = 5;
+  const StepSample s = sample_of(h);
+  CHECK(s.step == 4);
+  CHECK(s.own_work_ms() == 75);
+  CHECK(s.comm_exposed_ms == 20);
+}

@@ -1,0 +1,144 @@
+#include <doctest/doctest.h>
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/controller/control_socket.h"
+#include "cli/controller/events.h"
+#include "cli/controller/job_status.h"
+#include "temp_dir.h"
+
+using namespace dtrain::controller;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::vector<nlohmann::ordered_json> lines_of(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<nlohmann::ordered_json> out;
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::ordered_json::parse(line));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("event log: one JSON object per line with ts and event first, appended, bytes that are not UTF-8 replaced") {
+  TempDir dir("events");
+  {
+    EventLog log;
+    REQUIRE(log.open(dir.file("events.jsonl")).ok());
+    CHECK(log.write("job_start", {{"job", "j-1"}}, 1000).ok());
+    CHECK(log.write("worker_exited", {{"rank", 3}, {"exit", std::string("bad \xff byte")}}, 1001).ok());
+  }
+  EventLog again;
+  REQUIRE(again.open(dir.file("events.jsonl")).ok());
+  CHECK(again.write("job_end", {{"outcome", "succeeded"}}, 1002).ok());
+  const auto lines = lines_of(dir.file("events.jsonl"));
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0].begin().key() == "ts");
+  CHECK(lines[0]["event"] == "job_start");
+  CHECK(lines[0]["job"] == "j-1");
+  CHECK(lines[1]["rank"] == 3);
+  CHECK(lines[1]["exit"] == "bad \xEF\xBF\xBD byte");
+  CHECK(lines[2]["ts"] == 1002);
+  CHECK(lines[2]["outcome"] == "succeeded");
+}
+
+TEST_CASE("event log: an unwritable path is an error that names it; without a log writes do nothing") {
+  EventLog log;
+  const auto s = log.open("/nonexistent-dir/events.jsonl");
+  CHECK_FALSE(s.ok());
+  CHECK(s.message().find("/nonexistent-dir/events.jsonl") != std::string::npos);
+  CHECK(log.write("x", {}, 1).ok());
+}
+
+TEST_CASE("control socket: 0600, serves the latest snapshot, removed when closed") {
+  TempDir dir("control");
+  auto socket = ControlSocket::listen(dir.path);
+  REQUIRE(socket.ok());
+  struct stat st {};
+  REQUIRE(::stat(dir.file(kControlSocketName).c_str(), &st) == 0);
+  CHECK(S_ISSOCK(st.st_mode));
+  CHECK((st.st_mode & 0777) == 0600);
+  socket.value->publish(R"({"job":"a"})");
+  auto first = read_control_socket(dir.path, 2s);
+  REQUIRE(first.ok());
+  CHECK(first.value == R"({"job":"a"})");
+  socket.value->publish(R"({"job":"b"})");
+  CHECK(read_control_socket(dir.path, 2s).value == R"({"job":"b"})");
+  socket.value.reset();
+  CHECK(::access(dir.file(kControlSocketName).c_str(), F_OK) != 0);
+  CHECK(read_control_socket(dir.path, 2s).status.code() == dtrain::StatusCode::not_found);
+}
+
+TEST_CASE("control socket: a client that connects and never reads does not hold up the next one for long") {
+  TempDir dir("control-stuck");
+  auto socket = ControlSocket::listen(dir.path);
+  REQUIRE(socket.ok());
+  // A snapshot far larger than the socket's buffers: the stuck client's write blocks until its budget runs out.
+  socket.value->publish(std::string(64 << 20, 'x'));
+  const int stuck = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  const std::string path = dir.file(kControlSocketName);
+  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+  REQUIRE(::connect(stuck, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  const auto began = std::chrono::steady_clock::now();
+  auto answer = read_control_socket(dir.path, 5s);
+  const auto took = std::chrono::steady_clock::now() - began;
+  ::close(stuck);
+  REQUIRE(answer.ok());
+  CHECK(answer.value.size() == (64u << 20));
+  CHECK(took < ControlSocket::kClientBudget + 2s);
+}
+
+TEST_CASE("job status: planned ranks start as starting; reports, exits and the diagnoses make the snapshot") {
+  dtrain::spec::Plan plan;
+  for (unsigned r = 0; r < 2; ++r) {
+    dtrain::spec::WorkerPlan w;
+    w.rank = r;
+    w.node_rank = r;
+    w.host = "h" + std::to_string(r);
+    plan.workers.push_back(w);
+  }
+  JobStatus status("job-1");
+  status.round_started(0, plan);
+  status.started(WorkerStarted{0, 0, 4242});
+  WorkerHealth h;
+  h.rank = 0;
+  h.step = 9;
+  h.step_ms = 100;
+  h.tokens_per_s = 512;
+  h.rss_bytes = 1 << 20;
+  status.reported(h, 10'000);
+  WorkerExit x;
+  x.rank = 1;
+  x.pid = 7;
+  x.exit_code = 3;
+  status.exited(x);
+  Diagnoser d(1.2);
+  d.hang(1, "stopped reporting");
+  const auto s = status.snapshot("running", d, 12'500);
+  CHECK(s["job"] == "job-1");
+  CHECK(s["state"] == "running");
+  REQUIRE(s["ranks"].size() == 2);
+  CHECK(s["ranks"][0]["pid"] == 4242);
+  CHECK(s["ranks"][0]["state"] == "running");
+  CHECK(s["ranks"][0]["step"] == 9);
+  CHECK(s["ranks"][0]["tokens_per_s"] == 512.0);
+  CHECK(s["ranks"][0]["report_age_s"] == 2.5);
+  CHECK(s["ranks"][1]["state"] == "failed");
+  CHECK(s["ranks"][1]["report_age_s"].is_null());
+  REQUIRE(s["diagnoses"].size() == 1);
+  CHECK(s["diagnoses"][0]["kind"] == "hang");
+  CHECK(s["diagnoses"][0]["ranks"] == nlohmann::json::array({1}));
+}
