@@ -8,6 +8,8 @@
 #include <csignal>
 #include <cstring>
 #include <sstream>
+#include <string_view>
+#include <utility>
 
 namespace dtrain::controller {
 namespace {
@@ -56,6 +58,37 @@ void append_stacks(std::ostringstream& s, const RankStacks& stacks) {
   if (!stacks.stacks_path.empty()) {
     s << "  full stacks: " << stacks.stacks_path << " (every rank's beside it, on its own node)\n";
   }
+}
+
+// The root cause's last health report: progress and phase on one line, then where its last step's time went and the
+// sizes it reported (each part only when the worker reported it: 0 means not known).
+void append_health(std::ostringstream& s, const Failure& root, const WorkerHealth& h) {
+  s << "  last health report of rank " << root.rank << ": step " << h.step << ", loss " << h.loss << ", "
+    << h.tokens_per_s << " tokens/s";
+  if (!h.phase.empty()) s << ", last phase: " << h.phase;
+  if (root.failed_unix_ms >= h.unix_ms && h.unix_ms > 0) {
+    s << ", " << (root.failed_unix_ms - h.unix_ms) / 1000.0 << " s before it failed";
+  }
+  s << "\n";
+  if (h.step_ms > 0) {
+    s << "    its last step: " << h.step_ms << " ms (data wait " << h.data_wait_ms << ", compute " << h.compute_ms
+      << ", comm exposed " << h.comm_exposed_ms << ", optimizer " << h.optimizer_ms << ")";
+    if (h.loss_scale > 0) s << ", loss scale " << h.loss_scale;
+    s << "\n";
+  }
+  const std::pair<const char*, std::uint64_t> sizes[] = {
+      {"rss", h.rss_bytes}, {"device used", h.device_mem_used_bytes}, {"device total", h.device_mem_total_bytes},
+      {"params", h.mem_params_bytes}, {"grads", h.mem_grads_bytes}, {"optim", h.mem_optim_bytes},
+      {"activations", h.mem_activations_bytes}, {"gathered peak", h.mem_gathered_peak_bytes},
+      {"sent in the step", h.comm_bytes},
+  };
+  const char* separator = "    bytes: ";
+  for (const auto& [name, bytes] : sizes) {
+    if (bytes == 0) continue;
+    s << separator << name << " " << bytes;
+    separator = ", ";
+  }
+  if (std::string_view(separator) == ", ") s << "\n";
 }
 
 }  // namespace
@@ -137,16 +170,7 @@ std::string failure_summary(const std::string& job_id, const Failure& root, cons
   if (root.exit.runtime_ms > 0 && root.health_failure.empty()) s << " after " << root.exit.runtime_ms / 1000.0 << " s";
   s << "\n";
   if (root.stacks) append_stacks(s, *root.stacks);
-  if (root.last_health) {
-    const auto& h = *root.last_health;
-    s << "  last health report of rank " << root.rank << ": step " << h.step << ", loss " << h.loss << ", "
-      << h.tokens_per_s << " tokens/s";
-    if (!h.phase.empty()) s << ", last phase: " << h.phase;
-    if (root.failed_unix_ms >= h.unix_ms && h.unix_ms > 0) {
-      s << ", " << (root.failed_unix_ms - h.unix_ms) / 1000.0 << " s before it failed";
-    }
-    s << "\n";
-  }
+  if (root.last_health) append_health(s, root, *root.last_health);
   if (!root.exit.error_file_json.empty()) {
     s << "  error file (TORCHELASTIC_ERROR_FILE):\n";
     std::istringstream lines(error_file_message(root.exit.error_file_json));

@@ -1,7 +1,10 @@
-"""Health reports from dtrain-trainer reach the launcher: 2 ranks under `dtrain run`; rank 1 is SIGKILLed mid-run
-and the failure summary shows its last report (step, loss, tokens/s) that went trainer -> agent (gRPC WorkerReports,
-DTRAIN_AGENT_ADDR + DTRAIN_JOB_TOKEN) -> launcher. And an agent that cannot be reached does not stop training: the
-trainer warns once and finishes."""
+"""Health reports from dtrain-trainer reach the launcher: 2 ranks (--zero 3, so every memory field is reported) under
+`dtrain run`; rank 1 is SIGKILLed mid-run and the failure summary shows its last report, which went trainer -> agent
+(gRPC WorkerReports, DTRAIN_AGENT_ADDR + DTRAIN_JOB_TOKEN) -> launcher: step, loss and tokens/s, the phase rank 1 was
+in, where its last step's time went (the parts add up to no more than the step) and the sizes it reported (equal to
+the --metrics line of that step: ZeRO shards and ring traffic are the same on both ranks). A hung job's summary shows
+the phase the hung rank is stuck in, which only heartbeats carried. And an agent that cannot be reached does not stop
+training: the trainer warns once and finishes."""
 
 import os
 import re
@@ -13,11 +16,25 @@ import trainer_harness as h
 h.require_binaries(h.TRAINER, h.DTRAIN)
 work = h.workdir()
 shard = h.make_text_shard(work)
+# What the trainer names its phases while it steps (trainer/train/loop.cpp).
+PHASES = {"data", "forward", "backward", "reduce (waiting for the gradient reductions)", "reduce (the loss allreduce)",
+          "optimizer"}
 common = ["--model", "tiny", "--data", shard, "--batch-size", "2", "--seq-len", "64", "--threads", "1"]
+
+HANG_SPEC = """
+name: hang
+nodes: {provider: local, count: 2}
+workers_per_node: 1
+command: [%s, --model, tiny, --data, %s, --batch-size, "2", --seq-len, "32", --threads, "1", --steps, "50",
+          --debug-stall-step, "3"]
+stop: {grace_s: 1}
+health: {hang_timeout_s: 3}
+logs: {dir: %s}
+"""
 
 metrics = os.path.join(work, "m.jsonl")
 argv = [h.DTRAIN, "run", "-n", "2", "--grace-s", "2", "--logs-dir", os.path.join(work, "runs"), "--", h.TRAINER] + \
-    common + ["--steps", "100000", "--metrics", metrics]
+    common + ["--steps", "100000", "--metrics", metrics, "--zero", "3"]
 bg = h.Background(argv, work)
 deadline = time.monotonic() + 60
 while time.monotonic() < deadline and (not os.path.exists(metrics) or len(h.metrics(metrics)) < 5):
@@ -40,6 +57,38 @@ else:
     h.check(expected is not None and abs(loss - expected) <= 1e-5 * expected,
             f"it carries the loss of that step ({loss}; the metrics file says {expected})")
     h.check(float(found.group(3)) > 0, "it carries the throughput")
+    phase = re.search(r"last health report of rank 1: .*, last phase: ([^,\n]+)", result.err)
+    h.check(phase is not None and phase.group(1) in PHASES, "it carries a phase of the step (%s)" %
+            (phase.group(1) if phase else None))
+    times = re.search(r"its last step: ([0-9.e+]+) ms \(data wait ([0-9.e+-]+), compute ([0-9.e+-]+), "
+                      r"comm exposed ([0-9.e+-]+), optimizer ([0-9.e+-]+)\)", result.err)
+    if h.check(times is not None, "the summary shows where rank 1's last step went"):
+        step_ms, data, compute, comm, optimizer = (float(v) for v in times.groups())
+        h.check(step_ms > 0 and compute > 0 and optimizer > 0 and data >= 0 and comm >= 0,
+                f"every part is measured (step {step_ms}, data {data}, compute {compute}, comm {comm}, "
+                f"optimizer {optimizer} ms)")
+        h.check(data + compute + comm + optimizer <= step_ms * 1.05 + 1, "and the parts add up to no more than the step")
+        h.check(compute > step_ms / 4, "most of a tiny model's step on one thread is compute")
+    sizes = re.search(r"    bytes: (.*)\n", result.err)
+    if h.check(sizes is not None, "the summary shows the sizes rank 1 reported"):
+        reported = {name: int(value) for name, value in re.findall(r"([a-z ]+) (\d+)(?:, |$)", sizes.group(1))}
+        line = logged[step - 1] if len(logged) >= step else {}
+        for name, key in (("params", "mem_params_bytes"), ("grads", "mem_grads_bytes"), ("optim", "mem_optim_bytes"),
+                          ("activations", "mem_activations_bytes"), ("gathered peak", "mem_gathered_peak_bytes"),
+                          ("sent in the step", "comm_bytes")):
+            h.check(key in line and reported.get(name) == line[key],
+                    f"{name}: {reported.get(name)}, as the metrics line's {key} ({line.get(key)})")
+        h.check(reported.get("rss", 0) > 1 << 20, f"and its resident set ({reported.get('rss')})")
+
+# A job that hangs before step 3 (--debug-stall-step): only heartbeats leave the workers, and they carry the phase.
+spec = os.path.join(work, "hang.yaml")
+with open(spec, "w") as f:
+    f.write(HANG_SPEC % (h.TRAINER, shard, os.path.join(work, "runs")))
+hung = h.run([h.DTRAIN, "launch", spec], work, timeout=120)
+h.check(hung.code == 124, f"the hung job fails its health check (exit {hung.code})")
+if not h.check(re.search(r"last health report of rank \d: step 2, .*, last phase: stalled \(--debug-stall-step\)",
+                         hung.err), "its summary shows the phase the hung rank is stuck in"):
+    hung.show()
 
 unreachable = h.trainer(common + ["--steps", "3"], work,
                         env={"DTRAIN_AGENT_ADDR": "127.0.0.1:1", "DTRAIN_JOB_TOKEN": "t"})

@@ -76,6 +76,30 @@ TEST_CASE("failure summary shows the root cause's last phase, when its report ha
         std::string::npos);
   root.last_health->phase.clear();
   CHECK(failure_summary("job-1", root, {}, 0, 0).find("last phase") == std::string::npos);
+  CHECK(failure_summary("job-1", root, {}, 0, 0).find("its last step") == std::string::npos);
+  CHECK(failure_summary("job-1", root, {}, 0, 0).find("bytes:") == std::string::npos);
+}
+
+TEST_CASE("failure summary shows where the root cause's last step went and the sizes it reported") {
+  Failure root;
+  root.rank = 1;
+  root.exit.signal = SIGKILL;
+  WorkerHealth health;
+  health.step_ms = 200;
+  health.data_wait_ms = 1;
+  health.compute_ms = 150;
+  health.comm_exposed_ms = 20;
+  health.optimizer_ms = 25;
+  health.loss_scale = 1024;
+  health.rss_bytes = 7;
+  health.mem_params_bytes = 100;
+  health.mem_gathered_peak_bytes = 50;
+  health.comm_bytes = 300;
+  root.last_health = health;
+  const std::string text = failure_summary("job-1", root, {}, 0, 0);
+  CHECK(text.find("    its last step: 200 ms (data wait 1, compute 150, comm exposed 20, optimizer 25), loss scale "
+                  "1024\n") != std::string::npos);
+  CHECK(text.find("    bytes: rss 7, params 100, gathered peak 50, sent in the step 300\n") != std::string::npos);
 }
 
 TEST_CASE("restart policy counts restarts, not attempts") {

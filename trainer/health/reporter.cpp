@@ -14,6 +14,7 @@
 #include "common/status.h"
 #include "common/stop_thread.h"
 #include "dtrain/v1/report.grpc.pb.h"
+#include "trainer/health/phase.h"
 
 namespace dtrain::trainer {
 namespace {
@@ -92,6 +93,11 @@ void HealthReporter::report(const HealthReport& report) {
   changed_.notify_all();
 }
 
+void HealthReporter::set_dump_signal(std::uint32_t signal) {
+  std::lock_guard lock(mutex_);
+  dump_signal_ = signal;
+}
+
 std::uint64_t HealthReporter::sent() const {
   std::lock_guard lock(mutex_);
   return sent_;
@@ -111,10 +117,11 @@ void HealthReporter::run() {
     if (stop_ && !fresh_) return;
     const HealthReport report = latest_;
     const std::uint64_t steps_done = steps_done_;
+    const std::uint32_t dump_signal = dump_signal_;
     fresh_ = false;
     const bool stopping = stop_;
     lock.unlock();
-    const Status status = channel_->stub ? send(report, steps_done) : Status{};
+    const Status status = channel_->stub ? send(report, steps_done, dump_signal) : Status{};
     lock.lock();
     if (stopping) return;
     if (!channel_->stub) continue;
@@ -127,7 +134,7 @@ void HealthReporter::run() {
   }
 }
 
-Status HealthReporter::send(const HealthReport& report, std::uint64_t steps_done) {
+Status HealthReporter::send(const HealthReport& report, std::uint64_t steps_done, std::uint32_t dump_signal) {
   v1::WorkerReport request;
   request.set_rank(report.rank);
   request.set_step(report.step);
@@ -135,6 +142,22 @@ Status HealthReporter::send(const HealthReport& report, std::uint64_t steps_done
   request.set_tokens_per_s(report.tokens_per_s);
   request.set_rss_bytes(report.rss_bytes);
   request.set_steps_done(steps_done);
+  request.set_step_ms(report.step_ms);
+  request.set_data_wait_ms(report.data_wait_ms);
+  request.set_compute_ms(report.compute_ms);
+  request.set_comm_exposed_ms(report.comm_exposed_ms);
+  request.set_optimizer_ms(report.optimizer_ms);
+  request.set_device_mem_used_bytes(report.device_mem_used_bytes);
+  request.set_device_mem_total_bytes(report.device_mem_total_bytes);
+  request.set_phase(current_phase());
+  request.set_mem_params_bytes(report.mem_params_bytes);
+  request.set_mem_grads_bytes(report.mem_grads_bytes);
+  request.set_mem_optim_bytes(report.mem_optim_bytes);
+  request.set_mem_activations_bytes(report.mem_activations_bytes);
+  request.set_mem_gathered_peak_bytes(report.mem_gathered_peak_bytes);
+  request.set_comm_bytes(report.comm_bytes);
+  request.set_loss_scale(report.loss_scale);
+  request.set_dump_signal(dump_signal);
   v1::ReportAck ack;
   grpc::ClientContext context;
   context.AddMetadata(std::string(kTokenMetadata), options_.token);

@@ -2,7 +2,8 @@
 
 // Health reports from a worker to its node's agent (WorkerReports.Report at DTRAIN_AGENT_ADDR, with this round's
 // DTRAIN_JOB_TOKEN as `dtrain-token` metadata and this worker's own DTRAIN_REPORT_TOKEN as `dtrain-report-token`,
-// which the agent requires of a report for this rank): step, loss, tokens/s and resident memory, after every step.
+// which the agent requires of a report for this rank) after every step: step, loss, tokens/s, resident memory, where
+// the step's time went, the --metrics memory and traffic, and the phase the worker is in (phase.h).
 // The agent refuses values that cannot be real (a loss that is not finite, say: agent/service/report_service.h).
 // Training never waits for it: report() only stores the newest values and a background thread sends them, each
 // call with a short deadline; values that arrive while a call is in flight replace each other (the agent wants the
@@ -30,12 +31,31 @@
 
 namespace dtrain::trainer {
 
+// One completed step, as report.proto's WorkerReport says (0: not known). The phase is not here: the reporter reads
+// it (phase.h) as it sends each report, heartbeats included.
 struct HealthReport {
   std::uint32_t rank = 0;
   std::uint64_t step = 0;
   double loss = 0;
   double tokens_per_s = 0;
   std::uint64_t rss_bytes = 0;
+  // Where the step's time went: each part is wall time of the training thread, disjoint from the others, so their
+  // sum is at most step_ms (the rest: the loss allreduce's bookkeeping, timers, the loop itself).
+  double step_ms = 0;
+  double data_wait_ms = 0;       // blocked in the prefetcher's next()
+  double compute_ms = 0;         // forward and backward
+  double comm_exposed_ms = 0;    // waiting for gradient reductions after backward, and for the loss allreduce
+  double optimizer_ms = 0;       // loss-scale bookkeeping, clipping, AdamW, the working copy's refresh or gather
+  std::uint64_t device_mem_used_bytes = 0;
+  std::uint64_t device_mem_total_bytes = 0;
+  // The --metrics line's values (jsonl.h), 0 where it has none.
+  std::uint64_t mem_params_bytes = 0;
+  std::uint64_t mem_grads_bytes = 0;
+  std::uint64_t mem_optim_bytes = 0;
+  std::uint64_t mem_activations_bytes = 0;
+  std::uint64_t mem_gathered_peak_bytes = 0;
+  std::uint64_t comm_bytes = 0;
+  double loss_scale = 0;
 };
 
 struct HealthReporterOptions {
@@ -64,6 +84,10 @@ class HealthReporter {
   // One completed step's values (each call counts one step). Never blocks on the network.
   void report(const HealthReport& report);
 
+  // The signal on which this worker writes its stacks to DTRAIN_STACKS_FILE, carried by every report from the
+  // next on (0, the default: none).
+  void set_dump_signal(std::uint32_t signal);
+
   // Reports sent and accepted / failed so far.
   std::uint64_t sent() const;
   std::uint64_t failed() const;
@@ -72,7 +96,7 @@ class HealthReporter {
   struct Channel;
   void run();
   // One WorkerReports.Report call; unavailable with gRPC's message when the agent did not accept it.
-  Status send(const HealthReport& report, std::uint64_t steps_done);
+  Status send(const HealthReport& report, std::uint64_t steps_done, std::uint32_t dump_signal);
 
   HealthReporterOptions options_;
   std::unique_ptr<Channel> channel_;
@@ -82,6 +106,7 @@ class HealthReporter {
   std::uint64_t steps_done_ = 0;    // report() calls so far
   bool fresh_ = true;               // latest_ not sent yet (the start-up report, then each new step)
   bool stop_ = false;
+  std::uint32_t dump_signal_ = 0;
   std::uint64_t sent_ = 0;
   std::uint64_t failed_ = 0;
   std::thread thread_;

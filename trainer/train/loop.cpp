@@ -1,8 +1,6 @@
 #include "trainer/train/loop.h"
 
-#include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
@@ -22,6 +20,7 @@
 #include "trainer/common/env.h"
 #include "trainer/data/loader.h"
 #include "trainer/data/prefetch.h"
+#include "trainer/health/phase.h"
 #include "trainer/health/reporter.h"
 #include "trainer/kernels/cpu/backend.h"
 #include "trainer/metrics/jsonl.h"
@@ -36,6 +35,7 @@
 #include "trainer/train/error_file.h"
 #include "trainer/train/precision.h"
 #include "trainer/train/setup.h"
+#include "trainer/train/step_report.h"
 
 namespace dtrain::trainer {
 namespace {
@@ -99,8 +99,8 @@ class Training {
   Start choose_start();
   float load_start(bool want_resume, StartPoint& start, std::exception_ptr& failure);
   void prepare_steps(const Start& start);
-  StepMetrics train_step(std::uint64_t step, const LrSchedule& schedule);
-  void report(const StepMetrics& m);
+  StepMetrics train_step(std::uint64_t step, const LrSchedule& schedule, StepTimes& times);
+  void micro_step(int micro, float loss_scale, StepTimes& times, double& loss_sum);
   void save(std::uint64_t step, std::uint64_t data_step);
   void share_moments();
   kernels::Backend& k() { return model_.backend(); }
@@ -108,7 +108,6 @@ class Training {
   float clip_and_update(float lr, bool skipped);
   // Mixed precision: the 16-bit working copy from the fp32 master (ZeRO-3: the owned shards of both).
   void refresh_working_params() { zero_ ? zero_->refresh_working_params() : model_.refresh_working_params(); }
-  void measure(StepMetrics& m);
 
   const TrainOptions& o_;
   std::unique_ptr<Communicator> comm_;
@@ -155,11 +154,14 @@ int Training::run() {
   std::uint64_t data_step = start.point.data_step;
   for (std::uint64_t step = start.point.step; step < steps(); ++step) {
     // --debug-stall-step (tests): stuck before the step's collectives while the reporter's heartbeats go on.
+    if (static_cast<long>(step) + 1 == o_.debug_stall_step) set_phase("stalled (--debug-stall-step)");
     while (static_cast<long>(step) + 1 == o_.debug_stall_step) std::this_thread::sleep_for(std::chrono::seconds(1));
-    const StepMetrics m = train_step(step, schedule);
+    StepTimes times;
+    const StepMetrics m = train_step(step, schedule, times);
     ++data_step;
-    report(m);
+    report_step(m, times, {metrics_.get(), health_.get(), rank_, world_, o_.log_every, o_.steps});
     if (o_.save_every > 0 && (m.step % static_cast<std::uint64_t>(o_.save_every) == 0 || m.step == steps())) {
+      set_phase("checkpoint");
       save(m.step, data_step);
     }
   }
@@ -169,6 +171,7 @@ int Training::run() {
 // Rank 0 decides where to start and loads it; every rank then gets its step and data step, rank 0's weights and,
 // when resumed, its AdamW moments.
 Start Training::choose_start() {
+  set_phase("start (loading and broadcasting the weights)");
   const int restart_count =
       env_setting("TORCHELASTIC_RESTART_COUNT", 0,
                   "the launcher (dtrain run/launch, torchrun) sets it to the number of restarts so far");
@@ -270,8 +273,8 @@ void Training::prepare_steps(const Start& start) {
 }
 
 // One optimizer step (0-based `step`): K micro-steps of forward and backward, the loss over all ranks, loss
-// scaling (fp16), clipping and AdamW; returns what it measured.
-StepMetrics Training::train_step(std::uint64_t step, const LrSchedule& schedule) {
+// scaling (fp16), clipping and AdamW; returns what it measured, and in `times` where the time went.
+StepMetrics Training::train_step(std::uint64_t step, const LrSchedule& schedule, StepTimes& times) {
   const Clock::time_point began = Clock::now();
   // ZeRO reduce-scatters sum over ranks: each rank's gradients are divided by W up front.
   float loss_scale = 1.0f / static_cast<float>(zero_ ? K_ * world_ : K_);
@@ -283,31 +286,42 @@ StepMetrics Training::train_step(std::uint64_t step, const LrSchedule& schedule)
     model_.zero_grad();
   }
   double loss_sum = 0;
-  for (int micro = 0; micro < K_; ++micro) {
-    Batch batch = prefetch_->next();
-    loss_sum += model_.forward(batch.inputs(), batch.targets(), B_, T_);
-    if (ddp_) ddp_->begin_backward(micro == K_ - 1);
-    if (zero_) zero_->begin_backward(micro == K_ - 1);
-    model_.backward(loss_scale, grads_ready_);
-    if (ddp_) ddp_->finish_backward();
-    if (zero_) zero_->finish_backward();
-  }
-  const float loss = allreduce_sum(*comm_, static_cast<float>(loss_sum / K_)) / static_cast<float>(world_);
-  const bool skipped = scaling_ && scaling_->finish(step + 1, model_.grads(), reduced_spans());
+  for (int micro = 0; micro < K_; ++micro) micro_step(micro, loss_scale, times, loss_sum);
+  const float loss = timed("reduce (the loss allreduce)", times.comm_exposed_ms, [&] {
+    return allreduce_sum(*comm_, static_cast<float>(loss_sum / K_)) / static_cast<float>(world_);
+  });
 
   StepMetrics m;
   m.step = step + 1;
   m.loss = loss;
   m.lr = schedule.at(static_cast<long>(step));
-  m.grad_norm = clip_and_update(static_cast<float>(m.lr), skipped);
-  if (scaling_) {
-    m.loss_scale = scale_used;
-    m.skipped = skipped;
-  }
+  m.grad_norm = timed("optimizer", times.optimizer_ms, [&] {
+    const bool skipped = scaling_ && scaling_->finish(step + 1, model_.grads(), reduced_spans());
+    if (scaling_) m.skipped = skipped;
+    return clip_and_update(static_cast<float>(m.lr), skipped);
+  });
+  if (scaling_) m.loss_scale = scale_used;
   m.step_ms = ms_since(began);
   m.tokens_per_s = static_cast<double>(global_batch_tokens(shape_)) / (m.step_ms / 1000.0);
-  measure(m);
+  measure_comm_and_memory(m, ddp_.get(), zero_.get(), model_.activation_bytes(), world_);
   return m;
+}
+
+// One micro-step: its batch, forward, backward and, on the last, the wait for the gradient reductions that backward
+// did not hide (DDP's allreduces, ZeRO's reduce-scatters), each timed into `times`. The communication that backward
+// overlaps counts as compute: it cost the step nothing.
+void Training::micro_step(int micro, float loss_scale, StepTimes& times, double& loss_sum) {
+  Batch batch = timed("data", times.data_wait_ms, [&] { return prefetch_->next(); });
+  loss_sum += timed("forward", times.compute_ms, [&] { return model_.forward(batch.inputs(), batch.targets(), B_, T_); });
+  timed("backward", times.compute_ms, [&] {
+    if (ddp_) ddp_->begin_backward(micro == K_ - 1);
+    if (zero_) zero_->begin_backward(micro == K_ - 1);
+    model_.backward(loss_scale, grads_ready_);
+  });
+  timed("reduce (waiting for the gradient reductions)", times.comm_exposed_ms, [&] {
+    if (ddp_) ddp_->finish_backward();
+    if (zero_) zero_->finish_backward();
+  });
 }
 
 // The gradient ranges this rank holds reduced: the whole buffer (DDP), or its owned shards (ZeRO).
@@ -333,44 +347,6 @@ float Training::clip_and_update(float lr, bool skipped) {
     refresh_working_params();
   }
   return grad_norm;
-}
-
-// Communication and memory of the step, from DDP or the ZeRO engine.
-void Training::measure(StepMetrics& m) {
-  // Timer noise can make the measured fraction a hair below 0 when nothing overlapped.
-  if (ddp_) {
-    m.comm_hidden = std::clamp(ddp_->last_stats().hidden_fraction(), 0.0, 1.0);
-    m.comm_bytes = ddp_->last_stats().bytes_sent;
-  }
-  if (zero_) {
-    const ZeroStepStats stats = zero_->take_stats();
-    if (world_ > 1) m.comm_hidden = std::clamp(stats.hidden_fraction, 0.0, 1.0);
-    const ZeroMemory memory = zero_->memory();
-    m.sharding = ShardingMetrics{memory.params, memory.grads, memory.optim, model_.activation_bytes(),
-                                 stats.gathered_peak_bytes};
-    m.comm_bytes = stats.comm_bytes;
-  }
-}
-
-// The step's metrics line, console line (rank 0, every --log-every steps and the last) and health report; a loss
-// that is not finite ends the run here.
-void Training::report(const StepMetrics& m) {
-  if (metrics_) metrics_->write(m);
-  if (m.step % static_cast<std::uint64_t>(o_.log_every) == 0 || m.step == steps()) {
-    spdlog::info("step {}/{} | loss {:.6f} | lr {:.3e} | norm {:.4f} | {:.0f} tok/s | {:.1f} ms{}", m.step,
-                 o_.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_ms,
-                 m.comm_hidden ? fmt::format(" | comm hidden {:.0f}%", 100 * *m.comm_hidden) : std::string());
-  }
-  // A loss that is not finite ends the run just below, with an error that says so; the agent refuses it in a
-  // health report.
-  if (health_ && std::isfinite(m.loss)) {
-    // This rank's own throughput (the metrics file has the whole job's).
-    health_->report({static_cast<std::uint32_t>(rank_), m.step, m.loss, m.tokens_per_s / world_, resident_bytes()});
-  }
-  if (!std::isfinite(m.loss)) {
-    throw std::runtime_error("the loss is " + std::to_string(m.loss) + " at step " + std::to_string(m.step) +
-                             "; lower --lr or set --grad-clip");
-  }
 }
 
 // A checkpoint after optimizer step `step`, whose successor reads data step `data_step`.

@@ -1,0 +1,63 @@
+#pragma once
+
+// What the loop tells the world after each optimizer step: the --metrics line (rank 0), the console line (rank 0,
+// every --log-every steps and the last) and the health report to the agent (every rank). A loss that is not finite
+// ends the run here, with an error that says so.
+
+#include <chrono>
+#include <cstdint>
+
+#include "trainer/health/phase.h"
+#include "trainer/health/reporter.h"
+#include "trainer/metrics/jsonl.h"
+#include "trainer/parallel/ddp/reducer.h"
+#include "trainer/parallel/zero/engine.h"
+
+namespace dtrain::trainer {
+
+// Where one step's time went, measured on the training thread in disjoint pieces (HealthReport says what each holds).
+struct StepTimes {
+  double data_wait_ms = 0;
+  double compute_ms = 0;
+  double comm_exposed_ms = 0;
+  double optimizer_ms = 0;
+};
+
+// Enters `phase` (health/phase.h), does `work` and adds its wall time in ms to `total_ms` (one of StepTimes'
+// fields); returns what `work` returns.
+template <class Work>
+auto timed(const char* phase, double& total_ms, Work&& work) {
+  using Clock = std::chrono::steady_clock;
+  set_phase(phase);
+  struct AddOnExit {
+    double& total;
+    Clock::time_point began = Clock::now();
+    ~AddOnExit() { total += std::chrono::duration<double, std::milli>(Clock::now() - began).count(); }
+  } add{total_ms};
+  return work();
+}
+
+// The step's communication and memory (comm_hidden, comm_bytes, sharding), from DDP (null without it) or the ZeRO
+// engine (null without it), whose step statistics this takes (ZeroEngine::take_stats).
+void measure_comm_and_memory(StepMetrics& m, const DdpReducer* ddp, ZeroEngine* zero,
+                             std::uint64_t activation_bytes, int world);
+
+// Where reports go, and what the console line needs.
+struct StepReportTargets {
+  MetricsWriter* metrics = nullptr;   // rank 0 with --metrics, else null
+  HealthReporter* health = nullptr;   // started by dtrain (DTRAIN_AGENT_ADDR), else null
+  int rank = 0;
+  int world = 1;
+  long log_every = 1;                 // --log-every
+  long steps = 0;                     // --steps
+};
+
+// The health report of a step on `rank` of `world`: tokens/s is this rank's share of the job's, the memory and
+// traffic are the metrics line's (0 where it has none), and the resident set is read now.
+HealthReport health_report(const StepMetrics& m, const StepTimes& times, int rank, int world);
+
+// Writes the step's metrics line, console line and health report; throws std::runtime_error when the loss is not
+// finite (the agent would refuse it in a report: the run has diverged).
+void report_step(const StepMetrics& m, const StepTimes& times, const StepReportTargets& to);
+
+}  // namespace dtrain::trainer
