@@ -3,8 +3,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
-#include <map>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
@@ -35,16 +33,6 @@ namespace {
 constexpr std::chrono::seconds kStopSweepMargin{5};
 // How long a session's last messages (WorkerExited, GroupStopped, Goodbye) may take to leave once it ends.
 constexpr std::chrono::seconds kFinalFlushTimeout{2};
-
-// Where the Python health helper is (python/CMakeLists.txt): <dir of this binary>/../share/dtrain/python, in the
-// build tree as after an install; "" when it is not there.
-std::string helper_python_dir() {
-  std::error_code ec;
-  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return {};
-  const std::filesystem::path dir = exe.parent_path().parent_path() / "share" / "dtrain" / "python";
-  return std::filesystem::exists(dir / "dtrain_health.py", ec) ? dir.string() : std::string();
-}
 
 }  // namespace
 
@@ -152,7 +140,7 @@ int Agent::start_servers(Servers& servers, const std::shared_ptr<grpc::ServerCre
   const std::string host = advertised_host();
   address_ = host + ":" + std::to_string(port);
   runner_ = std::make_unique<JobRunner>(store_, host, address_);
-  start_health_socket(servers);
+  servers.health_socket = start_health_socket();
   return options_.session_socket.empty() ? 0 : start_session_socket(servers);
 }
 
@@ -164,21 +152,6 @@ std::string Agent::advertised_host() const {
     if (host.empty()) host = facts_.addresses.empty() ? "127.0.0.1" : facts_.addresses.front();
   }
   return host;
-}
-
-void Agent::start_health_socket(Servers& servers) {
-  std::map<std::string, std::string> env = worker_tls_ ? worker_tls_->env() : std::map<std::string, std::string>{};
-  try {
-    servers.health_socket = std::make_unique<HealthSocket>(
-        runtime_dir_->make_subdir("health") + "/socket",
-        [this](const HealthDatagram& datagram) { return accept_datagram(datagram); });
-    env["DTRAIN_HEALTH_SOCKET"] = servers.health_socket->path();
-  } catch (const std::exception& e) {
-    spdlog::warn("{}; workers get no DTRAIN_HEALTH_SOCKET (the Python health helper does nothing, gRPC reports "
-                 "still work)", e.what());
-  }
-  runner_->set_worker_env(std::move(env));
-  runner_->set_python_path(helper_python_dir());
 }
 
 int Agent::start_session_socket(Servers& servers) {
@@ -300,17 +273,6 @@ Status Agent::check_reporter(const std::string& token, const std::string& report
 void Agent::forward_report(const v1::WorkerHealth& health) {
   std::lock_guard lock(mutex_);
   if (forward_) forward_(wire::to_wire(health, unix_ms()));
-}
-
-Status Agent::accept_datagram(const HealthDatagram& datagram) {
-  const v1::WorkerReport& report = datagram.report;
-  if (Status refused = check_reporter(datagram.token, datagram.report_token, report.rank()); !refused.ok()) {
-    return refused;
-  }
-  if (Status implausible = check_report_values(report); !implausible.ok()) return implausible;
-  runner_->note_dump_signal(report.rank(), datagram.sender, report.dump_signal());
-  forward_report(health_of(report));
-  return {};
 }
 
 Status Agent::serve_session(SessionStream& stream) {

@@ -103,8 +103,9 @@ class Agent {
   std::string advertised_host() const;
   int start_session_socket(Servers& servers);
   // The health socket in the runtime directory, and what workers need to use it (DTRAIN_HEALTH_SOCKET, the
-  // helper on PYTHONPATH). An agent without it still runs: its workers report over gRPC alone.
-  void start_health_socket(Servers& servers);
+  // helper on PYTHONPATH); null when it cannot be bound: the agent still runs, its workers report over gRPC alone.
+  // In agent_health.cpp, with accept_datagram.
+  std::unique_ptr<HealthSocket> start_health_socket();
   int wait_until_done();
   void shut_down(Servers& servers);
 
