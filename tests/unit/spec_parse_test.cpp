@@ -236,6 +236,11 @@ TEST_CASE("impossible values") {
   CHECK(only_error("name: x\ncommand: [a]\nenv: {RANK: \"3\"}\n") ==
         "job.yaml:3:7: env.RANK: RANK is set by dtrain for every worker and cannot be overridden. Remove it; ranks, "
         "sizes and addresses follow from nodes and workers_per_node.");
+  for (const char* name : {"DTRAIN_HEALTH_SOCKET", "DTRAIN_STACKS_FILE", "DTRAIN_HEALTH_INTERVAL_MS"}) {
+    CAPTURE(name);
+    CHECK(only_error(std::string("name: x\ncommand: [a]\nenv: {") + name + ": \"/tmp/x\"}\n").find(
+              std::string(name) + " is set by dtrain for every worker and cannot be overridden") != std::string::npos);
+  }
   CHECK(only_error("name: x\ncommand: [a]\nnccl:\n  env: {NCCL-DEBUG: INFO}\n") ==
         "job.yaml:4:9: nccl.env.NCCL-DEBUG: 'NCCL-DEBUG' is not an environment variable name. Use letters, digits "
         "and '_', not starting with a digit.");
