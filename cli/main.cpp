@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
   dtrain::cli::Action doctor = dtrain::cli::add_doctor_command(app);
   dtrain::cli::Action bench = dtrain::cli::add_bench_command(app);
   dtrain::cli::Action plan = dtrain::cli::add_plan_command(app);
+  dtrain::cli::Action status = dtrain::cli::add_status_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -128,6 +129,7 @@ int main(int argc, char** argv) {
     if (name == "doctor") return exit_now(doctor());
     if (name == "bench") return exit_now(bench());
     if (name == "plan") return exit_now(plan());
+    if (name == "status") return exit_now(status());
   }
   return 2;
 }

@@ -67,11 +67,15 @@ void Controller::on_report(int node, const AgentReport& report) {
     return;
   }
   if (probe_) probe_->on_report(node, report);
-  if (round_) round_->on_report(node, report);
+  if (round_) {
+    round_->on_report(node, report);
+    monitor_.on_report(*round_, node, report);
+  }
 }
 
 void Controller::on_node_lost(int node, const std::string& text) {
   if (round_) round_->on_node_lost(node, text);
+  monitor_.node_lost(text);
 }
 
 std::string Controller::make_job_dir() {
@@ -149,7 +153,9 @@ int Controller::run_rounds(Clock::time_point started) {
     RoundSetup setup{&spec_, &options_.timeouts, job_id_, job_dir_, static_cast<std::uint32_t>(restarts),
                      std::move(nodes.value)};
     round_ = std::make_unique<Round>(std::move(setup), *fleet_, interrupts_, console_);
+    monitor_.round_started(round_->number(), round_->nodes().size());
     const Round::Outcome outcome = round_->run();
+    monitor_.round_ended(*round_, outcome);
     if (outcome == Round::Outcome::success) {
       const auto seconds = std::chrono::duration<double>(Clock::now() - started).count();
       console_.note("job " + job_id_ + " finished: " + std::to_string(round_->ranks()) + " ranks exited 0 in " +
@@ -173,6 +179,7 @@ int Controller::run() {
     return 2;
   }
   const auto started = Clock::now();
+  monitor_.job_started(job_id_, job_dir_, spec_);
   make_fleet(false);
   int code = 0;
   try {
@@ -191,6 +198,9 @@ int Controller::run() {
   }
   fleet_->shutdown();
   report_incomplete_logs();
+  for (const auto& d : monitor_.job_ended(code)) {
+    console_.note("diagnosis (" + std::string(to_string(d.kind)) + "): " + d.message + "\n  fix: " + d.fix);
+  }
   return code;
 }
 

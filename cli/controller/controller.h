@@ -23,6 +23,7 @@
 #include "cli/controller/event_queue.h"
 #include "cli/controller/fleet.h"
 #include "cli/controller/interrupts.h"
+#include "cli/controller/job_monitor.h"
 #include "cli/controller/job_probe.h"
 #include "cli/controller/restart_policy.h"
 #include "cli/controller/round.h"
@@ -62,6 +63,7 @@ class Controller final : public FleetListener {
   void on_signal(int signal) override;
   void on_report(int node, const AgentReport& report) override;
   void on_node_lost(int node, const std::string& text) override;
+  void on_tick(std::chrono::steady_clock::time_point now) override { monitor_.tick(now); }
 
  private:
   std::string make_job_dir();
@@ -89,6 +91,8 @@ class Controller final : public FleetListener {
   // Log files that could not be written (full disk, ...), by "attempt A rank R"; kept over all rounds, so that a
   // finished job still says that its logs are incomplete.
   std::map<std::string, std::string> incomplete_logs_;
+  // Events, status and diagnoses of the job (nothing for dtrain doctor's probe).
+  JobMonitor monitor_{console_};
 };
 
 }  // namespace dtrain::controller

@@ -126,9 +126,13 @@ std::map<unsigned, StepSample> Diagnoser::close_windows() {
 }
 
 void Diagnoser::evaluate() {
-  const auto means = close_windows();
-  find_stragglers(means);
-  if (!means.empty()) find_bottlenecks(means);
+  find_stragglers(close_windows());
+  // Every rank's latest window, closed now or before: a rank whose window is still filling keeps its diagnosis.
+  std::map<unsigned, StepSample> latest;
+  for (const auto& [rank, s] : series_) {
+    if (s.closed) latest[rank] = *s.closed;
+  }
+  find_bottlenecks(latest);
 }
 
 void Diagnoser::find_stragglers(const std::map<unsigned, StepSample>& means) {

@@ -37,6 +37,8 @@ class FleetListener {
   virtual void on_signal(int signal) = 0;
   virtual void on_report(int node, const AgentReport& report) = 0;
   virtual void on_node_lost(int node, const std::string& text) = 0;
+  // Each turn of the pump, at least once per heartbeat interval (at most 1 s): for work that is due by time.
+  virtual void on_tick(std::chrono::steady_clock::time_point) {}
 };
 
 // The fleet's time: the steady clock and a blocking wait for the next event; in tests, a scripted clock that

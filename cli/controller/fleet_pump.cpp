@@ -34,6 +34,7 @@ bool Fleet::next_event(Event& event, Clock::time_point deadline) {
   while (true) {
     const auto time = now();
     send_heartbeats(time);
+    listener_.on_tick(time);
     auto wake = std::min(deadline, next_heartbeat_);
     if (check_silence(time, wake)) return false;
     if (auto e = clock_->next(events_, wake)) {

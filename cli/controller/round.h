@@ -78,6 +78,8 @@ class Round {
   std::uint32_t number() const { return setup_.number; }
   const std::vector<int>& nodes() const { return setup_.nodes; }
   std::size_t ranks() const { return plan_.workers.size(); }
+  // Empty until the round planned its workers (before it starts them).
+  const spec::Plan& plan() const { return plan_; }
   const std::optional<Failure>& root_cause() const { return root_cause_; }
   const std::vector<Failure>& other_failures() const { return other_failures_; }
   // Why the round failed over a node (the first node lost during it).

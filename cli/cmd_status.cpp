@@ -1,0 +1,188 @@
+// `dtrain status [RUN_DIR|JOB_ID] [--json] [--watch]`: a job's ranks and diagnoses, live from its launcher's control
+// socket while it runs, else from the last snapshot it wrote (status.json). No argument: the newest job under
+// ./runs.
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/controller/control_socket.h"
+#include "cli/controller/job_monitor.h"
+
+namespace dtrain::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+// The launcher answers within ControlSocket::kClientBudget once it gets to this client; one other client may be
+// ahead of it.
+constexpr std::chrono::milliseconds kAnswerTimeout{2 * controller::ControlSocket::kClientBudget};
+// --watch: as often as the launcher refreshes what it serves (JobMonitor::kEvaluateInterval).
+constexpr std::chrono::milliseconds kWatchInterval = controller::JobMonitor::kEvaluateInterval;
+
+bool is_run_dir(const fs::path& dir) {
+  std::error_code ec;
+  return fs::exists(dir / controller::kEventsFileName, ec) || fs::exists(dir / controller::kStatusFileName, ec);
+}
+
+// When the job started, from its event log's first line (job_start); 0 when it cannot be read.
+std::uint64_t started_ms(const fs::path& dir) {
+  std::ifstream in(dir / controller::kEventsFileName);
+  std::string line;
+  if (!std::getline(in, line)) return 0;
+  const Json first = Json::parse(line, nullptr, false);
+  return first.is_object() && first.contains("ts") && first["ts"].is_number_unsigned() ? first["ts"].get<std::uint64_t>()
+                                                                                      : 0;
+}
+
+Result<std::string> run_dir_of(const std::string& target) {
+  const fs::path runs = "runs";
+  if (target.empty()) {
+    std::error_code ec;
+    fs::path newest;
+    std::uint64_t newest_ms = 0;
+    for (const auto& entry : fs::directory_iterator(runs, ec)) {
+      if (!entry.is_directory() || !is_run_dir(entry.path())) continue;
+      const std::uint64_t ms = started_ms(entry.path());
+      if (newest.empty() || ms > newest_ms) {
+        newest = entry.path();
+        newest_ms = ms;
+      }
+    }
+    if (newest.empty()) {
+      return {{StatusCode::not_found, "no job under " + fs::absolute(runs).string() +
+                                          ": run it where `dtrain launch` ran (logs.dir: runs), or name the job's "
+                                          "directory: dtrain status RUN_DIR"}};
+    }
+    return {{}, newest.string()};
+  }
+  if (is_run_dir(target)) return {{}, target};
+  if (is_run_dir(runs / target)) return {{}, (runs / target).string()};
+  return {{StatusCode::not_found, target + " is neither a job's directory (one with " +
+                                      controller::kEventsFileName + ") nor a job id under ./runs: pass the directory "
+                                      "the launcher printed, or run `dtrain status` where it ran"}};
+}
+
+// The live snapshot, else the last one written; `note` says which and why.
+Result<Json> load(const std::string& dir, std::string& note) {
+  note.clear();
+  auto live = controller::read_control_socket(dir, kAnswerTimeout);
+  if (live.ok()) {
+    Json j = Json::parse(live.value, nullptr, false);
+    if (j.is_object()) return {{}, std::move(j)};
+  }
+  std::ifstream in(fs::path(dir) / controller::kStatusFileName);
+  std::stringstream text;
+  text << in.rdbuf();
+  Json j = Json::parse(text.str(), nullptr, false);
+  if (!in || !j.is_object()) {
+    return {{StatusCode::not_found, "no status in " + dir + ": " + live.status.message() + ", and " +
+                                        controller::kStatusFileName + " is missing or unreadable"}};
+  }
+  if (j.value("state", "") == "running") {
+    // The file says running but nobody answers: the launcher was killed (or is stuck) before it could say more.
+    j["stale"] = true;
+    note = "the launcher does not answer (" + live.status.message() + "): it may have been killed; this is its " +
+           "last snapshot";
+  }
+  return {{}, std::move(j)};
+}
+
+std::string bytes_text(std::uint64_t bytes) {
+  char text[32];
+  const double gib = static_cast<double>(bytes) / (1 << 30);
+  if (gib >= 1) std::snprintf(text, sizeof text, "%.1fG", gib);
+  else std::snprintf(text, sizeof text, "%.0fM", static_cast<double>(bytes) / (1 << 20));
+  return text;
+}
+
+std::string number_text(double value, const char* format) {
+  char text[32];
+  std::snprintf(text, sizeof text, format, value);
+  return text;
+}
+
+std::string render(const Json& s, const std::string& note) {
+  std::ostringstream out;
+  out << "job " << s.value("job", "?") << ": " << s.value("state", "?") << ", attempt " << s.value("attempt", 0)
+      << "\n";
+  if (!note.empty()) out << "note: " << note << "\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "%5s %-18s %8s %-9s %8s %9s %10s %6s %6s %8s %7s\n", "rank", "node", "pid",
+                "state", "step", "step ms", "tokens/s", "data%", "comm%", "memory", "age s");
+  out << line;
+  for (const auto& r : s.value("ranks", Json::array())) {
+    const std::string node = std::to_string(r.value("node", 0)) + " (" + r.value("host", "") + ")";
+    const std::uint64_t device = r.value("device_mem_used_bytes", std::uint64_t{0});
+    const std::string memory = bytes_text(device > 0 ? device : r.value("rss_bytes", std::uint64_t{0}));
+    const Json age = r.value("report_age_s", Json());
+    std::snprintf(line, sizeof line, "%5u %-18s %8u %-9s %8llu %9s %10s %6s %6s %8s %7s\n", r.value("rank", 0u),
+                  node.substr(0, 18).c_str(), r.value("pid", 0u), r.value("state", "").c_str(),
+                  static_cast<unsigned long long>(r.value("step", std::uint64_t{0})),
+                  number_text(r.value("step_ms", 0.0), "%.1f").c_str(),
+                  number_text(r.value("tokens_per_s", 0.0), "%.0f").c_str(),
+                  number_text(r.value("data_wait_ratio", 0.0) * 100, "%.0f").c_str(),
+                  number_text(r.value("comm_exposed_ratio", 0.0) * 100, "%.0f").c_str(), memory.c_str(),
+                  age.is_number() ? number_text(age.get<double>(), "%.1f").c_str() : "-");
+    out << line;
+  }
+  const Json diagnoses = s.value("diagnoses", Json::array());
+  if (diagnoses.empty()) out << "diagnoses: none\n";
+  for (const auto& d : diagnoses) {
+    out << "diagnosis (" << d.value("kind", "") << "): " << d.value("message", "") << "\n  fix: " << d.value("fix", "")
+        << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace
+
+Action add_status_command(CLI::App& app) {
+  struct Args {
+    std::string target;
+    bool json = false;
+    bool watch = false;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("status", "A job's ranks (step, time, data wait, communication, memory) and "
+                                           "diagnoses, live or from its last snapshot");
+  cmd->add_option("job", args->target, "the job's directory or its id under ./runs (default: the newest job there)");
+  cmd->add_flag("--json", args->json, "print the snapshot as JSON");
+  cmd->add_flag("--watch", args->watch, "refresh every second until the job ends");
+  return [args]() {
+    const auto dir = run_dir_of(args->target);
+    if (!dir.ok()) {
+      std::fprintf(stderr, "dtrain status: %s\n", dir.status.message().c_str());
+      return 2;
+    }
+    const bool terminal = ::isatty(STDOUT_FILENO) == 1;
+    for (bool first = true;; first = false) {
+      std::string note;
+      const auto snapshot = load(dir.value, note);
+      if (!snapshot.ok()) {
+        std::fprintf(stderr, "dtrain status: %s\n", snapshot.status.message().c_str());
+        return 1;
+      }
+      std::string text = args->json ? snapshot.value.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n"
+                                     : render(snapshot.value, note);
+      // In place on a terminal; one block after another into a file or a pipe.
+      if (args->watch && terminal) text = "\033[H\033[2J" + text;
+      else if (args->watch && !first) text = "\n" + text;
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+      if (!args->watch || snapshot.value.value("state", "") != "running" || snapshot.value.contains("stale")) return 0;
+      std::this_thread::sleep_for(kWatchInterval);
+    }
+  };
+}
+
+}  // namespace dtrain::cli

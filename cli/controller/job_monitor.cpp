@@ -1,0 +1,181 @@
+#include "cli/controller/job_monitor.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <cstdlib>
+
+#include "common/util.h"
+
+namespace dtrain::controller {
+namespace {
+
+const char* outcome_name(Round::Outcome outcome) {
+  switch (outcome) {
+    case Round::Outcome::success: return "succeeded";
+    case Round::Outcome::worker_failed: return "worker_failed";
+    case Round::Outcome::node_failed: return "node_failed";
+    case Round::Outcome::interrupted: return "interrupted";
+  }
+  return "?";
+}
+
+// The CPUs a rank may use: its binding, else its OMP_NUM_THREADS (binding: none), else not known.
+unsigned cpus_of(const spec::WorkerPlan& w) {
+  if (!w.cpus.empty()) return static_cast<unsigned>(w.cpus.size());
+  auto it = w.env.find("OMP_NUM_THREADS");
+  return it == w.env.end() ? 0 : static_cast<unsigned>(std::strtoul(it->second.c_str(), nullptr, 10));
+}
+
+}  // namespace
+
+void JobMonitor::job_started(const std::string& job_id, const std::string& job_dir, const spec::Spec& spec) {
+  job_dir_ = job_dir;
+  status_ = std::make_unique<JobStatus>(job_id);
+  diagnoser_ = std::make_unique<Diagnoser>(spec.health.straggler_ratio);
+  if (Status s = events_.open(job_dir + "/" + kEventsFileName); !s.ok()) console_.note("warning: " + s.message());
+  auto socket = ControlSocket::listen(job_dir);
+  if (socket.ok()) {
+    socket_ = std::move(socket.value);
+  } else {
+    console_.note("warning: " + socket.status.message());
+  }
+  event("job_start", {{"job", job_id}, {"run_dir", job_dir}, {"name", spec.name}, {"pid", ::getpid()}});
+  write_snapshot_file("running");
+}
+
+void JobMonitor::event(std::string_view name, const nlohmann::ordered_json& fields) {
+  const Status s = events_.write(name, fields, unix_ms());
+  if (!s.ok() && !events_failed_) {
+    events_failed_ = true;
+    console_.note("warning: " + s.message());
+  }
+}
+
+void JobMonitor::round_started(std::uint32_t round, std::size_t nodes) {
+  if (!active()) return;
+  event("round_start", {{"round", round}, {"nodes", nodes}});
+}
+
+// The round's plan exists once its workers start: the rows and the diagnoser's places come from it.
+void JobMonitor::adopt(const Round& round) {
+  if (adopted_round_ == static_cast<std::int64_t>(round.number())) return;
+  adopted_round_ = round.number();
+  status_->round_started(round.number(), round.plan());
+  for (const auto& w : round.plan().workers) diagnoser_->place(w.rank, RankPlace{w.node_rank, w.host, cpus_of(w)});
+}
+
+void JobMonitor::on_report(const Round& round, int, const AgentReport& report) {
+  if (!active()) return;
+  if (const auto* s = std::get_if<WorkerStarted>(&report); s && s->round == round.number()) {
+    adopt(round);
+    status_->started(*s);
+    event("worker_started", {{"round", s->round}, {"rank", s->rank}, {"node", status_->node_of(s->rank).value_or(0)},
+                             {"pid", s->pid}});
+  } else if (const auto* x = std::get_if<WorkerExit>(&report); x && x->round == round.number()) {
+    adopt(round);
+    status_->exited(*x);
+    event("worker_exited", {{"round", x->round}, {"rank", x->rank}, {"node", status_->node_of(x->rank).value_or(0)},
+                            {"pid", x->pid}, {"exit_code", x->exit_code}, {"signal", x->signal},
+                            {"outcome", x->failed() ? "failed" : x->stopped_by_agent ? "stopped" : "exited"},
+                            {"exit", describe_exit(*x)}, {"runtime_ms", x->runtime_ms}});
+  } else if (const auto* h = std::get_if<WorkerHealth>(&report)) {
+    adopt(round);
+    status_->reported(*h, unix_ms());
+    diagnoser_->add(h->rank, sample_of(*h));
+  }
+}
+
+void JobMonitor::node_lost(const std::string& text) {
+  if (active()) event("node_lost", {{"what", text}});
+}
+
+void JobMonitor::round_ended(const Round& round, Round::Outcome outcome) {
+  if (!active()) return;
+  nlohmann::ordered_json fields = {{"round", round.number()}, {"outcome", outcome_name(outcome)}};
+  if (const auto& root = round.root_cause()) {
+    fields["root_cause"] = {{"rank", root->rank}, {"node", root->node}, {"host", root->host},
+                            {"what", describe_failure(*root)}, {"exit_code", exit_code_of(*root)}};
+    if (!root->health_failure.empty()) {
+      event("health_check_failed", {{"round", round.number()}, {"rank", root->rank}, {"node", root->node},
+                                    {"what", root->health_failure}});
+      diagnoser_->hang(root->rank, root->health_failure);
+    }
+  }
+  if (const auto& lost = round.node_failure()) fields["node_failure"] = *lost;
+  event("round_end", fields);
+}
+
+void JobMonitor::tick(Clock::time_point now) {
+  if (!active()) return;
+  if (now >= next_evaluate_) {
+    next_evaluate_ = now + kEvaluateInterval;
+    evaluate();
+  }
+  if (now >= next_health_event_) {
+    next_health_event_ = now + kHealthEventInterval;
+    health_event();
+  }
+  if (now >= next_file_) {
+    next_file_ = now + kFileInterval;
+    write_snapshot_file("running");
+  }
+}
+
+void JobMonitor::evaluate() {
+  diagnoser_->evaluate();
+  for (const auto& d : diagnoser_->diagnoses()) {
+    std::string key = to_string(d.kind);
+    for (unsigned r : d.ranks) key += " " + std::to_string(r);
+    if (reported_diagnoses_.insert(key).second) event("diagnosis", to_json(d));
+  }
+  if (socket_) socket_->publish(status_->snapshot("running", *diagnoser_, unix_ms()).dump(
+                   -1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+void JobMonitor::health_event() {
+  const auto ranks = status_->ranks();
+  if (ranks.empty()) return;
+  const std::uint64_t now = unix_ms();
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (std::size_t i = 0; i < ranks.size() && i < kEventRanks; ++i) {
+    rows.push_back(status_->rank_json(ranks[i], *diagnoser_, now));
+  }
+  event("health", {{"round", status_->round()}, {"ranks", std::move(rows)},
+                   {"ranks_left_out", ranks.size() > kEventRanks ? ranks.size() - kEventRanks : 0}});
+}
+
+void JobMonitor::write_snapshot_file(const std::string& state) {
+  const std::string text = status_->snapshot(state, *diagnoser_, unix_ms()).dump(
+                               -1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  const std::string path = job_dir_ + "/" + kStatusFileName;
+  const std::string temp = path + ".tmp";
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  bool ok = fd >= 0;
+  for (std::size_t done = 0; ok && done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) done += static_cast<std::size_t>(n);
+  }
+  if (fd >= 0) ::close(fd);
+  // A snapshot that cannot be written leaves the previous one: `dtrain status` shows older numbers, nothing breaks.
+  if (!ok || std::rename(temp.c_str(), path.c_str()) != 0) ::unlink(temp.c_str());
+}
+
+std::vector<Diagnosis> JobMonitor::job_ended(int exit_code) {
+  if (!active()) return {};
+  // The last windows: a job shorter than a few evaluations is still diagnosed.
+  evaluate();
+  health_event();
+  const std::string state = exit_code == 0 ? "succeeded" : "failed";
+  event("job_end", {{"outcome", state}, {"exit_code", exit_code}});
+  write_snapshot_file(state);
+  socket_.reset();
+  return diagnoser_->diagnoses();
+}
+
+}  // namespace dtrain::controller
