@@ -20,6 +20,7 @@
 #include "agent/service/store_service.h"
 #include "agent/session_socket.h"
 #include "agent/wire.h"
+#include "agent/worker_sampler.h"
 #include "common/grpc_options.h"
 #include "common/transport.h"
 #include "common/util.h"
@@ -63,6 +64,8 @@ struct Agent::Session {
   std::chrono::milliseconds grace;   // for stops the agent decides itself (Configure's stop_grace)
   Prober prober;
   bool goodbye = false;              // the launcher's Shutdown was answered
+  // Each running worker's /proc, every second; its thread pushes to the outbox, so it ends before the outbox goes.
+  WorkerSampler sampler{[this](const WorkerSample& sample) { outbox.push(wire::to_wire(sample)); }};
   EvidenceCollector evidence;        // last: its thread, which pushes to the outbox, ends first
 };
 
@@ -283,7 +286,10 @@ Status Agent::serve_session(SessionStream& stream) {
     std::lock_guard lock(mutex_);
     forward_ = [&session](v1::AgentMessage m) { session.outbox.push(std::move(m)); };
   }
-  runner_->set_emit([&session](RunnerEvent event) { session.outbox.push(wire::to_wire(event)); });
+  runner_->set_emit([&session](RunnerEvent event) {
+    session.sampler.observe(event);
+    session.outbox.push(wire::to_wire(event));
+  });
   say_hello(session);
   v1::LauncherMessage message;
   while (!session.goodbye && stream.read(message)) {

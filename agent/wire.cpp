@@ -113,6 +113,15 @@ void put(const EvidenceReport& report, v1::Evidence& out) {
   }
 }
 
+void put(const WorkerSample& sample, v1::WorkerSample& out) {
+  out.set_round(sample.round);
+  out.set_rank(sample.rank);
+  out.set_cpu_seconds(sample.process.cpu_seconds);
+  out.set_state(std::string(1, sample.process.state));
+  out.set_threads(sample.process.threads);
+  out.set_unix_ms(sample.unix_ms);
+}
+
 // The AgentMessage whose body, reached through `body` (one of its mutable_* accessors), carries `value`.
 template <class Value, class Body>
 v1::AgentMessage wrap(const Value& value, Body* (v1::AgentMessage::*body)()) {
@@ -162,6 +171,10 @@ EvidenceRequest from_wire(const v1::CollectEvidence& collect) {
 }
 
 v1::AgentMessage to_wire(const EvidenceReport& report) { return wrap(report, &v1::AgentMessage::mutable_evidence); }
+
+v1::AgentMessage to_wire(const WorkerSample& sample) {
+  return wrap(sample, &v1::AgentMessage::mutable_worker_sample);
+}
 
 v1::AgentMessage to_wire(const AgentHello& hello) { return wrap(hello, &v1::AgentMessage::mutable_hello); }
 

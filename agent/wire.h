@@ -9,6 +9,7 @@
 #include "agent/evidence.h"
 #include "agent/probe.h"
 #include "agent/session_types.h"
+#include "agent/worker_sampler.h"
 #include "agent/worker_group.h"
 #include "common/status.h"
 #include "dtrain/v1/session.pb.h"
@@ -29,6 +30,7 @@ v1::AgentMessage to_wire(const RoundPreparation& prepared);
 v1::AgentMessage to_wire(const RunnerEvent& event);
 v1::AgentMessage to_wire(const ProbeAnswer& answer);
 v1::AgentMessage to_wire(const EvidenceReport& report);
+v1::AgentMessage to_wire(const WorkerSample& sample);
 // A worker's accepted health report, stamped with this agent's clock.
 v1::AgentMessage to_wire(const v1::WorkerHealth& health, std::uint64_t unix_ms);
 // AgentError: a request of the launcher's that this agent could not carry out.

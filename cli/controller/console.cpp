@@ -91,6 +91,24 @@ void append_health(std::ostringstream& s, const Failure& root, const WorkerHealt
   if (std::string_view(separator) == ", ") s << "\n";
 }
 
+// What the root cause's agent last saw of it in /proc: tells a process that stopped using CPU, sleeps in the kernel
+// or was stopped from one that computes, whatever it reported itself.
+void append_sample(std::ostringstream& s, const Failure& root, const WorkerSample& p) {
+  const char* meaning = p.state == 'R'   ? " (running)"
+                        : p.state == 'S' ? " (sleeping)"
+                        : p.state == 'D' ? " (uninterruptible sleep, in the kernel)"
+                        : p.state == 'T' ? " (stopped by a signal)"
+                        : p.state == 't' ? " (stopped by a debugger)"
+                        : p.state == 'Z' ? " (exited, not reaped yet)"
+                                         : "";
+  s << "  its agent's last look at rank " << root.rank << " (/proc): state " << p.state << meaning << ", "
+    << p.cpu_seconds << " s of CPU, " << p.threads << " thread" << (p.threads == 1 ? "" : "s");
+  if (root.failed_unix_ms >= p.unix_ms && p.unix_ms > 0) {
+    s << ", " << (root.failed_unix_ms - p.unix_ms) / 1000.0 << " s before it failed";
+  }
+  s << "\n";
+}
+
 }  // namespace
 
 void write_whole(std::FILE* to, std::string_view text) {
@@ -171,6 +189,7 @@ std::string failure_summary(const std::string& job_id, const Failure& root, cons
   s << "\n";
   if (root.stacks) append_stacks(s, *root.stacks);
   if (root.last_health) append_health(s, root, *root.last_health);
+  if (root.last_sample) append_sample(s, root, *root.last_sample);
   if (!root.exit.error_file_json.empty()) {
     s << "  error file (TORCHELASTIC_ERROR_FILE):\n";
     std::istringstream lines(error_file_message(root.exit.error_file_json));

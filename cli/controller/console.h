@@ -22,6 +22,7 @@ struct Failure {
   WorkerExit exit;           // code or signal, stderr tail, error file, spawn error
   std::string log_path;
   std::optional<WorkerHealth> last_health;   // the rank's last health report, if it sent any
+  std::optional<WorkerSample> last_sample;   // its agent's last look at it in /proc, if any
   std::uint64_t failed_unix_ms = 0;              // when the launcher learned of the failure
   // Set when a health check failed it while it ran (health_watch.h): what the launcher saw. `exit` then tells how the
   // stop ended it, and says nothing of its own.

@@ -146,6 +146,7 @@ void Round::on_health_failure(const HealthFailure& failure) {
   f.exit.rank = failure.rank;
   f.exit.pid = workers_[failure.rank].pid;
   if (auto h = last_health_.find(failure.rank); h != last_health_.end()) f.last_health = h->second;
+  if (auto p = last_sample_.find(failure.rank); p != last_sample_.end()) f.last_sample = p->second;
   f.failed_unix_ms = unix_ms();
   root_cause_ = std::move(f);
   collect_evidence();
@@ -271,6 +272,7 @@ void Round::on_worker_exit(int node, const WorkerExit& exit) {
   if (planned) f.log_path = plan_.workers[exit.rank].log_path;
   if (!exit.log_path.empty()) f.log_path = exit.log_path;   // where its agent placed it, on its node
   if (auto h = last_health_.find(exit.rank); h != last_health_.end()) f.last_health = h->second;
+  if (auto p = last_sample_.find(exit.rank); p != last_sample_.end()) f.last_sample = p->second;
   f.failed_unix_ms = exit.exit_unix_ms;
   if (!root_cause_) {
     root_cause_ = std::move(f);

@@ -89,6 +89,8 @@ h.check(hung.code == 124, f"the hung job fails its health check (exit {hung.code
 if not h.check(re.search(r"last health report of rank \d: step 2, .*, last phase: stalled \(--debug-stall-step\)",
                          hung.err), "its summary shows the phase the hung rank is stuck in"):
     hung.show()
+h.check(re.search(r"its agent's last look at rank \d \(/proc\): state S \(sleeping\), [0-9.e+-]+ s of CPU, \d+ threads",
+                  hung.err), "and what its agent last saw of it in /proc: asleep (it sleeps in --debug-stall-step)")
 
 unreachable = h.trainer(common + ["--steps", "3"], work,
                         env={"DTRAIN_AGENT_ADDR": "127.0.0.1:1", "DTRAIN_JOB_TOKEN": "t"})

@@ -102,6 +102,24 @@ TEST_CASE("failure summary shows where the root cause's last step went and the s
   CHECK(text.find("    bytes: rss 7, params 100, gathered peak 50, sent in the step 300\n") != std::string::npos);
 }
 
+TEST_CASE("failure summary shows what the root cause's agent last saw of it in /proc") {
+  Failure root;
+  root.rank = 1;
+  root.exit.signal = SIGKILL;
+  root.failed_unix_ms = 5000;
+  WorkerSample sample;
+  sample.state = 'T';
+  sample.cpu_seconds = 1.5;
+  sample.threads = 4;
+  sample.unix_ms = 4500;
+  root.last_sample = sample;
+  CHECK(failure_summary("job-1", root, {}, 0, 0)
+            .find("  its agent's last look at rank 1 (/proc): state T (stopped by a signal), 1.5 s of CPU, 4 threads, "
+                  "0.5 s before it failed\n") != std::string::npos);
+  root.last_sample.reset();
+  CHECK(failure_summary("job-1", root, {}, 0, 0).find("last look") == std::string::npos);
+}
+
 TEST_CASE("restart policy counts restarts, not attempts") {
   RestartPolicy none(0, std::chrono::milliseconds(1000));
   CHECK_FALSE(none.may_restart(0));
