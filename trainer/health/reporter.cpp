@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <utility>
 
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
@@ -135,28 +136,37 @@ void HealthReporter::run() {
 }
 
 Status HealthReporter::send(const HealthReport& report, std::uint64_t steps_done, std::uint32_t dump_signal) {
-  v1::WorkerReport request;
+  using R = v1::WorkerReport;
+  using H = HealthReport;
+  // Every field of HealthReport, by its WorkerReport setter.
+  const std::pair<double H::*, void (R::*)(double)> amounts[] = {
+      {&H::loss, &R::set_loss},
+      {&H::tokens_per_s, &R::set_tokens_per_s},
+      {&H::step_ms, &R::set_step_ms},
+      {&H::data_wait_ms, &R::set_data_wait_ms},
+      {&H::compute_ms, &R::set_compute_ms},
+      {&H::comm_exposed_ms, &R::set_comm_exposed_ms},
+      {&H::optimizer_ms, &R::set_optimizer_ms},
+      {&H::loss_scale, &R::set_loss_scale},
+  };
+  const std::pair<std::uint64_t H::*, void (R::*)(std::uint64_t)> counts[] = {
+      {&H::step, &R::set_step},
+      {&H::rss_bytes, &R::set_rss_bytes},
+      {&H::device_mem_used_bytes, &R::set_device_mem_used_bytes},
+      {&H::device_mem_total_bytes, &R::set_device_mem_total_bytes},
+      {&H::mem_params_bytes, &R::set_mem_params_bytes},
+      {&H::mem_grads_bytes, &R::set_mem_grads_bytes},
+      {&H::mem_optim_bytes, &R::set_mem_optim_bytes},
+      {&H::mem_activations_bytes, &R::set_mem_activations_bytes},
+      {&H::mem_gathered_peak_bytes, &R::set_mem_gathered_peak_bytes},
+      {&H::comm_bytes, &R::set_comm_bytes},
+  };
+  R request;
+  for (const auto& [field, set] : amounts) (request.*set)(report.*field);
+  for (const auto& [field, set] : counts) (request.*set)(report.*field);
   request.set_rank(report.rank);
-  request.set_step(report.step);
-  request.set_loss(report.loss);
-  request.set_tokens_per_s(report.tokens_per_s);
-  request.set_rss_bytes(report.rss_bytes);
   request.set_steps_done(steps_done);
-  request.set_step_ms(report.step_ms);
-  request.set_data_wait_ms(report.data_wait_ms);
-  request.set_compute_ms(report.compute_ms);
-  request.set_comm_exposed_ms(report.comm_exposed_ms);
-  request.set_optimizer_ms(report.optimizer_ms);
-  request.set_device_mem_used_bytes(report.device_mem_used_bytes);
-  request.set_device_mem_total_bytes(report.device_mem_total_bytes);
   request.set_phase(current_phase());
-  request.set_mem_params_bytes(report.mem_params_bytes);
-  request.set_mem_grads_bytes(report.mem_grads_bytes);
-  request.set_mem_optim_bytes(report.mem_optim_bytes);
-  request.set_mem_activations_bytes(report.mem_activations_bytes);
-  request.set_mem_gathered_peak_bytes(report.mem_gathered_peak_bytes);
-  request.set_comm_bytes(report.comm_bytes);
-  request.set_loss_scale(report.loss_scale);
   request.set_dump_signal(dump_signal);
   v1::ReportAck ack;
   grpc::ClientContext context;
