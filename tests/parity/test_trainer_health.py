@@ -1,9 +1,10 @@
-"""Health reports from dtrain-trainer reach the launcher: 2 ranks (--zero 3, so every memory field is reported) under
-`dtrain run`; rank 1 is SIGKILLed mid-run and the failure summary shows its last report, which went trainer -> agent
-(gRPC WorkerReports, DTRAIN_AGENT_ADDR + DTRAIN_JOB_TOKEN) -> launcher: step, loss and tokens/s, the phase rank 1 was
-in, where its last step's time went (the parts add up to no more than the step) and the sizes it reported (equal to
-the --metrics line of that step: ZeRO shards and ring traffic are the same on both ranks). A hung job's summary shows
-the phase the hung rank is stuck in, which only heartbeats carried. And an agent that cannot be reached does not stop
+"""Health reports from dtrain-trainer reach the launcher: 2 ranks under `dtrain run` (--zero 3 --precision fp16, so
+every memory field and the loss scale are reported); rank 1 is SIGKILLed mid-run and the failure summary shows its
+last report, which went trainer -> agent (gRPC WorkerReports, DTRAIN_AGENT_ADDR + DTRAIN_JOB_TOKEN) -> launcher:
+step, loss and tokens/s, the phase rank 1 was in, where its last step's time went (the parts add up to no more than
+the step), its loss scale and the sizes it reported (equal to the --metrics line of that step: ZeRO shards and ring
+traffic are the same on both ranks). A hung job's summary shows the phase the hung rank is stuck in, which only
+heartbeats carried, and what its agent last saw of it in /proc. And an agent that cannot be reached does not stop
 training: the trainer warns once and finishes."""
 
 import os
@@ -34,7 +35,7 @@ logs: {dir: %s}
 
 metrics = os.path.join(work, "m.jsonl")
 argv = [h.DTRAIN, "run", "-n", "2", "--grace-s", "2", "--logs-dir", os.path.join(work, "runs"), "--", h.TRAINER] + \
-    common + ["--steps", "100000", "--metrics", metrics, "--zero", "3"]
+    common + ["--steps", "100000", "--metrics", metrics, "--zero", "3", "--precision", "fp16"]
 bg = h.Background(argv, work)
 deadline = time.monotonic() + 60
 while time.monotonic() < deadline and (not os.path.exists(metrics) or len(h.metrics(metrics)) < 5):
@@ -68,7 +69,12 @@ else:
                 f"every part is measured (step {step_ms}, data {data}, compute {compute}, comm {comm}, "
                 f"optimizer {optimizer} ms)")
         h.check(data + compute + comm + optimizer <= step_ms * 1.05 + 1, "and the parts add up to no more than the step")
-        h.check(compute > step_ms / 4, "most of a tiny model's step on one thread is compute")
+    scale = re.search(r"its last step: .*, loss scale ([0-9.e+]+)\n", result.err)
+    expected_scale = logged[step - 1].get("loss_scale") if len(logged) >= step else None
+    h.check(scale is not None and expected_scale is not None and
+            abs(float(scale.group(1)) - expected_scale) <= 1e-5 * expected_scale,
+            f"it carries the step's loss scale ({scale.group(1) if scale else None}; the metrics line says "
+            f"{expected_scale})")
     sizes = re.search(r"    bytes: (.*)\n", result.err)
     if h.check(sizes is not None, "the summary shows the sizes rank 1 reported"):
         reported = {name: int(value) for name, value in re.findall(r"([a-z ]+) (\d+)(?:, |$)", sizes.group(1))}
