@@ -7,6 +7,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include "trainer/parallel/ddp/reducer.h"
+#include "trainer/parallel/zero/engine.h"
+
 namespace dtrain::trainer {
 
 void measure_comm_and_memory(StepMetrics& m, const DdpReducer* ddp, ZeroEngine* zero,

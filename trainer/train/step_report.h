@@ -10,10 +10,11 @@
 #include "trainer/health/phase.h"
 #include "trainer/health/reporter.h"
 #include "trainer/metrics/jsonl.h"
-#include "trainer/parallel/ddp/reducer.h"
-#include "trainer/parallel/zero/engine.h"
 
 namespace dtrain::trainer {
+
+class DdpReducer;
+class ZeroEngine;
 
 // Where one step's time went, measured on the training thread in disjoint pieces (HealthReport says what each holds).
 struct StepTimes {
