@@ -48,6 +48,7 @@ class Reader : ValueReader {
       else if (key == "nccl") read_nccl(value, path, spec.nccl);
       else if (key == "binding") read_choice(value, path, Choices<Binding>{{"auto", Binding::automatic},
                                                                           {"none", Binding::none}}, spec.binding);
+      else if (key == "observe") read_observe(value, path, spec.observe);
     });
     // A misspelt required key already has its did-you-mean; "missing" (or "is empty") would only repeat it.
     for (const auto& [key, example] : {std::pair{"name", "name: tiny-gpt"},
@@ -224,6 +225,13 @@ class Reader : ValueReader {
       error(path, "expected " + expected + ", got " + describe(node) + ".",
             near.empty() ? "Example: console: [0, 4]" : "Did you mean '" + near + "'?");
     }
+  }
+
+  void read_observe(const YAML::Node& node, const std::string& path, Spec::Observe& out) {
+    if (!section(node, path)) return;
+    each_entry(node, path, [&](const std::string&, const std::string& key_path, const YAML::Node& value) {
+      read_string(value, key_path, out.metrics_addr);
+    });
   }
 
   void read_nccl(const YAML::Node& node, const std::string& path, Spec::Nccl& out) {

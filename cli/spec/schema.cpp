@@ -13,7 +13,7 @@ using Keys = std::vector<std::string_view>;
 const std::map<std::string_view, Keys>& sections() {
   static const std::map<std::string_view, Keys> table = {
       {"", {"name", "nodes", "workers_per_node", "command", "shell", "env", "working_dir", "restart", "stop",
-            "health", "logs", "nccl", "binding"}},
+            "health", "logs", "nccl", "binding", "observe"}},
       {"nodes", {"provider", "count", "agents", "hosts", "rendezvous", "interface", "join_timeout_s", "ssh_command",
                  "srun_command", "remote_dtrain"}},
       {"restart", {"max_restarts", "backoff_s"}},
@@ -22,6 +22,7 @@ const std::map<std::string_view, Keys>& sections() {
                   "straggler_ratio"}},
       {"logs", {"dir", "console"}},
       {"nccl", {"auto", "env"}},
+      {"observe", {"metrics_addr"}},
   };
   return table;
 }

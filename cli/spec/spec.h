@@ -144,6 +144,13 @@ struct Spec {
 
   Binding binding = Binding::automatic;
 
+  struct Observe {
+    std::string metrics_addr;  // "host:port" ([ipv6]:port) where the launcher serves GET /metrics in Prometheus'
+                               //   text format while the job runs; port 0 = any free port (printed and written to
+                               //   events.jsonl); "" = off. Metrics carry no secrets, but a host that is not
+                               //   loopback makes them readable by anyone who can reach it
+  } observe;
+
   std::string source;  // where the spec came from, for messages: the file name, or e.g. "dtrain run"
 };
 

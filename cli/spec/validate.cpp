@@ -8,6 +8,7 @@
 
 #include "cli/spec/checks.h"
 #include "cli/spec/env_names.h"
+#include "cli/spec/host_syntax.h"
 #include "cli/spec/locations.h"
 
 namespace dtrain::spec {
@@ -171,6 +172,16 @@ void check_straggler_ratio(double ratio, Reporter& r) {
   }
 }
 
+// The launcher binds it (port 0: any free port); a name it cannot resolve is found only then, and warned about.
+void check_metrics_addr(const std::string& address, Reporter& r) {
+  if (address.empty() || !r.no_nul("observe.metrics_addr", address)) return;
+  if (const Status syntax = check_address(address, true); !syntax.ok()) {
+    r.report("observe.metrics_addr", "'" + address + "' " + syntax.message() + ".",
+             "Example: metrics_addr: 127.0.0.1:9400 (port 0: any free port; [::1]:9400 for IPv6; leave it out to "
+             "serve no metrics)");
+  }
+}
+
 }  // namespace
 
 void check_spec(const Spec& spec, const Locations& where, std::vector<Diagnostic>& out) {
@@ -198,6 +209,7 @@ void check_spec(const Spec& spec, const Locations& where, std::vector<Diagnostic
   if (spec.logs.dir.empty()) r.report("logs.dir", "is empty.", "Example: dir: runs");
   r.no_nul("logs.dir", spec.logs.dir);
   check_console(spec, r);
+  check_metrics_addr(spec.observe.metrics_addr, r);
 }
 
 }  // namespace detail

@@ -74,7 +74,7 @@ TEST_CASE("a bad path is reported against --set with did-you-mean") {
   CHECK(errors_with({"comand=[a]"}) ==
         std::vector<std::string>{"--set: comand: unknown key. Did you mean 'command'? Allowed top-level keys: name, "
                                  "nodes, workers_per_node, command, shell, env, working_dir, restart, stop, health, "
-                                 "logs, nccl, binding"});
+                                 "logs, nccl, binding, observe"});
   CHECK(errors_with({"nodes.count.max=3"}) ==
         std::vector<std::string>{"--set: nodes.count.max: nodes.count takes a value, not keys. Write --set "
                                  "nodes.count=value."});

@@ -145,7 +145,7 @@ TEST_CASE("unknown key: position of the key, did-you-mean and the allowed keys")
         "count, agents, hosts, rendezvous, interface, join_timeout_s, ssh_command, srun_command, remote_dtrain");
   CHECK(only_error("name: x\ncomand: [a]\n") ==
         "job.yaml:2:1: comand: unknown key. Did you mean 'command'? Allowed top-level keys: name, nodes, "
-        "workers_per_node, command, shell, env, working_dir, restart, stop, health, logs, nccl, binding");
+        "workers_per_node, command, shell, env, working_dir, restart, stop, health, logs, nccl, binding, observe");
   // A misspelt required key gets its did-you-mean and no "missing required key" on top.
   CHECK(errors_of("nmae: x\ncommand: [a]\n").size() == 1);
   // A key written at the wrong level is found in its section.
