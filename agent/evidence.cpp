@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <sstream>
 
 #include "agent/run_dir.h"
@@ -143,7 +144,7 @@ Status run_gdb(pid_t pid, int fd, Clock::time_point deadline) {
 }
 
 RankStacks stacks_of(const StackTarget& target, Clock::time_point deadline) {
-  RankStacks out{target.rank, target.path, {}, target.error};
+  RankStacks out{target.rank, target.path, {}, target.error, std::nullopt};
   if (target.path.empty()) return out;
   const std::vector<std::string> threads = thread_states(target.pid);
   const int fd = ::open(target.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -158,10 +159,12 @@ RankStacks stacks_of(const StackTarget& target, Clock::time_point deadline) {
   std::vector<std::string> python_frames;
   if (!target.dump_file.empty()) {
     const Result<std::string> dump = python_dump(target, deadline);
-    head += "\nPython stacks (faulthandler on signal " + std::to_string(target.dump_signal) + ", appended to " +
+    head += "\nthe worker's own dump (signal " + std::to_string(target.dump_signal) + ", appended to " +
             target.dump_file + "):\n" + (dump.ok() ? dump.value : dump.status.message() + "\n");
     if (!dump.ok()) out.error = dump.status.message();
     python_frames = python_top_frames(dump.value);
+    if (python_frames.empty()) python_frames = trainer_top_frames(dump.value);
+    out.collectives = collective_state(dump.value);
   }
   head += "\ngdb -batch -p " + std::to_string(target.pid) + " -ex 'thread apply all bt':\n";
   const bool written = ::write(fd, head.data(), head.size()) == static_cast<ssize_t>(head.size());
@@ -214,6 +217,85 @@ std::vector<std::string> python_top_frames(const std::string& dump) {
     frames.push_back(lines[i].substr(text, kMaxFrameBytes));
   }
   return frames;
+}
+
+namespace {
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(std::move(line));
+  return lines;
+}
+
+// The number after `key` in `line` ("issued 1842"), if there is one.
+std::optional<std::uint64_t> number_after(const std::string& line, const std::string& key) {
+  const auto at = line.find(key);
+  if (at == std::string::npos) return std::nullopt;
+  std::uint64_t value = 0;
+  std::size_t i = at + key.size();
+  if (i >= line.size() || line[i] < '0' || line[i] > '9') return std::nullopt;
+  for (; i < line.size() && line[i] >= '0' && line[i] <= '9'; ++i) value = value * 10 + (line[i] - '0');
+  return value;
+}
+
+constexpr char kTrainerDump[] = "dtrain-trainer pid ";
+constexpr char kTraceHeader[] = "collectives of ";
+
+// The index of the first trace header at or after `from`, or lines.size().
+std::size_t trace_header(const std::vector<std::string>& lines, std::size_t from) {
+  for (std::size_t i = from; i < lines.size(); ++i)
+    if (lines[i].rfind(kTraceHeader, 0) == 0) return i;
+  return lines.size();
+}
+
+// The line of collective #seq in the trace that starts at `header`, or "".
+std::string collective_line(const std::vector<std::string>& lines, std::size_t header, std::uint64_t seq) {
+  const std::string prefix = "#" + std::to_string(seq) + " ";
+  for (std::size_t i = header + 1; i < lines.size() && lines[i].rfind('#', 0) == 0; ++i)
+    if (lines[i].rfind(prefix, 0) == 0) return lines[i];
+  return "";
+}
+
+}  // namespace
+
+std::vector<std::string> trainer_top_frames(const std::string& dump) {
+  const std::vector<std::string> lines = lines_of(dump);
+  std::size_t first = lines.size();
+  for (std::size_t i = 0; i < lines.size(); ++i)
+    if (lines[i].rfind(kTrainerDump, 0) == 0) first = i;   // the last dump appended
+  if (first == lines.size()) return {};
+  std::vector<std::string> frames{lines[first].substr(0, kMaxFrameBytes)};
+  const std::size_t header = trace_header(lines, first + 1);
+  if (header == lines.size()) return frames;
+  frames.push_back(lines[header].substr(0, kMaxFrameBytes));
+  if (const auto finished = number_after(lines[header], "finished ")) {
+    const std::string pending = collective_line(lines, header, *finished + 1);
+    if (!pending.empty()) frames.push_back(pending.substr(0, kMaxFrameBytes));
+  }
+  return frames;
+}
+
+std::optional<CollectiveState> collective_state(const std::string& dump) {
+  const std::vector<std::string> lines = lines_of(dump);
+  std::size_t first = lines.size();
+  for (std::size_t i = 0; i < lines.size(); ++i)
+    if (lines[i].rfind(kTrainerDump, 0) == 0) first = i;
+  if (first == lines.size()) return std::nullopt;
+  const std::size_t header = trace_header(lines, first + 1);
+  if (header == lines.size()) return std::nullopt;
+  const auto issued = number_after(lines[header], "issued ");
+  const auto started = number_after(lines[header], "started ");
+  const auto finished = number_after(lines[header], "finished ");
+  if (!issued || !started || !finished) return std::nullopt;
+  CollectiveState state{*issued, *started, *finished, {}};
+  const std::string line = collective_line(lines, header, *finished + 1);
+  // "#K WHAT: issued at ..." -> WHAT
+  const auto space = line.find(' '), colon = line.find(": issued at ");
+  if (space != std::string::npos && colon != std::string::npos && colon > space) {
+    state.pending = line.substr(space + 1, std::min(colon - space - 1, kMaxFrameBytes));
+  }
+  return state;
 }
 
 EvidenceReport collect_stacks(std::uint32_t round, const std::vector<StackTarget>& targets,

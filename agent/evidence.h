@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,12 +45,22 @@ struct StackTarget {
 };
 
 // What was found for one worker (Evidence.ranks on the wire).
+// Where a worker's communicator stood (CollectiveState on the wire), from dtrain-trainer's dump.
+struct CollectiveState {
+  std::uint64_t issued = 0;
+  std::uint64_t started = 0;
+  std::uint64_t finished = 0;
+  std::string pending;   // the oldest unfinished collective, "" when none
+};
+
 struct RankStacks {
   std::uint32_t rank = 0;
   std::string path;                     // the file written ("" when none could be)
-  // The main thread's first frames: Python's (a dump), else gdb's, else each thread's state and wchan.
+  // The main thread's first frames: Python's (a dump), else dtrain-trainer's phase and collectives (its dump), else
+  // gdb's, else each thread's state and wchan.
   std::vector<std::string> top_frames;
   std::string error;                    // why the stacks are missing or partial ("" when complete)
+  std::optional<CollectiveState> collectives;
 };
 
 struct EvidenceReport {
@@ -73,6 +84,14 @@ std::vector<std::string> top_frames(const std::string& gdb_output);
 // The main thread's first frames in a faulthandler dump (it lists the threads newest first, so the main thread's
 // come last), innermost first as gdb's; at most kTopFrames, each cut to kMaxFrameBytes.
 std::vector<std::string> python_top_frames(const std::string& dump);
+
+// dtrain-trainer's dump (trainer/health/stack_dump.h): its phase line, and for its first communicator the trace's
+// header line and the oldest unfinished collective's line, as top frames (each cut to kMaxFrameBytes); empty when
+// `dump` is not one.
+std::vector<std::string> trainer_top_frames(const std::string& dump);
+// Where the first communicator of a dtrain-trainer dump stood, from its trace (trainer/comm/trace.h's format:
+// "collectives of NAME: issued N, started S, finished F", then "#K WHAT: issued at ..." per collective).
+std::optional<CollectiveState> collective_state(const std::string& dump);
 
 // How long a worker that announced a dump signal has to write its Python stacks: faulthandler writes from its
 // signal handler, in milliseconds even for many threads; a process that does not in this time is stopped or

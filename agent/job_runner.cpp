@@ -117,8 +117,8 @@ JobRunner::PlacedFiles JobRunner::place_files(std::uint32_t round, const WorkerS
   files.log = worker.log_path.empty() ? "" : job_files_.place(worker.log_path, rank + "log_path");
   files.error = worker.error_file.empty() ? "" : job_files_.place(worker.error_file, rank + "error_file");
   files.stacks = job_files_.place("attempt_" + std::to_string(round) + "/stacks/rank_" + std::to_string(worker.rank) +
-                                      ".py.txt",
-                                  rank + "Python stacks file");
+                                      ".dump.txt",
+                                  rank + "own dump file (DTRAIN_STACKS_FILE)");
   // A stale error or stacks file (a reused job id) would be taken for this worker's.
   if (!files.error.empty()) ::unlink(files.error.c_str());
   ::unlink(files.stacks.c_str());

@@ -92,7 +92,7 @@ class JobRunner {
     bool exited = false;
     std::string report_token;  // its DTRAIN_REPORT_TOKEN
     pid_t pid = 0;             // once started
-    std::string stacks_file;   // its DTRAIN_STACKS_FILE: attempt_<n>/stacks/rank_<r>.py.txt
+    std::string stacks_file;   // its DTRAIN_STACKS_FILE: attempt_<n>/stacks/rank_<r>.dump.txt
     int dump_signal = 0;       // announced by the worker itself (note_dump_signal); 0: none
   };
   struct PlacedFiles {

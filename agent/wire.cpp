@@ -110,6 +110,14 @@ void put(const EvidenceReport& report, v1::Evidence& out) {
     rank->set_stacks_path(r.path);
     append(rank->mutable_top_frames(), r.top_frames);
     rank->set_error(r.error);
+    if (r.collectives) {
+      auto* c = rank->mutable_collectives();
+      c->set_known(true);
+      c->set_issued(r.collectives->issued);
+      c->set_started(r.collectives->started);
+      c->set_finished(r.collectives->finished);
+      c->set_pending(r.collectives->pending);
+    }
   }
 }
 

@@ -188,6 +188,7 @@ std::string failure_summary(const std::string& job_id, const Failure& root, cons
   if (root.exit.runtime_ms > 0 && root.health_failure.empty()) s << " after " << root.exit.runtime_ms / 1000.0 << " s";
   s << "\n";
   if (root.stacks) append_stacks(s, *root.stacks);
+  if (root.collective_hang) s << "  collectives: " << *root.collective_hang << "\n";
   if (root.last_health) append_health(s, root, *root.last_health);
   if (root.last_sample) append_sample(s, root, *root.last_sample);
   if (!root.exit.error_file_json.empty()) {

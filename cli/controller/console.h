@@ -28,6 +28,8 @@ struct Failure {
   // stop ended it, and says nothing of its own.
   std::string health_failure;
   std::optional<RankStacks> stacks;              // its stacks, when its agent wrote them (CollectEvidence)
+  // Which rank the job's collectives wait for, from every rank's trace (collective_hang.h), when they dumped one.
+  std::optional<std::string> collective_hang;
 };
 
 // The launcher's exit code when the root cause failed a health check (it hung, stopped, or never started): 124, as

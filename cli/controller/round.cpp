@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "agent/security/x509.h"
+#include "cli/controller/collective_hang.h"
 #include "common/util.h"
 
 namespace dtrain::controller {
@@ -151,6 +152,7 @@ void Round::on_health_failure(const HealthFailure& failure) {
   root_cause_ = std::move(f);
   collect_evidence();
   if (auto s = stacks_.find(failure.rank); s != stacks_.end()) root_cause_->stacks = s->second;
+  root_cause_->collective_hang = explain_collective_hang(stacks_);
 }
 
 void Round::collect_evidence() {

@@ -150,12 +150,22 @@ struct ProbeResult {
   std::vector<std::string> interfaces;
 };
 
+// Where a worker's communicator stood (trainer/comm/trace.h), from its own dump: the last collective sequence
+// numbers it issued, started and finished, and its oldest unfinished collective ("" when none).
+struct CollectiveState {
+  std::uint64_t issued = 0;
+  std::uint64_t started = 0;
+  std::uint64_t finished = 0;
+  std::string pending;
+};
+
 // One worker's stacks, written by its agent when the launcher asked for evidence (CollectEvidence).
 struct RankStacks {
   unsigned rank = 0;
   std::string stacks_path;              // the full stacks, on the agent's node ("" when nothing could be written)
   std::vector<std::string> top_frames;  // the main thread's first frames (gdb), else each thread's state and wchan
   std::string error;                    // why the stacks are missing or partial ("" when complete)
+  std::optional<CollectiveState> collectives;   // when the worker dumped its collective trace (dtrain-trainer)
 };
 
 // A node's answer to CollectEvidence: its workers of the round that were still running.

@@ -53,7 +53,12 @@ WorkerSample sample_of(const v1::WorkerSample& s) {
 
 Evidence evidence_of(const v1::Evidence& e) {
   return {.round = e.round(), .ranks = convert_all(e.ranks(), [](const v1::RankStacks& r) {
-            return RankStacks{r.rank(), r.stacks_path(), copy_of(r.top_frames()), r.error()};
+            RankStacks stacks{r.rank(), r.stacks_path(), copy_of(r.top_frames()), r.error(), std::nullopt};
+            if (r.collectives().known()) {
+              const auto& c = r.collectives();
+              stacks.collectives = CollectiveState{c.issued(), c.started(), c.finished(), c.pending()};
+            }
+            return stacks;
           })};
 }
 

@@ -155,10 +155,10 @@ check(re.search(r"rank 1 made no step progress for 3\.\d s", run.err), "the hang
 frames = re.search(r"where rank 1 is \(first frames of its main thread\):\n( +File .*\n)*? +File \"\S+pyhang\.py\", "
                    r"line \d+ in stuck_in_data_loader\n", run.err)
 check(frames is not None, "the summary shows the Python function rank 1 is blocked in")
-dumps = glob.glob(os.path.join(run.dir, "runs", "*", "attempt_0", "stacks", "rank_1.py.txt"))
+dumps = glob.glob(os.path.join(run.dir, "runs", "*", "attempt_0", "stacks", "rank_1.dump.txt"))
 check(len(dumps) == 1 and "stuck_in_data_loader" in open(dumps[0]).read(), "faulthandler wrote rank 1's dump")
 stacks = glob.glob(os.path.join(run.dir, "runs", "*", "attempt_0", "stacks", "rank_1.txt"))
-check(len(stacks) == 1 and "Python stacks (faulthandler on signal" in open(stacks[0]).read(),
+check(len(stacks) == 1 and "the worker's own dump (signal" in open(stacks[0]).read(),
       "rank 1's stacks file holds the Python stacks too")
 check(not os.path.exists(marker), "rank 0, which announced no dump signal, was not signalled")
 run.assert_no_leaks()

@@ -4,7 +4,10 @@
              it fails after health.hang_timeout_s (3 s), every rank's stacks are written before the stop
              (attempt_<n>/stacks/rank_<r>.txt) and the summary shows the hung rank's frames; with
              restart.max_restarts 1 the hang is restarted like any failure;
-  startup    a worker that reports but never reaches a first step fails after health.startup_timeout_s (2 s).
+  startup    a worker that reports but never reaches a first step fails after health.startup_timeout_s (2 s);
+  one rank   dtrain-trainer with only rank 1 stalled (--debug-stall-rank 1): rank 0 waits for it inside the step's
+             first allreduce; both dump their phase and collective trace on the agent's signal, and the summary
+             says which collective the job waits in, that rank 1 never entered it and that rank 0 is waiting in it.
 Each exits 124 (a health check failed) and names the rank and the check."""
 
 import glob
@@ -72,7 +75,8 @@ def worker(mode):
 
 
 def stacks(run, attempt):
-    return sorted(glob.glob(os.path.join(run.dir, "runs", "*", "attempt_%d" % attempt, "stacks", "rank_*.txt")))
+    # rank_<r>.txt (the agent's evidence), not rank_<r>.dump.txt (the worker's own dump, copied into it)
+    return sorted(glob.glob(os.path.join(run.dir, "runs", "*", "attempt_%d" % attempt, "stacks", "rank_[0-9].txt")))
 
 
 # ---- heartbeat
@@ -88,12 +92,12 @@ run.assert_no_leaks()
 stall = "exec %s --model tiny --data %s --batch-size 2 --seq-len 32 --threads 1 --steps 50 --debug-stall-step 3"
 
 
-def trainer(directory):
+def trainer(directory, extra=""):
     text = write(os.path.join(directory, "data.txt"), " ".join(["the model trains on bytes"] * 4000))
     shard = os.path.join(directory, "data.bin")
     prepared = subprocess.run([TRAINER, "prepare-text", text, shard], capture_output=True, text=True, timeout=60)
     check(prepared.returncode == 0, "prepare-text makes the shard: " + prepared.stdout + prepared.stderr)
-    return '"%s"' % (stall % (TRAINER, shard))
+    return '"%s%s"' % (stall % (TRAINER, shard), extra)
 
 
 run = launch("hang", trainer, "hang_timeout_s: 3", shell=True, max_restarts=1)
@@ -105,8 +109,8 @@ for attempt in (0, 1):
     found = [os.path.basename(p) for p in stacks(run, attempt)]
     check(found == ["rank_0.txt", "rank_1.txt"], "attempt %d: every rank's stacks were written (%s)" % (attempt, found))
 # gdb's frames; on a loaded machine gdb may not finish within the bound: it is killed, and the threads' states show.
-frames = re.search(r"where rank \d is \(first frames of its main thread\):\n\s+(#0 |thread \d+ \(.*\): state )",
-                   run.err)
+frames = re.search(r"where rank \d is \(first frames of its main thread\):\n\s+(#0 |thread \d+ \(.*\): state |"
+                   r"dtrain-trainer pid \d+: phase \"stalled)", run.err)
 check(frames is not None, "the summary shows the hung rank's first frames")
 killed = "gdb did not finish in time and was killed" in run.err
 check(re.search(r"full stacks: \S+/attempt_1/stacks/rank_\d\.txt", run.err), "and where its full stacks are")
@@ -119,6 +123,20 @@ check("state" in text and "wchan" in text and ("#0" in text or killed),
 # Two attempts: each start-up (~1-2 s), the 3 s hang, the evidence bound (5 s), the stop (grace 1 s), plus a margin.
 check(run.took < 2 * (2 + 3 + 5 + 1) + 10, "each hang is caught within hang_timeout_s + the evidence bound (took "
       "%.1f s)" % run.took)
+# Every rank stalled before the step: each finished every collective it issued, and the summary says so.
+check("the hang is outside communication" in run.err, "the collective traces show the hang is outside communication")
+run.assert_no_leaks()
+
+# ---- one rank stalled: the collective trace names it
+run = launch("one-rank", lambda d: trainer(d, " --debug-stall-rank 1"), "hang_timeout_s: 3", shell=True)
+check(run.code == 124, "one stalled rank -> exit 124, got %s" % run.code)
+check(re.search(r"collectives: collective #\d+ \(allreduce of \d+ floats.*\): rank 1 never entered it; rank 0 is "
+                r"waiting in it", run.err), "the summary names the collective, the rank that never entered it and "
+      "the rank waiting in it")
+dumps = sorted(glob.glob(os.path.join(run.dir, "runs", "*", "attempt_0", "stacks", "rank_*.dump.txt")))
+text = "".join(open(p).read() for p in dumps)
+check(len(dumps) == 2 and text.count("collectives of gloo communicator: issued ") == 2 and
+      'phase "stalled (--debug-stall-step)"' in text, "both ranks dumped their phase and collective trace (%s)" % dumps)
 run.assert_no_leaks()
 
 # ---- startup

@@ -22,6 +22,7 @@
 #include "trainer/data/prefetch.h"
 #include "trainer/health/phase.h"
 #include "trainer/health/reporter.h"
+#include "trainer/health/stack_dump.h"
 #include "trainer/kernels/cpu/backend.h"
 #include "trainer/metrics/jsonl.h"
 #include "trainer/model/gpt.h"
@@ -153,9 +154,12 @@ int Training::run() {
   prepare_steps(start);
   std::uint64_t data_step = start.point.data_step;
   for (std::uint64_t step = start.point.step; step < steps(); ++step) {
-    // --debug-stall-step (tests): stuck before the step's collectives while the reporter's heartbeats go on.
-    if (static_cast<long>(step) + 1 == o_.debug_stall_step) set_phase("stalled (--debug-stall-step)");
-    while (static_cast<long>(step) + 1 == o_.debug_stall_step) std::this_thread::sleep_for(std::chrono::seconds(1));
+    // --debug-stall-step (tests): stuck before the step's collectives while the reporter's heartbeats go on; with
+    // --debug-stall-rank only that rank, so the others wait for it inside the step's first collective.
+    const bool stall = static_cast<long>(step) + 1 == o_.debug_stall_step &&
+                       (o_.debug_stall_rank < 0 || o_.debug_stall_rank == rank_);
+    if (stall) set_phase("stalled (--debug-stall-step)");
+    while (stall) std::this_thread::sleep_for(std::chrono::seconds(1));
     StepTimes times;
     const StepMetrics m = train_step(step, schedule, times);
     ++data_step;
@@ -368,6 +372,8 @@ int run_training(const TrainOptions& options) {
   try {
     // The reporter first: the launcher hears this worker is starting (health.startup_timeout_s) while the
     // communicator may still wait for its peers.
+    // And the dump of phase and collectives on the agent's signal, for the evidence of a hang (stack_dump.h).
+    install_stack_dump();
     return Training(options, HealthReporter::from_env()).run();
   } catch (const std::invalid_argument& e) {
     spdlog::error("{}", e.what());

@@ -165,6 +165,9 @@ void add_run_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--debug-stall-step", o.debug_stall_step, "for tests: stop before step N (1-based) for ever, "
                  "health heartbeats going on, as a hung collective would; 0 = never")
       ->check(nonnegative())->capture_default_str();
+  app.add_option("--debug-stall-rank", o.debug_stall_rank, "for tests: with --debug-stall-step, only this rank "
+                 "stops (the others then wait for it in the step's first collective); -1 = every rank")
+      ->check(CLI::Range(-1, 1 << 30))->capture_default_str();
 }
 
 }  // namespace

@@ -75,6 +75,7 @@ struct TrainOptions {
   int threads = 0;             // --threads: CPU threads; 0 = OMP_NUM_THREADS if set, else all cores
   long log_every = 1;          // --log-every: console line every N steps (rank 0)
   long debug_stall_step = 0;   // --debug-stall-step (tests of the launcher's hang check): sleep before step N; 0 = off
+  int debug_stall_rank = -1;   // --debug-stall-rank: with --debug-stall-step, only this rank stalls; -1 = every rank
 };
 
 // The model shape the options describe: --model's preset, else `from_file` (the header of --init-from's
