@@ -75,7 +75,7 @@ void Controller::on_report(int node, const AgentReport& report) {
 
 void Controller::on_node_lost(int node, const std::string& text) {
   if (round_) round_->on_node_lost(node, text);
-  monitor_.node_lost(text);
+  monitor_.node_lost(round_.get(), node, text);
 }
 
 std::string Controller::make_job_dir() {

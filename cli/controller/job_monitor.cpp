@@ -3,11 +3,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
 
+#include "cli/controller/job_metrics.h"
 #include "common/util.h"
 
 namespace dtrain::controller {
@@ -44,7 +46,27 @@ void JobMonitor::job_started(const std::string& job_id, const std::string& job_d
     console_.note("warning: " + socket.status.message());
   }
   event("job_start", {{"job", job_id}, {"run_dir", job_dir}, {"name", spec.name}, {"pid", ::getpid()}});
+  if (!spec.observe.metrics_addr.empty()) start_metrics(spec.observe.metrics_addr);
   write_snapshot_file("running");
+}
+
+void JobMonitor::start_metrics(const std::string& address) {
+  auto server = MetricsServer::listen(address);
+  if (!server.ok()) {
+    console_.note("warning: " + server.status.message());
+    return;
+  }
+  metrics_ = std::move(server.value);
+  const std::string url = "http://" + metrics_->address() + "/metrics";
+  status_->set_metrics_address(metrics_->address());
+  std::string note = "serving Prometheus metrics at " + url;
+  // The bound address, numeric: "localhost" is as private as 127.0.0.1, "0.0.0.0" is every interface.
+  if (!is_loopback_host(host_of(metrics_->address()))) {
+    note += " (reachable from other hosts: the metrics carry no secrets, but anyone who can reach this port reads "
+            "the job's progress; use 127.0.0.1 to keep them on this host)";
+  }
+  console_.note(note);
+  event("metrics_listening", {{"address", metrics_->address()}, {"url", url}});
 }
 
 void JobMonitor::event(std::string_view name, const nlohmann::ordered_json& fields) {
@@ -89,8 +111,16 @@ void JobMonitor::on_report(const Round& round, int, const AgentReport& report) {
   }
 }
 
-void JobMonitor::node_lost(const std::string& text) {
-  if (active()) event("node_lost", {{"what", text}});
+void JobMonitor::node_lost(const Round* round, int node, const std::string& text) {
+  if (!active()) return;
+  // Rows are the adopted round's; a node lost before its round planned anything has no row yet.
+  if (round != nullptr && adopted_round_ == static_cast<std::int64_t>(round->number())) {
+    const auto& ids = round->nodes();
+    if (const auto it = std::find(ids.begin(), ids.end(), node); it != ids.end()) {
+      status_->node_lost(static_cast<unsigned>(it - ids.begin()));
+    }
+  }
+  event("node_lost", {{"what", text}});
 }
 
 void JobMonitor::round_ended(const Round& round, Round::Outcome outcome) {
@@ -132,8 +162,10 @@ void JobMonitor::evaluate() {
     for (unsigned r : d.ranks) key += " " + std::to_string(r);
     if (reported_diagnoses_.insert(key).second) event("diagnosis", to_json(d));
   }
-  if (socket_) socket_->publish(status_->snapshot("running", *diagnoser_, unix_ms()).dump(
-                   -1, ' ', false, nlohmann::json::error_handler_t::replace));
+  if (!socket_ && !metrics_) return;
+  const auto snapshot = status_->snapshot("running", *diagnoser_, unix_ms());
+  if (socket_) socket_->publish(snapshot.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  if (metrics_) metrics_->publish(format_prometheus(job_metrics(snapshot)));
 }
 
 void JobMonitor::health_event() {
@@ -175,6 +207,7 @@ std::vector<Diagnosis> JobMonitor::job_ended(int exit_code) {
   event("job_end", {{"outcome", state}, {"exit_code", exit_code}});
   write_snapshot_file(state);
   socket_.reset();
+  metrics_.reset();
   return diagnoser_->diagnoses();
 }
 

@@ -6,7 +6,7 @@
 // calls tick() from the fleet's pump; it never changes how the job runs.
 //
 //   every kEvaluateInterval   the diagnoser closes a window per rank; new diagnoses go to the event log; the control
-//                             socket gets a fresh snapshot
+//                             socket gets a fresh snapshot, and /metrics (observe.metrics_addr) the same numbers
 //   every kFileInterval       status.json is rewritten (temp file + rename: a reader sees a whole snapshot)
 //   every kHealthEventInterval  one "health" event with every rank's latest report (at most kEventRanks ranks)
 //   at the end                a last health event, job_end, the final status.json, and the diagnoses for the summary
@@ -23,6 +23,7 @@
 #include "cli/controller/diagnosis.h"
 #include "cli/controller/events.h"
 #include "cli/controller/job_status.h"
+#include "cli/controller/metrics_server.h"
 #include "cli/controller/round.h"
 #include "cli/spec/spec.h"
 
@@ -49,12 +50,14 @@ class JobMonitor {
 
   explicit JobMonitor(Console& console) : console_(console) {}
 
-  // Opens the event log and the control socket in the job's directory; what cannot be opened is warned about.
+  // Opens the event log and the control socket in the job's directory, and the metrics endpoint when the spec asks
+  // for one; what cannot be opened is warned about (the job runs without it).
   void job_started(const std::string& job_id, const std::string& job_dir, const spec::Spec& spec);
   void round_started(std::uint32_t round, std::size_t nodes);
   void round_ended(const Round& round, Round::Outcome outcome);
   void on_report(const Round& round, int node, const AgentReport& report);
-  void node_lost(const std::string& text);
+  // The launcher gave up fleet node `node`; `round` is the latest round (nullptr before the first).
+  void node_lost(const Round* round, int node, const std::string& text);
   void tick(Clock::time_point now);
   // Writes the end and the last snapshot, closes the socket; returns the diagnoses for the summary.
   std::vector<Diagnosis> job_ended(int exit_code);
@@ -63,6 +66,7 @@ class JobMonitor {
   bool active() const { return status_ != nullptr; }
   void event(std::string_view name, const nlohmann::ordered_json& fields);
   void adopt(const Round& round);
+  void start_metrics(const std::string& address);
   void evaluate();
   void health_event();
   void write_snapshot_file(const std::string& state);
@@ -74,6 +78,7 @@ class JobMonitor {
   std::unique_ptr<JobStatus> status_;
   std::unique_ptr<Diagnoser> diagnoser_;
   std::unique_ptr<ControlSocket> socket_;
+  std::unique_ptr<MetricsServer> metrics_;
   std::int64_t adopted_round_ = -1;
   std::set<std::string> reported_diagnoses_;   // kind and ranks of each diagnosis already in the event log
   Clock::time_point next_evaluate_{}, next_file_{}, next_health_event_{};

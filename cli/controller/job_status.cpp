@@ -9,7 +9,15 @@ nlohmann::ordered_json to_json(const Diagnosis& d) {
 void JobStatus::round_started(std::uint32_t round, const spec::Plan& plan) {
   round_ = round;
   rows_.clear();
-  for (const auto& w : plan.workers) rows_[w.rank] = Row{w.node_rank, w.host, 0, "starting", std::nullopt, 0};
+  nodes_.clear();
+  for (const auto& w : plan.workers) {
+    rows_[w.rank] = Row{w.node_rank, w.host, 0, "starting", std::nullopt, 0};
+    nodes_[w.node_rank] = NodeRow{w.host, true};
+  }
+}
+
+void JobStatus::node_lost(unsigned node) {
+  if (auto it = nodes_.find(node); it != nodes_.end()) it->second.up = false;
 }
 
 void JobStatus::started(const WorkerStarted& started) {
@@ -76,8 +84,13 @@ nlohmann::ordered_json JobStatus::snapshot(const std::string& state, const Diagn
   for (const auto& [rank, row] : rows_) ranks.push_back(rank_json(rank, diagnoser, now_ms));
   nlohmann::ordered_json diagnoses = nlohmann::ordered_json::array();
   for (const auto& d : diagnoser.diagnoses()) diagnoses.push_back(to_json(d));
+  nlohmann::ordered_json nodes = nlohmann::ordered_json::array();
+  for (const auto& [node, row] : nodes_) nodes.push_back({{"node", node}, {"host", row.host}, {"up", row.up}});
+  nlohmann::ordered_json address = nullptr;
+  if (!metrics_address_.empty()) address = metrics_address_;
   return {{"job", job_id_}, {"state", state}, {"attempt", round_}, {"updated_unix_ms", now_ms},
-          {"ranks", std::move(ranks)}, {"diagnoses", std::move(diagnoses)}};
+          {"ranks", std::move(ranks)}, {"diagnoses", std::move(diagnoses)}, {"nodes", std::move(nodes)},
+          {"metrics_address", std::move(address)}};
 }
 
 }  // namespace dtrain::controller

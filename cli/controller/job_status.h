@@ -6,9 +6,11 @@
 //   {"job", "state": "running|succeeded|failed", "attempt", "updated_unix_ms",
 //    "ranks": [{"rank", "node", "host", "pid", "state", "step", "step_ms", "tokens_per_s", "data_wait_ratio",
 //               "comm_exposed_ratio", "rss_bytes", "device_mem_used_bytes", "phase", "report_age_s"}],
-//    "diagnoses": [{"kind", "ranks", "message", "fix"}]}
+//    "diagnoses": [{"kind", "ranks", "message", "fix"}],
+//    "nodes": [{"node", "host", "up"}], "metrics_address": "host:port" or null}
 // A rank's state is starting (planned, not started yet), running, exited (code 0), failed (its own failure) or
-// stopped (ended by a stop of its group). report_age_s is null until it reports.
+// stopped (ended by a stop of its group). report_age_s is null until it reports. A node of the round is up until
+// the launcher gives it up (node_lost); metrics_address is where /metrics is served (observe.metrics_addr).
 
 #include <cstdint>
 #include <map>
@@ -34,6 +36,10 @@ class JobStatus {
   void exited(const WorkerExit& exit);
   // `unix_ms` is the launcher's clock when the report arrived (report ages do not depend on the nodes' clocks).
   void reported(const WorkerHealth& health, std::uint64_t unix_ms);
+  // The launcher gave up node rank `node` of this round.
+  void node_lost(unsigned node);
+  // The bound address of the metrics endpoint ("" = none).
+  void set_metrics_address(std::string address) { metrics_address_ = std::move(address); }
 
   // The node rank of `rank` in this round, if it is planned.
   std::optional<unsigned> node_of(unsigned rank) const;
@@ -55,9 +61,16 @@ class JobStatus {
     std::uint64_t reported_ms = 0;
   };
 
+  struct NodeRow {
+    std::string host;
+    bool up = true;
+  };
+
   std::string job_id_;
+  std::string metrics_address_;
   std::uint32_t round_ = 0;
-  std::map<unsigned, Row> rows_;   // by rank
+  std::map<unsigned, Row> rows_;        // by rank
+  std::map<unsigned, NodeRow> nodes_;   // by node rank
 };
 
 nlohmann::ordered_json to_json(const Diagnosis& diagnosis);
