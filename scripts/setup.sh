@@ -9,6 +9,9 @@ packages=(
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   python3 python3-torch python3-grpcio python3-protobuf
   procps iproute2 libssl-dev gdb
+  # promtool and a Prometheus server for test_metrics_endpoint. On a host with systemd the package also enables its
+  # own service on :9090 (`systemctl disable --now prometheus` if that is not wanted).
+  prometheus
   iptables iputils-ping util-linux hostname
   openssh-server openssh-client slurm-wlm munge
   libgloo-dev libopenblas-dev
