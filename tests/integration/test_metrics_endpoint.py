@@ -10,7 +10,7 @@ reports over gRPC as dtrain-trainer does, each rank with its own numbers (rank 2
     4 ranks with the job's label;
   - after the job the port is closed;
   - a bad address is refused before anything starts (exit 2, naming the key); a port already in use is a warning
-    and the job still runs."""
+    and the job still runs; 0.0.0.0 is served, with a note that other hosts can read the metrics."""
 
 import json
 import os
@@ -273,5 +273,14 @@ check(busy.code == 0, "a job whose metrics port is taken still runs: %s %s" % (b
 check("warning: cannot serve metrics on %s (observe.metrics_addr): bind: Address already in use" % busy_address
       in busy.err, "and warns, naming the address: %s" % busy.err)
 busy.assert_no_leaks()
+
+# ---- every interface: allowed, and the console says who can read it
+wide = Run([], timeout=120)
+wide.args += ["launch", write(os.path.join(wide.dir, "job.yaml"), SPEC % ("wide", "[true]", "0.0.0.0:0"))]
+wide.run()
+check(wide.code == 0 and re.search(r"serving Prometheus metrics at http://0\.0\.0\.0:[1-9][0-9]*/metrics "
+                                   r"\(reachable from other hosts: the metrics carry no secrets", wide.err),
+      "a non-loopback address is served with a note on who can read it: %s" % wide.err)
+wide.assert_no_leaks()
 
 finish()
