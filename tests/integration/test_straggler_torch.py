@@ -3,7 +3,9 @@
   data     rank 2's loader sleeps 60 ms per batch: the others wait for it inside DDP's allreduce (exposed
            communication, not their own work), so the summary of the successful job and its events name rank 2 as
            the straggler, with data wait as its cause;
-  compute  rank 1 spends 60 ms more per step inside the step (a slow compute step): it is named, with compute."""
+  compute  rank 1 spends 60 ms more per step inside the step (a slow compute step): it is named, with compute.
+The helper reports once per DTRAIN_HEALTH_INTERVAL_MS (a fifth of heartbeat_timeout_s: 600 ms here), and a
+straggler takes 3 windows of at least 3 new steps each, so 200 steps of about 70 ms leave room for several."""
 
 import glob
 import json
@@ -34,7 +36,6 @@ def batches():
         x = torch.randn(32, 64, generator=gen)
         yield x, x.sum(dim=1, keepdim=True)
 
-started = time.monotonic()
 for step, (x, y) in enumerate(health.timed(batches())):
     with health.step():
         loss = torch.nn.functional.mse_loss(model(x), y)
@@ -44,7 +45,7 @@ for step, (x, y) in enumerate(health.timed(batches())):
         loss.backward()
         opt.step()
         health.report(loss=loss, tokens=32)
-    if time.monotonic() - started > 12:
+    if step + 1 == 200:   # the same number of steps on every rank: each step's allreduce needs them all
         break
 time.sleep(1.5)   # a heartbeat carries the last step
 """
@@ -55,7 +56,7 @@ nodes: {provider: local, count: 2}
 workers_per_node: 2
 command: [%s, %s, %s]
 stop: {grace_s: 1}
-health: {startup_timeout_s: 120}
+health: {startup_timeout_s: 120, heartbeat_timeout_s: 3}
 logs: {dir: runs, console: all}
 """
 
