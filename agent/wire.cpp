@@ -78,6 +78,7 @@ void put(const AgentHello& hello, v1::Hello& out) {
   facts->set_gpu_count(hello.facts.gpu_count);
   facts->set_dtrain_version(hello.dtrain_version);
   facts->set_kernel(hello.facts.kernel);
+  facts->set_mem_total_bytes(hello.facts.mem_total_bytes);
   facts->set_unix_ms(hello.unix_ms);
   out.set_agent_address(hello.agent_address);
   out.set_pid(hello.pid);

@@ -80,6 +80,28 @@ std::string source_address_towards(const std::string& host) {
   return address;
 }
 
+Result<std::uint64_t> parse_mem_total(const std::string& meminfo) {
+  std::stringstream in(meminfo);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("MemTotal:", 0) != 0) continue;
+    std::stringstream fields(line.substr(9));
+    std::string number, unit, rest;
+    fields >> number >> unit;
+    // The kernel writes kB (KiB) for every size in this file; another unit or a trailing word is not this format.
+    const bool digits = !number.empty() && number.size() <= 15 &&
+                        std::all_of(number.begin(), number.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits || unit != "kB" || (fields >> rest)) {
+      return {Status(StatusCode::invalid_argument,
+                     "meminfo: MemTotal line \"" + line + "\" is not \"MemTotal: <number> kB\"; the node's RAM is "
+                     "not known, so the launcher cannot judge its ranks' memory")};
+    }
+    return {{}, std::stoull(number) * 1024};
+  }
+  return {Status(StatusCode::not_found, "meminfo: no MemTotal line; the node's RAM is not known, so the launcher "
+                                        "cannot judge its ranks' memory")};
+}
+
 std::vector<unsigned> parse_cpu_list(const std::string& text) {
   std::vector<unsigned> cpus;
   std::stringstream in(text);
@@ -133,6 +155,11 @@ Facts gather_facts(const std::string& sysfs_root, const std::string& procfs_root
   if (!ec) facts.gpu_count = static_cast<unsigned>(std::distance(gpus, std::filesystem::directory_iterator{}));
   utsname uts{};
   if (uname(&uts) == 0) facts.kernel = uts.release;
+  // Unreadable or unparsable stays 0: the launcher then leaves this node's RAM out of its diagnoses.
+  std::ifstream meminfo(std::filesystem::path(procfs_root) / "meminfo");
+  std::stringstream text;
+  text << meminfo.rdbuf();
+  if (auto total = parse_mem_total(text.str()); total.ok()) facts.mem_total_bytes = total.value;
   return facts;
 }
 

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
+
 namespace dtrain::node {
 
 struct Facts {
@@ -18,6 +20,7 @@ struct Facts {
   std::vector<int> cpu_numa;           // NUMA node of each entry of `cpus` (0 where sysfs does not say)
   unsigned gpu_count = 0;              // NVIDIA GPUs the driver exposes (/proc/driver/nvidia/gpus)
   std::string kernel;                  // uname release
+  std::uint64_t mem_total_bytes = 0;   // RAM (MemTotal of /proc/meminfo); 0 = not known
 };
 
 // Reads the facts of this machine. `sysfs_root` and `procfs_root` let tests point at a fake tree.
@@ -29,6 +32,10 @@ std::vector<int> numa_of_cpus(const std::vector<unsigned>& cpus, const std::stri
 // The local IPv4 address this machine uses to reach `host` (routing table lookup through a UDP socket's connect;
 // nothing is sent). "" when there is no route.
 std::string source_address_towards(const std::string& host);
+
+// MemTotal of a /proc/meminfo text ("MemTotal:       65843212 kB"), in bytes. An error names what was wrong
+// with the text when there is no such line or its value is not a number of kB.
+Result<std::uint64_t> parse_mem_total(const std::string& meminfo);
 
 // Parses a kernel CPU list ("0-3,8,10-11") into CPU ids; malformed parts are skipped.
 std::vector<unsigned> parse_cpu_list(const std::string& text);

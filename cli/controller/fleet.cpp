@@ -118,6 +118,7 @@ void Fleet::on_hello(int node, const AgentHello& hello) {
   n.info.cpus = hello.cpus;
   n.info.cpu_numa = hello.cpu_numa;
   n.info.gpu_count = hello.gpu_count;
+  n.info.mem_total_bytes = hello.mem_total_bytes;
   n.info.tuned_env.clear();
   if (provider_->tunes_interface()) {
     // Workers talk over the interface peers reach this node on: nodes.interface, else the one holding the

@@ -32,6 +32,7 @@ struct AgentHello {
   std::vector<int> cpu_numa;           // NUMA node of each entry of cpus
   unsigned gpu_count = 0;
   std::vector<NetInterface> interfaces;
+  std::uint64_t mem_total_bytes = 0;   // the node's RAM; 0 = not known (the RAM diagnosis skips the node)
   std::optional<unsigned> slot;        // ssh: index in nodes.hosts; slurm: SLURM_NODEID; unset when started by hand
 };
 

@@ -16,6 +16,7 @@ AgentHello hello_of(const v1::Hello& h) {
           .gpu_count = f.gpu_count(),
           .interfaces = convert_all(f.interfaces(),
                                     [](const v1::NetInterface& i) { return NetInterface{i.name(), i.address()}; }),
+          .mem_total_bytes = f.mem_total_bytes(),
           .slot = h.has_slot() ? std::optional<unsigned>(h.slot()) : std::nullopt};
 }
 

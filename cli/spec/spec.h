@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <map>
 #include <stdexcept>
@@ -220,6 +221,7 @@ struct NodeInfo {
   std::vector<unsigned> cpus;               // CPUs the agent may use (its affinity mask)
   std::vector<int> cpu_numa;                // NUMA node of cpus[i]; shorter than cpus = unknown, taken as 0
   unsigned gpu_count = 0;                   // visible GPUs
+  std::uint64_t mem_total_bytes = 0;        // RAM (the agent's MemTotal); 0 = not known
   std::map<std::string, std::string> tuned_env;  // NCCL variables the node's topology tuning chose (NCCL_IB_HCA,
                                                  //   ...); used when nccl.auto, below nccl.env and env
 };

@@ -71,3 +71,15 @@ TEST_CASE("Configure, StartGroup and Probe arrive with every field") {
   CHECK(request.reach == std::vector<std::string>{"node1:29400"});
   CHECK(request.reach_timeout == 1500ms);
 }
+
+TEST_CASE("the hello carries the node's facts, its RAM among them") {
+  dtrain::agent::AgentHello hello;
+  hello.facts.hostname = "node1";
+  hello.facts.gpu_count = 8;
+  hello.facts.mem_total_bytes = 64ULL << 30;
+  const auto message = wire::to_wire(hello);
+  REQUIRE(message.has_hello());
+  CHECK(message.hello().facts().hostname() == "node1");
+  CHECK(message.hello().facts().gpu_count() == 8);
+  CHECK(message.hello().facts().mem_total_bytes() == 64ULL << 30);
+}

@@ -22,6 +22,7 @@ TEST_CASE("Hello, WorkerExited, LogLines and ProbeResult arrive with every field
   f->add_cpu_numa_node(0);
   f->add_cpu_numa_node(1);
   f->set_gpu_count(8);
+  f->set_mem_total_bytes(64ULL << 30);
   auto* i = f->add_interfaces();
   i->set_name("eth0");
   i->set_address("10.0.0.1");
@@ -33,6 +34,7 @@ TEST_CASE("Hello, WorkerExited, LogLines and ProbeResult arrive with every field
   CHECK(hello.cpus == std::vector<unsigned>{0, 1});
   CHECK(hello.cpu_numa == std::vector<int>{0, 1});
   CHECK(hello.gpu_count == 8);
+  CHECK(hello.mem_total_bytes == 64ULL << 30);
   REQUIRE(hello.interfaces.size() == 1);
   CHECK(hello.interfaces[0].name == "eth0");
   CHECK(hello.interfaces[0].address == "10.0.0.1");
