@@ -63,6 +63,7 @@ StepSample sample_of(const WorkerHealth& h) {
   s.optimizer_ms = h.optimizer_ms;
   s.device_mem_used_bytes = h.device_mem_used_bytes;
   s.device_mem_total_bytes = h.device_mem_total_bytes;
+  s.rss_bytes = h.rss_bytes;
   return s;
 }
 
@@ -101,7 +102,22 @@ StepSample Diagnoser::Window::mean() const {
   return m;
 }
 
+void Diagnoser::place(unsigned rank, RankPlace place) {
+  places_[rank] = std::move(place);
+  rss_.erase(rank);
+}
+
+void Diagnoser::node_memory(unsigned node, std::uint64_t total_bytes) {
+  if (total_bytes > 0) {
+    node_ram_[node] = total_bytes;
+  } else {
+    node_ram_.erase(node);
+  }
+}
+
 void Diagnoser::add(unsigned rank, const StepSample& sample) {
+  // Resident memory is a level, not a per-step cost: a heartbeat's is as current as a step's.
+  if (sample.rss_bytes > 0) rss_[rank] = sample.rss_bytes;
   Series& s = series_[rank];
   // A heartbeat repeats the latest step: no new step.
   if (s.last_step == sample.step) return;
@@ -133,6 +149,7 @@ void Diagnoser::evaluate() {
     if (s.closed) latest[rank] = *s.closed;
   }
   find_bottlenecks(latest);
+  find_full_nodes();
 }
 
 void Diagnoser::find_stragglers(const std::map<unsigned, StepSample>& means) {
@@ -264,6 +281,41 @@ void Diagnoser::find_bottlenecks(const std::map<unsigned, StepSample>& means) {
       "time that no phase accounts for",
       "look for host-device synchronisation in the step (.item(), .cpu(), printing tensors), logging or "
       "checkpointing every step, and barriers between steps");
+}
+
+// The host side of memory: ranks of one node share its RAM, so a node runs out long before any one rank looks big.
+// Judged on the latest reports, not windows: a rank that is still starting already holds its memory.
+void Diagnoser::find_full_nodes() {
+  struct Node {
+    std::uint64_t rss = 0;
+    std::string host;
+    std::vector<std::pair<std::uint64_t, unsigned>> ranks;   // (rss, rank)
+  };
+  std::map<unsigned, Node> nodes;
+  for (const auto& [rank, bytes] : rss_) {
+    const auto place = places_.find(rank);
+    if (place == places_.end() || node_ram_.count(place->second.node) == 0) continue;
+    Node& n = nodes[place->second.node];
+    n.rss += bytes;
+    n.host = place->second.host;
+    n.ranks.emplace_back(bytes, rank);
+  }
+  for (auto& [node, n] : nodes) {
+    const std::uint64_t ram = node_ram_.at(node);
+    const double share = share_of(static_cast<double>(n.rss), static_cast<double>(ram));
+    if (share <= kMemoryShare) continue;
+    // Largest first, then by rank.
+    std::sort(n.ranks.begin(), n.ranks.end(),
+              [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+    Diagnosis d{DiagnosisKind::memory, {}, "", ""};
+    for (const auto& r : n.ranks) d.ranks.push_back(r.second);
+    d.message = "the resident memory of the ranks on node " + std::to_string(node) + " (" + n.host + ") is " +
+                gib(n.rss) + ", " + percent(share) + " of its " + gib(ram) + " of RAM (" + rank_list(d.ranks) + ")";
+    d.fix = "use less host memory per rank: shard the model state (ZeRO stage 2 or 3: dtrain-trainer --zero 2|3, or "
+            "FSDP), use mixed precision (AMP, --precision bf16), a smaller micro-batch with gradient accumulation; "
+            "or run fewer ranks on node " + std::to_string(node) + " (workers_per_node)";
+    bottlenecks_.push_back(std::move(d));
+  }
 }
 
 void Diagnoser::hang(unsigned rank, const std::string& what) {

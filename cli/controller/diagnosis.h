@@ -9,7 +9,9 @@
 //                   Named with its node and the likeliest cause, the part of its step furthest above its peers'
 //   data_loading    data wait above kDataWaitShare of the step
 //   communication   exposed communication above kCommShare of the step
-//   memory          device memory above kMemoryShare of the device's
+//   memory          device memory above kMemoryShare of the device's, or the resident memory of a node's ranks
+//                   together (the latest rss_bytes of each) above kMemoryShare of the node's RAM (its agent's
+//                   MemTotal; a node whose RAM is not known is not judged)
 //   sync            the part of the step no phase accounts for (step - data - compute - comm - optimizer) above
 //                   kSyncShare: host-device synchronisation, logging, barriers between steps
 //   hang            a worker failed a health check (health_watch.h)
@@ -42,6 +44,7 @@ struct StepSample {
   double optimizer_ms = 0;
   std::uint64_t device_mem_used_bytes = 0;
   std::uint64_t device_mem_total_bytes = 0;
+  std::uint64_t rss_bytes = 0;     // the process's resident memory; kept per rank as the latest, not per window
 
   // The work that is the rank's own: what it waits for from its peers (comm) is left out.
   double own_work_ms() const { return data_wait_ms + compute_ms + optimizer_ms; }
@@ -90,7 +93,10 @@ class Diagnoser {
 
   explicit Diagnoser(double straggler_ratio) : ratio_(straggler_ratio) {}
 
-  void place(unsigned rank, RankPlace place) { places_[rank] = std::move(place); }
+  // A new placement (a new round) forgets the rank's resident memory: it was the previous process's.
+  void place(unsigned rank, RankPlace place);
+  // The RAM of node rank `node`, in bytes; 0 = not known, and the node's ranks' resident memory is not judged.
+  void node_memory(unsigned node, std::uint64_t total_bytes);
   void add(unsigned rank, const StepSample& sample);
   // One window per rank with new steps since the last call: compares them and updates the diagnoses.
   void evaluate();
@@ -120,9 +126,12 @@ class Diagnoser {
   void find_stragglers(const std::map<unsigned, StepSample>& means);
   Diagnosis straggler(unsigned rank, const StepSample& own, const StepSample& peers, double slower) const;
   void find_bottlenecks(const std::map<unsigned, StepSample>& means);
+  void find_full_nodes();
 
   double ratio_;
   std::map<unsigned, RankPlace> places_;
+  std::map<unsigned, std::uint64_t> node_ram_;   // by node rank, known ones only
+  std::map<unsigned, std::uint64_t> rss_;        // by rank: its latest report's resident memory
   std::map<unsigned, Series> series_;
   std::map<unsigned, Diagnosis> stragglers_;   // by rank, sticky
   std::vector<Diagnosis> bottlenecks_;         // from the latest evaluation

@@ -82,12 +82,16 @@ void JobMonitor::round_started(std::uint32_t round, std::size_t nodes) {
   event("round_start", {{"round", round}, {"nodes", nodes}});
 }
 
-// The round's plan exists once its workers start: the rows and the diagnoser's places come from it.
+// The round's plan exists once its workers start: the rows and the diagnoser's places come from it, and the RAM of
+// its nodes from their agents' hellos.
 void JobMonitor::adopt(const Round& round) {
   if (adopted_round_ == static_cast<std::int64_t>(round.number())) return;
   adopted_round_ = round.number();
   status_->round_started(round.number(), round.plan());
   for (const auto& w : round.plan().workers) diagnoser_->place(w.rank, RankPlace{w.node_rank, w.host, cpus_of(w)});
+  for (std::size_t node = 0; node < round.nodes().size(); ++node) {
+    diagnoser_->node_memory(static_cast<unsigned>(node), round.node_info(node).mem_total_bytes);
+  }
 }
 
 void JobMonitor::on_report(const Round& round, int, const AgentReport& report) {

@@ -77,6 +77,8 @@ class Round {
 
   std::uint32_t number() const { return setup_.number; }
   const std::vector<int>& nodes() const { return setup_.nodes; }
+  // What node rank `node_rank`'s agent said of its machine.
+  const spec::NodeInfo& node_info(std::size_t node_rank) const { return fleet_.info(setup_.nodes.at(node_rank)); }
   std::size_t ranks() const { return plan_.workers.size(); }
   // Empty until the round planned its workers (before it starts them).
   const spec::Plan& plan() const { return plan_; }

@@ -190,3 +190,93 @@ TEST_CASE("a hang is a diagnosis; the sample of a report carries its breakdown")
   CHECK(s.own_work_ms() == 75);
   CHECK(s.comm_exposed_ms == 20);
 }
+
+namespace {
+
+constexpr std::uint64_t kGiB = 1024ULL * 1024 * 1024;
+
+// A step with a plain breakdown (no job diagnosis of its own) and `rss` bytes resident.
+StepSample resident(std::uint64_t n, std::uint64_t rss) {
+  StepSample s = step(n, 1, 80, 5, 4, 95);
+  s.rss_bytes = rss;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("node RAM: the ranks on one node together above 90% of its RAM are a memory diagnosis naming the node") {
+  // Ranks 0, 1 on node 0 (host0), ranks 2, 3 on node 1 (host1); both nodes have 64 GiB.
+  Diagnoser d = placed(1.2, 4);
+  d.node_memory(0, 64 * kGiB);
+  d.node_memory(1, 64 * kGiB);
+  std::uint64_t n = 1;
+  // Node 1: 30 + 29 = 59 GiB, 92% of 64; node 0: 28 + 29 = 57 GiB, 89%, just under.
+  const std::uint64_t rss[] = {28 * kGiB, 29 * kGiB, 29 * kGiB, 30 * kGiB};
+  run_windows(d, 4, 1, [&](unsigned r, std::uint64_t s) { return resident(s, rss[r]); }, n);
+  const auto memory = of_kind(d, DiagnosisKind::memory);
+  REQUIRE(memory.size() == 1);
+  CHECK(memory[0].ranks == std::vector<unsigned>{3, 2});
+  CHECK(memory[0].message ==
+        "the resident memory of the ranks on node 1 (host1) is 59.0 GiB, 92% of its 64.0 GiB of RAM (ranks 3 and 2)");
+  for (const char* fix : {"--zero 2|3", "FSDP", "--precision bf16", "smaller micro-batch", "fewer ranks on node 1"}) {
+    CHECK(memory[0].fix.find(fix) != std::string::npos);
+  }
+  // The device-memory rule is not what fired: these ranks report no device.
+  CHECK(memory[0].message.find("device memory") == std::string::npos);
+}
+
+TEST_CASE("node RAM: both nodes above are two diagnoses; the latest report counts, heartbeats included") {
+  Diagnoser d = placed(1.2, 4);
+  d.node_memory(0, 16 * kGiB);
+  d.node_memory(1, 16 * kGiB);
+  std::uint64_t n = 1;
+  run_windows(d, 4, 1, [](unsigned, std::uint64_t s) { return resident(s, 7 * kGiB + kGiB / 2); }, n);
+  REQUIRE(of_kind(d, DiagnosisKind::memory).size() == 2);   // 15 GiB of 16 on each: 94%
+  // A heartbeat repeats the step but carries the rank's memory now: rank 0 freed most of it.
+  d.add(0, resident(n - 1, kGiB));
+  d.evaluate();
+  const auto memory = of_kind(d, DiagnosisKind::memory);
+  REQUIRE(memory.size() == 1);
+  CHECK(memory[0].ranks == std::vector<unsigned>{2, 3});
+}
+
+TEST_CASE("node RAM: below 90% is no diagnosis; a node whose RAM is not known is not judged") {
+  Diagnoser d = placed(1.2, 4);
+  d.node_memory(0, 64 * kGiB);
+  d.node_memory(1, 0);   // its agent could not read /proc/meminfo
+  std::uint64_t n = 1;
+  // Node 0 at 57.6 of 64 GiB (90%: not above); node 1 at 200 GiB, but of an unknown total.
+  run_windows(d, 4, 1, [](unsigned r, std::uint64_t s) {
+    return resident(s, r < 2 ? 28 * kGiB + 8 * kGiB / 10 : 100 * kGiB);
+  }, n);
+  CHECK(of_kind(d, DiagnosisKind::memory).empty());
+  // Once the node's RAM is known it is judged, and a new round's placement forgets the old processes' memory.
+  d.node_memory(1, 128 * kGiB);
+  d.evaluate();
+  REQUIRE(of_kind(d, DiagnosisKind::memory).size() == 1);
+  d.place(2, RankPlace{1, "host1", 8});
+  d.place(3, RankPlace{1, "host1", 8});
+  d.evaluate();
+  CHECK(of_kind(d, DiagnosisKind::memory).empty());
+}
+
+TEST_CASE("node RAM and device memory are judged side by side; a report's rss reaches the sample") {
+  Diagnoser d = placed(1.2, 2);
+  d.node_memory(0, 8 * kGiB);
+  std::uint64_t n = 1;
+  run_windows(d, 2, 1, [](unsigned r, std::uint64_t s) {
+    StepSample x = resident(s, 4 * kGiB);   // 8 of 8 GiB on node 0
+    if (r == 1) {
+      x.device_mem_used_bytes = 78 * kGiB;
+      x.device_mem_total_bytes = 80 * kGiB;
+    }
+    return x;
+  }, n);
+  const auto memory = of_kind(d, DiagnosisKind::memory);
+  REQUIRE(memory.size() == 2);
+  CHECK(memory[0].message.find("device memory") != std::string::npos);
+  CHECK(memory[1].message.find("of its 8.0 GiB of RAM (ranks 0 and 1)") != std::string::npos);
+  WorkerHealth h;
+  h.rss_bytes = 123;
+  CHECK(sample_of(h).rss_bytes == 123);
+}
