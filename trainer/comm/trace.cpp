@@ -17,48 +17,42 @@ std::int64_t now_us() {
   return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000 + ts.tv_nsec / 1000;
 }
 
-// A line built on the stack and written whole: no allocation, so usable in a signal handler.
-class Line {
- public:
-  Line& text(const char* s) {
-    while (*s != '\0' && used_ < sizeof(buffer_) - 1) buffer_[used_++] = *s++;
-    return *this;
-  }
-  Line& number(std::uint64_t value) {
-    char digits[20];
-    int n = 0;
-    do {
-      digits[n++] = static_cast<char>('0' + value % 10);
-      value /= 10;
-    } while (value != 0);
-    while (n > 0 && used_ < sizeof(buffer_) - 1) buffer_[used_++] = digits[--n];
-    return *this;
-  }
-  // Microseconds as seconds with three decimals.
-  Line& seconds(std::int64_t us) {
-    const std::uint64_t ms = static_cast<std::uint64_t>(std::max<std::int64_t>(us, 0)) / 1000;
-    number(ms / 1000).text(".");
-    const std::uint64_t frac = ms % 1000;
-    if (frac < 100) text("0");
-    if (frac < 10) text("0");
-    return number(frac).text(" s");
-  }
-  void write_to(int fd) {
-    buffer_[used_++] = '\n';
-    std::size_t done = 0;
-    while (done < used_) {
-      const ssize_t n = ::write(fd, buffer_ + done, used_ - done);
-      if (n <= 0) return;
-      done += static_cast<std::size_t>(n);
-    }
-  }
-
- private:
-  char buffer_[256];
-  std::size_t used_ = 0;
-};
-
 }  // namespace
+
+SignalSafeLine& SignalSafeLine::text(const char* s) {
+  while (*s != '\0' && used_ < sizeof(buffer_) - 1) buffer_[used_++] = *s++;
+  return *this;
+}
+
+SignalSafeLine& SignalSafeLine::number(std::uint64_t value) {
+  char digits[20];
+  int n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  } while (value != 0);
+  while (n > 0 && used_ < sizeof(buffer_) - 1) buffer_[used_++] = digits[--n];
+  return *this;
+}
+
+SignalSafeLine& SignalSafeLine::seconds(std::int64_t us) {
+  const std::uint64_t ms = static_cast<std::uint64_t>(std::max<std::int64_t>(us, 0)) / 1000;
+  number(ms / 1000).text(".");
+  const std::uint64_t frac = ms % 1000;
+  if (frac < 100) text("0");
+  if (frac < 10) text("0");
+  return number(frac).text(" s");
+}
+
+void SignalSafeLine::write_to(int fd) {
+  buffer_[used_++] = '\n';
+  std::size_t done = 0;
+  while (done < used_) {
+    const ssize_t n = ::write(fd, buffer_ + done, used_ - done);
+    if (n <= 0) return;
+    done += static_cast<std::size_t>(n);
+  }
+}
 
 CollectiveTrace::CollectiveTrace(std::string name) : name_(std::move(name)), slots_(kCapacity) {
   for (auto& entry : live_traces) {
@@ -118,7 +112,7 @@ TraceSummary CollectiveTrace::summary() const {
 
 void CollectiveTrace::write_to(int fd) const {
   const std::uint64_t issued = issued_;
-  Line header;
+  SignalSafeLine header;
   header.text("collectives of ").text(name_.c_str()).text(": issued ").number(issued).text(", started ")
       .number(started_).text(", finished ").number(finished_);
   header.write_to(fd);
@@ -133,7 +127,7 @@ void CollectiveTrace::write_to(int fd) const {
     const std::int64_t issued_us = s.issued_us, started_us = s.started_us, finished_us = s.finished_us;
     // A slot being rewritten (or rewritten meanwhile) is skipped rather than printed torn.
     if ((before & 1) != 0 || s.version != before || slot_seq != seq) continue;
-    Line line;
+    SignalSafeLine line;
     line.text("#").number(seq).text(" ").text(what).text(": issued at ").seconds(issued_us);
     if (started_us == 0) {
       line.text(", not started");

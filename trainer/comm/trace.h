@@ -72,6 +72,21 @@ class CollectiveTrace {
   std::atomic<std::uint64_t> finished_{0};
 };
 
+// A line built on the stack and written whole with write(2): no allocation, so a signal handler can use it (here
+// and in trainer/health/stack_dump.cpp). Longer text is cut at 255 bytes; write_to adds the '\n'.
+class SignalSafeLine {
+ public:
+  SignalSafeLine& text(const char* s);
+  SignalSafeLine& number(std::uint64_t value);
+  // Microseconds as seconds with three decimals: "12.345 s".
+  SignalSafeLine& seconds(std::int64_t us);
+  void write_to(int fd);
+
+ private:
+  char buffer_[256];
+  std::size_t used_ = 0;
+};
+
 // Every trace alive in this process (at most kMaxTraces; more are not listed), for a signal handler to dump:
 // traces register themselves on construction and leave on destruction (a communicator lives until the process
 // ends, so a dump does not race a trace going away in practice).

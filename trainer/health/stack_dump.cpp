@@ -19,36 +19,12 @@ namespace {
 
 int dump_fd = -1;
 
-void write_text(const char* text) {
-  std::size_t left = std::strlen(text);
-  while (left > 0) {
-    const ssize_t n = ::write(dump_fd, text, left);
-    if (n <= 0) return;
-    text += n;
-    left -= static_cast<std::size_t>(n);
-  }
-}
-
-void write_number(long value) {
-  char digits[24];
-  int n = 0;
-  do {
-    digits[n++] = static_cast<char>('0' + value % 10);
-    value /= 10;
-  } while (value > 0 && n < 23);
-  char out[24];
-  for (int i = 0; i < n; ++i) out[i] = digits[n - 1 - i];
-  out[n] = '\0';
-  write_text(out);
-}
-
 void on_dump_signal(int) {
   const int saved_errno = errno;
-  write_text("dtrain-trainer pid ");
-  write_number(static_cast<long>(::getpid()));
-  write_text(": phase \"");
-  write_text(current_phase());
-  write_text("\"\n");
+  SignalSafeLine line;
+  line.text("dtrain-trainer pid ").number(static_cast<std::uint64_t>(::getpid())).text(": phase \"")
+      .text(current_phase()).text("\"");
+  line.write_to(dump_fd);
   write_all_traces(dump_fd);
   errno = saved_errno;
 }
