@@ -32,6 +32,13 @@ constexpr std::size_t kMaxStacksRead = 4 << 20;
 // How often a Python stacks file is looked at while its worker writes it: a few looks within kPythonDumpWait.
 constexpr std::chrono::milliseconds kDumpPoll{20};
 
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(std::move(line));
+  return lines;
+}
+
 off_t file_size(const std::string& path) {
   struct stat info {};
   return ::stat(path.c_str(), &info) == 0 ? info.st_size : 0;
@@ -184,9 +191,7 @@ RankStacks stacks_of(const StackTarget& target, Clock::time_point deadline) {
 }  // namespace
 
 std::vector<std::string> top_frames(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(std::move(line));
+  const std::vector<std::string> lines = lines_of(text);
   std::size_t from = 0;
   for (std::size_t i = 0; i < lines.size(); ++i) {
     if (lines[i].rfind("Thread 1 ", 0) == 0) from = i + 1;
@@ -203,9 +208,7 @@ std::vector<std::string> top_frames(const std::string& text) {
 }
 
 std::vector<std::string> python_top_frames(const std::string& dump) {
-  std::vector<std::string> lines;
-  std::istringstream in(dump);
-  for (std::string line; std::getline(in, line);) lines.push_back(std::move(line));
+  const std::vector<std::string> lines = lines_of(dump);
   std::size_t from = lines.size();
   for (std::size_t i = 0; i < lines.size(); ++i) {
     if (lines[i].rfind("Thread 0x", 0) == 0 || lines[i].rfind("Current thread 0x", 0) == 0) from = i + 1;
@@ -221,13 +224,6 @@ std::vector<std::string> python_top_frames(const std::string& dump) {
 
 namespace {
 
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(std::move(line));
-  return lines;
-}
-
 // The number after `key` in `line` ("issued 1842"), if there is one.
 std::optional<std::uint64_t> number_after(const std::string& line, const std::string& key) {
   const auto at = line.find(key);
@@ -242,11 +238,23 @@ std::optional<std::uint64_t> number_after(const std::string& line, const std::st
 constexpr char kTrainerDump[] = "dtrain-trainer pid ";
 constexpr char kTraceHeader[] = "collectives of ";
 
-// The index of the first trace header at or after `from`, or lines.size().
-std::size_t trace_header(const std::vector<std::string>& lines, std::size_t from) {
-  for (std::size_t i = from; i < lines.size(); ++i)
-    if (lines[i].rfind(kTraceHeader, 0) == 0) return i;
-  return lines.size();
+// In `lines`, the last dtrain-trainer dump appended (its first line) and the header of its first trace; each
+// lines.size() when there is none.
+struct TrainerDump {
+  std::size_t first;
+  std::size_t header;
+};
+TrainerDump find_trainer_dump(const std::vector<std::string>& lines) {
+  TrainerDump dump{lines.size(), lines.size()};
+  for (std::size_t i = 0; i < lines.size(); ++i)
+    if (lines[i].rfind(kTrainerDump, 0) == 0) dump.first = i;
+  for (std::size_t i = dump.first + 1; i < lines.size(); ++i) {
+    if (lines[i].rfind(kTraceHeader, 0) == 0) {
+      dump.header = i;
+      break;
+    }
+  }
+  return dump;
 }
 
 // The line of collective #seq in the trace that starts at `header`, or "".
@@ -261,12 +269,9 @@ std::string collective_line(const std::vector<std::string>& lines, std::size_t h
 
 std::vector<std::string> trainer_top_frames(const std::string& dump) {
   const std::vector<std::string> lines = lines_of(dump);
-  std::size_t first = lines.size();
-  for (std::size_t i = 0; i < lines.size(); ++i)
-    if (lines[i].rfind(kTrainerDump, 0) == 0) first = i;   // the last dump appended
+  const auto [first, header] = find_trainer_dump(lines);
   if (first == lines.size()) return {};
   std::vector<std::string> frames{lines[first].substr(0, kMaxFrameBytes)};
-  const std::size_t header = trace_header(lines, first + 1);
   if (header == lines.size()) return frames;
   frames.push_back(lines[header].substr(0, kMaxFrameBytes));
   if (const auto finished = number_after(lines[header], "finished ")) {
@@ -278,11 +283,7 @@ std::vector<std::string> trainer_top_frames(const std::string& dump) {
 
 std::optional<CollectiveState> collective_state(const std::string& dump) {
   const std::vector<std::string> lines = lines_of(dump);
-  std::size_t first = lines.size();
-  for (std::size_t i = 0; i < lines.size(); ++i)
-    if (lines[i].rfind(kTrainerDump, 0) == 0) first = i;
-  if (first == lines.size()) return std::nullopt;
-  const std::size_t header = trace_header(lines, first + 1);
+  const std::size_t header = find_trainer_dump(lines).header;
   if (header == lines.size()) return std::nullopt;
   const auto issued = number_after(lines[header], "issued ");
   const auto started = number_after(lines[header], "started ");
