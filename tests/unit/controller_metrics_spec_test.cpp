@@ -1,21 +1,9 @@
 #include <doctest/doctest.h>
 
 #include "cli/spec/spec.h"
+#include "tests/unit/spec_only_error.h"
 
 using namespace dtrain::spec;
-
-namespace {
-
-std::string only_error(const std::string& yaml, const std::vector<std::string>& sets = {}) {
-  try {
-    load_spec_string(yaml, "job.yaml", sets);
-  } catch (const SpecError& e) {
-    return e.diagnostics.size() == 1 ? e.diagnostics[0].format() : e.what();
-  }
-  return "";
-}
-
-}  // namespace
 
 TEST_CASE("observe.metrics_addr: off by default, set in YAML or with --set, host:port with port 0 allowed") {
   const std::string base = "name: x\ncommand: [a]\n";
