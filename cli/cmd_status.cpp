@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -16,6 +17,7 @@
 #include "cli/commands.h"
 #include "cli/controller/control_socket.h"
 #include "cli/controller/job_monitor.h"
+#include "cli/controller/status_view.h"
 
 namespace dtrain::cli {
 namespace {
@@ -97,53 +99,6 @@ Result<Json> load(const std::string& dir, std::string& note) {
   return {{}, std::move(j)};
 }
 
-std::string bytes_text(std::uint64_t bytes) {
-  char text[32];
-  const double gib = static_cast<double>(bytes) / (1 << 30);
-  if (gib >= 1) std::snprintf(text, sizeof text, "%.1fG", gib);
-  else std::snprintf(text, sizeof text, "%.0fM", static_cast<double>(bytes) / (1 << 20));
-  return text;
-}
-
-std::string number_text(double value, const char* format) {
-  char text[32];
-  std::snprintf(text, sizeof text, format, value);
-  return text;
-}
-
-std::string render(const Json& s, const std::string& note) {
-  std::ostringstream out;
-  out << "job " << s.value("job", "?") << ": " << s.value("state", "?") << ", attempt " << s.value("attempt", 0)
-      << "\n";
-  if (!note.empty()) out << "note: " << note << "\n";
-  char line[256];
-  std::snprintf(line, sizeof line, "%5s %-18s %8s %-9s %8s %9s %10s %6s %6s %8s %7s\n", "rank", "node", "pid",
-                "state", "step", "step ms", "tokens/s", "data%", "comm%", "memory", "age s");
-  out << line;
-  for (const auto& r : s.value("ranks", Json::array())) {
-    const std::string node = std::to_string(r.value("node", 0)) + " (" + r.value("host", "") + ")";
-    const std::uint64_t device = r.value("device_mem_used_bytes", std::uint64_t{0});
-    const std::string memory = bytes_text(device > 0 ? device : r.value("rss_bytes", std::uint64_t{0}));
-    const Json age = r.value("report_age_s", Json());
-    std::snprintf(line, sizeof line, "%5u %-18s %8u %-9s %8llu %9s %10s %6s %6s %8s %7s\n", r.value("rank", 0u),
-                  node.substr(0, 18).c_str(), r.value("pid", 0u), r.value("state", "").c_str(),
-                  static_cast<unsigned long long>(r.value("step", std::uint64_t{0})),
-                  number_text(r.value("step_ms", 0.0), "%.1f").c_str(),
-                  number_text(r.value("tokens_per_s", 0.0), "%.0f").c_str(),
-                  number_text(r.value("data_wait_ratio", 0.0) * 100, "%.0f").c_str(),
-                  number_text(r.value("comm_exposed_ratio", 0.0) * 100, "%.0f").c_str(), memory.c_str(),
-                  age.is_number() ? number_text(age.get<double>(), "%.1f").c_str() : "-");
-    out << line;
-  }
-  const Json diagnoses = s.value("diagnoses", Json::array());
-  if (diagnoses.empty()) out << "diagnoses: none\n";
-  for (const auto& d : diagnoses) {
-    out << "diagnosis (" << d.value("kind", "") << "): " << d.value("message", "") << "\n  fix: " << d.value("fix", "")
-        << "\n";
-  }
-  return out.str();
-}
-
 }  // namespace
 
 Action add_status_command(CLI::App& app) {
@@ -164,7 +119,9 @@ Action add_status_command(CLI::App& app) {
       std::fprintf(stderr, "dtrain status: %s\n", dir.status.message().c_str());
       return 2;
     }
-    const bool terminal = ::isatty(STDOUT_FILENO) == 1;
+    // A terminal that cannot move the cursor (TERM=dumb, as in editors' shells) gets the plain text a pipe gets.
+    const char* term = std::getenv("TERM");
+    const bool terminal = ::isatty(STDOUT_FILENO) == 1 && !(term != nullptr && std::string(term) == "dumb");
     for (bool first = true;; first = false) {
       std::string note;
       const auto snapshot = load(dir.value, note);
@@ -173,9 +130,9 @@ Action add_status_command(CLI::App& app) {
         return 1;
       }
       std::string text = args->json ? snapshot.value.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n"
-                                     : render(snapshot.value, note);
+                                     : controller::render_status(snapshot.value, note, {terminal});
       // In place on a terminal; one block after another into a file or a pipe.
-      if (args->watch && terminal) text = "\033[H\033[2J" + text;
+      if (args->watch && terminal) text = controller::in_place_frame(text, first);
       else if (args->watch && !first) text = "\n" + text;
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);

@@ -11,7 +11,7 @@ void JobStatus::round_started(std::uint32_t round, const spec::Plan& plan) {
   rows_.clear();
   nodes_.clear();
   for (const auto& w : plan.workers) {
-    rows_[w.rank] = Row{w.node_rank, w.host, 0, "starting", std::nullopt, 0};
+    rows_[w.rank] = Row{w.node_rank, w.host, 0, "starting", std::nullopt, 0, {}};
     nodes_[w.node_rank] = NodeRow{w.host, true};
   }
 }
@@ -37,8 +37,14 @@ void JobStatus::exited(const WorkerExit& exit) {
 void JobStatus::reported(const WorkerHealth& health, std::uint64_t unix_ms) {
   auto it = rows_.find(health.rank);
   if (it == rows_.end()) return;   // a late report of an earlier round's rank that this round does not have
-  it->second.health = health;
-  it->second.reported_ms = unix_ms;
+  Row& row = it->second;
+  const bool new_step = !row.health || health.step != row.health->step || health.steps_done != row.health->steps_done;
+  if (new_step && health.step_ms > 0) {
+    row.recent_step_ms.push_back(health.step_ms);
+    if (row.recent_step_ms.size() > kRecentSteps) row.recent_step_ms.pop_front();
+  }
+  row.health = health;
+  row.reported_ms = unix_ms;
 }
 
 std::optional<unsigned> JobStatus::node_of(unsigned rank) const {
@@ -81,7 +87,12 @@ nlohmann::ordered_json JobStatus::rank_json(unsigned rank, const Diagnoser& diag
 nlohmann::ordered_json JobStatus::snapshot(const std::string& state, const Diagnoser& diagnoser,
                                            std::uint64_t now_ms) const {
   nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
-  for (const auto& [rank, row] : rows_) ranks.push_back(rank_json(rank, diagnoser, now_ms));
+  for (const auto& [rank, row] : rows_) {
+    // Only in the snapshot: the health events of events.jsonl carry each rank's latest report, not its history.
+    nlohmann::ordered_json r = rank_json(rank, diagnoser, now_ms);
+    r["recent_step_ms"] = row.recent_step_ms;
+    ranks.push_back(std::move(r));
+  }
   nlohmann::ordered_json diagnoses = nlohmann::ordered_json::array();
   for (const auto& d : diagnoser.diagnoses()) diagnoses.push_back(to_json(d));
   nlohmann::ordered_json nodes = nlohmann::ordered_json::array();

@@ -5,14 +5,18 @@
 // directory keeps (status.json):
 //   {"job", "state": "running|succeeded|failed", "attempt", "updated_unix_ms",
 //    "ranks": [{"rank", "node", "host", "pid", "state", "step", "step_ms", "tokens_per_s", "data_wait_ratio",
-//               "comm_exposed_ratio", "rss_bytes", "device_mem_used_bytes", "phase", "report_age_s"}],
+//               "comm_exposed_ratio", "rss_bytes", "device_mem_used_bytes", "phase", "report_age_s",
+//               "recent_step_ms": [oldest .. newest]}],
 //    "diagnoses": [{"kind", "ranks", "message", "fix"}],
 //    "nodes": [{"node", "host", "up"}], "metrics_address": "host:port" or null}
 // A rank's state is starting (planned, not started yet), running, exited (code 0), failed (its own failure) or
 // stopped (ended by a stop of its group). report_age_s is null until it reports. A node of the round is up until
-// the launcher gives it up (node_lost); metrics_address is where /metrics is served (observe.metrics_addr).
+// the launcher gives it up (node_lost); recent_step_ms holds the step times of the rank's last kRecentSteps new
+// steps as its reports told them (a heartbeat that repeats a step adds nothing), for `dtrain status --watch`'s
+// sparklines; metrics_address is where /metrics is served (observe.metrics_addr).
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -28,6 +32,10 @@ namespace dtrain::controller {
 
 class JobStatus {
  public:
+  // Enough history for a sparkline to show a trend (a minute at a step every 2 s), little enough that the snapshot of
+  // 1,024 ranks stays small.
+  static constexpr std::size_t kRecentSteps = 32;
+
   explicit JobStatus(std::string job_id) : job_id_(std::move(job_id)) {}
 
   // A new attempt: its planned ranks, none started yet.
@@ -59,6 +67,7 @@ class JobStatus {
     std::string state = "starting";
     std::optional<WorkerHealth> health;
     std::uint64_t reported_ms = 0;
+    std::deque<double> recent_step_ms;   // at most kRecentSteps, oldest first
   };
 
   struct NodeRow {

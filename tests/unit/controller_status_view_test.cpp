@@ -1,0 +1,80 @@
+#include <doctest/doctest.h>
+
+#include "cli/controller/diagnosis.h"
+#include "cli/controller/job_status.h"
+#include "cli/controller/status_view.h"
+
+using namespace dtrain::controller;
+using Json = nlohmann::json;
+
+namespace {
+
+WorkerHealth report(unsigned rank, std::uint64_t step, double step_ms) {
+  WorkerHealth h;
+  h.rank = rank;
+  h.step = step;
+  h.steps_done = step;
+  h.step_ms = step_ms;
+  return h;
+}
+
+dtrain::spec::Plan two_ranks() {
+  dtrain::spec::Plan plan;
+  for (unsigned rank = 0; rank < 2; ++rank) {
+    dtrain::spec::WorkerPlan w;
+    w.rank = rank;
+    w.node_rank = 0;
+    w.host = "host";
+    plan.workers.push_back(w);
+  }
+  return plan;
+}
+
+}  // namespace
+
+TEST_CASE("the snapshot keeps each rank's recent step times, one per new step, at most kRecentSteps") {
+  JobStatus status("job");
+  status.round_started(0, two_ranks());
+  Diagnoser diagnoser(1.5);
+  status.reported(report(0, 1, 100), 1);
+  status.reported(report(0, 1, 100), 2);   // a heartbeat repeats the step: no new point
+  status.reported(report(0, 2, 110), 3);
+  Json s = status.snapshot("running", diagnoser, 4);
+  CHECK(s["ranks"][0]["recent_step_ms"] == Json::array({100.0, 110.0}));
+  CHECK(s["ranks"][1]["recent_step_ms"] == Json::array());
+  for (std::uint64_t step = 3; step < 3 + 2 * JobStatus::kRecentSteps; ++step) {
+    status.reported(report(0, step, static_cast<double>(step)), 5);
+  }
+  s = status.snapshot("running", diagnoser, 6);
+  const auto recent = s["ranks"][0]["recent_step_ms"];
+  REQUIRE(recent.size() == JobStatus::kRecentSteps);
+  CHECK(recent.back().get<double>() == 2 + 2 * JobStatus::kRecentSteps);   // the newest last
+  // The health events carry the latest report only.
+  CHECK_FALSE(status.rank_json(0, diagnoser, 6).contains("recent_step_ms"));
+}
+
+TEST_CASE("sparkline: eight levels on one scale, blocks on a terminal, ASCII elsewhere") {
+  CHECK(sparkline({100, 150, 200}, 100, 200, false) == "_=#");
+  CHECK(sparkline({100, 200}, 100, 200, true) == "\u2581\u2588");
+  CHECK(sparkline({5, 5}, 5, 5, false) == "~~");   // a flat series sits in the middle
+  CHECK(sparkline({}, 0, 1, true).empty());
+}
+
+TEST_CASE("the table draws every rank on the same scale and marks the straggler") {
+  Json s = {{"job", "j"}, {"state", "running"}, {"attempt", 0},
+            {"ranks", {{{"rank", 0}, {"node", 0}, {"host", "a"}, {"recent_step_ms", {100, 100}}},
+                       {{"rank", 1}, {"node", 0}, {"host", "a"}, {"recent_step_ms", {200, 200}}}}},
+            {"diagnoses", {{{"kind", "straggler"}, {"ranks", {1}}, {"message", "rank 1 is slow"}, {"fix", "look"}}}}};
+  const std::string plain = render_status(s, "", {false});
+  CHECK(plain.find("recent steps, 100.0 to 200.0 ms") != std::string::npos);
+  CHECK(plain.find("__\n") != std::string::npos);                // rank 0 at the bottom of the scale
+  CHECK(plain.find("## straggler\n") != std::string::npos);       // rank 1 at the top, named
+  CHECK(plain.find('\033') == std::string::npos);                  // no escape sequences into a pipe
+  const std::string shown = render_status(s, "", {true});
+  CHECK(shown.find("\033[1;31m\u2588\u2588\033[0m") != std::string::npos);   // the straggler's line in bold red
+}
+
+TEST_CASE("a watch frame overwrites the last one in place instead of clearing the screen") {
+  CHECK(in_place_frame("a\nb\n", true) == "\033[H\033[2Ja\033[K\nb\033[K\n\033[J");
+  CHECK(in_place_frame("a\nb\n", false) == "\033[Ha\033[K\nb\033[K\n\033[J");
+}
