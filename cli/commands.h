@@ -26,6 +26,7 @@ Action add_doctor_command(CLI::App& app);
 Action add_bench_command(CLI::App& app);
 Action add_plan_command(CLI::App& app);
 Action add_status_command(CLI::App& app);
+Action add_report_command(CLI::App& app);
 
 // Blocks SIGINT, SIGTERM and SIGHUP and starts the thread that receives them. Call before any other thread
 // starts, so that no thread receives them asynchronously.

@@ -106,6 +106,7 @@ int main(int argc, char** argv) {
   dtrain::cli::Action bench = dtrain::cli::add_bench_command(app);
   dtrain::cli::Action plan = dtrain::cli::add_plan_command(app);
   dtrain::cli::Action status = dtrain::cli::add_status_command(app);
+  dtrain::cli::Action report = dtrain::cli::add_report_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -130,6 +131,7 @@ int main(int argc, char** argv) {
     if (name == "bench") return exit_now(bench());
     if (name == "plan") return exit_now(plan());
     if (name == "status") return exit_now(status());
+    if (name == "report") return exit_now(report());
   }
   return 2;
 }

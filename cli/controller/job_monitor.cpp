@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "cli/controller/job_metrics.h"
+#include "cli/report/report.h"
 #include "common/util.h"
 
 namespace dtrain::controller {
@@ -32,12 +33,19 @@ unsigned cpus_of(const spec::WorkerPlan& w) {
   return it == w.env.end() ? 0 : static_cast<unsigned>(std::strtoul(it->second.c_str(), nullptr, 10));
 }
 
+// The one conversion from a worker's report to the samples record.
+report::RankSample rank_sample_of(const WorkerHealth& h) {
+  return {h.rank,         h.step,       h.step_ms,         h.loss,         h.tokens_per_s, h.data_wait_ms,
+          h.compute_ms,   h.comm_exposed_ms, h.optimizer_ms, h.rss_bytes, h.device_mem_used_bytes};
+}
+
 }  // namespace
 
 void JobMonitor::job_started(const std::string& job_id, const std::string& job_dir, const spec::Spec& spec) {
   job_dir_ = job_dir;
   status_ = std::make_unique<JobStatus>(job_id);
   diagnoser_ = std::make_unique<Diagnoser>(spec.health.straggler_ratio);
+  samples_ = std::make_unique<report::SampleRecorder>(unix_ms());
   if (Status s = events_.open(job_dir + "/" + kEventsFileName); !s.ok()) console_.note("warning: " + s.message());
   auto socket = ControlSocket::listen(job_dir);
   if (socket.ok()) {
@@ -45,7 +53,8 @@ void JobMonitor::job_started(const std::string& job_id, const std::string& job_d
   } else {
     console_.note("warning: " + socket.status.message());
   }
-  event("job_start", {{"job", job_id}, {"run_dir", job_dir}, {"name", spec.name}, {"pid", ::getpid()}});
+  event("job_start", {{"job", job_id}, {"run_dir", job_dir}, {"name", spec.name}, {"pid", ::getpid()},
+                      {"command", spec.command}});
   if (!spec.observe.metrics_addr.empty()) start_metrics(spec.observe.metrics_addr);
   write_snapshot_file("running");
 }
@@ -79,6 +88,7 @@ void JobMonitor::event(std::string_view name, const nlohmann::ordered_json& fiel
 
 void JobMonitor::round_started(std::uint32_t round, std::size_t nodes) {
   if (!active()) return;
+  samples_event(true);   // a window holds one round's steps
   event("round_start", {{"round", round}, {"nodes", nodes}});
 }
 
@@ -112,6 +122,7 @@ void JobMonitor::on_report(const Round& round, int, const AgentReport& report) {
     adopt(round);
     status_->reported(*h, unix_ms());
     diagnoser_->add(h->rank, sample_of(*h));
+    samples_->add(rank_sample_of(*h));
   }
 }
 
@@ -157,6 +168,11 @@ void JobMonitor::tick(Clock::time_point now) {
     next_file_ = now + kFileInterval;
     write_snapshot_file("running");
   }
+  samples_event(false);
+}
+
+void JobMonitor::samples_event(bool force) {
+  if (auto fields = samples_->take(status_->round(), unix_ms(), force)) event("samples", *fields);
 }
 
 void JobMonitor::evaluate() {
@@ -207,12 +223,24 @@ std::vector<Diagnosis> JobMonitor::job_ended(int exit_code) {
   // The last windows: a job shorter than a few evaluations is still diagnosed.
   evaluate();
   health_event();
+  samples_event(true);
   const std::string state = exit_code == 0 ? "succeeded" : "failed";
   event("job_end", {{"outcome", state}, {"exit_code", exit_code}});
   write_snapshot_file(state);
   socket_.reset();
   metrics_.reset();
+  write_report();
   return diagnoser_->diagnoses();
+}
+
+// The page is for people after the job: a page that cannot be written is a warning, never a different exit code.
+void JobMonitor::write_report() {
+  const auto page = report::write_report(job_dir_);
+  if (page.ok()) {
+    console_.note("report: " + page.value);
+  } else {
+    console_.note("warning: no report page: " + page.status.message());
+  }
 }
 
 }  // namespace dtrain::controller

@@ -9,7 +9,10 @@
 //                             socket gets a fresh snapshot, and /metrics (observe.metrics_addr) the same numbers
 //   every kFileInterval       status.json is rewritten (temp file + rename: a reader sees a whole snapshot)
 //   every kHealthEventInterval  one "health" event with every rank's latest report (at most kEventRanks ranks)
-//   at the end                a last health event, job_end, the final status.json, and the diagnoses for the summary
+//   every samples window      one "samples" event: each rank's steps of the window, compact (report/samples.h);
+//                             the window grows with the job's age, and closes early when a round or the job ends
+//   at the end                a last health event, the last samples, job_end, the final status.json, the report
+//                             page (report.html) and the diagnoses for the summary
 
 #include <chrono>
 #include <cstdint>
@@ -25,6 +28,7 @@
 #include "cli/controller/job_status.h"
 #include "cli/controller/metrics_server.h"
 #include "cli/controller/round.h"
+#include "cli/report/samples.h"
 #include "cli/spec/spec.h"
 
 namespace dtrain::controller {
@@ -69,6 +73,8 @@ class JobMonitor {
   void start_metrics(const std::string& address);
   void evaluate();
   void health_event();
+  void samples_event(bool force);
+  void write_report();
   void write_snapshot_file(const std::string& state);
 
   Console& console_;
@@ -79,6 +85,7 @@ class JobMonitor {
   std::unique_ptr<Diagnoser> diagnoser_;
   std::unique_ptr<ControlSocket> socket_;
   std::unique_ptr<MetricsServer> metrics_;
+  std::unique_ptr<report::SampleRecorder> samples_;
   std::int64_t adopted_round_ = -1;
   std::set<std::string> reported_diagnoses_;   // kind and ranks of each diagnosis already in the event log
   Clock::time_point next_evaluate_{}, next_file_{}, next_health_event_{};

@@ -1,0 +1,21 @@
+#pragma once
+
+// The job report page (page.h) of a run directory, written as <run dir>/report.html: by the launcher when a job
+// ends, and by `dtrain report [RUN_DIR]`.
+
+#include <string>
+
+#include "common/status.h"
+
+namespace dtrain::report {
+
+inline constexpr const char* kReportFileName = "report.html";
+
+// Reads `run_dir` and writes its report.html (a temp file renamed over it: a reader never sees half a page).
+// Returns the page's path.
+Result<std::string> write_report(const std::string& run_dir);
+
+// The newest job directory under `runs_dir` (the one whose events.jsonl changed last).
+Result<std::string> newest_run(const std::string& runs_dir);
+
+}  // namespace dtrain::report

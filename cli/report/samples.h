@@ -1,0 +1,84 @@
+#pragma once
+
+// The "samples" event of events.jsonl: what every rank reported during one window of the job, compact enough that
+// a day-long 1,024-rank job's log stays in the tens of MB, fine enough that a one-minute job still has a heat map.
+//
+//   {"ts": end of the window (Unix ms), "event": "samples", "round": R, "window_ms": its length,
+//    "rank": [...], "step": [...], "step_ms": [...], "loss": [...], "tokens_per_s": [...], "data_wait_ms": [...],
+//    "compute_ms": [...], "comm_exposed_ms": [...], "optimizer_ms": [...], "rss_mib": [...], "device_mib": [...]}
+//
+// Columns, not one object per rank: the keys are written once per window instead of once per rank. Entry i of every
+// array is rank[i]'s; only ranks with a new step in the window appear. The times are the means over the rank's new
+// steps of the window (0.01 ms), step, loss and tokens/s its latest, rss_mib and device_mib the peak (MiB; device
+// memory 0 when not reported). The window's length grows with the job's age (window_length): a window is written
+// once it is that long and some rank made a step in it, and when a round or the job ends.
+//
+// SampleRecorder is the writer (the launcher's JobMonitor feeds it every report); read_samples the one reader.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace dtrain::report {
+
+// One rank's report, or its means over a window. Times in ms, memory in bytes; 0 = not reported.
+struct RankSample {
+  unsigned rank = 0;
+  std::uint64_t step = 0;
+  double step_ms = 0;
+  double loss = 0;
+  double tokens_per_s = 0;
+  double data_wait_ms = 0;
+  double compute_ms = 0;
+  double comm_exposed_ms = 0;
+  double optimizer_ms = 0;
+  std::uint64_t rss_bytes = 0;
+  std::uint64_t device_mem_bytes = 0;
+};
+
+// The shortest window: finer than a second costs more bytes than anyone reads off a heat map.
+inline constexpr std::uint64_t kMinWindowMs = 1000;
+// Windows per age: a window is 1/kWindowsPerAge of the job's age, so a job has about kWindowsPerAge * ln(age / 100 s)
+// windows after its first 100 s of one-second windows: about 780 in a day, 45 MB at 1,024 ranks.
+inline constexpr std::uint64_t kWindowsPerAge = 100;
+std::uint64_t window_length(std::uint64_t job_age_ms);
+
+class SampleRecorder {
+ public:
+  // The job started at `start_ms` (Unix ms); the first window opens then.
+  explicit SampleRecorder(std::uint64_t start_ms) : start_ms_(start_ms), window_start_ms_(start_ms) {}
+
+  // A report of `sample.rank`; a report that repeats the rank's last step (a heartbeat) is not a new step.
+  void add(const RankSample& sample);
+  // The fields of the samples event when the open window is due at `now_ms` (or `force`: a round or the job ends)
+  // and holds a step; opens the next window either way once due.
+  std::optional<nlohmann::ordered_json> take(std::uint32_t round, std::uint64_t now_ms, bool force);
+
+ private:
+  struct Sums {
+    std::size_t steps = 0;
+    RankSample latest;
+    double step_ms = 0, data_wait_ms = 0, compute_ms = 0, comm_exposed_ms = 0, optimizer_ms = 0;
+    std::uint64_t rss_peak = 0, device_peak = 0;
+  };
+  std::uint64_t start_ms_;
+  std::uint64_t window_start_ms_;
+  std::map<unsigned, std::uint64_t> last_step_;   // by rank: the step of its latest report
+  std::map<unsigned, Sums> open_;                 // by rank: its new steps in the open window
+};
+
+// One samples event as read back.
+struct SampleWindow {
+  std::uint64_t end_ms = 0;
+  std::uint64_t length_ms = 0;
+  std::uint32_t round = 0;
+  std::vector<RankSample> ranks;
+};
+
+// Reads a samples event; arrays shorter than "rank" (a hand-edited log) leave those fields 0.
+SampleWindow read_samples(const nlohmann::json& event);
+
+}  // namespace dtrain::report

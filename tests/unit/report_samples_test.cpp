@@ -1,0 +1,80 @@
+#include <doctest/doctest.h>
+
+#include "cli/report/samples.h"
+
+using namespace dtrain::report;
+
+namespace {
+
+RankSample report(unsigned rank, std::uint64_t step, double step_ms, double data = 0) {
+  RankSample s;
+  s.rank = rank;
+  s.step = step;
+  s.step_ms = step_ms;
+  s.data_wait_ms = data;
+  s.loss = 2.345678;
+  s.tokens_per_s = 1000;
+  s.rss_bytes = std::uint64_t{300} << 20;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("the samples window grows with the job's age, never below a second") {
+  CHECK(window_length(0) == kMinWindowMs);
+  CHECK(window_length(60'000) == kMinWindowMs);
+  CHECK(window_length(3'600'000) == 36'000);
+  CHECK(window_length(86'400'000) == 864'000);
+}
+
+TEST_CASE("a window is written once it is long enough, with each rank's means over its new steps") {
+  SampleRecorder recorder(1'000'000);
+  recorder.add(report(1, 1, 100, 10));
+  recorder.add(report(1, 1, 100, 10));   // a heartbeat: the same step again is not a new step
+  recorder.add(report(1, 2, 200, 30));
+  recorder.add(report(0, 5, 50));
+  CHECK_FALSE(recorder.take(0, 1'000'500, false).has_value());   // half a window
+  const auto fields = recorder.take(3, 1'001'000, false);
+  REQUIRE(fields.has_value());
+  CHECK((*fields)["round"] == 3);
+  CHECK((*fields)["window_ms"] == 1000);
+  CHECK((*fields)["rank"] == nlohmann::ordered_json::array({0, 1}));
+  CHECK((*fields)["step"] == nlohmann::ordered_json::array({5, 2}));
+  CHECK((*fields)["step_ms"][1] == 150.0);
+  CHECK((*fields)["data_wait_ms"][1] == 20.0);
+  CHECK((*fields)["loss"][0] == 2.346);
+  CHECK((*fields)["rss_mib"][0] == 300);
+  // The next window is empty until a rank makes a new step; a repeated step stays no step.
+  recorder.add(report(1, 2, 200));
+  CHECK_FALSE(recorder.take(3, 1'003'000, true).has_value());
+}
+
+TEST_CASE("a forced window closes early, and what is written reads back") {
+  SampleRecorder recorder(0);
+  recorder.add(report(7, 9, 80, 8));
+  const auto fields = recorder.take(1, 300, true);
+  REQUIRE(fields.has_value());
+  nlohmann::json event = nlohmann::json::parse(fields->dump());
+  event["ts"] = 300;
+  const SampleWindow window = read_samples(event);
+  CHECK(window.end_ms == 300);
+  CHECK(window.length_ms == 300);
+  CHECK(window.round == 1);
+  REQUIRE(window.ranks.size() == 1);
+  CHECK(window.ranks[0].rank == 7);
+  CHECK(window.ranks[0].step == 9);
+  CHECK(window.ranks[0].step_ms == 80.0);
+  CHECK(window.ranks[0].data_wait_ms == 8.0);
+  CHECK(window.ranks[0].rss_bytes == std::uint64_t{300} << 20);
+}
+
+TEST_CASE("a samples event with short or missing columns reads as zeros, not garbage") {
+  const auto event = nlohmann::json::parse(R"({"ts": 5, "event": "samples", "rank": [0, 1], "step": [3],
+                                               "step_ms": "x"})");
+  const SampleWindow window = read_samples(event);
+  REQUIRE(window.ranks.size() == 2);
+  CHECK(window.ranks[0].step == 3);
+  CHECK(window.ranks[1].rank == 1);
+  CHECK(window.ranks[1].step == 0);
+  CHECK(window.ranks[0].step_ms == 0);
+}
