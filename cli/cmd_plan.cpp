@@ -21,7 +21,7 @@ struct Given {
 };
 
 struct Flags {
-  Given<double> params, intra_bw, inter_bw, tflops;
+  Given<double> params, intra_bw, inter_bw, tflops, bucket_mb;
   Given<std::string> model;
   Given<int> gpus, gpus_per_node, layers, hidden, heads, seq_len, vocab, micro_batch, tp, pp;
   Given<long long> global_batch;
@@ -53,6 +53,8 @@ void add_flags(CLI::App* cmd, Flags& f) {
   add(cmd, f.intra_bw, "--intra-node-bw", "GB/s per GPU within a node (busbw of `dtrain bench allreduce`)");
   add(cmd, f.inter_bw, "--inter-node-bw", "GB/s per GPU across nodes (busbw of `dtrain bench allreduce`)");
   add(cmd, f.tflops, "--gpu-tflops", "achieved TFLOP/s per GPU, for compute time and scaling efficiency");
+  add(cmd, f.bucket_mb, "--ddp-bucket-mb",
+      "DDP's gradient buckets in MiB after the first 1 MiB (default 25, PyTorch's bucket_cap_mb), for scaling");
   add(cmd, f.tp, "--tp", "tensor-parallel size (within a node); default: searched when nothing else fits");
   add(cmd, f.pp, "--pp", "pipeline stages; default: searched when nothing else fits");
   cmd->add_option("--bottleneck", f.args.bottleneck, "memory | speed | communication: how to choose among what fits")
@@ -78,6 +80,7 @@ void collect(Flags& f) {
   a.intra_node_bw_gbs = f.intra_bw.get();
   a.inter_node_bw_gbs = f.inter_bw.get();
   a.gpu_tflops = f.tflops.get();
+  a.ddp_bucket_mb = f.bucket_mb.get();
   a.tp = f.tp.get();
   a.pp = f.pp.get();
 }

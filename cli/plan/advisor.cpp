@@ -33,6 +33,7 @@ Comm communication(const PlanRequest& r, const Layout& l, int dp, long long micr
   const auto pp_s =
       transfer_seconds(comm.pipeline, comm.pipeline_crosses_nodes ? c.inter_node_bw : c.intra_node_bw);
   if (dp_s && tp_s && pp_s) comm.seconds = *dp_s + *tp_s + *pp_s;
+  comm.data_parallel_seconds = dp_s;
   return comm;
 }
 
@@ -44,7 +45,13 @@ std::optional<Scaling> scaling(const PlanRequest& r, const Evaluation& e) {
   s.ideal_s = compute_seconds(r.workload.params, tokens / c.gpus, *c.gpu_flops);
   s.compute_s = s.ideal_s / (1 - e.bubble);
   s.efficiency_serial = s.ideal_s / (s.compute_s + *e.comm.seconds);
-  s.efficiency_overlap = s.ideal_s / std::max(s.compute_s, *e.comm.seconds);
+  const double dp_s = *e.comm.data_parallel_seconds;
+  const double grad_bytes = r.workload.params / (e.layout.tp * e.layout.pp) * value_bytes(r.workload.precision);
+  const double last_share = last_bucket_bytes(grad_bytes, r.workload.bucket_bytes) / grad_bytes;
+  const int micro_steps = static_cast<int>(std::min<long long>(e.accumulation.micro_steps, 1 << 30));
+  s.exposed_s = exposed_data_parallel_seconds(e.layout.stage, dp_s, s.compute_s, micro_steps, last_share) +
+                (*e.comm.seconds - dp_s);
+  s.efficiency_overlap = s.ideal_s / (s.compute_s + s.exposed_s);
   return s;
 }
 

@@ -33,6 +33,7 @@ struct Comm {
   bool data_parallel_crosses_nodes = false;
   bool pipeline_crosses_nodes = false;
   std::optional<double> seconds;  // nullopt when a bandwidth it needs was not given
+  std::optional<double> data_parallel_seconds;  // the data-parallel part of seconds
   double bytes() const { return data_parallel + tensor_parallel + pipeline; }
 };
 
@@ -41,8 +42,13 @@ struct Comm {
 struct Scaling {
   double ideal_s = 0;       // compute per GPU with perfect scaling
   double compute_s = 0;     // ideal_s / (1 - bubble)
+  double exposed_s = 0;     // communication the step waits for when it overlaps as the frameworks do (below)
   double efficiency_serial = 0;   // ideal / (compute + communication): nothing overlapped
-  double efficiency_overlap = 0;  // ideal / max(compute, communication): communication hidden behind compute
+  // ideal / (compute + exposed): data-parallel communication overlapped as formulas.h's
+  // exposed_data_parallel_seconds says (DDP buckets behind backward, the last bucket and ZeRO's parameter
+  // all-gather exposed); tensor- and pipeline-parallel transfers exposed in full, as they sit between the
+  // computations that need them (Megatron's per-layer allreduces, the stage-to-stage sends).
+  double efficiency_overlap = 0;
 };
 
 struct Evaluation {

@@ -1,6 +1,7 @@
 #include "cli/plan/formulas.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -87,5 +88,27 @@ Accumulation accumulation(long long wanted_global_batch, int micro_batch, int dp
 bool fits(double bytes, double gpu_memory) { return bytes <= (1 - kHeadroom) * gpu_memory; }
 
 double compute_seconds(double params, double tokens, double flops_per_s) { return 6 * params * tokens / flops_per_s; }
+
+double last_bucket_bytes(double grad_bytes, double bucket_bytes) {
+  if (grad_bytes <= kFirstBucketBytes) return grad_bytes;
+  const double rest = std::fmod(grad_bytes - kFirstBucketBytes, bucket_bytes);
+  return rest > 0 ? rest : bucket_bytes;
+}
+
+double exposed_data_parallel_seconds(int stage, double comm_s, double compute_s, int micro_steps,
+                                     double last_bucket_share) {
+  const double k = micro_steps;
+  const double backward = kBackwardShare * compute_s;
+  switch (stage) {
+    case 0: {
+      const double last = comm_s * last_bucket_share;
+      return last + std::max(0.0, comm_s - last - backward / k);
+    }
+    case 1: return comm_s / 2 + std::max(0.0, comm_s / 2 - backward / k);
+    case 2: return comm_s / (k + 1) + std::max(0.0, comm_s * k / (k + 1) - backward);
+    case 3: return std::max(0.0, comm_s - compute_s);
+  }
+  throw std::invalid_argument("exposed_data_parallel_seconds: stage " + std::to_string(stage) + "; the stage is 0..3");
+}
 
 }  // namespace dtrain::plan

@@ -100,4 +100,35 @@ bool fits(double bytes, double gpu_memory);
 // 6 * P * tokens / flops_per_s seconds on one GPU.
 double compute_seconds(double params, double tokens, double flops_per_s);
 
+// Of those 6 FLOPs, forward is 2 and backward 4 (Kaplan Sec. 2.1: backward costs twice forward), so backward is 2/3
+// of a step's compute. Gradient reductions can only run during backward: before it there is no gradient.
+inline constexpr double kBackwardShare = 2.0 / 3.0;
+
+// DDP's gradient buckets (PyTorch DistributedDataParallel, Li et al., arXiv:2006.15704, Sec. 3.2.3; dtrain-trainer's
+// DdpReducer cuts them the same way): the gradient buffer is cut from its end (the last layers, whose gradients
+// backward produces first) into a first bucket of 1 MiB, then buckets of bucket_cap_mb (25 MiB by default). A
+// bucket's allreduce starts once backward has produced all of it, so the last one (the embeddings', which backward
+// finishes last) starts only when backward has ended. Returns the bytes of that last bucket (all of grad_bytes when
+// they fit the first bucket).
+inline constexpr double kFirstBucketBytes = 1024.0 * 1024;
+inline constexpr double kDefaultBucketBytes = 25 * 1024.0 * 1024;
+double last_bucket_bytes(double grad_bytes, double bucket_bytes);
+
+// The data-parallel communication a step still waits for when it overlaps compute as DDP, ZeRO and FSDP do,
+// comm_s being all of it and compute_s the step's compute (k micro-steps):
+//   stage 0: the buckets' allreduces, but the last, run during the last micro-step's backward (earlier micro-steps
+//            do not synchronise); the last bucket's (last_bucket_share of the bytes) starts when backward has ended:
+//            last + max(0, comm - last - backward / k)
+//   stage 1: the reduce-scatter (half the bytes) as stage 0's allreduces, without the last-bucket term (a
+//            framework's unit of reduction is not known here, so this is optimistic by the last unit's transfer);
+//            the all-gather of the updated parameters follows the optimizer step, which needs every reduced
+//            gradient, so nothing hides it: all-gather + max(0, reduce-scatter - backward / k)
+//   stage 2: a reduce-scatter every micro-step (k of the k + 1 collectives), each behind its own micro-step's
+//            backward; the all-gather as stage 1: all-gather + max(0, reduce-scatters - backward)
+//   stage 3: the all-gathers are prefetched a unit ahead through forward and backward, the reduce-scatters run in
+//            backward: all of compute can hide them: max(0, comm - compute)
+// Checked against dtrain-trainer on tc-limited links (BENCHMARKS.md, "dtrain plan against measured scaling").
+double exposed_data_parallel_seconds(int stage, double comm_s, double compute_s, int micro_steps,
+                                     double last_bucket_share);
+
 }  // namespace dtrain::plan

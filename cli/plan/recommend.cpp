@@ -79,8 +79,10 @@ void explain_network(const PlanRequest& r, const Evaluation& c, std::vector<std:
                   "backward (dtrain-trainer --ddp-bucket-mb, PyTorch DDP's bucket_cap_mb)");
   if (c.scaling) {
     out.push_back("expected scaling efficiency " + percent(c.scaling->efficiency_overlap) +
-                  " with communication hidden behind compute, " + percent(c.scaling->efficiency_serial) +
-                  " with none hidden (compute " + format_seconds(c.scaling->compute_s) + " a step)");
+                  " with communication overlapped as the frameworks do (gradients behind backward; " +
+                  format_seconds(c.scaling->exposed_s) + " a step still exposed), " +
+                  percent(c.scaling->efficiency_serial) + " with none hidden (compute " +
+                  format_seconds(c.scaling->compute_s) + " a step)");
   } else if (r.cluster.gpus > 1) {
     out.push_back("for a time and scaling estimate give --intra-node-bw" +
                   std::string(nodes > 1 ? " and --inter-node-bw" : "") +

@@ -48,6 +48,7 @@ json evaluation_json(const Evaluation& e) {
   json scaling = nullptr;
   if (e.scaling)
     scaling = {{"ideal_compute_s", e.scaling->ideal_s}, {"compute_s", e.scaling->compute_s},
+               {"exposed_comm_s", e.scaling->exposed_s},
                {"efficiency_serial", e.scaling->efficiency_serial},
                {"efficiency_overlap", e.scaling->efficiency_overlap}};
   return {{"name", layout_name(e.layout)},

@@ -55,6 +55,7 @@ Status check_numbers(const PlanArgs& a) {
   if (a.params && *a.params > kMaxParams) return refuse("--params " + number(*a.params) + ": above 1e16, more than any model this plans for");
   if (Status s = check_positive(a.intra_node_bw_gbs, "--intra-node-bw", "200 (GB/s)"); !s.ok()) return s;
   if (Status s = check_positive(a.inter_node_bw_gbs, "--inter-node-bw", "25 (GB/s)"); !s.ok()) return s;
+  if (Status s = check_positive(a.ddp_bucket_mb, "--ddp-bucket-mb", "25 (MiB)"); !s.ok()) return s;
   return check_positive(a.gpu_tflops, "--gpu-tflops", "400");
 }
 
@@ -104,6 +105,7 @@ Result<Workload> make_workload(const PlanArgs& a) {
   else return {refuse("--precision " + a.precision + ": use bf16, fp16 or fp32")};
   w.micro_batch = a.micro_batch.value_or(1);
   w.global_batch = a.global_batch;
+  if (a.ddp_bucket_mb) w.bucket_bytes = *a.ddp_bucket_mb * 1024 * 1024;
   auto config = trainer_config(a);
   if (!config.ok()) return {config.status};
   w.trainer = config.value;

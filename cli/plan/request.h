@@ -34,6 +34,7 @@ struct Workload {
   std::optional<long long> global_batch;       // sequences per optimizer step
   std::optional<trainer::GptConfig> trainer;   // dtrain-trainer's model, when it is one (preset or shape + vocab)
   std::string model_name;                      // the preset, or "" for a size or shape
+  double bucket_bytes = kDefaultBucketBytes;   // DDP's gradient bucket after the first (--ddp-bucket-mb)
 };
 
 struct PlanRequest {
@@ -58,6 +59,7 @@ struct PlanArgs {
   std::optional<long long> global_batch;
   std::optional<double> intra_node_bw_gbs, inter_node_bw_gbs;  // GB/s
   std::optional<double> gpu_tflops;
+  std::optional<double> ddp_bucket_mb;  // MiB
   std::optional<int> tp, pp;
   std::string bottleneck = "speed";
   bool trainer_accounting = false;

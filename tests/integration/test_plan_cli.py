@@ -64,6 +64,20 @@ h.check(ddp["comm"]["data_parallel_bytes"] == 3_750_000_000 and abs(ddp["comm"][
         f"DDP across nodes: {ddp['comm']}")
 h.check("is not a multiple of 64" in text, "the text says the global batch was rounded up")
 
+# --- Scaling: DDP's last bucket is exposed, --ddp-bucket-mb sets the buckets (BENCHMARKS.md "dtrain plan against
+# measured scaling": the trainer's bench model on 2 nodes over 200 Mbit/s, compute 1 s a step) ---
+bench = ["--layers", "4", "--hidden", "256", "--heads", "4", "--seq-len", "256", "--vocab", "256", "--micro-batch", "8",
+         "--precision", "fp32", "--gpus", "2", "--gpus-per-node", "1", "--inter-node-bw", "0.025",
+         "--gpu-tflops", repr(6 * 3290624 * 8 * 256 / 1e12)]
+comm = 13162496 / 25e6  # the gradients' allreduce: 0.5265 s
+for bucket, last in (([], 12113920), (["--ddp-bucket-mb", "2"], 1628160)):
+    scaling = (plan_json(*bench, *bucket) or {"strategies": [{}]})["strategies"][0].get("scaling") or {}
+    want = comm * last / 13162496
+    h.check(abs(scaling.get("exposed_comm_s", -1) - want) < 1e-9 and
+            abs(scaling.get("efficiency_overlap", -1) - 1 / (1 + want)) < 1e-9,
+            f"{bucket or 'default buckets'}: the last bucket of {last} bytes ({want:.4f} s) is exposed: {scaling}")
+h.check("a step still exposed" in plan(*bench).stdout, "the text gives the exposed communication")
+
 # --- dtrain plan agrees with dtrain-trainer's own metrics ---
 shard = h.make_text_shard(work)
 
@@ -131,6 +145,7 @@ BAD = [
     (["--params", "1e9", "--gpus", "8", "--precision", "int8"], "--precision"),
     (["--params", "1e9", "--gpus", "8", "--bottleneck", "disk"], "--bottleneck"),
     (["--params", "1e9", "--gpus", "8", "--inter-node-bw", "0"], "--inter-node-bw"),
+    (["--params", "1e9", "--gpus", "8", "--ddp-bucket-mb", "-1"], "--ddp-bucket-mb"),
     (["--params", "1e9", "--gpus", "12", "--gpus-per-node", "8"], "not a whole number of nodes"),
     (["--params", "1e9", "--gpus", "8", "--layers", "4"], "the shape is incomplete"),
     (["--params", "1e9", "--gpus", "8", "--trainer-accounting"], "--trainer-accounting needs"),

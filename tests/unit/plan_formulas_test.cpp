@@ -107,6 +107,33 @@ TEST_CASE("compute: 6 FLOPs per parameter per token") {
   CHECK(compute_seconds(1e9, 4096, 1e14) == doctest::Approx(6 * 4096e9 / 1e14));
 }
 
+TEST_CASE("last bucket: what is left of the gradients after the 1 MiB first bucket and whole buckets") {
+  // dtrain-trainer's bench model (3,290,624 fp32 parameters): 13,162,496 bytes = 1 MiB + 12,113,920.
+  CHECK(last_bucket_bytes(13162496, kDefaultBucketBytes) == 12113920);
+  // 2 MiB buckets: 12,113,920 - 5 x 2,097,152 = 1,628,160.
+  CHECK(last_bucket_bytes(13162496, 2 * 1048576.0) == 1628160);
+  // Within the first bucket: all of it. A whole number of buckets after it: one whole bucket.
+  CHECK(last_bucket_bytes(524288, kDefaultBucketBytes) == 524288);
+  CHECK(last_bucket_bytes(1048576 + 2 * kDefaultBucketBytes, kDefaultBucketBytes) == kDefaultBucketBytes);
+}
+
+TEST_CASE("exposed data-parallel time: backward hides reductions, not forward, the last bucket or ZeRO's all-gather") {
+  // compute 0.9 s: backward 0.6 s. DDP, 0.5 s of allreduce, 10% in the last bucket: only the last 0.05 s shows.
+  CHECK(exposed_data_parallel_seconds(0, 0.5, 0.9, 1, 0.1) == doctest::Approx(0.05));
+  // 2 micro-steps: only the last one's backward (0.3 s) hides the other 0.45 s: 0.05 + 0.15.
+  CHECK(exposed_data_parallel_seconds(0, 0.5, 0.9, 2, 0.1) == doctest::Approx(0.2));
+  // More communication than backward: 0.05 + (1.5 - 0.05 - 0.6).
+  CHECK(exposed_data_parallel_seconds(0, 1.5, 0.9, 1, 0.1) == doctest::Approx(0.9));
+  // ZeRO-1: the all-gather (half of 0.5 s) after the optimizer step shows in full.
+  CHECK(exposed_data_parallel_seconds(1, 0.5, 0.9, 1, 0.1) == doctest::Approx(0.25));
+  // ZeRO-2 over 3 micro-steps: 0.8 s = 3 reduce-scatters (0.6 s, behind 0.6 s of backward) + the all-gather 0.2 s.
+  CHECK(exposed_data_parallel_seconds(2, 0.8, 0.9, 3, 0.1) == doctest::Approx(0.2));
+  // ZeRO-3: prefetched through forward and backward: only what exceeds compute.
+  CHECK(exposed_data_parallel_seconds(3, 1.0, 0.9, 1, 0.1) == doctest::Approx(0.1));
+  CHECK(exposed_data_parallel_seconds(3, 0.5, 0.9, 4, 0.1) == 0);
+  CHECK_THROWS_AS(exposed_data_parallel_seconds(4, 0.5, 0.9, 1, 0.1), std::invalid_argument);
+}
+
 TEST_CASE("units: GB is 1e9 bytes, GiB 2^30; bad sizes name themselves") {
   CHECK(parse_bytes("80GB").value == 80e9);
   CHECK(parse_bytes("80 GB").value == 80e9);
