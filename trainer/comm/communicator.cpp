@@ -7,6 +7,7 @@
 
 #include "trainer/comm/gloo/communicator.h"
 #include "trainer/comm/local/communicator.h"
+#include "trainer/comm/shm/communicator.h"
 #include "trainer/common/env.h"
 #ifdef DTRAIN_HAVE_NCCL
 #include "trainer/comm/nccl/communicator.h"
@@ -35,7 +36,7 @@ int launcher_int(const char* name, int fallback) {
   return value.value;
 }
 
-// options.backend with "auto" resolved through DTRAIN_COMM_BACKEND (unset: gloo); "gloo" or "nccl".
+// options.backend with "auto" resolved through DTRAIN_COMM_BACKEND (unset: gloo); "gloo", "shm" or "nccl".
 std::string chosen_backend(const CommOptions& options) {
   std::string backend = options.backend;
   std::string from = "CommOptions::backend";
@@ -44,8 +45,9 @@ std::string chosen_backend(const CommOptions& options) {
     backend = raw != nullptr && *raw != '\0' ? raw : "gloo";
     from = "DTRAIN_COMM_BACKEND";
   }
-  if (backend != "gloo" && backend != "nccl") {
-    throw CommError(from + "='" + backend + "' is not a communication backend; use gloo (CPU) or nccl (GPU)");
+  if (backend != "gloo" && backend != "shm" && backend != "nccl") {
+    throw CommError(from + "='" + backend + "' is not a communication backend; use gloo (CPU, any nodes), shm (CPU, "
+                    "the ranks of one node) or nccl (GPU)");
   }
   return backend;
 }
@@ -146,6 +148,7 @@ std::unique_ptr<Communicator> make_communicator_from_env(const CommOptions& opti
   if (rank < 0 || rank >= world) {
     throw CommError("RANK=" + std::to_string(rank) + " is outside [0, WORLD_SIZE=" + std::to_string(world) + ")");
   }
+  if (backend == "shm") return ShmCommunicator::from_env(rank, world, options);
   return GlooCommunicator::from_env(rank, world, options);
 }
 

@@ -1,13 +1,14 @@
 #pragma once
 
 // The trainer's communication interface: asynchronous collectives on fp32 buffers over every rank of the job.
-// Backends are siblings with the same file names: comm/local/ (one rank), comm/gloo/ (CPU, TCP) and comm/nccl/
-// (GPU). Every rank must issue the same collectives in the same order. A call returns at once with a Work handle;
+// Backends are siblings with the same file names: comm/local/ (one rank), comm/gloo/ (CPU, TCP), comm/shm/ (CPU,
+// the ranks of one node through shared memory) and comm/nccl/ (GPU). Every rank must issue the same collectives in the same order. A call returns at once with a Work handle;
 // collectives run in issue order (gloo: on the backend's own thread; nccl: on its own CUDA stream), so a caller
 // (backward, in DDP) keeps computing while they run. Buffers must stay valid and untouched until wait() returns.
 //
 // WHERE BUFFERS LIVE depends on the backend, and device_buffers() says which:
-//   local, gloo: host memory (device_buffers() == false);
+//   local, gloo, shm: host memory (device_buffers() == false); shm's allocate() places buffers in its shared
+//                segment, where its collectives need no staging copies (any host memory works too);
 //   nccl:        device memory of this rank's GPU (device_buffers() == true): pointers from cudaMalloc on the
 //                communicator's device (LOCAL_RANK). A host pointer fails the collective with a CommError.
 // Code that works with any backend (the bench driver, tests) allocates and fills buffers through allocate(),
@@ -54,10 +55,10 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // "local" (one rank, no communication), "gloo", "nccl".
+  // "local" (one rank, no communication), "gloo", "shm", "nccl".
   virtual std::string backend() const = 0;
   // Whether the buffers passed to the collectives are device pointers (nccl) rather than host memory (local,
-  // gloo); see the top of this file.
+  // gloo, shm); see the top of this file.
   virtual bool device_buffers() const { return false; }
 
   // Buffers where this backend wants them. allocate() returns room for `count` floats (uninitialised; nullptr
@@ -122,9 +123,10 @@ enum class Collective { allreduce, reduce_scatter, all_gather, broadcast };
 std::uint64_t ring_bytes_per_rank(Collective collective, std::uint64_t buffer_bytes, int ranks);
 
 struct CommOptions {
-  // Which backend make_communicator_from_env builds: "gloo" (CPU, TCP), "nccl" (GPU; buffers are device
-  // pointers, see above) or "auto": the environment variable DTRAIN_COMM_BACKEND ("gloo" or "nccl") when set,
-  // else gloo. With one rank, gloo (and auto resolved to gloo) gives the "local" communicator instead.
+  // Which backend make_communicator_from_env builds: "gloo" (CPU, TCP), "shm" (CPU, every rank on this node,
+  // through shared memory), "nccl" (GPU; buffers are device pointers, see above) or "auto": the environment
+  // variable DTRAIN_COMM_BACKEND ("gloo", "shm" or "nccl") when set, else gloo. With one rank, gloo and shm (and
+  // auto resolved to either) give the "local" communicator instead.
   std::string backend = "auto";
   // Deadline of rendezvous and of every collective; a peer that stops answering fails the collective after this.
   std::chrono::milliseconds timeout{300'000};

@@ -1,0 +1,217 @@
+#include "trainer/comm/shm/communicator.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <utility>
+
+#include "agent/store/client.h"
+#include "trainer/comm/describe.h"
+#include "trainer/comm/shm/arena.h"
+#include "trainer/comm/shm/pipeline.h"
+#include "trainer/comm/shm/segment_name.h"
+#include "trainer/comm/shm/sync.h"
+#include "trainer/comm/work_queue.h"
+#include "trainer/common/env.h"
+
+namespace dtrain::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::atomic<int> communicators_created{0};
+
+std::unique_ptr<Segment> create_or_open(const ShmCommOptions& options, Clock::time_point deadline) {
+  if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
+    throw CommError("shm communicator: rank " + std::to_string(options.rank) + " is outside [0, " +
+                    std::to_string(options.size) + ")");
+  }
+  if (options.name.empty() || options.name.find('/') != std::string::npos) {
+    throw CommError("shm communicator: segment name '" + options.name + "' must be non-empty and without '/'");
+  }
+  SegmentGeometry geometry = options.geometry;
+  geometry.ranks = options.size;
+  if (options.rank == 0) return Segment::create(options.name, geometry);
+  return Segment::open(options.name, geometry, deadline);
+}
+
+}  // namespace
+
+struct ShmCommunicator::Impl {
+  explicit Impl(const ShmCommOptions& o, Clock::time_point deadline)
+      : options(o),
+        segment(create_or_open(o, deadline)),
+        sync(*segment, o.rank, o.timeout),
+        arena(segment->fd(), segment->base(), segment->arena_offset(o.rank), segment->geometry().arena_bytes) {}
+
+  ShmCommOptions options;
+  std::unique_ptr<Segment> segment;
+  PeerSync sync;
+  Arena arena;
+  // Last members: destroyed first, so the thread has finished before the segment goes.
+  CollectiveTrace trace{"shm communicator"};
+  WorkQueue queue{&trace};
+
+  std::shared_ptr<Work> submit(ShmCollective c) {
+    std::string what = c.what;
+    return queue.submit(std::move(what), [this, c = std::move(c)] {
+      run_shm_collective(*segment, sync, options.rank, c, Clock::now() + options.timeout);
+    });
+  }
+};
+
+ShmCommunicator::ShmCommunicator(ShmCommOptions options) {
+  const auto deadline = Clock::now() + options.timeout;
+  impl_ = std::make_unique<Impl>(options, deadline);
+  // The liveness mutex belongs to the thread that runs the collectives: it is held for as long as that thread is.
+  impl_->queue.submit("join", [this] { impl_->sync.enter(); })->wait();
+  try {
+    impl_->sync.join(deadline);
+  } catch (const CommError&) {
+    if (options.rank == 0) impl_->segment->unlink_name();
+    throw;
+  }
+  if (options.rank == 0) impl_->segment->unlink_name();
+}
+
+std::unique_ptr<ShmCommunicator> ShmCommunicator::from_env(int rank, int size, const CommOptions& options) {
+  const auto variable = [](const char* name, const char* alternative) -> std::string {
+    const char* value = std::getenv(name);
+    if (value == nullptr) value = std::getenv(alternative);
+    return value != nullptr ? value : "";
+  };
+  const auto integer = [](const char* name) {
+    Result<int> value = env_int(name, 0, "the launcher (dtrain run/launch) sets it for every worker");
+    if (!value.ok()) throw CommError(value.status.message());
+    return value.value;
+  };
+  const int local_world = integer("LOCAL_WORLD_SIZE");
+  if (local_world != 0 && local_world != size) {
+    throw CommError("the shm backend connects the ranks of one node, but this job has WORLD_SIZE=" +
+                    std::to_string(size) + " ranks over nodes of LOCAL_WORLD_SIZE=" + std::to_string(local_world) +
+                    "; use DTRAIN_COMM_BACKEND=gloo for a job across nodes");
+  }
+  const std::string job = variable("DTRAIN_JOB_ID", "TORCHELASTIC_RUN_ID");
+  if (job.empty() || job.find('/') != std::string::npos || job.find('@') != std::string::npos) {
+    throw CommError("shm communicator (rank " + std::to_string(rank) + "): DTRAIN_JOB_ID='" + job +
+                    "' cannot name a segment; start workers with dtrain run/launch, which sets it");
+  }
+  const int index = communicators_created.fetch_add(1);
+  const std::string key = "dtrain/shm/" + std::to_string(index) + "/nonce";
+  std::string nonce;
+  try {
+    store::StoreClient store = store::StoreClient::from_env(
+        {std::min(options.timeout, std::chrono::milliseconds(30'000)), options.timeout});
+    if (rank == 0) {
+      std::random_device random;
+      char text[17];
+      std::snprintf(text, sizeof(text), "%08x%08x", random(), random());
+      nonce = text;
+      store.set(key, nonce);
+    } else {
+      nonce = store.get(key, options.timeout);
+    }
+  } catch (const store::StoreError& error) {
+    throw CommError("shm communicator (rank " + std::to_string(rank) + ") cannot exchange its segment's name through "
+                    "the job's store (key '" + key + "'): " + error.what());
+  }
+  ShmCommOptions shm;
+  shm.rank = rank;
+  shm.size = size;
+  shm.timeout = options.timeout;
+  shm.name = shm_segment_name(job, static_cast<std::uint32_t>(integer("DTRAIN_NODE_RANK")),
+                              static_cast<std::uint32_t>(integer("DTRAIN_RESTART_COUNT")),
+                              static_cast<std::uint32_t>(index), nonce);
+  return std::make_unique<ShmCommunicator>(std::move(shm));
+}
+
+ShmCommunicator::~ShmCommunicator() {
+  impl_->queue.submit("leave", [this] { impl_->sync.leave(); });
+}
+
+int ShmCommunicator::rank() const { return impl_->options.rank; }
+int ShmCommunicator::size() const { return impl_->options.size; }
+const std::string& ShmCommunicator::segment_name() const { return impl_->segment->name(); }
+
+float* ShmCommunicator::allocate(std::size_t count) {
+  if (count == 0) return nullptr;
+  return static_cast<float*>(impl_->arena.allocate(count * sizeof(float)));
+}
+
+void ShmCommunicator::release(float* data) {
+  if (data != nullptr && !impl_->arena.release(data)) {
+    throw std::invalid_argument("shm communicator: release() of a buffer that allocate() did not return");
+  }
+}
+
+bool ShmCommunicator::in_segment(const void* data, std::size_t bytes) const {
+  return impl_->segment->arena_offset_of(impl_->options.rank, data, bytes) != SIZE_MAX;
+}
+
+std::shared_ptr<Work> ShmCommunicator::issue(ShmCollective c, Collective kind, std::uint64_t buffer_bytes) {
+  count_sent(ring_bytes_per_rank(kind, buffer_bytes, size()));
+  return impl_->submit(std::move(c));
+}
+
+namespace {
+
+// "4099 bf16 values", for the 16-bit collectives' messages.
+std::string describe_halves(std::size_t count, kernels::Dtype type) {
+  return std::to_string(count) + " " + kernels::dtype_name(type) + " values";
+}
+
+}  // namespace
+
+std::shared_ptr<Work> ShmCommunicator::allreduce(float* data, std::size_t count) {
+  return issue({ShmShape::allreduce, "allreduce of " + describe_floats(count), kernels::Dtype::fp32, sizeof(float),
+                data, data, count, 0},
+               Collective::allreduce, count * sizeof(float));
+}
+
+std::shared_ptr<Work> ShmCommunicator::reduce_scatter(const float* in, float* out, std::size_t count_per_rank) {
+  return issue({ShmShape::reduce_scatter, "reduce_scatter of " + describe_floats(count_per_rank) + " per rank",
+                kernels::Dtype::fp32, sizeof(float), in, out, count_per_rank, 0},
+               Collective::reduce_scatter, count_per_rank * size() * sizeof(float));
+}
+
+std::shared_ptr<Work> ShmCommunicator::all_gather(const float* in, float* out, std::size_t count_per_rank) {
+  return issue({ShmShape::all_gather, "all_gather of " + describe_floats(count_per_rank) + " per rank",
+                kernels::Dtype::fp32, sizeof(float), in, out, count_per_rank, 0},
+               Collective::all_gather, count_per_rank * size() * sizeof(float));
+}
+
+std::shared_ptr<Work> ShmCommunicator::broadcast(float* data, std::size_t count, int root) {
+  if (root < 0 || root >= size()) {
+    throw CommError("broadcast: root " + std::to_string(root) + " is not a rank of this shm communicator of " +
+                    std::to_string(size()) + " ranks");
+  }
+  return issue({ShmShape::broadcast, "broadcast of " + describe_floats(count) + " from rank " + std::to_string(root),
+                kernels::Dtype::fp32, sizeof(float), data, data, count, root},
+               Collective::broadcast, count * sizeof(float));
+}
+
+std::shared_ptr<Work> ShmCommunicator::allreduce_half(std::uint16_t* data, std::size_t count, kernels::Dtype type) {
+  ShmCollective c{ShmShape::allreduce, "allreduce of " + describe_halves(count, type), type, 2, data, data, count, 0};
+  refuse_fp32(type, c.what, "allreduce");
+  return issue(std::move(c), Collective::allreduce, count * 2);
+}
+
+std::shared_ptr<Work> ShmCommunicator::all_gather_half(const std::uint16_t* in, std::uint16_t* out,
+                                                       std::size_t count_per_rank) {
+  // Nothing is added, so bf16 stands for either 16-bit type.
+  return issue({ShmShape::all_gather, "all_gather of " + std::to_string(count_per_rank) + " 16-bit values per rank",
+                kernels::Dtype::bf16, 2, in, out, count_per_rank, 0},
+               Collective::all_gather, count_per_rank * size() * 2);
+}
+
+std::shared_ptr<Work> ShmCommunicator::reduce_scatter_half(const std::uint16_t* in, std::uint16_t* out,
+                                                           std::size_t count_per_rank, kernels::Dtype type) {
+  ShmCollective c{ShmShape::reduce_scatter, "reduce_scatter of " + describe_halves(count_per_rank, type) + " per rank",
+                  type, 2, in, out, count_per_rank, 0};
+  refuse_fp32(type, c.what, "reduce_scatter");
+  return issue(std::move(c), Collective::reduce_scatter, count_per_rank * size() * 2);
+}
+
+}  // namespace dtrain::trainer

@@ -1,0 +1,174 @@
+#include "trainer/comm/shm/segment.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <thread>
+
+#include "trainer/comm/communicator.h"
+
+namespace dtrain::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::uint64_t kMagic = 0x64747261696e5348;  // "dtrainSH"
+constexpr std::size_t kPage = 4096;
+// How long an opening rank sleeps between looks for rank 0's segment: short, because rendezvous waits on it, and
+// long enough that a rank 0 that starts seconds late costs no measurable CPU.
+constexpr auto kOpenPoll = std::chrono::milliseconds(2);
+
+struct Header {
+  std::uint64_t magic;
+  std::uint64_t ranks;
+  std::uint64_t chunk_bytes;
+  std::uint64_t arena_bytes;
+  std::atomic<std::uint32_t> ready;   // 1 once rank 0 has laid the segment out
+  std::atomic<std::uint32_t> joined;  // ranks that have joined (shm/sync.h)
+};
+
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+std::size_t slots_offset() { return kPage; }
+std::size_t staging_offset(const SegmentGeometry& g) {
+  return slots_offset() + round_up(sizeof(RankSlot) * static_cast<std::size_t>(g.ranks), kPage);
+}
+std::size_t arenas_offset(const SegmentGeometry& g) {
+  return staging_offset(g) + round_up(2 * g.chunk_bytes * static_cast<std::size_t>(g.ranks), kPage);
+}
+std::size_t total_bytes(const SegmentGeometry& g) {
+  return arenas_offset(g) + round_up(g.arena_bytes, kPage) * static_cast<std::size_t>(g.ranks);
+}
+
+std::string where(const std::string& name) { return "/dev/shm/" + name; }
+
+std::string errno_text() { return std::strerror(errno); }
+
+std::byte* map(int fd, std::size_t bytes, const std::string& name) {
+  // MAP_NORESERVE: the arenas are address space; their pages are reserved with fallocate as buffers are made.
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  if (base == MAP_FAILED) {
+    const std::string error = errno_text();
+    ::close(fd);
+    throw CommError("shm communicator: cannot map " + where(name) + " (" + std::to_string(bytes >> 20) +
+                    " MiB of address space): " + error);
+  }
+  return static_cast<std::byte*>(base);
+}
+
+}  // namespace
+
+Segment::Segment(std::string name, SegmentGeometry geometry, int fd, std::byte* base, std::size_t bytes)
+    : name_(std::move(name)), geometry_(geometry), fd_(fd), base_(base), bytes_(bytes) {}
+
+Segment::~Segment() {
+  ::munmap(base_, bytes_);
+  ::close(fd_);
+}
+
+std::unique_ptr<Segment> Segment::create(const std::string& name, const SegmentGeometry& geometry) {
+  const int fd = ::shm_open(("/" + name).c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    throw CommError("shm communicator: cannot create " + where(name) + ": " + errno_text() +
+                    ". Check that /dev/shm is mounted and writable; a file of that name is left from an earlier "
+                    "process (remove it)");
+  }
+  ::fchmod(fd, 0600);  // whatever the umask
+  const std::size_t bytes = total_bytes(geometry);
+  const std::size_t fixed = arenas_offset(geometry);
+  // The header, slots and staging are reserved now, so a full /dev/shm is an error here, not a SIGBUS later.
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0 || ::posix_fallocate(fd, 0, static_cast<off_t>(fixed)) != 0) {
+    const std::string error = errno_text();
+    ::close(fd);
+    ::shm_unlink(("/" + name).c_str());
+    throw CommError("shm communicator: cannot size " + where(name) + " (" + std::to_string(fixed >> 10) +
+                    " KiB reserved): " + error + ". /dev/shm is full or too small (df -h /dev/shm; in a container, "
+                    "raise --shm-size)");
+  }
+  std::unique_ptr<Segment> segment(new Segment(name, geometry, fd, map(fd, bytes, name), bytes));
+  auto* header = new (segment->base_) Header{kMagic, static_cast<std::uint64_t>(geometry.ranks), geometry.chunk_bytes,
+                                             geometry.arena_bytes, {0}, {0}};
+  for (int r = 0; r < geometry.ranks; ++r) {
+    RankSlot& slot = *new (segment->base_ + slots_offset() + sizeof(RankSlot) * static_cast<std::size_t>(r)) RankSlot;
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&slot.alive, &attr);
+    pthread_mutexattr_destroy(&attr);
+    slot.pid.store(0);
+    slot.progress.store(0);
+    slot.waiters.store(0);
+    slot.published.store(0);
+  }
+  header->ready.store(1, std::memory_order_release);
+  return segment;
+}
+
+std::unique_ptr<Segment> Segment::open(const std::string& name, const SegmentGeometry& geometry,
+                                       Clock::time_point deadline) {
+  const std::size_t bytes = total_bytes(geometry);
+  for (;;) {
+    const int fd = ::shm_open(("/" + name).c_str(), O_RDWR | O_CLOEXEC, 0);
+    struct stat st {};
+    if (fd >= 0 && ::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) == bytes) {
+      std::unique_ptr<Segment> segment(new Segment(name, geometry, fd, map(fd, bytes, name), bytes));
+      const auto& header = *reinterpret_cast<const Header*>(segment->base_);
+      while (header.ready.load(std::memory_order_acquire) == 0 && Clock::now() < deadline) {
+        std::this_thread::sleep_for(kOpenPoll);
+      }
+      if (header.ready.load(std::memory_order_acquire) == 1) {
+        if (header.magic != kMagic || header.ranks != static_cast<std::uint64_t>(geometry.ranks) ||
+            header.chunk_bytes != geometry.chunk_bytes || header.arena_bytes != geometry.arena_bytes) {
+          throw CommError("shm communicator: " + where(name) + " was laid out for " + std::to_string(header.ranks) +
+                          " ranks, not " + std::to_string(geometry.ranks) +
+                          " (or with other chunk or arena sizes); every rank must use the same options");
+        }
+        return segment;
+      }
+    } else if (fd >= 0) {
+      ::close(fd);  // rank 0 has created it but not sized it yet
+    }
+    if (Clock::now() >= deadline) {
+      throw CommError("shm communicator: " + where(name) + " did not appear (created by rank 0) before the "
+                      "deadline; check rank 0's log, and that every rank of the communicator runs on this node");
+    }
+    std::this_thread::sleep_for(kOpenPoll);
+  }
+}
+
+RankSlot& Segment::slot(int rank) const {
+  return *reinterpret_cast<RankSlot*>(base_ + slots_offset() + sizeof(RankSlot) * static_cast<std::size_t>(rank));
+}
+
+std::atomic<std::uint32_t>& Segment::joined() const { return reinterpret_cast<Header*>(base_)->joined; }
+
+std::byte* Segment::staging(int rank, int which) const {
+  return base_ + staging_offset(geometry_) + geometry_.chunk_bytes * static_cast<std::size_t>(2 * rank + which);
+}
+
+std::size_t Segment::arena_offset(int rank) const {
+  return arenas_offset(geometry_) + round_up(geometry_.arena_bytes, kPage) * static_cast<std::size_t>(rank);
+}
+
+std::size_t Segment::arena_offset_of(int rank, const void* data, std::size_t bytes) const {
+  const auto* p = static_cast<const std::byte*>(data);
+  const std::byte* begin = base_ + arena_offset(rank);
+  if (p < begin || p > begin + geometry_.arena_bytes || bytes > static_cast<std::size_t>(begin + geometry_.arena_bytes - p)) {
+    return SIZE_MAX;
+  }
+  return static_cast<std::size_t>(p - base_);
+}
+
+void Segment::unlink_name() {
+  if (unlinked_) return;
+  unlinked_ = true;
+  ::shm_unlink(("/" + name_).c_str());
+}
+
+}  // namespace dtrain::trainer

@@ -1,0 +1,86 @@
+#pragma once
+
+// One shared-memory segment per shm communicator: a file under /dev/shm (mode 0600, named by segment_name.h) that
+// every rank maps. Rank 0 creates and lays it out; the others open it once rank 0 has marked it ready. Layout, each
+// region aligned to a page:
+//
+//   header                  magic, the geometry below, how many ranks have joined
+//   ranks x RankSlot        per rank: liveness mutex, pid, progress word (a futex), waiters, published offset
+//   ranks x staging         per rank: 2 slots of chunk_bytes, where user buffers are copied in and out, chunk by chunk
+//   ranks x arena           per rank: arena_bytes of address space for Communicator::allocate (shm/arena.h); pages
+//                           are reserved only as buffers are allocated (the file is sparse until then)
+//
+// Every rank maps the whole segment, so a peer's staging slot or arena buffer is a plain pointer.
+
+#include <pthread.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace dtrain::trainer {
+
+struct SegmentGeometry {
+  int ranks = 1;
+  // Bytes of one staging slot: the unit of the pipeline for user buffers (shm/pipeline.h).
+  std::size_t chunk_bytes = std::size_t{256} << 10;
+  // Address space of each rank's arena; pages are reserved as buffers are allocated.
+  std::size_t arena_bytes = std::size_t{16} << 30;
+};
+
+// A rank's part of the header. The progress word and its waiter count share a cache line of their own, so a rank
+// announcing progress does not disturb the lines its peers spin on for other ranks.
+struct RankSlot {
+  pthread_mutex_t alive;            // robust, process-shared; held by the rank while it is in the communicator
+  std::atomic<std::int32_t> pid;    // for messages and for telling "died" from "left"
+  alignas(64) std::atomic<std::uint32_t> progress;  // futex word: how many sync points the rank has passed
+  std::atomic<std::uint32_t> waiters;               // peers in FUTEX_WAIT on `progress`
+  alignas(64) std::atomic<std::uint64_t> published;  // where the rank's data of the current collective is
+};
+
+class Segment {
+ public:
+  // Rank 0: creates `name` (O_EXCL, 0600), sizes it, lays it out and marks it ready. Throws CommError naming the
+  // file and the fix (a full /dev/shm, a name that exists).
+  static std::unique_ptr<Segment> create(const std::string& name, const SegmentGeometry& geometry);
+  // Other ranks: opens `name` once rank 0 has marked it ready, retrying until `deadline`; throws CommError after it
+  // (or at once when the segment's geometry disagrees with this rank's).
+  static std::unique_ptr<Segment> open(const std::string& name, const SegmentGeometry& geometry,
+                                       std::chrono::steady_clock::time_point deadline);
+  ~Segment();
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  const std::string& name() const { return name_; }
+  const SegmentGeometry& geometry() const { return geometry_; }
+  int fd() const { return fd_; }
+  std::byte* base() const { return base_; }
+
+  RankSlot& slot(int rank) const;
+  std::atomic<std::uint32_t>& joined() const;
+  // Staging slot 0 or 1 of `rank`.
+  std::byte* staging(int rank, int which) const;
+  // Offset of `rank`'s arena from base().
+  std::size_t arena_offset(int rank) const;
+  // Offset of [data, data + bytes) from base() when all of it lies in `rank`'s arena; else SIZE_MAX.
+  std::size_t arena_offset_of(int rank, const void* data, std::size_t bytes) const;
+
+  // Removes the name from /dev/shm; the mappings stay valid. Rank 0 does it once every rank has joined, so a job
+  // killed later leaves nothing behind; the agent removes what a round killed before that left (segment_name.h).
+  void unlink_name();
+
+ private:
+  Segment(std::string name, SegmentGeometry geometry, int fd, std::byte* base, std::size_t bytes);
+
+  std::string name_;
+  SegmentGeometry geometry_;
+  int fd_;
+  std::byte* base_;
+  std::size_t bytes_;
+  bool unlinked_ = false;
+};
+
+}  // namespace dtrain::trainer
