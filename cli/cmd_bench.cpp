@@ -1,6 +1,8 @@
 // `dtrain bench allreduce|all_gather|reduce_scatter|broadcast [-b MIN] [-e MAX] [-f FACTOR]`: collective bandwidth
 // inside a job, like nccl-tests, through the trainer's Communicator (--backend gloo on CPU, the default; --backend
-// nccl on GPU, one per rank, buffers in GPU memory). Run it as the job's command, e.g.
+// shm on CPU among the ranks of one node; --backend nccl on GPU, one per rank, buffers in GPU memory). Buffers come
+// from the communicator (--buffers communicator, as the trainer's do), are plain host memory (user), or both, one
+// table each. Run it as the job's command, e.g.
 // `dtrain run -n 4 --nodes 2 -- dtrain bench allreduce -b 1M -e 256M`; every rank takes part, rank 0 prints
 // size, count, time, algbw, busbw and #wrong. Exit 1 when any element came back wrong or a collective failed.
 
@@ -28,6 +30,24 @@ std::size_t parse_size(const std::string& text) {
   return static_cast<std::size_t>(value * scale);
 }
 
+// One table: the bench on `comm` with user or communicator buffers; rank 0 prints it. Returns the wrong elements.
+std::size_t run_table(trainer::Communicator& comm, trainer::CollectiveBenchOptions options, bool user_buffers) {
+  options.user_buffers = user_buffers;
+  const auto rows = trainer::run_collective_bench(comm, options);
+  std::size_t wrong = 0;
+  for (const auto& row : rows) wrong += row.wrong;
+  if (comm.rank() == 0) {
+    std::printf("# dtrain bench %s: %d ranks, backend %s, %s buffers, %d timed runs per size (%d warm-up)\n",
+                options.collective.c_str(), comm.size(), comm.backend().c_str(),
+                user_buffers ? "user (host memory)" : "communicator-allocated", options.iterations,
+                options.warmup_iterations);
+    const std::string table = trainer::format_collective_bench(options.collective, comm.size(), rows);
+    std::fwrite(table.data(), 1, table.size(), stdout);
+    std::fflush(stdout);
+  }
+  return wrong;
+}
+
 }  // namespace
 
 Action add_bench_command(CLI::App& app) {
@@ -38,6 +58,7 @@ Action add_bench_command(CLI::App& app) {
     int iterations = 10, warmup = 2;
     double timeout_s = 300;
     std::string backend = "gloo";
+    std::string buffers = "communicator";
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("bench", "Collective bandwidth inside a job (run on every rank), like nccl-tests");
@@ -51,9 +72,15 @@ Action add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1.01, 1024.0));
   cmd->add_option("-n,--iters", args->iterations, "timed runs per size")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("-w,--warmup_iters", args->warmup, "untimed runs per size")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--backend", args->backend, "gloo (CPU, TCP) or nccl (GPU LOCAL_RANK, device buffers)")
+  cmd->add_option("--backend", args->backend,
+                  "gloo (CPU, TCP), shm (CPU, the ranks of one node, shared memory) or nccl (GPU LOCAL_RANK, device "
+                  "buffers)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"gloo", "nccl"}));
+      ->check(CLI::IsMember({"gloo", "shm", "nccl"}));
+  cmd->add_option("--buffers", args->buffers,
+                  "communicator (Communicator::allocate, as the trainer's), user (plain host memory) or both")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"communicator", "user", "both"}));
   cmd->add_option("--timeout-s", args->timeout_s, "deadline of rendezvous and of each collective")->capture_default_str();
   return [args]() {
     trainer::CollectiveBenchOptions options;
@@ -76,16 +103,9 @@ Action add_bench_command(CLI::App& app) {
       comm_options.backend = args->backend;
       comm_options.timeout = std::chrono::milliseconds(static_cast<long long>(args->timeout_s * 1000));
       auto comm = trainer::make_communicator_from_env(comm_options);
-      const auto rows = trainer::run_collective_bench(*comm, options);
       std::size_t wrong = 0;
-      for (const auto& row : rows) wrong += row.wrong;
-      if (comm->rank() == 0) {
-        std::printf("# dtrain bench %s: %d ranks, backend %s, %d timed runs per size (%d warm-up)\n",
-                    args->collective.c_str(), comm->size(), comm->backend().c_str(), args->iterations, args->warmup);
-        const std::string table = trainer::format_collective_bench(args->collective, comm->size(), rows);
-        std::fwrite(table.data(), 1, table.size(), stdout);
-        std::fflush(stdout);
-      }
+      if (args->buffers != "user") wrong += run_table(*comm, options, false);
+      if (args->buffers != "communicator") wrong += run_table(*comm, options, true);
       if (wrong > 0) {
         std::fprintf(stderr, "dtrain bench: rank %d: %zu elements came back wrong\n", comm->rank(), wrong);
         return 1;

@@ -14,13 +14,13 @@ using Clock = std::chrono::steady_clock;
 // Rank r's element i in the checked run: an integer small enough that sums over any number of ranks stay exact.
 float element(int rank, std::size_t i) { return static_cast<float>((rank + 1) * 100 + static_cast<int>(i % 89)); }
 
-// One buffer of the collective, where the backend wants it (Communicator::device_buffers): `host` holds the
-// known data and, after download(), the result. For a host backend `host` is the buffer itself; for a device
-// backend a device copy of `count` floats is kept in step by upload() and download(), outside the timed runs.
+// One buffer of the collective: `host` holds the known data and, after download(), the result. Placed buffers come
+// from the communicator (Communicator::allocate) and are kept in step with `host` by upload() and download(),
+// outside the timed runs; user buffers are `host` itself.
 class BenchBuffer {
  public:
-  explicit BenchBuffer(Communicator& comm) : comm_(comm) {}
-  ~BenchBuffer() { comm_.release(device_); }
+  BenchBuffer(Communicator& comm, bool placed) : comm_(comm), placed_(placed) {}
+  ~BenchBuffer() { comm_.release(buffer_); }
   BenchBuffer(const BenchBuffer&) = delete;
   BenchBuffer& operator=(const BenchBuffer&) = delete;
 
@@ -28,31 +28,32 @@ class BenchBuffer {
 
   // Sizes the buffer to host.size() floats and copies host into it.
   void upload() {
-    if (!comm_.device_buffers()) return;
-    if (host.size() != device_count_) {
-      comm_.release(device_);
-      device_ = nullptr;
-      device_count_ = 0;
-      device_ = comm_.allocate(host.size());
-      device_count_ = host.size();
+    if (!placed_) return;
+    if (host.size() != buffer_count_) {
+      comm_.release(buffer_);
+      buffer_ = nullptr;
+      buffer_count_ = 0;
+      buffer_ = comm_.allocate(host.size());
+      buffer_count_ = host.size();
     }
-    comm_.copy_in(device_, host.data(), host.size());
+    comm_.copy_in(buffer_, host.data(), host.size());
   }
   // Copies the buffer back into host.
   void download() {
-    if (comm_.device_buffers()) comm_.copy_out(host.data(), device_, host.size());
+    if (placed_) comm_.copy_out(host.data(), buffer_, host.size());
   }
-  float* data() { return comm_.device_buffers() ? device_ : host.data(); }
+  float* data() { return placed_ ? buffer_ : host.data(); }
 
  private:
   Communicator& comm_;
-  float* device_ = nullptr;
-  std::size_t device_count_ = 0;
+  bool placed_;
+  float* buffer_ = nullptr;
+  std::size_t buffer_count_ = 0;
 };
 
 // The buffers a case's functions share; they outlive the case.
 struct Buffers {
-  explicit Buffers(Communicator& comm) : in(comm), out(comm) {}
+  Buffers(Communicator& comm, bool placed) : in(comm, placed), out(comm, placed) {}
   BenchBuffer in;
   BenchBuffer out;
 };
@@ -128,8 +129,12 @@ std::vector<CollectiveBenchRow> run_collective_bench(Communicator& comm, const C
   if (options.iterations < 1 || options.warmup_iterations < 0) {
     throw std::invalid_argument("collective bench: iterations must be at least 1 and warm-up at least 0");
   }
+  if (options.user_buffers && comm.device_buffers()) {
+    throw std::invalid_argument("collective bench: the " + comm.backend() + " backend works on device memory, so it "
+                                "cannot use user (host) buffers; leave them to the communicator");
+  }
   const Case c = make_case(comm, options.collective);
-  Buffers buffers(comm);
+  Buffers buffers(comm, !options.user_buffers);
   std::vector<CollectiveBenchRow> rows;
   for (std::size_t bytes : options.sizes_bytes) {
     CollectiveBenchRow row;

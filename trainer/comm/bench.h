@@ -6,8 +6,10 @@
 // broadcast: the buffer; all_gather: the output; reduce_scatter: the input), a multiple of 4 * size() (rounded down).
 //   algbw = size / time;  busbw = algbw * factor, with factor 2(n-1)/n for allreduce, (n-1)/n for all_gather and
 //   reduce_scatter, 1 for broadcast: the bandwidth each rank's link carries, comparable across rank counts.
-// Buffers live where the backend wants them (Communicator::device_buffers: GPU memory for nccl); filling them and
-// checking the result copies between host and device outside the timed runs.
+// Buffers come from Communicator::allocate, as the trainer's do (GPU memory for nccl, the shared segment for shm,
+// plain host memory for gloo), or, with user_buffers, are plain host vectors the communicator has never seen (how
+// a caller that does not allocate through it fares: shm then copies through its staging slots). Filling them and
+// checking the result copies outside the timed runs.
 
 #include <cstddef>
 #include <string>
@@ -24,6 +26,9 @@ struct CollectiveBenchOptions {
   std::vector<std::size_t> sizes_bytes = {std::size_t{1} << 20, std::size_t{25} << 20};
   int warmup_iterations = 2;  // untimed runs before the timed ones, per size
   int iterations = 10;        // timed runs per size; the time reported is their mean
+  // Plain host vectors instead of Communicator::allocate; refused (std::invalid_argument) by a backend whose
+  // buffers are device memory.
+  bool user_buffers = false;
 };
 
 struct CollectiveBenchRow {
