@@ -1,5 +1,7 @@
 #include "agent/job_runner.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -9,6 +11,7 @@
 
 #include "agent/security/x509.h"
 #include "common/util.h"
+#include "trainer/comm/shm/segment_name.h"
 
 namespace dtrain::agent {
 namespace {
@@ -27,7 +30,37 @@ std::string read_error_file(const std::string& path) {
   }
 }
 
+// Where POSIX shared memory lives on Linux (shm_open's directory).
+constexpr char kShmDir[] = "/dev/shm";
+
+// The shm segment prefix of this node's workers of the job: DTRAIN_JOB_ID and DTRAIN_NODE_RANK of its first worker
+// (every worker of a node has the same); "" when they are not set.
+std::string shm_prefix(const GroupSpec& group) {
+  if (group.workers.empty()) return {};
+  const auto& env = group.workers.front().env;
+  const auto job = env.find("DTRAIN_JOB_ID");
+  const auto node = env.find("DTRAIN_NODE_RANK");
+  if (job == env.end() || job->second.empty() || node == env.end()) return {};
+  char* end = nullptr;
+  const unsigned long node_rank = std::strtoul(node->second.c_str(), &end, 10);
+  if (end == node->second.c_str() || *end != '\0') return {};
+  return trainer::shm_job_prefix(job->second, static_cast<std::uint32_t>(node_rank));
+}
+
 }  // namespace
+
+unsigned remove_shm_segments(const std::string& dir, const std::string& prefix) {
+  if (prefix.empty()) return 0;
+  DIR* entries = ::opendir(dir.c_str());
+  if (entries == nullptr) return 0;
+  unsigned removed = 0;
+  while (const dirent* entry = ::readdir(entries)) {
+    if (std::string_view(entry->d_name).rfind(prefix, 0) != 0) continue;
+    removed += ::unlinkat(::dirfd(entries), entry->d_name, 0) == 0;
+  }
+  ::closedir(entries);
+  return removed;
+}
 
 unsigned reserve_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -60,6 +93,7 @@ JobRunner::JobRunner(store::Store& store, std::string advertise_host, std::strin
 
 JobRunner::~JobRunner() {
   supervisor_.reset();
+  remove_shm_segments();
   std::lock_guard lock(mutex_);
   if (!store_token_.empty()) store_.drop_namespace(store_token_);
 }
@@ -167,6 +201,7 @@ Status JobRunner::start_group(const GroupSpec& group) {
     }
     move(RoundEvent::start);
     round_ = group.round;
+    shm_prefix_ = shm_prefix(group);
     round_token_ = group.round_token;
     workers_.clear();
     std::size_t index = 0;
@@ -202,6 +237,7 @@ void JobRunner::stop(std::chrono::milliseconds grace, std::function<void(unsigne
       std::lock_guard lock(mutex_);
       move(RoundEvent::swept);
     }
+    remove_shm_segments();
     done(killed);
   });
 }
@@ -216,9 +252,19 @@ bool JobRunner::stop_and_wait(std::chrono::milliseconds grace, std::chrono::mill
     move(RoundEvent::stop);
   }
   bool finished = supervisor_->stop_all_and_wait(grace, timeout);
+  remove_shm_segments();
   std::lock_guard lock(mutex_);
   move(RoundEvent::swept);
   return finished;
+}
+
+void JobRunner::remove_shm_segments() const {
+  std::string prefix;
+  {
+    std::lock_guard lock(mutex_);
+    prefix = shm_prefix_;
+  }
+  dtrain::agent::remove_shm_segments(kShmDir, prefix);
 }
 
 RoundState JobRunner::state() const {
@@ -315,6 +361,7 @@ void JobRunner::on_exited(const supervisor::ProcessExit& exit) {
       group_done = all && move(RoundEvent::all_exited);
     }
   }
+  if (group_done) remove_shm_segments();
   emit(WorkerExited{round, rank, exit, read_error_file(error_file), log_path, unix_ms()});
   if (group_done) emit(GroupDone{round});
 }

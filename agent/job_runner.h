@@ -6,7 +6,9 @@
 // domain types only; the Agent converts them to and from the session's messages (wire.h).
 //
 // The round's lifecycle on this node is RoundState (round_state.h, where its diagram is); every change of it goes
-// through transition().
+// through transition(). Whenever a round ends on this node (its workers all exited, or a stop swept them) and when
+// the runner goes, it removes the job's shared-memory segments of this node from /dev/shm (the shm communicator's,
+// trainer/comm/shm/segment_name.h): workers killed before their communicator was complete cannot remove them.
 
 #include <chrono>
 #include <functional>
@@ -113,6 +115,8 @@ class JobRunner {
   void on_line(std::uint64_t id, bool is_stderr, std::string_view line);
   void emit(RunnerEvent event);
   void stop(std::chrono::milliseconds grace, std::function<void(unsigned killed)> done);
+  // remove_shm_segments for this node's share of the job (shm_prefix_).
+  void remove_shm_segments() const;
 
   store::Store& store_;
   std::string advertise_host_;
@@ -123,6 +127,7 @@ class JobRunner {
   std::string store_token_;   // namespace this node's store opened (node 0)
   std::string round_token_;   // the running round's token, from StartGroup
   std::uint32_t round_ = 0;
+  std::string shm_prefix_;    // this node's shm segments of the job (segment_name.h), from the workers' env
   RoundState state_ = RoundState::idle;
   std::map<std::uint32_t, Worker> workers_;  // by rank, current round only
   std::map<std::string, std::string> worker_env_;
@@ -140,6 +145,10 @@ inline std::uint64_t process_id(std::uint32_t round, std::uint32_t rank) {
 }
 inline std::uint32_t round_of(std::uint64_t process_id) { return static_cast<std::uint32_t>(process_id >> 32); }
 inline std::uint32_t rank_of(std::uint64_t process_id) { return static_cast<std::uint32_t>(process_id & 0xffffffffu); }
+
+// Removes every entry of `dir` (normally /dev/shm) whose name starts with `prefix`; returns how many. An empty
+// prefix removes nothing.
+unsigned remove_shm_segments(const std::string& dir, const std::string& prefix);
 
 // Binds an ephemeral TCP port on all interfaces and releases it; 0 on failure.
 unsigned reserve_port();
