@@ -69,7 +69,11 @@ struct Agent::Session {
   EvidenceCollector evidence;        // last: its thread, which pushes to the outbox, ends first
 };
 
-Agent::Agent(AgentOptions options) : options_(std::move(options)), facts_(node::gather_facts()) {}
+Agent::Agent(AgentOptions options) : options_(std::move(options)), facts_(node::gather_facts()) {
+  facts_.topology = options_.topology;
+  // A saved topology describes the node's GPUs where the driver cannot (no NVML, or a test host): its GPUs count.
+  if (!facts_.topology.ranks.empty()) facts_.gpu_count = static_cast<unsigned>(facts_.topology.ranks.size());
+}
 
 Agent::~Agent() = default;
 

@@ -47,6 +47,7 @@ struct AgentOptions {
   // "" = default_run_dir().
   std::string run_dir;
   std::optional<unsigned> slot;         // position in the launcher's host list (--slot), sent in the hello
+  node::topo::NodeTopology topology;    // sent in the hello: the live scan's, or --topology FILE's
   std::chrono::milliseconds default_lease{10000};   // until the launcher's Configure says otherwise
   std::chrono::milliseconds default_grace{10000};   // stop grace when the session is lost before Configure
   std::chrono::milliseconds default_heartbeat{1000};

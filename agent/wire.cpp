@@ -63,6 +63,24 @@ void put(const RoundPreparation& prepared, v1::RoundPrepared& out) {
   out.set_store_address(prepared.store_address);
 }
 
+void put(const node::topo::NodeTopology& topology, v1::NodeTopology& out) {
+  out.set_source(topology.source);
+  for (const auto& rank : topology.ranks) {
+    auto* r = out.add_ranks();
+    r->set_gpu(rank.gpu);
+    r->set_bus_id(rank.bus_id);
+    r->set_cpu_affinity(rank.cpu_affinity);
+    r->set_numa(rank.numa);
+    append(r->mutable_nics(), rank.nics);
+    for (const auto& [name, value] : rank.env) {
+      auto* e = r->add_env();
+      e->set_name(name);
+      e->set_value(value);
+    }
+  }
+  append(out.mutable_warnings(), topology.warnings);
+}
+
 void put(const AgentHello& hello, v1::Hello& out) {
   auto* facts = out.mutable_facts();
   facts->set_hostname(hello.facts.hostname);
@@ -79,6 +97,7 @@ void put(const AgentHello& hello, v1::Hello& out) {
   facts->set_dtrain_version(hello.dtrain_version);
   facts->set_kernel(hello.facts.kernel);
   facts->set_mem_total_bytes(hello.facts.mem_total_bytes);
+  put(hello.facts.topology, *facts->mutable_topology());
   facts->set_unix_ms(hello.unix_ms);
   out.set_agent_address(hello.agent_address);
   out.set_pid(hello.pid);

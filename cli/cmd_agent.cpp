@@ -8,9 +8,30 @@
 #include <utility>
 
 #include "agent/agent.h"
+#include "agent/node/topology/node_topology.h"
+#include "agent/node/topology/topology.h"
 #include "cli/commands.h"
 
 namespace dtrain::cli {
+namespace {
+
+// Sets what the agent's hello says of its node's topology: the live scan's, or `file`'s (--topology). False, having
+// said why, when the file cannot be used.
+bool set_node_topology(const std::string& file, agent::AgentOptions& options) {
+  if (file.empty()) {
+    options.topology = node::topo::summarize(node::topo::live_topology(), "live");
+    return true;
+  }
+  Result<node::topo::NodeTopology> loaded = node::topo::load_topology_file(file);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "dtrain agent: --topology: %s\n", loaded.status.message().c_str());
+    return false;
+  }
+  options.topology = std::move(loaded.value);
+  return true;
+}
+
+}  // namespace
 
 Action add_agent_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("agent", "Run the node agent that launchers drive over gRPC");
@@ -35,6 +56,8 @@ Action add_agent_command(CLI::App& app) {
                   "take sessions only over this Unix socket, from the process that started the agent (set by "
                   "launchers for provider local); the TCP port then serves the store and health reports alone");
   cmd->add_flag("--quiet", *quiet, "log warnings and errors only");
+  auto topology_file = std::make_shared<std::string>();
+  cmd->add_option("--topology", *topology_file, "a saved `nvidia-smi topo -m` to place ranks by, instead of a scan");
   auto slot = std::make_shared<std::string>();
   cmd->add_option("--slot", *slot,
                   "this node's position in the launcher's host list, or `slurm` for $SLURM_NODEID (set by launchers "
@@ -42,7 +65,7 @@ Action add_agent_command(CLI::App& app) {
   cmd->add_option("--lease-s", *lease_s, "stop the workers when the launcher is silent this long")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  return [options, quiet, lease_s, join_timeout_s, slot]() {
+  return [options, quiet, lease_s, join_timeout_s, slot, topology_file]() {
     if (!slot->empty()) {
       std::string text = *slot;
       if (text == "slurm") {
@@ -71,6 +94,7 @@ Action add_agent_command(CLI::App& app) {
       }
     }
     options->join_timeout = spec::duration_ms(*join_timeout_s);
+    if (!set_node_topology(*topology_file, *options)) return 2;
     auto logger = spdlog::stderr_color_mt("dtrain-agent");
     logger->set_pattern("[dtrain-agent %l] %v");
     logger->set_level(*quiet ? spdlog::level::warn : spdlog::level::info);

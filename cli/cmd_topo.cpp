@@ -2,10 +2,9 @@
 // `nvidia-smi topo -m`, with per-local-rank recommendations.
 
 #include <cstdio>
-#include <fstream>
-#include <sstream>
+#include <utility>
 
-#include "agent/node/topology/import.h"
+#include "agent/node/topology/node_topology.h"
 #include "agent/node/topology/topology.h"
 #include "cli/commands.h"
 
@@ -27,22 +26,12 @@ Action add_topo_command(CLI::App& app) {
   return [args]() {
     node::topo::Report report;
     if (!args->import_file.empty()) {
-      std::ifstream in(args->import_file);
-      if (!in) {
-        std::fprintf(stderr, "dtrain topo: cannot read %s: save the output of `nvidia-smi topo -m` to a file and pass "
-                             "its path\n", args->import_file.c_str());
+      Result<node::topo::Report> imported = node::topo::import_topology_file(args->import_file);
+      if (!imported.ok()) {
+        std::fprintf(stderr, "dtrain topo: %s\n", imported.status.message().c_str());
         return 2;
       }
-      std::stringstream text;
-      text << in.rdbuf();
-      try {
-        report = node::topo::analyze_import(text.str());
-      } catch (const node::topo::ImportError& e) {
-        std::string what = e.what();  // "line N: ..." becomes FILE:N: ...
-        if (what.rfind("line ", 0) == 0) what.erase(0, 5);
-        std::fprintf(stderr, "dtrain topo: %s:%s\n", args->import_file.c_str(), what.c_str());
-        return 2;
-      }
+      report = std::move(imported.value);
     } else {
       node::topo::TopologyOptions options;
       options.roots = {args->sysfs, args->procfs};

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/node/topology/node_topology.h"
 #include "common/status.h"
 
 namespace dtrain::node {
@@ -21,6 +22,8 @@ struct Facts {
   unsigned gpu_count = 0;              // NVIDIA GPUs the driver exposes (/proc/driver/nvidia/gpus)
   std::string kernel;                  // uname release
   std::uint64_t mem_total_bytes = 0;   // RAM (MemTotal of /proc/meminfo); 0 = not known
+  topo::NodeTopology topology;         // per local rank, what `dtrain topo` recommends; gather_facts leaves it
+                                       //   empty (the scan lives in the topology library): the agent sets it
 };
 
 // Reads the facts of this machine. `sysfs_root` and `procfs_root` let tests point at a fake tree.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "agent/node/reach.h"
+#include "agent/node/topology/node_topology.h"
 
 namespace dtrain::controller {
 
@@ -34,6 +35,7 @@ struct AgentHello {
   std::vector<NetInterface> interfaces;
   std::uint64_t mem_total_bytes = 0;   // the node's RAM; 0 = not known (the RAM diagnosis skips the node)
   std::optional<unsigned> slot;        // ssh: index in nodes.hosts; slurm: SLURM_NODEID; unset when started by hand
+  node::topo::NodeTopology topology;   // per local rank, what `dtrain topo` recommends on that node
 };
 
 struct RoundPrepared {

@@ -9,6 +9,16 @@
 namespace dtrain::controller::wire {
 namespace {
 
+node::topo::NodeTopology topology_of(const v1::NodeTopology& t) {
+  const auto rank_of = [](const v1::RankTopology& r) {
+    return node::topo::RankTopology{
+        .gpu = r.gpu(), .bus_id = r.bus_id(), .cpu_affinity = r.cpu_affinity(), .numa = r.numa(),
+        .nics = copy_of(r.nics()),
+        .env = convert_all(r.env(), [](const v1::EnvVar& e) { return std::pair{e.name(), e.value()}; })};
+  };
+  return {.source = t.source(), .ranks = convert_all(t.ranks(), rank_of), .warnings = copy_of(t.warnings())};
+}
+
 AgentHello hello_of(const v1::Hello& h) {
   const auto& f = h.facts();
   return {.hostname = f.hostname(), .host_id = f.host_id(), .dtrain_version = f.dtrain_version(),
@@ -17,7 +27,8 @@ AgentHello hello_of(const v1::Hello& h) {
           .interfaces = convert_all(f.interfaces(),
                                     [](const v1::NetInterface& i) { return NetInterface{i.name(), i.address()}; }),
           .mem_total_bytes = f.mem_total_bytes(),
-          .slot = h.has_slot() ? std::optional<unsigned>(h.slot()) : std::nullopt};
+          .slot = h.has_slot() ? std::optional<unsigned>(h.slot()) : std::nullopt,
+          .topology = topology_of(f.topology())};
 }
 
 WorkerExit exit_of(const v1::WorkerExited& x) {
