@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "agent/node/facts.h"
+#include "agent/node/topology/topology.h"
 #include "cli/commands.h"
 #include "cli/controller/controller.h"
 #include "cli/controller/remote_agents.h"
@@ -70,6 +71,12 @@ int print_dry_run(const spec::Spec& input) {
   spec::Spec spec = input;
   spec.working_dir = fs::absolute(spec.working_dir).lexically_normal().string();
   node::Facts facts = node::gather_facts();
+  node::topo::NodeTopology topology;
+  if (spec.nodes.provider == spec::Provider::local) {
+    // validate() has read nodes.topology already, so it loads.
+    topology = spec.nodes.topology.empty() ? node::topo::summarize(node::topo::live_topology(), "live")
+                                           : node::topo::load_topology_file(spec.nodes.topology).value;
+  }
   std::vector<spec::NodeInfo> nodes;
   int count = spec.nodes.provider == spec::Provider::static_list ? static_cast<int>(spec.nodes.agents.size())
                                                                  : spec.nodes.max_count;
@@ -110,6 +117,10 @@ int print_dry_run(const spec::Spec& input) {
     info.cpus = facts.cpus;
     info.cpu_numa = facts.cpu_numa;
     info.gpu_count = facts.gpu_count;
+    if (spec.nodes.provider == spec::Provider::local) {  // local agents place ranks by this host's topology
+      info.topology = topology;
+      if (!topology.ranks.empty()) info.gpu_count = static_cast<unsigned>(topology.ranks.size());
+    }
     nodes.push_back(std::move(info));
   }
   spec::RoundInfo round;

@@ -119,6 +119,7 @@ void Fleet::on_hello(int node, const AgentHello& hello) {
   n.info.cpu_numa = hello.cpu_numa;
   n.info.gpu_count = hello.gpu_count;
   n.info.mem_total_bytes = hello.mem_total_bytes;
+  n.info.topology = hello.topology;
   n.info.tuned_env.clear();
   if (provider_->tunes_interface()) {
     // Workers talk over the interface peers reach this node on: nodes.interface, else the one holding the

@@ -55,6 +55,11 @@ class LocalProvider final : public Provider {
     for (int i = 0; i < spec.nodes.max_count; ++i) {
       argvs.push_back({fleet.options().self_exe, "agent", "--listen", "127.0.0.1:0", "--quiet", "--session-socket",
                        processes_->session_socket(i), "--run-dir", run_dir});
+      // Relative to where dtrain was started, like every path of a spec; the agents may run elsewhere.
+      if (!spec.nodes.topology.empty()) {
+        argvs.back().insert(argvs.back().end(),
+                            {"--topology", std::filesystem::absolute(spec.nodes.topology).string()});
+      }
     }
     processes_->start(std::move(argvs));
   }

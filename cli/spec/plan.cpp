@@ -4,10 +4,11 @@
 //
 // Worker environment, lowest precedence first (a later layer overwrites an earlier one):
 //   1. defaults: TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (a collective that fails aborts the communicator and the worker
-//      exits, instead of hanging until the watchdog), OMP_NUM_THREADS = the worker's CPU share (binding.h),
-//      PYTHONUNBUFFERED=1 (stdout is a pipe to the agent, and Python would otherwise hold rank 0's output back
-//      until its buffer fills).
-//   2. automatic tuning, when nccl.auto: the node's tuned_env (topology tuning: NCCL_IB_HCA, ...); then, for
+//      exits, instead of hanging until the watchdog), OMP_NUM_THREADS = the worker's CPU share (binding.h, or
+//      gpu_placement.h), PYTHONUNBUFFERED=1 (stdout is a pipe to the agent, and Python would otherwise hold rank
+//      0's output back until its buffer fills); for a worker placed by GPU, its GPU's variables (gpu_placement.h:
+//      DTRAIN_GPU, ..., and with nccl.auto the NCCL variables `dtrain topo` recommends for its local rank).
+//   2. automatic tuning, when nccl.auto: the node's tuned_env (the socket interface the launcher chose); then, for
 //      provider local, NCCL_SOCKET_IFNAME=lo and GLOO_SOCKET_IFNAME=lo, because every simulated node is this
 //      machine and its peers are reached on loopback.
 //   3. nodes.interface, when set: NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME = that interface (an explicit choice,
@@ -28,16 +29,15 @@
 #include <set>
 
 #include "cli/spec/binding.h"
+#include "cli/spec/gpu_placement.h"
 #include "cli/spec/spec.h"
 
 namespace dtrain::spec {
 namespace {
 
-using Env = std::map<std::string, std::string>;
+using detail::node_name;
 
-std::string node_name(std::size_t index, const NodeInfo& node) {
-  return "node " + std::to_string(index) + " (" + (node.hostname.empty() ? "?" : node.hostname) + ")";
-}
+using Env = std::map<std::string, std::string>;
 
 std::string or_reserved(const std::string& value) {
   return value.empty() ? std::string(kReservedAtLaunch) : value;
@@ -148,7 +148,8 @@ unsigned checked_world_size(unsigned nnodes, unsigned workers_per_node) {
 }
 
 // The CPU share of each worker, by node rank then local rank. Nodes with the same host_id are one machine: their
-// workers split its CPUs between them.
+// workers split its CPUs between them, unless they are placed by GPU (gpu_placement.h): then each rank gets the
+// CPUs near its GPU.
 std::vector<std::vector<detail::CpuShare>> share_cpus(const Spec& spec, const std::vector<NodeInfo>& nodes,
                                                       unsigned workers_per_node, std::vector<std::string>& warnings) {
   std::map<std::string, std::vector<unsigned>> hosts;  // host key -> node ranks on it
@@ -157,6 +158,15 @@ std::vector<std::vector<detail::CpuShare>> share_cpus(const Spec& spec, const st
   }
   std::vector<std::vector<detail::CpuShare>> shares(nodes.size());
   for (const auto& [host, ranks] : hosts) {
+    const bool by_gpu = spec.binding == Binding::automatic && std::all_of(ranks.begin(), ranks.end(), [&](unsigned n) {
+      return detail::placed_gpu(nodes[n], workers_per_node, 0) != nullptr;
+    });
+    if (by_gpu) {
+      for (unsigned n : ranks) {
+        shares[n] = detail::share_gpu_cpus(nodes[n], workers_per_node, node_name(n, nodes[n]), warnings);
+      }
+      continue;
+    }
     const NodeInfo& first = nodes[ranks.front()];
     const unsigned workers = static_cast<unsigned>(ranks.size()) * workers_per_node;
     const auto host_shares = detail::share_host_cpus(first.cpus, first.cpu_numa, workers, spec.binding);
@@ -204,12 +214,14 @@ struct Job {
   std::vector<std::string> argv;
 };
 
-// Layers 1-4 of the worker environment (top of this file).
-void set_layered_env(const Job& job, const NodeInfo& node, const detail::CpuShare& share, Env& env) {
+// Layers 1-4 of the worker environment (top of this file). `gpu`: the GPU the worker is placed on, or nullptr.
+void set_layered_env(const Job& job, const NodeInfo& node, const detail::CpuShare& share,
+                     const node::topo::RankTopology* gpu, Env& env) {
   const Spec& spec = job.spec;
   env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1";
   env["OMP_NUM_THREADS"] = std::to_string(share.omp_threads);
   env["PYTHONUNBUFFERED"] = "1";
+  if (gpu) detail::set_gpu_env(spec, *gpu, env);
   if (spec.nccl.automatic) {
     for (const auto& [name, value] : node.tuned_env) env[name] = value;
     if (spec.nodes.provider == Provider::local) env["NCCL_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"] = "lo";
@@ -261,7 +273,12 @@ WorkerPlan plan_worker(const Job& job, const NodeInfo& node, unsigned node_rank,
                      (spec.logs.console == Spec::Logs::Console::rank0 && w.rank == 0) ||
                      (spec.logs.console == Spec::Logs::Console::ranks && job.console_ranks.count(w.rank));
   w.stream_stdout = w.stream_stderr = shown;
-  set_layered_env(job, node, share, w.env);
+  const node::topo::RankTopology* gpu = detail::placed_gpu(node, job.plan.workers_per_node, local_rank);
+  if (gpu) {
+    w.gpu = gpu->gpu;
+    w.nics = gpu->nics;
+  }
+  set_layered_env(job, node, share, gpu, w.env);
   set_identity_env(job, node, w, w.env);
   return w;
 }
@@ -273,6 +290,7 @@ Plan make_plan(const Spec& spec, const std::vector<NodeInfo>& nodes, const Round
   plan.nnodes = checked_node_count(spec, nodes);
   plan.workers_per_node = resolve_workers_per_node(spec, nodes);
   plan.world_size = checked_world_size(plan.nnodes, plan.workers_per_node);
+  detail::check_gpu_placement(spec, nodes, plan.workers_per_node, plan.warnings);
   // Braced initialisers run in order: the warnings come in the order of the fields.
   const Job job{spec,
                 round,

@@ -48,6 +48,7 @@ class Reader : ValueReader {
       else if (key == "nccl") read_nccl(value, path, spec.nccl);
       else if (key == "binding") read_choice(value, path, Choices<Binding>{{"auto", Binding::automatic},
                                                                           {"none", Binding::none}}, spec.binding);
+      else if (key == "gpu_isolation") read_bool(value, path, spec.gpu_isolation);
       else if (key == "observe") read_observe(value, path, spec.observe);
     });
     // A misspelt required key already has its did-you-mean; "missing" (or "is empty") would only repeat it.
@@ -98,6 +99,8 @@ class Reader : ValueReader {
         read_string(value, key_path, nodes.interface);
       } else if (key == "join_timeout_s") {
         read_number(value, key_path, nodes.join_timeout_s);
+      } else if (key == "topology") {
+        read_string(value, key_path, nodes.topology);
       }
     });
     // A static job's size is its list of agents unless count says otherwise.

@@ -41,6 +41,12 @@ std::string render_plan(const Spec& spec, const Plan& plan) {
     out << "\nrank " << w.rank << ": node " << w.node_rank << ", host " << w.host << ", local rank " << w.local_rank
         << "\n";
     out << "  cpus:        " << (w.cpus.empty() ? "not pinned" : format_cpu_list(w.cpus)) << "\n";
+    if (w.gpu) {
+      std::string nics;
+      for (const auto& nic : w.nics) nics += (nics.empty() ? "" : ", ") + nic;
+      out << "  gpu:         " << *w.gpu << "\n";
+      out << "  nics:        " << (nics.empty() ? "none" : nics) << "\n";
+    }
     out << "  argv:        " << argv << "\n";
     out << "  working dir: " << w.working_dir << "\n";
     out << "  log:         " << w.log_path << (w.stream_stdout ? " (shown on the console)" : "") << "\n";

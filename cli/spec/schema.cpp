@@ -13,9 +13,9 @@ using Keys = std::vector<std::string_view>;
 const std::map<std::string_view, Keys>& sections() {
   static const std::map<std::string_view, Keys> table = {
       {"", {"name", "nodes", "workers_per_node", "command", "shell", "env", "working_dir", "restart", "stop",
-            "health", "logs", "nccl", "binding", "observe"}},
+            "health", "logs", "nccl", "binding", "gpu_isolation", "observe"}},
       {"nodes", {"provider", "count", "agents", "hosts", "rendezvous", "interface", "join_timeout_s", "ssh_command",
-                 "srun_command", "remote_dtrain"}},
+                 "srun_command", "remote_dtrain", "topology"}},
       {"restart", {"max_restarts", "backoff_s"}},
       {"stop", {"grace_s"}},
       {"health", {"heartbeat_timeout_s", "hang_timeout_s", "startup_timeout_s", "node_timeout_s",

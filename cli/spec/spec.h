@@ -19,6 +19,8 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/node/topology/node_topology.h"
+
 namespace dtrain::spec {
 
 // Where the nodes come from.
@@ -88,6 +90,8 @@ struct Spec {
                                           //   also becomes NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
     double join_timeout_s = 60;           // how long the launcher waits for every node to join, > 0 and
                                           //   <= kMaxDurationS (like every *_s key below)
+    std::string topology;                 // local only: a saved `nvidia-smi topo -m` the agents use instead of
+                                          //   scanning this host (`dtrain agent --topology`); "" = scan
   } nodes;
 
   struct WorkersPerNode {
@@ -144,6 +148,8 @@ struct Spec {
   } nccl;
 
   Binding binding = Binding::automatic;
+  bool gpu_isolation = false;  // CUDA_VISIBLE_DEVICES = the worker's own GPU (else unset, and scripts select with
+                               //   LOCAL_RANK); needs every node's workers placed by GPU (gpu_placement.h)
 
   struct Observe {
     std::string metrics_addr;  // "host:port" ([ipv6]:port) where the launcher serves GET /metrics in Prometheus'
@@ -222,8 +228,10 @@ struct NodeInfo {
   std::vector<int> cpu_numa;                // NUMA node of cpus[i]; shorter than cpus = unknown, taken as 0
   unsigned gpu_count = 0;                   // visible GPUs
   std::uint64_t mem_total_bytes = 0;        // RAM (the agent's MemTotal); 0 = not known
-  std::map<std::string, std::string> tuned_env;  // NCCL variables the node's topology tuning chose (NCCL_IB_HCA,
-                                                 //   ...); used when nccl.auto, below nccl.env and env
+  std::map<std::string, std::string> tuned_env;  // variables the launcher chose for the whole node (the socket
+                                                 //   interface); used when nccl.auto, below nccl.env and env
+  node::topo::NodeTopology topology;        // per local rank, what `dtrain topo` recommends there (GPU, CPUs, NICs,
+                                            //   NCCL variables); empty ranks = no GPU placement
 };
 
 // This round of rendezvous (one per attempt).
@@ -244,6 +252,8 @@ struct WorkerPlan {
   std::map<std::string, std::string> env;    // the complete set dtrain adds to the agent's environment
   std::string working_dir;
   std::vector<unsigned> cpus;                // affinity; empty = not pinned
+  std::optional<unsigned> gpu;               // the GPU it is placed on (DTRAIN_GPU); unset = not placed by GPU
+  std::vector<std::string> nics;             // its GPU's nearest NICs, the one it leaves by first
   std::string log_path;                      // attempt_dir/rank_<r>.log: stdout and stderr, line by line
   std::string error_file;                    // attempt_dir/rank_<r>_error.json (TORCHELASTIC_ERROR_FILE)
   bool stream_stdout = false, stream_stderr = false;  // shown on the launcher's console

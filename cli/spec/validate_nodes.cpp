@@ -147,6 +147,21 @@ void check_rendezvous(const Spec::Nodes& nodes, Reporter& r) {
   }
 }
 
+// provider local: a saved topology the agents read instead of scanning the host; read here, so a bad file is an
+// error before anything starts.
+void check_topology(const Spec::Nodes& nodes, Reporter& r) {
+  if (nodes.topology.empty() || !r.no_nul("nodes.topology", nodes.topology)) return;
+  if (nodes.provider != Provider::local) {
+    r.report("nodes.topology", only_for("provider local", nodes.provider),
+             "Start each agent with `dtrain agent --topology FILE` instead.");
+    return;
+  }
+  if (Result<node::topo::NodeTopology> loaded = node::topo::load_topology_file(nodes.topology); !loaded.ok()) {
+    r.report("nodes.topology", loaded.status.message() + ".",
+             "Give the path of a saved `nvidia-smi topo -m` output, relative to where dtrain starts.");
+  }
+}
+
 }  // namespace
 
 void check_nodes(const Spec& spec, Reporter& r) {
@@ -156,6 +171,7 @@ void check_nodes(const Spec& spec, Reporter& r) {
   check_hosts(nodes, r);
   check_remote_start(nodes, r);
   check_rendezvous(nodes, r);
+  check_topology(nodes, r);
   check_entries(
       "nodes.agents", nodes.agents, [](std::string_view agent) { return check_address(agent); },
       "Write host:port, e.g. node1:29400 or [fe80::1]:29400.", "List each node's agent once.", r);

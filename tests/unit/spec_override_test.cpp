@@ -70,11 +70,11 @@ TEST_CASE("a bad path is reported against --set with did-you-mean") {
   CHECK(errors_with({"nodes.cuont=3"}) ==
         std::vector<std::string>{"--set: nodes.cuont: unknown key. Did you mean 'nodes.count'? Allowed keys under "
                                  "nodes: provider, count, agents, hosts, rendezvous, interface, join_timeout_s, ssh_command, srun_command, "
-                                 "remote_dtrain"});
+                                 "remote_dtrain, topology"});
   CHECK(errors_with({"comand=[a]"}) ==
         std::vector<std::string>{"--set: comand: unknown key. Did you mean 'command'? Allowed top-level keys: name, "
                                  "nodes, workers_per_node, command, shell, env, working_dir, restart, stop, health, "
-                                 "logs, nccl, binding, observe"});
+                                 "logs, nccl, binding, gpu_isolation, observe"});
   CHECK(errors_with({"nodes.count.max=3"}) ==
         std::vector<std::string>{"--set: nodes.count.max: nodes.count takes a value, not keys. Write --set "
                                  "nodes.count=value."});
@@ -96,7 +96,7 @@ TEST_CASE("an overridden value is checked like the file's, and blamed on --set")
   CHECK(errors_with({"nodes={cuont: 2}"}) ==
         std::vector<std::string>{"--set: nodes.cuont: unknown key. Did you mean 'nodes.count'? Allowed keys under "
                                  "nodes: provider, count, agents, hosts, rendezvous, interface, join_timeout_s, ssh_command, srun_command, "
-                                 "remote_dtrain"});
+                                 "remote_dtrain, topology"});
   CHECK(errors_with({"command=[a,"}).front().starts_with(
       "--set: command: cannot read '[a,' as a YAML value: "));
 }
@@ -112,6 +112,6 @@ TEST_CASE("setting below a key that is not a mapping says so") {
   CHECK(errors_with({"nodes.count=2"}, "name: x\ncommand: [a]\nnodes: 3\n") ==
         std::vector<std::string>{
             "job.yaml:3:8: nodes: expected a mapping, got '3'. Keys under nodes: provider, count, agents, hosts, rendezvous, "
-            "interface, join_timeout_s, ssh_command, srun_command, remote_dtrain.",
+            "interface, join_timeout_s, ssh_command, srun_command, remote_dtrain, topology.",
             "--set: nodes.count: cannot be set: nodes in job.yaml is not a mapping. Fix nodes in the file first."});
 }

@@ -142,10 +142,10 @@ TEST_CASE("static without count takes the number of agents") {
 TEST_CASE("unknown key: position of the key, did-you-mean and the allowed keys") {
   CHECK(only_error("name: x\ncommand: [a]\nnodes:\n  cuont: 2\n") ==
         "job.yaml:4:3: nodes.cuont: unknown key. Did you mean 'nodes.count'? Allowed keys under nodes: provider, "
-        "count, agents, hosts, rendezvous, interface, join_timeout_s, ssh_command, srun_command, remote_dtrain");
+        "count, agents, hosts, rendezvous, interface, join_timeout_s, ssh_command, srun_command, remote_dtrain, topology");
   CHECK(only_error("name: x\ncomand: [a]\n") ==
         "job.yaml:2:1: comand: unknown key. Did you mean 'command'? Allowed top-level keys: name, nodes, "
-        "workers_per_node, command, shell, env, working_dir, restart, stop, health, logs, nccl, binding, observe");
+        "workers_per_node, command, shell, env, working_dir, restart, stop, health, logs, nccl, binding, gpu_isolation, observe");
   // A misspelt required key gets its did-you-mean and no "missing required key" on top.
   CHECK(errors_of("nmae: x\ncommand: [a]\n").size() == 1);
   // A key written at the wrong level is found in its section.
@@ -309,7 +309,7 @@ restart:
                       "Did you mean 'my-job'?",
                       "job.yaml:4:3: nodes.cuont: unknown key. Did you mean 'nodes.count'? Allowed keys under "
                       "nodes: provider, count, agents, hosts, rendezvous, interface, join_timeout_s, ssh_command, "
-                      "srun_command, remote_dtrain",
+                      "srun_command, remote_dtrain, topology",
                       "job.yaml:5:17: nodes.agents[1]: 'b' has no port. Write host:port, e.g. node1:29400 or "
                       "[fe80::1]:29400.",
                       "job.yaml:6:19: workers_per_node: expected an integer >= 1, gpu or cpu, got 'zero'.",
