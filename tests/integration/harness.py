@@ -140,3 +140,31 @@ def write(path, text):
     with open(path, "w") as f:
         f.write(text)
     return path
+
+
+# A worker that sends health reports over gRPC as dtrain-trainer does, a step every 50 ms until the file argv[1]
+# exists (or argv[2] seconds passed): per-step breakdown of a 100 ms step, each rank with its own tokens/s and RSS;
+# rank 2's data loader is slow (38 ms of data wait where its peers have 3, while they wait for it in the gradient
+# reduction), which makes it the straggler. With argv[3] == "jitter" the step times vary from step to step
+# (100-132 ms), as a real job's do.
+REPORTING_WORKER = r"""
+import os, sys, time
+import grpc
+from dtrain.v1 import report_pb2, report_pb2_grpc
+
+rank = int(os.environ["RANK"])
+stub = report_pb2_grpc.WorkerReportsStub(grpc.insecure_channel(os.environ["DTRAIN_AGENT_ADDR"]))
+token = [("dtrain-token", os.environ["DTRAIN_JOB_TOKEN"]), ("dtrain-report-token", os.environ["DTRAIN_REPORT_TOKEN"])]
+data, comm = (38.0, 0.0) if rank == 2 else (3.0, 35.0)
+stop, limit, jitter = sys.argv[1], float(sys.argv[2]), sys.argv[3:] == ["jitter"]
+began = time.monotonic()
+step = 0
+while not os.path.exists(stop) and time.monotonic() - began < limit:
+    step += 1
+    extra = 8.0 * ((step * 7 + rank * 3) % 5) if jitter else 0.0
+    stub.Report(report_pb2.WorkerReport(rank=rank, step=step, loss=2.0, tokens_per_s=1000.0 + rank, steps_done=step,
+                                        rss_bytes=(100 + rank) << 20, step_ms=100.0 + extra, data_wait_ms=data,
+                                        compute_ms=55.0 + extra, comm_exposed_ms=comm, optimizer_ms=7.0),
+                metadata=token, timeout=10)
+    time.sleep(0.05)
+"""

@@ -24,28 +24,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from harness import BUILD_DIR, DTRAIN, PYTHON, Run, check, finish, write
-
-WORKER = r"""
-import os, sys, time
-import grpc
-from dtrain.v1 import report_pb2, report_pb2_grpc
-
-rank = int(os.environ["RANK"])
-stub = report_pb2_grpc.WorkerReportsStub(grpc.insecure_channel(os.environ["DTRAIN_AGENT_ADDR"]))
-token = [("dtrain-token", os.environ["DTRAIN_JOB_TOKEN"]), ("dtrain-report-token", os.environ["DTRAIN_REPORT_TOKEN"])]
-data, comm = (38.0, 0.0) if rank == 2 else (3.0, 35.0)
-stop = sys.argv[1]
-began = time.monotonic()
-step = 0
-while not os.path.exists(stop) and time.monotonic() - began < 120:
-    step += 1
-    stub.Report(report_pb2.WorkerReport(rank=rank, step=step, loss=2.0, tokens_per_s=1000.0 + rank, steps_done=step,
-                                        rss_bytes=(100 + rank) << 20, step_ms=100.0, data_wait_ms=data,
-                                        compute_ms=55.0, comm_exposed_ms=comm, optimizer_ms=7.0),
-                metadata=token, timeout=10)
-    time.sleep(0.05)
-"""
+from harness import BUILD_DIR, DTRAIN, PYTHON, REPORTING_WORKER, Run, check, finish, write
 
 SPEC = """
 name: %s
@@ -164,7 +143,7 @@ scrape_configs:
 # ---- a running job, scraped
 run = Run([], env={"PYTHONPATH": os.path.join(BUILD_DIR, "python")}, timeout=200)
 stop_file = os.path.join(run.dir, "stop")
-command = "[%s, %s, %s]" % (PYTHON, write(os.path.join(run.dir, "worker.py"), WORKER), stop_file)
+command = "[%s, %s, %s, 120]" % (PYTHON, write(os.path.join(run.dir, "worker.py"), REPORTING_WORKER), stop_file)
 run.args += ["launch", write(os.path.join(run.dir, "job.yaml"), SPEC % ("scraped", command, "127.0.0.1:0"))]
 run.start()
 job_dir = wait_for("the job's directory", lambda: (run.job_dirs() or [None])[0], 30) or ""

@@ -8,36 +8,20 @@ data wait where its peers have 3, while they wait for it in the gradient reducti
   - afterwards `dtrain status --json` reads the last snapshot (state succeeded), the socket is gone, and
     events.jsonl holds one JSON object per line: job_start, round_start, 4 worker_started, health snapshots, the
     straggler diagnosis, 4 worker_exited, round_end and job_end;
+  - `dtrain status --watch` on a pseudo-terminal redraws in place (one clear, then cursor home and line clears) with
+    each rank's recent step times as a sparkline, the straggler's in bold red and named; into a pipe, plain ASCII
+    blocks one after another;
   - a job whose worker exits 3 ends "failed" in both."""
 
 import json
 import os
+import pty
+import select
 import stat
 import subprocess
 import time
 
-from harness import BUILD_DIR, DTRAIN, PYTHON, Run, check, finish, write
-
-WORKER = r"""
-import os, sys, time
-import grpc
-from dtrain.v1 import report_pb2, report_pb2_grpc
-
-rank = int(os.environ["RANK"])
-stub = report_pb2_grpc.WorkerReportsStub(grpc.insecure_channel(os.environ["DTRAIN_AGENT_ADDR"]))
-token = [("dtrain-token", os.environ["DTRAIN_JOB_TOKEN"]), ("dtrain-report-token", os.environ["DTRAIN_REPORT_TOKEN"])]
-data, comm = (38.0, 0.0) if rank == 2 else (3.0, 35.0)
-stop = sys.argv[1]
-began = time.monotonic()
-step = 0
-while not os.path.exists(stop) and time.monotonic() - began < 90:
-    step += 1
-    stub.Report(report_pb2.WorkerReport(rank=rank, step=step, loss=2.0, tokens_per_s=1000.0, steps_done=step,
-                                        rss_bytes=100 << 20, step_ms=100.0, data_wait_ms=data, compute_ms=55.0,
-                                        comm_exposed_ms=comm, optimizer_ms=7.0),
-                metadata=token, timeout=10)
-    time.sleep(0.05)
-"""
+from harness import BUILD_DIR, DTRAIN, PYTHON, REPORTING_WORKER, Run, check, finish, write
 
 SPEC = """
 name: %s
@@ -77,7 +61,7 @@ def wait_for(what, predicate, timeout):
 # ---- a successful job with a straggler
 run = Run([], env={"PYTHONPATH": os.path.join(BUILD_DIR, "python")}, timeout=150)
 stop_file = os.path.join(run.dir, "stop")
-command = "[%s, %s, %s]" % (PYTHON, write(os.path.join(run.dir, "worker.py"), WORKER), stop_file)
+command = "[%s, %s, %s, 90]" % (PYTHON, write(os.path.join(run.dir, "worker.py"), REPORTING_WORKER), stop_file)
 run.args += ["launch", write(os.path.join(run.dir, "job.yaml"), SPEC % ("straggler", command))]
 run.start()
 job_dir = wait_for("the job's directory", lambda: (run.job_dirs() or [None])[0], 30)
@@ -116,6 +100,48 @@ check(row and abs(row[0]["data_wait_ratio"] - 0.38) < 0.01, "rank 2's data wait 
 table = status(run)
 check(table.returncode == 0 and "diagnosis (straggler): rank 2 on node 1" in table.stdout and "tokens/s" in table.stdout,
       "`dtrain status` with no argument shows the newest job's table:\n" + table.stdout + table.stderr)
+
+def watch(terminal, seconds=3.5):
+    """`dtrain status --watch` for a few refreshes, its stdout a pseudo-terminal or a pipe; returns what it wrote."""
+    if terminal:
+        leader, follower = pty.openpty()
+        proc = subprocess.Popen([DTRAIN, "status", "--watch", job_dir], stdout=follower, stderr=subprocess.PIPE,
+                                env=dict(os.environ, TERM="xterm"))
+        os.close(follower)
+    else:
+        proc = subprocess.Popen([DTRAIN, "status", "--watch", job_dir], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        leader = proc.stdout.fileno()
+    out = b""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([leader], [], [], 0.2)
+        if ready:
+            try:
+                out += os.read(leader, 65536)
+            except OSError:
+                break
+    proc.kill()
+    proc.wait()
+    if terminal:
+        os.close(leader)
+    return out.decode("utf-8", "replace")
+
+
+shown = watch(True)
+frames = shown.count("\033[H")
+check(frames >= 2 and shown.count("\033[2J") == 1 and "\033[K" in shown and "\033[J" in shown,
+      "--watch on a terminal clears once, then redraws in place (%d frames): %r" % (frames, shown[:300]))
+rank2 = [line for line in shown.split("\n") if line.lstrip().startswith("2 ")]
+check(rank2 and "\033[1;31m\u2584" in rank2[-1] and rank2[-1].rstrip("\r").replace("\033[K", "").endswith("straggler"),
+      "the straggler's sparkline is drawn in bold red and named: %r" % rank2[-1:])
+rank0 = [line for line in shown.split("\n") if line.lstrip().startswith("0 ")]
+check(rank0 and "\u2584\u2584\u2584" in rank0[-1] and "\033[1;31m" not in rank0[-1],
+      "an even rank's recent steps are a flat sparkline, not red: %r" % rank0[-1:])
+piped = watch(False, 2.5)
+check("\033" not in piped and piped.count("recent steps") >= 2,
+      "--watch into a pipe prints plain blocks one after another: %r" % piped[:300])
+check(any(line.startswith("    2 ") and line.endswith(" straggler") and "~~~" in line for line in piped.splitlines()),
+      "and names the straggler in words, its sparkline in ASCII:\n" + piped)
 
 write(stop_file, "")
 run.wait()

@@ -68,7 +68,8 @@ TEST_CASE("the table draws every rank on the same scale and marks the straggler"
   const std::string plain = render_status(s, "", {false});
   CHECK(plain.find("recent steps, 100.0 to 200.0 ms") != std::string::npos);
   CHECK(plain.find("__\n") != std::string::npos);                // rank 0 at the bottom of the scale
-  CHECK(plain.find("## straggler\n") != std::string::npos);       // rank 1 at the top, named
+  // Rank 1 at the top, named after the sparkline column.
+  CHECK(plain.find("##" + std::string(22, ' ') + " straggler\n") != std::string::npos);
   CHECK(plain.find('\033') == std::string::npos);                  // no escape sequences into a pipe
   const std::string shown = render_status(s, "", {true});
   CHECK(shown.find("\033[1;31m\u2588\u2588\033[0m") != std::string::npos);   // the straggler's line in bold red
