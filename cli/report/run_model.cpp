@@ -4,7 +4,6 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -15,16 +14,23 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 std::string read_file(const fs::path& path) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec) return "";
   std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  std::string text(static_cast<std::size_t>(size), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(std::max<std::streamsize>(0, in.gcount())));
+  return text;
 }
 
-// A health event holds every rank's full row and is the bulk of a long job's log; the page needs none of it (the
-// samples events carry the same numbers per window), so its lines are skipped before they are parsed.
-bool is_health_line(std::string_view line) {
-  return line.substr(0, 64).find("\"event\":\"health\",") != std::string_view::npos;
+// The event of a line, from its head ({"ts":N,"event":"NAME",...}) without parsing it: a health event holds every
+// rank's full row and is the bulk of a long job's log, and the page needs none of it (the samples events carry the
+// same numbers per window); samples lines have their own reader.
+bool line_is(std::string_view line, std::string_view event) {
+  const std::string_view head = line.substr(0, 64);
+  const std::size_t at = head.find("\"event\":\"");
+  return at != std::string_view::npos && head.substr(at + 9).substr(0, event.size() + 1) == std::string(event) + "\"";
 }
 
 RoundInfo* round_of(RunModel& model, std::uint32_t number) {
@@ -60,9 +66,7 @@ void apply_event(RunModel& model, const json& e, std::vector<DiagnosisInfo>& log
   const std::string name = e.value("event", "");
   const std::uint64_t ts = e.value("ts", std::uint64_t{0});
   const std::uint32_t round = e.value("round", model.rounds.empty() ? 0u : model.rounds.back().number);
-  if (name == "samples") {
-    model.samples.push_back(read_samples(e));
-  } else if (name == "job_start") {
+  if (name == "job_start") {
     model.job_id = e.value("job", "");
     model.name = e.value("name", "");
     model.start_ms = ts;
@@ -144,7 +148,12 @@ Result<RunModel> read_run(const std::string& dir) {
     const std::size_t end = std::min(rest.find('\n'), rest.size());
     const std::string_view line = rest.substr(0, end);
     rest.remove_prefix(std::min(end + 1, rest.size()));
-    if (line.empty() || is_health_line(line)) continue;
+    if (line.empty() || line_is(line, "health")) continue;
+    if (line_is(line, "samples")) {
+      model.samples.push_back(read_samples(line));
+      model.end_ms = std::max(model.end_ms, model.samples.back().end_ms);
+      continue;
+    }
     const json e = json::parse(line, nullptr, false);
     if (e.is_object()) apply_event(model, e, logged);
   }

@@ -1,7 +1,10 @@
 #include "cli/report/samples.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <cstdint>
+#include <string>
 
 namespace dtrain::report {
 namespace {
@@ -69,34 +72,66 @@ std::optional<nlohmann::ordered_json> SampleRecorder::take(std::uint32_t round, 
                 {"rss_mib", std::move(rss)}, {"device_mib", std::move(device)}};
 }
 
-SampleWindow read_samples(const nlohmann::json& event) {
+namespace {
+
+// The text after `"key":` in `line`, or "" when the key is missing.
+std::string_view after_key(std::string_view line, std::string_view key) {
+  std::string quoted;
+  quoted.reserve(key.size() + 3);
+  quoted.append("\"").append(key).append("\":");
+  const std::size_t at = line.find(quoted);
+  return at == std::string_view::npos ? std::string_view{} : line.substr(at + quoted.size());
+}
+
+template <class T>
+T number_at(std::string_view text) {
+  T value{};
+  std::from_chars(text.data(), text.data() + text.size(), value);
+  return value;
+}
+
+// Calls set(i, number) for the numbers of the array at `text` (after its key); stops at the first that is not one.
+template <class Set>
+void each_number(std::string_view text, std::size_t limit, Set set) {
+  if (text.empty() || text.front() != '[') return;
+  const char* p = text.data() + 1;
+  const char* end = text.data() + text.size();
+  for (std::size_t i = 0; i < limit && p < end && *p != ']'; ++i) {
+    double value = 0;
+    const auto [next, error] = std::from_chars(p, end, value);
+    if (error != std::errc()) return;
+    set(i, value);
+    p = next;
+    if (p < end && *p == ',') ++p;
+  }
+}
+
+}  // namespace
+
+SampleWindow read_samples(std::string_view line) {
   SampleWindow window;
-  window.end_ms = event.value("ts", std::uint64_t{0});
-  window.length_ms = event.value("window_ms", std::uint64_t{0});
-  window.round = event.value("round", std::uint32_t{0});
-  const auto ranks = event.find("rank");
-  if (ranks == event.end() || !ranks->is_array()) return window;
-  window.ranks.resize(ranks->size());
-  // Each column into its field: a missing or short column leaves the field 0.
-  const auto column = [&](const char* key, auto setter) {
-    const auto it = event.find(key);
-    if (it == event.end() || !it->is_array()) return;
-    for (std::size_t i = 0; i < it->size() && i < window.ranks.size(); ++i) {
-      if ((*it)[i].is_number()) setter(window.ranks[i], (*it)[i]);
-    }
+  window.end_ms = number_at<std::uint64_t>(after_key(line, "ts"));
+  window.length_ms = number_at<std::uint64_t>(after_key(line, "window_ms"));
+  window.round = number_at<std::uint32_t>(after_key(line, "round"));
+  const std::string_view ranks = after_key(line, "rank");
+  std::size_t count = 0;
+  each_number(ranks, SIZE_MAX, [&](std::size_t, double) { ++count; });
+  window.ranks.resize(count);
+  const auto column = [&](std::string_view key, auto set) {
+    each_number(after_key(line, key), count, [&](std::size_t i, double v) { set(window.ranks[i], v); });
   };
-  using J = const nlohmann::json&;
-  column("rank", [](RankSample& s, J v) { s.rank = v.get<unsigned>(); });
-  column("step", [](RankSample& s, J v) { s.step = v.get<std::uint64_t>(); });
-  column("step_ms", [](RankSample& s, J v) { s.step_ms = v.get<double>(); });
-  column("loss", [](RankSample& s, J v) { s.loss = v.get<double>(); });
-  column("tokens_per_s", [](RankSample& s, J v) { s.tokens_per_s = v.get<double>(); });
-  column("data_wait_ms", [](RankSample& s, J v) { s.data_wait_ms = v.get<double>(); });
-  column("compute_ms", [](RankSample& s, J v) { s.compute_ms = v.get<double>(); });
-  column("comm_exposed_ms", [](RankSample& s, J v) { s.comm_exposed_ms = v.get<double>(); });
-  column("optimizer_ms", [](RankSample& s, J v) { s.optimizer_ms = v.get<double>(); });
-  column("rss_mib", [](RankSample& s, J v) { s.rss_bytes = v.get<std::uint64_t>() << 20; });
-  column("device_mib", [](RankSample& s, J v) { s.device_mem_bytes = v.get<std::uint64_t>() << 20; });
+  const auto bytes = [](double mib) { return static_cast<std::uint64_t>(mib) << 20; };
+  column("rank", [](RankSample& s, double v) { s.rank = static_cast<unsigned>(v); });
+  column("step", [](RankSample& s, double v) { s.step = static_cast<std::uint64_t>(v); });
+  column("step_ms", [](RankSample& s, double v) { s.step_ms = v; });
+  column("loss", [](RankSample& s, double v) { s.loss = v; });
+  column("tokens_per_s", [](RankSample& s, double v) { s.tokens_per_s = v; });
+  column("data_wait_ms", [](RankSample& s, double v) { s.data_wait_ms = v; });
+  column("compute_ms", [](RankSample& s, double v) { s.compute_ms = v; });
+  column("comm_exposed_ms", [](RankSample& s, double v) { s.comm_exposed_ms = v; });
+  column("optimizer_ms", [](RankSample& s, double v) { s.optimizer_ms = v; });
+  column("rss_mib", [&](RankSample& s, double v) { s.rss_bytes = bytes(v); });
+  column("device_mib", [&](RankSample& s, double v) { s.device_mem_bytes = bytes(v); });
   return window;
 }
 

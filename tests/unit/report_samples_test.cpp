@@ -54,9 +54,9 @@ TEST_CASE("a forced window closes early, and what is written reads back") {
   recorder.add(report(7, 9, 80, 8));
   const auto fields = recorder.take(1, 300, true);
   REQUIRE(fields.has_value());
-  nlohmann::json event = nlohmann::json::parse(fields->dump());
-  event["ts"] = 300;
-  const SampleWindow window = read_samples(event);
+  nlohmann::ordered_json event = {{"ts", 300}, {"event", "samples"}};
+  for (const auto& [key, value] : fields->items()) event[key] = value;
+  const SampleWindow window = read_samples(event.dump());
   CHECK(window.end_ms == 300);
   CHECK(window.length_ms == 300);
   CHECK(window.round == 1);
@@ -69,12 +69,14 @@ TEST_CASE("a forced window closes early, and what is written reads back") {
 }
 
 TEST_CASE("a samples event with short or missing columns reads as zeros, not garbage") {
-  const auto event = nlohmann::json::parse(R"({"ts": 5, "event": "samples", "rank": [0, 1], "step": [3],
-                                               "step_ms": "x"})");
-  const SampleWindow window = read_samples(event);
+  const SampleWindow window =
+      read_samples(R"({"ts":5,"event":"samples","rank":[0,1],"step":[3],"step_ms":"x","loss":[1,"y"]})");
   REQUIRE(window.ranks.size() == 2);
   CHECK(window.ranks[0].step == 3);
   CHECK(window.ranks[1].rank == 1);
   CHECK(window.ranks[1].step == 0);
   CHECK(window.ranks[0].step_ms == 0);
+  CHECK(window.ranks[0].loss == 1);
+  CHECK(window.ranks[1].loss == 0);
+  CHECK(window.end_ms == 5);
 }
