@@ -10,15 +10,39 @@
 namespace dtrain::trainer {
 namespace {
 
-// The portable loop: one element at a time in rank order; the compiler vectorises it across i (SSE2 at -O2)
-// without changing the order of the additions for any element.
+// The portable path sums a block at a time into a scratch block, one source per pass, in rank order, 4 floats at a
+// time through the compiler's generic vectors (SSE2 on x86-64, NEON on arm64, scalar code elsewhere; plain loops
+// with a variable trip count are not vectorised at -O2); the order of the additions for any element is the same as
+// the AVX2 loop's. The scratch keeps a dst that is also a source intact until the end.
+constexpr std::size_t kFloatBlock = 1024;
+typedef float Float4 __attribute__((vector_size(16)));
+
+// block[0, m) += next[0, m).
+void add_into(float* block, const float* next, std::size_t m) {
+  std::size_t i = 0;
+  for (; i + 4 <= m; i += 4) {
+    Float4 a, b;
+    std::memcpy(&a, block + i, sizeof a);
+    std::memcpy(&b, next + i, sizeof b);
+    a += b;
+    std::memcpy(block + i, &a, sizeof a);
+  }
+  for (; i < m; ++i) block[i] += next[i];
+}
+
+}  // namespace
+
 void sum_floats_portable(float* dst, const float* const* src, int sources, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) {
-    float total = src[0][i];
-    for (int k = 1; k < sources; ++k) total += src[k][i];
-    dst[i] = total;
+  float block[kFloatBlock];
+  for (std::size_t at = 0; at < n; at += kFloatBlock) {
+    const std::size_t m = std::min(kFloatBlock, n - at);
+    std::memcpy(block, src[0] + at, m * sizeof(float));
+    for (int k = 1; k < sources; ++k) add_into(block, src[k] + at, m);
+    std::memcpy(dst + at, block, m * sizeof(float));
   }
 }
+
+namespace {
 
 #if defined(__x86_64__)
 __attribute__((target("avx2"))) void sum_floats_avx2(float* dst, const float* const* src, int sources,

@@ -14,6 +14,8 @@
 namespace dtrain::trainer {
 
 void sum_floats(float* dst, const float* const* src, int sources, std::size_t n);
+// sum_floats without AVX2 (what sum_floats runs on a CPU without it): the same bits.
+void sum_floats_portable(float* dst, const float* const* src, int sources, std::size_t n);
 void sum_halves(std::uint16_t* dst, const std::uint16_t* const* src, int sources, std::size_t n, kernels::Dtype type);
 
 // Whether sum_floats runs its AVX2 loop on this CPU (for the benchmark's header).
