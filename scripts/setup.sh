@@ -16,6 +16,8 @@ packages=(
   openssh-server openssh-client slurm-wlm munge
   libgloo-dev libopenblas-dev
   clang-14 libfuzzer-14-dev
+  # test_report_page renders the job report page in headless Chromium
+  chromium fonts-dejavu-core
 )
 
 missing=()

@@ -56,7 +56,9 @@ void apply_round_end(RunModel& model, const json& e, std::uint64_t ts) {
   round->end_ms = ts;
   round->outcome = e.value("outcome", "");
   if (const auto it = e.find("root_cause"); it != e.end() && it->is_object()) {
-    round->root_cause = it->value("what", "");
+    round->root_cause = "rank " + std::to_string(it->value("rank", 0u)) + " on node " +
+                        std::to_string(it->value("node", 0u)) + " (" + it->value("host", "") + "): " +
+                        it->value("what", "");
   } else if (const auto lost = e.find("node_failure"); lost != e.end() && lost->is_string()) {
     round->root_cause = lost->get<std::string>();
   }

@@ -88,7 +88,7 @@ TEST_CASE("a run directory reads back: rounds, failures, restarts and the sample
       << R"({"ts":2000,"event":"samples","round":0,"window_ms":1000,"rank":[3],"step":[4],"step_ms":[10]})" "\n"
       << "{\"ts\":2001,\"event\":\"broken\n"
       << R"({"ts":2100,"event":"worker_exited","round":0,"rank":3,"outcome":"failed","exit":"exited with code 3"})" "\n"
-      << R"({"ts":2200,"event":"round_end","round":0,"outcome":"worker_failed","root_cause":{"what":"rank 3 exited"}})"
+      << R"({"ts":2200,"event":"round_end","round":0,"outcome":"worker_failed","root_cause":{"rank":3,"node":1,"host":"h","what":"exited with code 3"}})"
          "\n"
       << R"({"ts":2300,"event":"round_start","round":1,"nodes":2})" "\n"
       << R"({"ts":2400,"event":"diagnosis","kind":"hang","ranks":[3],"message":"m","fix":"f"})" "\n"
@@ -100,7 +100,7 @@ TEST_CASE("a run directory reads back: rounds, failures, restarts and the sample
   CHECK(m.command == std::vector<std::string>{"a", "b"});
   CHECK(m.rounds.size() == 2);
   CHECK(m.restarts() == 1);
-  CHECK(m.rounds[0].root_cause == "rank 3 exited");
+  CHECK(m.rounds[0].root_cause == "rank 3 on node 1 (h): exited with code 3");
   CHECK(m.ranks() == 4);
   CHECK(m.samples.size() == 1);
   CHECK(m.outcome == "failed");
