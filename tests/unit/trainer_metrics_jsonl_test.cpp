@@ -67,3 +67,13 @@ TEST_CASE("comm_bytes, and fp16's loss_scale and skipped, follow the sharding ke
   CHECK(to_json(m).find("\"skipped\": false}") != std::string::npos);
   CHECK(to_json(StepMetrics{}).find("skipped") == std::string::npos);
 }
+
+TEST_CASE("comm_ms and comm_exposed_ms follow comm_hidden when set") {
+  StepMetrics m;
+  m.step = 2;
+  m.comm_hidden = 0.75;
+  m.comm_ms = 8;
+  m.comm_exposed_ms = 2;
+  CHECK(to_json(m) == "{\"step\": 2, \"loss\": 0, \"lr\": 0, \"grad_norm\": 0, \"tokens_per_s\": 0, \"step_ms\": 0, "
+                      "\"comm_hidden\": 0.75, \"comm_ms\": 8, \"comm_exposed_ms\": 2}");
+}

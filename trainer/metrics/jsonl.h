@@ -6,8 +6,12 @@
 // step is 1-based (the number of optimizer steps done); loss is the mean over the global batch (all ranks, all
 // micro-steps); grad_norm is before clipping; tokens_per_s counts the global batch's tokens over step_ms, the wall
 // time from zero_grad to the end of the optimizer update (a checkpoint written after the step is not included).
-// With more than one rank, "comm_hidden" is the fraction of the step's gradient allreduce time that overlapped
-// backward (DdpStats::hidden_fraction, clamped to [0, 1]). With --zero 1..3 each line also has what this rank holds
+// With more than one rank, "comm_ms" is the time the step's collectives ran (each one's duration on the
+// communicator's thread, summed: gradient reductions, parameter all-gathers, the loss and the other scalar
+// collectives, hidden or not), "comm_exposed_ms" the part of the step's wall time the training thread spent on
+// communication rather than computing (waiting for collectives, and the loop's reduce phases; the health report's
+// comm_exposed_ms, metrics/step_times.h) and "comm_hidden" = 1 - comm_exposed_ms / comm_ms, clamped to [0, 1]: the
+// fraction of the communication that compute hid (1 with no communication). With --zero 1..3 each line also has what this rank holds
 // (integers, bytes; README "--zero" gives the formulas): "mem_params_bytes", "mem_grads_bytes", "mem_optim_bytes"
 // (steady state, padding included), "mem_activations_bytes" and, stage 3 only, "mem_gathered_peak_bytes" (the most
 // bytes of all-gathered units alive at once during the step). With DDP over more than one rank or any --zero stage,
@@ -39,7 +43,10 @@ struct StepMetrics {
   double grad_norm = 0;
   double tokens_per_s = 0;
   double step_ms = 0;
-  std::optional<double> comm_hidden;  // only with more than one rank
+  // Only with more than one rank (top of this file): comm_hidden = 1 - comm_exposed_ms / comm_ms, clamped.
+  std::optional<double> comm_hidden;
+  std::optional<double> comm_ms;
+  std::optional<double> comm_exposed_ms;
   std::optional<ShardingMetrics> sharding;  // only with --zero 1..3
   std::optional<std::uint64_t> comm_bytes;  // with DDP over more than one rank, or --zero 1..3
   std::optional<double> loss_scale;         // only with --precision fp16

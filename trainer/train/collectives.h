@@ -2,11 +2,13 @@
 
 // The few scalar collectives the training loop needs besides DDP's gradient buckets: rank 0's decisions reach every
 // rank by broadcast, and the step's loss and the checkpoint barrier are one-float allreduces. With one rank they
-// return the value unchanged and send nothing.
+// return the value unchanged and send nothing. Their waits count as communication (metrics/comm_time.h) in the
+// caller's phase.
 
 #include <cstdint>
 
 #include "trainer/comm/communicator.h"
+#include "trainer/metrics/comm_time.h"
 
 namespace dtrain::trainer {
 
@@ -15,19 +17,19 @@ inline std::uint64_t broadcast_u64(Communicator& comm, std::uint64_t value) {
   if (comm.size() == 1) return value;
   float pieces[4];
   for (int i = 0; i < 4; ++i) pieces[i] = static_cast<float>((value >> (16 * i)) & 0xffff);
-  comm.broadcast(pieces, 4, 0)->wait();
+  wait_collective(*comm.broadcast(pieces, 4, 0));
   std::uint64_t out = 0;
   for (int i = 0; i < 4; ++i) out |= static_cast<std::uint64_t>(pieces[i]) << (16 * i);
   return out;
 }
 
 inline float broadcast_float(Communicator& comm, float value) {
-  if (comm.size() > 1) comm.broadcast(&value, 1, 0)->wait();
+  if (comm.size() > 1) wait_collective(*comm.broadcast(&value, 1, 0));
   return value;
 }
 
 inline float allreduce_sum(Communicator& comm, float value) {
-  if (comm.size() > 1) comm.allreduce(&value, 1)->wait();
+  if (comm.size() > 1) wait_collective(*comm.allreduce(&value, 1));
   return value;
 }
 

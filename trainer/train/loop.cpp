@@ -280,6 +280,7 @@ void Training::prepare_steps(const Start& start) {
 // scaling (fp16), clipping and AdamW; returns what it measured, and in `times` where the time went.
 StepMetrics Training::train_step(std::uint64_t step, const LrSchedule& schedule, StepTimes& times) {
   const Clock::time_point began = Clock::now();
+  const CommTime comm_at_start = comm_time();
   // ZeRO reduce-scatters sum over ranks: each rank's gradients are divided by W up front.
   float loss_scale = 1.0f / static_cast<float>(zero_ ? K_ * world_ : K_);
   if (scaling_) loss_scale *= scaling_->scale();
@@ -291,7 +292,7 @@ StepMetrics Training::train_step(std::uint64_t step, const LrSchedule& schedule,
   }
   double loss_sum = 0;
   for (int micro = 0; micro < K_; ++micro) micro_step(micro, loss_scale, times, loss_sum);
-  const float loss = timed("reduce (the loss allreduce)", times.comm_exposed_ms, [&] {
+  const float loss = timed("reduce (the loss allreduce)", times, &StepTimes::comm_exposed_ms, [&] {
     return allreduce_sum(*comm_, static_cast<float>(loss_sum / K_)) / static_cast<float>(world_);
   });
 
@@ -299,7 +300,7 @@ StepMetrics Training::train_step(std::uint64_t step, const LrSchedule& schedule,
   m.step = step + 1;
   m.loss = loss;
   m.lr = schedule.at(static_cast<long>(step));
-  m.grad_norm = timed("optimizer", times.optimizer_ms, [&] {
+  m.grad_norm = timed("optimizer", times, &StepTimes::optimizer_ms, [&] {
     const bool skipped = scaling_ && scaling_->finish(step + 1, model_.grads(), reduced_spans());
     if (scaling_) m.skipped = skipped;
     return clip_and_update(static_cast<float>(m.lr), skipped);
@@ -307,22 +308,24 @@ StepMetrics Training::train_step(std::uint64_t step, const LrSchedule& schedule,
   if (scaling_) m.loss_scale = scale_used;
   m.step_ms = ms_since(began);
   m.tokens_per_s = static_cast<double>(global_batch_tokens(shape_)) / (m.step_ms / 1000.0);
-  measure_comm_and_memory(m, ddp_.get(), zero_.get(), model_.activation_bytes(), world_);
+  measure_comm_and_memory(m, times, comm_at_start, ddp_.get(), zero_.get(), model_.activation_bytes(), world_);
   return m;
 }
 
 // One micro-step: its batch, forward, backward and, on the last, the wait for the gradient reductions that backward
 // did not hide (DDP's allreduces, ZeRO's reduce-scatters), each timed into `times`. The communication that backward
-// overlaps counts as compute: it cost the step nothing.
+// overlaps counts as compute: it cost the step nothing; what forward or backward wait for (ZeRO-3's all-gathers)
+// is exposed communication (timed, trainer/metrics/step_times.h).
 void Training::micro_step(int micro, float loss_scale, StepTimes& times, double& loss_sum) {
-  Batch batch = timed("data", times.data_wait_ms, [&] { return prefetch_->next(); });
-  loss_sum += timed("forward", times.compute_ms, [&] { return model_.forward(batch.inputs(), batch.targets(), B_, T_); });
-  timed("backward", times.compute_ms, [&] {
+  Batch batch = timed("data", times, &StepTimes::data_wait_ms, [&] { return prefetch_->next(); });
+  loss_sum += timed("forward", times, &StepTimes::compute_ms,
+                    [&] { return model_.forward(batch.inputs(), batch.targets(), B_, T_); });
+  timed("backward", times, &StepTimes::compute_ms, [&] {
     if (ddp_) ddp_->begin_backward(micro == K_ - 1);
     if (zero_) zero_->begin_backward(micro == K_ - 1);
     model_.backward(loss_scale, grads_ready_);
   });
-  timed("reduce (waiting for the gradient reductions)", times.comm_exposed_ms, [&] {
+  timed("reduce (waiting for the gradient reductions)", times, &StepTimes::comm_exposed_ms, [&] {
     if (ddp_) ddp_->finish_backward();
     if (zero_) zero_->finish_backward();
   });

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "trainer/metrics/comm_time.h"
+
 namespace dtrain::trainer {
 namespace {
 
@@ -62,7 +64,7 @@ bool LossScaling::finish(std::uint64_t step, float* grads, const GradSpans& span
   if (inject && comm_.rank() == 0 && !spans.empty()) grads[spans.front().first] = std::numeric_limits<float>::infinity();
   for (const auto& [offset, count] : spans) scaler_.unscale(grads + offset, count);
   float found = scaler_.found_inf();
-  if (comm_.size() > 1) comm_.allreduce(&found, 1)->wait();
+  if (comm_.size() > 1) wait_collective(*comm_.allreduce(&found, 1), "allreduce (the fp16 overflow flags)");
   return scaler_.update(found);
 }
 

@@ -12,16 +12,18 @@
 
 namespace dtrain::trainer {
 
-void measure_comm_and_memory(StepMetrics& m, const DdpReducer* ddp, ZeroEngine* zero,
-                             std::uint64_t activation_bytes, int world) {
-  // Timer noise can make the measured fraction a hair below 0 when nothing overlapped.
-  if (ddp) {
-    m.comm_hidden = std::clamp(ddp->last_stats().hidden_fraction(), 0.0, 1.0);
-    m.comm_bytes = ddp->last_stats().bytes_sent;
+void measure_comm_and_memory(StepMetrics& m, const StepTimes& times, const CommTime& at_start, const DdpReducer* ddp,
+                             ZeroEngine* zero, std::uint64_t activation_bytes, int world) {
+  if (world > 1) {
+    m.comm_ms = comm_time().comm_ms - at_start.comm_ms;
+    m.comm_exposed_ms = times.comm_exposed_ms;
+    // The exposed time also holds the reduce phases' own work and wake-up latency, so with little communication
+    // it can exceed comm_ms: nothing was hidden then.
+    m.comm_hidden = *m.comm_ms > 0 ? std::clamp(1.0 - *m.comm_exposed_ms / *m.comm_ms, 0.0, 1.0) : 1.0;
   }
+  if (ddp) m.comm_bytes = ddp->last_stats().bytes_sent;
   if (zero) {
     const ZeroStepStats stats = zero->take_stats();
-    if (world > 1) m.comm_hidden = std::clamp(stats.hidden_fraction, 0.0, 1.0);
     const ZeroMemory memory = zero->memory();
     m.sharding = ShardingMetrics{memory.params, memory.grads, memory.optim, activation_bytes,
                                  stats.gathered_peak_bytes};

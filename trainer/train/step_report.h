@@ -4,44 +4,24 @@
 // every --log-every steps and the last) and the health report to the agent (every rank). A loss that is not finite
 // ends the run here, with an error that says so.
 
-#include <chrono>
 #include <cstdint>
 
-#include "trainer/health/phase.h"
 #include "trainer/health/reporter.h"
+#include "trainer/metrics/comm_time.h"
 #include "trainer/metrics/jsonl.h"
+#include "trainer/metrics/step_times.h"
 
 namespace dtrain::trainer {
 
 class DdpReducer;
 class ZeroEngine;
 
-// Where one step's time went, measured on the training thread in disjoint pieces (HealthReport says what each holds).
-struct StepTimes {
-  double data_wait_ms = 0;
-  double compute_ms = 0;
-  double comm_exposed_ms = 0;
-  double optimizer_ms = 0;
-};
-
-// Enters `phase` (health/phase.h), does `work` and adds its wall time in ms to `total_ms` (one of StepTimes'
-// fields); returns what `work` returns.
-template <class Work>
-auto timed(const char* phase, double& total_ms, Work&& work) {
-  using Clock = std::chrono::steady_clock;
-  set_phase(phase);
-  struct AddOnExit {
-    double& total;
-    Clock::time_point began = Clock::now();
-    ~AddOnExit() { total += std::chrono::duration<double, std::milli>(Clock::now() - began).count(); }
-  } add{total_ms};
-  return work();
-}
-
-// The step's communication and memory (comm_hidden, comm_bytes, sharding), from DDP (null without it) or the ZeRO
-// engine (null without it), whose step statistics this takes (ZeroEngine::take_stats).
-void measure_comm_and_memory(StepMetrics& m, const DdpReducer* ddp, ZeroEngine* zero,
-                             std::uint64_t activation_bytes, int world);
+// The step's communication and memory: with more than one rank comm_ms (what comm_time() counted since
+// `at_start`, the step's start), comm_exposed_ms (times.comm_exposed_ms) and comm_hidden from them; comm_bytes and
+// the sharding from DDP (null without it) or the ZeRO engine (null without it), whose step statistics this takes
+// (ZeroEngine::take_stats).
+void measure_comm_and_memory(StepMetrics& m, const StepTimes& times, const CommTime& at_start, const DdpReducer* ddp,
+                             ZeroEngine* zero, std::uint64_t activation_bytes, int world);
 
 // Where reports go, and what the console line needs.
 struct StepReportTargets {

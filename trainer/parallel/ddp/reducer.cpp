@@ -5,6 +5,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "trainer/health/phase.h"
+#include "trainer/metrics/comm_time.h"
+
 namespace dtrain::trainer {
 namespace {
 
@@ -36,6 +39,7 @@ DdpReducer::DdpReducer(Communicator& comm, float* grads, std::size_t count, DdpO
     buckets_.emplace_back(end - size, size);
     end -= size;
   }
+  phases_ = numbered_phases("allreduce bucket", static_cast<int>(buckets_.size()));
 }
 
 DdpReducer::~DdpReducer() {
@@ -86,14 +90,14 @@ void DdpReducer::start_bucket(std::size_t index) {
     std::uint16_t* half = half_.data() + offset;
     kernels::to_half_divided(half, grads_ + offset, count, static_cast<float>(world), comm_dtype_);
     started_.push_back(index);
-    if (world > 1) pending_.push_back(comm_.allreduce_half(half, count, comm_dtype_));
+    if (world > 1) pending_.push_back({index, comm_.allreduce_half(half, count, comm_dtype_)});
     return;
   }
   if (world == 1) return;
   const float scale = 1.0f / static_cast<float>(world);
   float* data = grads_ + offset;
   for (std::size_t i = 0; i < count; ++i) data[i] *= scale;
-  pending_.push_back(comm_.allreduce(data, count));
+  pending_.push_back({index, comm_.allreduce(data, count)});
 }
 
 void DdpReducer::cast_back() {
@@ -106,9 +110,9 @@ void DdpReducer::cast_back() {
 
 std::string DdpReducer::drain() {
   std::string failure;
-  for (auto& work : pending_) {
+  for (const Pending& p : pending_) {
     try {
-      work->wait();
+      wait_collective(*p.work, phases_[p.bucket]);
     } catch (const std::exception& error) {
       if (failure.empty()) failure = error.what();
     }
@@ -134,7 +138,7 @@ void DdpReducer::finish_backward() {
   stats.exposed_ms = std::chrono::duration<double, std::milli>(Clock::now() - waiting).count();
   stats.buckets = buckets_.size();
   stats.bytes_sent = comm_.bytes_sent() - sent_at_begin_;
-  for (const auto& work : pending_) stats.comm_ms += work->elapsed_ms();
+  for (const Pending& p : pending_) stats.comm_ms += p.work->elapsed_ms();
   pending_.clear();
   stats_ = stats;
   if (!failure.empty()) {

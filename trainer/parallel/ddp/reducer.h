@@ -18,6 +18,9 @@
 //   reducer.begin_backward(sync);        // sync=false on micro-steps before the last (no_sync): nothing is sent
 //   model.backward(..., [&](std::size_t offset, std::size_t count) { reducer.grads_ready(offset, count); });
 //   reducer.finish_backward();           // waits for every bucket; grads now hold the mean over ranks
+// While finish_backward() waits for bucket i the worker's phase is "allreduce bucket i" (buckets numbered in the
+// order they are reduced, 0 the last 1 MiB of the buffer), so a rank hung in a bucket's allreduce says which; the
+// waits count as exposed communication (trainer/metrics/comm_time.h).
 //
 // What overlap buys depends on free CPU. The Gloo backend's work is CPU work: its thread sums the ring's chunks and
 // loopback TCP copies run in the kernel on the sending thread's core. When every core runs backward (2 ranks on a
@@ -91,7 +94,12 @@ class DdpReducer {
   std::size_t next_bucket_ = 0;  // index in buckets_ of the next bucket to start
   kernels::Dtype comm_dtype_;
   std::vector<std::uint16_t> half_;  // the 16-bit copy of the gradients (comm_dtype bf16 or fp16), else empty
-  std::vector<std::shared_ptr<Work>> pending_;
+  std::vector<const char*> phases_;   // "allreduce bucket i" (health/phase.h), one per bucket
+  struct Pending {
+    std::size_t bucket;
+    std::shared_ptr<Work> work;
+  };
+  std::vector<Pending> pending_;
   std::vector<std::size_t> started_;  // buckets whose 16-bit copy must be cast back after the wait
   std::uint64_t sent_at_begin_ = 0;
 

@@ -6,6 +6,8 @@
 #include <string>
 #include <utility>
 
+#include "trainer/health/phase.h"
+#include "trainer/metrics/comm_time.h"
 #include "trainer/parallel/zero/pages.h"
 
 namespace dtrain::trainer {
@@ -34,7 +36,8 @@ ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, const AdamWOpt
       spans_(owned_spans(shards_)),
       optimizer_(model.backend(), shards_.shard_params(), model.layout().decay_ranges(), options,
                  shards_.padded_params()),
-      reducer_(comm, shards_, model.grads(), stage >= 2, dtypes.reduce) {
+      reducer_(comm, shards_, model.grads(), stage >= 2, dtypes.reduce),
+      gather_phases_(numbered_phases("all-gather unit", shards_.num_units())) {
   grads_ready_ = [this](std::size_t offset, std::size_t count) { reducer_.grads_ready(offset, count); };
   const kernels::Dtype param_dtype = dtypes.param.value_or(model.precision());
   if (param_dtype != kernels::Dtype::fp32 && param_dtype != model.precision())
@@ -120,7 +123,7 @@ std::uint64_t ZeroEngine::all_gather_master() {
                                      own.count));
     bytes += ring_bytes_sent(shards_.slice(u).count, shards_.world());
   }
-  for (auto& work : works) work->wait();
+  for (int u = 0; u < shards_.num_units(); ++u) wait_collective(*works[u], gather_phases_[u]);
   return bytes;
 }
 
@@ -137,7 +140,7 @@ std::uint64_t ZeroEngine::all_gather_working() {
   }
   // Each unit is widened as soon as it has arrived, while the later ones are still on the wire.
   for (int u = 0; u < shards_.num_units(); ++u) {
-    if (!works.empty()) works[u]->wait();
+    if (!works.empty()) wait_collective(*works[u], gather_phases_[u]);
     widen_unit(u);
   }
   return bytes;
@@ -170,7 +173,7 @@ void ZeroEngine::gather_moments(std::vector<float>& m, std::vector<float>& v) {
     works.push_back(comm_.all_gather(m.data() + own.offset, m.data() + at, own.count));
     works.push_back(comm_.all_gather(v.data() + own.offset, v.data() + at, own.count));
   }
-  for (auto& work : works) work->wait();
+  for (auto& work : works) wait_collective(*work, "all-gather (AdamW's moments for a checkpoint)");
 }
 
 void ZeroEngine::load_moments(const float* m, const float* v) {
@@ -205,7 +208,9 @@ float ZeroEngine::clip_grad_norm(float max_norm) {
   std::vector<float> parts(2 * static_cast<std::size_t>(W));
   parts[2 * r] = static_cast<float>(local);
   parts[2 * r + 1] = static_cast<float>(local - static_cast<double>(parts[2 * r]));
-  if (W > 1) comm_.all_gather(parts.data() + 2 * r, parts.data(), 2)->wait();
+  if (W > 1) {
+    wait_collective(*comm_.all_gather(parts.data() + 2 * r, parts.data(), 2), "all-gather (the gradient norms)");
+  }
   double total = 0;
   for (float part : parts) total += part;
   const float norm = static_cast<float>(std::sqrt(total));
@@ -232,7 +237,6 @@ ZeroStepStats ZeroEngine::take_stats() {
     stats.gathered_peak_bytes = gatherer_->peak_bytes();
     gatherer_->reset_peak();
   }
-  stats.hidden_fraction = reducer_.last_stats().hidden_fraction();
   return stats;
 }
 

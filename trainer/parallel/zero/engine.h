@@ -26,6 +26,9 @@
 // the tensors fp32 kernels read are widened from it (as stage 3 does per unit). --param-dtype fp32 keeps the whole
 // fp32 master on every rank and all-gathers it in fp32 instead, so the model computes exactly as with --zero 0.
 // --reduce-dtype (reducer.h) is the dtype of the gradient reduce-scatters, independent of all this.
+// Every wait for a collective names its phase ("all-gather unit u", "reduce-scatter unit u", "all-gather (the
+// gradient norms)") and counts as exposed communication (trainer/metrics/comm_time.h), the parameter all-gathers
+// after the optimizer update included.
 
 #include <cstddef>
 #include <cstdint>
@@ -54,7 +57,6 @@ struct ZeroDtypes {
 struct ZeroStepStats {
   std::uint64_t comm_bytes = 0;            // reduce-scatters and all-gathers this rank sent during the step
   std::optional<std::uint64_t> gathered_peak_bytes;  // stage 3: the most bytes of gathered units alive at once
-  double hidden_fraction = 1;              // of the last reduce-scatter pass, as DdpStats
 };
 
 class ZeroEngine {
@@ -118,6 +120,7 @@ class ZeroEngine {
   void widen_unit(int unit);
 
   Gpt::GradsReady grads_ready_;
+  std::vector<const char*> gather_phases_;  // "all-gather unit u" (health/phase.h), stages 1-2's all-gathers
   bool sharded_master_ = false;      // 16-bit, param dtype = the precision: only the owned master shards exist
   bool rounded_on_gather_ = false;   // stage 3, 16-bit model, fp32 gathers: the gatherer rounds the working copy
   std::uint64_t counted_bytes_ = 0;  // the parameter all-gathers of step()

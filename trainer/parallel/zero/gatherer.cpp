@@ -5,6 +5,8 @@
 #include <string>
 #include <utility>
 
+#include "trainer/health/phase.h"
+#include "trainer/metrics/comm_time.h"
 #include "trainer/parallel/zero/pages.h"
 
 namespace dtrain::trainer {
@@ -23,7 +25,11 @@ ParamGatherer::ParamGatherer(Communicator& comm, const ZeroShards& shards, HalfP
 }
 
 ParamGatherer::ParamGatherer(Communicator& comm, const ZeroShards& shards, float* params, RoundedCopy rounded)
-    : comm_(comm), shards_(shards), params_(params), rounded_(rounded) {
+    : comm_(comm),
+      shards_(shards),
+      params_(params),
+      rounded_(rounded),
+      phases_(numbered_phases("all-gather unit", shards.num_units())) {
   const int last = shards.num_units() - 1;
   for (int u = 0; u <= last; ++u) order_.push_back(u);
   for (int u = last; u >= 1; --u) order_.push_back(u);
@@ -66,7 +72,7 @@ void ParamGatherer::wait(int unit) {
   if (state_[unit] != State::gathering) return;
   if (work_[unit]) {
     std::shared_ptr<Work> work = std::move(work_[unit]);
-    work->wait();
+    wait_collective(*work, phases_[unit]);
   }
   if (half_.half != nullptr) widen(unit);
   if (rounded_.half != nullptr) {

@@ -10,7 +10,9 @@
 // or being gathered at once (FSDP's limit_all_gathers). Unit 0 stays gathered from the start of forward to the end
 // of backward, as FSDP keeps its root unit: the tied output head reads wte at the end of forward and the start of
 // backward. A unit that is next in the order when released (the final LayerNorm between forward and backward)
-// stays gathered.
+// stays gathered. While the training thread waits for unit u's all-gather the worker's phase is "all-gather unit u"
+// (health/phase.h; forward or backward again after), and the wait counts as exposed communication, not compute
+// (trainer/metrics/comm_time.h).
 //
 // With a 16-bit precision (FSDP's param_dtype) the gathered buffer is the model's 16-bit working copy instead of the
 // fp32 parameters, so an all-gather sends half the bytes; once a unit has arrived, the tensors of it that fp32
@@ -91,6 +93,7 @@ class ParamGatherer {
   std::size_t cursor_;  // index in order_ of the last gather()
   std::vector<State> state_;
   std::vector<std::shared_ptr<Work>> work_;
+  std::vector<const char*> phases_;  // "all-gather unit u"
   std::uint64_t bytes_sent_ = 0;
   std::uint64_t peak_bytes_ = 0;
 };

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "trainer/health/phase.h"
+#include "trainer/metrics/comm_time.h"
 #include "trainer/parallel/zero/pages.h"
 
 namespace dtrain::trainer {
@@ -19,7 +21,12 @@ std::string range(std::size_t offset, std::size_t count) {
 
 ZeroReducer::ZeroReducer(Communicator& comm, const ZeroShards& shards, float* grads, bool release_grads,
                          kernels::Dtype reduce_type)
-    : comm_(comm), shards_(shards), grads_(grads), release_grads_(release_grads), reduce_type_(reduce_type) {}
+    : comm_(comm),
+      shards_(shards),
+      grads_(grads),
+      release_grads_(release_grads),
+      reduce_type_(reduce_type),
+      phases_(numbered_phases("reduce-scatter unit", shards.num_units())) {}
 
 ZeroReducer::~ZeroReducer() {
   // The communicator's thread may still write into grads_; it must be done before the buffer can go.
@@ -69,15 +76,16 @@ void ZeroReducer::start_unit(int unit) {
   const ParamRange slice = shards_.slice(unit);
   const ShardSpan& own = shards_.owned(unit);
   if (reduce_type_ == kernels::Dtype::fp32) {
-    pending_.push_back({unit, comm_.reduce_scatter(grads_ + slice.offset, grads_ + own.offset, own.count), {}});
+    pending_.push_back({unit, comm_.reduce_scatter(grads_ + slice.offset, grads_ + own.offset, own.count)});
     bytes_sent_ += ring_bytes_sent(slice.count, shards_.world());
     return;
   }
-  std::vector<std::uint16_t> half(slice.count);
-  kernels::to_half(half.data(), grads_ + slice.offset, slice.count, reduce_type_);
-  std::uint16_t* mine = half.data() + (own.offset - slice.offset);
-  std::shared_ptr<Work> work = comm_.reduce_scatter_half(half.data(), mine, own.count, reduce_type_);
-  pending_.push_back({unit, std::move(work), std::move(half)});
+  // Default-initialised: pages the kernel maps only where a unit's slice is written.
+  if (!half_) half_.reset(new std::uint16_t[shards_.padded_params()]);
+  std::uint16_t* half = half_.get() + slice.offset;
+  kernels::to_half(half, grads_ + slice.offset, slice.count, reduce_type_);
+  std::uint16_t* mine = half_.get() + own.offset;
+  pending_.push_back({unit, comm_.reduce_scatter_half(half, mine, own.count, reduce_type_)});
   bytes_sent_ += ring_bytes_sent(slice.count, shards_.world(), sizeof(std::uint16_t));
 }
 
@@ -85,7 +93,8 @@ void ZeroReducer::widen_owned(const Pending& p) {
   const ParamRange slice = shards_.slice(p.unit);
   const ShardSpan& own = shards_.owned(p.unit);
   float* shard = grads_ + own.offset;
-  kernels::from_half(shard, p.half.data() + (own.offset - slice.offset), own.count, reduce_type_);
+  kernels::from_half(shard, half_.get() + own.offset, own.count, reduce_type_);
+  release_range(half_.get() + slice.offset, slice.count);
   if (!last_) {
     if (accumulated_.empty()) accumulated_.assign(shards_.shard_params(), 0.0f);
     float* sum = accumulated_.data() + own.state_offset;
@@ -103,9 +112,9 @@ void ZeroReducer::widen_owned(const Pending& p) {
 std::string ZeroReducer::complete(const Pending& p) {
   std::string failed;
   try {
-    p.work->wait();
+    wait_collective(*p.work, phases_[p.unit]);
     comm_ms_ += p.work->elapsed_ms();
-    if (!p.half.empty()) widen_owned(p);
+    if (reduce_type_ != kernels::Dtype::fp32) widen_owned(p);
   } catch (const std::exception& error) {
     failed = error.what();
   }

@@ -11,17 +11,22 @@
 // rank only) to everyone's new gradient, and the shard holds the mean over ranks and micro-steps.
 //
 // A 16-bit reduce dtype (--reduce-dtype bf16|fp16, FSDP's reduce_dtype): each unit's gradient is rounded to 16
-// bits into a buffer of its own, reduce-scattered in 16 bits (half the bytes; each pairwise addition in fp32,
+// bits into its slice of a 16-bit copy of the gradient buffer, reduce-scattered in 16 bits (half the bytes; each pairwise addition in fp32,
 // rounded back, as Gloo and NCCL add 16-bit values) and the owned shard widened back into the fp32 gradient. So
 // that only what crosses the wire is rounded, a sum reduced on an earlier micro-step is not sent again: on a pass
 // that is not the step's last, the widened shard is added to an fp32 accumulator of the owned shards (4P/W, made on
 // the first such pass) and the shard itself reads as zeros for the next backward; the last pass adds the
-// accumulator back. The gradient buffer and the accumulation stay fp32.
+// accumulator back. The gradient buffer and the accumulation stay fp32. The 16-bit copy is allocated once and
+// never written as a whole: a unit's slice is written when its reduce-scatter starts and its pages go back to the
+// kernel when it completes (pages.h), so it is resident only while units are in flight, as a buffer per unit would
+// be, without allocating and zeroing one per unit on every backward pass.
 //
 // Per backward pass, as DdpReducer:
 //   reducer.begin_backward(sync, last); // stage 1: sync only on the last micro-step (no_sync); stages 2, 3: always
 //   model.backward(..., [&](std::size_t offset, std::size_t count) { reducer.grads_ready(offset, count); });
 //   reducer.finish_backward();        // waits for every unit; owned shards hold the mean gradient
+// While the training thread waits for unit u's reduce-scatter the worker's phase is "reduce-scatter unit u"
+// (health/phase.h), and the wait counts as exposed communication (trainer/metrics/comm_time.h).
 
 #include <cstddef>
 #include <cstdint>
@@ -63,7 +68,6 @@ class ZeroReducer {
   struct Pending {
     int unit;
     std::shared_ptr<Work> work;
-    std::vector<std::uint16_t> half;  // 16-bit reduce: the unit's rounded gradient, reduced in place
   };
   void start_unit(int unit);
   // Waits for pending[i] and releases its unit's gradient outside the owned shard; returns an error or "".
@@ -79,6 +83,10 @@ class ZeroReducer {
   bool release_grads_;
   kernels::Dtype reduce_type_;
   std::vector<float> accumulated_;  // 16-bit reduce over several micro-steps: this rank's shards, state layout
+  // 16-bit reduce: the rounded gradients in the buffer's layout, each unit reduced in place in its slice (top of
+  // this file); made on the first pass that sends.
+  std::unique_ptr<std::uint16_t[]> half_;
+  std::vector<const char*> phases_;  // "reduce-scatter unit u" (health/phase.h)
   DdpStats stats_;
   std::uint64_t bytes_sent_ = 0;
 
