@@ -3,7 +3,8 @@
 // The job's event log, <run dir>/events.jsonl: one JSON object per line, each written with one write(2) as it
 // happens, so `tail -f` and a crash of the launcher both see whole lines up to the last event. Every line has
 // "ts" (Unix milliseconds, the launcher's clock) and "event" (job_start, job_end, round_start, round_end,
-// worker_started, worker_exited, node_lost, health, health_check_failed, diagnosis), then the event's fields.
+// worker_started, worker_exited, node_lost, health, samples (cli/report/samples.h), health_check_failed, diagnosis),
+// then the event's fields.
 
 #include <cstdint>
 #include <string>
