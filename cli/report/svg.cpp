@@ -41,7 +41,7 @@ std::string pretty(double value) {
   } else if (magnitude >= 1e4) {
     std::snprintf(text, sizeof text, "%.3gk", value / 1e3);
   } else {
-    std::snprintf(text, sizeof text, "%.3g", value);
+    std::snprintf(text, sizeof text, "%.4g", value);   // 2000, not 2e+03
   }
   return text;
 }

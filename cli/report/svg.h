@@ -14,7 +14,7 @@ namespace dtrain::report {
 std::string escape(std::string_view text);
 // A coordinate or a value: at most 1 decimal for coordinates keeps a 1,024-rank page within a few MB.
 std::string coord(double value);
-// A value for people: 3 significant digits, thousands as k/M ("12.3", "4.56k").
+// A value for people: up to 4 significant digits below 10,000, then k/M with 3 ("12.3", "2000", "45.6k").
 std::string pretty(double value);
 std::string duration_text(std::uint64_t ms);
 std::string mib_text(double mib);
