@@ -1,7 +1,6 @@
 #include "trainer/parallel/zero/reducer.h"
 
 #include <algorithm>
-#include <chrono>
 #include <stdexcept>
 
 #include "trainer/health/phase.h"
@@ -10,8 +9,6 @@
 
 namespace dtrain::trainer {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 std::string range(std::size_t offset, std::size_t count) {
   return "[" + std::to_string(offset) + ", " + std::to_string(offset + count) + ")";
@@ -48,7 +45,6 @@ void ZeroReducer::begin_backward(bool sync, bool last) {
   last_ = last;
   ready_from_ = shards_.padded_params();
   next_unit_ = shards_.num_units() - 1;
-  comm_ms_ = 0;
   failure_.clear();
 }
 
@@ -113,7 +109,6 @@ std::string ZeroReducer::complete(const Pending& p) {
   std::string failed;
   try {
     wait_collective(*p.work, phases_[p.unit]);
-    comm_ms_ += p.work->elapsed_ms();
     if (reduce_type_ != kernels::Dtype::fp32) widen_owned(p);
   } catch (const std::exception& error) {
     failed = error.what();
@@ -145,14 +140,8 @@ void ZeroReducer::finish_backward() {
                            ") were never reported ready");
   in_pass_ = false;
   if (!sync_) return;
-  const Clock::time_point waiting = Clock::now();
   const std::string failed = retire(true);
   if (failure_.empty()) failure_ = failed;
-  DdpStats stats;
-  stats.exposed_ms = std::chrono::duration<double, std::milli>(Clock::now() - waiting).count();
-  stats.buckets = static_cast<std::size_t>(shards_.num_units());
-  stats.comm_ms = comm_ms_;
-  stats_ = stats;
   if (!failure_.empty()) throw CommError("ZeRO gradient reduce-scatter failed: " + failure_);
 }
 

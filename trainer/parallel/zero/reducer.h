@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "trainer/comm/communicator.h"
-#include "trainer/parallel/ddp/reducer.h"
+#include "trainer/kernels/half.h"
 #include "trainer/parallel/zero/shards.h"
 
 namespace dtrain::trainer {
@@ -59,8 +59,6 @@ class ZeroReducer {
   // Waits for every unit's reduce-scatter (throws CommError after all ended if one failed).
   void finish_backward();
 
-  // Timing of the last synchronised pass (DdpStats' meaning, per unit instead of per bucket).
-  const DdpStats& last_stats() const { return stats_; }
   // Bytes this rank has sent in reduce-scatters so far (ring accounting, shards.h); the loop reads the difference.
   std::uint64_t bytes_sent() const { return bytes_sent_; }
 
@@ -87,7 +85,6 @@ class ZeroReducer {
   // this file); made on the first pass that sends.
   std::unique_ptr<std::uint16_t[]> half_;
   std::vector<const char*> phases_;  // "reduce-scatter unit u" (health/phase.h)
-  DdpStats stats_;
   std::uint64_t bytes_sent_ = 0;
 
   bool in_pass_ = false;
@@ -96,7 +93,6 @@ class ZeroReducer {
   std::size_t ready_from_ = 0;
   int next_unit_ = 0;  // the unit whose start backward reaches next (units go from the last to the first)
   std::vector<Pending> pending_;
-  double comm_ms_ = 0;
   std::string failure_;
 };
 
