@@ -15,7 +15,9 @@ stage. The peak does not drop from --zero 1 to --zero 2, and --zero 3's is 88 Mi
 set at start-up, when every rank holds the whole model once. CpuBackend::allocate memsets each buffer, so the full
 4P gradient buffer is resident from the start (stages 2 and 3 give it back only as backward releases each unit),
 and every rank receives all 4P of the parameters in the start-up broadcast before --zero 3 releases the shards it
-does not own. Until start-up allocates lazily and scatters shards, this test fails on the peak from --zero 1 to 2."""
+does not own. Until start-up allocates lazily and scatters shards, this test fails on the peak from --zero 1 to 2.
+DTRAIN_TEST_PRECISION=bf16 (or fp16) runs every stage with --precision bf16 and checks README's mixed-precision
+table instead (F: the values fp32 kernels read, widened from the 16-bit working copy)."""
 
 import os
 import time
@@ -33,7 +35,9 @@ NOISE_MIB = 8
 SAMPLE_S = 0.02  # /proc sampling period: a step of this model takes 0.5-8 s here, so a step is sampled many times
 work = h.workdir()
 shard = h.make_text_shard(work)
-common = MODEL + ["--data", shard, "--seq-len", "64", "--batch-size", "1", "--steps", str(STEPS), "--threads", "1"]
+PRECISION = os.environ.get("DTRAIN_TEST_PRECISION", "fp32")
+common = MODEL + ["--data", shard, "--seq-len", "64", "--batch-size", "1", "--steps", str(STEPS), "--threads", "1",
+                  "--precision", PRECISION]
 
 
 def padded_params(world):
@@ -42,9 +46,14 @@ def padded_params(world):
 
 
 def formula(zero):
-    """(params, grads, optim) bytes of README's table, fp32."""
+    """(params, grads, optim) bytes of README's tables: fp32, or a 16-bit precision with the master sharded."""
     P = padded_params(W) if zero else padded_params(1)
     full, shard = 4 * P, 4 * P // W
+    if PRECISION != "fp32" and zero:
+        # F: embeddings, LayerNorms and the linear layers' biases (13C per layer), fp32 beside the working copy.
+        F = (VP + MAXT) * C + 13 * C * L + 2 * C
+        params = 2 * P // W if zero == 3 else 2 * P + 4 * F
+        return (params, full if zero == 1 else shard, 3 * shard)
     return {0: (full, full, 2 * full), 1: (full, full, 2 * shard), 2: (full, shard, 2 * shard),
             3: (shard, shard, 2 * shard)}[zero]
 
@@ -124,7 +133,7 @@ for zero in range(4):
 
 MIB = 1 << 20
 print(f"\nmodel L={L} C={C} ({padded_params(1)} parameters, {4 * padded_params(1) / 1e6:.1f} MB fp32), {W} ranks, "
-      f"B=1 T=64, {STEPS} steps; rank 0:")
+      f"B=1 T=64, {STEPS} steps, --precision {PRECISION}; rank 0:")
 print("| --zero | params+grads+optim by formula (MiB) | peak RSS (MiB) | training RSS, max (MiB) | activations (MiB) "
       "| gathered peak (MiB) |")
 for zero, formula_bytes, peak, training, acts, gathered in rows:
