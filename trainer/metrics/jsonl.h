@@ -6,19 +6,19 @@
 // step is 1-based (the number of optimizer steps done); loss is the mean over the global batch (all ranks, all
 // micro-steps); grad_norm is before clipping; tokens_per_s counts the global batch's tokens over step_ms, the wall
 // time from zero_grad to the end of the optimizer update (a checkpoint written after the step is not included).
-// With more than one rank, "comm_ms" is the time the step's collectives ran (each one's duration on the
-// communicator's thread, summed: gradient reductions, parameter all-gathers, the loss and the other scalar
-// collectives, hidden or not), "comm_exposed_ms" the part of the step's wall time the training thread spent on
-// communication rather than computing (waiting for collectives, and the loop's reduce phases; the health report's
-// comm_exposed_ms, metrics/step_times.h) and "comm_hidden" = 1 - comm_exposed_ms / comm_ms, clamped to [0, 1]: the
-// fraction of the communication that compute hid (1 with no communication). With --zero 1..3 each line also has what this rank holds
+// With more than one rank, "comm_ms" is the time the step's collectives ran (each one's duration on the communicator's
+// thread, summed: gradient reductions, parameter all-gathers, the loss and the other scalar collectives, hidden or
+// not), "comm_exposed_ms" the part of the step's wall time the training thread spent on communication rather than
+// computing (waiting for collectives, and the loop's reduce phases; the health report's comm_exposed_ms,
+// metrics/step_times.h) and "comm_hidden" = 1 - comm_exposed_ms / comm_ms, clamped to [0, 1]: the fraction of the
+// communication that compute hid (1 with no communication). With --zero 1..3 each line also has what this rank holds
 // (integers, bytes; README "--zero" gives the formulas): "mem_params_bytes", "mem_grads_bytes", "mem_optim_bytes"
 // (steady state, padding included), "mem_activations_bytes" and, stage 3 only, "mem_gathered_peak_bytes" (the most
 // bytes of all-gathered units alive at once during the step). With DDP over more than one rank or any --zero stage,
 // "comm_bytes" is what this rank sent during the step (DDP's allreduces, or ZeRO's reduce-scatters and all-gathers;
-// ring accounting). With --precision fp16, "loss_scale" is the scale the step's backward used and "skipped" (true
-// or false) whether the loss scaler skipped the optimizer update (an inf or NaN gradient). Values are printed with
-// 9 significant digits, enough to round-trip a float. A run appends to an existing file.
+// ring accounting). With --precision fp16, "loss_scale" is the scale the step's backward used and "skipped" (true or
+// false) whether the loss scaler skipped the optimizer update (an inf or NaN gradient). Values are printed with 9
+// significant digits, enough to round-trip a float. A run appends to an existing file.
 
 #include <cstdint>
 #include <cstdio>

@@ -10,16 +10,16 @@
 // while the owned shard keeps the reduced sum so far; the next reduce-scatter then adds the reduced sum (held by one
 // rank only) to everyone's new gradient, and the shard holds the mean over ranks and micro-steps.
 //
-// A 16-bit reduce dtype (--reduce-dtype bf16|fp16, FSDP's reduce_dtype): each unit's gradient is rounded to 16
-// bits into its slice of a 16-bit copy of the gradient buffer, reduce-scattered in 16 bits (half the bytes; each pairwise addition in fp32,
-// rounded back, as Gloo and NCCL add 16-bit values) and the owned shard widened back into the fp32 gradient. So
-// that only what crosses the wire is rounded, a sum reduced on an earlier micro-step is not sent again: on a pass
-// that is not the step's last, the widened shard is added to an fp32 accumulator of the owned shards (4P/W, made on
-// the first such pass) and the shard itself reads as zeros for the next backward; the last pass adds the
-// accumulator back. The gradient buffer and the accumulation stay fp32. The 16-bit copy is allocated once and
-// never written as a whole: a unit's slice is written when its reduce-scatter starts and its pages go back to the
-// kernel when it completes (pages.h), so it is resident only while units are in flight, as a buffer per unit would
-// be, without allocating and zeroing one per unit on every backward pass.
+// A 16-bit reduce dtype (--reduce-dtype bf16|fp16, FSDP's reduce_dtype): each unit's gradient is rounded to 16 bits
+// into its slice of a 16-bit copy of the gradient buffer, reduce-scattered in 16 bits (half the bytes; each pairwise
+// addition in fp32, rounded back, as Gloo and NCCL add 16-bit values) and the owned shard widened back into the fp32
+// gradient. So that only what crosses the wire is rounded, a sum reduced on an earlier micro-step is not sent again: on
+// a pass that is not the step's last, the widened shard is added to an fp32 accumulator of the owned shards (4P/W, made
+// on the first such pass) and the shard itself reads as zeros for the next backward; the last pass adds the accumulator
+// back. The gradient buffer and the accumulation stay fp32. The 16-bit copy is allocated once and never written as a
+// whole: a unit's slice is written when its reduce-scatter starts and its pages go back to the kernel when it completes
+// (pages.h), so it is resident only while units are in flight, as a buffer per unit would be, without allocating and
+// zeroing one per unit on every backward pass.
 //
 // Per backward pass, as DdpReducer:
 //   reducer.begin_backward(sync, last); // stage 1: sync only on the last micro-step (no_sync); stages 2, 3: always
