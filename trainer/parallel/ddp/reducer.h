@@ -19,7 +19,7 @@
 //   model.backward(..., [&](std::size_t offset, std::size_t count) { reducer.grads_ready(offset, count); });
 //   reducer.finish_backward();           // waits for every bucket; grads now hold the mean over ranks
 // While finish_backward() waits for bucket i the worker's phase is "allreduce bucket i" (buckets numbered in the
-// order they are reduced, 0 the last 1 MiB of the buffer), so a rank hung in a bucket's allreduce says which; the
+// order they are reduced, 0 the one at the end of the buffer), so a rank hung in a bucket's allreduce says which; the
 // waits count as exposed communication (trainer/metrics/comm_time.h).
 //
 // What overlap buys depends on free CPU. The Gloo backend's work is CPU work: its thread sums the ring's chunks and
