@@ -2,35 +2,20 @@
 // directory holds; the launcher writes the same page when a job ends. No argument: the newest job under ./runs.
 
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/controller/run_dirs.h"
 #include "cli/report/report.h"
 
 namespace dtrain::cli {
-namespace {
-
-namespace fs = std::filesystem;
-
-Result<std::string> run_dir_of(const std::string& target) {
-  if (target.empty()) return report::newest_run("runs");
-  std::error_code ec;
-  if (fs::is_regular_file(fs::path(target) / "events.jsonl", ec)) return {{}, target};
-  if (fs::is_regular_file(fs::path("runs") / target / "events.jsonl", ec)) return {{}, (fs::path("runs") / target).string()};
-  return {{StatusCode::not_found, target + " is neither a job's directory (one with events.jsonl) nor a job id under "
-                                           "./runs: pass the directory the launcher printed, or run `dtrain report` "
-                                           "where it ran"}};
-}
-
-}  // namespace
 
 Action add_report_command(CLI::App& app) {
   auto target = std::make_shared<std::string>();
   auto* cmd = app.add_subcommand("report", "write a job's report page (report.html in its run directory)");
   cmd->add_option("job", *target, "the job's directory or its id under ./runs (default: the newest job there)");
   return [target] {
-    const auto dir = run_dir_of(*target);
+    const auto dir = controller::find_run_dir(*target, "report");
     if (!dir.ok()) {
       std::fprintf(stderr, "dtrain report: %s\n", dir.status.message().c_str());
       return 1;

@@ -17,6 +17,7 @@
 #include "cli/commands.h"
 #include "cli/controller/control_socket.h"
 #include "cli/controller/job_monitor.h"
+#include "cli/controller/run_dirs.h"
 #include "cli/controller/status_view.h"
 
 namespace dtrain::cli {
@@ -30,49 +31,6 @@ using Json = nlohmann::json;
 constexpr std::chrono::milliseconds kAnswerTimeout{2 * controller::ControlSocket::kClientBudget};
 // --watch: as often as the launcher refreshes what it serves (JobMonitor::kEvaluateInterval).
 constexpr std::chrono::milliseconds kWatchInterval = controller::JobMonitor::kEvaluateInterval;
-
-bool is_run_dir(const fs::path& dir) {
-  std::error_code ec;
-  return fs::exists(dir / controller::kEventsFileName, ec) || fs::exists(dir / controller::kStatusFileName, ec);
-}
-
-// When the job started, from its event log's first line (job_start); 0 when it cannot be read.
-std::uint64_t started_ms(const fs::path& dir) {
-  std::ifstream in(dir / controller::kEventsFileName);
-  std::string line;
-  if (!std::getline(in, line)) return 0;
-  const Json first = Json::parse(line, nullptr, false);
-  return first.is_object() && first.contains("ts") && first["ts"].is_number_unsigned() ? first["ts"].get<std::uint64_t>()
-                                                                                      : 0;
-}
-
-Result<std::string> run_dir_of(const std::string& target) {
-  const fs::path runs = "runs";
-  if (target.empty()) {
-    std::error_code ec;
-    fs::path newest;
-    std::uint64_t newest_ms = 0;
-    for (const auto& entry : fs::directory_iterator(runs, ec)) {
-      if (!entry.is_directory() || !is_run_dir(entry.path())) continue;
-      const std::uint64_t ms = started_ms(entry.path());
-      if (newest.empty() || ms > newest_ms) {
-        newest = entry.path();
-        newest_ms = ms;
-      }
-    }
-    if (newest.empty()) {
-      return {{StatusCode::not_found, "no job under " + fs::absolute(runs).string() +
-                                          ": run it where `dtrain launch` ran (logs.dir: runs), or name the job's "
-                                          "directory: dtrain status RUN_DIR"}};
-    }
-    return {{}, newest.string()};
-  }
-  if (is_run_dir(target)) return {{}, target};
-  if (is_run_dir(runs / target)) return {{}, (runs / target).string()};
-  return {{StatusCode::not_found, target + " is neither a job's directory (one with " +
-                                      controller::kEventsFileName + ") nor a job id under ./runs: pass the directory "
-                                      "the launcher printed, or run `dtrain status` where it ran"}};
-}
 
 // The live snapshot, else the last one written; `note` says which and why.
 Result<Json> load(const std::string& dir, std::string& note) {
@@ -114,7 +72,7 @@ Action add_status_command(CLI::App& app) {
   cmd->add_flag("--json", args->json, "print the snapshot as JSON");
   cmd->add_flag("--watch", args->watch, "refresh every second until the job ends");
   return [args]() {
-    const auto dir = run_dir_of(args->target);
+    const auto dir = controller::find_run_dir(args->target, "status");
     if (!dir.ok()) {
       std::fprintf(stderr, "dtrain status: %s\n", dir.status.message().c_str());
       return 2;

@@ -3,8 +3,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include <nlohmann/json.hpp>
-
 #include "cli/report/page.h"
 #include "cli/report/run_model.h"
 
@@ -35,41 +33,6 @@ Result<std::string> write_report(const std::string& run_dir) {
     return {{StatusCode::internal, "cannot rename " + temp.string() + " to " + path.string() + ": " + ec.message()}};
   }
   return {{}, path.string()};
-}
-
-namespace {
-
-// When a job started: the ts of its first event (job_start); 0 when unreadable.
-std::uint64_t started_ms(const fs::path& dir) {
-  std::ifstream in(dir / "events.jsonl");
-  std::string line;
-  if (!std::getline(in, line)) return 0;
-  const auto first = nlohmann::json::parse(line, nullptr, false);
-  const auto ts = first.is_object() ? first.find("ts") : first.end();
-  return ts != first.end() && ts->is_number_unsigned() ? ts->get<std::uint64_t>() : 0;
-}
-
-}  // namespace
-
-Result<std::string> newest_run(const std::string& runs_dir) {
-  std::error_code ec;
-  fs::path newest;
-  std::uint64_t newest_ms = 0;
-  for (const auto& entry : fs::directory_iterator(runs_dir, ec)) {
-    std::error_code stat_ec;
-    if (!fs::is_regular_file(entry.path() / "events.jsonl", stat_ec)) continue;
-    const std::uint64_t ms = started_ms(entry.path());
-    if (newest.empty() || ms > newest_ms) {
-      newest = entry.path();
-      newest_ms = ms;
-    }
-  }
-  if (newest.empty()) {
-    return {{StatusCode::not_found, "no job under " + fs::absolute(runs_dir).string() +
-                                        ": run it where `dtrain launch` ran (logs.dir: runs), or pass the job's "
-                                        "directory: dtrain report RUN_DIR"}};
-  }
-  return {{}, newest.string()};
 }
 
 }  // namespace dtrain::report

@@ -15,7 +15,4 @@ inline constexpr const char* kReportFileName = "report.html";
 // Returns the page's path.
 Result<std::string> write_report(const std::string& run_dir);
 
-// The newest job directory under `runs_dir` (the one whose events.jsonl changed last).
-Result<std::string> newest_run(const std::string& runs_dir);
-
 }  // namespace dtrain::report
