@@ -1,0 +1,121 @@
+"""The launcher at scale: one real `dtrain launch` (provider join) and dtrain-fleet-sim holding N simulated agents,
+each a real TLS session with the cluster token, x W workers that "run" --run-ms and exit 0. No worker processes:
+what is measured is the launcher (and gRPC/TLS on both sides), not process start-up.
+
+Cases (each a fresh launcher and simulator):
+  scale N    N agents, everything succeeds: the phases as the agents saw them (all hellos answered, all StartGroups
+             received, all exits sent, all sessions ended = job end), from the first dial; the launcher's CPU
+             (user+sys, from wait4) and peak RSS; CPU per agent
+  plain N    the same over plaintext (--insecure on both sides): the difference is what TLS costs
+  lost N     one agent goes silent 2 s after its StartGroup: how long the launcher takes to give it up
+             (health.node_timeout_s 5), and the job's end (it fails: a node was lost, no restarts)
+  stall N    one agent stops reading its stream after Configure while the launcher has a large StartGroup for it
+             (env padded to 32 KiB per worker): the longest launcher silence any other agent saw, and whether any
+             other agent's lease (node_timeout_s 3) ran out
+
+    scripts/bench/fleet_scale.sh [--cases scale:256,scale:1024,scale:4096,plain:4096,lost:4096,stall:1024]
+"""
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+# Each phase is timed by the simulator from its first dial; the run's deadline is generous for a loaded machine.
+SIM_TIMEOUT_S = 300
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spec_text(n, workers, port, logs, node_timeout_s, pad):
+    env = "env: {PAD: '%s'}\n" % ("x" * pad) if pad else ""
+    return ("name: fleet\nnodes: {provider: join, count: %d, rendezvous: '127.0.0.1:%d', join_timeout_s: 120}\n"
+            "workers_per_node: %d\ncommand: [/bin/true]\nbinding: none\nhealth: {node_timeout_s: %d}\n"
+            "stop: {grace_s: 1}\nlogs: {dir: %s, console: none}\n%s" % (n, port, workers, node_timeout_s, logs, env))
+
+
+def run_case(dtrain, sim, kind, n, workers, run_ms):
+    work = tempfile.mkdtemp(prefix="dtrain-fleet-")
+    port = free_port()
+    node_timeout_s = {"lost": 5, "stall": 3}.get(kind, 30)
+    spec = os.path.join(work, "job.yaml")
+    with open(spec, "w") as f:
+        f.write(spec_text(n, workers, port, os.path.join(work, "logs"), node_timeout_s,
+                          32 * 1024 if kind == "stall" else 0))
+    secret = os.path.join(work, "secret")
+    subprocess.run([dtrain, "secret", "init", "--dir", secret], check=True, stdout=subprocess.DEVNULL)
+    env = dict(os.environ, DTRAIN_SECRET_DIR=secret)
+    insecure = ["--insecure"] if kind == "plain" else []
+    t0 = time.monotonic()
+    launcher = subprocess.Popen([dtrain, "launch"] + insecure + [spec], stdout=subprocess.DEVNULL,
+                                stderr=open(os.path.join(work, "launcher.err"), "w"), env=env)
+    args = [sim, "--launcher", "127.0.0.1:%d" % port, "--agents", str(n), "--secret-dir", secret,
+            "--run-ms", str(run_ms), "--launcher-pid", str(launcher.pid), "--timeout-s", str(SIM_TIMEOUT_S)] + insecure
+    if kind == "lost":
+        args += ["--run-ms", "10000", "--drop", "1", "--drop-mode", "silent", "--drop-after-ms", "2000"]
+    if kind == "stall":
+        args += ["--stall-agent", str(n // 2)]
+    out = subprocess.run(args, stdout=subprocess.PIPE, text=True, env=env).stdout
+    _, status, usage = os.wait4(launcher.pid, 0)
+    wall = time.monotonic() - t0
+    report = json.loads(out) if out.strip() else {}
+    report.update(kind=kind, n=n, ranks=n * workers, code=os.waitstatus_to_exitcode(status), launcher_wall_s=wall,
+                  launcher_cpu_s=usage.ru_utime + usage.ru_stime, launcher_rss_mib=usage.ru_maxrss / 1024.0)
+    if report["code"] != 0 and kind in ("scale", "plain"):
+        sys.stderr.write(open(os.path.join(work, "launcher.err")).read()[-3000:])
+    shutil.rmtree(work, ignore_errors=True)
+    return report
+
+
+def seconds(report, phase):
+    value = report.get(phase + "_ms", -1)
+    return "%.2f" % (value / 1000.0) if value >= 0 else "-"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dtrain", required=True)
+    parser.add_argument("--sim", required=True)
+    parser.add_argument("--cases", default="scale:256,scale:1024,scale:4096,plain:4096,lost:4096,stall:1024")
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--run-ms", type=int, default=1000)
+    parser.add_argument("--json", help="also write every report to this file")
+    args = parser.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    print("| case | agents | ranks | exit | hellos in (s) | started (s) | exited (s) | job end (s) | launcher CPU (s) "
+          "| CPU/agent (ms) | peak RSS (MiB) | sim CPU (s) | notes |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    reports = []
+    for case in args.cases.split(","):
+        kind, n = case.split(":")
+        r = run_case(args.dtrain, args.sim, kind, int(n), args.workers, args.run_ms)
+        reports.append(r)
+        notes = ""
+        if kind == "lost":
+            notes = "lost agent given up %s ms after it went silent (node_timeout_s 5)" % r.get("drop_detect_ms")
+        if kind == "stall":
+            notes = "others' longest launcher silence %s ms, leases lost %s; stalled agent: %s" % (
+                r.get("healthy_max_launcher_gap_ms"), r.get("healthy_lease_lost"), json.dumps(r.get("stalled")))
+        print("| %s | %d | %d | %d | %s | %s | %s | %s | %.2f | %.2f | %.0f | %.2f | %s |" % (
+            kind, r["n"], r["ranks"], r["code"], seconds(r, "all_configured"), seconds(r, "all_started"),
+            seconds(r, "all_exited"), seconds(r, "all_closed"), r["launcher_cpu_s"],
+            1000.0 * r["launcher_cpu_s"] / r["n"], r["launcher_rss_mib"], r.get("sim_cpu_s", -1), notes), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(reports, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,287 @@
+#include "tests/tools/fleet_sim_agent.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+
+#include "common/util.h"
+#include "common/version.h"
+
+namespace dtrain::fleet_sim {
+namespace {
+
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+// A simulated machine's RAM, as a hello reports it: any plausible value; the launcher only compares ranks' rss to it.
+constexpr std::uint64_t kMemTotalBytes = 64ull << 30;
+// Simulated worker pids start here, clear of the simulator's own.
+constexpr std::uint32_t kFirstPid = 1'000'000;
+
+v1::AgentMessage hello(const AgentOptions& options) {
+  v1::AgentMessage message;
+  auto* h = message.mutable_hello();
+  auto* facts = h->mutable_facts();
+  const std::string name = "sim-" + std::to_string(options.index);
+  facts->set_hostname(name);
+  facts->set_host_id(name);   // one agent per machine, as on a real cluster
+  facts->add_addresses("127.0.0.1");
+  for (unsigned c = 0; c < options.cpus; ++c) {
+    facts->add_cpus(c);
+    facts->add_cpu_numa_node(0);
+  }
+  facts->set_dtrain_version(std::string(version()));
+  facts->set_kernel("fleet-sim");
+  facts->set_unix_ms(unix_ms());
+  auto* lo = facts->add_interfaces();
+  lo->set_name("lo");
+  lo->set_address("127.0.0.1");
+  facts->set_mem_total_bytes(kMemTotalBytes);
+  h->set_agent_address("127.0.0.1:" + std::to_string(20000 + options.index % 40000));
+  h->set_pid(static_cast<std::uint32_t>(::getpid()));
+  return message;
+}
+
+}  // namespace
+
+SimAgent::SimAgent(AgentOptions options, std::shared_ptr<grpc::Channel> channel)
+    : options_(options), channel_(std::move(channel)), stub_(v1::LauncherService::NewStub(channel_)) {}
+
+void SimAgent::start() {
+  // Agents dial before their launcher listens: the call waits for the connection instead of failing.
+  context_.set_wait_for_ready(true);
+  stub_->async()->Join(&context_, this);
+  AddHold();
+  {
+    std::lock_guard lock(mutex_);
+    outbox_.push_back(hello(options_));
+    write_next();
+  }
+  StartRead(&incoming_);
+  StartCall();
+}
+
+bool SimAgent::closed() const {
+  std::lock_guard lock(mutex_);
+  return done_;
+}
+
+int SimAgent::progress() const {
+  std::lock_guard lock(mutex_);
+  return (times_.configured ? kConfigured : 0) | (times_.started ? kStarted : 0) | (times_.exited ? kExited : 0) |
+         (done_ ? kClosed : 0);
+}
+
+AgentTimes SimAgent::times() const {
+  std::lock_guard lock(mutex_);
+  return times_;
+}
+
+void SimAgent::send(v1::AgentMessage message) {
+  std::lock_guard lock(mutex_);
+  if (silent_ || ended_) return;
+  outbox_.push_back(std::move(message));
+  write_next();
+}
+
+void SimAgent::write_next() {
+  if (writing_ || ended_ || outbox_.empty()) return;
+  writing_ = true;
+  StartWrite(&outbox_.front());
+}
+
+bool SimAgent::release_if_idle() {
+  if (!ended_ || writing_ || !held_) return false;
+  held_ = false;
+  return true;
+}
+
+void SimAgent::OnWriteDone(bool ok) {
+  bool cancel, release;
+  {
+    std::lock_guard lock(mutex_);
+    writing_ = false;
+    outbox_.pop_front();
+    if (!ok) ended_ = true;
+    cancel = cancel_after_write_ && outbox_.empty();
+    write_next();
+    release = release_if_idle();
+  }
+  // Outside the lock: either may run this reactor's other callbacks (OnDone) on this thread.
+  if (cancel) context_.TryCancel();
+  if (release) RemoveHold();
+}
+
+void SimAgent::OnReadDone(bool ok) {
+  if (!ok) {
+    bool release;
+    {
+      std::lock_guard lock(mutex_);
+      ended_ = true;
+      release = release_if_idle();
+    }
+    if (release) RemoveHold();
+    return;
+  }
+  handle(incoming_, Clock::now());
+  bool reading;
+  {
+    std::lock_guard lock(mutex_);
+    // A stalled agent reads nothing after Configure: what the launcher writes to it backs up.
+    reading = !(options_.stall && times_.configured);
+  }
+  if (reading) StartRead(&incoming_);
+}
+
+void SimAgent::OnDone(const grpc::Status& status) {
+  std::lock_guard lock(mutex_);
+  done_ = true;
+  times_.closed = Clock::now();
+  times_.end = status.ok() ? "ok" : std::to_string(status.error_code()) + " " + status.error_message();
+}
+
+void SimAgent::handle(const v1::LauncherMessage& message, Clock::time_point now) {
+  {
+    std::lock_guard lock(mutex_);
+    if (times_.configured) times_.max_launcher_gap = std::max(times_.max_launcher_gap,
+                                                              duration_cast<milliseconds>(now - last_heard_));
+    last_heard_ = now;
+  }
+  v1::AgentMessage reply;
+  switch (message.body_case()) {
+    case v1::LauncherMessage::kConfigure: {
+      std::lock_guard lock(mutex_);
+      heartbeat_ = milliseconds(message.configure().heartbeat_interval_ms());
+      lease_ = milliseconds(message.configure().lease_ms());
+      next_heartbeat_ = now + heartbeat_;
+      times_.configured = now;
+      return;
+    }
+    case v1::LauncherMessage::kPrepareRound:
+      reply.mutable_round_prepared()->set_round(message.prepare_round().round());
+      reply.mutable_round_prepared()->set_master_port(29500);
+      reply.mutable_round_prepared()->set_store_address("127.0.0.1:29400");
+      send(std::move(reply));
+      return;
+    case v1::LauncherMessage::kStartGroup: on_start_group(message.start_group(), now); return;
+    case v1::LauncherMessage::kStopGroup: on_stop_group(message.stop_group()); return;
+    case v1::LauncherMessage::kCollectEvidence:
+      reply.mutable_evidence()->set_round(message.collect_evidence().round());
+      send(std::move(reply));
+      return;
+    case v1::LauncherMessage::kShutdown: {
+      reply.mutable_goodbye();
+      send(std::move(reply));
+      bool written;
+      {
+        std::lock_guard lock(mutex_);
+        times_.goodbye = true;
+        cancel_after_write_ = true;
+        written = outbox_.empty();
+      }
+      if (written) context_.TryCancel();
+      return;
+    }
+    default: return;   // Heartbeat, Probe: only the lease hears them
+  }
+}
+
+void SimAgent::on_start_group(const v1::StartGroup& start, Clock::time_point now) {
+  {
+    std::lock_guard lock(mutex_);
+    round_ = start.round();
+    workers_.clear();
+    for (const auto& w : start.workers()) workers_.push_back({w.rank(), false});
+    times_.started = now;
+    exit_at_ = now + options_.run;
+    if (options_.drop != Drop::none) drop_at_ = now + options_.drop_after;
+  }
+  for (const auto& w : start.workers()) {
+    v1::AgentMessage m;
+    m.mutable_worker_started()->set_round(start.round());
+    m.mutable_worker_started()->set_rank(w.rank());
+    m.mutable_worker_started()->set_pid(kFirstPid + w.rank());
+    send(std::move(m));
+  }
+}
+
+void SimAgent::on_stop_group(const v1::StopGroup& stop) {
+  exit_workers(0, SIGTERM, true);
+  v1::AgentMessage m;
+  m.mutable_group_stopped()->set_round(stop.round());
+  send(std::move(m));
+}
+
+void SimAgent::exit_workers(int code, int signal, bool stopped_by_agent) {
+  std::vector<v1::AgentMessage> exits;
+  std::uint32_t round;
+  {
+    std::lock_guard lock(mutex_);
+    exit_at_.reset();
+    round = round_;
+    for (auto& w : workers_) {
+      if (w.exited) continue;
+      w.exited = true;
+      v1::AgentMessage m;
+      auto* x = m.mutable_worker_exited();
+      x->set_round(round_);
+      x->set_rank(w.rank);
+      x->set_pid(kFirstPid + w.rank);
+      x->set_exit_code(static_cast<int>(w.rank) == options_.fail_rank ? options_.fail_code : code);
+      x->set_signal(signal);
+      x->set_stopped_by_agent(stopped_by_agent);
+      x->set_runtime_ms(static_cast<std::uint64_t>(options_.run.count()));
+      x->set_exit_unix_ms(unix_ms());
+      exits.push_back(std::move(m));
+    }
+    if (!exits.empty() && !stopped_by_agent) times_.exited = Clock::now();
+  }
+  for (auto& m : exits) send(std::move(m));
+  if (!exits.empty() && !stopped_by_agent) {
+    v1::AgentMessage done;
+    done.mutable_group_done()->set_round(round);
+    send(std::move(done));
+  }
+}
+
+void SimAgent::tick(Clock::time_point now) {
+  bool heartbeat = false, exit_now = false, lease_lost = false;
+  Drop drop = Drop::none;
+  {
+    std::lock_guard lock(mutex_);
+    if (done_ || ended_ || silent_) return;
+    if (drop_at_ && now >= *drop_at_) {
+      drop = options_.drop;
+      drop_at_.reset();
+      times_.dropped = now;
+    }
+    if (times_.configured && heartbeat_.count() > 0 && now >= next_heartbeat_) {
+      heartbeat = true;
+      next_heartbeat_ = now + heartbeat_;
+    }
+    exit_now = exit_at_ && now >= *exit_at_;
+    // A stalled agent reads nothing, so it cannot tell a silent launcher from its own stall.
+    if (times_.configured && !options_.stall && !times_.goodbye && lease_.count() > 0) {
+      const auto gap = duration_cast<milliseconds>(now - last_heard_);
+      times_.max_launcher_gap = std::max(times_.max_launcher_gap, gap);
+      lease_lost = gap > lease_ && !times_.lease_lost;
+      if (lease_lost) times_.lease_lost = true;
+    }
+    if (drop == Drop::silent) silent_ = true;
+  }
+  if (drop == Drop::cut || lease_lost) {
+    // A real agent whose lease ran out cancels its session and stops its workers.
+    context_.TryCancel();
+    return;
+  }
+  if (drop == Drop::silent) return;
+  if (exit_now) exit_workers(options_.exit_code, 0, false);
+  if (heartbeat) {
+    v1::AgentMessage m;
+    m.mutable_heartbeat()->set_sent_unix_ms(unix_ms());
+    send(std::move(m));
+  }
+}
+
+}  // namespace dtrain::fleet_sim
