@@ -168,3 +168,43 @@ while not os.path.exists(stop) and time.monotonic() - began < limit:
                 metadata=token, timeout=10)
     time.sleep(0.05)
 """
+
+
+# A real PyTorch DDP job (gloo) that reports through the Python health helper (python/dtrain_health.py: timed, step,
+# watch), 200 steps on every rank. argv[1] picks a straggler: "data" (rank 2's loader sleeps 60 ms per batch, the
+# others wait for it inside DDP's allreduce) or "compute" (rank 1 spends 60 ms more inside each step).
+STRAGGLER_TORCH_WORKER = r"""
+import os, sys, time
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+import dtrain_health as health
+
+rank, mode = int(os.environ["RANK"]), sys.argv[1]
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.Tanh(), torch.nn.Linear(128, 1)))
+health.watch(model)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+def batches():
+    gen = torch.Generator().manual_seed(rank)
+    while True:
+        time.sleep(0.06 if mode == "data" and rank == 2 else 0.005)
+        x = torch.randn(32, 64, generator=gen)
+        yield x, x.sum(dim=1, keepdim=True)
+
+for step, (x, y) in enumerate(health.timed(batches())):
+    with health.step():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        if mode == "compute" and rank == 1:
+            time.sleep(0.06)   # a slow device or CPU contention: inside the step, before the allreduce
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        health.report(loss=loss, tokens=32)
+    if step + 1 == 200:   # the same number of steps on every rank: each step's allreduce needs them all
+        break
+time.sleep(1.5)   # a heartbeat carries the last step
+"""

@@ -12,43 +12,7 @@ import json
 import os
 import re
 
-from harness import PYTHON, Run, check, finish, write
-
-WORKER = r"""
-import os, sys, time
-import torch
-import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
-import dtrain_health as health
-
-rank, mode = int(os.environ["RANK"]), sys.argv[1]
-torch.set_num_threads(1)
-dist.init_process_group("gloo")
-torch.manual_seed(0)
-model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.Tanh(), torch.nn.Linear(128, 1)))
-health.watch(model)
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-
-def batches():
-    gen = torch.Generator().manual_seed(rank)
-    while True:
-        time.sleep(0.06 if mode == "data" and rank == 2 else 0.005)
-        x = torch.randn(32, 64, generator=gen)
-        yield x, x.sum(dim=1, keepdim=True)
-
-for step, (x, y) in enumerate(health.timed(batches())):
-    with health.step():
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        if mode == "compute" and rank == 1:
-            time.sleep(0.06)   # a slow device or CPU contention: inside the step, before the allreduce
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        health.report(loss=loss, tokens=32)
-    if step + 1 == 200:   # the same number of steps on every rank: each step's allreduce needs them all
-        break
-time.sleep(1.5)   # a heartbeat carries the last step
-"""
+from harness import PYTHON, STRAGGLER_TORCH_WORKER, Run, check, finish, write
 
 SPEC = """
 name: %s
@@ -63,7 +27,7 @@ logs: {dir: runs, console: all}
 
 def launch(mode):
     run = Run([], timeout=240)
-    script = write(os.path.join(run.dir, "worker.py"), WORKER)
+    script = write(os.path.join(run.dir, "worker.py"), STRAGGLER_TORCH_WORKER)
     run.args += ["launch", write(os.path.join(run.dir, "job.yaml"), SPEC % ("straggler-" + mode, PYTHON, script,
                                                                             mode))]
     run.run()
