@@ -1,6 +1,7 @@
 // `dtrain bench allreduce|all_gather|reduce_scatter|broadcast [-b MIN] [-e MAX] [-f FACTOR]`: collective bandwidth
 // inside a job, like nccl-tests, through the trainer's Communicator (--backend gloo on CPU, the default; --backend
-// shm on CPU among the ranks of one node; --backend nccl on GPU, one per rank, buffers in GPU memory). Buffers come
+// shm on CPU among the ranks of one node; --backend hier, shm within nodes and gloo across; --backend auto, the
+// trainer's default choice; --backend nccl on GPU, one per rank, buffers in GPU memory). Buffers come
 // from the communicator (--buffers communicator, as the trainer's do), are plain host memory (user), or both, one
 // table each. Run it as the job's command, e.g.
 // `dtrain run -n 4 --nodes 2 -- dtrain bench allreduce -b 1M -e 256M`; every rank takes part, rank 0 prints
@@ -73,10 +74,11 @@ Action add_bench_command(CLI::App& app) {
   cmd->add_option("-n,--iters", args->iterations, "timed runs per size")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("-w,--warmup_iters", args->warmup, "untimed runs per size")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--backend", args->backend,
-                  "gloo (CPU, TCP), shm (CPU, the ranks of one node, shared memory) or nccl (GPU LOCAL_RANK, device "
-                  "buffers)")
+                  "gloo (CPU, TCP), shm (CPU, the ranks of one node, shared memory), hier (shm within nodes, gloo "
+                  "across), auto (dtrain-trainer's choice: shm, hier or gloo by where the ranks run) or nccl (GPU "
+                  "LOCAL_RANK, device buffers)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"gloo", "shm", "nccl"}));
+      ->check(CLI::IsMember({"gloo", "shm", "hier", "auto", "nccl"}));
   cmd->add_option("--buffers", args->buffers,
                   "communicator (Communicator::allocate, as the trainer's), user (plain host memory) or both")
       ->capture_default_str()

@@ -5,14 +5,6 @@
 #include <new>
 #include <string>
 
-#include "trainer/comm/gloo/communicator.h"
-#include "trainer/comm/local/communicator.h"
-#include "trainer/comm/shm/communicator.h"
-#include "trainer/common/env.h"
-#ifdef DTRAIN_HAVE_NCCL
-#include "trainer/comm/nccl/communicator.h"
-#endif
-
 namespace dtrain::trainer {
 
 namespace {
@@ -26,33 +18,6 @@ class DoneWork final : public Work {
 }  // namespace
 
 std::shared_ptr<Work> done_work() { return std::make_shared<DoneWork>(); }
-namespace {
-
-// The integer value of a variable the launcher sets, or `fallback` when it is unset; CommError when it is not an
-// integer.
-int launcher_int(const char* name, int fallback) {
-  Result<int> value = env_int(name, fallback, "the launcher (dtrain run/launch, torchrun) sets it for every worker");
-  if (!value.ok()) throw CommError(value.status.message());
-  return value.value;
-}
-
-// options.backend with "auto" resolved through DTRAIN_COMM_BACKEND (unset: gloo); "gloo", "shm" or "nccl".
-std::string chosen_backend(const CommOptions& options) {
-  std::string backend = options.backend;
-  std::string from = "CommOptions::backend";
-  if (backend == "auto") {
-    const char* raw = std::getenv("DTRAIN_COMM_BACKEND");
-    backend = raw != nullptr && *raw != '\0' ? raw : "gloo";
-    from = "DTRAIN_COMM_BACKEND";
-  }
-  if (backend != "gloo" && backend != "shm" && backend != "nccl") {
-    throw CommError(from + "='" + backend + "' is not a communication backend; use gloo (CPU, any nodes), shm (CPU, "
-                    "the ranks of one node) or nccl (GPU)");
-  }
-  return backend;
-}
-
-}  // namespace
 
 float* Communicator::allocate(std::size_t count) {
   if (count == 0) return nullptr;
@@ -108,48 +73,6 @@ std::uint64_t ring_bytes_per_rank(Collective collective, std::uint64_t buffer_by
     case Collective::broadcast: return buffer_bytes;
   }
   return 0;
-}
-
-std::unique_ptr<Communicator> make_communicator_from_env(const CommOptions& options) {
-  const std::string backend = chosen_backend(options);
-#ifndef DTRAIN_HAVE_NCCL
-  if (backend == "nccl") {
-    throw CommError("dtrain was built without NCCL (the CUDA toolkit or NCCL's nccl.h / libnccl were not found "
-                    "when it was configured, or it was configured with -DDTRAIN_WITH_NCCL=OFF), so the nccl "
-                    "backend is not available; use the gloo backend, or rebuild dtrain on a machine with CUDA and "
-                    "NCCL (e.g. under /usr/local/cuda)");
-  }
-#endif
-  const int world = launcher_int("WORLD_SIZE", 1);
-  if (world < 1) {
-    throw CommError("WORLD_SIZE=" + std::to_string(world) + " must be at least 1");
-  }
-#ifdef DTRAIN_HAVE_NCCL
-  if (backend == "nccl") {
-    if (world > 1 && std::getenv("RANK") == nullptr) {
-      throw CommError("RANK is not set but WORLD_SIZE=" + std::to_string(world) +
-                      "; start workers with dtrain run/launch (or torchrun), which set both");
-    }
-    const int rank = launcher_int("RANK", 0);
-    if (rank < 0 || rank >= world) {
-      throw CommError("RANK=" + std::to_string(rank) + " is outside [0, WORLD_SIZE=" + std::to_string(world) + ")");
-    }
-    const int local_rank = launcher_int("LOCAL_RANK", 0);
-    if (local_rank < 0) throw CommError("LOCAL_RANK=" + std::to_string(local_rank) + " must be at least 0");
-    return NcclCommunicator::from_env(rank, world, local_rank, options);
-  }
-#endif
-  if (world == 1) return std::make_unique<LocalCommunicator>();
-  if (std::getenv("RANK") == nullptr) {
-    throw CommError("RANK is not set but WORLD_SIZE=" + std::to_string(world) +
-                    "; start workers with dtrain run/launch (or torchrun), which set both");
-  }
-  const int rank = launcher_int("RANK", 0);
-  if (rank < 0 || rank >= world) {
-    throw CommError("RANK=" + std::to_string(rank) + " is outside [0, WORLD_SIZE=" + std::to_string(world) + ")");
-  }
-  if (backend == "shm") return ShmCommunicator::from_env(rank, world, options);
-  return GlooCommunicator::from_env(rank, world, options);
 }
 
 }  // namespace dtrain::trainer

@@ -2,13 +2,15 @@
 
 // The trainer's communication interface: asynchronous collectives on fp32 buffers over every rank of the job.
 // Backends are siblings with the same file names: comm/local/ (one rank), comm/gloo/ (CPU, TCP), comm/shm/ (CPU,
-// the ranks of one node through shared memory) and comm/nccl/ (GPU). Every rank must issue the same collectives in the same order. A call returns at once with a Work handle;
+// the ranks of one node through shared memory), comm/hier/ (shm within nodes composed with gloo across them) and
+// comm/nccl/ (GPU); from_env.cpp picks one. Every rank must issue the same collectives in the same order. A call returns at once with a Work handle;
 // collectives run in issue order (gloo: on the backend's own thread; nccl: on its own CUDA stream), so a caller
 // (backward, in DDP) keeps computing while they run. Buffers must stay valid and untouched until wait() returns.
 //
 // WHERE BUFFERS LIVE depends on the backend, and device_buffers() says which:
-//   local, gloo, shm: host memory (device_buffers() == false); shm's allocate() places buffers in its shared
-//                segment, where its collectives need no staging copies (any host memory works too);
+//   local, gloo, shm, hier: host memory (device_buffers() == false); shm's (and hier's) allocate() places buffers
+//                in the node's shared segment, where its collectives need no staging copies (any host memory works
+//                too);
 //   nccl:        device memory of this rank's GPU (device_buffers() == true): pointers from cudaMalloc on the
 //                communicator's device (LOCAL_RANK). A host pointer fails the collective with a CommError.
 // Code that works with any backend (the bench driver, tests) allocates and fills buffers through allocate(),
@@ -124,20 +126,25 @@ std::uint64_t ring_bytes_per_rank(Collective collective, std::uint64_t buffer_by
 
 struct CommOptions {
   // Which backend make_communicator_from_env builds: "gloo" (CPU, TCP), "shm" (CPU, every rank on this node,
-  // through shared memory), "nccl" (GPU; buffers are device pointers, see above) or "auto": the environment
-  // variable DTRAIN_COMM_BACKEND ("gloo", "shm" or "nccl") when set, else gloo. With one rank, gloo and shm (and
-  // auto resolved to either) give the "local" communicator instead.
-  std::string backend = "auto";
+  // through shared memory), "hier" (CPU: shm within each node, gloo across nodes; hier/communicator.h), "nccl" (GPU;
+  // buffers are device pointers, see above) or "auto": shm when every rank is on this node, gloo with one rank per
+  // node, hier with several ranks on each of several nodes, and gloo (said on rank 0's stderr) when the nodes run
+  // different numbers of ranks; the ranks agree on the layout through the job's store (node_layout.h), so they
+  // always pick the same. Empty (the default): DTRAIN_COMM_BACKEND when set, else auto. With one rank every CPU
+  // backend gives the "local" communicator instead.
+  std::string backend;
   // Deadline of rendezvous and of every collective; a peer that stops answering fails the collective after this.
   std::chrono::milliseconds timeout{300'000};
 };
 
 // The communicator a worker started by dtrain (or torchrun) should use: RANK and WORLD_SIZE from the environment,
 // rendezvous through the job's store (DTRAIN_STORE_ADDR, DTRAIN_JOB_TOKEN), the network interface from
-// GLOO_SOCKET_IFNAME when set. Without WORLD_SIZE, or with WORLD_SIZE=1, a single-rank "local" communicator.
-// With backend nccl (options.backend or DTRAIN_COMM_BACKEND): an NCCL communicator on GPU LOCAL_RANK (0 when
-// unset), its unique id exchanged through the job's store (none needed with one rank); when dtrain was built
-// without NCCL, a CommError that says so. Throws CommError naming the missing or bad variable or backend.
+// GLOO_SOCKET_IFNAME when set, the backend as CommOptions::backend says (by default `auto`, from where the ranks
+// run: LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE). Without WORLD_SIZE, or with WORLD_SIZE=1, a
+// single-rank "local" communicator. With backend nccl: an NCCL communicator on GPU LOCAL_RANK (0 when unset), its
+// unique id exchanged through the job's store (none needed with one rank); when dtrain was built without NCCL, a
+// CommError that says so. `auto` never picks nccl: GPU buffers need it asked for. Throws CommError naming the
+// missing or bad variable or backend.
 std::unique_ptr<Communicator> make_communicator_from_env(const CommOptions& options = {});
 
 }  // namespace dtrain::trainer

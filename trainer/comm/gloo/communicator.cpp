@@ -232,7 +232,8 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<store::StoreClient> store, Gl
   impl_->context = std::move(context);
 }
 
-std::unique_ptr<GlooCommunicator> GlooCommunicator::from_env(int rank, int size, const CommOptions& options) {
+std::unique_ptr<GlooCommunicator> GlooCommunicator::from_env(int rank, int size, const CommOptions& options,
+                                                             const std::string& group) {
   std::shared_ptr<store::StoreClient> store;
   try {
     store = std::make_shared<store::StoreClient>(
@@ -245,7 +246,7 @@ std::unique_ptr<GlooCommunicator> GlooCommunicator::from_env(int rank, int size,
   GlooCommOptions gloo;
   gloo.rank = rank;
   gloo.size = size;
-  gloo.prefix = "dtrain/gloo/" + std::to_string(communicators_created.fetch_add(1)) + "/";
+  gloo.prefix = "dtrain/gloo/" + std::to_string(communicators_created.fetch_add(1)) + "/" + group;
   gloo.interface = network.interface;
   gloo.hostname = network.hostname;
   gloo.timeout = options.timeout;

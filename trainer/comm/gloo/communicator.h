@@ -40,8 +40,11 @@ class GlooCommunicator : public Communicator {
   // 5 x timeout (it only waits that long for a peer that published its address and then stopped answering).
   GlooCommunicator(std::shared_ptr<store::StoreClient> store, GlooCommOptions options);
   // The job's store from DTRAIN_STORE_ADDR / DTRAIN_JOB_TOKEN, the network as described above, and a store prefix
-  // numbered by how many communicators this process created before (every rank creates them in the same order).
-  static std::unique_ptr<GlooCommunicator> from_env(int rank, int size, const CommOptions& options);
+  // numbered by how many communicators this process created before (every rank creates them in the same order),
+  // then `group`: the ranks of several groups created at the same point (the hierarchical backend's cross-node
+  // groups, one per local rank) each pass their own group's name.
+  static std::unique_ptr<GlooCommunicator> from_env(int rank, int size, const CommOptions& options,
+                                                    const std::string& group = "");
   // Runs the collectives already issued (each bounded by the timeout), then leaves the group.
   ~GlooCommunicator() override;
 

@@ -87,19 +87,15 @@ std::unique_ptr<ShmCommunicator> ShmCommunicator::from_env(int rank, int size, c
     if (!value.ok()) throw CommError(value.status.message());
     return value.value;
   };
-  const int local_world = integer("LOCAL_WORLD_SIZE");
-  if (local_world != 0 && local_world != size) {
-    throw CommError("the shm backend connects the ranks of one node, but this job has WORLD_SIZE=" +
-                    std::to_string(size) + " ranks over nodes of LOCAL_WORLD_SIZE=" + std::to_string(local_world) +
-                    "; use DTRAIN_COMM_BACKEND=gloo for a job across nodes");
-  }
   const std::string job = variable("DTRAIN_JOB_ID", "TORCHELASTIC_RUN_ID");
   if (job.empty() || job.find('/') != std::string::npos || job.find('@') != std::string::npos) {
     throw CommError("shm communicator (rank " + std::to_string(rank) + "): DTRAIN_JOB_ID='" + job +
                     "' cannot name a segment; start workers with dtrain run/launch, which sets it");
   }
   const int index = communicators_created.fetch_add(1);
-  const std::string key = "dtrain/shm/" + std::to_string(index) + "/nonce";
+  const int node = integer("DTRAIN_NODE_RANK");
+  // One key per node: every node's rank 0 publishes its own segment's nonce.
+  const std::string key = "dtrain/shm/" + std::to_string(index) + "/node" + std::to_string(node) + "/nonce";
   std::string nonce;
   try {
     store::StoreClient store = store::StoreClient::from_env(
@@ -121,7 +117,7 @@ std::unique_ptr<ShmCommunicator> ShmCommunicator::from_env(int rank, int size, c
   shm.rank = rank;
   shm.size = size;
   shm.timeout = options.timeout;
-  shm.name = shm_segment_name(job, static_cast<std::uint32_t>(integer("DTRAIN_NODE_RANK")),
+  shm.name = shm_segment_name(job, static_cast<std::uint32_t>(node),
                               static_cast<std::uint32_t>(integer("DTRAIN_RESTART_COUNT")),
                               static_cast<std::uint32_t>(index), nonce);
   return std::make_unique<ShmCommunicator>(std::move(shm));

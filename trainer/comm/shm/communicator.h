@@ -43,8 +43,9 @@ class ShmCommunicator : public Communicator {
   explicit ShmCommunicator(ShmCommOptions options);
   // Under dtrain: the segment is named after DTRAIN_JOB_ID, DTRAIN_NODE_RANK, DTRAIN_RESTART_COUNT and how many
   // communicators this process created before (every rank creates them in the same order), with a nonce rank 0
-  // publishes in the job's store (DTRAIN_STORE_ADDR, DTRAIN_JOB_TOKEN). Every rank must be on this node: a job whose
-  // LOCAL_WORLD_SIZE differs from WORLD_SIZE is refused with a CommError.
+  // publishes in the job's store (DTRAIN_STORE_ADDR, DTRAIN_JOB_TOKEN) under a key of its node. `rank` and `size`
+  // are within this node (LOCAL_RANK, LOCAL_WORLD_SIZE); make_communicator_from_env checks that they are the job's
+  // when the shm backend is asked for the whole job.
   static std::unique_ptr<ShmCommunicator> from_env(int rank, int size, const CommOptions& options);
   // Runs the collectives already issued (each bounded by the timeout), then leaves. Buffers from allocate() die
   // with it.

@@ -1,0 +1,148 @@
+// make_communicator_from_env: which backend a worker gets, and the `auto` choice by where its ranks run.
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "trainer/comm/communicator.h"
+#include "trainer/comm/gloo/communicator.h"
+#include "trainer/comm/hier/communicator.h"
+#include "trainer/comm/local/communicator.h"
+#include "trainer/comm/node_layout.h"
+#include "trainer/comm/shm/communicator.h"
+#include "trainer/common/env.h"
+#ifdef DTRAIN_HAVE_NCCL
+#include "trainer/comm/nccl/communicator.h"
+#endif
+
+namespace dtrain::trainer {
+namespace {
+
+// The integer value of a variable the launcher sets, or `fallback` when it is unset; CommError when it is not an
+// integer.
+int launcher_int(const char* name, int fallback) {
+  Result<int> value = env_int(name, fallback, "the launcher (dtrain run/launch, torchrun) sets it for every worker");
+  if (!value.ok()) throw CommError(value.status.message());
+  return value.value;
+}
+
+// options.backend, else DTRAIN_COMM_BACKEND, else "auto"; one of auto, gloo, shm, hier, nccl.
+std::string chosen_backend(const CommOptions& options) {
+  std::string backend = options.backend;
+  std::string from = "CommOptions::backend";
+  if (backend.empty()) {
+    const char* raw = std::getenv("DTRAIN_COMM_BACKEND");
+    backend = raw != nullptr && *raw != '\0' ? raw : "auto";
+    from = "DTRAIN_COMM_BACKEND";
+  }
+  if (backend != "auto" && backend != "gloo" && backend != "shm" && backend != "hier" && backend != "nccl") {
+    throw CommError(from + "='" + backend + "' is not a communication backend; use auto (the default: shm within a "
+                    "node, gloo across nodes), gloo (CPU, any nodes), shm (CPU, the ranks of one node), hier (shm "
+                    "within nodes + gloo across them) or nccl (GPU)");
+  }
+  return backend;
+}
+
+int checked_rank(int world) {
+  if (std::getenv("RANK") == nullptr) {
+    throw CommError("RANK is not set but WORLD_SIZE=" + std::to_string(world) +
+                    "; start workers with dtrain run/launch (or torchrun), which set both");
+  }
+  const int rank = launcher_int("RANK", 0);
+  if (rank < 0 || rank >= world) {
+    throw CommError("RANK=" + std::to_string(rank) + " is outside [0, WORLD_SIZE=" + std::to_string(world) + ")");
+  }
+  return rank;
+}
+
+// How many layout agreements this process made before: every rank makes them in the same order, so the n-th one of
+// every rank meets under the same store keys.
+std::atomic<int> layouts_agreed{0};
+
+NodeLayout agree_from_env(int rank, int world, const CommOptions& options) {
+  const RankPlace place = RankPlace::from_env(rank, world);
+  const std::string prefix = "dtrain/layout/" + std::to_string(layouts_agreed.fetch_add(1)) + "/";
+  try {
+    store::StoreClient store = store::StoreClient::from_env(
+        {std::min(options.timeout, std::chrono::milliseconds(30'000)), options.timeout});
+    return agree_node_layout(store, prefix, place, options.timeout);
+  } catch (const store::StoreError& error) {
+    throw CommError("rank " + std::to_string(rank) + " cannot reach the job's store to agree on its node layout: " +
+                    error.what());
+  }
+}
+
+// Node shm + cross-node gloo among the ranks of the same local index.
+std::unique_ptr<Communicator> make_hier(const NodeLayout& layout, const CommOptions& options) {
+  auto node = ShmCommunicator::from_env(layout.local_rank, layout.local_world, options);
+  auto cross = GlooCommunicator::from_env(layout.node, layout.nodes, options,
+                                          "cross" + std::to_string(layout.local_rank) + "/");
+  return std::make_unique<HierCommunicator>(std::move(node), std::move(cross));
+}
+
+// auto: shm when every rank is on this node, gloo with one rank per node, hier with several on each of several
+// nodes; gloo when the nodes differ (said once, on rank 0).
+std::unique_ptr<Communicator> make_auto(int rank, int world, const CommOptions& options) {
+  const NodeLayout layout = agree_from_env(rank, world, options);
+  if (!layout.uniform) {
+    if (rank == 0) {
+      std::fprintf(stderr,
+                   "dtrain: DTRAIN_COMM_BACKEND=auto uses gloo for every rank, without shared memory: %s. Every "
+                   "node must run the same number of ranks, numbered node by node, for shm within nodes\n",
+                   layout.why.c_str());
+    }
+    return GlooCommunicator::from_env(rank, world, options);
+  }
+  if (layout.local_world == world) return ShmCommunicator::from_env(rank, world, options);
+  if (layout.local_world == 1) return GlooCommunicator::from_env(rank, world, options);
+  return make_hier(layout, options);
+}
+
+std::unique_ptr<Communicator> make_nccl(int world, const CommOptions& options) {
+#ifdef DTRAIN_HAVE_NCCL
+  const int rank = world > 1 || std::getenv("RANK") != nullptr ? checked_rank(world) : 0;
+  const int local_rank = launcher_int("LOCAL_RANK", 0);
+  if (local_rank < 0) throw CommError("LOCAL_RANK=" + std::to_string(local_rank) + " must be at least 0");
+  return NcclCommunicator::from_env(rank, world, local_rank, options);
+#else
+  (void)world;
+  (void)options;
+  throw CommError("dtrain was built without NCCL (the CUDA toolkit or NCCL's nccl.h / libnccl were not found "
+                  "when it was configured, or it was configured with -DDTRAIN_WITH_NCCL=OFF), so the nccl "
+                  "backend is not available; use the gloo backend, or rebuild dtrain on a machine with CUDA and "
+                  "NCCL (e.g. under /usr/local/cuda)");
+#endif
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_communicator_from_env(const CommOptions& options) {
+  const std::string backend = chosen_backend(options);
+  const int world = launcher_int("WORLD_SIZE", 1);
+  if (world < 1) throw CommError("WORLD_SIZE=" + std::to_string(world) + " must be at least 1");
+  if (backend == "nccl") return make_nccl(world, options);
+  if (world == 1) return std::make_unique<LocalCommunicator>();
+  const int rank = checked_rank(world);
+  if (backend == "auto") return make_auto(rank, world, options);
+  if (backend == "gloo") return GlooCommunicator::from_env(rank, world, options);
+  if (backend == "shm") {
+    const int local_world = launcher_int("LOCAL_WORLD_SIZE", 0);
+    if (local_world != 0 && local_world != world) {
+      throw CommError("the shm backend connects the ranks of one node, but this job has WORLD_SIZE=" +
+                      std::to_string(world) + " ranks over nodes of LOCAL_WORLD_SIZE=" +
+                      std::to_string(local_world) + "; use DTRAIN_COMM_BACKEND=hier (shm within nodes, gloo "
+                      "across) or DTRAIN_COMM_BACKEND=gloo for a job across nodes");
+    }
+    return ShmCommunicator::from_env(rank, world, options);
+  }
+  const NodeLayout layout = agree_from_env(rank, world, options);
+  if (!layout.uniform) {
+    throw CommError("DTRAIN_COMM_BACKEND=hier needs the same number of ranks on every node, numbered node by node: " +
+                    layout.why + "; use DTRAIN_COMM_BACKEND=gloo (or auto, which falls back to it)");
+  }
+  return make_hier(layout, options);
+}
+
+}  // namespace dtrain::trainer
