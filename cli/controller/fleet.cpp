@@ -34,16 +34,29 @@ void Fleet::set_job(std::string job_id, std::string job_dir) {
 
 void Fleet::start() { provider_->start(*this); }
 
+void Fleet::grow(std::size_t size) {
+  if (size <= nodes_.size()) return;
+  in_state_[static_cast<std::size_t>(NodeState::connecting)] += static_cast<int>(size - nodes_.size());
+  nodes_.resize(size);
+}
+
+void Fleet::set_state(Node& node, NodeState state) {
+  --in_state_[static_cast<std::size_t>(node.state)];
+  ++in_state_[static_cast<std::size_t>(state)];
+  node.state = state;
+}
+
 void Fleet::attach(int id, std::shared_ptr<NodeSession> session) {
-  if (static_cast<std::size_t>(id) >= nodes_.size()) nodes_.resize(static_cast<std::size_t>(id) + 1);
+  grow(static_cast<std::size_t>(id) + 1);
   auto& n = nodes_[static_cast<std::size_t>(id)];
   n.session = std::move(session);
   n.last_heard = now();
+  next_silence_check_ = std::min(next_silence_check_, n.last_heard + node_timeout_ + milliseconds(1));
 }
 
 void Fleet::leave_out(int id, const std::string& why) {
-  if (static_cast<std::size_t>(id) >= nodes_.size()) nodes_.resize(static_cast<std::size_t>(id) + 1);
-  nodes_[static_cast<std::size_t>(id)].state = NodeState::lost;
+  grow(static_cast<std::size_t>(id) + 1);
+  set_state(nodes_[static_cast<std::size_t>(id)], NodeState::lost);
   console_.note("node " + std::to_string(id) + " left out: " + why);
 }
 
@@ -77,7 +90,7 @@ void Fleet::lose(int node, const std::string& why) {
   auto& n = nodes_[static_cast<std::size_t>(node)];
   const auto next = next_state(n.state, NodeEvent::failed);
   if (!next) return;
-  n.state = *next;
+  set_state(n, *next);
   const std::string text = label(node) + " lost: " + why;
   console_.note(text);
   // Its agent sees the session end and stops its workers; nothing of this node takes part again.
@@ -85,9 +98,7 @@ void Fleet::lose(int node, const std::string& why) {
   listener_.on_node_lost(node, text);
 }
 
-int Fleet::count(NodeState wanted) const {
-  return static_cast<int>(std::count_if(nodes_.begin(), nodes_.end(), [wanted](const Node& n) { return n.state == wanted; }));
-}
+int Fleet::count(NodeState wanted) const { return in_state_[static_cast<std::size_t>(wanted)]; }
 
 bool Fleet::waiting_for_hello() const { return count(NodeState::connecting) > 0; }
 
@@ -109,7 +120,7 @@ void Fleet::on_hello(int node, const AgentHello& hello) {
     console_.note("node " + std::to_string(node) + " runs dtrain " + hello.dtrain_version + ", this launcher is " +
                   std::string(version()));
   }
-  n.state = *next;
+  set_state(n, *next);
   if (hello.slot) n.slot = hello.slot;
   n.info.hostname = hello.hostname;
   n.info.host_id = hello.host_id;
@@ -166,7 +177,7 @@ void Fleet::on_session_closed(int node) {
                    (status.ok() ? " (its agent process died, or the network to it failed)" : ": " + status.message()));
     return;
   }
-  if (auto next = next_state(n.state, NodeEvent::session_ended)) n.state = *next;
+  if (auto next = next_state(n.state, NodeEvent::session_ended)) set_state(n, *next);
 }
 
 void Fleet::apply(const Event& event) {

@@ -7,6 +7,7 @@
 // What the fleet does not consume itself goes to its FleetListener (the Controller): signals, the agents'
 // reports, and each node it gave up. One thread (the launcher's) calls everything here.
 
+#include <array>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -117,9 +118,14 @@ class Fleet final : public RoundFleet {
     std::optional<unsigned> slot;   // ssh/slurm: which host it is (orders node ranks)
   };
 
+  // Grows nodes_ to `size` (new nodes are connecting) and keeps in_state_ counting them.
+  void grow(std::size_t size);
+  void set_state(Node& node, NodeState state);
   bool next_event(Event& event, Clock::time_point deadline);
   void send_heartbeats(Clock::time_point now);
-  // Gives up the first node whose agent has been silent longer than the node timeout; true if it did.
+  // Gives up the first node whose agent has been silent longer than the node timeout; true if it did. Looks at the
+  // nodes only once the earliest deadline found by its last look has passed (a node's deadline only moves later),
+  // so an event costs O(1) however many nodes there are, and a loss is still found at its deadline.
   bool check_silence(Clock::time_point now, Clock::time_point& wake);
   void apply(const Event& event);
   void on_session_closed(int node);
@@ -142,10 +148,12 @@ class Fleet final : public RoundFleet {
   std::string job_id_;
   std::string job_dir_;
   std::vector<Node> nodes_;       // every node that ever connected, by id (static/local: spec order; join: join order)
+  std::array<int, 4> in_state_{}; // how many of nodes_ are in each NodeState (by its value): count() without a scan
   std::vector<int> selected_;     // the current round's nodes by node rank (ids into nodes_)
   std::chrono::milliseconds node_timeout_;
   std::chrono::milliseconds heartbeat_interval_;
   Clock::time_point next_heartbeat_;
+  Clock::time_point next_silence_check_ = Clock::time_point::max();   // no node's deadline falls before it
   bool shutting_down_ = false;
 };
 

@@ -17,16 +17,24 @@ void Fleet::send_heartbeats(Clock::time_point now) {
 }
 
 bool Fleet::check_silence(Clock::time_point now, Clock::time_point& wake) {
+  if (shutting_down_) return false;   // the job is ending: a silent node is not lost, it is waited for
+  if (now < next_silence_check_) {
+    wake = std::min(wake, next_silence_check_);
+    return false;
+  }
+  auto earliest = Clock::time_point::max();
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     const auto& n = nodes_[i];
     if (gone(static_cast<int>(i)) || !n.session) continue;
-    if (now - n.last_heard > node_timeout_ && !shutting_down_) {
+    if (now - n.last_heard > node_timeout_) {
       lose(static_cast<int>(i), "no message from its agent for " + std::to_string(node_timeout_.count()) +
                                     " ms (health.node_timeout_s)");
       return true;
     }
-    wake = std::min(wake, n.last_heard + node_timeout_ + milliseconds(1));
+    earliest = std::min(earliest, n.last_heard + node_timeout_ + milliseconds(1));
   }
+  next_silence_check_ = earliest;
+  wake = std::min(wake, earliest);
   return false;
 }
 
@@ -95,11 +103,13 @@ void Fleet::shutdown() {
     if (n.session && n.session->open() && !gone(static_cast<int>(i))) n.session->send_last(Shutdown{"job ended"});
   }
   const auto own_deadline = now() + spec::duration_ms(spec_.stop.grace_s) + options_.timeouts.shutdown_margin;
-  // A session that never opened (a refused or unreachable agent) has nothing to wait for.
-  const auto ended = [this] {
-    for (std::size_t i = 0; i < nodes_.size(); ++i) {
-      const auto& n = nodes_[i];
-      if (!gone(static_cast<int>(i)) && n.session && n.session->open()) return false;
+  // A session that never opened (a refused or unreachable agent) has nothing to wait for. A node that ended stays
+  // ended, so the nodes before `first_open` are not looked at again (one look per node, not one per event).
+  std::size_t first_open = 0;
+  const auto ended = [this, &first_open] {
+    for (; first_open < nodes_.size(); ++first_open) {
+      const auto& n = nodes_[first_open];
+      if (!gone(static_cast<int>(first_open)) && n.session && n.session->open()) return false;
     }
     return true;
   };

@@ -4,17 +4,65 @@
 
 #include "cli/controller/agent_connection.h"
 #include "cli/controller/session_reader.h"
-#include "common/deadline_guard.h"
 #include "common/grpc_options.h"
 
 namespace dtrain::controller {
 
+namespace {
+
+// A join the launcher turns away: the call ends with `status` at once.
+class Refusal final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::LauncherMessage> {
+ public:
+  explicit Refusal(grpc::Status status) { Finish(std::move(status)); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+JoinedSession::JoinedSession(grpc::CallbackServerContext* context, EventQueue& events, int node,
+                             std::shared_ptr<std::atomic<int>> open_sessions)
+    : context_(context),
+      events_(events),
+      node_(node),
+      peer_(context->peer()),
+      open_sessions_(std::move(open_sessions)),
+      writes_(kMaxQueuedMessages, AgentConnection::kStallTimeout) {
+  ++*open_sessions_;
+}
+
+void JoinedSession::start(std::shared_ptr<JoinedSession> self) {
+  self_ = std::move(self);
+  StartRead(&incoming_);
+}
+
 bool JoinedSession::send(const Command& command) {
-  std::lock_guard lock(mutex_);
-  if (finished_) return false;
-  // A Write blocks while the agent does not read (HTTP/2 flow control): cancel a session stalled that long.
-  DeadlineGuard guard(AgentConnection::kStallTimeout, [this] { context_->TryCancel(); });
-  return stream_->Write(wire::to_wire(command));
+  v1::LauncherMessage message = wire::to_wire(command);
+  v1::LauncherMessage* to_write = nullptr;
+  {
+    std::lock_guard lock(mutex_);
+    if (finished_ || broken_ || why_cancelled_) return false;
+    switch (writes_.push(std::move(message), SessionWriteQueue<v1::LauncherMessage>::Clock::now())) {
+      case SessionWriteQueue<v1::LauncherMessage>::Push::start_write: to_write = &writes_.front(); break;
+      case SessionWriteQueue<v1::LauncherMessage>::Push::queued: return true;
+      case SessionWriteQueue<v1::LauncherMessage>::Push::full:
+        why_cancelled_ = "its agent did not read its stream: " + std::to_string(kMaxQueuedMessages) +
+                         " messages waited for it (is the agent process stopped, or its host overloaded?)";
+        break;
+      case SessionWriteQueue<v1::LauncherMessage>::Push::stalled:
+        why_cancelled_ = "its agent did not read its stream for " +
+                         std::to_string(AgentConnection::kStallTimeout.count()) +
+                         " ms (is the agent process stopped, or its host overloaded?)";
+        break;
+    }
+  }
+  if (!to_write) {
+    // Only this thread ends the session, and it has not: the call is not done, the context is valid.
+    context_->TryCancel();
+    return false;
+  }
+  // Outside the lock: gRPC may run OnWriteDone on this thread before StartWrite returns.
+  StartWrite(to_write);
+  return true;
 }
 
 bool JoinedSession::send_last(const Command& command) {
@@ -22,18 +70,42 @@ bool JoinedSession::send_last(const Command& command) {
   return send(command);
 }
 
+bool JoinedSession::end_locked() {
+  if (!finished_) {
+    finished_ = true;
+    --*open_sessions_;
+  }
+  writes_.drop_waiting();
+  if (finish_called_ || writes_.writing()) return false;
+  finish_called_ = true;
+  return true;
+}
+
 Status JoinedSession::finish() {
-  std::lock_guard lock(mutex_);
-  finished_ = true;
-  cv_.notify_all();
-  return {};
+  bool call_finish;
+  Status status;
+  {
+    std::lock_guard lock(mutex_);
+    call_finish = end_locked();
+    if (why_cancelled_) status = Status(StatusCode::unavailable, *why_cancelled_);
+  }
+  if (call_finish) Finish(grpc::Status::OK);
+  return status;
 }
 
 void JoinedSession::cancel() {
-  std::lock_guard lock(mutex_);
-  if (!finished_) context_->TryCancel();
-  finished_ = true;
-  cv_.notify_all();
+  {
+    std::lock_guard lock(mutex_);
+    if (finished_) return;
+  }
+  // Before end_locked(): until then no Finish can be called, so the call cannot be done and the context is valid.
+  context_->TryCancel();
+  bool call_finish;
+  {
+    std::lock_guard lock(mutex_);
+    call_finish = end_locked();
+  }
+  if (call_finish) Finish(grpc::Status::CANCELLED);
 }
 
 bool JoinedSession::open() const {
@@ -41,9 +113,43 @@ bool JoinedSession::open() const {
   return !finished_;
 }
 
-void JoinedSession::wait_until_finished() {
-  std::unique_lock lock(mutex_);
-  cv_.wait(lock, [this] { return finished_; });
+void JoinedSession::OnReadDone(bool ok) {
+  if (!ok) {
+    push_session_closed(events_, node_);
+    return;
+  }
+  push_report(events_, node_, incoming_);
+  incoming_.Clear();
+  StartRead(&incoming_);
+}
+
+void JoinedSession::OnWriteDone(bool ok) {
+  v1::LauncherMessage* to_write = nullptr;
+  bool call_finish = false;
+  {
+    std::lock_guard lock(mutex_);
+    if (!ok) {
+      // The stream broke (or was cancelled): nothing queued can be written any more; the read fails next.
+      broken_ = true;
+      writes_.drop_waiting();
+    }
+    if (writes_.written()) {
+      to_write = &writes_.front();
+    } else if (finished_ && !finish_called_) {
+      finish_called_ = true;
+      call_finish = true;
+    }
+  }
+  if (to_write) StartWrite(to_write);
+  if (call_finish) Finish(grpc::Status::OK);
+}
+
+void JoinedSession::OnDone() {
+  std::shared_ptr<JoinedSession> last;
+  {
+    std::lock_guard lock(mutex_);
+    last = std::move(self_);
+  }
 }
 
 JoinServer::JoinServer(EventQueue& events, const std::string& listen,
@@ -82,31 +188,28 @@ void JoinServer::close() {
   closed_ = true;
 }
 
-grpc::Status JoinServer::Join(grpc::ServerContext* context,
-                              grpc::ServerReaderWriter<v1::LauncherMessage, v1::AgentMessage>* stream) {
-  auto session = std::make_shared<JoinedSession>(context, stream);
+grpc::ServerBidiReactor<v1::AgentMessage, v1::LauncherMessage>* JoinServer::Join(
+    grpc::CallbackServerContext* context) {
+  std::shared_ptr<JoinedSession> session;
   int id;
   {
     std::lock_guard lock(mutex_);
-    if (closed_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the job is over; this launcher takes no agents");
-    int alive = 0;
-    for (const auto& s : sessions_) alive += s->open() ? 1 : 0;
-    if (alive >= max_nodes_) {
-      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          "the job already has its " + std::to_string(max_nodes_) + " nodes (nodes.count)");
+    if (closed_) return new Refusal({grpc::StatusCode::UNAVAILABLE, "the job is over; this launcher takes no agents"});
+    if (*open_sessions_ >= max_nodes_) {
+      return new Refusal({grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "the job already has its " + std::to_string(max_nodes_) + " nodes (nodes.count)"});
     }
     id = static_cast<int>(sessions_.size());
+    session = std::make_shared<JoinedSession>(context, events_, id, open_sessions_);
     sessions_.push_back(session);
   }
   Event joined;
   joined.kind = Event::Kind::joined;
   joined.node = id;
-  joined.text = context->peer();
+  joined.text = session->address();
   events_.push(std::move(joined));
-
-  pump_session(*stream, id, events_, [] {});
-  session->wait_until_finished();
-  return grpc::Status::OK;
+  session->start(session);
+  return session.get();
 }
 
 }  // namespace dtrain::controller

@@ -16,6 +16,7 @@ Round::Round(RoundSetup setup, RoundFleet& fleet, Interrupts& interrupts, Consol
     : setup_(std::move(setup)), fleet_(fleet), interrupts_(interrupts), console_(console),
       health_(setup_.spec->health) {
   for (int node : setup_.nodes) groups_[node] = GroupState::idle;
+  in_state_[static_cast<std::size_t>(GroupState::idle)] = groups_.size();
 }
 
 GroupState Round::group(int node) const {
@@ -26,12 +27,14 @@ GroupState Round::group(int node) const {
 void Round::move(int node, GroupEvent event) {
   auto it = groups_.find(node);
   if (it == groups_.end()) return;   // not a node of this round
-  if (auto next = next_state(it->second, event)) it->second = *next;
+  if (auto next = next_state(it->second, event)) {
+    --in_state_[static_cast<std::size_t>(it->second)];
+    ++in_state_[static_cast<std::size_t>(*next)];
+    it->second = *next;
+  }
 }
 
-bool Round::all_groups(GroupState state) const {
-  return std::all_of(groups_.begin(), groups_.end(), [state](const auto& g) { return g.second == state; });
-}
+bool Round::all_groups(GroupState state) const { return in_state_[static_cast<std::size_t>(state)] == groups_.size(); }
 
 bool Round::finished() const {
   return interrupts_.interrupted() || root_cause_ || node_failure_ || all_groups(GroupState::done);
@@ -192,9 +195,14 @@ void Round::stop_groups() {
   bool escalated = interrupts_.count() >= 2;
   if (escalated) send_stop(milliseconds(0));
   const auto own_deadline = fleet_.now() + grace + setup_.timeouts->stop_confirm_margin;
-  const auto confirmed = [this] {
-    return std::all_of(setup_.nodes.begin(), setup_.nodes.end(),
-                       [this](int node) { return group(node) == GroupState::stopped || fleet_.gone(node); });
+  // Stopped and gone are final: the nodes before `unconfirmed` are not looked at again.
+  std::size_t unconfirmed = 0;
+  const auto confirmed = [this, &unconfirmed] {
+    for (; unconfirmed < setup_.nodes.size(); ++unconfirmed) {
+      const int node = setup_.nodes[unconfirmed];
+      if (group(node) != GroupState::stopped && !fleet_.gone(node)) return false;
+    }
+    return true;
   };
   while (!confirmed()) {
     // A signal moves the deadline (exit_by) or asks for the stop without grace: look again after each one.

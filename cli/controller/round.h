@@ -16,6 +16,7 @@
 // event reaches it through on_report / on_node_lost, called by whoever pumps the events. So the unit tests drive it
 // with a scripted fleet.
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -125,6 +126,7 @@ class Round {
   std::optional<RoundPrepared> prepared_;
   spec::Plan plan_;
   std::map<int, GroupState> groups_;            // by fleet id
+  std::array<std::size_t, 5> in_state_{};       // how many of groups_ are in each GroupState (by its value)
   std::map<unsigned, Worker> workers_;          // by rank
   std::size_t started_workers_ = 0;
   std::map<unsigned, WorkerHealth> last_health_;   // by rank

@@ -8,7 +8,24 @@
 
 namespace dtrain::controller {
 
-// Turns every AgentMessage read from one session stream (client or server side, whichever dialed) into an Event
+// One AgentMessage read from node `node`'s session, as the Event the controller reacts to.
+inline void push_report(EventQueue& events, int node, const v1::AgentMessage& message) {
+  Event event;
+  event.kind = Event::Kind::report;
+  event.node = node;
+  event.report = wire::from_wire(message);
+  events.push(std::move(event));
+}
+
+// Node `node`'s session stream ended (nothing more can be read from it).
+inline void push_session_closed(EventQueue& events, int node) {
+  Event closed;
+  closed.kind = Event::Kind::session_closed;
+  closed.node = node;
+  events.push(std::move(closed));
+}
+
+// Turns every AgentMessage read from one blocking session stream (the launcher's dial of an agent) into an Event
 // for `node`, then one session_closed once the stream ends. Runs on the stream's reader thread.
 // `on_message` runs before each message is queued (may be empty).
 template <class Stream, class OnMessage>
@@ -16,17 +33,10 @@ void pump_session(Stream& stream, int node, EventQueue& events, OnMessage on_mes
   v1::AgentMessage message;
   while (stream.Read(&message)) {
     on_message();
-    Event event;
-    event.kind = Event::Kind::report;
-    event.node = node;
-    event.report = wire::from_wire(message);
-    events.push(std::move(event));
+    push_report(events, node, message);
     message.Clear();
   }
-  Event closed;
-  closed.kind = Event::Kind::session_closed;
-  closed.node = node;
-  events.push(std::move(closed));
+  push_session_closed(events, node);
 }
 
 }  // namespace dtrain::controller
