@@ -1,6 +1,7 @@
 #include "cli/plan/advisor.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <tuple>
 
 #include "cli/plan/trainer_model.h"
@@ -47,7 +48,9 @@ std::optional<Scaling> scaling(const PlanRequest& r, const Evaluation& e) {
   s.efficiency_serial = s.ideal_s / (s.compute_s + *e.comm.seconds);
   const double dp_s = *e.comm.data_parallel_seconds;
   const double grad_bytes = r.workload.params / (e.layout.tp * e.layout.pp) * value_bytes(r.workload.precision);
-  const double last_share = last_bucket_bytes(grad_bytes, r.workload.bucket_bytes) / grad_bytes;
+  const double bucket_bytes = r.workload.bucket_bytes.value_or(
+      static_cast<double>(default_bucket_bytes(static_cast<std::uint64_t>(grad_bytes))));
+  const double last_share = last_bucket_bytes(grad_bytes, bucket_bytes) / grad_bytes;
   const int micro_steps = static_cast<int>(std::min<long long>(e.accumulation.micro_steps, 1 << 30));
   s.exposed_s = exposed_data_parallel_seconds(e.layout.stage, dp_s, s.compute_s, micro_steps, last_share) +
                 (*e.comm.seconds - dp_s);

@@ -89,12 +89,6 @@ bool fits(double bytes, double gpu_memory) { return bytes <= (1 - kHeadroom) * g
 
 double compute_seconds(double params, double tokens, double flops_per_s) { return 6 * params * tokens / flops_per_s; }
 
-double last_bucket_bytes(double grad_bytes, double bucket_bytes) {
-  if (grad_bytes <= kFirstBucketBytes) return grad_bytes;
-  const double rest = std::fmod(grad_bytes - kFirstBucketBytes, bucket_bytes);
-  return rest > 0 ? rest : bucket_bytes;
-}
-
 double exposed_data_parallel_seconds(int stage, double comm_s, double compute_s, int micro_steps,
                                      double last_bucket_share) {
   const double k = micro_steps;

@@ -6,6 +6,8 @@
 // t tensor-parallel ranks, p pipeline stages, m (or k) micro-batches per optimizer step, and for one micro-batch
 // s sequence length, b micro-batch size, h hidden size, a attention heads, L layers.
 
+#include "trainer/parallel/ddp/buckets.h"
+
 namespace dtrain::plan {
 
 enum class Precision { fp32, bf16, fp16 };
@@ -104,15 +106,16 @@ double compute_seconds(double params, double tokens, double flops_per_s);
 // of a step's compute. Gradient reductions can only run during backward: before it there is no gradient.
 inline constexpr double kBackwardShare = 2.0 / 3.0;
 
-// DDP's gradient buckets (PyTorch DistributedDataParallel, Li et al., arXiv:2006.15704, Sec. 3.2.3; dtrain-trainer's
-// DdpReducer cuts them the same way): the gradient buffer is cut from its end (the last layers, whose gradients
-// backward produces first) into a first bucket of 1 MiB, then buckets of bucket_cap_mb (25 MiB by default). A
-// bucket's allreduce starts once backward has produced all of it, so the last one (the embeddings', which backward
-// finishes last) starts only when backward has ended. Returns the bytes of that last bucket (all of grad_bytes when
-// they fit the first bucket).
-inline constexpr double kFirstBucketBytes = 1024.0 * 1024;
-inline constexpr double kDefaultBucketBytes = 25 * 1024.0 * 1024;
-double last_bucket_bytes(double grad_bytes, double bucket_bytes);
+// DDP's gradient buckets (PyTorch DistributedDataParallel, Li et al., arXiv:2006.15704, Sec. 3.2.3) are cut as
+// dtrain-trainer's DdpReducer cuts them, by the same functions (trainer/parallel/ddp/buckets.h): from the end of the
+// gradient buffer (the last layers, whose gradients backward produces first), a first bucket of 1 MiB, then buckets
+// of --ddp-bucket-mb, by default min(25 MiB, max(1 MiB, gradient bytes / 8)). A bucket's allreduce starts once
+// backward has produced all of it, so the last one (the embeddings', which backward finishes last) starts only when
+// backward has ended: last_bucket_bytes gives its size.
+using trainer::default_bucket_bytes;
+using trainer::kFirstBucketBytes;
+using trainer::kMaxBucketBytes;
+using trainer::last_bucket_bytes;
 
 // The data-parallel communication a step still waits for when it overlaps compute as DDP, ZeRO and FSDP do,
 // comm_s being all of it and compute_s the step's compute (k micro-steps):

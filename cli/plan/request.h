@@ -34,7 +34,9 @@ struct Workload {
   std::optional<long long> global_batch;       // sequences per optimizer step
   std::optional<trainer::GptConfig> trainer;   // dtrain-trainer's model, when it is one (preset or shape + vocab)
   std::string model_name;                      // the preset, or "" for a size or shape
-  double bucket_bytes = kDefaultBucketBytes;   // DDP's gradient bucket after the first (--ddp-bucket-mb)
+  // DDP's gradient buckets after the first (--ddp-bucket-mb); unset: the trainer's default rule for the gradient
+  // (formulas.h, default_bucket_bytes).
+  std::optional<double> bucket_bytes;
 };
 
 struct PlanRequest {

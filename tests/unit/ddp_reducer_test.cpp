@@ -59,11 +59,13 @@ void backward(DdpReducer& reducer, std::size_t count, std::size_t chunk) {
 
 }  // namespace
 
-TEST_CASE("buckets are taken from the end: 1 MiB first, then 25 MiB each, the last one the remainder") {
+TEST_CASE("buckets are taken from the end: 1 MiB first, then 25 MiB each (--ddp-bucket-mb 25), the last the rest") {
   LocalCommunicator comm;
   const std::size_t count = 60 * kFloatsPerMiB + 123;  // 60 MiB and a bit
   std::vector<float> grads(count);
-  DdpReducer reducer(comm, grads.data(), count);
+  DdpOptions options;
+  options.bucket_bytes = std::size_t{25} << 20;
+  DdpReducer reducer(comm, grads.data(), count, options);
   const std::size_t first = kFloatsPerMiB;
   const std::size_t rest = 25 * kFloatsPerMiB;
   Buckets expected = {{count - first, first},
@@ -141,7 +143,7 @@ TEST_CASE("world size 1: gradients untouched, nothing to wait for, hidden fracti
     reducer.finish_backward();
   }
   CHECK(grads == before);
-  CHECK(reducer.last_stats().buckets == 2);
+  CHECK(reducer.last_stats().buckets == 3);  // 3 MiB in buckets of 1 MiB (the default's floor)
   CHECK(reducer.last_stats().comm_ms == 0);
   CHECK(reducer.last_stats().hidden_fraction() == 1.0);
 }

@@ -186,7 +186,9 @@ PlanArgs bench_model_on_200_mbit() {
 
 TEST_CASE("scaling: DDP's last bucket is exposed; small buckets hide the rest behind backward, never forward") {
   // 13,162,496 bytes of fp32 gradients at 25 MB/s: 0.52650 s of allreduce per step (2 ranks send all of it once).
-  const Evaluation big = make_report(request(bench_model_on_200_mbit())).strategies[0];
+  PlanArgs pytorch_buckets = bench_model_on_200_mbit();
+  pytorch_buckets.ddp_bucket_mb = 25;
+  const Evaluation big = make_report(request(pytorch_buckets)).strategies[0];
   REQUIRE(big.scaling.has_value());
   CHECK(big.scaling->compute_s == doctest::Approx(1.0));
   CHECK(*big.comm.seconds == doctest::Approx(0.5264998));
@@ -196,6 +198,10 @@ TEST_CASE("scaling: DDP's last bucket is exposed; small buckets hide the rest be
   CHECK(big.scaling->efficiency_serial == doctest::Approx(1 / 1.5264998));
   CHECK(big.scaling->exposed_s == doctest::Approx(0.5264998 * 12113920 / 13162496));
   CHECK(big.scaling->efficiency_overlap == doctest::Approx(1 / (1 + 0.5264998 * 12113920 / 13162496)));
+  // No --ddp-bucket-mb: the trainer's rule (gradient / 8 = 1,645,312-byte buckets) leaves a last bucket of 596,736
+  // bytes (0.02387 s), and the rest fits in backward.
+  const Evaluation rule = make_report(request(bench_model_on_200_mbit())).strategies[0];
+  CHECK(rule.scaling->exposed_s == doctest::Approx(0.5264998 * 596736 / 13162496));
   // 2 MiB buckets: the last is 1,628,160 bytes (0.06513 s); the other 0.46137 s fit in backward's 0.667 s: 94%.
   PlanArgs small = bench_model_on_200_mbit();
   small.ddp_bucket_mb = 2;

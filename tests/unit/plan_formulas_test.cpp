@@ -109,12 +109,14 @@ TEST_CASE("compute: 6 FLOPs per parameter per token") {
 
 TEST_CASE("last bucket: what is left of the gradients after the 1 MiB first bucket and whole buckets") {
   // dtrain-trainer's bench model (3,290,624 fp32 parameters): 13,162,496 bytes = 1 MiB + 12,113,920.
-  CHECK(last_bucket_bytes(13162496, kDefaultBucketBytes) == 12113920);
+  CHECK(last_bucket_bytes(13162496, kMaxBucketBytes) == 12113920);
   // 2 MiB buckets: 12,113,920 - 5 x 2,097,152 = 1,628,160.
   CHECK(last_bucket_bytes(13162496, 2 * 1048576.0) == 1628160);
   // Within the first bucket: all of it. A whole number of buckets after it: one whole bucket.
-  CHECK(last_bucket_bytes(524288, kDefaultBucketBytes) == 524288);
-  CHECK(last_bucket_bytes(1048576 + 2 * kDefaultBucketBytes, kDefaultBucketBytes) == kDefaultBucketBytes);
+  CHECK(last_bucket_bytes(524288, kMaxBucketBytes) == 524288);
+  CHECK(last_bucket_bytes(1048576 + 2.0 * kMaxBucketBytes, kMaxBucketBytes) == kMaxBucketBytes);
+  // The trainer's default for that model (gradient / 8 = 1,645,312-byte buckets): 12,113,920 - 7 x 1,645,312.
+  CHECK(last_bucket_bytes(13162496, default_bucket_bytes(13162496)) == 596736);
 }
 
 TEST_CASE("exposed data-parallel time: backward hides reductions, not forward, the last bucket or ZeRO's all-gather") {

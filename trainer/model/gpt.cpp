@@ -13,13 +13,18 @@
 
 namespace dtrain::trainer {
 
-Gpt::Gpt(const GptConfig& config, kernels::Backend& backend, int unit_multiple, kernels::Dtype precision)
-    : layout_(config, unit_multiple), backend_(backend), precision_(precision) {
-  params_ = backend_.allocate(layout_.buffer_size());
+Gpt::Gpt(const GptConfig& config, kernels::Backend& backend, int unit_multiple, kernels::Dtype precision,
+         BufferSource* buffers)
+    : layout_(config, unit_multiple),
+      backend_(backend),
+      own_buffers_(buffers == nullptr ? std::make_unique<BackendBuffers>(backend) : nullptr),
+      buffers_(buffers == nullptr ? *own_buffers_ : *buffers),
+      precision_(precision) {
+  params_ = buffers_.allocate(layout_.buffer_size(), "the parameter buffer");
   compute_ = params_;
-  grads_ = backend_.allocate(layout_.buffer_size());
+  grads_ = buffers_.allocate(layout_.buffer_size(), "the gradient buffer");
   if (precision_ != kernels::Dtype::fp32)
-    params_half_ = reinterpret_cast<std::uint16_t*>(backend_.allocate((layout_.buffer_size() + 1) / 2));
+    params_half_ = buffers_.allocate_half(layout_.buffer_size(), "the 16-bit working copy of the parameters");
 }
 
 Gpt::Gpt(const GptConfig& config) : Gpt(config, kernels::cpu_backend()) {}
@@ -27,10 +32,10 @@ Gpt::Gpt(const GptConfig& config) : Gpt(config, kernels::cpu_backend()) {}
 Gpt::~Gpt() {
   acts_.reset();
   backend_.release(logits_);
-  backend_.release(reinterpret_cast<float*>(params_half_));
-  backend_.release(grads_);
+  buffers_.release_half(params_half_);
+  buffers_.release(grads_);
   if (compute_ != params_) backend_.release(compute_);
-  backend_.release(params_);
+  buffers_.release(params_);
 }
 
 void Gpt::refresh_working_params() {

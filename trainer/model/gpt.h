@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "trainer/kernels/backend.h"
+#include "trainer/model/buffers.h"
 #include "trainer/model/config.h"
 #include "trainer/model/layout.h"
 
@@ -53,9 +54,11 @@ class Gpt {
 
   // Validates config (throws std::invalid_argument). Parameters and gradients start at zero: call
   // init_weights() or fill params() from a checkpoint. unit_multiple pads each ZeRO unit (layout.h). precision:
-  // fp32, or bf16 / fp16 for mixed precision (top of this file).
+  // fp32, or bf16 / fp16 for mixed precision (top of this file). buffers: where the buffers that collectives read and
+  // write live (params(), grads(), working_params(); buffers.h), memory `backend` computes on; null: the backend's
+  // own. It must outlive the model.
   explicit Gpt(const GptConfig& config, kernels::Backend& backend, int unit_multiple = 1,
-               kernels::Dtype precision = kernels::Dtype::fp32);
+               kernels::Dtype precision = kernels::Dtype::fp32, BufferSource* buffers = nullptr);
   explicit Gpt(const GptConfig& config);  // the CPU backend
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -64,6 +67,8 @@ class Gpt {
   const GptConfig& config() const { return layout_.config(); }
   const ParamLayout& layout() const { return layout_; }
   kernels::Backend& backend() { return backend_; }
+  // Where params(), grads() and working_params() came from; the reducers take their 16-bit copies from it too.
+  BufferSource& buffers() { return buffers_; }
   kernels::Dtype precision() const { return precision_; }
 
   float* params() { return params_; }
@@ -133,6 +138,8 @@ class Gpt {
 
   ParamLayout layout_;
   kernels::Backend& backend_;
+  std::unique_ptr<BufferSource> own_buffers_;  // the backend's memory, when the constructor was given no buffers
+  BufferSource& buffers_;
   kernels::Dtype precision_;
   float* params_ = nullptr;
   float* compute_ = nullptr;  // params_, or its own buffer after read_params_from_working_copy()

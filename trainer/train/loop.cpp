@@ -69,6 +69,7 @@ class Training {
   Training(const TrainOptions& o, std::unique_ptr<HealthReporter> health)
       : o_(o),
         comm_(start_communicator(o)),
+        buffers_(model_buffers(*comm_)),
         rank_(comm_->rank()),
         world_(comm_->size()),
         config_(model_config(o)),
@@ -76,7 +77,7 @@ class Training {
         T_(o.seq_len > 0 ? o.seq_len : config_.max_seq_len),
         K_(o.grad_accum),
         loader_(open_data(o, B_, T_, rank_, world_, config_)),
-        model_(config_, kernels::cpu_backend(), o.zero > 0 ? world_ : 1, training_precision(o)),
+        model_(config_, kernels::cpu_backend(), o.zero > 0 ? world_ : 1, training_precision(o), buffers_.get()),
         n_(model_.num_params()),
         shape_(run_shape(o, config_, T_, world_, n_)),
         ddp_comm_dtype_(ddp_comm_dtype(o)),
@@ -112,6 +113,7 @@ class Training {
 
   const TrainOptions& o_;
   std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<BufferSource> buffers_;  // the model's and the reducers' (setup.h), dying after them
   const int rank_;
   const int world_;
   const GptConfig config_;
@@ -268,8 +270,9 @@ void Training::prepare_steps(const Start& start) {
     grads_ready_ = zero_->grads_ready();
   } else if (world_ > 1) {
     DdpOptions ddp_options;
-    ddp_options.bucket_bytes = static_cast<std::size_t>(o_.ddp_bucket_mb * (1 << 20));
+    if (o_.ddp_bucket_mb) ddp_options.bucket_bytes = static_cast<std::uint64_t>(*o_.ddp_bucket_mb * (1 << 20));
     ddp_options.comm_dtype = ddp_comm_dtype_;
+    ddp_options.buffers = buffers_.get();
     ddp_ = std::make_unique<DdpReducer>(*comm_, model_.grads(), n_, ddp_options);
     grads_ready_ = [this](std::size_t offset, std::size_t count) { ddp_->grads_ready(offset, count); };
   }

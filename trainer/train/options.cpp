@@ -146,8 +146,10 @@ void add_run_flags(CLI::App& app, TrainOptions& o) {
                  "(ZeRO-1); 2 = also gradients (ZeRO-2); 3 = also parameters (ZeRO-3, FSDP FULL_SHARD)")
       ->check(CLI::Range(0, 3))->capture_default_str();
   app.add_option("--ddp-bucket-mb", o.ddp_bucket_mb,
-                 "DDP gradient bucket size in MiB after the first 1 MiB bucket (PyTorch's bucket_cap_mb)")
-      ->check(CLI::Range(0.0625, 4096.0))->capture_default_str();
+                 "DDP gradient bucket size in MiB after the first 1 MiB bucket (PyTorch's bucket_cap_mb); default: "
+                 "min(25, max(1, gradient MiB / 8)), so that the last bucket, which cannot overlap backward, stays "
+                 "small")
+      ->check(CLI::Range(0.0625, 4096.0));
   app.add_option("--ddp-comm-dtype", o.ddp_comm_dtype, "DDP gradient allreduce dtype (--zero 0): fp32, or bf16 / "
                  "fp16 as PyTorch's compress hooks (half the bytes on the wire)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))->capture_default_str();

@@ -43,9 +43,10 @@ struct TrainOptions {
   float min_lr_ratio = 0.0f;             // --min-lr-ratio: the cosine's floor as a fraction of --lr
   int grad_accum = 1;                    // --grad-accum: micro-steps per optimizer step
   int zero = 0;                          // --zero: 0 = DDP; 1, 2, 3 = ZeRO stage (trainer/parallel/zero/engine.h)
-  double ddp_bucket_mb = 25;             // --ddp-bucket-mb: DDP bucket size after the first 1 MiB bucket (PyTorch's
-                                         //   bucket_cap_mb); smaller buckets start their allreduce earlier in
-                                         //   backward, which matters for models of a few tens of MB
+  // --ddp-bucket-mb: DDP bucket size after the first 1 MiB bucket (PyTorch's bucket_cap_mb); unset: the default rule
+  // min(25 MiB, max(1 MiB, gradient bytes / 8)), which keeps the last bucket (exposed: it holds wte, which backward
+  // finishes last) at most an eighth of the gradient (trainer/parallel/ddp/buckets.h).
+  std::optional<double> ddp_bucket_mb;
   // --precision: fp32 | bf16 | fp16. bf16 / fp16 = mixed precision: fp32 master weights and AdamW state, a 16-bit
   // working copy for the matrix products (trainer/model/gpt.h); --zero 3 shards the working copy and all-gathers it
   // in 16 bits (trainer/parallel/zero/engine.h).

@@ -8,6 +8,7 @@
 #include "trainer/ckpt/model_file.h"
 #include "trainer/common/env.h"
 #include "trainer/kernels/cpu/backend.h"
+#include "trainer/parallel/comm_buffers.h"
 #include "trainer/train/console.h"
 
 namespace dtrain::trainer {
@@ -23,6 +24,13 @@ std::unique_ptr<Communicator> start_communicator(const TrainOptions& o) {
   std::unique_ptr<Communicator> comm = make_communicator_from_env();
   quiet_console_unless_rank0(comm->rank());
   return comm;
+}
+
+std::unique_ptr<BufferSource> model_buffers(Communicator& comm) {
+  const int rank = comm.rank();
+  return collective_buffers(comm, kernels::cpu_backend(), [rank](const std::string& message) {
+    if (rank == 0) spdlog::warn("{}", message);
+  });
 }
 
 GptConfig model_config(const TrainOptions& o) {

@@ -1,12 +1,13 @@
 #pragma once
 
 // The training loop's setup steps (loop.cpp's Training constructor), in the order it takes them: CPU threads and
-// the communicator, the model shape, this rank's data, the learning-rate schedule.
+// the communicator, where the model's buffers live, the model shape, this rank's data, the learning-rate schedule.
 
 #include <memory>
 
 #include "trainer/comm/communicator.h"
 #include "trainer/data/loader.h"
+#include "trainer/model/buffers.h"
 #include "trainer/model/config.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/train/options.h"
@@ -16,6 +17,11 @@ namespace dtrain::trainer {
 // Setup, first: the CPU threads (--threads, else OMP_NUM_THREADS, else every core), then the communicator, whose
 // rank decides who shows progress.
 std::unique_ptr<Communicator> start_communicator(const TrainOptions& options);
+
+// Where the model keeps the buffers that collectives read and write, and the reducers their 16-bit copies: the
+// communicator's memory (trainer/parallel/comm_buffers.h; with the shm backend, its shared segment). When it has no
+// room for one, that buffer is ordinary memory and rank 0 says so once on stderr (what, why, the fix).
+std::unique_ptr<BufferSource> model_buffers(Communicator& comm);
 
 // The model shape the options give, with --init-from's header when there is one.
 GptConfig model_config(const TrainOptions& options);

@@ -17,34 +17,25 @@ std::string range(std::size_t offset, std::size_t count) {
   return "[" + std::to_string(offset) + ", " + std::to_string(offset + count) + ")";
 }
 
-std::size_t floats_in(std::size_t bytes, const char* field) {
-  if (bytes < sizeof(float)) {
-    throw std::invalid_argument(std::string("DdpOptions.") + field + " = " + std::to_string(bytes) +
-                                " bytes holds no float; use at least " + std::to_string(sizeof(float)));
-  }
-  return bytes / sizeof(float);
-}
-
 }  // namespace
 
 DdpReducer::DdpReducer(Communicator& comm, float* grads, std::size_t count, DdpOptions options)
-    : comm_(comm), grads_(grads), count_(count), comm_dtype_(options.comm_dtype) {
-  if (comm_dtype_ != kernels::Dtype::fp32) half_.resize(count_);
-  const std::size_t first = floats_in(options.first_bucket_bytes, "first_bucket_bytes");
-  const std::size_t rest = floats_in(options.bucket_bytes, "bucket_bytes");
-  std::size_t end = count_;
-  while (end > 0) {
-    const std::size_t cap = buckets_.empty() ? first : rest;
-    const std::size_t size = std::min(cap, end);
-    buckets_.emplace_back(end - size, size);
-    end -= size;
-  }
+    : comm_(comm),
+      grads_(grads),
+      count_(count),
+      buckets_(cut_buckets(count, options.first_bucket_bytes,
+                           options.bucket_bytes.value_or(default_bucket_bytes(count * sizeof(float))))),
+      comm_dtype_(options.comm_dtype),
+      own_buffers_(options.buffers == nullptr ? std::make_unique<HeapBuffers>() : nullptr),
+      buffers_(options.buffers == nullptr ? own_buffers_.get() : options.buffers) {
+  if (comm_dtype_ != kernels::Dtype::fp32) half_ = buffers_->allocate_half(count_, "DDP's 16-bit gradient copy");
   phases_ = numbered_phases("allreduce bucket", static_cast<int>(buckets_.size()));
 }
 
 DdpReducer::~DdpReducer() {
   // The communicator's thread may still be writing into grads_; it must be done before the buffer can go.
   drain();
+  buffers_->release_half(half_);
 }
 
 void DdpReducer::begin_backward(bool sync) {
@@ -87,7 +78,7 @@ void DdpReducer::start_bucket(std::size_t index) {
   const int world = comm_.size();
   auto [offset, count] = buckets_[index];
   if (comm_dtype_ != kernels::Dtype::fp32) {
-    std::uint16_t* half = half_.data() + offset;
+    std::uint16_t* half = half_ + offset;
     kernels::to_half_divided(half, grads_ + offset, count, static_cast<float>(world), comm_dtype_);
     started_.push_back(index);
     if (world > 1) pending_.push_back({index, comm_.allreduce_half(half, count, comm_dtype_)});
@@ -103,7 +94,7 @@ void DdpReducer::start_bucket(std::size_t index) {
 void DdpReducer::cast_back() {
   for (std::size_t index : started_) {
     auto [offset, count] = buckets_[index];
-    kernels::from_half(grads_ + offset, half_.data() + offset, count, comm_dtype_);
+    kernels::from_half(grads_ + offset, half_ + offset, count, comm_dtype_);
   }
   started_.clear();
 }

@@ -1,17 +1,18 @@
 #pragma once
 
 // DDP gradient reduction over one flat gradient buffer. Buckets are contiguous slices of that buffer taken from its
-// end: the first bucket holds the last first_bucket_bytes, the next ones bucket_bytes each, down to offset 0. The
-// model lays its parameters out so that backward finishes them from the end of the buffer towards the start
-// (final LayerNorm, last layer, ..., first layer, positions, token embedding), so a bucket is complete as soon as
-// backward has passed its start, and its allreduce runs on the communicator's thread while backward goes on.
+// end: the first bucket holds the last first_bucket_bytes, the next ones bucket_bytes each, down to offset 0
+// (buckets.h, which also gives the default bucket_bytes and why). The model lays its parameters out so that backward
+// finishes them from the end of the buffer towards the start (final LayerNorm, last layer, ..., first layer,
+// positions, token embedding), so a bucket is complete as soon as backward has passed its start, and its allreduce
+// runs on the communicator's thread while backward goes on.
 // Gradients are divided by the world size just before their bucket's allreduce, so the result is the mean over ranks.
 //
 // Communication dtype (DdpOptions::comm_dtype), PyTorch's DDP compression hooks: with bf16 or fp16 a bucket is cast
 // to 16 bits and divided by the world size in 16 bits (fp16_compress_hook / bf16_compress_hook:
 // `bucket.to(dtype).div_(world)`), allreduced in 16 bits (each pairwise sum in fp32, rounded back), and cast back
 // into the fp32 gradients when finish_backward() has waited for it: half the bytes on the wire, gradients rounded
-// to 16 bits. The 16-bit copy is a buffer of the reducer's own (2 bytes per gradient). With one rank the cast and
+// to 16 bits. The 16-bit copy is a buffer of the reducer's own (2 bytes per gradient), from DdpOptions::buffers. With one rank the cast and
 // the division still happen, so a run's numerics do not depend on the world size.
 //
 // Per backward pass:
@@ -34,21 +35,28 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "trainer/comm/communicator.h"
 #include "trainer/kernels/half.h"
+#include "trainer/model/buffers.h"
+#include "trainer/parallel/ddp/buckets.h"
 
 namespace dtrain::trainer {
 
 struct DdpOptions {
-  std::size_t first_bucket_bytes = std::size_t{1} << 20;  // PyTorch DDP's first bucket: 1 MiB
-  std::size_t bucket_bytes = std::size_t{25} << 20;       // PyTorch DDP's bucket_cap_mb: 25 MiB
+  std::uint64_t first_bucket_bytes = kFirstBucketBytes;  // PyTorch DDP's first bucket: 1 MiB
+  // The buckets after the first (--ddp-bucket-mb); unset: default_bucket_bytes of the gradient's bytes (buckets.h).
+  std::optional<std::uint64_t> bucket_bytes;
   // What the gradients travel as: fp32 (PyTorch DDP's default, no hook), bf16 or fp16 (the compression hooks, see
   // the top of this file). Bucket sizes above stay in fp32 bytes, as PyTorch's bucket_cap_mb does.
   kernels::Dtype comm_dtype = kernels::Dtype::fp32;
+  // Where the 16-bit copy lives (trainer/model/buffers.h; the trainer's CommBuffers); null: ordinary memory. It must
+  // outlive the reducer.
+  BufferSource* buffers = nullptr;
 };
 
 // Timing of the last synchronised backward pass.
@@ -93,7 +101,9 @@ class DdpReducer {
   std::size_t ready_from_ = 0;   // grads[ready_from_, count_) are final in this pass
   std::size_t next_bucket_ = 0;  // index in buckets_ of the next bucket to start
   kernels::Dtype comm_dtype_;
-  std::vector<std::uint16_t> half_;  // the 16-bit copy of the gradients (comm_dtype bf16 or fp16), else empty
+  std::unique_ptr<HeapBuffers> own_buffers_;  // when DdpOptions::buffers is null
+  BufferSource* buffers_;
+  std::uint16_t* half_ = nullptr;  // the 16-bit copy of the gradients (comm_dtype bf16 or fp16), else null
   std::vector<const char*> phases_;   // "allreduce bucket i" (health/phase.h), one per bucket
   struct Pending {
     std::size_t bucket;

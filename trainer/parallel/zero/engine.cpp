@@ -36,7 +36,7 @@ ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, const AdamWOpt
       spans_(owned_spans(shards_)),
       optimizer_(model.backend(), shards_.shard_params(), model.layout().decay_ranges(), options,
                  shards_.padded_params()),
-      reducer_(comm, shards_, model.grads(), stage >= 2, dtypes.reduce),
+      reducer_(comm, shards_, model.grads(), stage >= 2, dtypes.reduce, &model.buffers()),
       gather_phases_(numbered_phases("all-gather unit", shards_.num_units())) {
   grads_ready_ = [this](std::size_t offset, std::size_t count) { reducer_.grads_ready(offset, count); };
   const kernels::Dtype param_dtype = dtypes.param.value_or(model.precision());

@@ -26,9 +26,11 @@ void release_bytes(void* data, std::size_t bytes) {
   }
   std::memset(data, 0, first - begin);
   std::memset(reinterpret_cast<void*>(last), 0, end - last);
-  if (madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED) != 0) {
-    throw std::runtime_error("ZeRO: madvise(MADV_DONTNEED) of " + std::to_string(last - first) +
-                             " bytes failed (" + std::strerror(errno) + "); the buffer must be host memory");
+  void* pages = reinterpret_cast<void*>(first);
+  if (madvise(pages, last - first, MADV_REMOVE) == 0) return;
+  if (errno != EINVAL || madvise(pages, last - first, MADV_DONTNEED) != 0) {
+    throw std::runtime_error("ZeRO: releasing " + std::to_string(last - first) + " bytes with madvise failed (" +
+                             std::strerror(errno) + "); the buffer must be host memory");
   }
 }
 

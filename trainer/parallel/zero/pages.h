@@ -1,10 +1,14 @@
 #pragma once
 
 // Freeing part of a buffer without reallocating it (ZeRO-2 gradients, ZeRO-3 parameters). On host memory the
-// whole pages of the range are returned to the kernel with madvise(MADV_DONTNEED): they stop counting in the
-// resident set and read as zeros when touched again (private anonymous memory); the partial pages at either end
-// are zeroed with memset. So after release_range the range reads as zeros either way, which is what ZeRO-2 needs of
-// a gradient that later micro-steps accumulate into.
+// whole pages of the range are returned to the kernel: they stop counting in the resident set and read as zeros when
+// touched again; the partial pages at either end are zeroed with memset. So after release_range the range reads as
+// zeros either way, which is what ZeRO-2 needs of a gradient that later micro-steps accumulate into. Private
+// anonymous memory (the cpu backend's, HeapBuffers) gives its pages back with madvise(MADV_DONTNEED); a buffer in the
+// shm communicator's segment (trainer/parallel/comm_buffers.h) is a shared mapping of a /dev/shm file, where
+// MADV_DONTNEED would only drop this process's view and the old values would come back, so there the pages are
+// punched out of the file with MADV_REMOVE (which private memory refuses with EINVAL: that is how the two are told
+// apart). A page punched out of the segment is reserved in /dev/shm again when written.
 
 #include <cstddef>
 #include <cstdint>

@@ -17,12 +17,14 @@ std::string range(std::size_t offset, std::size_t count) {
 }  // namespace
 
 ZeroReducer::ZeroReducer(Communicator& comm, const ZeroShards& shards, float* grads, bool release_grads,
-                         kernels::Dtype reduce_type)
+                         kernels::Dtype reduce_type, BufferSource* buffers)
     : comm_(comm),
       shards_(shards),
       grads_(grads),
       release_grads_(release_grads),
       reduce_type_(reduce_type),
+      own_buffers_(buffers == nullptr ? std::make_unique<HeapBuffers>() : nullptr),
+      buffers_(buffers == nullptr ? own_buffers_.get() : buffers),
       phases_(numbered_phases("reduce-scatter unit", shards.num_units())) {}
 
 ZeroReducer::~ZeroReducer() {
@@ -34,6 +36,7 @@ ZeroReducer::~ZeroReducer() {
       // Already unwinding or destroyed after a failure that finish_backward() reported.
     }
   }
+  buffers_->release_half(half_);
 }
 
 void ZeroReducer::begin_backward(bool sync, bool last) {
@@ -76,11 +79,11 @@ void ZeroReducer::start_unit(int unit) {
     bytes_sent_ += ring_bytes_sent(slice.count, shards_.world());
     return;
   }
-  // Default-initialised: pages the kernel maps only where a unit's slice is written.
-  if (!half_) half_.reset(new std::uint16_t[shards_.padded_params()]);
-  std::uint16_t* half = half_.get() + slice.offset;
+  // Zero-filled by the kernel (buffers.h): pages resident only where a unit's slice is written.
+  if (half_ == nullptr) half_ = buffers_->allocate_half(shards_.padded_params(), "ZeRO's 16-bit gradient copy");
+  std::uint16_t* half = half_ + slice.offset;
   kernels::to_half(half, grads_ + slice.offset, slice.count, reduce_type_);
-  std::uint16_t* mine = half_.get() + own.offset;
+  std::uint16_t* mine = half_ + own.offset;
   pending_.push_back({unit, comm_.reduce_scatter_half(half, mine, own.count, reduce_type_)});
   bytes_sent_ += ring_bytes_sent(slice.count, shards_.world(), sizeof(std::uint16_t));
 }
@@ -89,8 +92,8 @@ void ZeroReducer::widen_owned(const Pending& p) {
   const ParamRange slice = shards_.slice(p.unit);
   const ShardSpan& own = shards_.owned(p.unit);
   float* shard = grads_ + own.offset;
-  kernels::from_half(shard, half_.get() + own.offset, own.count, reduce_type_);
-  release_range(half_.get() + slice.offset, slice.count);
+  kernels::from_half(shard, half_ + own.offset, own.count, reduce_type_);
+  release_range(half_ + slice.offset, slice.count);
   if (!last_) {
     if (accumulated_.empty()) accumulated_.assign(shards_.shard_params(), 0.0f);
     float* sum = accumulated_.data() + own.state_offset;

@@ -37,6 +37,7 @@
 
 #include "trainer/comm/communicator.h"
 #include "trainer/kernels/half.h"
+#include "trainer/model/buffers.h"
 #include "trainer/parallel/zero/shards.h"
 
 namespace dtrain::trainer {
@@ -44,8 +45,10 @@ namespace dtrain::trainer {
 class ZeroReducer {
  public:
   // reduce_type: fp32, or bf16 / fp16 (top of this file).
+  // buffers: where the 16-bit copy lives (trainer/model/buffers.h; the model's); null: ordinary memory. It must
+  // outlive the reducer.
   ZeroReducer(Communicator& comm, const ZeroShards& shards, float* grads, bool release_grads,
-              kernels::Dtype reduce_type = kernels::Dtype::fp32);
+              kernels::Dtype reduce_type = kernels::Dtype::fp32, BufferSource* buffers = nullptr);
   ZeroReducer(const ZeroReducer&) = delete;
   ZeroReducer& operator=(const ZeroReducer&) = delete;
   ~ZeroReducer();
@@ -83,7 +86,9 @@ class ZeroReducer {
   std::vector<float> accumulated_;  // 16-bit reduce over several micro-steps: this rank's shards, state layout
   // 16-bit reduce: the rounded gradients in the buffer's layout, each unit reduced in place in its slice (top of
   // this file); made on the first pass that sends.
-  std::unique_ptr<std::uint16_t[]> half_;
+  std::unique_ptr<HeapBuffers> own_buffers_;  // when the constructor was given no buffers
+  BufferSource* buffers_;
+  std::uint16_t* half_ = nullptr;
   std::vector<const char*> phases_;  // "reduce-scatter unit u" (health/phase.h)
   std::uint64_t bytes_sent_ = 0;
 

@@ -1,0 +1,70 @@
+#include "trainer/parallel/comm_buffers.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <utility>
+
+namespace dtrain::trainer {
+namespace {
+
+std::string mib(std::size_t bytes) {
+  const std::size_t tenths = (bytes * 10 + (std::size_t{1} << 19)) >> 20;
+  return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) + " MiB";
+}
+
+}  // namespace
+
+CommBuffers::CommBuffers(Communicator& comm, std::function<void(const std::string&)> notice)
+    : comm_(comm), notice_(std::move(notice)) {
+  if (comm.device_buffers())
+    throw std::logic_error("CommBuffers: the " + comm.backend() + " communicator's buffers are device memory; a "
+                           "model on the cpu backend cannot compute on them (use collective_buffers)");
+}
+
+float* CommBuffers::allocate(std::size_t count, const char* what) {
+  if (count == 0) return nullptr;
+  const std::size_t bytes = count * sizeof(float);
+  float* data = nullptr;
+  try {
+    data = comm_.allocate(count);
+    std::memset(data, 0, bytes);
+    communicator_bytes_ += bytes;
+  } catch (const CommError& error) {
+    data = heap_.allocate(count, what);
+    fallback_bytes_ += bytes;
+    if (!noticed_ && notice_) {
+      notice_(std::string(what) + " (" + mib(bytes) + ") is in ordinary memory, not in the " + comm_.backend() +
+              " communicator's shared memory: " + error.what() + ". Training goes on; collectives on it copy "
+              "through the segment's staging slots (slower). To keep them in shared memory, give /dev/shm room for "
+              "8 bytes per parameter per rank (10 with a 16-bit --precision) beyond the communicator's own use: "
+              "df -h /dev/shm; in a container, docker run --shm-size=... (Kubernetes: an emptyDir with medium "
+              "Memory mounted at /dev/shm).");
+    }
+    noticed_ = true;
+  }
+  sizes_[data] = bytes;
+  return data;
+}
+
+void CommBuffers::release(float* data) {
+  if (data == nullptr) return;
+  const auto it = sizes_.find(data);
+  if (it == sizes_.end())
+    throw std::invalid_argument("CommBuffers::release: the pointer is not a buffer this source handed out");
+  if (heap_.owns(data)) {
+    fallback_bytes_ -= it->second;
+    heap_.release(data);
+  } else {
+    communicator_bytes_ -= it->second;
+    comm_.release(data);
+  }
+  sizes_.erase(it);
+}
+
+std::unique_ptr<BufferSource> collective_buffers(Communicator& comm, kernels::Backend& backend,
+                                                 std::function<void(const std::string&)> notice) {
+  if (comm.device_buffers() || backend.name() != "cpu") return std::make_unique<BackendBuffers>(backend);
+  return std::make_unique<CommBuffers>(comm, std::move(notice));
+}
+
+}  // namespace dtrain::trainer
