@@ -16,7 +16,7 @@ for nodes, per_node in ((1, 2), (2, 2)):
     world = nodes * per_node
     run = Run(["run", "-n", str(per_node), "--nodes", str(nodes), "--console", "all",
                "--name", "gloo-comm-%dx%d" % (nodes, per_node), "--", WORKER, "check"],
-              env={"DTRAIN_COMM_TIMEOUT_MS": "30000"}, timeout=120)
+              env={"DTRAIN_COMM_BACKEND": "gloo", "DTRAIN_COMM_TIMEOUT_MS": "30000"}, timeout=120)
     run.run()
     run.show()
     check(run.code == 0, "%d x %d: workers exit 0, got %s" % (nodes, per_node, run.code))
@@ -28,7 +28,7 @@ for nodes, per_node in ((1, 2), (2, 2)):
 # Rank 1 kills itself after the first allreduce; ranks 0 and 2 must see a CommError from the second one well within
 # the 3 s timeout (the dead peer's connections close), and exit 0 after printing it. The launcher reports rank 1.
 run = Run(["run", "-n", "3", "--console", "all", "--name", "gloo-comm-die", "--", WORKER, "die", "1"],
-          env={"DTRAIN_COMM_TIMEOUT_MS": "3000"}, timeout=120)
+          env={"DTRAIN_COMM_BACKEND": "gloo", "DTRAIN_COMM_TIMEOUT_MS": "3000"}, timeout=120)
 run.run()
 run.show()
 check(run.code != 0, "a job whose rank 1 was killed fails, got exit %s" % run.code)

@@ -1,5 +1,7 @@
 #include "trainer/comm/hier/communicator.h"
 
+#include <functional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -75,6 +77,22 @@ HierCommunicator::HierCommunicator(std::unique_ptr<Communicator> node, std::uniq
 
 HierCommunicator::~HierCommunicator() = default;
 
+std::shared_ptr<Work> HierCommunicator::submit(const std::string& what, std::function<void()> run) {
+  return queue_.submit(what, [this, what, run = std::move(run)] {
+    try {
+      run();
+    } catch (const CommError& error) {
+      // The inner error numbers ranks within its own group; say where this rank sits in both.
+      throw CommError(what + " failed on rank " + std::to_string(rank()) + " of " + std::to_string(size()) +
+                      " (node " + std::to_string(cross_->rank()) + ", local rank " + std::to_string(node_->rank()) +
+                      "; within the node it is " + node_->backend() + " rank " + std::to_string(node_->rank()) +
+                      " of " + std::to_string(node_->size()) + ", across nodes " + cross_->backend() + " rank " +
+                      std::to_string(cross_->rank()) + " of " + std::to_string(cross_->size()) +
+                      " among the ranks with local rank " + std::to_string(node_->rank()) + "): " + error.what());
+    }
+  });
+}
+
 int HierCommunicator::rank() const { return cross_->rank() * node_->size() + node_->rank(); }
 int HierCommunicator::size() const { return cross_->size() * node_->size(); }
 
@@ -83,14 +101,14 @@ void HierCommunicator::release(float* data) { node_->release(data); }
 
 std::shared_ptr<Work> HierCommunicator::allreduce(float* data, std::size_t count) {
   count_sent(ring_bytes_per_rank(Collective::allreduce, count * sizeof(float), size()));
-  return queue_.submit("hierarchical allreduce of " + floats(count), [this, data, count] {
+  return submit("hierarchical allreduce of " + floats(count), [this, data, count] {
     hier_allreduce(*node_, *cross_, data, count, kernels::Dtype::fp32);
   });
 }
 
 std::shared_ptr<Work> HierCommunicator::reduce_scatter(const float* in, float* out, std::size_t count_per_rank) {
   count_sent(ring_bytes_per_rank(Collective::reduce_scatter, count_per_rank * size() * sizeof(float), size()));
-  return queue_.submit("hierarchical reduce_scatter of " + floats(count_per_rank) + " per rank",
+  return submit("hierarchical reduce_scatter of " + floats(count_per_rank) + " per rank",
                        [this, in, out, count_per_rank] {
                          hier_reduce_scatter(*node_, *cross_, in, out, count_per_rank, kernels::Dtype::fp32);
                        });
@@ -98,7 +116,7 @@ std::shared_ptr<Work> HierCommunicator::reduce_scatter(const float* in, float* o
 
 std::shared_ptr<Work> HierCommunicator::all_gather(const float* in, float* out, std::size_t count_per_rank) {
   count_sent(ring_bytes_per_rank(Collective::all_gather, count_per_rank * size() * sizeof(float), size()));
-  return queue_.submit("hierarchical all_gather of " + floats(count_per_rank) + " per rank",
+  return submit("hierarchical all_gather of " + floats(count_per_rank) + " per rank",
                        [this, in, out, count_per_rank] { hier_all_gather(*node_, *cross_, in, out, count_per_rank); });
 }
 
@@ -108,7 +126,7 @@ std::shared_ptr<Work> HierCommunicator::broadcast(float* data, std::size_t count
                     " is outside [0, " + std::to_string(size()) + ")");
   }
   count_sent(ring_bytes_per_rank(Collective::broadcast, count * sizeof(float), size()));
-  return queue_.submit("hierarchical broadcast of " + floats(count), [this, data, count, root] {
+  return submit("hierarchical broadcast of " + floats(count), [this, data, count, root] {
     const int root_node = root / node_->size();
     const int root_local = root % node_->size();
     if (node_->rank() == root_local) cross_->broadcast(data, count, root_node)->wait();
@@ -119,7 +137,7 @@ std::shared_ptr<Work> HierCommunicator::broadcast(float* data, std::size_t count
 std::shared_ptr<Work> HierCommunicator::allreduce_half(std::uint16_t* data, std::size_t count, kernels::Dtype type) {
   refuse_fp32(type, "allreduce_half of " + floats(count), "allreduce");
   count_sent(ring_bytes_per_rank(Collective::allreduce, count * 2, size()));
-  return queue_.submit("hierarchical 16-bit allreduce of " + floats(count), [this, data, count, type] {
+  return submit("hierarchical 16-bit allreduce of " + floats(count), [this, data, count, type] {
     hier_allreduce(*node_, *cross_, data, count, type);
   });
 }
@@ -127,7 +145,7 @@ std::shared_ptr<Work> HierCommunicator::allreduce_half(std::uint16_t* data, std:
 std::shared_ptr<Work> HierCommunicator::all_gather_half(const std::uint16_t* in, std::uint16_t* out,
                                                         std::size_t count_per_rank) {
   count_sent(ring_bytes_per_rank(Collective::all_gather, count_per_rank * size() * 2, size()));
-  return queue_.submit("hierarchical 16-bit all_gather of " + floats(count_per_rank) + " per rank",
+  return submit("hierarchical 16-bit all_gather of " + floats(count_per_rank) + " per rank",
                        [this, in, out, count_per_rank] { hier_all_gather(*node_, *cross_, in, out, count_per_rank); });
 }
 
@@ -135,7 +153,7 @@ std::shared_ptr<Work> HierCommunicator::reduce_scatter_half(const std::uint16_t*
                                                             std::size_t count_per_rank, kernels::Dtype type) {
   refuse_fp32(type, "reduce_scatter_half of " + floats(count_per_rank) + " per rank", "reduce_scatter");
   count_sent(ring_bytes_per_rank(Collective::reduce_scatter, count_per_rank * size() * 2, size()));
-  return queue_.submit("hierarchical 16-bit reduce_scatter of " + floats(count_per_rank) + " per rank",
+  return submit("hierarchical 16-bit reduce_scatter of " + floats(count_per_rank) + " per rank",
                        [this, in, out, count_per_rank, type] {
                          hier_reduce_scatter(*node_, *cross_, in, out, count_per_rank, type);
                        });

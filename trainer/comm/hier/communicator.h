@@ -16,9 +16,11 @@
 // is exact (integer-valued data); otherwise to the rounding of a few fp32 additions.
 //
 // The steps of one collective run in order on this communicator's own thread (work_queue.h), each waiting on the
-// inner communicator's Work, whose deadline and dead-peer detection (CommError) carry through unchanged.
+// inner communicator's Work, whose deadline and dead-peer detection (CommError) carry through, the message prefixed
+// with the collective and where this rank sits in the job, its node and its cross-node group.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -53,6 +55,9 @@ class HierCommunicator : public Communicator {
                                             kernels::Dtype type) override;
 
  private:
+  // queue_.submit, with a failure's CommError prefixed by `what` and where this rank sits in both groups.
+  std::shared_ptr<Work> submit(const std::string& what, std::function<void()> run);
+
   std::unique_ptr<Communicator> node_;
   std::unique_ptr<Communicator> cross_;
   WorkQueue queue_;  // last: its thread stops before the communicators it calls are destroyed
