@@ -9,9 +9,17 @@ weight decay, all from one llm.c checkpoint the reference wrote:
   - gradient accumulation: K=2 micro-steps of B/2 equal K=1 of B under every stage;
   - the memory metrics equal the README formulas exactly (P = padded parameter count), stage 3 reports its gathered
     peak, and comm_bytes follows the ring accounting.
+  - the shared-memory communicator (DTRAIN_COMM_BACKEND=shm, the buffers in its segment) gives the Gloo runs'
+    losses, gradient norms and parameters exactly, for --zero 0 (DDP) and 1, 2, 3 on 2 ranks (2 ranks add in the same
+    order on both); Gloo is named explicitly for the others;
+  - a running shm worker's segment mapping (/proc/<pid>/smaps under /dev/shm) holds at least its parameter and
+    gradient buffers resident: they live in the segment, where without communicator-allocated buffers only the
+    staging slots (4 MiB on 2 ranks) would be.
 The model has 129 channels (3 heads), so its layers' slices are odd and ZeRO pads them on both world sizes."""
 
 import os
+import re
+import time
 
 import trainer_harness as h
 
@@ -40,16 +48,67 @@ def params_of(path):
     return values
 
 
-def train(world, zero, accum=1):
-    name = f"n{world}_z{zero}_k{accum}"
+def train(world, zero, accum=1, backend="gloo"):
+    name = f"n{world}_z{zero}_k{accum}_{backend}"
     path = os.path.join(work, name + ".jsonl")
     ck = os.path.join(work, "ck_" + name)
     batch = GLOBAL_B // world // accum
     run = h.launched(world, MODEL + common + ["--zero", str(zero), "--batch-size", str(batch), "--grad-accum",
-                                             str(accum), "--metrics", path, "--checkpoint-dir", ck], work)
+                                             str(accum), "--metrics", path, "--checkpoint-dir", ck], work,
+                     env={"DTRAIN_COMM_BACKEND": backend})
     if not h.check(run.code == 0, f"{name}: `dtrain run -n {world} ... --zero {zero}` exits 0"):
         return None, None
+    h.check(f"comm {backend}" in run.out + run.err, f"{name}: the ranks talk over {backend}")
     return h.metrics(path), params_of(os.path.join(ck, "model_10.bin"))
+
+
+def check_shm_equals_gloo(zero, gloo_steps, gloo_params):
+    steps, params = train(2, zero, backend="shm")
+    if steps is None or gloo_steps is None:
+        return
+    label = f"-n 2 --zero {zero}, shm vs gloo"
+    h.compare_steps(label, steps, gloo_steps, 0.0)
+    h.check(params == gloo_params, f"{label}: parameters after 10 steps bit for bit equal")
+
+
+def segment_rss_bytes(pid):
+    """Resident bytes of the shm communicator's segments that process `pid` maps (/proc/<pid>/smaps)."""
+    total, inside = 0, False
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+                inside = "/dev/shm/dtrain@" in line
+            elif inside and line.startswith("Rss:"):
+                total += int(line.split()[1]) * 1024
+    return total
+
+
+def check_buffers_in_segment():
+    """DDP on shm with a model of 2 x 26 MB of parameters and gradients, stalled before step 3 (--debug-stall-step):
+    each worker's segment mapping must hold both buffers resident."""
+    wide = ["--layers", "2", "--channels", "512", "--heads", "4", "--max-seq-len", "64", "--vocab", "256"]
+    path = os.path.join(work, "segment.jsonl")
+    argv = [h.DTRAIN, "run", "-n", "2", "--logs-dir", os.path.join(work, "runs"), "--", h.TRAINER] + wide + [
+        "--data", shard, "--seq-len", "16", "--batch-size", "1", "--steps", "5", "--threads", "1",
+        "--debug-stall-step", "3", "--metrics", path]
+    bg = h.Background(argv, work, env={"DTRAIN_COMM_BACKEND": "shm"})
+    deadline = time.monotonic() + 120  # start-up and two steps of a 6.5M-parameter model on one core each
+    while time.monotonic() < deadline and not (os.path.exists(path) and len(open(path).readlines()) >= 2):
+        time.sleep(0.2)
+    try:
+        if not h.check(os.path.exists(path) and len(h.metrics(path)) >= 2, "the shm run made two steps"):
+            return
+        c = 512
+        buffer_bytes = 4 * ((VP + MAXT) * c + L * (12 * c * c + 13 * c) + 2 * c)  # fp32, no padding under DDP
+        pids = bg.trainer_pids(0) + bg.trainer_pids(1)  # the workers, not the launcher whose argv names the trainer
+        h.check(len(pids) == 2, f"two workers: {pids}")
+        for pid in pids:
+            rss = segment_rss_bytes(pid)
+            h.check(rss >= 2 * buffer_bytes, f"worker {pid}: {rss} bytes of its shm segment resident, at least its "
+                                             f"parameters and gradients ({2 * buffer_bytes}) expected")
+    finally:
+        h.kill_tagged(bg.tag)
+        bg.wait()
 
 
 def check_memory(label, steps, world, zero):
@@ -82,11 +141,16 @@ ref = h.run([h.PYTHON, h.REFERENCE, "train", "--init-from", init, "-B", str(GLOB
 h.check(ref.code == 0, "the PyTorch reference exits 0")
 torch_losses = [m["loss"] for m in h.metrics(reference)] if ref.code == 0 else []
 
+check_buffers_in_segment()
 for world in (2, 4):
     ddp, ddp_params = train(world, 0)
+    if world == 2:
+        check_shm_equals_gloo(0, ddp, ddp_params)
     for zero in (1, 2, 3):
         label = f"-n {world} --zero {zero}"
         steps, params = train(world, zero)
+        if world == 2:
+            check_shm_equals_gloo(zero, steps, params)
         if steps is None or ddp is None:
             continue
         h.compare_steps(f"{label} vs --zero 0", steps, ddp, 1e-5)
