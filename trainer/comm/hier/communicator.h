@@ -12,6 +12,9 @@
 //   all_gather:     cross all_gather (the chunks of ranks n*L+l for every n), then node all_gather of each.
 //   broadcast:      the root's cross group broadcasts from the root's node, then every node broadcasts from the
 //                   root's local rank.
+// bytes_sent() counts each collective as a flat ring over all ranks would send it, like the other backends and
+// nccl-tests' busbw, so metrics and bench rows compare across backends; what actually crosses the network is the
+// cross-node step's share (about 1/L of it per rank for allreduce).
 // Sums run in a different order from a flat ring, so results match plain gloo exactly only where every partial sum
 // is exact (integer-valued data); otherwise to the rounding of a few fp32 additions.
 //
