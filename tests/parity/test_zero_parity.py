@@ -14,11 +14,15 @@ weight decay, all from one llm.c checkpoint the reference wrote:
     order on both); Gloo is named explicitly for the others;
   - a running shm worker's segment mapping (/proc/<pid>/smaps under /dev/shm) holds at least its parameter and
     gradient buffers resident: they live in the segment, where without communicator-allocated buffers only the
-    staging slots (4 MiB on 2 ranks) would be.
+    staging slots (4 MiB on 2 ranks) would be;
+  - with /dev/shm too small for those buffers (a 16 MiB tmpfs in a mount namespace, as a container's default 64 MiB
+    is for bigger models) the job still trains, to the Gloo run's losses, and rank 0 says once on stderr that the
+    buffers are in ordinary memory and how to give /dev/shm room.
 The model has 129 channels (3 heads), so its layers' slices are odd and ZeRO pads them on both world sizes."""
 
 import os
 import re
+import shutil
 import time
 
 import trainer_harness as h
@@ -83,14 +87,41 @@ def segment_rss_bytes(pid):
     return total
 
 
+WIDE = ["--layers", "2", "--channels", "512", "--heads", "4", "--max-seq-len", "64", "--vocab", "256"]
+
+
+def wide_ddp(name, extra=(), backend="shm"):
+    """DDP on 2 ranks of the wide model (2 x 26 MB of parameters and gradients): the launcher's argv and metrics."""
+    path = os.path.join(work, name + ".jsonl")
+    return [h.DTRAIN, "run", "-n", "2", "--grace-s", "2", "--logs-dir", os.path.join(work, "runs"), "--",
+            h.TRAINER] + WIDE + ["--data", shard, "--seq-len", "16", "--batch-size", "1", "--threads", "1",
+                                 "--metrics", path] + list(extra), path
+
+
+def check_small_shm_falls_back():
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        print("skip /dev/shm fallback: needs root and unshare for a private /dev/shm", flush=True)
+        return
+    argv, path = wide_ddp("small_shm", ["--steps", "3"])
+    # A private mount namespace whose /dev/shm is a 16 MiB tmpfs: room for the segment's staging slots, not for the
+    # model's buffers.
+    small = h.run(["unshare", "--mount", "sh", "-c", 'mount -t tmpfs -o size=16m tmpfs /dev/shm && exec "$@"', "sh"]
+                  + argv, work, env={"DTRAIN_COMM_BACKEND": "shm"})
+    if not h.check(small.code == 0, "a 16 MiB /dev/shm: the shm job still trains and exits 0"):
+        return
+    said = (small.out + small.err).count("is in ordinary memory, not in the shm communicator's shared memory")
+    h.check(said == 1, f"the fallback is said once (said {said} times)")
+    h.check("--shm-size" in small.err, "on stderr, with the fix")
+    gloo_argv, gloo_path = wide_ddp("small_shm_gloo", ["--steps", "3"])
+    gloo = h.run(gloo_argv, work, env={"DTRAIN_COMM_BACKEND": "gloo"})
+    if h.check(gloo.code == 0, "the same job over gloo exits 0"):
+        h.compare_steps("a 16 MiB /dev/shm vs gloo", h.metrics(path), h.metrics(gloo_path), 0.0)
+
+
 def check_buffers_in_segment():
     """DDP on shm with a model of 2 x 26 MB of parameters and gradients, stalled before step 3 (--debug-stall-step):
     each worker's segment mapping must hold both buffers resident."""
-    wide = ["--layers", "2", "--channels", "512", "--heads", "4", "--max-seq-len", "64", "--vocab", "256"]
-    path = os.path.join(work, "segment.jsonl")
-    argv = [h.DTRAIN, "run", "-n", "2", "--logs-dir", os.path.join(work, "runs"), "--", h.TRAINER] + wide + [
-        "--data", shard, "--seq-len", "16", "--batch-size", "1", "--steps", "5", "--threads", "1",
-        "--debug-stall-step", "3", "--metrics", path]
+    argv, path = wide_ddp("segment", ["--steps", "5", "--debug-stall-step", "3"])
     bg = h.Background(argv, work, env={"DTRAIN_COMM_BACKEND": "shm"})
     deadline = time.monotonic() + 120  # start-up and two steps of a 6.5M-parameter model on one core each
     while time.monotonic() < deadline and not (os.path.exists(path) and len(open(path).readlines()) >= 2):
@@ -142,6 +173,7 @@ h.check(ref.code == 0, "the PyTorch reference exits 0")
 torch_losses = [m["loss"] for m in h.metrics(reference)] if ref.code == 0 else []
 
 check_buffers_in_segment()
+check_small_shm_falls_back()
 for world in (2, 4):
     ddp, ddp_params = train(world, 0)
     if world == 2:

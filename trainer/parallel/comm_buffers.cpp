@@ -34,8 +34,9 @@ float* CommBuffers::allocate(std::size_t count, const char* what) {
     fallback_bytes_ += bytes;
     if (!noticed_ && notice_) {
       notice_(std::string(what) + " (" + mib(bytes) + ") is in ordinary memory, not in the " + comm_.backend() +
-              " communicator's shared memory: " + error.what() + ". Training goes on; collectives on it copy "
-              "through the segment's staging slots (slower). To keep them in shared memory, give /dev/shm room for "
+              " communicator's shared memory, and so may be the buffers after it (said once): " + error.what() +
+              ". Training goes on; collectives on such buffers copy through the segment's staging slots (slower). "
+              "To keep the model's buffers in shared memory, give /dev/shm room for "
               "8 bytes per parameter per rank (10 with a 16-bit --precision) beyond the communicator's own use: "
               "df -h /dev/shm; in a container, docker run --shm-size=... (Kubernetes: an emptyDir with medium "
               "Memory mounted at /dev/shm).");
