@@ -123,7 +123,8 @@ def main():
     hidden = statistics.median(s["comm_hidden"] for s in samples["ddp-2x1t"])
     hidden_b25 = statistics.median(s["comm_hidden"] for s in samples["ddp-2x1t-b25"])
 
-    print(f"model L=4 C=256 NH=4 T={T} V=256, B={B} per rank; torch {torch_version}; {args.rounds} rounds x "
+    torch_note = "" if args.ddp_only else f"; torch {torch_version}"
+    print(f"model L=4 C=256 NH=4 T={T} V=256, B={B} per rank{torch_note}; {args.rounds} rounds x "
           f"{args.steps} timed steps (+{args.warmup} warm-up); medians; load average {load_before:.1f} before, "
           f"{os.getloadavg()[0]:.1f} after (on {os.cpu_count()} cores)")
     if not args.ddp_only:
