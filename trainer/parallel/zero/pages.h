@@ -8,7 +8,9 @@
 // shm communicator's segment (trainer/parallel/comm_buffers.h) is a shared mapping of a /dev/shm file, where
 // MADV_DONTNEED would only drop this process's view and the old values would come back, so there the pages are
 // punched out of the file with MADV_REMOVE (which private memory refuses with EINVAL: that is how the two are told
-// apart). A page punched out of the segment is reserved in /dev/shm again when written.
+// apart). A page punched out of the segment is taken from /dev/shm again when written, without the reservation the
+// arena made when it handed the buffer out: should /dev/shm fill up in between (another job's segments), that write
+// is a SIGBUS, as any write to a full tmpfs mapping is.
 
 #include <cstddef>
 #include <cstdint>
