@@ -269,11 +269,7 @@ void Training::prepare_steps(const Start& start) {
   if (world_ > 1 && zero_) {
     grads_ready_ = zero_->grads_ready();
   } else if (world_ > 1) {
-    DdpOptions ddp_options;
-    if (o_.ddp_bucket_mb) ddp_options.bucket_bytes = static_cast<std::uint64_t>(*o_.ddp_bucket_mb * (1 << 20));
-    ddp_options.comm_dtype = ddp_comm_dtype_;
-    ddp_options.buffers = buffers_.get();
-    ddp_ = std::make_unique<DdpReducer>(*comm_, model_.grads(), n_, ddp_options);
+    ddp_ = start_ddp(o_, *comm_, model_, ddp_comm_dtype_);
     grads_ready_ = [this](std::size_t offset, std::size_t count) { ddp_->grads_ready(offset, count); };
   }
   prefetch_ = std::make_unique<Prefetcher>(loader_, start.point.data_step, 2 * static_cast<std::size_t>(K_));

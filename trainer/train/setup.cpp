@@ -1,5 +1,6 @@
 #include "trainer/train/setup.h"
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -31,6 +32,24 @@ std::unique_ptr<BufferSource> model_buffers(Communicator& comm) {
   return collective_buffers(comm, kernels::cpu_backend(), [rank](const std::string& message) {
     if (rank == 0) spdlog::warn("{}", message);
   });
+}
+
+std::unique_ptr<DdpReducer> start_ddp(const TrainOptions& o, Communicator& comm, Gpt& model,
+                                      kernels::Dtype comm_dtype) {
+  DdpOptions options;
+  const std::uint64_t grad_bytes = model.num_params() * sizeof(float);
+  options.bucket_bytes = o.ddp_bucket_mb ? static_cast<std::uint64_t>(*o.ddp_bucket_mb * (1 << 20))
+                                         : default_bucket_bytes(grad_bytes);
+  options.comm_dtype = comm_dtype;
+  options.buffers = &model.buffers();
+  auto ddp = std::make_unique<DdpReducer>(comm, model.grads(), model.num_params(), options);
+  constexpr double kMiB = 1 << 20;
+  spdlog::info("DDP: {} gradient buckets over {:.2f} MiB from its end, {:.2f} MiB first, then {:.2f} MiB each ({})",
+               ddp->buckets().size(), static_cast<double>(grad_bytes) / kMiB,
+               static_cast<double>(options.first_bucket_bytes) / kMiB, static_cast<double>(*options.bucket_bytes) / kMiB,
+               o.ddp_bucket_mb ? "--ddp-bucket-mb" : "the default, min(25, max(1, gradient MiB / 8)); "
+                                                      "--ddp-bucket-mb sets it");
+  return ddp;
 }
 
 GptConfig model_config(const TrainOptions& o) {

@@ -1,15 +1,18 @@
 #pragma once
 
 // The training loop's setup steps (loop.cpp's Training constructor), in the order it takes them: CPU threads and
-// the communicator, where the model's buffers live, the model shape, this rank's data, the learning-rate schedule.
+// the communicator, where the model's buffers live, the model shape, this rank's data, the learning-rate schedule;
+// and DDP's reducer, which prepare_steps() starts.
 
 #include <memory>
 
 #include "trainer/comm/communicator.h"
 #include "trainer/data/loader.h"
 #include "trainer/model/buffers.h"
+#include "trainer/model/gpt.h"
 #include "trainer/model/config.h"
 #include "trainer/optim/lr_schedule.h"
+#include "trainer/parallel/ddp/reducer.h"
 #include "trainer/train/options.h"
 
 namespace dtrain::trainer {
@@ -22,6 +25,11 @@ std::unique_ptr<Communicator> start_communicator(const TrainOptions& options);
 // communicator's memory (trainer/parallel/comm_buffers.h; with the shm backend, its shared segment). When it has no
 // room for one, that buffer is ordinary memory and rank 0 says so once on stderr (what, why, the fix).
 std::unique_ptr<BufferSource> model_buffers(Communicator& comm);
+
+// DDP's reducer over the model's gradients (--ddp-bucket-mb, --ddp-comm-dtype), its 16-bit copy from the model's
+// buffers; says on the console how the gradient was cut into buckets.
+std::unique_ptr<DdpReducer> start_ddp(const TrainOptions& options, Communicator& comm, Gpt& model,
+                                      kernels::Dtype comm_dtype);
 
 // The model shape the options give, with --init-from's header when there is one.
 GptConfig model_config(const TrainOptions& options);
