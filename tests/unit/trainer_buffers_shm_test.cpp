@@ -2,14 +2,17 @@
 // processes, comm_shm_ranks.h): a model built on CommBuffers has its parameters, gradients and 16-bit working copy in
 // the segment (ShmCommunicator::in_segment), ZeRO-2 with 16-bit parameters and gradient reduction trains on them bit
 // for bit as on ordinary memory (the segment's pages released by ZeRO read as zeros again, pages.h), and with an arena
-// too small for them the buffers fall back to ordinary memory, the notice comes once and training goes on.
+// too small for them the buffers fall back to ordinary memory, the notice comes once and training goes on. A
+// communicator with device buffers (NCCL's) leaves the model on its backend's memory.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "comm_shm_ranks.h"
+#include "trainer/comm/local/communicator.h"
 #include "trainer/kernels/cpu/backend.h"
 #include "trainer/model/gpt.h"
 #include "trainer/parallel/comm_buffers.h"
@@ -147,4 +150,27 @@ TEST_CASE("an arena too small for the model: ordinary memory, one notice that sa
     check(notices.size() == 1, "a second notice");
   }, options);
   expect_ranks_ok(run);
+}
+
+namespace {
+
+// A communicator whose buffers are device memory, as NCCL's: the model must keep its backend's.
+class DeviceBuffersCommunicator : public LocalCommunicator {
+ public:
+  bool device_buffers() const override { return true; }
+};
+
+}  // namespace
+
+TEST_CASE("collective_buffers: the communicator's memory for host buffers, the backend's for device buffers") {
+  LocalCommunicator host;
+  const auto from_host = collective_buffers(host, kernels::cpu_backend(), {});
+  CHECK(dynamic_cast<CommBuffers*>(from_host.get()) != nullptr);
+  DeviceBuffersCommunicator device;
+  const auto from_device = collective_buffers(device, kernels::cpu_backend(), {});
+  CHECK(dynamic_cast<BackendBuffers*>(from_device.get()) != nullptr);
+  CHECK_THROWS_AS(CommBuffers(device, {}), std::logic_error);
+  float* data = from_host->allocate(1000, "a test buffer");
+  CHECK(std::all_of(data, data + 1000, [](float x) { return x == 0.0f; }));
+  from_host->release(data);
 }
