@@ -70,43 +70,33 @@ bool JoinedSession::send_last(const Command& command) {
   return send(command);
 }
 
-bool JoinedSession::end_locked() {
-  if (!finished_) {
-    finished_ = true;
-    --*open_sessions_;
-  }
-  writes_.drop_waiting();
-  if (finish_called_ || writes_.writing()) return false;
-  finish_called_ = true;
-  return true;
-}
-
-Status JoinedSession::finish() {
-  bool call_finish;
-  Status status;
-  {
-    std::lock_guard lock(mutex_);
-    call_finish = end_locked();
-    if (why_cancelled_) status = Status(StatusCode::unavailable, *why_cancelled_);
-  }
-  if (call_finish) Finish(grpc::Status::OK);
-  return status;
-}
-
-void JoinedSession::cancel() {
+void JoinedSession::end(bool cancel) {
   {
     std::lock_guard lock(mutex_);
     if (finished_) return;
+    // A write still in flight now is to an agent that does not read (its stream already ended, or it is being
+    // cut off): cancel it rather than wait, or the call would never be done.
+    cancel = cancel || writes_.writing();
   }
-  // Before end_locked(): until then no Finish can be called, so the call cannot be done and the context is valid.
-  context_->TryCancel();
-  bool call_finish;
+  // Before finished_ is set: until then no Finish is called, so the call is not done and the context is valid.
+  if (cancel) context_->TryCancel();
   {
     std::lock_guard lock(mutex_);
-    call_finish = end_locked();
+    finished_ = true;
+    --*open_sessions_;
+    writes_.drop_waiting();
   }
-  if (call_finish) Finish(grpc::Status::CANCELLED);
+  Finish(cancel ? grpc::Status::CANCELLED : grpc::Status::OK);
 }
+
+Status JoinedSession::finish() {
+  end(false);
+  std::lock_guard lock(mutex_);
+  if (why_cancelled_) return Status(StatusCode::unavailable, *why_cancelled_);
+  return {};
+}
+
+void JoinedSession::cancel() { end(true); }
 
 bool JoinedSession::open() const {
   std::lock_guard lock(mutex_);
@@ -125,7 +115,6 @@ void JoinedSession::OnReadDone(bool ok) {
 
 void JoinedSession::OnWriteDone(bool ok) {
   v1::LauncherMessage* to_write = nullptr;
-  bool call_finish = false;
   {
     std::lock_guard lock(mutex_);
     if (!ok) {
@@ -133,15 +122,9 @@ void JoinedSession::OnWriteDone(bool ok) {
       broken_ = true;
       writes_.drop_waiting();
     }
-    if (writes_.written()) {
-      to_write = &writes_.front();
-    } else if (finished_ && !finish_called_) {
-      finish_called_ = true;
-      call_finish = true;
-    }
+    if (writes_.written()) to_write = &writes_.front();
   }
   if (to_write) StartWrite(to_write);
-  if (call_finish) Finish(grpc::Status::OK);
 }
 
 void JoinedSession::OnDone() {

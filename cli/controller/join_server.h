@@ -25,9 +25,9 @@
 namespace dtrain::controller {
 
 // One joined agent's stream. Threads: send/send_last/finish/cancel come from the controller thread only; the
-// On* reactions from gRPC's threads. Finish is called once the controller is done with the session (finish or
-// cancel) and no write is in flight; the context is only cancelled by the controller thread before that, so it is
-// never touched after the call is done.
+// On* reactions from gRPC's threads. Finish is called when the controller is done with the session (finish or
+// cancel); the context is only cancelled by the controller thread before that, so it is never touched after the
+// call is done.
 class JoinedSession final : public NodeSession,
                             public grpc::ServerBidiReactor<v1::AgentMessage, v1::LauncherMessage> {
  public:
@@ -58,8 +58,8 @@ class JoinedSession final : public NodeSession,
   void OnDone() override;
 
  private:
-  // Under mutex_: marks the controller done with the session; true when the caller is to call Finish.
-  bool end_locked();
+  // The controller is done with the session: Finish, cancelling first when asked to or when a write is in flight.
+  void end(bool cancel);
 
   grpc::CallbackServerContext* context_;
   EventQueue& events_;
@@ -70,7 +70,6 @@ class JoinedSession final : public NodeSession,
   mutable std::mutex mutex_;
   SessionWriteQueue<v1::LauncherMessage> writes_;
   bool finished_ = false;       // the controller is done with the session (finish or cancel)
-  bool finish_called_ = false;  // Finish was called: no operation may start any more
   bool broken_ = false;         // a write failed: the stream is gone
   std::optional<std::string> why_cancelled_;   // set when this side gave the session up for not reading
   std::shared_ptr<JoinedSession> self_;

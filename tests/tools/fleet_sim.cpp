@@ -44,6 +44,8 @@ constexpr int kMaxReconnectBackoffMs = 1000;
 // After its own cancel, how long the simulator waits for every session to end: cancelling is local and immediate,
 // so 5 s means a stuck callback, and the report is printed anyway.
 constexpr milliseconds kCloseWait{5000};
+// The stalled agent's stream window: small, so that a StartGroup of a few hundred KiB fills it.
+constexpr int kStalledWindowBytes = 16 * 1024;
 
 struct Options {
   std::string launcher;
@@ -148,7 +150,15 @@ std::vector<std::unique_ptr<SimAgent>> make_agents(const Options& o, const grpc:
     }
     // Each its own channel and so its own connection and TLS handshake (session_channel_arguments), as agents on
     // separate machines have.
-    agents.push_back(std::make_unique<SimAgent>(a, grpc::CreateCustomChannel(o.launcher, creds, args)));
+    grpc::ChannelArguments own = args;
+    if (a.stall) {
+      // Its transport buffers no more than the initial HTTP/2 window for the reads it does not do (no window
+      // growth from bandwidth probes): the launcher's writes back up after a few tens of KiB, as they would to an
+      // agent process that stopped.
+      own.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+      own.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kStalledWindowBytes);
+    }
+    agents.push_back(std::make_unique<SimAgent>(a, grpc::CreateCustomChannel(o.launcher, creds, own)));
   }
   return agents;
 }

@@ -113,6 +113,17 @@ void SimAgent::OnWriteDone(bool ok) {
   if (release) RemoveHold();
 }
 
+void SimAgent::cancel() {
+  bool release;
+  {
+    std::lock_guard lock(mutex_);
+    ended_ = true;
+    release = release_if_idle();
+  }
+  context_.TryCancel();
+  if (release) RemoveHold();
+}
+
 void SimAgent::OnReadDone(bool ok) {
   if (!ok) {
     bool release;
@@ -246,7 +257,7 @@ void SimAgent::exit_workers(int code, int signal, bool stopped_by_agent) {
 }
 
 void SimAgent::tick(Clock::time_point now) {
-  bool heartbeat = false, exit_now = false, lease_lost = false;
+  bool heartbeat = false, exit_now = false, lease_lost = false, configured = false;
   Drop drop = Drop::none;
   {
     std::lock_guard lock(mutex_);
@@ -269,10 +280,14 @@ void SimAgent::tick(Clock::time_point now) {
       if (lease_lost) times_.lease_lost = true;
     }
     if (drop == Drop::silent) silent_ = true;
+    configured = times_.configured.has_value();
   }
-  if (drop == Drop::cut || lease_lost) {
+  // A stalled agent reads nothing, so only its connection can tell it that the launcher gave it up (its stream
+  // stays open on this side otherwise, and the run would wait for it until the timeout).
+  const bool given_up = options_.stall && configured && channel_->GetState(false) != GRPC_CHANNEL_READY;
+  if (drop == Drop::cut || lease_lost || given_up) {
     // A real agent whose lease ran out cancels its session and stops its workers.
-    context_.TryCancel();
+    cancel();
     return;
   }
   if (drop == Drop::silent) return;

@@ -73,8 +73,9 @@ class SimAgent final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::Laun
   int progress() const;
   // Time-driven work due by `now` (see the header comment). Called from one thread.
   void tick(Clock::time_point now);
-  // Ends the session from this side (the simulator gives up at its deadline).
-  void cancel() { context_.TryCancel(); }
+  // Ends the session from this side (a cut, a lost lease, or the simulator giving up at its deadline). Writes
+  // nothing more; a stalled agent, which has no read pending to fail, is done once its write in flight is.
+  void cancel();
   bool closed() const;
   AgentTimes times() const;
 
