@@ -9,6 +9,8 @@ Cases (each a fresh launcher and simulator):
   plain N    the same over plaintext (--insecure on both sides): the difference is what TLS costs
   lost N     one agent goes silent 2 s after its StartGroup: how long the launcher takes to give it up
              (health.node_timeout_s 5), and the job's end (it fails: a node was lost, no restarts)
+  cut N      one agent cuts its session 2 s after its StartGroup: the launcher hears of it from the connection at
+             once; the job's end (it fails)
   stall N    one agent stops reading its stream after Configure while the launcher has a large StartGroup for it
              (env padded to 32 KiB per worker): the longest launcher silence any other agent saw, and whether any
              other agent's lease (node_timeout_s 3) ran out
@@ -29,6 +31,8 @@ import time
 
 # Each phase is timed by the simulator from its first dial; the run's deadline is generous for a loaded machine.
 SIM_TIMEOUT_S = 300
+# After the simulator's last session ended, the launcher has only its shutdown left (stop.grace_s 1 and margins).
+LAUNCHER_EXIT_S = 30
 
 
 def free_port():
@@ -44,10 +48,24 @@ def spec_text(n, workers, port, logs, node_timeout_s, pad):
             "stop: {grace_s: 1}\nlogs: {dir: %s, console: none}\n%s" % (n, port, workers, node_timeout_s, logs, env))
 
 
-def run_case(dtrain, sim, kind, n, workers, run_ms):
+def wait_launcher(launcher):
+    """(exit status, rusage) of the launcher; killed (and so failing) when it outlives LAUNCHER_EXIT_S."""
+    deadline = time.monotonic() + LAUNCHER_EXIT_S
+    while True:
+        pid, status, usage = os.wait4(launcher.pid, os.WNOHANG)
+        if pid:
+            return status, usage
+        if time.monotonic() > deadline:
+            launcher.kill()
+            _, status, usage = os.wait4(launcher.pid, 0)
+            return status, usage
+        time.sleep(0.05)
+
+
+def run_case(dtrain, sim, kind, n, workers, run_ms, timeout_s=SIM_TIMEOUT_S):
     work = tempfile.mkdtemp(prefix="dtrain-fleet-")
     port = free_port()
-    node_timeout_s = {"lost": 5, "stall": 3}.get(kind, 30)
+    node_timeout_s = {"lost": 5, "cut": 5, "stall": 3}.get(kind, 30)
     spec = os.path.join(work, "job.yaml")
     with open(spec, "w") as f:
         f.write(spec_text(n, workers, port, os.path.join(work, "logs"), node_timeout_s,
@@ -60,19 +78,22 @@ def run_case(dtrain, sim, kind, n, workers, run_ms):
     launcher = subprocess.Popen([dtrain, "launch"] + insecure + [spec], stdout=subprocess.DEVNULL,
                                 stderr=open(os.path.join(work, "launcher.err"), "w"), env=env)
     args = [sim, "--launcher", "127.0.0.1:%d" % port, "--agents", str(n), "--secret-dir", secret,
-            "--run-ms", str(run_ms), "--launcher-pid", str(launcher.pid), "--timeout-s", str(SIM_TIMEOUT_S)] + insecure
-    if kind == "lost":
-        args += ["--run-ms", "10000", "--drop", "1", "--drop-mode", "silent", "--drop-after-ms", "2000"]
+            "--run-ms", str(run_ms), "--launcher-pid", str(launcher.pid), "--timeout-s", str(timeout_s)] + insecure
+    if kind in ("lost", "cut"):
+        args += ["--run-ms", "10000", "--drop", "1", "--drop-mode", "silent" if kind == "lost" else "cut",
+                 "--drop-after-ms", "2000"]
     if kind == "stall":
         args += ["--stall-agent", str(n // 2)]
-    out = subprocess.run(args, stdout=subprocess.PIPE, text=True, env=env).stdout
-    _, status, usage = os.wait4(launcher.pid, 0)
+    sim_run = subprocess.run(args, stdout=subprocess.PIPE, text=True, env=env)
+    out = sim_run.stdout
+    status, usage = wait_launcher(launcher)
     wall = time.monotonic() - t0
     report = json.loads(out) if out.strip() else {}
-    report.update(kind=kind, n=n, ranks=n * workers, code=os.waitstatus_to_exitcode(status), launcher_wall_s=wall,
+    report.update(sim_code=sim_run.returncode, kind=kind, n=n, ranks=n * workers, code=os.waitstatus_to_exitcode(status), launcher_wall_s=wall,
                   launcher_cpu_s=usage.ru_utime + usage.ru_stime, launcher_rss_mib=usage.ru_maxrss / 1024.0)
+    report["launcher_err"] = open(os.path.join(work, "launcher.err")).read()[-3000:]
     if report["code"] != 0 and kind in ("scale", "plain"):
-        sys.stderr.write(open(os.path.join(work, "launcher.err")).read()[-3000:])
+        sys.stderr.write(report["launcher_err"])
     shutil.rmtree(work, ignore_errors=True)
     return report
 
@@ -102,6 +123,8 @@ def main():
         r = run_case(args.dtrain, args.sim, kind, int(n), args.workers, args.run_ms)
         reports.append(r)
         notes = ""
+        if kind == "cut":
+            notes = "job ended %s s after the first dial (the cut 2 s after StartGroup)" % seconds(r, "all_closed")
         if kind == "lost":
             notes = "lost agent given up %s ms after it went silent (node_timeout_s 5)" % r.get("drop_detect_ms")
         if kind == "stall":

@@ -245,7 +245,8 @@ int run(const Options& o, const grpc::ChannelArguments& args, const std::shared_
         if (p.healthy_only && a->options().drop != Drop::none) return true;
         return (a->progress() & p.bit) != 0;
       });
-      if (!reached) break;
+      // Not break: a failed job never reaches all_exited (its workers are stopped) but still ends every session.
+      if (!reached) continue;
       p.at = now;
       p.launcher_cpu_s = launcher_cpu_s(o.launcher_pid);
       if (o.launcher_pid > 0) peak_rss = std::max(peak_rss, launcher_peak_rss_kib(o.launcher_pid));

@@ -1,0 +1,66 @@
+"""The launcher (provider join, TLS and the cluster token) with 64 simulated agents from dtrain-fleet-sim (one
+process, each agent a real session; scripts/bench/fleet_scale.py runs the cases):
+
+1. Every agent's 8 workers succeed: the job ends with success and every agent got its Shutdown.
+2. One agent goes silent 2 s after its StartGroup (health.node_timeout_s 5): the launcher gives it up within
+   node_timeout_s + 1 s of its last message, says why, and the job fails (restart.max_restarts 0).
+3. One agent stops reading its stream while the launcher has a 256 KiB StartGroup for it (health.node_timeout_s 3):
+   every other agent still hears the launcher about once per heartbeat interval (0.6 s) and keeps its lease, and
+   the stalled agent is given up after the launcher's stall timeout (10 s) with a reason. A launcher whose writes
+   block its event loop would leave every agent without a message for that long.
+"""
+
+import os
+import sys
+
+from harness import BUILD_DIR, DTRAIN, SOURCE_DIR, check, finish
+
+sys.path.insert(0, os.path.join(SOURCE_DIR, "scripts", "bench"))
+import fleet_scale  # noqa: E402
+
+SIM = os.path.join(BUILD_DIR, "bin", "dtrain-fleet-sim")
+AGENTS = 64
+WORKERS = 8
+# Each case ends within about 15 s on a loaded machine; this only bounds a hang.
+CASE_TIMEOUT_S = 60
+
+if not os.access(SIM, os.X_OK):
+    print("SKIP: %s is not built (dbuild dtrain-fleet-sim)" % SIM)
+    sys.exit(77)
+
+
+def case(kind):
+    report = fleet_scale.run_case(DTRAIN, SIM, kind, AGENTS, WORKERS, 1000, timeout_s=CASE_TIMEOUT_S)
+    summary = {k: v for k, v in report.items() if k != "launcher_err"}
+    print("%s: %s" % (kind, summary), flush=True)
+    check(report.get("sim_code") == 0, "%s: every session ended before the simulator's timeout" % kind)
+    check(report.get("healthy_lease_lost") == 0, "%s: no healthy agent's lease ran out" % kind)
+    return report
+
+
+# 1. Success.
+r = case("scale")
+check(r["code"] == 0, "scale: the job succeeds (exit %d): %s" % (r["code"], r["launcher_err"][-500:]))
+check(r.get("goodbyes") == AGENTS, "scale: every agent got Shutdown (%s of %d)" % (r.get("goodbyes"), AGENTS))
+check(r.get("all_exited_ms", -1) >= 0, "scale: every worker's exit reached the launcher")
+
+# 2. A silent agent.
+r = case("lost")
+check(r["code"] != 0, "lost: the job fails after losing a node (exit %d)" % r["code"])
+detect = r.get("drop_detect_ms") or [-1]
+check(0 <= detect[0] <= 6000, "lost: the silent agent is given up within node_timeout_s + 1 s (%.0f ms)" % detect[0])
+check("no message from its agent for 5000 ms (health.node_timeout_s)" in r["launcher_err"],
+      "lost: the launcher says why it gave the node up: " + r["launcher_err"][-500:])
+
+# 3. A stalled agent.
+r = case("stall")
+gap = r.get("healthy_max_launcher_gap_ms", -1)
+check(0 < gap < 2000, "stall: healthy agents heard the launcher at least every 2 s (longest silence %s ms)" % gap)
+check("did not read its stream for 10000 ms" in r["launcher_err"],
+      "stall: the stalled agent is given up with a reason: " + r["launcher_err"][-500:])
+stalled = r.get("stalled") or {}
+check(stalled.get("configured") and stalled.get("closed_after_configure_ms", -1) >= 0,
+      "stall: the stalled agent's session ended (%s)" % stalled)
+check(r["code"] != 0, "stall: the job fails after losing the stalled node (exit %d)" % r["code"])
+
+finish()
