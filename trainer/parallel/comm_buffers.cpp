@@ -36,10 +36,10 @@ float* CommBuffers::allocate(std::size_t count, const char* what) {
       notice_(std::string(what) + " (" + mib(bytes) + ") is in ordinary memory, not in the " + comm_.backend() +
               " communicator's shared memory, and so may be the buffers after it (said once): " + error.what() +
               ". Training goes on; collectives on such buffers copy through the segment's staging slots (slower). "
-              "To keep the model's buffers in shared memory, give /dev/shm room for "
-              "8 bytes per parameter per rank (10 with a 16-bit --precision) beyond the communicator's own use: "
-              "df -h /dev/shm; in a container, docker run --shm-size=... (Kubernetes: an emptyDir with medium "
-              "Memory mounted at /dev/shm).");
+              "To keep the model's buffers in shared memory, give /dev/shm room for 8 bytes per parameter per rank "
+              "(2 more with a 16-bit --precision, 2 more with a 16-bit --ddp-comm-dtype or --reduce-dtype) beyond "
+              "the communicator's own use: df -h /dev/shm; in a container, docker run --shm-size=... (Kubernetes: an "
+              "emptyDir with medium Memory mounted at /dev/shm).");
     }
     noticed_ = true;
   }
