@@ -112,7 +112,8 @@ TEST_CASE("the model's buffers live in the shm segment, and ZeRO-2 in 16 bits tr
     const std::size_t n = shared.buffer_size();
     check(comm.in_segment(shared.params(), n * sizeof(float)), "the parameters are not in the segment");
     check(comm.in_segment(shared.grads(), n * sizeof(float)), "the gradients are not in the segment");
-    check(comm.in_segment(shared.working_params(), n * sizeof(std::uint16_t)), "the working copy is not in the segment");
+    check(comm.in_segment(shared.working_params(), n * sizeof(std::uint16_t)),
+          "the working copy is not in the segment");
     Gpt plain(config(), kernels::cpu_backend(), kWorld, kernels::Dtype::bf16);
     check(!comm.in_segment(plain.params(), sizeof(float)), "the backend's memory is in the segment");
 

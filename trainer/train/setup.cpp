@@ -46,7 +46,8 @@ std::unique_ptr<DdpReducer> start_ddp(const TrainOptions& o, Communicator& comm,
   constexpr double kMiB = 1 << 20;
   spdlog::info("DDP: {} gradient buckets over {:.2f} MiB from its end, {:.2f} MiB first, then {:.2f} MiB each ({})",
                ddp->buckets().size(), static_cast<double>(grad_bytes) / kMiB,
-               static_cast<double>(options.first_bucket_bytes) / kMiB, static_cast<double>(*options.bucket_bytes) / kMiB,
+               static_cast<double>(options.first_bucket_bytes) / kMiB,
+               static_cast<double>(*options.bucket_bytes) / kMiB,
                o.ddp_bucket_mb ? "--ddp-bucket-mb" : "the default, min(25, max(1, gradient MiB / 8)); "
                                                       "--ddp-bucket-mb sets it");
   return ddp;
