@@ -13,6 +13,12 @@ namespace {
 // Agents usually start before their launcher listens: retry quickly instead of gRPC's default 1 s..120 s backoff.
 constexpr int kReconnectBackoffMs = 100;
 constexpr int kMaxReconnectBackoffMs = 1000;
+// gRPC takes its "minimum reconnect backoff" as the least time one connection attempt (TCP connect and TLS
+// handshake) is given before it is abandoned and redone. A launcher that thousands of agents dial at once has its
+// handshakes queued for seconds: at 100 ms every agent gave up and redialed over and over, and 1,024 agents took
+// 64 s to say hello (BENCHMARKS.md). A refused connection (no launcher yet) still fails at once and is retried
+// after kReconnectBackoffMs.
+constexpr int kConnectAttemptMs = 20000;
 // One connection attempt's wait; between attempts stop() is noticed, so this bounds how late.
 constexpr std::chrono::seconds kConnectAttempt{1};
 // The session already failed: a launcher that does not complete the call must not hold this agent longer.
@@ -44,7 +50,7 @@ Status JoinClient::run() {
   grpc::ChannelArguments args = session_channel_arguments();
   if (target_.transport == Transport::tls) security::set_tls_target(args);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kReconnectBackoffMs);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kReconnectBackoffMs);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kConnectAttemptMs);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
   auto channel = grpc::CreateCustomChannel(target_.launcher, target_.credentials, args);
   auto stub = v1::LauncherService::NewStub(channel);

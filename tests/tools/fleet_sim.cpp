@@ -41,6 +41,9 @@ constexpr milliseconds kTick{10};
 // Joining agents retry their launcher quickly (as agent/join_client.cpp does): the launcher may start after them.
 constexpr int kReconnectBackoffMs = 100;
 constexpr int kMaxReconnectBackoffMs = 1000;
+// As agent/join_client.cpp: the least time gRPC gives one connection attempt (a handshake queued behind thousands
+// of others is not abandoned and redone).
+constexpr int kConnectAttemptMs = 20000;
 // After its own cancel, how long the simulator waits for every session to end: cancelling is local and immediate,
 // so 5 s means a stuck callback, and the report is printed anyway.
 constexpr milliseconds kCloseWait{5000};
@@ -281,7 +284,7 @@ int main(int argc, char** argv) {
   if (!parse(argc, argv, options)) return usage();
   grpc::ChannelArguments args = dtrain::session_channel_arguments();
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kReconnectBackoffMs);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kReconnectBackoffMs);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kConnectAttemptMs);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
   std::shared_ptr<grpc::ChannelCredentials> creds;
   try {
