@@ -11,23 +11,26 @@
 // Communication dtype (DdpOptions::comm_dtype), PyTorch's DDP compression hooks: with bf16 or fp16 a bucket is cast
 // to 16 bits and divided by the world size in 16 bits (fp16_compress_hook / bf16_compress_hook:
 // `bucket.to(dtype).div_(world)`), allreduced in 16 bits (each pairwise sum in fp32, rounded back), and cast back
-// into the fp32 gradients when finish_backward() has waited for it: half the bytes on the wire, gradients rounded to
-// 16 bits. The 16-bit copy is a buffer of the reducer's own (2 bytes per gradient), from DdpOptions::buffers. With
-// one rank the cast and the division still happen, so a run's numerics do not depend on the world size.  Per
-// backward pass:   reducer.begin_backward(sync);        // sync=false on micro-steps before the last (no_sync):
-// nothing is sent   model.backward(..., [&](std::size_t offset, std::size_t count) { reducer.grads_ready(offset,
-// count); });   reducer.finish_backward();           // waits for every bucket; grads now hold the mean over ranks
+// into the fp32 gradients when finish_backward() has waited for it: half the bytes on the wire, gradients rounded
+// to 16 bits. The 16-bit copy is a buffer of the reducer's own (2 bytes per gradient), from DdpOptions::buffers.
+// With one rank the cast and the division still happen, so a run's numerics do not depend on the world size.
+//
+// Per backward pass:
+//   reducer.begin_backward(sync);        // sync=false on micro-steps before the last (no_sync): nothing is sent
+//   model.backward(..., [&](std::size_t offset, std::size_t count) { reducer.grads_ready(offset, count); });
+//   reducer.finish_backward();           // waits for every bucket; grads now hold the mean over ranks
 // While finish_backward() waits for bucket i the worker's phase is "allreduce bucket i" (buckets numbered in the
-// order they are reduced, 0 the one at the end of the buffer), so a rank hung in a bucket's allreduce says which;
-// the waits count as exposed communication (trainer/metrics/comm_time.h).  What overlap buys depends on free CPU.
-// The Gloo backend's work is CPU work: its thread sums the ring's chunks and loopback TCP copies run in the kernel
-// on the sending thread's core. When every core runs backward (2 ranks on a 2-core host, each pinned to one core
-// with OMP_NUM_THREADS=1, as dtrain's binding does), the communication thread time-slices with backward:
-// hidden_fraction() comes out high (0.9 and more) because finish_backward barely waits, but backward itself slows by
-// about the communication's CPU time, so the step is no faster than backward followed by one allreduce (measured
-// with tests/tools/comm_worker.cpp `overlap`). Overlap is real when communication waits on a wire (other hosts, or
-// NCCL's copy engines) or when a core is left for it (OMP_NUM_THREADS = cores - 1 per rank); judge it by step time,
-// not by hidden_fraction() alone.
+// order they are reduced, 0 the one at the end of the buffer), so a rank hung in a bucket's allreduce says which; the
+// waits count as exposed communication (trainer/metrics/comm_time.h).
+//
+// What overlap buys depends on free CPU. The Gloo backend's work is CPU work: its thread sums the ring's chunks and
+// loopback TCP copies run in the kernel on the sending thread's core. When every core runs backward (2 ranks on a
+// 2-core host, each pinned to one core with OMP_NUM_THREADS=1, as dtrain's binding does), the communication thread
+// time-slices with backward: hidden_fraction() comes out high (0.9 and more) because finish_backward barely waits,
+// but backward itself slows by about the communication's CPU time, so the step is no faster than backward followed
+// by one allreduce (measured with tests/tools/comm_worker.cpp `overlap`). Overlap is real when communication waits
+// on a wire (other hosts, or NCCL's copy engines) or when a core is left for it (OMP_NUM_THREADS = cores - 1 per
+// rank); judge it by step time, not by hidden_fraction() alone.
 
 #include <cstddef>
 #include <cstdint>
