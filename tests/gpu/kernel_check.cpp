@@ -28,6 +28,9 @@ int main() {
   } catch (const kernels::BackendUnavailable& e) {
     std::printf("SKIPPED: no CUDA GPU visible\n  %s\n", e.what());
     return 77;
+  } catch (const std::exception& e) {  // a GPU is there but the backend did not start (cuBLASLt missing, ...)
+    std::printf("FAIL  the CUDA backend did not start: %s\n", e.what());
+    return 1;
   }
   Context context{kernels::cpu_backend(), *gpu, Report{}};
   for (const Case& c : all_cases()) {

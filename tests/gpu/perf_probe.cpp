@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -45,6 +46,9 @@ int main(int argc, char** argv) {
   } catch (const kernels::BackendUnavailable& e) {
     std::printf("SKIPPED: no CUDA GPU visible\n  %s\n", e.what());
     return 77;
+  } catch (const std::exception& e) {  // a GPU is there but the backend did not start (cuBLASLt missing, ...)
+    std::printf("FAIL  the CUDA backend did not start: %s\n", e.what());
+    return 1;
   }
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, gpu->device());

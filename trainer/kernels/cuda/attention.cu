@@ -47,17 +47,32 @@ __device__ float dot(const float* a, const float* b, int hs) {
   return sum;
 }
 
-// The (batch, head) of this block and where its q, k, v and out rows start.
-struct Head {
+// This block's (batch, head) and rows, and this thread's place in it.
+struct Block {
   std::size_t qkv;  // q of position 0; k at +C, v at +2C; positions 3C apart
   std::size_t out;  // out (and dout) of position 0; positions C apart
   std::size_t row;  // lse / D of position 0
+  int hs, warp, lane;
+  int first;        // the block's first row (query rows, or key rows in the keys kernel)
+  int mine;         // this warp's row: first + warp
 };
 
-__device__ Head block_head(int T, int C, int NH) {
-  const int b = blockIdx.z, h = blockIdx.y, hs = C / NH;
+__device__ Block this_block(int T, int C, int NH) {
+  const int b = blockIdx.z, h = blockIdx.y, hs = C / NH, warp = threadIdx.x / 32;
+  const int first = blockIdx.x * kAttentionRows;
   return {static_cast<std::size_t>(b) * T * 3 * C + h * hs, static_cast<std::size_t>(b) * T * C + h * hs,
-          (static_cast<std::size_t>(b) * NH + h) * T};
+          (static_cast<std::size_t>(b) * NH + h) * T, hs, warp, static_cast<int>(threadIdx.x % 32), first,
+          first + warp};
+}
+
+// Keys and values s0 .. s0 + kAttentionKeys - 1 into shared memory, once every warp is done with the last tile.
+template <int KWidth, int VWidth>
+__device__ void next_key_tile(float (*k_s)[KWidth], float (*v_s)[VWidth], const float* qkv, const Block& block,
+                              int s0, int T, int C) {
+  __syncthreads();
+  load_rows(k_s, qkv + block.qkv + C, s0, kAttentionKeys, T, block.hs, 3 * C);
+  load_rows(v_s, qkv + block.qkv + 2 * C, s0, kAttentionKeys, T, block.hs, 3 * C);
+  __syncthreads();
 }
 
 __global__ void __launch_bounds__(kBlockThreads)
@@ -65,17 +80,13 @@ attention_forward_kernel(float* out, float* lse, const float* qkv, int T, int C,
   __shared__ float q_s[kAttentionRows][kMaxHeadSize];
   __shared__ float k_s[kAttentionKeys][kPadded];
   __shared__ float v_s[kAttentionKeys][kMaxHeadSize];
-  const int hs = C / NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const Head head = block_head(T, C, NH);
-  const int t0 = blockIdx.x * kAttentionRows, t = t0 + warp;
-  load_rows(q_s, qkv + head.qkv, t0, kAttentionRows, T, hs, 3 * C);
+  const Block block = this_block(T, C, NH);
+  const int hs = block.hs, warp = block.warp, lane = block.lane, t0 = block.first, t = block.mine;
+  load_rows(q_s, qkv + block.qkv, t0, kAttentionRows, T, hs, 3 * C);
   float m = -FLT_MAX, l = 0.0f, acc[kDimsPerLane] = {};
   for (int tile = 0; tile < attention_key_tiles(t0, T); ++tile) {
     const int s0 = tile * kAttentionKeys, s = s0 + lane;
-    __syncthreads();  // the previous tile is read by every warp
-    load_rows(k_s, qkv + head.qkv + C, s0, kAttentionKeys, T, hs, 3 * C);
-    load_rows(v_s, qkv + head.qkv + 2 * C, s0, kAttentionKeys, T, hs, 3 * C);
-    __syncthreads();
+    next_key_tile(k_s, v_s, qkv, block, s0, T, C);
     if (t >= T || s0 > t) continue;  // the whole warp: t is the warp's row
     const bool seen = s <= t;
     const float score = seen ? dot(q_s[warp], k_s[lane], hs) * scale : -FLT_MAX;
@@ -96,9 +107,9 @@ attention_forward_kernel(float* out, float* lse, const float* qkv, int T, int C,
   if (t >= T) return;
   for (int i = 0; i < kDimsPerLane; ++i) {
     const int d = lane + 32 * i;
-    if (d < hs) out[head.out + static_cast<std::size_t>(t) * C + d] = acc[i] / l;
+    if (d < hs) out[block.out + static_cast<std::size_t>(t) * C + d] = acc[i] / l;
   }
-  if (lane == 0) lse[head.row + t] = m + logf(l);
+  if (lane == 0) lse[block.row + t] = m + logf(l);
 }
 
 __global__ void __launch_bounds__(kBlockThreads)
@@ -108,21 +119,17 @@ attention_rows_backward_kernel(float* dqkv, float* row_dot, const float* dout, c
   __shared__ float do_s[kAttentionRows][kMaxHeadSize];
   __shared__ float k_s[kAttentionKeys][kPadded];
   __shared__ float v_s[kAttentionKeys][kPadded];
-  const int hs = C / NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const Head head = block_head(T, C, NH);
-  const int t0 = blockIdx.x * kAttentionRows, t = t0 + warp;
-  load_rows(q_s, qkv + head.qkv, t0, kAttentionRows, T, hs, 3 * C);
-  load_rows(do_s, dout + head.out, t0, kAttentionRows, T, hs, C);
-  const float L = t < T ? lse[head.row + t] : 0.0f;
+  const Block block = this_block(T, C, NH);
+  const int hs = block.hs, warp = block.warp, lane = block.lane, t0 = block.first, t = block.mine;
+  load_rows(q_s, qkv + block.qkv, t0, kAttentionRows, T, hs, 3 * C);
+  load_rows(do_s, dout + block.out, t0, kAttentionRows, T, hs, C);
+  const float L = t < T ? lse[block.row + t] : 0.0f;
   float D = 0.0f, acc[kDimsPerLane] = {};
   // pass 0 sums D over every key; pass 1, with D known, accumulates dq.
   for (int pass = 0; pass < 2; ++pass) {
     for (int tile = 0; tile < attention_key_tiles(t0, T); ++tile) {
       const int s0 = tile * kAttentionKeys, s = s0 + lane;
-      __syncthreads();
-      load_rows(k_s, qkv + head.qkv + C, s0, kAttentionKeys, T, hs, 3 * C);
-      load_rows(v_s, qkv + head.qkv + 2 * C, s0, kAttentionKeys, T, hs, 3 * C);
-      __syncthreads();
+      next_key_tile(k_s, v_s, qkv, block, s0, T, C);
       if (t >= T || s0 > t) continue;
       const bool seen = s <= t;
       const float p = seen ? expf(dot(q_s[warp], k_s[lane], hs) * scale - L) : 0.0f;
@@ -145,9 +152,9 @@ attention_rows_backward_kernel(float* dqkv, float* row_dot, const float* dout, c
   if (t >= T) return;
   for (int i = 0; i < kDimsPerLane; ++i) {
     const int d = lane + 32 * i;
-    if (d < hs) dqkv[head.qkv + static_cast<std::size_t>(t) * 3 * C + d] = acc[i] * scale;
+    if (d < hs) dqkv[block.qkv + static_cast<std::size_t>(t) * 3 * C + d] = acc[i] * scale;
   }
-  if (lane == 0) row_dot[head.row + t] = D;
+  if (lane == 0) row_dot[block.row + t] = D;
 }
 
 __global__ void __launch_bounds__(kBlockThreads)
@@ -157,24 +164,23 @@ attention_keys_backward_kernel(float* dqkv, const float* row_dot, const float* d
   __shared__ float v_s[kAttentionRows][kMaxHeadSize];
   __shared__ float q_s[kAttentionKeys][kPadded];
   __shared__ float do_s[kAttentionKeys][kPadded];
-  const int hs = C / NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const Head head = block_head(T, C, NH);
-  const int s0 = blockIdx.x * kAttentionRows, s = s0 + warp;  // this block's keys; queries t >= s see them
-  load_rows(k_s, qkv + head.qkv + C, s0, kAttentionRows, T, hs, 3 * C);
-  load_rows(v_s, qkv + head.qkv + 2 * C, s0, kAttentionRows, T, hs, 3 * C);
+  const Block block = this_block(T, C, NH);  // its rows are keys here: queries t >= s see them
+  const int hs = block.hs, warp = block.warp, lane = block.lane, s0 = block.first, s = block.mine;
+  load_rows(k_s, qkv + block.qkv + C, s0, kAttentionRows, T, hs, 3 * C);
+  load_rows(v_s, qkv + block.qkv + 2 * C, s0, kAttentionRows, T, hs, 3 * C);
   float dk[kDimsPerLane] = {}, dv[kDimsPerLane] = {};
   const int tiles = static_cast<int>(blocks_for(static_cast<std::size_t>(T), kAttentionKeys));
   for (int tile = s0 / kAttentionKeys; tile < tiles; ++tile) {
     const int q0 = tile * kAttentionKeys, t = q0 + lane;
     __syncthreads();
-    load_rows(q_s, qkv + head.qkv, q0, kAttentionKeys, T, hs, 3 * C);
-    load_rows(do_s, dout + head.out, q0, kAttentionKeys, T, hs, C);
+    load_rows(q_s, qkv + block.qkv, q0, kAttentionKeys, T, hs, 3 * C);
+    load_rows(do_s, dout + block.out, q0, kAttentionKeys, T, hs, C);
     __syncthreads();
     if (s >= T || q0 + kAttentionKeys <= s) continue;  // the whole warp: no query of this tile sees key s
     const bool seen = t < T && t >= s;
-    const float p = seen ? expf(dot(q_s[lane], k_s[warp], hs) * scale - lse[head.row + t]) : 0.0f;
+    const float p = seen ? expf(dot(q_s[lane], k_s[warp], hs) * scale - lse[block.row + t]) : 0.0f;
     const float dp = seen ? dot(do_s[lane], v_s[warp], hs) : 0.0f;
-    const float ds = seen ? p * (dp - row_dot[head.row + t]) : 0.0f;
+    const float ds = seen ? p * (dp - row_dot[block.row + t]) : 0.0f;
     for (int j = 0; j < kAttentionKeys; ++j) {
       const float pj = __shfl_sync(kFullWarp, p, j), dsj = __shfl_sync(kFullWarp, ds, j);
       for (int i = 0; i < kDimsPerLane; ++i) {
@@ -190,8 +196,8 @@ attention_keys_backward_kernel(float* dqkv, const float* row_dot, const float* d
   for (int i = 0; i < kDimsPerLane; ++i) {
     const int d = lane + 32 * i;
     if (d < hs) {
-      dqkv[head.qkv + static_cast<std::size_t>(s) * 3 * C + C + d] = dk[i] * scale;
-      dqkv[head.qkv + static_cast<std::size_t>(s) * 3 * C + 2 * C + d] = dv[i];
+      dqkv[block.qkv + static_cast<std::size_t>(s) * 3 * C + C + d] = dk[i] * scale;
+      dqkv[block.qkv + static_cast<std::size_t>(s) * 3 * C + 2 * C + d] = dv[i];
     }
   }
 }
