@@ -38,10 +38,12 @@ int visible_gpus() {
 }  // namespace
 
 Backend& cuda_backend(int device) {
+  // The first CUDA call comes before the statics below exist, so that at exit they are destroyed (their streams and
+  // memory freed) before the CUDA runtime's own exit handlers, which it registers on that call, run.
+  const int count = visible_gpus();
   static std::mutex mutex;
   static std::map<int, std::unique_ptr<CudaBackend>> backends;
   const std::lock_guard lock(mutex);
-  const int count = visible_gpus();
   if (device < 0 || device >= count) {
     throw BackendUnavailable("no CUDA GPU is visible as device " + std::to_string(device) + " (" +
                              std::to_string(count) + " visible; " + visible_devices() +
