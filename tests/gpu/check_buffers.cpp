@@ -3,8 +3,24 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <exception>
+
+#include "trainer/kernels/cuda/factory.h"
 
 namespace dtrain::gpu_check {
+
+CudaBackend* start_cuda(int* exit_code) {
+  try {
+    return &dynamic_cast<CudaBackend&>(trainer::kernels::make_backend("cuda", 0));
+  } catch (const trainer::kernels::BackendUnavailable& e) {
+    std::printf("SKIPPED: no CUDA GPU visible\n  %s\n", e.what());
+    *exit_code = 77;
+  } catch (const std::exception& e) {  // a GPU is there but the backend did not start (cuBLASLt missing, ...)
+    std::printf("FAIL  the CUDA backend did not start: %s\n", e.what());
+    *exit_code = 1;
+  }
+  return nullptr;
+}
 
 std::vector<float> random_floats(std::size_t n, float scale, std::uint32_t seed) {
   std::mt19937 rng(seed);

@@ -49,6 +49,10 @@ class DeviceBuffer {
   T* data_;
 };
 
+// The CUDA backend of GPU 0 for a check tool; nullptr after printing why not, with *exit_code set to 77 when no GPU
+// is visible ("SKIPPED: no CUDA GPU visible", ctest's skip) and to 1 when one is but the backend did not start.
+CudaBackend* start_cuda(int* exit_code);
+
 // Uniform values in [-scale, scale) from a fixed seed, so a failure reproduces.
 std::vector<float> random_floats(std::size_t n, float scale, std::uint32_t seed);
 // Token ids in [0, vocab).

@@ -16,22 +16,14 @@
 
 #include "tests/gpu/check_cases.h"
 #include "trainer/kernels/cpu/backend.h"
-#include "trainer/kernels/cuda/factory.h"
 
 using namespace dtrain::gpu_check;
 namespace kernels = dtrain::trainer::kernels;
 
 int main() {
-  kernels::CudaBackend* gpu = nullptr;
-  try {
-    gpu = &dynamic_cast<kernels::CudaBackend&>(kernels::make_backend("cuda", 0));
-  } catch (const kernels::BackendUnavailable& e) {
-    std::printf("SKIPPED: no CUDA GPU visible\n  %s\n", e.what());
-    return 77;
-  } catch (const std::exception& e) {  // a GPU is there but the backend did not start (cuBLASLt missing, ...)
-    std::printf("FAIL  the CUDA backend did not start: %s\n", e.what());
-    return 1;
-  }
+  int exit_code = 0;
+  kernels::CudaBackend* gpu = start_cuda(&exit_code);
+  if (gpu == nullptr) return exit_code;
   Context context{kernels::cpu_backend(), *gpu, Report{}};
   for (const Case& c : all_cases()) {
     try {

@@ -15,17 +15,16 @@
 
 #include <chrono>
 #include <cstdio>
-#include <exception>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "tests/gpu/check_buffers.h"
 #include "tests/gpu/gpt_step.h"
-#include "trainer/kernels/cuda/factory.h"
 
 namespace kernels = dtrain::trainer::kernels;
 using dtrain::gpu_check::GptStep;
+using dtrain::gpu_check::start_cuda;
 
 namespace {
 
@@ -40,16 +39,9 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 int main(int argc, char** argv) {
   const int B = argc > 1 ? std::atoi(argv[1]) : 8;
   const int steps = argc > 2 ? std::atoi(argv[2]) : 10;
-  kernels::CudaBackend* gpu = nullptr;
-  try {
-    gpu = &dynamic_cast<kernels::CudaBackend&>(kernels::make_backend("cuda", 0));
-  } catch (const kernels::BackendUnavailable& e) {
-    std::printf("SKIPPED: no CUDA GPU visible\n  %s\n", e.what());
-    return 77;
-  } catch (const std::exception& e) {  // a GPU is there but the backend did not start (cuBLASLt missing, ...)
-    std::printf("FAIL  the CUDA backend did not start: %s\n", e.what());
-    return 1;
-  }
+  int exit_code = 0;
+  kernels::CudaBackend* gpu = start_cuda(&exit_code);
+  if (gpu == nullptr) return exit_code;
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, gpu->device());
   const char* peak_env = std::getenv("DTRAIN_PEAK_TFLOPS");
