@@ -107,6 +107,17 @@ void* CudaBackend::scratch(std::size_t bytes) {
   return state_->scratch;
 }
 
+void CudaBackend::linear_forward(cuda::GemmArgs args) {
+  if (args.bias == nullptr) return state_->blas.gemm(args);
+  if (state_->blas.try_gemm(args)) return;
+  // No algorithm with the bias epilogue for these types: the bias goes into out first, as the CPU backend does.
+  cuda::broadcast_rows(stream_, args.C, args.bias, args.M, args.N);
+  check_launch("broadcast_rows");
+  args.bias = nullptr;
+  args.beta = 1.0f;
+  state_->blas.gemm(args);
+}
+
 void CudaBackend::add_column_sums(float* out, const float* in, int N, int C) {
   float* partial = static_cast<float*>(scratch(static_cast<std::size_t>(cuda::row_chunks(N)) * C * sizeof(float)));
   cuda::column_sums(stream_, out, partial, in, N, C);
@@ -140,8 +151,8 @@ void CudaBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, 
 
 void CudaBackend::matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                                  int OC) {
-  state_->blas.gemm({.trans_b = true, .M = N, .N = OC, .K = C, .A = inp, .lda = C, .B = weight, .ldb = C, .C = out,
-                     .ldc = OC, .bias = bias});
+  linear_forward({.trans_b = true, .M = N, .N = OC, .K = C, .A = inp, .lda = C, .B = weight, .ldb = C, .C = out,
+                  .ldc = OC, .bias = bias});
 }
 
 void CudaBackend::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
@@ -242,8 +253,8 @@ void CudaBackend::gemm_half(Dtype type, bool trans_a, bool trans_b, int M, int N
 
 void CudaBackend::matmul_forward_half(Dtype type, float* out, const std::uint16_t* inp, const std::uint16_t* weight,
                                       const float* bias, int N, int C, int OC) {
-  state_->blas.gemm({.input = gemm_input(type, "matmul_forward_half"), .trans_b = true, .M = N, .N = OC, .K = C,
-                     .A = inp, .lda = C, .B = weight, .ldb = C, .C = out, .ldc = OC, .bias = bias});
+  linear_forward({.input = gemm_input(type, "matmul_forward_half"), .trans_b = true, .M = N, .N = OC, .K = C,
+                  .A = inp, .lda = C, .B = weight, .ldb = C, .C = out, .ldc = OC, .bias = bias});
 }
 
 void CudaBackend::matmul_backward_half(Dtype type, float* dinp, float* dweight, float* dbias, const float* dout,

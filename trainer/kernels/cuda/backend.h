@@ -28,6 +28,9 @@
 struct CUstream_st;  // cudaStream_t is CUstream_st*
 
 namespace dtrain::trainer::kernels {
+namespace cuda {
+struct GemmArgs;  // blaslt.h
+}
 
 class CudaBackend final : public Backend {
  public:
@@ -97,6 +100,9 @@ class CudaBackend final : public Backend {
 
   // Device scratch of at least `bytes` for the reductions' partial sums; grown (reallocated) on demand.
   void* scratch(std::size_t bytes);
+  // out = inp weight^T + bias for both matmul forwards: cuBLASLt's bias epilogue, or the bias broadcast into out
+  // and a product with beta 1 where cuBLASLt has no epilogue for the types.
+  void linear_forward(cuda::GemmArgs args);
   // out (C) += column sums of in (N, C): the dbias of both matrix-product backwards.
   void add_column_sums(float* out, const float* in, int N, int C);
 

@@ -146,7 +146,7 @@ BlasLt::~BlasLt() {
   if (handle_ != nullptr) api().cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
 }
 
-void BlasLt::gemm(const GemmArgs& args) {
+bool BlasLt::try_gemm(const GemmArgs& args) {
   const Api& lt = api();
   const std::string what = shape(args);
   Descriptors d;
@@ -167,14 +167,19 @@ void BlasLt::gemm(const GemmArgs& args) {
   }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  check_lt(lt.cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), d.op, d.a, d.b, d.c, d.c,
-                                             d.preference, 1, &result, &found),
-           what);
-  if (found == 0) throw std::runtime_error("cuda backend: cuBLASLt has no algorithm for " + what);
+  const cublasStatus_t status = lt.cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), d.op, d.a,
+                                                                  d.b, d.c, d.c, d.preference, 1, &result, &found);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) return false;
+  check_lt(status, what);
   check_lt(lt.cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), d.op, &args.alpha, args.B, d.a, args.A, d.b,
                              &args.beta, args.C, d.c, args.C, d.c, &result.algo, workspace_, kWorkspaceBytes,
                              stream_),
            what);
+  return true;
+}
+
+void BlasLt::gemm(const GemmArgs& args) {
+  if (!try_gemm(args)) throw std::runtime_error("cuda backend: cuBLASLt has no algorithm for " + shape(args));
 }
 
 }  // namespace dtrain::trainer::kernels::cuda

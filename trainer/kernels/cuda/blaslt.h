@@ -45,6 +45,9 @@ class BlasLt {
   // Enqueues the product on the stream; throws std::runtime_error naming the shape when cuBLASLt has no algorithm
   // for it or the call fails.
   void gemm(const GemmArgs& args);
+  // The same, but returns false (enqueuing nothing) when cuBLASLt has no algorithm for it, so that the caller can
+  // do it another way (the bias epilogue may not exist for every type and layout).
+  bool try_gemm(const GemmArgs& args);
 
  private:
   cudaStream_t stream_;

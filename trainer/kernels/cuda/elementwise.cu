@@ -66,6 +66,10 @@ __global__ void residual_kernel(float* out, const float* a, const float* b, std:
   DTRAIN_GRID_STRIDE(i, n) out[i] = a[i] + b[i];
 }
 
+__global__ void broadcast_rows_kernel(float* out, const float* bias, int C, std::size_t total) {
+  DTRAIN_GRID_STRIDE(i, total) out[i] = bias[i % C];
+}
+
 __global__ void scale_kernel(float* data, std::size_t n, float factor) {
   DTRAIN_GRID_STRIDE(i, n) data[i] = __fmul_rn(data[i], factor);
 }
@@ -162,6 +166,11 @@ void gelu_backward(cudaStream_t stream, float* dinp, const float* inp, const flo
 
 void residual_forward(cudaStream_t stream, float* out, const float* a, const float* b, std::size_t n) {
   residual_kernel<<<elementwise_blocks(n), kThreads, 0, stream>>>(out, a, b, n);
+}
+
+void broadcast_rows(cudaStream_t stream, float* out, const float* bias, int N, int C) {
+  const std::size_t total = static_cast<std::size_t>(N) * C;
+  broadcast_rows_kernel<<<elementwise_blocks(total), kThreads, 0, stream>>>(out, bias, C, total);
 }
 
 void scale(cudaStream_t stream, float* data, std::size_t n, float factor) {

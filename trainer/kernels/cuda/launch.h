@@ -24,6 +24,8 @@ void embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const flo
 void gelu_forward(cudaStream_t stream, float* out, const float* inp, std::size_t n);
 void gelu_backward(cudaStream_t stream, float* dinp, const float* inp, const float* dout, std::size_t n);
 void residual_forward(cudaStream_t stream, float* out, const float* a, const float* b, std::size_t n);
+// out (N, C) row n = bias (C) for every n.
+void broadcast_rows(cudaStream_t stream, float* out, const float* bias, int N, int C);
 void scale(cudaStream_t stream, float* data, std::size_t n, float factor);
 // data *= factor; *flag |= 1 when an element was inf or NaN before scaling (flag is not cleared here).
 void scale_and_flag(cudaStream_t stream, float* data, std::size_t n, float factor, int* flag);
