@@ -2,7 +2,8 @@
 // fp32 master weights (AMP as the trainer's CPU path defines it): embedding, 12 layers and the tied LM head forward,
 // cross-entropy, the whole backward, AdamW over every parameter and the bf16 copy of the weights refreshed.
 // Random weights and tokens: the work per step does not depend on the values. Prints per-phase and per-step times,
-// tokens/s and MFU; exit 77 without a GPU. Usage: dtrain-kernel-perf [B] [steps] (defaults 16, about 25 GB of GPU memory, and 10).
+// tokens/s and MFU; exit 77 without a GPU. Usage: dtrain-kernel-perf [B] [steps] (defaults 16 and 10;
+// at B=16 its buffers add up to about 24 GB of GPU memory).
 //
 // Model FLOPs per token (what MFU counts; the recomputation and elementwise work are not counted):
 //   6 per weight of every matrix product (2 forward, 4 backward): L (12 C^2) + V C weights, V = 50257;
