@@ -282,7 +282,7 @@ int main(int argc, char** argv) {
   using namespace dtrain::fleet_sim;
   Options options;
   if (!parse(argc, argv, options)) return usage();
-  dtrain::stop_lock_order_checks();
+  dtrain::tune_for_many_sessions();
   grpc::ChannelArguments args = dtrain::session_channel_arguments();
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kReconnectBackoffMs);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kConnectAttemptMs);
