@@ -62,10 +62,11 @@ def wait_launcher(launcher):
         time.sleep(0.05)
 
 
-def run_case(dtrain, sim, kind, n, workers, run_ms, timeout_s=SIM_TIMEOUT_S):
+def run_case(dtrain, sim, kind, n, workers, run_ms, timeout_s=SIM_TIMEOUT_S, node_timeout_s=None):
     work = tempfile.mkdtemp(prefix="dtrain-fleet-")
     port = free_port()
-    node_timeout_s = {"lost": 5, "cut": 5, "stall": 3}.get(kind, 30)
+    if node_timeout_s is None:
+        node_timeout_s = {"lost": 5, "cut": 5, "stall": 3}.get(kind, 30)
     spec = os.path.join(work, "job.yaml")
     with open(spec, "w") as f:
         f.write(spec_text(n, workers, port, os.path.join(work, "logs"), node_timeout_s,
@@ -89,7 +90,7 @@ def run_case(dtrain, sim, kind, n, workers, run_ms, timeout_s=SIM_TIMEOUT_S):
     status, usage = wait_launcher(launcher)
     wall = time.monotonic() - t0
     report = json.loads(out) if out.strip() else {}
-    report.update(sim_code=sim_run.returncode, kind=kind, n=n, ranks=n * workers, code=os.waitstatus_to_exitcode(status), launcher_wall_s=wall,
+    report.update(sim_code=sim_run.returncode, node_timeout_s=node_timeout_s, kind=kind, n=n, ranks=n * workers, code=os.waitstatus_to_exitcode(status), launcher_wall_s=wall,
                   launcher_cpu_s=usage.ru_utime + usage.ru_stime, launcher_rss_mib=usage.ru_maxrss / 1024.0)
     report["launcher_err"] = open(os.path.join(work, "launcher.err")).read()[-3000:]
     if report["code"] != 0 and kind in ("scale", "plain"):
@@ -111,6 +112,8 @@ def main():
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--run-ms", type=int, default=1000)
     parser.add_argument("--json", help="also write every report to this file")
+    parser.add_argument("--node-timeout-s", type=int,
+                        help="health.node_timeout_s for every case (default: 5 for lost and cut, 3 for stall, else 30)")
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -120,13 +123,15 @@ def main():
     reports = []
     for case in args.cases.split(","):
         kind, n = case.split(":")
-        r = run_case(args.dtrain, args.sim, kind, int(n), args.workers, args.run_ms)
+        r = run_case(args.dtrain, args.sim, kind, int(n), args.workers, args.run_ms,
+                     node_timeout_s=args.node_timeout_s)
         reports.append(r)
         notes = ""
         if kind == "cut":
             notes = "job ended %s s after the first dial (the cut 2 s after StartGroup)" % seconds(r, "all_closed")
         if kind == "lost":
-            notes = "lost agent given up %s ms after it went silent (node_timeout_s 5)" % r.get("drop_detect_ms")
+            notes = "lost agent given up %s ms after it went silent (node_timeout_s %d)" % (
+                r.get("drop_detect_ms"), r["node_timeout_s"])
         if kind == "stall":
             notes = "others' longest launcher silence %s ms, leases lost %s; stalled agent: %s" % (
                 r.get("healthy_max_launcher_gap_ms"), r.get("healthy_lease_lost"), json.dumps(r.get("stalled")))
