@@ -54,7 +54,8 @@ void add_flags(CLI::App* cmd, Flags& f) {
   add(cmd, f.inter_bw, "--inter-node-bw", "GB/s per GPU across nodes (busbw of `dtrain bench allreduce`)");
   add(cmd, f.tflops, "--gpu-tflops", "achieved TFLOP/s per GPU, for compute time and scaling efficiency");
   add(cmd, f.bucket_mb, "--ddp-bucket-mb",
-      "DDP's gradient buckets in MiB after the first 1 MiB (default 25, PyTorch's bucket_cap_mb), for scaling");
+      "DDP's gradient buckets in MiB after the first 1 MiB, for scaling (default dtrain-trainer's rule, "
+      "min(25, max(1, gradient MiB / 8)); PyTorch's bucket_cap_mb is 25)");
   add(cmd, f.tp, "--tp", "tensor-parallel size (within a node); default: searched when nothing else fits");
   add(cmd, f.pp, "--pp", "pipeline stages; default: searched when nothing else fits");
   cmd->add_option("--bottleneck", f.args.bottleneck, "memory | speed | communication: how to choose among what fits")
