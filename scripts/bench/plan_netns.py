@@ -40,7 +40,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "integration"))
@@ -126,15 +125,9 @@ class Nodes:
             self.wait_listening(i)
 
     def wait_listening(self, i):
-        deadline = time.monotonic() + AGENT_START_S
-        while time.monotonic() < deadline:
-            outcome, _, sock = self.c.tcp_connect(self.launcher, self.c.hosts[i].addr, AGENT_PORT, 0.5)
-            if sock:
-                sock.close()
-                return
-            time.sleep(0.05)
-        raise RuntimeError("the agent on host %d did not listen on %s:%d within %d s (see %s)" % (
-            i, self.c.hosts[i].addr, AGENT_PORT, AGENT_START_S, self.args.work))
+        if not self.c.wait_listening(self.launcher, self.c.hosts[i].addr, AGENT_PORT, AGENT_START_S):
+            raise RuntimeError("the agent on host %d did not listen on %s:%d within %d s (see %s)" % (
+                i, self.c.hosts[i].addr, AGENT_PORT, AGENT_START_S, self.args.work))
 
     def limit(self, rate):
         for i in range(self.n):

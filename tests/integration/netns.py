@@ -673,6 +673,19 @@ class Cluster:
         s.close()
         return outcome, took, None
 
+    def wait_listening(self, i, addr, port, timeout):
+        """Tries TCP connects from host i to addr:port until one connects (True) or `timeout` seconds pass (False):
+        for a server just spawned on another host."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            outcome, _, sock = self.tcp_connect(i, addr, port, 0.5)
+            if sock:
+                sock.close()
+            if outcome == "connected":
+                return True
+            time.sleep(0.05)
+        return False
+
     def ping(self, i, dst, wait_s=1.0):
         """One ICMP echo from host i to dst (a host index or an address), waiting wait_s; True if answered."""
         addr = self._host(dst).addr if isinstance(dst, (int, Host)) else dst

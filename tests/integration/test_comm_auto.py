@@ -13,7 +13,6 @@ agent each run 2 ranks per host, so auto builds the hierarchical communicator (s
 import os
 import subprocess
 import sys
-import time
 
 from harness import BUILD_DIR, DTRAIN, Run, check, finish, tagged_pids, write
 from netns import Cluster, require_netns
@@ -47,16 +46,9 @@ class Hosts:
             self.wait_listening(i)
 
     def wait_listening(self, i):
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            outcome, _, sock = self.c.tcp_connect(LAUNCHER, self.c.hosts[i].addr, AGENT_PORT, 0.5)
-            if sock:
-                sock.close()
-            if outcome == "connected":
-                return
-            time.sleep(0.05)
-        check(False, "the agent on host %d listens" % i)
-        finish()
+        if not self.c.wait_listening(LAUNCHER, self.c.hosts[i].addr, AGENT_PORT, 10):
+            check(False, "the agent on host %d listens" % i)
+            finish()
 
     def launch(self, name, command, env, grace_s=1):
         """A 2 hosts x 2 ranks job; (exit code, stdout, stderr)."""

@@ -50,15 +50,7 @@ class Suite:
                                           "--secret-dir", self.secret, "--lease-s", str(NODE_TIMEOUT),
                                           "--run-dir", os.path.join(self.dir, "agent-runs-%d" % i)],
                                       env={"DTRAIN_TEST_TAG": self.tag}, stdout=log, stderr=log)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            outcome, _, sock = self.c.tcp_connect(LAUNCHER, self.c.hosts[i].addr, AGENT_PORT, 0.5)
-            if sock:
-                sock.close()
-            if outcome == "connected":
-                return
-            time.sleep(0.05)
-        check(False, "agent on host %d listening" % i)
+        check(self.c.wait_listening(LAUNCHER, self.c.hosts[i].addr, AGENT_PORT, 10), "agent on host %d listening" % i)
 
     def spec(self, name, command, count, nodes=(0, 1, 2), extra=""):
         agents = ", ".join("'%s:%d'" % (self.c.hosts[i].addr, AGENT_PORT) for i in nodes)

@@ -53,15 +53,7 @@ class Suite:
             "PidFile %s" % os.path.join(self.dir, "sshd_%d.pid" % i), "LogLevel ERROR", ""]))
         log = open(os.path.join(self.dir, "sshd_%d.log" % i), "ab")
         self.sshd[i] = self.c.spawn(i, [SSHD, "-D", "-e", "-f", config], stdout=log, stderr=log)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            outcome, _, sock = self.c.tcp_connect(LAUNCHER, h.addr, 22, 0.5)
-            if sock:
-                sock.close()
-            if outcome == "connected":
-                return
-            time.sleep(0.05)
-        check(False, "sshd on host %d listening" % i)
+        check(self.c.wait_listening(LAUNCHER, h.addr, 22, 10), "sshd on host %d listening" % i)
 
     def stop_sshd(self, i):
         p = self.sshd.pop(i)
