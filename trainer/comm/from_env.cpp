@@ -1,6 +1,5 @@
 // make_communicator_from_env: which backend a worker gets, and the `auto` choice by where its ranks run.
 
-#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -9,24 +8,16 @@
 #include "trainer/comm/communicator.h"
 #include "trainer/comm/gloo/communicator.h"
 #include "trainer/comm/hier/communicator.h"
+#include "trainer/comm/job_store.h"
 #include "trainer/comm/local/communicator.h"
 #include "trainer/comm/node_layout.h"
 #include "trainer/comm/shm/communicator.h"
-#include "trainer/common/env.h"
 #ifdef DTRAIN_HAVE_NCCL
 #include "trainer/comm/nccl/communicator.h"
 #endif
 
 namespace dtrain::trainer {
 namespace {
-
-// The integer value of a variable the launcher sets, or `fallback` when it is unset; CommError when it is not an
-// integer.
-int launcher_int(const char* name, int fallback) {
-  Result<int> value = env_int(name, fallback, "the launcher (dtrain run/launch, torchrun) sets it for every worker");
-  if (!value.ok()) throw CommError(value.status.message());
-  return value.value;
-}
 
 // options.backend, else DTRAIN_COMM_BACKEND, else "auto"; one of auto, gloo, shm, hier, nccl.
 std::string chosen_backend(const CommOptions& options) {
@@ -65,8 +56,7 @@ NodeLayout agree_from_env(int rank, int world, const CommOptions& options) {
   const RankPlace place = RankPlace::from_env(rank, world);
   const std::string prefix = "dtrain/layout/" + std::to_string(layouts_agreed.fetch_add(1)) + "/";
   try {
-    store::StoreClient store = store::StoreClient::from_env(
-        {std::min(options.timeout, std::chrono::milliseconds(30'000)), options.timeout});
+    store::StoreClient store = job_store(options);
     return agree_node_layout(store, prefix, place, options.timeout);
   } catch (const store::StoreError& error) {
     throw CommError("rank " + std::to_string(rank) + " cannot reach the job's store to agree on its node layout: " +

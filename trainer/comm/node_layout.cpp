@@ -7,26 +7,21 @@
 #include "trainer/common/env.h"
 
 namespace dtrain::trainer {
-namespace {
 
-constexpr char kLauncherSets[] = "the launcher (dtrain run/launch, torchrun) sets it for every worker";
-
-int place_int(const char* name, int fallback) {
-  Result<int> value = env_int(name, fallback, kLauncherSets);
+int launcher_int(const char* name, int fallback) {
+  Result<int> value = env_int(name, fallback, "the launcher (dtrain run/launch, torchrun) sets it for every worker");
   if (!value.ok()) throw CommError(value.status.message());
   return value.value;
 }
-
-}  // namespace
 
 RankPlace RankPlace::from_env(int rank, int world) {
   RankPlace place;
   place.rank = rank;
   place.world = world;
-  place.local_rank = place_int("LOCAL_RANK", 0);
-  place.local_world = place_int("LOCAL_WORLD_SIZE", 0);
-  place.node = std::getenv("GROUP_RANK") != nullptr ? place_int("GROUP_RANK", 0) : place_int("DTRAIN_NODE_RANK", 0);
-  place.nodes = place_int("GROUP_WORLD_SIZE", 0);
+  place.local_rank = launcher_int("LOCAL_RANK", 0);
+  place.local_world = launcher_int("LOCAL_WORLD_SIZE", 0);
+  place.node = launcher_int(std::getenv("GROUP_RANK") != nullptr ? "GROUP_RANK" : "DTRAIN_NODE_RANK", 0);
+  place.nodes = launcher_int("GROUP_WORLD_SIZE", 0);
   return place;
 }
 

@@ -18,6 +18,10 @@
 
 namespace dtrain::trainer {
 
+// The integer value of a variable the launcher sets for every worker (RANK, LOCAL_WORLD_SIZE, ...), or `fallback`
+// when it is unset; CommError naming the variable and its value when it is not an integer.
+int launcher_int(const char* name, int fallback);
+
 // One rank's place as the launcher told it.
 struct RankPlace {
   int rank = 0;

@@ -19,6 +19,7 @@
 #include "trainer/comm/describe.h"
 #include "trainer/comm/gloo/network.h"
 #include "trainer/comm/gloo/store_adapter.h"
+#include "trainer/comm/job_store.h"
 #include "trainer/comm/work_queue.h"
 
 namespace dtrain::trainer {
@@ -236,8 +237,7 @@ std::unique_ptr<GlooCommunicator> GlooCommunicator::from_env(int rank, int size,
                                                              const std::string& group) {
   std::shared_ptr<store::StoreClient> store;
   try {
-    store = std::make_shared<store::StoreClient>(
-        store::StoreClient::from_env({std::min(options.timeout, std::chrono::milliseconds(30'000)), options.timeout}));
+    store = std::make_shared<store::StoreClient>(job_store(options));
   } catch (const store::StoreError& error) {
     throw CommError(std::string("gloo communicator (rank ") + std::to_string(rank) +
                     ") cannot reach the job's store: " + error.what());

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "trainer/comm/describe.h"
+#include "trainer/comm/job_store.h"
 #include "trainer/comm/nccl/runtime.h"
 #include "trainer/comm/nccl/state.h"
 #include "trainer/comm/nccl/work.h"
@@ -86,8 +87,7 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::from_env(int rank, int size,
   std::shared_ptr<store::StoreClient> store;
   if (size > 1) {
     try {
-      store = std::make_shared<store::StoreClient>(store::StoreClient::from_env(
-          {std::min(options.timeout, std::chrono::milliseconds(30'000)), options.timeout}));
+      store = std::make_shared<store::StoreClient>(job_store(options));
     } catch (const store::StoreError& error) {
       throw CommError("nccl communicator (rank " + std::to_string(rank) + ") cannot reach the job's store: " +
                       error.what());

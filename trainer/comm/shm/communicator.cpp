@@ -9,12 +9,13 @@
 
 #include "agent/store/client.h"
 #include "trainer/comm/describe.h"
+#include "trainer/comm/job_store.h"
+#include "trainer/comm/node_layout.h"
 #include "trainer/comm/shm/arena.h"
 #include "trainer/comm/shm/pipeline.h"
 #include "trainer/comm/shm/segment_name.h"
 #include "trainer/comm/shm/sync.h"
 #include "trainer/comm/work_queue.h"
-#include "trainer/common/env.h"
 
 namespace dtrain::trainer {
 namespace {
@@ -82,24 +83,18 @@ std::unique_ptr<ShmCommunicator> ShmCommunicator::from_env(int rank, int size, c
     if (value == nullptr) value = std::getenv(alternative);
     return value != nullptr ? value : "";
   };
-  const auto integer = [](const char* name) {
-    Result<int> value = env_int(name, 0, "the launcher (dtrain run/launch) sets it for every worker");
-    if (!value.ok()) throw CommError(value.status.message());
-    return value.value;
-  };
   const std::string job = variable("DTRAIN_JOB_ID", "TORCHELASTIC_RUN_ID");
   if (job.empty() || job.find('/') != std::string::npos || job.find('@') != std::string::npos) {
     throw CommError("shm communicator (rank " + std::to_string(rank) + "): DTRAIN_JOB_ID='" + job +
                     "' cannot name a segment; start workers with dtrain run/launch, which sets it");
   }
   const int index = communicators_created.fetch_add(1);
-  const int node = integer("DTRAIN_NODE_RANK");
+  const int node = launcher_int("DTRAIN_NODE_RANK", 0);
   // One key per node: every node's rank 0 publishes its own segment's nonce.
   const std::string key = "dtrain/shm/" + std::to_string(index) + "/node" + std::to_string(node) + "/nonce";
   std::string nonce;
   try {
-    store::StoreClient store = store::StoreClient::from_env(
-        {std::min(options.timeout, std::chrono::milliseconds(30'000)), options.timeout});
+    store::StoreClient store = job_store(options);
     if (rank == 0) {
       std::random_device random;
       char text[17];
@@ -118,7 +113,7 @@ std::unique_ptr<ShmCommunicator> ShmCommunicator::from_env(int rank, int size, c
   shm.size = size;
   shm.timeout = options.timeout;
   shm.name = shm_segment_name(job, static_cast<std::uint32_t>(node),
-                              static_cast<std::uint32_t>(integer("DTRAIN_RESTART_COUNT")),
+                              static_cast<std::uint32_t>(launcher_int("DTRAIN_RESTART_COUNT", 0)),
                               static_cast<std::uint32_t>(index), nonce);
   return std::make_unique<ShmCommunicator>(std::move(shm));
 }
