@@ -4,15 +4,9 @@
 #include <stdexcept>
 #include <utility>
 
+#include "trainer/comm/describe.h"
+
 namespace dtrain::trainer {
-namespace {
-
-std::string mib(std::size_t bytes) {
-  const std::size_t tenths = (bytes * 10 + (std::size_t{1} << 19)) >> 20;
-  return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) + " MiB";
-}
-
-}  // namespace
 
 CommBuffers::CommBuffers(Communicator& comm, std::function<void(const std::string&)> notice)
     : comm_(comm), notice_(std::move(notice)) {
@@ -33,7 +27,7 @@ float* CommBuffers::allocate(std::size_t count, const char* what) {
     data = heap_.allocate(count, what);
     fallback_bytes_ += bytes;
     if (!noticed_ && notice_) {
-      notice_(std::string(what) + " (" + mib(bytes) + ") is in ordinary memory, not in the " + comm_.backend() +
+      notice_(std::string(what) + " (" + describe_floats(count) + ") is in ordinary memory, not in the " + comm_.backend() +
               " communicator's shared memory, and so may be the buffers after it (said once): " + error.what() +
               ". Training goes on; collectives on such buffers copy through the segment's staging slots (slower). "
               "To keep the model's buffers in shared memory, give /dev/shm room for 8 bytes per parameter per rank "
