@@ -5,6 +5,7 @@
 #include <optional>
 #include <string_view>
 
+#include "agent/security/session_tickets.h"
 #include "agent/security/x509.h"
 #include "common/util.h"
 
@@ -129,6 +130,8 @@ bool WorkerAdmission::admits(std::string_view job_id) const {
 
 std::shared_ptr<grpc::ServerCredentials> server_credentials(const ClusterSecret& secret, const Identity& identity,
                                                             std::shared_ptr<const WorkerAdmission> workers) {
+  // No client of a dtrain server resumes a session: tickets would only cost each handshake CPU.
+  disable_session_tickets();
   grpc::SslServerCredentialsOptions options(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   options.pem_root_certs = secret.ca_cert_pem;
   options.pem_key_cert_pairs.push_back({identity.key_pem, identity.cert_pem});
