@@ -104,6 +104,28 @@ def seconds(report, phase):
     return "%.2f" % (value / 1000.0) if value >= 0 else "-"
 
 
+PHASES = (("hellos", "all_configured"), ("start", "all_started"), ("run", "all_exited"), ("end", "all_closed"))
+
+
+def print_cpu_by_phase(reports):
+    """CPU seconds each side spent in each phase (launcher / simulator), from the first dial, read when the
+    simulator saw the phase end: what TLS costs is the hellos column of a scale case minus the plain case's. The
+    simulator's start-up (its agents' channels and credentials) comes before the first dial and is not counted."""
+    print()
+    print("| case | agents | " + " | ".join("%s CPU, launcher / sim (s)" % name for name, _ in PHASES) + " |")
+    print("| --- | ---: | " + " | ".join("---:" for _ in PHASES) + " |")
+    for r in reports:
+        cells, last_l, last_s = [], r.get("dial_launcher_cpu_s", 0.0), r.get("dial_sim_cpu_s", 0.0)
+        for _, key in PHASES:
+            if r.get(key + "_ms", -1) < 0:
+                cells.append("-")
+                continue
+            l, s = r[key + "_launcher_cpu_s"], r[key + "_sim_cpu_s"]
+            cells.append("%.2f / %.2f" % (l - last_l, s - last_s))
+            last_l, last_s = l, s
+        print("| %s | %d | %s |" % (r["kind"], r["n"], " | ".join(cells)), flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--dtrain", required=True)
@@ -139,6 +161,7 @@ def main():
             kind, r["n"], r["ranks"], r["code"], seconds(r, "all_configured"), seconds(r, "all_started"),
             seconds(r, "all_exited"), seconds(r, "all_closed"), r["launcher_cpu_s"],
             1000.0 * r["launcher_cpu_s"] / r["n"], r["launcher_rss_mib"], r.get("sim_cpu_s", -1), notes), flush=True)
+    print_cpu_by_phase(reports)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(reports, f, indent=1)

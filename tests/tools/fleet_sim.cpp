@@ -167,12 +167,21 @@ std::vector<std::unique_ptr<SimAgent>> make_agents(const Options& o, const grpc:
 }
 
 // When each phase was first seen complete (polled), with the launcher's CPU then.
+// This process's CPU time (user + system, every thread) so far.
+double own_cpu_s() {
+  rusage self{};
+  ::getrusage(RUSAGE_SELF, &self);
+  return static_cast<double>(self.ru_utime.tv_sec + self.ru_stime.tv_sec) +
+         static_cast<double>(self.ru_utime.tv_usec + self.ru_stime.tv_usec) / 1e6;
+}
+
 struct Phase {
   const char* name;
   int bit;                          // SimAgent::Progress bit every counted agent must have
   bool healthy_only;                // count only agents neither dropped nor stalled
   std::optional<Clock::time_point> at;
   double launcher_cpu_s = 0;
+  double sim_cpu_s = 0;
 };
 
 double ms_since(Clock::time_point t0, Clock::time_point t) {
@@ -181,7 +190,7 @@ double ms_since(Clock::time_point t0, Clock::time_point t) {
 
 void print_report(const Options& o, const std::vector<std::unique_ptr<SimAgent>>& agents,
                   const std::vector<Phase>& phases, Clock::time_point t0, long peak_rss_kib) {
-  std::printf("{\"agents\": %d, \"tls\": %s", o.agents, o.insecure ? "false" : "true");
+  std::printf("\"agents\": %d, \"tls\": %s", o.agents, o.insecure ? "false" : "true");
   // The exact moment of each phase is the last agent's own timestamp; `_seen_` is when the poll noticed it.
   for (const auto& p : phases) {
     std::optional<Clock::time_point> last;
@@ -192,8 +201,8 @@ void print_report(const Options& o, const std::vector<std::unique_ptr<SimAgent>>
                          : p.bit == SimAgent::kExited ? t.exited : t.closed;
       if (when && (!last || *when > *last)) last = when;
     }
-    std::printf(", \"%s_ms\": %.1f, \"%s_launcher_cpu_s\": %.3f", p.name, p.at && last ? ms_since(t0, *last) : -1.0,
-                p.name, p.launcher_cpu_s);
+    std::printf(", \"%s_ms\": %.1f, \"%s_launcher_cpu_s\": %.3f, \"%s_sim_cpu_s\": %.3f", p.name,
+                p.at && last ? ms_since(t0, *last) : -1.0, p.name, p.launcher_cpu_s, p.name, p.sim_cpu_s);
   }
   double max_gap = 0;
   int lease_lost = 0, goodbyes = 0;
@@ -213,10 +222,7 @@ void print_report(const Options& o, const std::vector<std::unique_ptr<SimAgent>>
       lease_lost += t.lease_lost ? 1 : 0;
     }
   }
-  rusage self{};
-  ::getrusage(RUSAGE_SELF, &self);
-  const double sim_cpu = static_cast<double>(self.ru_utime.tv_sec + self.ru_stime.tv_sec) +
-                         static_cast<double>(self.ru_utime.tv_usec + self.ru_stime.tv_usec) / 1e6;
+  const double sim_cpu = own_cpu_s();
   std::printf(", \"launcher_peak_rss_kib\": %ld, \"healthy_max_launcher_gap_ms\": %.0f, \"healthy_lease_lost\": %d, "
               "\"goodbyes\": %d, \"drop_detect_ms\": [%s], \"stalled\": %s, \"sim_cpu_s\": %.3f}\n",
               peak_rss_kib, max_gap, lease_lost, goodbyes, dropped.c_str(), stalled.c_str(), sim_cpu);
@@ -232,6 +238,8 @@ int run(const Options& o, const grpc::ChannelArguments& args, const std::shared_
                                {"all_exited", SimAgent::kExited, true, {}},
                                {"all_closed", SimAgent::kClosed, false, {}}};
   const auto t0 = Clock::now();
+  // Each side's CPU before the first dial (start-up, and here the agents' channels and credentials).
+  std::printf("{\"dial_launcher_cpu_s\": %.3f, \"dial_sim_cpu_s\": %.3f, ", launcher_cpu_s(o.launcher_pid), own_cpu_s());
   const auto deadline = t0 + std::chrono::seconds(o.timeout_s);
   for (auto& a : agents) {
     if (!a->options().stall) a->start();
@@ -252,6 +260,7 @@ int run(const Options& o, const grpc::ChannelArguments& args, const std::shared_
       if (!reached) continue;
       p.at = now;
       p.launcher_cpu_s = launcher_cpu_s(o.launcher_pid);
+      p.sim_cpu_s = own_cpu_s();
       if (o.launcher_pid > 0) peak_rss = std::max(peak_rss, launcher_peak_rss_kib(o.launcher_pid));
     }
     if (!stall_started && phases[0].at) {
