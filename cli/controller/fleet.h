@@ -38,7 +38,7 @@ class FleetListener {
   virtual void on_signal(int signal) = 0;
   virtual void on_report(int node, const AgentReport& report) = 0;
   virtual void on_node_lost(int node, const std::string& text) = 0;
-  // Each turn of the pump, at least once per heartbeat interval (at most 1 s): for work that is due by time.
+  // Each turn of the pump, at least once per Fleet::kTickInterval: for work that is due by time.
   virtual void on_tick(std::chrono::steady_clock::time_point) {}
 };
 
@@ -66,6 +66,10 @@ struct FleetOptions {
 
 class Fleet final : public RoundFleet {
  public:
+  // The longest the pump sleeps without calling FleetListener::on_tick: the job monitor's work is due every second
+  // (JobMonitor::kEvaluateInterval), and heartbeats may be further apart than that.
+  static constexpr std::chrono::milliseconds kTickInterval{1000};
+
   // `spec` is the launcher's own (provider slurm fills nodes.count from the allocation).
   Fleet(spec::Spec& spec, FleetOptions options, EventQueue& events, Console& console, Interrupts& interrupts,
         FleetListener& listener);

@@ -43,7 +43,7 @@ bool Fleet::next_event(Event& event, Clock::time_point deadline) {
     const auto time = now();
     send_heartbeats(time);
     listener_.on_tick(time);
-    auto wake = std::min(deadline, next_heartbeat_);
+    auto wake = std::min({deadline, next_heartbeat_, time + kTickInterval});
     if (check_silence(time, wake)) return false;
     if (auto e = clock_->next(events_, wake)) {
       event = std::move(*e);

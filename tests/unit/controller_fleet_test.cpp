@@ -86,6 +86,8 @@ class SlotProvider final : public RemoteProvider {
 struct Listener final : FleetListener {
   std::vector<std::string> lost;
   int reports = 0;
+  std::vector<std::chrono::steady_clock::time_point> ticks;
+  void on_tick(std::chrono::steady_clock::time_point now) override { ticks.push_back(now); }
   void on_signal(int) override {}
   void on_report(int, const AgentReport&) override { ++reports; }
   void on_node_lost(int, const std::string& text) override { lost.push_back(text); }
@@ -226,6 +228,32 @@ TEST_CASE("fleet: an agent silent for health.node_timeout_s is lost, and its ses
   CHECK(w.sessions[1]->cancelled);
   // Heartbeats went out meanwhile, about five per node timeout.
   CHECK(w.count_sent<Heartbeat>(0) >= 5);
+}
+
+TEST_CASE("fleet: heartbeats every node_timeout_s / 5, the job monitor's tick every second all the same") {
+  World w("{provider: join, rendezvous: \"127.0.0.1:29999\", count: 1}", 1, false, "health: {node_timeout_s: 30}\n");
+  w.hello(0);
+  CHECK(w.select() == std::vector<int>{0});
+  const int before = w.count_sent<Heartbeat>(0);
+  w.listener.ticks.clear();
+  // 24 s in which the agent keeps answering (so that it is not lost) once every 5 s.
+  const auto from = w.clock->now();
+  while (w.clock->now() < from + 24s) {
+    Event beat;
+    beat.kind = Event::Kind::report;
+    beat.node = 0;
+    beat.report = AgentAlive{};
+    w.events.push(beat);
+    w.fleet->pump_until([] { return false; }, std::min(w.clock->now() + 5s, from + 24s));
+  }
+  // One heartbeat every 6 s (3 or 4 in 24 s, by where the first falls), where a cap of 1 s would have sent 24.
+  const int sent = w.count_sent<Heartbeat>(0) - before;
+  CHECK(sent >= 3);
+  CHECK(sent <= 4);
+  REQUIRE(w.listener.ticks.size() >= 24);
+  for (std::size_t i = 1; i < w.listener.ticks.size(); ++i) {
+    CHECK(w.listener.ticks[i] - w.listener.ticks[i - 1] <= Fleet::kTickInterval);
+  }
 }
 
 TEST_CASE("fleet: a lost node takes no further part: no commands, its reports dropped, never selected again") {
