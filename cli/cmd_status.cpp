@@ -26,9 +26,10 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
-// The launcher answers within ControlSocket::kClientBudget once it gets to this client; one other client may be
-// ahead of it.
-constexpr std::chrono::milliseconds kAnswerTimeout{2 * controller::ControlSocket::kClientBudget};
+// The launcher answers within ControlSocket::kFreshWait + kClientBudget once it gets to this client; one other
+// client may be ahead of it.
+constexpr std::chrono::milliseconds kAnswerTimeout{
+    2 * (controller::ControlSocket::kFreshWait + controller::ControlSocket::kClientBudget)};
 // --watch: as often as the launcher refreshes what it serves (JobMonitor::kEvaluateInterval).
 constexpr std::chrono::milliseconds kWatchInterval = controller::JobMonitor::kEvaluateInterval;
 

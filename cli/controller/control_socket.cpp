@@ -80,6 +80,11 @@ ControlSocket::ControlSocket(int dir_fd, int listen_fd, int stop_read, int stop_
       snapshot_(std::make_shared<const std::string>("{}")) {}
 
 ControlSocket::~ControlSocket() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  published_.notify_all();
   const char byte = 0;
   while (::write(stop_write_, &byte, 1) < 0 && errno == EINTR) {
   }
@@ -90,8 +95,21 @@ ControlSocket::~ControlSocket() {
 
 void ControlSocket::publish(std::string snapshot) {
   auto next = std::make_shared<const std::string>(std::move(snapshot));
-  std::lock_guard lock(mutex_);
-  snapshot_ = std::move(next);
+  {
+    std::lock_guard lock(mutex_);
+    snapshot_ = std::move(next);
+    ++generation_;
+    wanted_.store(false, std::memory_order_relaxed);
+  }
+  published_.notify_all();
+}
+
+std::shared_ptr<const std::string> ControlSocket::fresh_snapshot() {
+  std::unique_lock lock(mutex_);
+  const std::uint64_t seen = generation_;
+  wanted_.store(true, std::memory_order_relaxed);
+  published_.wait_for(lock, kFreshWait, [&] { return generation_ != seen || stopping_; });
+  return snapshot_;
 }
 
 void ControlSocket::serve() {
@@ -106,21 +124,18 @@ void ControlSocket::serve() {
     if (client < 0) continue;
     ucred peer{};
     socklen_t length = sizeof peer;
-    if (::getsockopt(client, SOL_SOCKET, SO_PEERCRED, &peer, &length) == 0 && peer.uid == ::geteuid()) answer(client);
+    if (::getsockopt(client, SOL_SOCKET, SO_PEERCRED, &peer, &length) == 0 && peer.uid == ::geteuid()) {
+      answer(client, *fresh_snapshot());
+    }
     ::close(client);
   }
 }
 
-void ControlSocket::answer(int client) {
-  std::shared_ptr<const std::string> snapshot;
-  {
-    std::lock_guard lock(mutex_);
-    snapshot = snapshot_;
-  }
+void ControlSocket::answer(int client, const std::string& snapshot) {
   const auto deadline = Clock::now() + kClientBudget;
   std::size_t sent = 0;
-  while (sent < snapshot->size()) {
-    const ssize_t n = ::send(client, snapshot->data() + sent, snapshot->size() - sent, MSG_NOSIGNAL);
+  while (sent < snapshot.size()) {
+    const ssize_t n = ::send(client, snapshot.data() + sent, snapshot.size() - sent, MSG_NOSIGNAL);
     if (n > 0) {
       sent += static_cast<std::size_t>(n);
       continue;

@@ -160,6 +160,7 @@ void JobMonitor::tick(Clock::time_point now) {
     next_evaluate_ = now + kEvaluateInterval;
     evaluate();
   }
+  answer_status_clients();
   if (now >= next_health_event_) {
     next_health_event_ = now + kHealthEventInterval;
     health_event();
@@ -182,10 +183,13 @@ void JobMonitor::evaluate() {
     for (unsigned r : d.ranks) key += " " + std::to_string(r);
     if (reported_diagnoses_.insert(key).second) event("diagnosis", to_json(d));
   }
-  if (!socket_ && !metrics_) return;
-  const auto snapshot = status_->snapshot("running", *diagnoser_, unix_ms());
-  if (socket_) socket_->publish(snapshot.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-  if (metrics_) metrics_->publish(format_prometheus(job_metrics(snapshot)));
+  if (metrics_) metrics_->publish(format_prometheus(job_metrics(status_->snapshot("running", *diagnoser_, unix_ms()))));
+}
+
+void JobMonitor::answer_status_clients() {
+  if (!socket_ || !socket_->wanted()) return;
+  socket_->publish(status_->snapshot("running", *diagnoser_, unix_ms())
+                       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 void JobMonitor::health_event() {

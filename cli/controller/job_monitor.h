@@ -5,8 +5,9 @@
 // diagnoses (diagnosis.h). The Controller feeds it what it already sees (reports, lost nodes, rounds, the end) and
 // calls tick() from the fleet's pump; it never changes how the job runs.
 //
-//   every kEvaluateInterval   the diagnoser closes a window per rank; new diagnoses go to the event log; the control
-//                             socket gets a fresh snapshot, and /metrics (observe.metrics_addr) the same numbers
+//   every kEvaluateInterval   the diagnoser closes a window per rank; new diagnoses go to the event log; /metrics
+//                             (observe.metrics_addr) gets the snapshot's numbers
+//   every tick, when asked    a snapshot for the control socket's waiting client (control_socket.h)
 //   every kFileInterval       status.json is rewritten (temp file + rename: a reader sees a whole snapshot)
 //   every kHealthEventInterval  one "health" event with every rank's latest report (at most kEventRanks ranks)
 //   every samples window      one "samples" event: each rank's steps of the window, compact (report/samples.h);
@@ -72,6 +73,8 @@ class JobMonitor {
   void adopt(const Round& round);
   void start_metrics(const std::string& address);
   void evaluate();
+  // A fresh snapshot for the control socket when a client waits for one (ControlSocket::wanted).
+  void answer_status_clients();
   void health_event();
   void samples_event(bool force);
   void write_report();

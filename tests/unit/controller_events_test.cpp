@@ -5,9 +5,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -61,7 +63,7 @@ TEST_CASE("event log: an unwritable path is an error that names it; without a lo
   CHECK(log.write("x", {}, 1).ok());
 }
 
-TEST_CASE("control socket: 0600, serves the latest snapshot, removed when closed") {
+TEST_CASE("control socket: 0600, serves a snapshot made on demand, removed when closed") {
   TempDir dir("control");
   auto socket = ControlSocket::listen(dir.path);
   REQUIRE(socket.ok());
@@ -69,12 +71,30 @@ TEST_CASE("control socket: 0600, serves the latest snapshot, removed when closed
   REQUIRE(::stat(dir.file(kControlSocketName).c_str(), &st) == 0);
   CHECK(S_ISSOCK(st.st_mode));
   CHECK((st.st_mode & 0777) == 0600);
-  socket.value->publish(R"({"job":"a"})");
-  auto first = read_control_socket(dir.path, 2s);
+  // Nobody asked: nothing to make. Then each client is answered with a snapshot made after it connected, as the
+  // launcher's loop does it (JobMonitor::answer_status_clients).
+  CHECK_FALSE(socket.value->wanted());
+  socket.value->publish(R"({"job":"old"})");
+  std::atomic<bool> done{false};
+  std::atomic<int> made{0};
+  std::thread loop([&] {
+    while (!done) {
+      if (socket.value->wanted()) socket.value->publish(R"({"job":")" + std::to_string(++made) + "\"}");
+      std::this_thread::sleep_for(10ms);
+    }
+  });
+  auto first = read_control_socket(dir.path, 5s);
   REQUIRE(first.ok());
-  CHECK(first.value == R"({"job":"a"})");
-  socket.value->publish(R"({"job":"b"})");
-  CHECK(read_control_socket(dir.path, 2s).value == R"({"job":"b"})");
+  CHECK(first.value == R"({"job":"1"})");
+  CHECK(read_control_socket(dir.path, 5s).value == R"({"job":"2"})");
+  done = true;
+  loop.join();
+  CHECK(made == 2);
+  CHECK_FALSE(socket.value->wanted());
+  // A loop that does not answer: the client gets the last snapshot after kFreshWait.
+  const auto began = std::chrono::steady_clock::now();
+  CHECK(read_control_socket(dir.path, 5s).value == R"({"job":"2"})");
+  CHECK(std::chrono::steady_clock::now() - began >= ControlSocket::kFreshWait);
   socket.value.reset();
   CHECK(::access(dir.file(kControlSocketName).c_str(), F_OK) != 0);
   CHECK(read_control_socket(dir.path, 2s).status.code() == dtrain::StatusCode::not_found);
@@ -98,7 +118,7 @@ TEST_CASE("control socket: a client that connects and never reads does not hold 
   ::close(stuck);
   REQUIRE(answer.ok());
   CHECK(answer.value.size() == (64u << 20));
-  CHECK(took < ControlSocket::kClientBudget + 2s);
+  CHECK(took < 2 * ControlSocket::kFreshWait + ControlSocket::kClientBudget + 2s);
 }
 
 TEST_CASE("job status: planned ranks start as starting; reports, exits and the diagnoses make the snapshot") {
