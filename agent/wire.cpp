@@ -158,11 +158,14 @@ v1::AgentMessage wrap(const Value& value, Body* (v1::AgentMessage::*body)()) {
   return message;
 }
 
-WorkerSpec worker_of(const v1::WorkerSpec& w) {
-  return {.rank = w.rank(), .local_rank = w.local_rank(), .argv = copy_of(w.argv()),
-          .env = {w.env().begin(), w.env().end()}, .working_dir = w.working_dir(), .cpus = copy_of(w.cpus()),
-          .log_path = w.log_path(), .stream_stdout = w.stream_stdout(), .stream_stderr = w.stream_stderr(),
-          .error_file = w.error_file()};
+// `common`: StartGroup.common_env, beneath the worker's own variables.
+WorkerSpec worker_of(const v1::WorkerSpec& w, const google::protobuf::Map<std::string, std::string>& common) {
+  WorkerSpec spec{.rank = w.rank(), .local_rank = w.local_rank(), .argv = copy_of(w.argv()),
+                  .env = {common.begin(), common.end()}, .working_dir = w.working_dir(), .cpus = copy_of(w.cpus()),
+                  .log_path = w.log_path(), .stream_stdout = w.stream_stdout(), .stream_stderr = w.stream_stderr(),
+                  .error_file = w.error_file()};
+  for (const auto& [name, value] : w.env()) spec.env[name] = value;
+  return spec;
 }
 
 template <class... Handlers>
@@ -183,7 +186,9 @@ SessionConfig from_wire(const v1::Configure& c) {
 RoundRequest from_wire(const v1::PrepareRound& prepare) { return {prepare.round(), prepare.store_token()}; }
 
 GroupSpec from_wire(const v1::StartGroup& start) {
-  return {.round = start.round(), .workers = convert_all(start.workers(), worker_of),
+  return {.round = start.round(),
+          .workers = convert_all(start.workers(),
+                                 [&](const v1::WorkerSpec& w) { return worker_of(w, start.common_env()); }),
           .round_token = start.round_token()};
 }
 

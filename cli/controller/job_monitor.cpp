@@ -28,9 +28,7 @@ const char* outcome_name(Round::Outcome outcome) {
 
 // The CPUs a rank may use: its binding, else its OMP_NUM_THREADS (binding: none), else not known.
 unsigned cpus_of(const spec::WorkerPlan& w) {
-  if (!w.cpus.empty()) return static_cast<unsigned>(w.cpus.size());
-  auto it = w.env.find("OMP_NUM_THREADS");
-  return it == w.env.end() ? 0 : static_cast<unsigned>(std::strtoul(it->second.c_str(), nullptr, 10));
+  return !w.cpus.empty() ? static_cast<unsigned>(w.cpus.size()) : w.omp_threads;
 }
 
 // The one conversion from a worker's report to the samples record.

@@ -1,5 +1,7 @@
 #include "cli/controller/wire.h"
 
+#include <algorithm>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -84,11 +86,29 @@ ProbeResult probe_of(const v1::ProbeResult& p) {
           .nccl_version = p.nccl_version(), .interfaces = copy_of(p.interfaces())};
 }
 
-void fill(v1::WorkerSpec& out, const WorkerLaunch& w) {
+// The variables every worker of `workers` has with the same value.
+std::map<std::string, std::string> shared_env(const std::vector<WorkerLaunch>& workers) {
+  std::map<std::string, std::string> shared;
+  if (workers.empty()) return shared;
+  for (const auto& [name, value] : workers.front().env) {
+    const bool everywhere = std::all_of(workers.begin() + 1, workers.end(), [&](const WorkerLaunch& w) {
+      const auto it = w.env.find(name);
+      return it != w.env.end() && it->second == value;
+    });
+    if (everywhere) shared.emplace(name, value);
+  }
+  return shared;
+}
+
+// `shared`: what StartGroup.common_env already carries.
+void fill(v1::WorkerSpec& out, const WorkerLaunch& w, const std::map<std::string, std::string>& shared) {
   out.set_rank(w.rank);
   out.set_local_rank(w.local_rank);
   append(out.mutable_argv(), w.argv);
-  out.mutable_env()->insert(w.env.begin(), w.env.end());
+  auto& env = *out.mutable_env();
+  for (const auto& [name, value] : w.env) {
+    if (!shared.count(name)) env[name] = value;
+  }
   out.set_working_dir(w.working_dir);
   append(out.mutable_cpus(), w.cpus);
   out.set_log_path(w.log_path);
@@ -117,7 +137,9 @@ void fill(v1::LauncherMessage& m, const StartGroup& s) {
   auto* out = m.mutable_start_group();
   out->set_round(s.round);
   out->set_round_token(s.round_token);
-  for (const auto& w : s.workers) fill(*out->add_workers(), w);
+  const auto shared = shared_env(s.workers);
+  out->mutable_common_env()->insert(shared.begin(), shared.end());
+  for (const auto& w : s.workers) fill(*out->add_workers(), w, shared);
 }
 
 void fill(v1::LauncherMessage& m, const StopGroup& s) {

@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -280,6 +281,9 @@ WorkerPlan plan_worker(const Job& job, const NodeInfo& node, unsigned node_rank,
   }
   set_layered_env(job, node, share, gpu, w.env);
   set_identity_env(job, node, w, w.env);
+  if (auto it = w.env.find("OMP_NUM_THREADS"); it != w.env.end()) {
+    w.omp_threads = static_cast<unsigned>(std::strtoul(it->second.c_str(), nullptr, 10));
+  }
   return w;
 }
 

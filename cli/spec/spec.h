@@ -248,8 +248,10 @@ struct RoundInfo {
 struct WorkerPlan {
   unsigned rank = 0, local_rank = 0, node_rank = 0;
   std::string host;                          // the node's hostname
+  // argv and env are moved into the round's StartGroups when it starts (Round::start_groups).
   std::vector<std::string> argv;             // what the agent execs
   std::map<std::string, std::string> env;    // the complete set dtrain adds to the agent's environment
+  unsigned omp_threads = 0;                  // env's OMP_NUM_THREADS (0: not a number), for after env moved
   std::string working_dir;
   std::vector<unsigned> cpus;                // affinity; empty = not pinned
   std::optional<unsigned> gpu;               // the GPU it is placed on (DTRAIN_GPU); unset = not placed by GPU

@@ -31,6 +31,10 @@ TEST_CASE("Configure, StartGroup and Probe arrive with every field") {
   w->add_argv("python");
   w->add_argv("train.py");
   (*w->mutable_env())["RANK"] = "5";
+  (*w->mutable_env())["OMP_NUM_THREADS"] = "4";
+  // The group's common variables lie beneath each worker's own.
+  (*start.mutable_common_env())["WORLD_SIZE"] = "8";
+  (*start.mutable_common_env())["OMP_NUM_THREADS"] = "1";
   w->set_working_dir("/work");
   w->add_cpus(2);
   w->add_cpus(3);
@@ -46,7 +50,7 @@ TEST_CASE("Configure, StartGroup and Probe arrive with every field") {
   CHECK(worker.rank == 5);
   CHECK(worker.local_rank == 1);
   CHECK(worker.argv == std::vector<std::string>{"python", "train.py"});
-  CHECK(worker.env == std::map<std::string, std::string>{{"RANK", "5"}});
+  CHECK(worker.env == std::map<std::string, std::string>{{"OMP_NUM_THREADS", "4"}, {"RANK", "5"}, {"WORLD_SIZE", "8"}});
   CHECK(worker.working_dir == "/work");
   CHECK(worker.cpus == std::vector<unsigned>{2, 3});
   CHECK(worker.log_path == "rank_5.log");

@@ -118,20 +118,33 @@ TEST_CASE("Hello, WorkerExited, LogLines and ProbeResult arrive with every field
   CHECK(probe.interfaces == std::vector<std::string>{"eth0"});
 }
 
-TEST_CASE("StartGroup and ProbeRequest go out with every field") {
-  const StartGroup start{.round = 2, .round_token = "token",
-                         .workers = {{.rank = 5, .local_rank = 1, .argv = {"python", "train.py"}, .env = {{"RANK", "5"}},
-                                      .working_dir = "/work", .cpus = {2, 3}, .log_path = "rank_5.log",
-                                      .stream_stdout = true, .stream_stderr = false, .error_file = "err.json"}}};
+TEST_CASE("StartGroup and ProbeRequest go out with every field; what all workers' env shares goes once") {
+  const WorkerLaunch first{.rank = 5, .local_rank = 1, .argv = {"python", "train.py"},
+                           .env = {{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"OMP_NUM_THREADS", "2"}},
+                           .working_dir = "/work", .cpus = {2, 3}, .log_path = "rank_5.log", .stream_stdout = true,
+                           .stream_stderr = false, .error_file = "err.json"};
+  WorkerLaunch second = first, third = first;
+  second.rank = 6;
+  second.env = {{"RANK", "6"}, {"WORLD_SIZE", "8"}, {"OMP_NUM_THREADS", "4"}};
+  third.rank = 7;
+  third.env = {{"RANK", "7"}, {"WORLD_SIZE", "8"}};
+  const StartGroup start{.round = 2, .round_token = "token", .workers = {first, second, third}};
   const auto s = wire::to_wire(Command{start}).start_group();
   CHECK(s.round() == 2);
   CHECK(s.round_token() == "token");
-  REQUIRE(s.workers_size() == 1);
+  // Shared by all three: once, for the group. Anything that differs, or that one worker lacks, stays per worker.
+  CHECK(s.common_env_size() == 1);
+  CHECK(s.common_env().at("WORLD_SIZE") == "8");
+  REQUIRE(s.workers_size() == 3);
+  CHECK(s.workers(1).env_size() == 2);
+  CHECK(s.workers(1).env().at("OMP_NUM_THREADS") == "4");
+  CHECK(s.workers(2).env_size() == 1);
   const auto& w = s.workers(0);
   CHECK(w.rank() == 5);
   CHECK(w.local_rank() == 1);
   REQUIRE(w.argv_size() == 2);
   CHECK(w.argv(1) == "train.py");
+  CHECK(w.env_size() == 2);
   CHECK(w.env().at("RANK") == "5");
   CHECK(w.working_dir() == "/work");
   REQUIRE(w.cpus_size() == 2);

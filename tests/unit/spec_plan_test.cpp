@@ -149,6 +149,7 @@ nccl:
   CHECK(env.at("NCCL_NET_GDR_LEVEL") == "PHB");
   CHECK(env.at("NCCL_MIN_NCHANNELS") == "4");         // tuning applies where nobody overrode it
   CHECK(env.at("OMP_NUM_THREADS") == "7");
+  CHECK(plan.workers[1].omp_threads == 7);            // what the diagnoser counts once env went to the agent
   CHECK(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "3");
   CHECK(plan.warnings.empty());
 }
