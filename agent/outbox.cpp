@@ -1,5 +1,7 @@
 #include "agent/outbox.h"
 
+#include "agent/message_batch.h"
+
 #include "common/deadline_guard.h"
 #include "common/stop_thread.h"
 #include "common/util.h"
@@ -70,8 +72,8 @@ void Outbox::run() {
     if (idle) {
       message.mutable_heartbeat()->set_sent_unix_ms(unix_ms());
     } else {
-      message = std::move(queue_.front());
-      queue_.pop_front();
+      // What waits behind the first message goes with it (message_batch.h); log lines merge below.
+      message = take_batch(queue_);
       if (message.has_log_lines()) queued_log_bytes_ -= log_bytes(message);
       // Merge the log lines that follow into this message.
       if (message.has_log_lines()) {

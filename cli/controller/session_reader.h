@@ -8,13 +8,21 @@
 
 namespace dtrain::controller {
 
-// One AgentMessage read from node `node`'s session, as the Event the controller reacts to.
+// One AgentMessage read from node `node`'s session, as the Events the controller reacts to: one, or one for each
+// message of a Batch, in order. A batch inside a batch is not unpacked (no agent sends one): it is a sign of life.
 inline void push_report(EventQueue& events, int node, const v1::AgentMessage& message) {
-  Event event;
-  event.kind = Event::Kind::report;
-  event.node = node;
-  event.report = wire::from_wire(message);
-  events.push(std::move(event));
+  const auto push = [&](const v1::AgentMessage& one) {
+    Event event;
+    event.kind = Event::Kind::report;
+    event.node = node;
+    event.report = wire::from_wire(one);
+    events.push(std::move(event));
+  };
+  if (!message.has_batch()) {
+    push(message);
+    return;
+  }
+  for (const auto& inner : message.batch().messages()) push(inner);
 }
 
 // Node `node`'s session stream ended (nothing more can be read from it).

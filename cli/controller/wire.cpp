@@ -196,6 +196,7 @@ AgentReport from_wire(const v1::AgentMessage& m) {
     case v1::AgentMessage::kEvidence: return evidence_of(m.evidence());
     case v1::AgentMessage::kHeartbeat:
     case v1::AgentMessage::kGoodbye:
+    case v1::AgentMessage::kBatch:   // unpacked by push_report; one inside another is only a sign of life
     case v1::AgentMessage::BODY_NOT_SET: break;
   }
   return AgentAlive{};

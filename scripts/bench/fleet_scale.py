@@ -7,6 +7,8 @@ Cases (each a fresh launcher and simulator):
              received, all exits sent, all sessions ended = job end), from the first dial; the launcher's CPU
              (user+sys, from wait4) and peak RSS; CPU per agent
   plain N    the same over plaintext (--insecure on both sides): the difference is what TLS costs
+  plain-unbatched N  plain, with every agent message in a write of its own (dtrain-fleet-sim --no-batch): what
+             the agents' batching (agent/message_batch.h) is worth
   lost N     one agent goes silent 2 s after its StartGroup: how long the launcher takes to give it up
              (health.node_timeout_s 5), and the job's end (it fails: a node was lost, no restarts)
   cut N      one agent cuts its session 2 s after its StartGroup: the launcher hears of it from the connection at
@@ -74,7 +76,7 @@ def run_case(dtrain, sim, kind, n, workers, run_ms, timeout_s=SIM_TIMEOUT_S, nod
     secret = os.path.join(work, "secret")
     subprocess.run([dtrain, "secret", "init", "--dir", secret], check=True, stdout=subprocess.DEVNULL)
     env = dict(os.environ, DTRAIN_SECRET_DIR=secret)
-    insecure = ["--insecure"] if kind == "plain" else []
+    insecure = ["--insecure"] if kind in ("plain", "plain-unbatched") else []
     t0 = time.monotonic()
     launcher = subprocess.Popen([dtrain, "launch"] + insecure + [spec], stdout=subprocess.DEVNULL,
                                 stderr=open(os.path.join(work, "launcher.err"), "w"), env=env)
@@ -85,6 +87,8 @@ def run_case(dtrain, sim, kind, n, workers, run_ms, timeout_s=SIM_TIMEOUT_S, nod
                  "--drop-after-ms", "2000"]
     if kind == "stall":
         args += ["--stall-agent", str(n // 2)]
+    if kind == "plain-unbatched":
+        args += ["--no-batch"]
     sim_run = subprocess.run(args, stdout=subprocess.PIPE, text=True, env=env)
     out = sim_run.stdout
     status, usage = wait_launcher(launcher)
@@ -93,7 +97,7 @@ def run_case(dtrain, sim, kind, n, workers, run_ms, timeout_s=SIM_TIMEOUT_S, nod
     report.update(sim_code=sim_run.returncode, node_timeout_s=node_timeout_s, kind=kind, n=n, ranks=n * workers, code=os.waitstatus_to_exitcode(status), launcher_wall_s=wall,
                   launcher_cpu_s=usage.ru_utime + usage.ru_stime, launcher_rss_mib=usage.ru_maxrss / 1024.0)
     report["launcher_err"] = open(os.path.join(work, "launcher.err")).read()[-3000:]
-    if report["code"] != 0 and kind in ("scale", "plain"):
+    if report["code"] != 0 and kind in ("scale", "plain", "plain-unbatched"):
         sys.stderr.write(report["launcher_err"])
     shutil.rmtree(work, ignore_errors=True)
     return report

@@ -69,7 +69,7 @@ int usage() {
                "usage: dtrain-fleet-sim --launcher HOST:PORT --agents N [--secret-dir D | --insecure] [--cpus C]\n"
                "       [--run-ms MS] [--exit-code C] [--fail-rank R --fail-code C]\n"
                "       [--drop K --drop-mode cut|silent --drop-after-ms MS] [--stall-agent I]\n"
-               "       [--launcher-pid PID] [--timeout-s S]\n");
+               "       [--launcher-pid PID] [--timeout-s S] [--no-batch]\n");
   return 2;
 }
 
@@ -78,6 +78,10 @@ bool parse(int argc, char** argv, Options& o) {
     const std::string flag = argv[i];
     if (flag == "--insecure") {
       o.insecure = true;
+      continue;
+    }
+    if (flag == "--no-batch") {
+      o.agent.batch = false;
       continue;
     }
     if (i + 1 >= argc) return false;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <csignal>
 
+#include "agent/message_batch.h"
 #include "common/util.h"
 #include "common/version.h"
 
@@ -88,7 +89,14 @@ void SimAgent::send(v1::AgentMessage message) {
 void SimAgent::write_next() {
   if (writing_ || ended_ || outbox_.empty()) return;
   writing_ = true;
-  StartWrite(&outbox_.front());
+  // As an agent's Outbox does: what waits goes in one write (a group's WorkerStarted, its exits and GroupDone).
+  if (options_.batch) {
+    writing_message_ = agent::take_batch(outbox_);
+  } else {
+    writing_message_ = std::move(outbox_.front());
+    outbox_.pop_front();
+  }
+  StartWrite(&writing_message_);
 }
 
 bool SimAgent::release_if_idle() {
@@ -102,7 +110,6 @@ void SimAgent::OnWriteDone(bool ok) {
   {
     std::lock_guard lock(mutex_);
     writing_ = false;
-    outbox_.pop_front();
     if (!ok) ended_ = true;
     cancel = cancel_after_write_ && outbox_.empty();
     write_next();
@@ -189,7 +196,7 @@ void SimAgent::handle(const v1::LauncherMessage& message, Clock::time_point now)
         std::lock_guard lock(mutex_);
         times_.goodbye = true;
         cancel_after_write_ = true;
-        written = outbox_.empty();
+        written = outbox_.empty() && !writing_;
       }
       if (written) context_.TryCancel();
       return;

@@ -49,6 +49,7 @@ struct AgentOptions {
   Drop drop = Drop::none;              // what happens drop_after after StartGroup
   std::chrono::milliseconds drop_after{0};
   bool stall = false;                  // stop reading after Configure
+  bool batch = true;                   // send what waits in one write, as an agent does (false: one by one)
 };
 
 // What the agent saw, on the simulator's clock (nullopt: never happened).
@@ -108,6 +109,7 @@ class SimAgent final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::Laun
 
   mutable std::mutex mutex_;
   std::deque<v1::AgentMessage> outbox_;
+  v1::AgentMessage writing_message_;   // the write in flight, taken from outbox_
   bool writing_ = false;
   bool ended_ = false;          // the read side ended: no more writes start
   bool held_ = true;            // the hold that keeps OnDone away while writes may still start

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <thread>
 
+#include "agent/message_batch.h"
 #include "agent/outbox.h"
 
 using namespace dtrain;
@@ -106,4 +107,56 @@ TEST_CASE("consecutive log lines are merged into one message; a quiet session se
   CHECK(log_lines == 5);
   CHECK(log_messages < 5);
   CHECK(heartbeats >= 2);
+}
+
+TEST_CASE("what waits behind a write goes in one batch, in order; log lines stay out of batches") {
+  StalledStream stream;
+  {
+    agent::Outbox outbox(stream, std::chrono::hours(1));
+    // The first message's write blocks (the writer took it alone); the rest pile up behind it.
+    v1::AgentMessage first;
+    first.mutable_worker_started()->set_rank(0);
+    outbox.push(first);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (std::uint32_t rank = 1; rank <= 3; ++rank) {
+      v1::AgentMessage started;
+      started.mutable_worker_started()->set_rank(rank);
+      outbox.push(std::move(started));
+    }
+    outbox.push(lines(1, 2, 10));
+    v1::AgentMessage done;
+    done.mutable_group_done()->set_round(0);
+    outbox.push(std::move(done));
+    stream.release();
+    outbox.flush(std::chrono::seconds(10));
+  }
+  REQUIRE(stream.written.size() == 4);
+  CHECK(stream.written[0].worker_started().rank() == 0);
+  REQUIRE(stream.written[1].has_batch());
+  const auto& batch = stream.written[1].batch().messages();
+  REQUIRE(batch.size() == 3);
+  for (int i = 0; i < 3; ++i) CHECK(batch[i].worker_started().rank() == static_cast<std::uint32_t>(i + 1));
+  CHECK(stream.written[2].log_lines().lines_size() == 2);
+  CHECK(stream.written[3].has_group_done());   // alone: nothing waited behind it
+}
+
+TEST_CASE("a batch holds at most kMaxBatchMessages messages and about kMaxBatchBytes") {
+  std::deque<v1::AgentMessage> queue;
+  for (std::size_t i = 0; i < agent::kMaxBatchMessages + 10; ++i) {
+    v1::AgentMessage m;
+    m.mutable_worker_started()->set_rank(static_cast<std::uint32_t>(i));
+    queue.push_back(std::move(m));
+  }
+  CHECK(agent::take_batch(queue).batch().messages_size() == static_cast<int>(agent::kMaxBatchMessages));
+  CHECK(agent::take_batch(queue).batch().messages_size() == 10);
+  // Three messages of 600 KiB: two fit under the byte bound's reach (the second crosses it), the third waits.
+  for (int i = 0; i < 3; ++i) {
+    v1::AgentMessage m;
+    m.mutable_worker_exited()->add_stderr_tail(std::string(600 << 10, 'e'));
+    queue.push_back(std::move(m));
+  }
+  CHECK(agent::take_batch(queue).batch().messages_size() == 2);
+  const auto last = agent::take_batch(queue);
+  CHECK(last.has_worker_exited());
+  CHECK(queue.empty());
 }

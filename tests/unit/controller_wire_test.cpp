@@ -2,6 +2,7 @@
 // the domain value with the same values (a field the conversion forgot would stay at its default).
 #include <doctest/doctest.h>
 
+#include "cli/controller/session_reader.h"
 #include "cli/controller/wire.h"
 
 namespace wire = dtrain::controller::wire;
@@ -238,4 +239,32 @@ TEST_CASE("WorkerHealth and WorkerSample arrive with every field") {
   CHECK(std::get<WorkerSample>(wire::from_wire(sample_message)).state == '?');
   s->clear_state();
   CHECK(std::get<WorkerSample>(wire::from_wire(sample_message)).state == '?');
+}
+
+TEST_CASE("a Batch read from a session is one event per message, in order; a batch inside it is only a sign of life") {
+  v1::AgentMessage message;
+  auto& inner = *message.mutable_batch()->mutable_messages();
+  for (std::uint32_t rank = 0; rank < 3; ++rank) {
+    auto* started = inner.Add()->mutable_worker_started();
+    started->set_round(1);
+    started->set_rank(rank);
+    started->set_pid(100 + rank);
+  }
+  inner.Add()->mutable_batch()->add_messages()->mutable_group_done()->set_round(1);
+  inner.Add()->mutable_group_done()->set_round(1);
+  EventQueue events;
+  push_report(events, 7, message);
+  std::vector<AgentReport> reports;
+  while (auto event = events.pop(std::chrono::steady_clock::now())) {
+    CHECK(event->node == 7);
+    reports.push_back(event->report);
+  }
+  REQUIRE(reports.size() == 5);
+  for (std::uint32_t rank = 0; rank < 3; ++rank) {
+    REQUIRE(std::holds_alternative<WorkerStarted>(reports[rank]));
+    CHECK(std::get<WorkerStarted>(reports[rank]).rank == rank);
+    CHECK(std::get<WorkerStarted>(reports[rank]).pid == 100 + rank);
+  }
+  CHECK(std::holds_alternative<AgentAlive>(reports[3]));
+  CHECK(std::holds_alternative<GroupDone>(reports[4]));
 }
