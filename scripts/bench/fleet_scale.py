@@ -14,7 +14,8 @@ Cases (each a fresh launcher and simulator):
   cut N      one agent cuts its session 2 s after its StartGroup: the launcher hears of it from the connection at
              once; the job's end (it fails)
   stall N    one agent stops reading its stream after Configure while the launcher has a large StartGroup for it
-             (env padded to 32 KiB per worker): the longest launcher silence any other agent saw, and whether any
+             (env padded with one 256 KiB variable, which every worker shares: StartGroup.common_env carries it
+             once, so each StartGroup is 256 KiB): the longest launcher silence any other agent saw, and whether any
              other agent's lease (node_timeout_s 3) ran out
 
     scripts/bench/fleet_scale.sh [--cases scale:256,scale:1024,scale:4096,plain:4096,lost:4096,stall:1024]
@@ -72,7 +73,7 @@ def run_case(dtrain, sim, kind, n, workers, run_ms, timeout_s=SIM_TIMEOUT_S, nod
     spec = os.path.join(work, "job.yaml")
     with open(spec, "w") as f:
         f.write(spec_text(n, workers, port, os.path.join(work, "logs"), node_timeout_s,
-                          32 * 1024 if kind == "stall" else 0))
+                          256 * 1024 if kind == "stall" else 0))
     secret = os.path.join(work, "secret")
     subprocess.run([dtrain, "secret", "init", "--dir", secret], check=True, stdout=subprocess.DEVNULL)
     env = dict(os.environ, DTRAIN_SECRET_DIR=secret)
