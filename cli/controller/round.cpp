@@ -121,9 +121,14 @@ void Round::start_groups() {
                                            .stream_stderr = w.stream_stderr, .error_file = relative(w.error_file)});
     workers_[w.rank] = Worker{};
   }
+  // Writing thousands of StartGroups holds the event loop a while (gRPC serialises, encrypts and writes each on this
+  // thread): every kStartsBetweenEvents groups, what arrived meanwhile is applied and heartbeats go out.
   for (std::size_t r = 0; r < setup_.nodes.size(); ++r) {
     move(setup_.nodes[r], GroupEvent::start);
     fleet_.send(setup_.nodes[r], std::move(starts[r]));
+    if ((r + 1) % kStartsBetweenEvents == 0 && r + 1 < setup_.nodes.size()) {
+      fleet_.pump_until([] { return false; }, fleet_.now());
+    }
   }
 }
 

@@ -66,6 +66,10 @@ class Round {
  public:
   enum class Outcome { success, worker_failed, node_failed, interrupted };
 
+  // StartGroups written between two turns of the event pump while a round starts: 64 ordinary ones take a few
+  // milliseconds, 64 of 256 KiB some tens.
+  static constexpr std::size_t kStartsBetweenEvents = 64;
+
   Round(RoundSetup setup, RoundFleet& fleet, Interrupts& interrupts, Console& console);
 
   // Runs the attempt to its outcome; every group is stopped unless it succeeded (or was interrupted before any

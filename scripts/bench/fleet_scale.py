@@ -14,8 +14,8 @@ Cases (each a fresh launcher and simulator):
   cut N      one agent cuts its session 2 s after its StartGroup: the launcher hears of it from the connection at
              once; the job's end (it fails)
   stall N    one agent stops reading its stream after Configure while the launcher has a large StartGroup for it
-             (env padded with one 256 KiB variable, which every worker shares: StartGroup.common_env carries it
-             once, so each StartGroup is 256 KiB): the longest launcher silence any other agent saw, and whether any
+             (each worker's command padded with a 32 KiB argument: each StartGroup is 256 KiB): the longest
+             launcher silence any other agent saw, and whether any
              other agent's lease (node_timeout_s 3) ran out
 
     scripts/bench/fleet_scale.sh [--cases scale:256,scale:1024,scale:4096,plain:4096,lost:4096,stall:1024]
@@ -45,10 +45,12 @@ def free_port():
 
 
 def spec_text(n, workers, port, logs, node_timeout_s, pad):
-    env = "env: {PAD: '%s'}\n" % ("x" * pad) if pad else ""
+    # The padding is an argument: each worker's argv goes in the StartGroup whole, where a variable every worker
+    # shares would go once (StartGroup.common_env).
+    command = "[/bin/true, '%s']" % ("x" * pad) if pad else "[/bin/true]"
     return ("name: fleet\nnodes: {provider: join, count: %d, rendezvous: '127.0.0.1:%d', join_timeout_s: 120}\n"
-            "workers_per_node: %d\ncommand: [/bin/true]\nbinding: none\nhealth: {node_timeout_s: %d}\n"
-            "stop: {grace_s: 1}\nlogs: {dir: %s, console: none}\n%s" % (n, port, workers, node_timeout_s, logs, env))
+            "workers_per_node: %d\ncommand: %s\nbinding: none\nhealth: {node_timeout_s: %d}\n"
+            "stop: {grace_s: 1}\nlogs: {dir: %s, console: none}\n" % (n, port, workers, command, node_timeout_s, logs))
 
 
 def wait_launcher(launcher):
@@ -73,7 +75,7 @@ def run_case(dtrain, sim, kind, n, workers, run_ms, timeout_s=SIM_TIMEOUT_S, nod
     spec = os.path.join(work, "job.yaml")
     with open(spec, "w") as f:
         f.write(spec_text(n, workers, port, os.path.join(work, "logs"), node_timeout_s,
-                          256 * 1024 if kind == "stall" else 0))
+                          32 * 1024 if kind == "stall" else 0))
     secret = os.path.join(work, "secret")
     subprocess.run([dtrain, "secret", "init", "--dir", secret], check=True, stdout=subprocess.DEVNULL)
     env = dict(os.environ, DTRAIN_SECRET_DIR=secret)

@@ -117,14 +117,21 @@ struct Scenario {
   ScriptedFleet fleet;
   Round round;
 
-  explicit Scenario(std::uint32_t number = 0, const std::string& more_yaml = "")
-      : spec(dtrain::spec::load_spec_string(
-            "name: job\nnodes: {count: 2}\nworkers_per_node: 2\ncommand: [train]\nstop: {grace_s: 2}\n" + more_yaml,
-            "job.yaml", {})),
-        round(RoundSetup{&spec, &timeouts, "job-1", dir.path, number, {0, 1}}, fleet, interrupts, console) {
+  // `nodes`: the round's node count (ids 0, 1, ...).
+  explicit Scenario(std::uint32_t number = 0, const std::string& more_yaml = "", int nodes = 2)
+      : spec(dtrain::spec::load_spec_string("name: job\nnodes: {count: " + std::to_string(nodes) +
+                                                "}\nworkers_per_node: 2\ncommand: [train]\nstop: {grace_s: 2}\n" +
+                                                more_yaml,
+                                            "job.yaml", {})),
+        round(RoundSetup{&spec, &timeouts, "job-1", dir.path, number, ids(nodes)}, fleet, interrupts, console) {
     fleet.round = &round;
     fleet.interrupts = &interrupts;
-    fleet.infos = {node_info(0), node_info(1)};
+    for (int i = 0; i < nodes; ++i) fleet.infos.push_back(node_info(i));
+  }
+  static std::vector<int> ids(int nodes) {
+    std::vector<int> out(static_cast<std::size_t>(nodes));
+    for (int i = 0; i < nodes; ++i) out[static_cast<std::size_t>(i)] = i;
+    return out;
   }
   ~Scenario() { std::fclose(console_file); }
 
@@ -174,6 +181,25 @@ TEST_CASE("round: every worker exits 0 on every node -> success, and no StopGrou
   CHECK(s.fleet.sent_to<StopGroup>().empty());
   CHECK(s.round.group(0) == GroupState::done);
   CHECK(s.round.group(1) == GroupState::done);
+}
+
+TEST_CASE("round: while thousands of StartGroups go out, what arrives meanwhile is applied between them") {
+  const int nodes = 2 * static_cast<int>(Round::kStartsBetweenEvents) + 2;
+  Scenario s(0, "", nodes);
+  s.answer_prepare_and_start();
+  bool first_done_before_last_start = false;
+  s.fleet.on_send = [&, answer = s.fleet.on_send](int node, const Command& command) {
+    answer(node, command);
+    if (const auto* start = std::get_if<StartGroup>(&command)) {
+      for (const auto& w : start->workers) s.report(node, exited(0, w.rank, 0));
+      s.report(node, GroupDone{0});
+      // Node 0's group ended (its reports were applied) before the last node's StartGroup was even written.
+      if (node == nodes - 1) first_done_before_last_start = s.round.group(0) == GroupState::done;
+    }
+  };
+  CHECK(s.round.run() == Round::Outcome::success);
+  CHECK(first_done_before_last_start);
+  CHECK(s.fleet.sent_to<StartGroup>().size() == static_cast<std::size_t>(nodes));
 }
 
 TEST_CASE("round: a worker exits 3 -> worker_failed with it as root cause; every group is stopped") {
