@@ -121,17 +121,28 @@ int main(int argc, char** argv) {
   spec->set_error_file(error_file);
   stream->Write(out);
 
-  while (stream->Read(&message)) {
-    if (message.has_worker_started()) {
-      std::printf("started rank %u\n", message.worker_started().rank());
-    } else if (message.has_worker_exited()) {
-      const auto& x = message.worker_exited();
+  // Prints what one message says; true once the probe has its answer (the worker exited, or the agent refused).
+  const auto report = [](const dtrain::v1::AgentMessage& m) {
+    if (m.has_worker_started()) {
+      std::printf("started rank %u\n", m.worker_started().rank());
+    } else if (m.has_worker_exited()) {
+      const auto& x = m.worker_exited();
       std::printf("exited rank %u code %d error_file_json %s\n", x.rank(), x.exit_code(),
                   escaped(x.error_file_json()).c_str());
-      break;
-    } else if (message.has_error()) {
-      std::printf("agent error: %s\n", escaped(message.error().message()).c_str());
-      break;
+      return true;
+    } else if (m.has_error()) {
+      std::printf("agent error: %s\n", escaped(m.error().message()).c_str());
+      return true;
+    }
+    return false;
+  };
+  bool answered = false;
+  while (!answered && stream->Read(&message)) {
+    // What the agent had waiting comes as one Batch (agent/message_batch.h).
+    if (message.has_batch()) {
+      for (const auto& inner : message.batch().messages()) answered = answered || report(inner);
+    } else {
+      answered = report(message);
     }
     std::fflush(stdout);
   }
