@@ -27,6 +27,7 @@ std::shared_ptr<AgentConnection> AgentConnection::make(int node, std::string add
 
 AgentConnection::~AgentConnection() {
   if (stream_ && !finished_) context_.TryCancel();
+  stop_writer(std::chrono::steady_clock::now());
   if (reader_.joinable()) reader_.join();
 }
 
@@ -68,21 +69,66 @@ Status AgentConnection::open(std::chrono::milliseconds timeout) {
     return {StatusCode::unavailable, "cannot open a session with the agent at " + address_};
   }
   reader_ = std::thread([this] { pump_session(*stream_, node_, events_, [this] { received_any_ = true; }); });
+  writer_ = std::thread([this] { write_loop(); });
   return {};
 }
 
-bool AgentConnection::send(const Command& command) {
-  if (!stream_ || finished_ || writes_done_) return false;
-  // A Write blocks while the agent does not read (HTTP/2 flow control); an agent that stalls that long is lost.
-  DeadlineGuard guard(kStallTimeout, [this] { context_.TryCancel(); });
-  return stream_->Write(wire::to_wire(command));
+bool AgentConnection::queue(v1::LauncherMessage message, bool last) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!stream_ || finished_ || writes_done_ || broken_ || why_cancelled_) return false;
+    writes_done_ = last;
+    const auto push = writes_.push({std::move(message), last}, std::chrono::steady_clock::now());
+    if (push == SessionWriteQueue<Outgoing>::Push::start_write) wake_.notify_one();
+    if (push == SessionWriteQueue<Outgoing>::Push::start_write || push == SessionWriteQueue<Outgoing>::Push::queued) {
+      return true;
+    }
+    why_cancelled_ = writes_.refusal(push);
+  }
+  context_.TryCancel();
+  return false;
 }
 
-bool AgentConnection::send_last(const Command& command) {
-  if (!stream_ || finished_ || writes_done_) return false;
-  writes_done_ = true;
-  DeadlineGuard guard(kStallTimeout, [this] { context_.TryCancel(); });
-  return stream_->Write(wire::to_wire(command), grpc::WriteOptions().set_last_message());
+bool AgentConnection::send(const Command& command) { return queue(wire::to_wire(command), false); }
+
+bool AgentConnection::send_last(const Command& command) { return queue(wire::to_wire(command), true); }
+
+void AgentConnection::write_loop() {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    wake_.wait(lock, [this] { return closing_ || writes_.writing(); });
+    if (!writes_.writing()) return;
+    Outgoing& next = writes_.front();
+    lock.unlock();
+    bool ok;
+    {
+      // A Write blocks while the agent does not read (HTTP/2 flow control); an agent that stalls that long is lost.
+      DeadlineGuard guard(kStallTimeout, [this] { context_.TryCancel(); });
+      ok = next.last ? stream_->Write(next.message, grpc::WriteOptions().set_last_message())
+                     : stream_->Write(next.message);
+    }
+    lock.lock();
+    if (!ok) {
+      broken_ = true;
+      writes_.drop_waiting();
+    }
+    writes_.written();
+    drained_.notify_all();
+  }
+}
+
+void AgentConnection::stop_writer(std::chrono::steady_clock::time_point deadline) {
+  if (!writer_.joinable()) return;
+  bool drained;
+  {
+    std::unique_lock lock(mutex_);
+    closing_ = true;
+    wake_.notify_one();
+    drained = drained_.wait_until(lock, deadline, [this] { return !writes_.writing(); });
+  }
+  // The write in flight is to an agent that does not read: cancelling ends it.
+  if (!drained) context_.TryCancel();
+  writer_.join();
 }
 
 Status AgentConnection::finish() {
@@ -92,12 +138,22 @@ Status AgentConnection::finish() {
     // The agent may never complete the call (it stopped, or the network to it went silent): cancel instead of
     // waiting, so that a broken session can never keep the launcher from exiting.
     DeadlineGuard guard(kFinishTimeout, [this] { context_.TryCancel(); });
-    if (!writes_done_) stream_->WritesDone();
-    writes_done_ = true;
+    stop_writer(std::chrono::steady_clock::now() + kFinishTimeout);
+    bool half_close;
+    {
+      std::lock_guard lock(mutex_);
+      half_close = !writes_done_;
+      writes_done_ = true;
+    }
+    if (half_close) stream_->WritesDone();
     if (reader_.joinable()) reader_.join();
     status = stream_->Finish();
   }
   finished_ = true;
+  if (why_cancelled_) {
+    status_ = Status(StatusCode::unavailable, *why_cancelled_);
+    return status_;
+  }
   if (!status.ok()) {
     // Before the first message a failure is about reaching the agent (TLS, token); after it, the connection broke.
     bool connecting = !received_any_ || status.error_code() == grpc::StatusCode::UNAUTHENTICATED;

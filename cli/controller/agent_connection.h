@@ -1,12 +1,17 @@
 #pragma once
 
 // The launcher's end of one agent session when the launcher dials (provider local and static). A reader thread
-// turns every AgentMessage into an Event; the controller thread is the only writer.
+// turns every AgentMessage into an Event; a writer thread writes what the controller sends, in order, from a
+// SessionWriteQueue, so that an agent that stops reading never holds the controller's loop: it is given up once a
+// message waited kStallTimeout or kMaxQueuedMessages wait, as a joined agent is (join_server.h).
 
-#include <chrono>
-#include <memory>
-#include <string>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
@@ -14,6 +19,7 @@
 #include "cli/controller/event_queue.h"
 #include "cli/controller/launcher_credentials.h"
 #include "cli/controller/node_session.h"
+#include "cli/controller/session_write_queue.h"
 #include "common/transport.h"
 #include "dtrain/v1/session.grpc.pb.h"
 
@@ -27,6 +33,8 @@ class AgentConnection final : public NodeSession {
   static constexpr std::chrono::milliseconds kStallTimeout{10000};
   // While dialing, how often open() looks at why the channel is not connected yet.
   static constexpr std::chrono::milliseconds kConnectPoll{250};
+  // Messages that may wait for an agent that does not read (the launcher sends a few per round and heartbeat).
+  static constexpr std::size_t kMaxQueuedMessages = 1024;
 
   // `credentials`: TLS + token for a remote agent, or insecure ones on loopback / with --insecure.
   AgentConnection(int node, std::string address, EventQueue& events,
@@ -42,13 +50,15 @@ class AgentConnection final : public NodeSession {
   // Dials and opens the session: unavailable when the agent cannot be reached before `timeout`, unauthenticated
   // when it refuses this launcher (another cluster's CA, a wrong token).
   Status open(std::chrono::milliseconds timeout);
-  // False when the stream is broken.
+  // Queues `command` and returns at once. False when the stream is broken, or when the agent has not read for
+  // kStallTimeout or kMaxQueuedMessages wait (the session is then cancelled and finish() says why).
   bool send(const Command& command) override;
   // Sends `message` as the last one of the session and half-closes: the agent's server can complete the call as
   // soon as it has answered, instead of waiting for the launcher to hang up.
   bool send_last(const Command& command) override;
-  // After a session_closed event (or to end the session): half-closes, waits for the reader, returns how the
-  // session ended. Bounded: after kFinishTimeout the call is cancelled. Safe to call more than once.
+  // After a session_closed event (or to end the session): lets the writer finish what is queued, half-closes,
+  // waits for the reader, returns how the session ended. Bounded: after kFinishTimeout the call is cancelled. Safe
+  // to call more than once.
   Status finish() override;
   // Ends the session from this side at once (a stuck agent); finish() then returns promptly.
   void cancel() override { context_.TryCancel(); }
@@ -57,6 +67,15 @@ class AgentConnection final : public NodeSession {
   bool open() const override { return stream_ != nullptr && !finished_; }
 
  private:
+  struct Outgoing {
+    v1::LauncherMessage message;
+    bool last = false;   // half-close after it (send_last)
+  };
+  bool queue(v1::LauncherMessage message, bool last);
+  void write_loop();
+  // Stops the writer once what is queued was written, or at `deadline` (then the call is cancelled).
+  void stop_writer(std::chrono::steady_clock::time_point deadline);
+
   int node_;
   std::string address_;
   EventQueue& events_;
@@ -67,8 +86,16 @@ class AgentConnection final : public NodeSession {
   grpc::ClientContext context_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::LauncherMessage, v1::AgentMessage>> stream_;
   std::thread reader_;
+  std::thread writer_;
+  std::mutex mutex_;                    // guards what follows, up to status_
+  std::condition_variable wake_;        // the writer: something to write, or stop
+  std::condition_variable drained_;     // finish(): the writer has nothing in flight
+  SessionWriteQueue<Outgoing> writes_{kMaxQueuedMessages, kStallTimeout};
+  bool broken_ = false;                 // a write failed: nothing more can be written
+  bool closing_ = false;                // the writer stops once the queue is empty
+  std::optional<std::string> why_cancelled_;   // the agent did not read: the session was cancelled for this
   bool finished_ = false;
-  bool writes_done_ = false;
+  bool writes_done_ = false;            // send_last or finish: no more sends
   Transport transport_;   // for error explanations: which transport this side used
   std::atomic<bool> received_any_{false};   // the agent sent at least one message
   Status status_;

@@ -41,18 +41,12 @@ bool JoinedSession::send(const Command& command) {
   {
     std::lock_guard lock(mutex_);
     if (finished_ || broken_ || why_cancelled_) return false;
-    switch (writes_.push(std::move(message), SessionWriteQueue<v1::LauncherMessage>::Clock::now())) {
+    const auto push = writes_.push(std::move(message), SessionWriteQueue<v1::LauncherMessage>::Clock::now());
+    switch (push) {
       case SessionWriteQueue<v1::LauncherMessage>::Push::start_write: to_write = &writes_.front(); break;
       case SessionWriteQueue<v1::LauncherMessage>::Push::queued: return true;
       case SessionWriteQueue<v1::LauncherMessage>::Push::full:
-        why_cancelled_ = "its agent did not read its stream: " + std::to_string(kMaxQueuedMessages) +
-                         " messages waited for it (is the agent process stopped, or its host overloaded?)";
-        break;
-      case SessionWriteQueue<v1::LauncherMessage>::Push::stalled:
-        why_cancelled_ = "its agent did not read its stream for " +
-                         std::to_string(AgentConnection::kStallTimeout.count()) +
-                         " ms (is the agent process stopped, or its host overloaded?)";
-        break;
+      case SessionWriteQueue<v1::LauncherMessage>::Push::stalled: why_cancelled_ = writes_.refusal(push); break;
     }
   }
   if (!to_write) {

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstddef>
 #include <deque>
+#include <string>
 #include <utility>
 
 namespace dtrain::controller {
@@ -53,6 +54,16 @@ class SessionWriteQueue {
   // Drops every message not yet handed to the transport (the session is ending); the one in flight stays.
   void drop_waiting() {
     if (queue_.size() > 1) queue_.erase(queue_.begin() + 1, queue_.end());
+  }
+
+  // Why a session is given up after push() refused with `push` (full or stalled), for the node-lost message.
+  std::string refusal(Push push) const {
+    if (push == Push::full) {
+      return "its agent did not read its stream: " + std::to_string(max_messages_) +
+             " messages waited for it (is the agent process stopped, or its host overloaded?)";
+    }
+    return "its agent did not read its stream for " + std::to_string(stall_timeout_.count()) +
+           " ms (is the agent process stopped, or its host overloaded?)";
   }
 
   bool writing() const { return writing_; }
