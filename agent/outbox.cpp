@@ -1,7 +1,6 @@
 #include "agent/outbox.h"
 
 #include "agent/message_batch.h"
-
 #include "common/deadline_guard.h"
 #include "common/stop_thread.h"
 #include "common/util.h"
