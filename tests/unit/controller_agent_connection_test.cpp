@@ -53,20 +53,31 @@ class NeverReadingAgent final : public dtrain::v1::AgentService::Service {
   }
 };
 
-}  // namespace
-
-TEST_CASE("agent connection: finish() returns within its bound when the agent never completes the call") {
-  NeverFinishingAgent agent;
+// `agent` served on 127.0.0.1, on a free port written to `port`.
+std::unique_ptr<grpc::Server> serve(grpc::Service& agent, int& port) {
   grpc::ServerBuilder builder;
-  int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&agent);
   auto server = builder.BuildAndStart();
   REQUIRE(server);
+  return server;
+}
+
+// The launcher's plaintext session to the agent on 127.0.0.1:`port`, not yet open.
+AgentConnection plaintext_connection(int port, EventQueue& events) {
+  return AgentConnection(0, "127.0.0.1:" + std::to_string(port), events, grpc::InsecureChannelCredentials(),
+                         grpc::ChannelArguments(), dtrain::Transport::plaintext);
+}
+
+}  // namespace
+
+TEST_CASE("agent connection: finish() returns within its bound when the agent never completes the call") {
+  NeverFinishingAgent agent;
+  int port = 0;
+  auto server = serve(agent, port);
   EventQueue events;
   {
-    AgentConnection connection(0, "127.0.0.1:" + std::to_string(port), events, grpc::InsecureChannelCredentials(),
-                               grpc::ChannelArguments(), dtrain::Transport::plaintext);
+    AgentConnection connection = plaintext_connection(port, events);
     REQUIRE(connection.open(5s).ok());
     REQUIRE(events.pop(std::chrono::steady_clock::now() + 5s));  // the hello
     const auto start = std::chrono::steady_clock::now();
@@ -83,16 +94,11 @@ TEST_CASE("agent connection: finish() returns within its bound when the agent ne
 
 TEST_CASE("agent connection: sends to an agent that never reads return at once; the queue's bound gives it up") {
   NeverReadingAgent agent;
-  grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&agent);
-  auto server = builder.BuildAndStart();
-  REQUIRE(server);
+  auto server = serve(agent, port);
   EventQueue events;
   {
-    AgentConnection connection(0, "127.0.0.1:" + std::to_string(port), events, grpc::InsecureChannelCredentials(),
-                               grpc::ChannelArguments(), dtrain::Transport::plaintext);
+    AgentConnection connection = plaintext_connection(port, events);
     REQUIRE(connection.open(5s).ok());
     // 16 MiB of StartGroups: far more than flow control lets through to an agent that does not read. Each send
     // only queues; a blocking write would hold this thread until the stall timeout cut the session.
