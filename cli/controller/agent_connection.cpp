@@ -79,11 +79,12 @@ bool AgentConnection::queue(v1::LauncherMessage message, bool last) {
     if (!stream_ || finished_ || writes_done_ || broken_ || why_cancelled_) return false;
     writes_done_ = last;
     const auto push = writes_.push({std::move(message), last}, std::chrono::steady_clock::now());
-    if (push == SessionWriteQueue<Outgoing>::Push::start_write) wake_.notify_one();
-    if (push == SessionWriteQueue<Outgoing>::Push::start_write || push == SessionWriteQueue<Outgoing>::Push::queued) {
-      return true;
+    switch (push) {
+      case SessionWriteQueue<Outgoing>::Push::start_write: wake_.notify_one(); return true;
+      case SessionWriteQueue<Outgoing>::Push::queued: return true;
+      case SessionWriteQueue<Outgoing>::Push::full:
+      case SessionWriteQueue<Outgoing>::Push::stalled: why_cancelled_ = writes_.refusal(push); break;
     }
-    why_cancelled_ = writes_.refusal(push);
   }
   context_.TryCancel();
   return false;
