@@ -79,7 +79,7 @@ def run_case(dtrain, sim, kind, n, workers, run_ms, timeout_s=SIM_TIMEOUT_S, nod
     secret = os.path.join(work, "secret")
     subprocess.run([dtrain, "secret", "init", "--dir", secret], check=True, stdout=subprocess.DEVNULL)
     env = dict(os.environ, DTRAIN_SECRET_DIR=secret)
-    insecure = ["--insecure"] if kind in ("plain", "plain-unbatched") else []
+    insecure = ["--insecure"] if kind.startswith("plain") else []
     t0 = time.monotonic()
     launcher = subprocess.Popen([dtrain, "launch"] + insecure + [spec], stdout=subprocess.DEVNULL,
                                 stderr=open(os.path.join(work, "launcher.err"), "w"), env=env)
@@ -100,7 +100,7 @@ def run_case(dtrain, sim, kind, n, workers, run_ms, timeout_s=SIM_TIMEOUT_S, nod
     report.update(sim_code=sim_run.returncode, node_timeout_s=node_timeout_s, kind=kind, n=n, ranks=n * workers, code=os.waitstatus_to_exitcode(status), launcher_wall_s=wall,
                   launcher_cpu_s=usage.ru_utime + usage.ru_stime, launcher_rss_mib=usage.ru_maxrss / 1024.0)
     report["launcher_err"] = open(os.path.join(work, "launcher.err")).read()[-3000:]
-    if report["code"] != 0 and kind in ("scale", "plain", "plain-unbatched"):
+    if report["code"] != 0 and (kind == "scale" or kind.startswith("plain")):
         sys.stderr.write(report["launcher_err"])
     shutil.rmtree(work, ignore_errors=True)
     return report

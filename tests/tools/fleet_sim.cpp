@@ -170,7 +170,6 @@ std::vector<std::unique_ptr<SimAgent>> make_agents(const Options& o, const grpc:
   return agents;
 }
 
-// When each phase was first seen complete (polled), with the launcher's CPU then.
 // This process's CPU time (user + system, every thread) so far.
 double own_cpu_s() {
   rusage self{};
@@ -179,6 +178,7 @@ double own_cpu_s() {
          static_cast<double>(self.ru_utime.tv_usec + self.ru_stime.tv_usec) / 1e6;
 }
 
+// When each phase was first seen complete (polled), with each side's CPU then.
 struct Phase {
   const char* name;
   int bit;                          // SimAgent::Progress bit every counted agent must have
@@ -192,9 +192,11 @@ double ms_since(Clock::time_point t0, Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(t - t0).count();
 }
 
-void print_report(const Options& o, const std::vector<std::unique_ptr<SimAgent>>& agents,
+// `dial`: each side's CPU at the first dial (start-up, and here the agents' channels and credentials).
+void print_report(const Options& o, const std::vector<std::unique_ptr<SimAgent>>& agents, const Phase& dial,
                   const std::vector<Phase>& phases, Clock::time_point t0, long peak_rss_kib) {
-  std::printf("\"agents\": %d, \"tls\": %s", o.agents, o.insecure ? "false" : "true");
+  std::printf("{\"dial_launcher_cpu_s\": %.3f, \"dial_sim_cpu_s\": %.3f, \"agents\": %d, \"tls\": %s",
+              dial.launcher_cpu_s, dial.sim_cpu_s, o.agents, o.insecure ? "false" : "true");
   // The exact moment of each phase is the last agent's own timestamp; `_seen_` is when the poll noticed it.
   for (const auto& p : phases) {
     std::optional<Clock::time_point> last;
@@ -242,8 +244,7 @@ int run(const Options& o, const grpc::ChannelArguments& args, const std::shared_
                                {"all_exited", SimAgent::kExited, true, {}},
                                {"all_closed", SimAgent::kClosed, false, {}}};
   const auto t0 = Clock::now();
-  // Each side's CPU before the first dial (start-up, and here the agents' channels and credentials).
-  std::printf("{\"dial_launcher_cpu_s\": %.3f, \"dial_sim_cpu_s\": %.3f, ", launcher_cpu_s(o.launcher_pid), own_cpu_s());
+  const Phase dial{"dial", 0, false, t0, launcher_cpu_s(o.launcher_pid), own_cpu_s()};
   const auto deadline = t0 + std::chrono::seconds(o.timeout_s);
   for (auto& a : agents) {
     if (!a->options().stall) a->start();
@@ -281,7 +282,7 @@ int run(const Options& o, const grpc::ChannelArguments& args, const std::shared_
     return std::all_of(agents.begin(), agents.end(), [](const auto& a) { return a->closed(); });
   };
   while (!all_closed() && Clock::now() < closing) std::this_thread::sleep_for(kTick);
-  print_report(o, agents, phases, t0, peak_rss);
+  print_report(o, agents, dial, phases, t0, peak_rss);
   std::fflush(stdout);
   // A session that never closed still has gRPC callbacks to come: its agent must outlive them, so exit here.
   if (!all_closed()) std::_Exit(ended ? 0 : 1);
