@@ -4,7 +4,7 @@ A: one process trains 40 steps with --save-every 4; it is SIGKILLed right after 
    continues from the newest complete pair (removing a model file without its state file and a temporary file, and
    saying so on stderr) and the metrics file then holds steps 1..40 with losses identical to an uninterrupted run.
    A damaged newest state file, or one flipped exponent bit in the newest model file, is named on stderr and skipped
-   for the pair before it. --resume in a directory without checkpoints says it starts from step 1.
+   for the pair before it, as is a flipped bit in the newest state file's model shape. --resume in a directory without checkpoints says it starts from step 1.
 B: the same under the launcher with 2 ranks and --max-restarts 1: rank 1 is SIGKILLed, the launcher restarts the
    job (TORCHELASTIC_RESTART_COUNT=1), the trainer resumes by itself, and the 40 losses equal those of an
    uninterrupted 2-rank run."""
@@ -93,6 +93,21 @@ h.check("model_40.bin: checksum mismatch" in flipped.err and "resuming from step
 if reference:
     h.check([m["loss"] for m in h.metrics(part)] == [m["loss"] for m in reference],
             "A3: steps 37..40 repeat the same losses")
+
+# A3b: one flipped bit in the newest state file's channel count reads as another model until the checksum is
+# checked: it is damage like any other, named and skipped for step 36, not a refusal to resume (exit 2).
+with open(state_40, "r+b") as f:
+    f.seek(4 * 6)  # int32 C, after magic, version, maxT, V, L, NH
+    byte = f.read(1)[0]
+    f.seek(4 * 6)
+    f.write(bytes([byte ^ 0x10]))
+shape = h.trainer(args + ["--resume"], work)
+h.check(shape.code == 0, f"A3b: --resume with a flipped bit in the newest state file's shape exits 0 ({shape.code})")
+h.check("state_40.bin: checksum mismatch" in shape.err and "resuming from step 36" in shape.err,
+        "A3b: it names the damaged state file and resumes from step 36")
+if reference:
+    h.check([m["loss"] for m in h.metrics(part)] == [m["loss"] for m in reference],
+            "A3b: steps 37..40 repeat the same losses")
 
 # A4: --resume where there is nothing to resume says so.
 empty = os.path.join(work, "ck_empty")

@@ -135,6 +135,39 @@ TEST_CASE("reading a pair verifies both files: a flipped exponent bit in the mod
   CHECK(contains(error, "state file " + pair.state + ": checksum mismatch"));
 }
 
+TEST_CASE("the verified header checks the whole state file: a flipped bit in a shape field is damage") {
+  // An odd count over 1 MiB per array: the file is summed in several pieces, each array ending in a half word.
+  constexpr std::size_t kMany = 300'001;
+  TempDir dir{"trainer-ckpt-crc"};
+  auto m = ramp(kMany, 0.1f), v = ramp(kMany, 0.2f);
+  TrainState state;
+  state.step = 12;
+  state.config = small_gpt_config();
+  state.batch_size = 4;
+  state.seq_len = 16;
+  state.world_size = 1;
+  state.grad_accum = 1;
+  state.num_params = kMany;
+  const std::string path = dir.file("state_12.bin");
+  write_state_file(path, state, m.data(), v.data());
+  TrainState verified = read_verified_state_header(path);
+  CHECK(verified.step == 12);
+  CHECK(verified.num_params == kMany);
+  CHECK(describe_header(verified.config) == describe_header(small_gpt_config()));
+
+  // ints[6] is the channel count: the file keeps its size, and the unverified header reads another model.
+  flip_bit(path, 4 * 6, 0x10);
+  CHECK(read_state_header(path).config.channels == 8 + 16);
+  CHECK(contains(error_of([&] { read_verified_state_header(path); }), "state file " + path + ": checksum mismatch"));
+  flip_bit(path, 4 * 6, 0x10);  // repaired
+  CHECK_NOTHROW(read_verified_state_header(path));
+
+  // The last byte of v, in the last piece's half word.
+  const std::size_t last_of_v = 256 + 2 * 4 * kMany - 1;
+  flip_bit(path, last_of_v, 0x01);
+  CHECK(contains(error_of([&] { read_verified_state_header(path); }), "checksum mismatch"));
+}
+
 TEST_CASE("interrupted saves are removed: temporary files and a model file newer than every complete pair") {
   TempDir dir{"trainer-ckpt-crc"};
   save_pair(dir.path, 400);

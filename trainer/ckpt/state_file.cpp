@@ -1,5 +1,6 @@
 #include "trainer/ckpt/state_file.h"
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -121,6 +122,14 @@ RawHeader open_and_check(const std::string& path, std::ifstream& in) {
   return h;
 }
 
+// After the stored checksum was read: a short read or a sum that differs is damage.
+void check_stored_sum(const std::string& path, const std::ifstream& in, const Checksum& sum, std::uint64_t stored) {
+  if (!in) throw CheckpointError("state file " + path + ": read failed (" + std::strerror(errno) + ")");
+  if (sum.value() != stored) {
+    throw CheckpointError("state file " + path + ": checksum mismatch; the file was damaged after it was written");
+  }
+}
+
 }  // namespace
 
 void write_state_file(const std::string& path, const TrainState& state, const float* m, const float* v) {
@@ -144,6 +153,29 @@ TrainState read_state_header(const std::string& path) {
   return unpack(open_and_check(path, in));
 }
 
+TrainState read_verified_state_header(const std::string& path) {
+  std::ifstream in;
+  RawHeader header = open_and_check(path, in);
+  Checksum sum;
+  sum.add(&header, sizeof(header));
+  // m and v in pieces of whole 64-bit words, each array on its own, exactly as write_state_file summed them.
+  constexpr std::size_t kPiece = std::size_t{1} << 20;
+  std::vector<char> piece(kPiece);
+  const std::uint64_t array_bytes = header.words[3] * sizeof(float);
+  for (int array = 0; array < 2 && in; ++array) {
+    for (std::uint64_t left = array_bytes; left > 0 && in;) {
+      const auto bytes = static_cast<std::size_t>(std::min<std::uint64_t>(left, kPiece));
+      in.read(piece.data(), static_cast<std::streamsize>(bytes));
+      sum.add(piece.data(), bytes);
+      left -= bytes;
+    }
+  }
+  std::uint64_t stored = 0;
+  in.read(reinterpret_cast<char*>(&stored), sizeof(stored));
+  check_stored_sum(path, in, sum, stored);
+  return unpack(header);
+}
+
 TrainState read_state_file(const std::string& path, float* m, float* v, std::size_t num_params) {
   std::ifstream in;
   RawHeader header = open_and_check(path, in);
@@ -157,14 +189,11 @@ TrainState read_state_file(const std::string& path, float* m, float* v, std::siz
   in.read(reinterpret_cast<char*>(m), static_cast<std::streamsize>(bytes));
   in.read(reinterpret_cast<char*>(v), static_cast<std::streamsize>(bytes));
   in.read(reinterpret_cast<char*>(&stored), sizeof(stored));
-  if (!in) throw CheckpointError("state file " + path + ": read failed (" + std::strerror(errno) + ")");
   Checksum sum;
   sum.add(&header, sizeof(header));
   sum.add(m, bytes);
   sum.add(v, bytes);
-  if (sum.value() != stored) {
-    throw CheckpointError("state file " + path + ": checksum mismatch; the file was damaged after it was written");
-  }
+  check_stored_sum(path, in, sum, stored);
   return state;
 }
 

@@ -61,6 +61,12 @@ void write_state_file(const std::string& path, const TrainState& state, const fl
 // not match num_params.
 TrainState read_state_header(const std::string& path);
 
+// The state without the moments, after verifying the whole file's checksum (the moments are read in 1 MiB pieces
+// and dropped). Throws CheckpointError as read_state_file does. A refusal that rests on the header's fields (a
+// checkpoint of another model shape or batch) checks this first: a flipped bit in those fields is damage, not
+// another run's file.
+TrainState read_verified_state_header(const std::string& path);
+
 // Reads m and v (state.num_params floats each, state as read_state_header returned it) and verifies the checksum.
 // Throws CheckpointError on a mismatch (the file was damaged after it was written).
 TrainState read_state_file(const std::string& path, float* m, float* v, std::size_t num_params);

@@ -64,6 +64,22 @@ void say_precision(const TrainState& state, kernels::Dtype precision) {
   }
 }
 
+// Why a checkpoint with this header cannot continue this run (another model shape or global batch); "" when it can.
+std::string run_mismatch(const std::string& path, const TrainState& found, const TrainState& shape) {
+  if (!same_shape(found.config, shape.config)) {
+    return "checkpoint " + path + " is of a model " + describe_header(found.config) + ", this run builds " +
+           describe_header(shape.config) + "; resume with the same model flags or use another --checkpoint-dir";
+  }
+  if (global_batch_tokens(found) != global_batch_tokens(shape)) {
+    return "checkpoint " + path + " was written by a run with a global batch of " +
+           std::to_string(global_batch_tokens(found)) + " tokens (batch " + std::to_string(found.batch_size) +
+           " x seq " + std::to_string(found.seq_len) + " x world " + std::to_string(found.world_size) + " x accum " +
+           std::to_string(found.grad_accum) + "), this run has " + std::to_string(global_batch_tokens(shape)) +
+           "; pick --batch-size/--grad-accum so that the product matches, or use another --checkpoint-dir";
+  }
+  return "";
+}
+
 }  // namespace
 
 void share_start_point(Communicator& comm, StartPoint& start) {
@@ -107,19 +123,11 @@ std::optional<StartPoint> load_newest_checkpoint(const std::string& dir, const T
   for (const CheckpointPair& pair : pairs) {
     try {
       TrainState found = read_state_header(pair.state);
-      if (!same_shape(found.config, shape.config)) {
-        throw std::invalid_argument("checkpoint " + pair.state + " is of a model " + describe_header(found.config) +
-                                    ", this run builds " + describe_header(shape.config) +
-                                    "; resume with the same model flags or use another --checkpoint-dir");
-      }
-      if (global_batch_tokens(found) != global_batch_tokens(shape)) {
-        throw std::invalid_argument(
-            "checkpoint " + pair.state + " was written by a run with a global batch of " +
-            std::to_string(global_batch_tokens(found)) + " tokens (batch " + std::to_string(found.batch_size) +
-            " x seq " + std::to_string(found.seq_len) + " x world " + std::to_string(found.world_size) +
-            " x accum " + std::to_string(found.grad_accum) + "), this run has " +
-            std::to_string(global_batch_tokens(shape)) +
-            "; pick --batch-size/--grad-accum so that the product matches, or use another --checkpoint-dir");
+      if (std::string why = run_mismatch(pair.state, found, shape); !why.empty()) {
+        // Only a file whose checksum holds is another run's: a flipped bit in a shape field is damage, skipped for
+        // the pair before it like any other.
+        read_verified_state_header(pair.state);
+        throw std::invalid_argument(why);
       }
       // Into scratch buffers first: a pair that fails half-way must leave the model and optimizer untouched.
       std::vector<float> ordered(n), m(n), v(n);

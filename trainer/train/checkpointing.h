@@ -48,7 +48,8 @@ std::uint64_t global_batch_tokens(const TrainState& state);
 // itself, and refusing would turn one bad file into a job that cannot restart); the damaged pair is overwritten
 // when training reaches its step again. When every complete pair is damaged it throws CheckpointError instead of
 // starting from step 1, which would silently discard the whole run. A checkpoint of another model shape or global
-// batch throws std::invalid_argument (resuming it would not continue the same run).
+// batch throws std::invalid_argument (resuming it would not continue the same run), but only once its state file's
+// checksum holds: a flipped bit in a shape field is damage, skipped like any other.
 // m and v receive AdamW's moments in the model's buffer layout (model.buffer_size() floats each, padding zeroed):
 // the optimizer's own state with --zero 0, scratch that the ranks then take their shards of with --zero 1..3. The
 // files do not depend on the world size or the ZeRO stage (moments are stored without padding), so a run resumes
