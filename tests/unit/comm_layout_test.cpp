@@ -82,6 +82,25 @@ TEST_CASE("node layout: nodes of 2, 1 and 3 ranks give every rank the same non-u
   CHECK(got[2].why.find("rank 2:") != std::string::npos);
 }
 
+TEST_CASE("node layout: one rank whose node has no room for shared memory turns it off for every rank") {
+  // One rank's own check cannot decide: its node's peers would wait for a segment it never joins.
+  dtrain::store::testing::InProcessStore store(kToken);
+  std::vector<RankPlace> all = places({2, 2});
+  all[3].shm_shortfall = "/dev/shm has 0.9 MiB free (of 1.0 MiB); a segment of 2 ranks reserves 4.0 MiB";
+  const std::vector<NodeLayout> got = agree(store, all, "no-shm/");
+  for (const NodeLayout& layout : got) {
+    CHECK(layout.uniform);
+    CHECK_FALSE(layout.shm_room);
+    CHECK(layout.shm_why == "rank 3: " + all[3].shm_shortfall);
+  }
+
+  all[3].shm_shortfall.clear();
+  for (const NodeLayout& layout : agree(store, all, "shm-room/")) {
+    CHECK(layout.shm_room);
+    CHECK(layout.shm_why.empty());
+  }
+}
+
 TEST_CASE("node layout: misfits a rank sees by itself") {
   RankPlace p = places({2, 2})[3];
   CHECK(p.misfit().empty());

@@ -52,8 +52,15 @@ int checked_rank(int world) {
 // every rank meets under the same store keys.
 std::atomic<int> layouts_agreed{0};
 
-NodeLayout agree_from_env(int rank, int world, const CommOptions& options) {
-  const RankPlace place = RankPlace::from_env(rank, world);
+// check_shm: auto's agreement, which also asks whether this rank's node can hold a segment of its ranks; hier
+// asked for by name does not ask (it then fails with what is short and the fix, as shm does).
+NodeLayout agree_from_env(int rank, int world, const CommOptions& options, bool check_shm) {
+  RankPlace place = RankPlace::from_env(rank, world);
+  if (check_shm && place.misfit().empty() && place.local_world > 1) {
+    SegmentGeometry geometry;
+    geometry.ranks = place.local_world;
+    place.shm_shortfall = Segment::room_shortfall(geometry);
+  }
   const std::string prefix = "dtrain/layout/" + std::to_string(layouts_agreed.fetch_add(1)) + "/";
   try {
     store::StoreClient store = job_store(options);
@@ -73,9 +80,19 @@ std::unique_ptr<Communicator> make_hier(const NodeLayout& layout, const CommOpti
 }
 
 // auto: shm when every rank is on this node, gloo with one rank per node, hier with several on each of several
-// nodes; gloo when the nodes differ (said once, on rank 0).
+// nodes; gloo when the nodes differ or a node's /dev/shm cannot hold its segment (said once, on rank 0).
 std::unique_ptr<Communicator> make_auto(int rank, int world, const CommOptions& options) {
-  const NodeLayout layout = agree_from_env(rank, world, options);
+  const NodeLayout layout = agree_from_env(rank, world, options, true);
+  if (layout.uniform && !layout.shm_room) {
+    if (rank == 0) {
+      std::fprintf(stderr,
+                   "dtrain: DTRAIN_COMM_BACKEND=auto uses gloo for every rank, without shared memory: %s. Give "
+                   "/dev/shm more room for faster collectives within a node (df -h /dev/shm; in a container: "
+                   "docker run --shm-size=1g, or on Kubernetes an emptyDir with medium Memory mounted at /dev/shm)\n",
+                   layout.shm_why.c_str());
+    }
+    return GlooCommunicator::from_env(rank, world, options);
+  }
   if (!layout.uniform) {
     if (rank == 0) {
       std::fprintf(stderr,
@@ -127,7 +144,7 @@ std::unique_ptr<Communicator> make_communicator_from_env(const CommOptions& opti
     }
     return ShmCommunicator::from_env(rank, world, options);
   }
-  const NodeLayout layout = agree_from_env(rank, world, options);
+  const NodeLayout layout = agree_from_env(rank, world, options, false);
   if (!layout.uniform) {
     throw CommError("DTRAIN_COMM_BACKEND=hier needs the same number of ranks on every node, numbered node by node: " +
                     layout.why + "; use DTRAIN_COMM_BACKEND=gloo (or auto, which falls back to it)");

@@ -1,6 +1,7 @@
 #include "trainer/comm/node_layout.h"
 
 #include <cstdlib>
+#include <sstream>
 
 #include "trainer/comm/communicator.h"
 #include "trainer/comm/describe.h"
@@ -43,37 +44,59 @@ std::string RankPlace::misfit() const {
   return "";
 }
 
+namespace {
+
+// The store calls of the agreement; returns the verdict "<misfits> <ranks without shm room>\n<one such rank's why>".
+std::string exchange_verdict(store::StoreClient& store, const std::string& prefix, const RankPlace& place,
+                             bool misfit, std::chrono::milliseconds timeout) {
+  const std::string verdict_key = prefix + "verdict";
+  // Misfits and shortfalls first: the rank whose "arrived" reaches the world size knows every one is counted.
+  store.add(prefix + "misfits", misfit ? 1 : 0);
+  if (!place.shm_shortfall.empty()) {
+    store.set(prefix + "no_shm_why", "rank " + std::to_string(place.rank) + ": " + place.shm_shortfall);
+    store.add(prefix + "no_shm", 1);
+  }
+  if (store.add(prefix + "arrived", 1) == place.world) {
+    const std::int64_t no_shm = store.add(prefix + "no_shm", 0);
+    std::string verdict = std::to_string(store.add(prefix + "misfits", 0)) + " " + std::to_string(no_shm) + "\n";
+    if (no_shm > 0) verdict += store.get(prefix + "no_shm_why", timeout);
+    store.set(verdict_key, verdict);
+    return verdict;
+  }
+  try {
+    return store.get(verdict_key, timeout);
+  } catch (const store::StoreError& error) {
+    if (error.kind() != store::StoreError::Kind::timeout) throw;
+    const std::int64_t arrived = store.add(prefix + "arrived", 0);
+    throw CommError("rank " + std::to_string(place.rank) + " waited " + describe_seconds(timeout) +
+                    " for the other ranks to say where they run (store key '" + verdict_key + "'), but only " +
+                    std::to_string(arrived) + " of WORLD_SIZE=" + std::to_string(place.world) +
+                    " arrived; check that every rank started (dtrain status, the workers' logs)");
+  }
+}
+
+}  // namespace
+
 NodeLayout agree_node_layout(store::StoreClient& store, const std::string& prefix, const RankPlace& place,
                              std::chrono::milliseconds timeout) {
   NodeLayout layout;
   layout.why = place.misfit();
-  const std::string verdict_key = prefix + "verdict";
   std::string verdict;
   try {
-    // Misfits first: the rank whose "arrived" reaches the world size knows every misfit is counted.
-    store.add(prefix + "misfits", layout.why.empty() ? 0 : 1);
-    if (store.add(prefix + "arrived", 1) == place.world) {
-      verdict = std::to_string(store.add(prefix + "misfits", 0));
-      store.set(verdict_key, verdict);
-    } else {
-      try {
-        verdict = store.get(verdict_key, timeout);
-      } catch (const store::StoreError& error) {
-        if (error.kind() != store::StoreError::Kind::timeout) throw;
-        const std::int64_t arrived = store.add(prefix + "arrived", 0);
-        throw CommError("rank " + std::to_string(place.rank) + " waited " + describe_seconds(timeout) +
-                        " for the other ranks to say where they run (store key '" + verdict_key + "'), but only " +
-                        std::to_string(arrived) + " of WORLD_SIZE=" + std::to_string(place.world) +
-                        " arrived; check that every rank started (dtrain status, the workers' logs)");
-      }
-    }
+    verdict = exchange_verdict(store, prefix, place, !layout.why.empty(), timeout);
   } catch (const store::StoreError& error) {
     throw CommError("rank " + std::to_string(place.rank) + " cannot agree on the job's node layout through the " +
                     "job's store (key prefix '" + prefix + "'): " + error.what());
   }
-  layout.uniform = verdict == "0";
+  const std::size_t line_end = verdict.find('\n');
+  std::istringstream counts(verdict.substr(0, line_end));
+  long long misfits = -1, no_shm = -1;
+  counts >> misfits >> no_shm;
+  layout.uniform = misfits == 0;
+  layout.shm_room = no_shm == 0;
+  if (!layout.shm_room && line_end != std::string::npos) layout.shm_why = verdict.substr(line_end + 1);
   if (!layout.uniform) {
-    if (layout.why.empty()) layout.why = verdict + " rank(s) have places that do not fit a uniform job";
+    if (layout.why.empty()) layout.why = std::to_string(misfits) + " rank(s) have places that do not fit a uniform job";
     return layout;
   }
   layout.nodes = place.nodes;

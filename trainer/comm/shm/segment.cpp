@@ -3,14 +3,17 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <thread>
 
 #include "trainer/comm/communicator.h"
+#include "trainer/comm/describe.h"
 
 namespace dtrain::trainer {
 namespace {
@@ -45,9 +48,25 @@ std::size_t total_bytes(const SegmentGeometry& g) {
   return arenas_offset(g) + round_up(g.arena_bytes, kPage) * static_cast<std::size_t>(g.ranks);
 }
 
-std::string where(const std::string& name) { return "/dev/shm/" + name; }
+std::string where(const std::string& name) { return shm_segment_dir() + "/" + name; }
 
 std::string errno_text() { return std::strerror(errno); }
+
+// shm_open and shm_unlink on the segment directory: glibc's shm_open is this open() on /dev/shm.
+int open_segment(const std::string& name, int flags, mode_t mode) {
+  return ::open(where(name).c_str(), flags | O_RDWR | O_NOFOLLOW | O_CLOEXEC, mode);
+}
+
+void unlink_segment(const std::string& name) { ::unlink(where(name).c_str()); }
+
+// Sizes a new segment: `bytes` of address space, of which the first `reserved` are taken from the directory now,
+// so that a full /dev/shm is an error here and not a SIGBUS later. Returns "" or what failed.
+std::string size_segment(int fd, std::size_t bytes, std::size_t reserved) {
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) return std::string("ftruncate: ") + errno_text();
+  // posix_fallocate returns its error instead of setting errno.
+  const int error = ::posix_fallocate(fd, 0, static_cast<off_t>(reserved));
+  return error == 0 ? "" : std::string("posix_fallocate: ") + std::strerror(error);
+}
 
 std::byte* map(int fd, std::size_t bytes, const std::string& name) {
   // MAP_NORESERVE: the arenas are address space; their pages are reserved with fallocate as buffers are made.
@@ -71,24 +90,44 @@ Segment::~Segment() {
   ::close(fd_);
 }
 
+std::string shm_segment_dir() {
+  const char* dir = std::getenv("DTRAIN_SHM_DIR");
+  return dir != nullptr && *dir != '\0' ? dir : "/dev/shm";
+}
+
+std::size_t Segment::reserved_bytes(const SegmentGeometry& geometry) { return arenas_offset(geometry); }
+
+std::string Segment::room_shortfall(const SegmentGeometry& geometry) {
+  const std::string dir = shm_segment_dir();
+  const std::size_t needed = reserved_bytes(geometry);
+  struct statvfs fs {};
+  if (::statvfs(dir.c_str(), &fs) != 0) return dir + " cannot be used (" + errno_text() + ")";
+  const std::size_t free = static_cast<std::size_t>(fs.f_bavail) * fs.f_frsize;
+  if (free >= needed) return "";
+  return dir + " has " + describe_bytes(free) + " free (of " + describe_bytes(fs.f_blocks * fs.f_frsize) +
+         "); a segment of " + std::to_string(geometry.ranks) + " ranks reserves " + describe_bytes(needed);
+}
+
 std::unique_ptr<Segment> Segment::create(const std::string& name, const SegmentGeometry& geometry) {
-  const int fd = ::shm_open(("/" + name).c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  const int fd = open_segment(name, O_CREAT | O_EXCL, 0600);
   if (fd < 0) {
     throw CommError("shm communicator: cannot create " + where(name) + ": " + errno_text() +
-                    ". Check that /dev/shm is mounted and writable; a file of that name is left from an earlier "
-                    "process (remove it)");
+                    ". Check that " + shm_segment_dir() + " is mounted and writable; a file of that name is left "
+                    "from an earlier process (remove it)");
   }
   ::fchmod(fd, 0600);  // whatever the umask
   const std::size_t bytes = total_bytes(geometry);
-  const std::size_t fixed = arenas_offset(geometry);
-  // The header, slots and staging are reserved now, so a full /dev/shm is an error here, not a SIGBUS later.
-  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0 || ::posix_fallocate(fd, 0, static_cast<off_t>(fixed)) != 0) {
-    const std::string error = errno_text();
+  const std::size_t fixed = reserved_bytes(geometry);
+  if (const std::string error = size_segment(fd, bytes, fixed); !error.empty()) {
     ::close(fd);
-    ::shm_unlink(("/" + name).c_str());
-    throw CommError("shm communicator: cannot size " + where(name) + " (" + std::to_string(fixed >> 10) +
-                    " KiB reserved): " + error + ". /dev/shm is full or too small (df -h /dev/shm; in a container, "
-                    "raise --shm-size)");
+    unlink_segment(name);
+    const std::string room = room_shortfall(geometry);
+    throw CommError("shm communicator: cannot reserve " + describe_bytes(fixed) + " for " +
+                    std::to_string(geometry.ranks) + " ranks' staging slots in " + where(name) + ": " + error +
+                    (room.empty() ? "" : " (" + room + ")") + ". Give " + shm_segment_dir() +
+                    " more room (df -h " + shm_segment_dir() + "; in a container: docker run --shm-size=1g, or on "
+                    "Kubernetes an emptyDir with medium Memory mounted at /dev/shm), or use "
+                    "DTRAIN_COMM_BACKEND=gloo (auto, the default, falls back to gloo by itself)");
   }
   std::unique_ptr<Segment> segment(new Segment(name, geometry, fd, map(fd, bytes, name), bytes));
   auto* header = new (segment->base_) Header{kMagic, static_cast<std::uint64_t>(geometry.ranks), geometry.chunk_bytes,
@@ -114,7 +153,7 @@ std::unique_ptr<Segment> Segment::open(const std::string& name, const SegmentGeo
                                        Clock::time_point deadline) {
   const std::size_t bytes = total_bytes(geometry);
   for (;;) {
-    const int fd = ::shm_open(("/" + name).c_str(), O_RDWR | O_CLOEXEC, 0);
+    const int fd = open_segment(name, 0, 0);
     struct stat st {};
     if (fd >= 0 && ::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) == bytes) {
       std::unique_ptr<Segment> segment(new Segment(name, geometry, fd, map(fd, bytes, name), bytes));
@@ -168,7 +207,7 @@ std::size_t Segment::arena_offset_of(int rank, const void* data, std::size_t byt
 void Segment::unlink_name() {
   if (unlinked_) return;
   unlinked_ = true;
-  ::shm_unlink(("/" + name_).c_str());
+  unlink_segment(name_);
 }
 
 }  // namespace dtrain::trainer

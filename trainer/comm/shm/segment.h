@@ -1,7 +1,7 @@
 #pragma once
 
-// One shared-memory segment per shm communicator: a file under /dev/shm (mode 0600, named by segment_name.h) that
-// every rank maps. Rank 0 creates and lays it out; the others open it once rank 0 has marked it ready. Layout, each
+// One shared-memory segment per shm communicator: a file under /dev/shm (mode 0600, named by segment_name.h; see
+// shm_segment_dir below) that every rank maps. Rank 0 creates and lays it out; the others open it once rank 0 has marked it ready. Layout, each
 // region aligned to a page:
 //
 //   header                  magic, the geometry below, how many ranks have joined
@@ -22,6 +22,11 @@
 #include <string>
 
 namespace dtrain::trainer {
+
+// Where segments live: /dev/shm, shm_open's directory. DTRAIN_SHM_DIR replaces it for tests that need a small tmpfs
+// of their own (a full /dev/shm cannot be made safely for one test); the agent removes a round's leftovers from
+// /dev/shm only.
+std::string shm_segment_dir();
 
 struct SegmentGeometry {
   int ranks = 1;
@@ -48,6 +53,14 @@ class Segment {
   // Rank 0: creates `name` (O_EXCL, 0600), sizes it, lays it out and marks it ready. Throws CommError naming the
   // file and the fix (a full /dev/shm, a name that exists).
   static std::unique_ptr<Segment> create(const std::string& name, const SegmentGeometry& geometry);
+  // Bytes create() reserves at once: the header, the rank slots and the staging slots. The arenas' pages are
+  // reserved later, buffer by buffer, and a buffer that finds no room falls back to ordinary memory
+  // (trainer/parallel/comm_buffers.h); without these bytes there is no segment at all.
+  static std::size_t reserved_bytes(const SegmentGeometry& geometry);
+  // "" when the segment directory has room for reserved_bytes(geometry) now, else what is short, for a message:
+  // "/dev/shm has 0.9 MiB free (of 1.0 MiB); a segment of 2 ranks reserves 4.0 MiB". The `auto` backend asks this
+  // before it chooses shm (trainer/comm/from_env.cpp).
+  static std::string room_shortfall(const SegmentGeometry& geometry);
   // Other ranks: opens `name` once rank 0 has marked it ready, retrying until `deadline`; throws CommError after it
   // (or at once when the segment's geometry disagrees with this rank's).
   static std::unique_ptr<Segment> open(const std::string& name, const SegmentGeometry& geometry,

@@ -73,8 +73,9 @@ void PeerSync::join(Clock::time_point deadline) {
         if (segment_.slot(r).pid.load() == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
       }
       throw CommError("shm communicator: rank " + std::to_string(rank_) + " waited " + describe_seconds(timeout_) +
-                      " for every rank to join /dev/shm/" + segment_.name() + "; missing: rank(s) " + missing +
-                      ". Check their logs, and that every rank of the job runs on this node");
+                      " for every rank to join " + shm_segment_dir() + "/" + segment_.name() +
+                      "; missing: rank(s) " + missing + ". Check their logs, and that every rank of the job runs on "
+                      "this node");
     }
     sleep_on(joined, seen, std::min<Clock::duration>(kLivenessPoll, deadline - now));
   }
