@@ -155,6 +155,13 @@ StoreClient::StoreClient(std::string address, std::string token, StoreClientOpti
   if (impl_->address.empty()) {
     throw StoreError(StoreError::Kind::unreachable, "store client: the store address is empty (host:port expected)");
   }
+  if (impl_->token.size() > kMaxTokenBytes) {
+    throw StoreError(StoreError::Kind::unauthenticated,
+                     "store client: the token is " + std::to_string(impl_->token.size()) + " bytes, more than the " +
+                         std::to_string(kMaxTokenBytes) + " a token may have (it travels as gRPC metadata; the "
+                         "launcher's tokens are 64 characters); check that DTRAIN_JOB_TOKEN holds the token the "
+                         "launcher set for this worker");
+  }
   for (char c : impl_->token) {
     if (c < 0x20 || c > 0x7e) {
       throw StoreError(StoreError::Kind::unauthenticated,

@@ -6,6 +6,7 @@
 // operation, the key, the store's address and what to check.
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -14,6 +15,11 @@
 #include <vector>
 
 namespace dtrain::store {
+
+// The longest token (DTRAIN_JOB_TOKEN) a client sends. It travels as gRPC metadata, and gRPC refuses a call whose
+// metadata pass 8 KiB by default, with a message about sizes that reads like a full store; the launcher's tokens are
+// 64 characters. The Python client (dtrain_store.MAX_TOKEN_BYTES) has the same limit.
+inline constexpr std::size_t kMaxTokenBytes = 4 * 1024;
 
 struct StoreClientOptions {
   // How long the constructor waits for the store to accept a connection, and the deadline of a call that does not
@@ -28,7 +34,8 @@ class StoreError : public std::runtime_error {
  public:
   enum class Kind {
     timeout,           // a get/wait timed out, or the store did not answer in time
-    unauthenticated,   // the token is wrong or its round ended
+    unauthenticated,   // the token is wrong, its round ended, or it cannot be sent (a character or a size that
+                       // gRPC metadata cannot carry: the constructor refuses it before any call)
     invalid_argument,  // a request over a limit (key 4 KiB, value 16 MiB by default, 64 keys, timeout 1 hour)
     full,              // the job's store holds as many bytes or keys as it may (store.h, StoreLimits)
     not_an_integer,    // add on a value that is not an integer (or the sum overflows)
@@ -46,7 +53,9 @@ class StoreError : public std::runtime_error {
 
 class StoreClient {
  public:
-  // Connects to the store at `address` (host:port); throws StoreError if it cannot within connect_timeout.
+  // Connects to the store at `address` (host:port); throws StoreError if it cannot within connect_timeout, and
+  // (unauthenticated) at once for a token that gRPC metadata cannot carry: a character outside printable ASCII, or
+  // more than kMaxTokenBytes.
   // When DTRAIN_TLS_CA is set (a cluster that uses TLS), the connection is mutual TLS with the worker certificate
   // in DTRAIN_TLS_CERT / DTRAIN_TLS_KEY, which the agent issued for this job (no cluster token).
   StoreClient(std::string address, std::string token, StoreClientOptions options = {});

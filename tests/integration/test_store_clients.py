@@ -1,5 +1,6 @@
 """The job store on node 0's agent, used by real workers under the launcher: the C++ client (dtrain-store-worker)
-and the Python client (store_worker.py) each run 2 nodes x 3 workers exchanging keys; a wrong token is refused."""
+and the Python client (store_worker.py) each run 2 nodes x 3 workers exchanging keys; a wrong token is refused, and
+one too long to send is refused by the client, naming its size and the limit."""
 
 import os
 
@@ -35,5 +36,26 @@ run = Run(["run", "-n", "1", "--name", "store-token", "--", PYTHON, "-c", PROBE]
 run.run()
 run.show()
 check(run.code == 0 and "refused:" in run.out, "a wrong token is refused by the store")
+run.assert_no_leaks()
+
+# A token too long for gRPC metadata (which gRPC refuses as RESOURCE_EXHAUSTED, read as a full store) is refused by
+# the client with what is wrong; one at the limit still reaches the store, which refuses it as a wrong token.
+LONG_TOKEN = r"""
+import dtrain_store
+for size in (dtrain_store.MAX_TOKEN_BYTES, 100 * 1024):
+    try:
+        dtrain_store.StoreClient(token="a" * size).set("k", b"v")
+        print(size, "accepted")
+    except dtrain_store.StoreError as e:
+        print(size, e.kind, e)
+"""
+run = Run(["run", "-n", "1", "--name", "store-long-token", "--", PYTHON, "-c", LONG_TOKEN],
+          env={"PYTHONPATH": PYTHONPATH})
+run.run()
+run.show()
+check("4096 unauthenticated" in run.out and "matches no open round" in run.out,
+      "a token at the limit reaches the store and is refused as a wrong token")
+check("102400 unauthenticated store client: the token is 102400 bytes, more than the 4096 a token may have" in run.out
+      and "DTRAIN_JOB_TOKEN" in run.out, "a 100 KB token is refused by the client, naming its size and the limit")
 run.assert_no_leaks()
 finish()

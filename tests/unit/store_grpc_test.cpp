@@ -117,6 +117,23 @@ TEST_CASE("a wrong or missing token is refused without revealing the right one")
   CHECK(contains(status.error_message(), "'dtrain-token' metadata"));
 }
 
+TEST_CASE("a token too long for gRPC metadata is refused before any call, naming its variable, size and limit") {
+  Server server;
+  // At the limit the token still reaches the store, which refuses it as any wrong token.
+  StoreClient longest = server.client(std::string(dtrain::store::kMaxTokenBytes, 'a'));
+  StoreError wrong = store_error([&] { longest.set("k", "v"); });
+  CHECK(wrong.kind() == StoreError::Kind::unauthenticated);
+  CHECK(contains(wrong.what(), "matches no open round"));
+
+  // 100 KB: gRPC itself would refuse the call as RESOURCE_EXHAUSTED ("metadata size exceeds limit"), read as a full
+  // store.
+  StoreError error = store_error([&] { server.client(std::string(100 * 1024, 'a')); });
+  CHECK(error.kind() == StoreError::Kind::unauthenticated);
+  CHECK(contains(error.what(), "the token is 102400 bytes, more than the 4096 a token may have"));
+  CHECK(contains(error.what(), "DTRAIN_JOB_TOKEN"));
+  CHECK(server.client().num_keys() == 0);
+}
+
 TEST_CASE("a blocked get completes when a second client sets the key") {
   Server server;
   StoreClient reader = server.client();

@@ -38,12 +38,16 @@ except ImportError:
     sys.path.insert(0, os.path.join(_build, "python"))
     from dtrain.v1 import store_pb2, store_pb2_grpc
 
-__all__ = ["StoreClient", "StoreError", "MAX_KEY_BYTES", "MAX_VALUE_BYTES", "MAX_KEYS_PER_CALL", "MAX_TIMEOUT_S"]
+__all__ = ["StoreClient", "StoreError", "MAX_KEY_BYTES", "MAX_VALUE_BYTES", "MAX_KEYS_PER_CALL", "MAX_TIMEOUT_S",
+           "MAX_TOKEN_BYTES"]
 
 MAX_KEY_BYTES = 4 * 1024
 MAX_VALUE_BYTES = 64 * 1024 * 1024  # the most any store takes in one value; an agent's store takes 16 MiB
 MAX_KEYS_PER_CALL = 64
 MAX_TIMEOUT_S = 3600.0
+# The token travels as gRPC metadata, which gRPC caps at 8 KiB per call by default (refusing with a message about
+# sizes that reads like a full store); the launcher's tokens are 64 characters. kMaxTokenBytes in agent/store/client.h.
+MAX_TOKEN_BYTES = 4 * 1024
 DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
 
@@ -131,6 +135,11 @@ class StoreClient:
                     "other", f"store client: {name} is not set; run this program under `dtrain launch` or "
                     "`dtrain run`, which set DTRAIN_STORE_ADDR (host:port of the job's store) and DTRAIN_JOB_TOKEN "
                     "for every worker, or pass address= and token=")
+        if len(token) > MAX_TOKEN_BYTES:
+            raise StoreError("unauthenticated", f"store client: the token is {len(token)} bytes, more than the "
+                             f"{MAX_TOKEN_BYTES} a token may have (it travels as gRPC metadata; the launcher's tokens "
+                             "are 64 characters); check that DTRAIN_JOB_TOKEN holds the token the launcher set for "
+                             "this worker")
         if any(not (0x20 <= ord(c) <= 0x7e) for c in token):
             raise StoreError("unauthenticated", "store client: the token holds a character that gRPC metadata "
                              "cannot carry (printable ASCII only); check DTRAIN_JOB_TOKEN")
