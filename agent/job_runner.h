@@ -69,10 +69,17 @@ class JobRunner {
 
   // Whether a health report for `rank` that carries `report_token` may be accepted (permission_denied says why
   // not): the rank must be one of this node's workers in the current round, and the token the DTRAIN_REPORT_TOKEN
-  // that start_group gave it. Workers of one job run as one user and could read each other's environment
-  // (/proc/PID/environ), so this keeps a worker from reporting as another by mistake (a wrong RANK, every process
-  // reporting as rank 0); the boundary against other users and other jobs is the job token and the agent's
-  // credentials.
+  // that start_group gave it.
+  // What the report token guards, and what it does not: it keeps a worker from reporting as another by mistake (a
+  // wrong RANK, every process reporting as rank 0), and with the round's job token it keeps out other users and
+  // other jobs, which cannot read a worker's environment (/proc/PID/environ is the worker's uid's, mode 0400) and
+  // hold other tokens. It does not authenticate a worker against another process of the same uid on the node: that
+  // one can read the token from /proc/PID/environ, and hiding it would not help, because the same uid may ptrace
+  // the worker and read it from memory (the kernel's default with no Yama LSM, and Yama's ptrace_scope 0), signal
+  // it, or write to its files. PR_SET_DUMPABLE=0 in every worker would close /proc/PID/environ and ptrace, but also
+  // the agent's gdb stack collection on a hang and the worker's core dumps; passing the token on a descriptor
+  // would break DTRAIN_REPORT_TOKEN, which any program (dtrain_health.py, a user's own reporter) reads as it reads
+  // RANK. The workers of one uid on a node trust each other, as processes of one user do.
   Status check_reporter(std::uint32_t rank, const std::string& report_token) const;
 
   // The token of the current round (worker reports must carry it).
