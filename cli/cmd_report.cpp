@@ -23,7 +23,8 @@ Action add_report_command(CLI::App& app) {
     const auto page = report::write_report(dir.value);
     if (!page.ok()) {
       std::fprintf(stderr, "dtrain report: %s\n", page.status.message().c_str());
-      return 1;
+      // A run directory holding what no launcher writes (a FIFO, a device, an oversized file) is bad input.
+      return page.status.code() == StatusCode::invalid_argument ? 2 : 1;
     }
     std::printf("%s\n", page.value.c_str());
     return 0;

@@ -8,8 +8,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -19,6 +17,8 @@
 #include "cli/controller/job_monitor.h"
 #include "cli/controller/run_dirs.h"
 #include "cli/controller/status_view.h"
+#include "cli/report/run_model.h"
+#include "common/bounded_file.h"
 
 namespace dtrain::cli {
 namespace {
@@ -41,11 +41,15 @@ Result<Json> load(const std::string& dir, std::string& note) {
     Json j = Json::parse(live.value, nullptr, false);
     if (j.is_object()) return {{}, std::move(j)};
   }
-  std::ifstream in(fs::path(dir) / controller::kStatusFileName);
-  std::stringstream text;
-  text << in.rdbuf();
-  Json j = Json::parse(text.str(), nullptr, false);
-  if (!in || !j.is_object()) {
+  const auto file = read_bounded_file((fs::path(dir) / controller::kStatusFileName).string(),
+                                      FileBound{report::kMaxStatusFileBytes});
+  // A FIFO, a device or an oversized file is refused as bad input (exit 2), not taken for a job without status.
+  if (file.status.code() == StatusCode::invalid_argument) {
+    return {{StatusCode::invalid_argument, file.status.message() + ": a launcher writes a job's last snapshot " +
+                                               "there as a JSON file; pass the directory of a dtrain job"}};
+  }
+  Json j = Json::parse(file.value, nullptr, false);
+  if (!file.ok() || !j.is_object()) {
     return {{StatusCode::not_found, "no status in " + dir + ": " + live.status.message() + ", and " +
                                         controller::kStatusFileName + " is missing or unreadable"}};
   }
@@ -86,7 +90,7 @@ Action add_status_command(CLI::App& app) {
       const auto snapshot = load(dir.value, note);
       if (!snapshot.ok()) {
         std::fprintf(stderr, "dtrain status: %s\n", snapshot.status.message().c_str());
-        return 1;
+        return snapshot.status.code() == StatusCode::invalid_argument ? 2 : 1;
       }
       std::string text = args->json ? snapshot.value.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n"
                                      : controller::render_status(snapshot.value, note, {terminal});

@@ -60,8 +60,31 @@ struct RunModel {
   std::vector<unsigned> stragglers() const;
 };
 
-// Reads `dir`; fails (naming the file and the fix) only when it holds no events.jsonl. Lines that are not JSON
-// objects are skipped: a launcher killed mid-line leaves at most its last line broken.
+// What the report reads of a run directory, bounded so that a damaged or hostile directory costs time at most, never
+// unbounded memory. events.jsonl is streamed a line at a time and has no size bound of its own (a week-long job's
+// log is hundreds of MB); what is kept of it is bounded below.
+//
+// The largest status.json read (here and by `dtrain status`): a snapshot holds a row of about 850 bytes per rank
+// (with its recent step times), about 56 MB for the largest job a spec allows (65,536 ranks); 128 MiB refuses what
+// no launcher wrote.
+inline constexpr std::size_t kMaxStatusFileBytes = 128 << 20;
+// The longest events.jsonl line read: a samples line is about 75 bytes per rank, 5 MB at 65,536 ranks. Longer lines
+// (a health event of a very large job, which the page does not use, or damage) are skipped.
+inline constexpr std::size_t kMaxEventLineBytes = 8 << 20;
+// Rank samples kept (88 bytes each, so about 180 MB): a day of a 2,048-rank job unmerged. Past it, neighbouring
+// windows are merged (merge_pairs) and the page gets coarser.
+inline constexpr std::size_t kMaxKeptRankSamples = 2 << 20;
+// Marks and logged diagnoses kept, each at most kMaxKeptTextBytes of text: more than a timeline can show.
+inline constexpr std::size_t kMaxKeptMarks = 10000;
+inline constexpr std::size_t kMaxKeptTextBytes = 2048;
+// Rounds kept: a job has at most 10,001 (restart.max_restarts is at most 10,000).
+inline constexpr std::size_t kMaxKeptRounds = 10001;
+// Stacks files listed: one per hung rank per attempt of the page's job, far fewer in practice.
+inline constexpr std::size_t kMaxStacksFiles = 4096;
+
+// Reads `dir`; fails (naming the file and the fix) when it holds no events.jsonl (not_found) or one that is not a
+// regular file (invalid_argument). Lines that are not JSON objects are skipped: a launcher killed mid-line leaves
+// at most its last line broken.
 Result<RunModel> read_run(const std::string& dir);
 
 }  // namespace dtrain::report

@@ -115,7 +115,7 @@ SampleWindow read_samples(std::string_view line) {
   window.round = number_at<std::uint32_t>(after_key(line, "round"));
   const std::string_view ranks = after_key(line, "rank");
   std::size_t count = 0;
-  each_number(ranks, SIZE_MAX, [&](std::size_t, double) { ++count; });
+  each_number(ranks, kMaxSampleRanks, [&](std::size_t, double) { ++count; });
   window.ranks.resize(count);
   const auto column = [&](std::string_view key, auto set) {
     each_number(after_key(line, key), count, [&](std::size_t i, double v) { set(window.ranks[i], v); });
@@ -133,6 +133,51 @@ SampleWindow read_samples(std::string_view line) {
   column("rss_mib", [&](RankSample& s, double v) { s.rss_bytes = bytes(v); });
   column("device_mib", [&](RankSample& s, double v) { s.device_mem_bytes = bytes(v); });
   return window;
+}
+
+namespace {
+
+// Rank samples `a` (the earlier window's) and `b` (the later one's) as one window's.
+RankSample merged(const RankSample& a, const RankSample& b) {
+  RankSample out = b;
+  const auto mean = [](double x, double y) { return (x + y) / 2; };
+  out.step_ms = mean(a.step_ms, b.step_ms);
+  out.data_wait_ms = mean(a.data_wait_ms, b.data_wait_ms);
+  out.compute_ms = mean(a.compute_ms, b.compute_ms);
+  out.comm_exposed_ms = mean(a.comm_exposed_ms, b.comm_exposed_ms);
+  out.optimizer_ms = mean(a.optimizer_ms, b.optimizer_ms);
+  out.rss_bytes = std::max(a.rss_bytes, b.rss_bytes);
+  out.device_mem_bytes = std::max(a.device_mem_bytes, b.device_mem_bytes);
+  return out;
+}
+
+SampleWindow merged(const SampleWindow& a, const SampleWindow& b) {
+  std::map<unsigned, RankSample> ranks;
+  for (const auto& s : a.ranks) ranks[s.rank] = s;
+  for (const auto& s : b.ranks) {
+    const auto [it, added] = ranks.try_emplace(s.rank, s);
+    if (!added) it->second = merged(it->second, s);
+  }
+  SampleWindow out{b.end_ms, a.length_ms + b.length_ms, b.round, {}};
+  out.ranks.reserve(ranks.size());
+  for (auto& [rank, sample] : ranks) out.ranks.push_back(sample);
+  return out;
+}
+
+}  // namespace
+
+void merge_pairs(std::vector<SampleWindow>& windows) {
+  std::vector<SampleWindow> out;
+  out.reserve(windows.size() / 2 + 1);
+  for (std::size_t i = 0; i < windows.size(); ++i) {
+    if (i + 1 < windows.size() && windows[i].round == windows[i + 1].round) {
+      out.push_back(merged(windows[i], windows[i + 1]));
+      ++i;
+    } else {
+      out.push_back(std::move(windows[i]));
+    }
+  }
+  windows = std::move(out);
 }
 
 }  // namespace dtrain::report

@@ -79,9 +79,18 @@ struct SampleWindow {
   std::vector<RankSample> ranks;
 };
 
+// The most ranks read from one samples line: the largest job a spec allows (spec::kMaxWorldSize, 65,536 ranks).
+inline constexpr std::size_t kMaxSampleRanks = 65536;
+
+// Halves the windows of a long log by merging each pair of neighbours of one round into one window spanning both:
+// per rank, the times are the mean of its two windows, step, loss and tokens/s the later one's, memory the peak.
+// Windows of different rounds are never merged. The report keeps what it reads within a bound this way: the heat
+// map and the curves get coarser, no rank or round disappears.
+void merge_pairs(std::vector<SampleWindow>& windows);
+
 // Reads one samples line of events.jsonl. A long job's log holds millions of these numbers, so the line is scanned
 // for its keys and numbers directly rather than parsed into a JSON tree (10x faster). Arrays shorter than "rank", or
-// holding what is not a number (a hand-edited log), leave those fields 0.
+// holding what is not a number (a hand-edited log), leave those fields 0; ranks past kMaxSampleRanks are not read.
 SampleWindow read_samples(std::string_view line);
 
 }  // namespace dtrain::report

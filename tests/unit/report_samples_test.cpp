@@ -80,3 +80,32 @@ TEST_CASE("a samples event with short or missing columns reads as zeros, not gar
   CHECK(window.ranks[1].loss == 0);
   CHECK(window.end_ms == 5);
 }
+
+TEST_CASE("merging windows: neighbours of one round become one, with mean times, the later step and peak memory") {
+  RankSample early = report(0, 10, 100, 4);
+  early.rss_bytes = std::uint64_t{500} << 20;
+  RankSample late = report(0, 20, 200, 8);
+  std::vector<SampleWindow> windows{{2000, 1000, 0, {early, report(1, 10, 50)}},
+                                    {3000, 1000, 0, {late}},
+                                    {4000, 1000, 1, {report(0, 1, 10)}}};
+  merge_pairs(windows);
+  REQUIRE(windows.size() == 2);
+  CHECK(windows[0].end_ms == 3000);
+  CHECK(windows[0].length_ms == 2000);
+  REQUIRE(windows[0].ranks.size() == 2);
+  CHECK(windows[0].ranks[0].step == 20);
+  CHECK(windows[0].ranks[0].step_ms == 150);
+  CHECK(windows[0].ranks[0].data_wait_ms == 6);
+  CHECK(windows[0].ranks[0].rss_bytes == std::uint64_t{500} << 20);
+  CHECK(windows[0].ranks[1].step_ms == 50);  // only in the earlier window: kept as it was
+  // A window of another round is never merged into this round's.
+  CHECK(windows[1].round == 1);
+  CHECK(windows[1].ranks[0].step == 1);
+}
+
+TEST_CASE("a samples line names at most kMaxSampleRanks ranks") {
+  std::string ranks;
+  for (std::size_t i = 0; i < kMaxSampleRanks + 10; ++i) ranks += (i ? "," : "") + std::to_string(i % 7);
+  const SampleWindow window = read_samples(R"({"ts":5,"event":"samples","rank":[)" + ranks + "]}");
+  CHECK(window.ranks.size() == kMaxSampleRanks);
+}
