@@ -2,6 +2,7 @@
 
 #include "cli/spec/locations.h"
 #include "cli/spec/spec.h"
+#include "common/terminal_text.h"
 
 namespace dtrain::spec {
 
@@ -15,7 +16,9 @@ std::string Diagnostic::format() const {
   if (!key.empty()) out += key + ": ";
   out += message;
   if (!hint.empty()) out += ' ' + hint;
-  return out;
+  // Keys and values come from the file: a NUL would cut the message where it is printed, an ESC would act on the
+  // terminal.
+  return terminal_safe(out);
 }
 
 const char* SpecError::what() const noexcept {

@@ -191,7 +191,7 @@ class Reader : ValueReader {
       else if (key == "hang_timeout_s") read_number(value, key_path, out.hang_timeout_s);
       else if (key == "startup_timeout_s") read_number(value, key_path, out.startup_timeout_s);
       else if (key == "node_timeout_s") read_number(value, key_path, out.node_timeout_s);
-      else if (key == "straggler_ratio") read_number(value, key_path, out.straggler_ratio);
+      else if (key == "straggler_ratio") read_number(value, key_path, out.straggler_ratio, "a number above 1");
     });
   }
 

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
-#include <sstream>
 #include <stdexcept>
 
 #include "cli/spec/checks.h"
@@ -15,10 +15,11 @@ namespace dtrain::spec {
 namespace detail {
 namespace {
 
+// The shortest text that reads back as `value`: 604800.0000001 must not be shown as the limit it exceeds.
 std::string number(double value) {
-  std::ostringstream out;
-  out << value;
-  return out.str();
+  char text[32];
+  const auto end = std::to_chars(text, text + sizeof text, value).ptr;
+  return std::string(text, end);
 }
 
 bool valid_job_name(std::string_view name) {

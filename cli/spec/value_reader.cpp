@@ -1,6 +1,7 @@
 #include "cli/spec/value_reader.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -121,11 +122,22 @@ bool ValueReader::read_int(const YAML::Node& node, const std::string& path, int&
   return true;
 }
 
-void ValueReader::read_number(const YAML::Node& node, const std::string& path, double& out) {
-  if (!scalar(node, path, "a number of seconds")) return;
+void ValueReader::read_number(const YAML::Node& node, const std::string& path, double& out,
+                              std::string_view expected) {
+  if (!scalar(node, path, expected)) return;
   const auto value = parse_number(node.Scalar());
-  if (!value) return error(path, "expected a number of seconds, got " + describe(node) + ".");
-  out = *value;
+  if (value) {
+    out = *value;
+    return;
+  }
+  // YAML writes NaN and infinity as .nan and .inf; a number that is not finite is never a setting.
+  std::string lower = node.Scalar();
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (lower.starts_with('+') || lower.starts_with('-')) lower.erase(0, 1);
+  const char* why = lower == ".nan" || lower == "nan" ? " (not a number)"
+                    : lower == ".inf" || lower == "inf" || lower == "infinity" ? " (infinite)"
+                                                                                 : "";
+  error(path, "expected " + std::string(expected) + ", got " + describe(node) + why + ".");
 }
 
 void ValueReader::read_bool(const YAML::Node& node, const std::string& path, bool& out) {

@@ -50,7 +50,9 @@ class ValueReader {
 
   void read_string(const YAML::Node& node, const std::string& path, std::string& out);
   bool read_int(const YAML::Node& node, const std::string& path, int& out);
-  void read_number(const YAML::Node& node, const std::string& path, double& out);
+  // A finite number; `expected` names it in messages ("a number of seconds" for a duration).
+  void read_number(const YAML::Node& node, const std::string& path, double& out,
+                   std::string_view expected = "a number of seconds");
   void read_bool(const YAML::Node& node, const std::string& path, bool& out);
   void read_string_map(const YAML::Node& node, const std::string& path, std::map<std::string, std::string>& out);
   void read_string_list(const YAML::Node& node, const std::string& path, std::vector<std::string>& out,

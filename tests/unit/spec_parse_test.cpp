@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/spec/spec.h"
@@ -194,7 +195,7 @@ TEST_CASE("wrong types name what was expected and what was found, at the value")
   CHECK(only_error("name: x\ncommand: [a]\nnodes: {count: abc}\n") ==
         "job.yaml:3:16: nodes.count: expected an integer or MIN:MAX, got 'abc'. Examples: count: 2, count: 2:4");
   CHECK(only_error("name: x\ncommand: [a]\nstop: {grace_s: .nan}\n") ==
-        "job.yaml:3:17: stop.grace_s: expected a number of seconds, got '.nan'.");
+        "job.yaml:3:17: stop.grace_s: expected a number of seconds, got '.nan' (not a number).");
 }
 
 TEST_CASE("values outside a fixed set suggest the closest one") {
@@ -372,14 +373,28 @@ TEST_CASE("load_spec_file reads a file and names it in messages") {
     load_spec_file(path.string(), {});
     FAIL("expected an error");
   } catch (const SpecError& e) {
-    CHECK(std::string(e.what()) == path.string() + ": cannot read the job spec: No such file or directory.");
+    CHECK(std::string(e.what()) == "cannot read " + path.string() + ": No such file or directory. Pass the path of "
+                                   "the job's YAML file (at most 1048576 bytes).");
   }
-  try {
-    load_spec_file(std::filesystem::temp_directory_path().string(), {});
-    FAIL("expected an error");
-  } catch (const SpecError& e) {
-    CHECK(std::string(e.what()).ends_with(": is a directory, not a job spec."));
-  }
+  const auto error_of = [](const std::string& file) {
+    try {
+      load_spec_file(file, {});
+    } catch (const SpecError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string temp = std::filesystem::temp_directory_path().string();
+  CHECK(error_of(temp).starts_with(temp + " is a directory, not a regular file."));
+  CHECK(error_of("/dev/zero").starts_with("/dev/zero is a character device, not a regular file."));
+  // No writer ever opens the FIFO: reading it as a stream would wait forever.
+  const std::string fifo = temp + "/spec-fifo-" + std::to_string(::getpid()) + ".yaml";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(error_of(fifo).starts_with(fifo + " is a FIFO (named pipe), not a regular file."));
+  std::filesystem::remove(fifo);
+  std::ofstream(path) << "name: big\n#" << std::string(1 << 20, 'x') << "\n";
+  CHECK(error_of(path.string()).starts_with(path.string() + " is 1048588 bytes, more than the 1048576 read here."));
+  std::filesystem::remove(path);
 }
 
 TEST_CASE("validate checks a spec built in code, naming its source") {
@@ -515,7 +530,7 @@ TEST_CASE("limits: every duration is at most 7 days, so its milliseconds cannot 
   CHECK(only_error("name: x\ncommand: [a]\nstop: {grace_s: 1e300}\n") ==
         "job.yaml:3:17: stop.grace_s: must be at most 604800 seconds (7 days), got 1e+300. Use 0 to turn it off.");
   CHECK(only_error("name: x\ncommand: [a]\nstop: {grace_s: 4294967.3}\n") ==
-        "job.yaml:3:17: stop.grace_s: must be at most 604800 seconds (7 days), got 4.29497e+06. Use 0 to turn it off.");
+        "job.yaml:3:17: stop.grace_s: must be at most 604800 seconds (7 days), got 4294967.3. Use 0 to turn it off.");
   CHECK(only_error("name: x\ncommand: [a]\nhealth: {node_timeout_s: 1e20}\n") ==
         "job.yaml:3:26: health.node_timeout_s: must be at most 604800 seconds (7 days), got 1e+20. Use 0 to turn it "
         "off.");
