@@ -72,6 +72,12 @@ Matrix parse_nvidia_smi_topo(const std::string& text) {
   for (std::size_t i = gpu_count; i < labels.size(); ++i) {
     if (labels[i].rfind("GPU", 0) == 0) fail(at, "GPU column " + labels[i] + " after a NIC column");
   }
+  if (gpu_count > kMaxImportGpus || labels.size() - gpu_count > kMaxImportNics) {
+    const std::size_t nics = labels.size() - gpu_count;
+    fail(at, "the header names " + std::to_string(gpu_count) + " GPUs and " + std::to_string(nics) +
+                 " NICs; a node has at most " + std::to_string(kMaxImportGpus) + " of each here (real nodes have 8 " +
+                 "to 16 GPUs): save the output of `nvidia-smi topo -m` of one node");
+  }
   m.gpus.assign(labels.begin(), labels.begin() + static_cast<long>(gpu_count));
   m.nic_labels.assign(labels.begin() + static_cast<long>(gpu_count), labels.end());
   std::size_t n = labels.size();

@@ -1,10 +1,8 @@
 #include "agent/node/topology/node_topology.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "agent/node/topology/import.h"
 #include "agent/node/topology/report.h"
+#include "common/bounded_file.h"
 
 namespace dtrain::node::topo {
 
@@ -33,15 +31,13 @@ NodeTopology summarize(const Report& report, const std::string& source) {
 }
 
 Result<Report> import_topology_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return {Status(StatusCode::not_found, "cannot read " + path +
-                                              ": save the output of `nvidia-smi topo -m` to a file and pass its path")};
+  const Result<std::string> text = read_bounded_file(path, FileBound{kMaxImportBytes});
+  if (!text.ok()) {
+    return {Status(text.status.code(), text.status.message() + ": save the output of `nvidia-smi topo -m` to a " +
+                                           "file and pass its path")};
   }
-  std::stringstream text;
-  text << in.rdbuf();
   try {
-    return {{}, analyze_import(text.str())};
+    return {{}, analyze_import(text.value)};
   } catch (const ImportError& e) {
     std::string what = e.what();  // "line N: ..." becomes FILE:N: ...
     if (what.rfind("line ", 0) == 0) what.erase(0, 5);
