@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "agent/security/identity.h"
+#include "common/bounded_file.h"
 
 namespace dtrain::agent {
 namespace fs = std::filesystem;
@@ -109,25 +110,11 @@ std::string JobFiles::place(const std::string& name, const std::string& what) co
 }
 
 std::string read_placed_file(const std::string& path, std::size_t limit) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-  if (fd.get() < 0) {
-    if (errno == ENOENT) return {};
-    throw PathError("cannot read " + path + ": " + (errno == ELOOP ? std::string("it is a symlink") : errno_text()));
-  }
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    throw PathError("cannot read " + path + ": not a regular file");
-  }
-  std::string text(limit, '\0');
-  std::size_t got = 0;
-  while (got < limit) {
-    const ssize_t n = ::read(fd.get(), text.data() + got, limit - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<std::size_t>(n);
-  }
-  text.resize(got);
-  return text;
+  // A symlink is refused rather than followed: a worker may plant one to read what it may not.
+  const Result<std::string> text = read_bounded_file(path, FileBound{limit, true, false});
+  if (text.status.code() == StatusCode::not_found) return {};
+  if (!text.ok()) throw PathError(text.status.message());
+  return text.value;
 }
 
 }  // namespace dtrain::agent

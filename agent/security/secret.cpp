@@ -10,11 +10,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "agent/security/x509.h"
+#include "common/bounded_file.h"
 
 namespace dtrain::security {
 namespace {
@@ -63,15 +62,16 @@ void write_file_atomically(const std::string& dir, const char* name, const std::
   }
 }
 
+// A CA key, certificate or token is at most a few KB (an RSA-4096 key in PEM is 3.3 KB).
+constexpr std::size_t kMaxSecretFileBytes = 64 * 1024;
+
 std::string read_file(const std::string& path, const std::string& dir) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw SecurityError("cannot read " + path + " (" + errno_text() + "): the cluster secret in " + dir +
-                        " is incomplete; " + init_hint(dir));
+  const Result<std::string> text = read_bounded_file(path, FileBound{kMaxSecretFileBytes});
+  if (!text.ok()) {
+    throw SecurityError(text.status.message() + ": the cluster secret in " + dir + " is incomplete; " +
+                        init_hint(dir));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return text.value;
 }
 
 // Refuses a private file that its group or others may read or write, as ssh does for private keys.

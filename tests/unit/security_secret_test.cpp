@@ -148,6 +148,20 @@ TEST_CASE("load_secret names what is missing and how to make it") {
   CHECK(contains(error, "dtrain secret init --dir " + temp.path));
 }
 
+TEST_CASE("load_secret refuses a certificate that is a FIFO or too large, at once and naming it") {
+  TempDir temp{"dtrain-secret-test"};
+  dtrain::security::init_secret(temp.path, false);
+  const std::string cert = temp.path + "/ca.crt";
+  fs::remove(cert);
+  REQUIRE(::mkfifo(cert.c_str(), 0600) == 0);  // nobody writes it: a blocking read would wait forever
+  std::string error = security_error([&] { dtrain::security::load_secret(temp.path); });
+  CHECK(contains(error, cert + " is a FIFO (named pipe), not a regular file"));
+  fs::remove(cert);
+  std::ofstream(cert) << std::string(64 * 1024 + 1, 'x');
+  error = security_error([&] { dtrain::security::load_secret(temp.path); });
+  CHECK(contains(error, cert + " is 65537 bytes, more than the 65536 read here"));
+}
+
 TEST_CASE("load_secret refuses a key or token that others can read, like ssh") {
   TempDir temp{"dtrain-secret-test"};
   dtrain::security::init_secret(temp.path, false);
