@@ -70,11 +70,14 @@ Result<std::string> read_bounded_file(const std::string& path, const FileBound& 
     ::close(fd.value);
     return {too_large(static_cast<std::size_t>(st.st_size))};
   }
-  // One byte past the bound tells a file that grew since fstat from one that is exactly at it.
-  std::string text(bound.max_bytes + 1, '\0');
+  // Room for the size fstat saw and one byte more, which tells a file that grew since from one that did not; a file
+  // that grew is read on, still no further than one byte past the bound.
+  const std::size_t limit = bound.max_bytes + 1;
+  std::string text(std::min(static_cast<std::size_t>(st.st_size) + 1, limit), '\0');
   std::size_t got = 0;
   int error = 0;
-  while (got < text.size()) {
+  while (got < limit) {
+    if (got == text.size()) text.resize(std::min(2 * text.size(), limit));
     const ssize_t n = ::read(fd.value, text.data() + got, text.size() - got);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) error = errno;

@@ -115,3 +115,12 @@ TEST_CASE("bounded file: a long last line without a newline is skipped too") {
   CHECK_FALSE(reader.value.next(line));
   CHECK(reader.value.long_lines() == 1);
 }
+
+TEST_CASE("bounded file: a small file under a large bound costs its size, not the bound") {
+  TempDir dir;
+  const std::string path = dir.write("small", "{}");
+  const auto read = read_bounded_file(path, FileBound{std::size_t{1} << 40});  // no 1 TiB buffer
+  REQUIRE(read.ok());
+  CHECK(read.value == "{}");
+  CHECK(read.value.capacity() < 4096);
+}
