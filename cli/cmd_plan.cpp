@@ -3,11 +3,15 @@
 // are in cli/plan/formulas.h).
 
 #include <cstdio>
+#include <string>
+#include <string_view>
+#include <type_traits>
 
 #include "cli/commands.h"
 #include "cli/plan/recommend.h"
 #include "cli/plan/render.h"
 #include "cli/plan/request.h"
+#include "cli/plan/units.h"
 
 namespace dtrain::cli {
 namespace {
@@ -29,9 +33,32 @@ struct Flags {
   bool json = false;
 };
 
+// CLI11 reads a whole number as C does ("0x10" is 16, "010" is 8) and a real one from "inf" or a hex float: a plan's
+// numbers are decimal, as people write sizes. A sign is left to the range checks of plan/request.cpp, which say
+// what the flag takes.
+std::string decimal_only(std::string& text) {
+  std::size_t used = 0;
+  const std::size_t sign = !text.empty() && text[0] == '-' ? 1 : 0;
+  if (plan::parse_decimal(std::string_view(text).substr(sign), used) && sign + used == text.size()) return "";
+  return "'" + text + "' is not a decimal number (e.g. 7.5e9)";
+}
+
+std::string whole_decimal_only(std::string& text) {
+  const std::size_t sign = !text.empty() && text[0] == '-' ? 1 : 0;
+  const std::size_t first = text.find_first_not_of('0', sign);
+  if (text.size() == sign || text.find_first_not_of("0123456789", sign) != std::string::npos) {
+    return "'" + text + "' is not a whole decimal number (e.g. 64)";
+  }
+  // Leading zeros go, so "010" is ten rather than C's octal eight.
+  text.erase(sign, (first == std::string::npos ? text.size() - 1 : first) - sign);
+  return "";
+}
+
 template <class T>
 void add(CLI::App* cmd, Given<T>& given, const char* name, const char* help) {
   given.option = cmd->add_option(name, given.value, help);
+  if constexpr (std::is_floating_point_v<T>) given.option->transform(CLI::Validator(decimal_only, "DECIMAL"));
+  else if constexpr (std::is_integral_v<T>) given.option->transform(CLI::Validator(whole_decimal_only, "DECIMAL"));
 }
 
 void add_flags(CLI::App* cmd, Flags& f) {

@@ -16,6 +16,10 @@ constexpr long long kMaxGpus = 1 << 20;
 constexpr long long kMaxGpusPerNode = 1024;
 constexpr long long kMaxDimension = 10'000'000;  // layers, hidden, heads, sequence, vocabulary, micro-batch
 constexpr double kMaxParams = 1e16;
+// Bandwidths (GB/s), TFLOP/s and bucket sizes (MiB) from 1e-3 to 1e6: 1 MB/s to 1 PB/s, 1 GFLOP/s to 1 EFLOP/s, 1 KiB
+// to 1 TiB, far outside any real value on both sides.
+constexpr double kMinRate = 1e-3;
+constexpr double kMaxRate = 1e6;
 
 Status refuse(std::string message) { return {StatusCode::invalid_argument, std::move(message)}; }
 
@@ -35,10 +39,13 @@ Status check_range(const std::optional<T>& value, const char* flag, long long ma
   return {};
 }
 
-Status check_positive(const std::optional<double>& value, const char* flag, const char* example) {
-  if (value && (!std::isfinite(*value) || *value <= 0))
-    return refuse(std::string(flag) + " " + number(*value) + ": must be a positive number, e.g. " + flag +
-                  " " + example);
+// A real quantity: from `min` (above zero: 1e-300 GB/s would print nonsense times) to `max` (past it a product
+// overflows or the printed numbers mean nothing).
+Status check_between(const std::optional<double>& value, const char* flag, double min, double max,
+                     const char* example) {
+  if (value && !(*value >= min && *value <= max))
+    return refuse(std::string(flag) + " " + number(*value) + ": must be a number from " + number(min) + " to " +
+                  number(max) + ", e.g. " + flag + " " + example);
   return {};
 }
 
@@ -51,12 +58,13 @@ Status check_numbers(const PlanArgs& a) {
   if (Status s = check_range(a.gpus, "--gpus", kMaxGpus); !s.ok()) return s;
   if (Status s = check_range(a.gpus_per_node, "--gpus-per-node", kMaxGpusPerNode); !s.ok()) return s;
   if (Status s = check_range(a.global_batch, "--global-batch", 1'000'000'000'000LL); !s.ok()) return s;
-  if (Status s = check_positive(a.params, "--params", "7.5e9"); !s.ok()) return s;
-  if (a.params && *a.params > kMaxParams) return refuse("--params " + number(*a.params) + ": above 1e16, more than any model this plans for");
-  if (Status s = check_positive(a.intra_node_bw_gbs, "--intra-node-bw", "200 (GB/s)"); !s.ok()) return s;
-  if (Status s = check_positive(a.inter_node_bw_gbs, "--inter-node-bw", "25 (GB/s)"); !s.ok()) return s;
-  if (Status s = check_positive(a.ddp_bucket_mb, "--ddp-bucket-mb", "25 (MiB)"); !s.ok()) return s;
-  return check_positive(a.gpu_tflops, "--gpu-tflops", "400");
+  if (Status s = check_between(a.params, "--params", 1, kMaxParams, "7.5e9"); !s.ok()) return s;
+  if (Status s = check_between(a.intra_node_bw_gbs, "--intra-node-bw", kMinRate, kMaxRate, "200 (GB/s)"); !s.ok())
+    return s;
+  if (Status s = check_between(a.inter_node_bw_gbs, "--inter-node-bw", kMinRate, kMaxRate, "25 (GB/s)"); !s.ok())
+    return s;
+  if (Status s = check_between(a.ddp_bucket_mb, "--ddp-bucket-mb", kMinRate, kMaxRate, "25 (MiB)"); !s.ok()) return s;
+  return check_between(a.gpu_tflops, "--gpu-tflops", kMinRate, kMaxRate, "400");
 }
 
 // The trainer's model from a preset, or from a whole shape with --vocab (positions = --seq-len).

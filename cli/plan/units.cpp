@@ -1,5 +1,6 @@
 #include "cli/plan/units.h"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -17,22 +18,56 @@ constexpr std::pair<const char*, double> kUnits[] = {
 
 }  // namespace
 
+std::optional<double> parse_decimal(std::string_view text, std::size_t& used) {
+  std::size_t at = 0;
+  const auto digits = [&] {
+    const std::size_t from = at;
+    while (at < text.size() && text[at] >= '0' && text[at] <= '9') ++at;
+    return at - from;
+  };
+  std::size_t mantissa = digits();
+  if (at < text.size() && text[at] == '.') {
+    ++at;
+    mantissa += digits();
+  }
+  if (mantissa == 0) return std::nullopt;
+  if (at < text.size() && (text[at] == 'e' || text[at] == 'E')) {
+    const std::size_t mark = at++;
+    if (at < text.size() && (text[at] == '+' || text[at] == '-')) ++at;
+    if (digits() == 0) at = mark;  // "5e" or "5eB": the number is 5, the rest is not part of it
+  }
+  // Only what was checked above reaches strtod, so it cannot take a hex or an infinity; it still says when the
+  // value is past a double's range.
+  const std::string number(text.substr(0, at));
+  errno = 0;
+  const double value = std::strtod(number.c_str(), nullptr);
+  if (errno == ERANGE && !std::isfinite(value)) return std::nullopt;
+  used = at;
+  return value;
+}
+
 Result<double> parse_bytes(std::string_view text) {
   const std::string whole(text);
   const Status bad{StatusCode::invalid_argument,
-                   "'" + whole + "' is not a size: give a positive number with GB (1e9 bytes), GiB (2^30), MB, MiB, "
-                   "TB or TiB, e.g. 80GB or 141GiB (a bare number is GB)"};
-  const char* begin = whole.c_str();
-  char* end = nullptr;
-  const double number = std::strtod(begin, &end);
-  if (end == begin || !std::isfinite(number) || number <= 0) return {bad};
-  std::string unit(end);
+                   "'" + whole + "' is not a size: give a positive decimal number with GB (1e9 bytes), GiB (2^30), "
+                   "MB, MiB, TB or TiB, e.g. 80GB or 141GiB (a bare number is GB)"};
+  std::size_t used = 0;
+  const std::optional<double> number = parse_decimal(text, used);
+  if (!number || *number <= 0) return {bad};
+  std::string unit(text.substr(used));
   while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
-  if (unit.empty()) return {{}, number * 1e9};
+  std::optional<double> scale;
+  if (unit.empty()) scale = 1e9;
   for (const auto& [name, bytes] : kUnits) {
-    if (unit == name) return {{}, number * bytes};
+    if (unit == name) scale = bytes;
   }
-  return {bad};
+  if (!scale) return {bad};
+  const double bytes = *number * *scale;
+  if (bytes < kMinGpuMemoryBytes || !(bytes <= kMaxGpuMemoryBytes)) {
+    return {{StatusCode::invalid_argument, "'" + whole + "' is " + (bytes < kMinGpuMemoryBytes ? "less" : "more") +
+                                               " than a GPU's memory can be: give 1 MB to 1 PB (1e15 bytes)"}};
+  }
+  return {{}, bytes};
 }
 
 std::string format_gb(double bytes) {

@@ -151,10 +151,22 @@ BAD = [
     (["--params", "1e9", "--gpus", "8", "--layers", "4"], "the shape is incomplete"),
     (["--params", "1e9", "--gpus", "8", "--trainer-accounting"], "--trainer-accounting needs"),
     (["--params", "1e9", "--gpus", "8", "--micro-batch", "99999999999"], "--micro-batch"),
+    (["--params", "0x10", "--gpus", "8"], "--params: '0x10' is not a decimal number"),
+    (["--params", "inf", "--gpus", "8"], "--params: 'inf' is not a decimal number"),
+    (["--params", "1e-300", "--gpus", "8"], "--params 1e-300: must be a number from 1 to 1e+16"),
+    (["--params", "1e9", "--gpus", "0x10"], "--gpus: '0x10' is not a whole decimal number"),
+    (["--params", "1e9", "--gpus", "8", "--gpu-memory", "1e10GB"], "--gpu-memory '1e10GB' is more than"),
+    (["--params", "1e9", "--gpus", "8", "--gpu-memory", "1e308GiB"], "--gpu-memory '1e308GiB' is more than"),
+    (["--params", "1e9", "--gpus", "8", "--gpu-tflops", "1e-300"], "--gpu-tflops 1e-300"),
 ]
 for argv, needle in BAD:
     proc = plan(*argv, expect=2)
     h.check(needle in proc.stderr and proc.stdout == "",
             f"dtrain plan {' '.join(argv)}: refused naming {needle!r}: {proc.stderr.strip()!r}")
+
+# Whole numbers are decimal: a leading zero is not C's octal.
+report = plan_json("--params", "1e9", "--gpus", "016", "--gpus-per-node", "08")
+h.check(report["request"]["gpus"] == 16 and report["request"]["gpus_per_node"] == 8,
+        f"--gpus 016 --gpus-per-node 08 are 16 and 8: {report['request']}")
 
 h.finish()

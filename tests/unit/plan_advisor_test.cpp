@@ -222,7 +222,34 @@ TEST_CASE("scaling: DDP's last bucket is exposed; small buckets hide the rest be
 TEST_CASE("request: --ddp-bucket-mb must be positive") {
   PlanArgs a = bench_model_on_200_mbit();
   a.ddp_bucket_mb = 0;
-  CHECK(contains(refusal(a), "--ddp-bucket-mb 0: must be a positive number"));
+  CHECK(contains(refusal(a), "--ddp-bucket-mb 0: must be a number from 0.001 to 1e+06"));
+}
+
+TEST_CASE("request: sizes and rates outside any real one are refused, not planned with") {
+  PlanArgs a = paper();
+  a.params = 1e-300;
+  CHECK(contains(refusal(a), "--params 1e-300: must be a number from 1 to 1e+16, e.g. --params 7.5e9"));
+  a.params = 2e16;
+  CHECK(contains(refusal(a), "--params 2e+16: must be a number from 1 to 1e+16"));
+  a = paper();
+  a.inter_node_bw_gbs = 1e-300;
+  CHECK(contains(refusal(a), "--inter-node-bw 1e-300"));
+  a = paper();
+  a.gpu_tflops = 1e300;
+  CHECK(contains(refusal(a), "--gpu-tflops 1e+300"));
+  a = paper();
+  a.gpu_memory = "1e10GB";
+  CHECK(contains(refusal(a), "--gpu-memory '1e10GB' is more than a GPU's memory can be: give 1 MB to 1 PB"));
+  a.gpu_memory = "1e308GiB";
+  CHECK(contains(refusal(a), "--gpu-memory '1e308GiB' is more than"));
+  a.gpu_memory = "1e-300GB";
+  CHECK(contains(refusal(a), "--gpu-memory '1e-300GB' is less than"));
+  a.gpu_memory = "1PB";
+  CHECK(contains(refusal(a), "--gpu-memory '1PB' is not a size"));
+  a.gpu_memory = "0x10GB";
+  CHECK(contains(refusal(a), "--gpu-memory '0x10GB' is not a size"));
+  a.gpu_memory = "1000TB";
+  CHECK(request(a).cluster.gpu_memory == 1e15);
 }
 
 TEST_CASE("evaluate: data parallelism across nodes uses the inter-node bandwidth, or says it has none") {

@@ -143,12 +143,27 @@ TEST_CASE("units: GB is 1e9 bytes, GiB 2^30; bad sizes name themselves") {
   CHECK(parse_bytes("80GiB").value == 80.0 * 1073741824.0);
   CHECK(parse_bytes("1.5TB").value == 1.5e12);
   CHECK(parse_bytes("512MiB").value == 512.0 * 1048576.0);
-  for (const char* bad : {"", "abc", "-5GB", "0", "80XB", "nan", "inf", "GB"}) {
+  CHECK(parse_bytes(".5TB").value == 0.5e12);
+  CHECK(parse_bytes("8e1GB").value == 80e9);
+  CHECK(parse_bytes("80E0 GiB").value == 80.0 * 1073741824.0);
+  for (const char* bad : {"", "abc", "-5GB", "+5GB", " 5GB", "0", "80XB", "nan", "inf", "infinity", "GB", "0x10",
+                          "0x10GB", "0x1p4GB", ".", "5e", "1e400GB"}) {
     CAPTURE(bad);
     const auto r = parse_bytes(bad);
     CHECK_FALSE(r.ok());
     CHECK(r.status.message().find("is not a size") != std::string::npos);
   }
+  for (const char* huge : {"1e10GB", "1e308GiB", "1001TB"}) {
+    CAPTURE(huge);
+    CHECK(parse_bytes(huge).status.message().find("is more than a GPU's memory can be") != std::string::npos);
+  }
+  CHECK(parse_bytes("1e-300").status.message().find("is less than a GPU's memory can be") != std::string::npos);
+  std::size_t used = 0;
+  CHECK(parse_decimal("7.5e9x", used) == 7.5e9);
+  CHECK(used == 5);
+  CHECK(parse_decimal("0x10", used) == 0.0);   // the number is "0"; "x10" is left for the caller to refuse
+  CHECK(used == 1);
+  CHECK_FALSE(parse_decimal("inf", used).has_value());
   CHECK(format_gb(31.40625e9) == "31.4 GB");
   CHECK(format_gb(12.3e6) == "12.3 MB");
   CHECK(format_seconds(0.0351) == "35.1 ms");
