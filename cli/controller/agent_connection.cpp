@@ -57,8 +57,11 @@ Status AgentConnection::open(std::chrono::milliseconds timeout) {
     if (channel_->GetState(false) != GRPC_CHANNEL_TRANSIENT_FAILURE) continue;
     const grpc::Status status = why_not();
     const std::string& text = status.error_message();
+    // A TLS agent closes a plaintext launcher's connection at its first bytes, which are no TLS handshake: every
+    // time, as fast as a refused certificate.
+    const bool agent_wants_tls = transport_ == Transport::plaintext && text.find("Socket closed") != std::string::npos;
     if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
-        status.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
+        status.error_code() == grpc::StatusCode::PERMISSION_DENIED || agent_wants_tls ||
         text.find("andshake") != std::string::npos || text.find("SSL") != std::string::npos) {
       return {StatusCode::unauthenticated, "the agent refused this launcher: " + explain(status)};
     }
