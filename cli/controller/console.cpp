@@ -1,10 +1,12 @@
 #include "cli/controller/console.h"
 
+#include "common/terminal_text.h"
 #include "common/util.h"
 
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <csignal>
 #include <cstring>
 #include <sstream>
@@ -14,8 +16,51 @@
 namespace dtrain::controller {
 namespace {
 
-// Extracts the string value of `"key": "..."` after position `from`, undoing JSON escapes. Enough for the two
-// fields of PyTorch's error file; anything else falls back to the raw text.
+void append_utf8(std::uint32_t code_point, std::string& value) {
+  if (code_point < 0x80) {
+    value += static_cast<char>(code_point);
+  } else if (code_point < 0x800) {
+    value += static_cast<char>(0xc0 | (code_point >> 6));
+    value += static_cast<char>(0x80 | (code_point & 0x3f));
+  } else if (code_point < 0x10000) {
+    value += static_cast<char>(0xe0 | (code_point >> 12));
+    value += static_cast<char>(0x80 | ((code_point >> 6) & 0x3f));
+    value += static_cast<char>(0x80 | (code_point & 0x3f));
+  } else {
+    value += static_cast<char>(0xf0 | (code_point >> 18));
+    value += static_cast<char>(0x80 | ((code_point >> 12) & 0x3f));
+    value += static_cast<char>(0x80 | ((code_point >> 6) & 0x3f));
+    value += static_cast<char>(0x80 | (code_point & 0x3f));
+  }
+}
+
+// Appends the character of a JSON \uXXXX escape (`hex` holds the four digits) as UTF-8; false when they are not hex.
+// Python's json.dumps writes a character past U+FFFF as a surrogate pair: `pending_high` keeps the pair's first half
+// until its second arrives; a second half without a first becomes U+FFFD, as does a first half followed by another
+// escape (one followed by a plain character is dropped).
+bool append_unicode_escape(std::string_view hex, std::uint32_t& pending_high, std::string& value) {
+  std::uint32_t unit = 0;
+  for (char h : hex) {
+    const char lower = static_cast<char>(h | 0x20);
+    if (h >= '0' && h <= '9') unit = unit * 16 + static_cast<std::uint32_t>(h - '0');
+    else if (lower >= 'a' && lower <= 'f') unit = unit * 16 + static_cast<std::uint32_t>(lower - 'a' + 10);
+    else return false;
+  }
+  const bool low = unit >= 0xdc00 && unit <= 0xdfff;
+  if (pending_high != 0 && !low) append_utf8(0xfffd, value);
+  if (unit >= 0xd800 && unit <= 0xdbff) {
+    pending_high = unit;
+    return true;
+  }
+  if (low) append_utf8(pending_high == 0 ? 0xfffd : 0x10000 + ((pending_high - 0xd800) << 10) + (unit - 0xdc00), value);
+  else append_utf8(unit, value);
+  pending_high = 0;
+  return true;
+}
+
+// Extracts the string value of `"key": "..."` after position `from`, undoing JSON escapes (\u001b becomes the ESC it
+// stands for: the summary shows it escaped, as it shows every worker byte). Enough for the two fields of PyTorch's
+// error file; anything else falls back to the raw text.
 bool json_string_field(const std::string& json, const std::string& key, std::size_t from, std::string& value,
                        std::size_t* end = nullptr) {
   std::string needle = "\"" + key + "\"";
@@ -26,6 +71,7 @@ bool json_string_field(const std::string& json, const std::string& key, std::siz
   at = json.find_first_not_of(" \t\r\n", at + 1);
   if (at == std::string::npos || json[at] != '"') return false;
   value.clear();
+  std::uint32_t pending_high = 0;
   for (std::size_t i = at + 1; i < json.size(); ++i) {
     char c = json[i];
     if (c == '"') {
@@ -38,7 +84,13 @@ bool json_string_field(const std::string& json, const std::string& key, std::siz
         case 'n': value += '\n'; break;
         case 't': value += '\t'; break;
         case 'r': break;
-        case 'u': i += 4; value += '?'; break;
+        case 'u':
+          if (i + 4 >= json.size() ||
+              !append_unicode_escape(std::string_view(json).substr(i + 1, 4), pending_high, value)) {
+            return false;
+          }
+          i += 4;
+          break;
         default: value += e;
       }
     } else {
@@ -52,9 +104,9 @@ bool json_string_field(const std::string& json, const std::string& key, std::siz
 void append_stacks(std::ostringstream& s, const RankStacks& stacks) {
   if (!stacks.top_frames.empty()) {
     s << "  where rank " << stacks.rank << " is (first frames of its main thread):\n";
-    for (const auto& frame : stacks.top_frames) s << "    " << frame << "\n";
+    for (const auto& frame : stacks.top_frames) s << "    " << terminal_safe(frame) << "\n";
   }
-  if (!stacks.error.empty()) s << "  stacks of rank " << stacks.rank << ": " << stacks.error << "\n";
+  if (!stacks.error.empty()) s << "  stacks of rank " << stacks.rank << ": " << terminal_safe(stacks.error) << "\n";
   if (!stacks.stacks_path.empty()) {
     s << "  full stacks: " << stacks.stacks_path << " (every rank's beside it, on its own node)\n";
   }
@@ -65,7 +117,7 @@ void append_stacks(std::ostringstream& s, const RankStacks& stacks) {
 void append_health(std::ostringstream& s, const Failure& root, const WorkerHealth& h) {
   s << "  last health report of rank " << root.rank << ": step " << h.step << ", loss " << h.loss << ", "
     << h.tokens_per_s << " tokens/s";
-  if (!h.phase.empty()) s << ", last phase: " << h.phase;
+  if (!h.phase.empty()) s << ", last phase: " << terminal_safe(h.phase);
   if (root.failed_unix_ms >= h.unix_ms && h.unix_ms > 0) {
     s << ", " << (root.failed_unix_ms - h.unix_ms) / 1000.0 << " s before it failed";
   }
@@ -139,8 +191,11 @@ void Console::worker_lines(const LogLines& lines) {
 }
 
 void Console::note(std::string_view text) {
-  std::string line = "dtrain: " + std::string(text) + "\n";
-  write_whole(err_, line);
+  // A note may quote what a worker, an agent or ssh wrote: it is shown with control characters escaped, the one rule
+  // for other programs' bytes on the user's terminal (common/terminal_text.h).
+  std::string shown = "dtrain: " + terminal_safe_lines(text);
+  if (shown.back() != '\n') shown += '\n';
+  write_whole(err_, shown);
 }
 
 std::string describe_exit(const WorkerExit& exit) {
@@ -194,12 +249,12 @@ std::string failure_summary(const std::string& job_id, const Failure& root, cons
   if (!root.exit.error_file_json.empty()) {
     s << "  error file (TORCHELASTIC_ERROR_FILE):\n";
     std::istringstream lines(error_file_message(root.exit.error_file_json));
-    for (std::string line; std::getline(lines, line);) s << "    " << line << "\n";
+    for (std::string line; std::getline(lines, line);) s << "    " << terminal_safe(line) << "\n";
   }
   if (root.exit.stderr_tail.size() > 0) {
     s << "  last " << root.exit.stderr_tail.size() << " stderr line" << (root.exit.stderr_tail.size() == 1 ? "" : "s")
       << " of rank " << root.rank << ":\n";
-    for (const auto& line : root.exit.stderr_tail) s << "    | " << line << "\n";
+    for (const auto& line : root.exit.stderr_tail) s << "    | " << terminal_safe(line) << "\n";
   } else if (root.exit.spawn_error.empty()) {
     s << "  rank " << root.rank << " wrote nothing to stderr\n";
   }

@@ -6,6 +6,8 @@
 #include <set>
 #include <sstream>
 
+#include "common/terminal_text.h"
+
 namespace dtrain::controller {
 namespace {
 
@@ -17,6 +19,13 @@ constexpr char kAscii[] = "_.-~=+*#";
 constexpr int kLevels = 8;
 // The sparkline column shows at most this many recent steps (the snapshot keeps up to JobStatus::kRecentSteps).
 constexpr std::size_t kSparkWidth = 24;
+
+// A string field of the snapshot as the terminal may show it: hosts, phases and diagnoses quote what workers and
+// agents wrote, and a status.json may have been written by anyone.
+std::string text_of(const Json& object, const char* key, const char* fallback = "") {
+  const Json value = object.value(key, Json());
+  return value.is_string() ? terminal_safe(value.get<std::string>()) : fallback;
+}
 
 std::string bytes_text(std::uint64_t bytes) {
   char text[32];
@@ -71,13 +80,13 @@ namespace {
 std::string rank_row(const Json& r, double lo, double hi, bool straggler, const StatusView& view) {
   const std::vector<double> recent = recent_of(r);
   const std::string spark = sparkline(recent, lo, hi, view.terminal);
-  const std::string node = std::to_string(r.value("node", 0)) + " (" + r.value("host", "") + ")";
+  const std::string node = std::to_string(r.value("node", 0)) + " (" + text_of(r, "host") + ")";
   const std::uint64_t device = r.value("device_mem_used_bytes", std::uint64_t{0});
   const std::string memory = bytes_text(device > 0 ? device : r.value("rss_bytes", std::uint64_t{0}));
   const Json age = r.value("report_age_s", Json());
   char line[256];
   std::snprintf(line, sizeof line, "%5u %-18s %8u %-9s %8llu %9s %10s %6s %6s %8s %7s  ", r.value("rank", 0u),
-                node.substr(0, 18).c_str(), r.value("pid", 0u), r.value("state", "").c_str(),
+                node.substr(0, 18).c_str(), r.value("pid", 0u), text_of(r, "state").c_str(),
                 static_cast<unsigned long long>(r.value("step", std::uint64_t{0})),
                 number_text(r.value("step_ms", 0.0), "%.1f").c_str(),
                 number_text(r.value("tokens_per_s", 0.0), "%.0f").c_str(),
@@ -96,9 +105,9 @@ std::string rank_row(const Json& r, double lo, double hi, bool straggler, const 
 
 std::string render_status(const Json& s, const std::string& note, const StatusView& view) {
   std::ostringstream out;
-  out << "job " << s.value("job", "?") << ": " << s.value("state", "?") << ", attempt " << s.value("attempt", 0)
+  out << "job " << text_of(s, "job", "?") << ": " << text_of(s, "state", "?") << ", attempt " << s.value("attempt", 0)
       << "\n";
-  if (!note.empty()) out << "note: " << note << "\n";
+  if (!note.empty()) out << "note: " << terminal_safe(note) << "\n";
   const Json ranks = s.value("ranks", Json::array());
   double lo = 0, hi = 0;
   bool any = false;
@@ -122,7 +131,7 @@ std::string render_status(const Json& s, const std::string& note, const StatusVi
   const Json diagnoses = s.value("diagnoses", Json::array());
   if (diagnoses.empty()) out << "diagnoses: none\n";
   for (const auto& d : diagnoses) {
-    out << "diagnosis (" << d.value("kind", "") << "): " << d.value("message", "") << "\n  fix: " << d.value("fix", "")
+    out << "diagnosis (" << text_of(d, "kind") << "): " << text_of(d, "message") << "\n  fix: " << text_of(d, "fix")
         << "\n";
   }
   return out.str();

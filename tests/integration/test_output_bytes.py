@@ -49,8 +49,31 @@ for console, stream in (("none", ">&2"), ("all", ">&2"), ("all", "")):
 error_file_writer = "printf '{\"message\": \"bad \\377 byte\"}' > \"$TORCHELASTIC_ERROR_FILE\"; printf 'boom \\377\\n' >&2; exit 3"
 run = run_bytes(["run", "-n", "1", "--console", "none", "--", "/bin/sh", "-c", error_file_writer], timeout=30)
 check(run.code == 3, "failing worker: exit 3, got %s: %r" % (run.code, run.err[-400:]))
-check(b"| boom \xff" in run.err, "the summary quotes the stderr tail: %r" % run.err[-600:])
-check(b"bad \xff byte" in run.err, "the summary quotes the error file: %r" % run.err[-600:])
+check(b"| boom \\xff" in run.err, "the summary quotes the stderr tail, the byte escaped: %r" % run.err[-600:])
+check(b"bad \\xff byte" in run.err, "the summary quotes the error file, the byte escaped: %r" % run.err[-600:])
+check(b"\xff" not in run.err, "no raw \\xff on the launcher's terminal: %r" % run.err[-600:])
+check(rank_log(run) == b"boom \xff\n", "the log holds the byte as written")
+
+# 2b. Terminal controls from a worker (ESC, BEL: retitle the window, clear the screen) in its stderr tail, its
+#     reported phase and its error file reach the summary escaped; its log keeps them exact.
+hostile = r"""
+import json, os, sys, time
+import dtrain_health as health
+health.phase("\x1b]0;pwned\x07phase\x1b[2J")
+with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
+    json.dump({"message": "error \x1b[31mfile\x07"}, f)
+sys.stderr.write("boom \x1b]0;pwned\x07\x1b[2J\n")
+sys.stderr.flush()
+time.sleep(1.5)   # a heartbeat carries the last report
+sys.exit(3)
+"""
+run = run_bytes(["run", "-n", "1", "--console", "none", "--", "/usr/bin/python3", "-c", hostile], timeout=30)
+check(run.code == 3, "hostile worker: exit 3, got %s: %r" % (run.code, run.err[-400:]))
+check(b"| boom \\x1b]0;pwned\\x07\\x1b[2J" in run.err, "the stderr tail, escaped: %r" % run.err[-900:])
+check(b"last phase: \\x1b]0;pwned\\x07phase\\x1b[2J" in run.err, "the phase, escaped: %r" % run.err[-900:])
+check(b"error \\x1b[31mfile\\x07" in run.err, "the error file's text, escaped: %r" % run.err[-900:])
+check(b"\x1b" not in run.err and b"\x07" not in run.err, "no raw ESC or BEL on the terminal: %r" % run.err[-900:])
+check(rank_log(run) == b"boom \x1b]0;pwned\x07\x1b[2J\n", "the log keeps the bytes exact: %r" % rank_log(run))
 
 # 3. Valid UTF-8 that the 64 KiB splitter used to cut inside a character.
 run = run_bytes(["run", "-n", "1", "--console", "all", "--", "/usr/bin/python3", "-c", "print('\u20ac' * 40000)"],

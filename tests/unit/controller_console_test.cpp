@@ -1,6 +1,8 @@
 #include <doctest/doctest.h>
 
 #include <csignal>
+#include <cstdio>
+#include <string>
 
 #include "cli/controller/console.h"
 #include "cli/controller/restart_policy.h"
@@ -142,4 +144,43 @@ TEST_CASE("failure summary lists a few other failures, then counts the rest") {
   CHECK(text.find("also failed: rank 107") != std::string::npos);
   CHECK(text.find("also failed: rank 108") == std::string::npos);
   CHECK(text.find("and 4 more ranks failed") != std::string::npos);
+}
+
+TEST_CASE("error files: JSON \\u escapes are decoded, surrogate pairs included") {
+  CHECK(error_file_message(R"({"message": "a\u001b[2Jb\u00e9"})") == "a\x1b[2Jb\xc3\xa9");
+  CHECK(error_file_message(R"({"message": "\ud83d\ude00 done"})") == "\xf0\x9f\x98\x80 done");
+  CHECK(error_file_message(R"({"message": "lone \udc00 half"})") == "lone \xef\xbf\xbd half");
+}
+
+TEST_CASE("failure summary shows a worker's terminal controls escaped: stderr tail, phase, error file, stacks") {
+  Failure root;
+  root.rank = 0;
+  root.exit.exit_code = 1;
+  root.exit.stderr_tail.push_back("boom \x1b]0;pwned\x07");
+  root.exit.error_file_json = R"({"message": "bad \u001b[2J\u0007 file"})";
+  WorkerHealth health;
+  health.phase = "phase\x1b[2J\nline";
+  root.last_health = health;
+  RankStacks stacks;
+  stacks.top_frames.push_back("#0 frame\x1b[31m");
+  root.stacks = stacks;
+  const std::string text = failure_summary("job-1", root, {}, 0, 0);
+  CHECK(text.find("    | boom \\x1b]0;pwned\\x07\n") != std::string::npos);
+  CHECK(text.find("last phase: phase\\x1b[2J\\x0aline") != std::string::npos);
+  CHECK(text.find("    bad \\x1b[2J\\x07 file\n") != std::string::npos);
+  CHECK(text.find("    #0 frame\\x1b[31m\n") != std::string::npos);
+  CHECK(text.find('\x1b') == std::string::npos);
+  CHECK(text.find('\x07') == std::string::npos);
+}
+
+TEST_CASE("a launcher note is shown with control characters escaped, line by line") {
+  std::FILE* err = std::tmpfile();
+  REQUIRE(err != nullptr);
+  Console console(stdout, err);
+  console.note("node 0 agent: \x1b[2Jcleared\nsecond\tline\x07");
+  std::rewind(err);
+  char text[256] = {};
+  const std::size_t n = std::fread(text, 1, sizeof text - 1, err);
+  std::fclose(err);
+  CHECK(std::string(text, n) == "dtrain: node 0 agent: \\x1b[2Jcleared\nsecond\tline\\x07\n");
 }

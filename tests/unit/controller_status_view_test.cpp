@@ -79,3 +79,27 @@ TEST_CASE("a watch frame overwrites the last one in place instead of clearing th
   CHECK(in_place_frame("a\nb\n", true) == "\033[H\033[2Ja\033[K\nb\033[K\n\033[J");
   CHECK(in_place_frame("a\nb\n", false) == "\033[Ha\033[K\nb\033[K\n\033[J");
 }
+
+TEST_CASE("status shows the snapshot's text with control characters escaped, whoever wrote status.json") {
+  const Json snapshot = {
+      {"job", "job\x1b]0;title\x07"},
+      {"state", "running"},
+      {"ranks", Json::array({{{"rank", 0}, {"node", 0}, {"host", "h\x1b[2J"}, {"state", "run\x07"}}})},
+      {"diagnoses", Json::array({{{"kind", "hang"}, {"message", "stuck in \x1b[31mphase"}, {"fix", "fix\x9b"}}})}};
+  for (bool terminal : {false, true}) {
+    const std::string text = render_status(snapshot, "note \x1b[H", {terminal});
+    CHECK(text.find("job job\\x1b]0;title\\x07: running") != std::string::npos);
+    CHECK(text.find("0 (h\\x1b[2J)") != std::string::npos);
+    CHECK(text.find("run\\x07") != std::string::npos);
+    CHECK(text.find("stuck in \\x1b[31mphase") != std::string::npos);
+    CHECK(text.find("fix: fix\\x9b") != std::string::npos);
+    CHECK(text.find("note: note \\x1b[H") != std::string::npos);
+    CHECK(text.find('\x1b') == std::string::npos);
+    CHECK(text.find('\x07') == std::string::npos);
+  }
+}
+
+TEST_CASE("status shows a snapshot whose text fields have the wrong type instead of failing") {
+  const Json snapshot = {{"job", 7}, {"state", "done"}, {"ranks", Json::array({{{"rank", 0}, {"host", 1}}})}};
+  CHECK(render_status(snapshot, "", {false}).find("job ?: done") != std::string::npos);
+}
