@@ -4,12 +4,17 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/terminal_text.h"
+
 namespace dtrain::report {
 
 std::string escape(std::string_view text) {
+  // Control characters are parse errors in HTML, and bytes that are not UTF-8 garble the page: both are written as
+  // the launcher's terminal shows them (\x1b), by the one rule of common/terminal_text.h.
+  const std::string safe = terminal_safe_lines(text);
   std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
+  out.reserve(safe.size());
+  for (char c : safe) {
     switch (c) {
       case '&': out += "&amp;"; break;
       case '<': out += "&lt;"; break;

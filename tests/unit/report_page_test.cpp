@@ -61,6 +61,22 @@ TEST_CASE("the page has one heat-map row per rank, the straggler outlined, and t
   CHECK(page.find("data-chart=\"memory-device\"") == std::string::npos);   // no device memory reported
 }
 
+TEST_CASE("the page shows control characters from the command, a root cause and a diagnosis as \\xNN, never raw") {
+  RunModel m = run_of(2, 1);
+  m.command = {"python3", "-c", "print('\x1b]0;title\x07')", "\xff"};
+  m.rounds.back().root_cause = "rank 1 said \x1b[2J";
+  m.diagnoses.back().message = "slow\x08\x7f";
+  const std::string page = render_page(m);
+  CHECK(page.find("print(&#39;\\x1b]0;title\\x07&#39;) \\xff") != std::string::npos);
+  CHECK(page.find("rank 1 said \\x1b[2J") != std::string::npos);
+  CHECK(page.find("slow\\x08\\x7f") != std::string::npos);
+  for (char c = 0; c < 0x20; ++c) {
+    if (c != '\n') CHECK_MESSAGE(page.find(c) == std::string::npos, "control character ", int(c), " in the page");
+  }
+  CHECK(page.find('\x7f') == std::string::npos);
+  CHECK(page.find('\xff') == std::string::npos);
+}
+
 TEST_CASE("the page loads nothing: no script, no external reference, and a policy that forbids fetching") {
   const std::string page = render_page(run_of(4, 1));
   CHECK(page.find("<script") == std::string::npos);
