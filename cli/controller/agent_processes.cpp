@@ -1,11 +1,8 @@
 #include "cli/controller/agent_processes.h"
 
-#include <stdlib.h>
+#include <unistd.h>
 
-#include <cerrno>
 #include <csignal>
-#include <cstring>
-#include <filesystem>
 #include <stdexcept>
 
 namespace dtrain::controller {
@@ -74,27 +71,18 @@ AgentProcesses::AgentProcesses(EventQueue& events, std::string log_dir, std::chr
             events_.push(std::move(event));
           }}) {}
 
-AgentProcesses::~AgentProcesses() {
-  wait_exit(std::chrono::milliseconds(0));
-  if (!socket_dir_.empty()) {
-    std::error_code ignored;
-    std::filesystem::remove_all(socket_dir_, ignored);
-  }
-}
+AgentProcesses::~AgentProcesses() { wait_exit(std::chrono::milliseconds(0)); }
 
 std::string AgentProcesses::session_socket(int slot) {
-  if (socket_dir_.empty()) {
-    // A Unix socket's path is at most 107 bytes: a long TMPDIR falls back to /tmp.
-    std::string base = std::filesystem::temp_directory_path().string();
-    if (base.size() > 60) base = "/tmp";
-    std::string pattern = base + "/dtrain-launcher-XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      throw std::runtime_error("cannot create a private directory for the local agents' sockets in " + base + ": " +
-                               std::strerror(errno) + " (set TMPDIR to a writable directory)");
-    }
-    socket_dir_ = pattern;
+  if (!socket_dir_) {
+    // The agents' own mechanism (agent/supervisor/runtime_dir.h): a private directory held with an flock, and the
+    // sweep that removes those of launchers and agents that were SIGKILLed. A Unix socket's path is at most 107
+    // bytes: a long XDG_RUNTIME_DIR or TMPDIR falls back to /tmp.
+    std::string base = supervisor::RuntimeDir::default_base();
+    if (base.size() > 60) base = "/tmp/dtrain-" + std::to_string(::geteuid());
+    socket_dir_ = supervisor::RuntimeDir::create(base);
   }
-  return socket_dir_ + "/agent_" + std::to_string(slot) + ".sock";
+  return socket_dir_->path() + "/agent_" + std::to_string(slot) + ".sock";
 }
 
 void AgentProcesses::start(std::vector<std::vector<std::string>> argvs) {

@@ -14,9 +14,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "agent/supervisor/runtime_dir.h"
 #include "agent/supervisor/supervisor.h"
 #include "cli/controller/event_queue.h"
 
@@ -47,8 +49,9 @@ class AgentProcesses {
   std::string log_path(int slot) const { return log_dir_ + "/agent_" + std::to_string(slot) + ".log"; }
 
   // Local agents: the path of slot's session socket (`dtrain agent --session-socket`), in a directory that only
-  // this user can enter (mkdtemp, 0700), made on first use and removed with this object. Throws
-  // std::runtime_error when it cannot be made.
+  // this user can enter (0700, beside the agents' own: RuntimeDir), made on first use and removed with this object;
+  // if this launcher is SIGKILLed, the next launcher or agent to start removes it. Throws std::runtime_error when it
+  // cannot be made.
   std::string session_socket(int slot);
 
  private:
@@ -60,7 +63,7 @@ class AgentProcesses {
   std::vector<std::string> addresses_;
   std::vector<std::string> exits_;    // non-empty once slot i exited: how
   int running_ = 0;
-  std::string socket_dir_;             // "" until session_socket() made it
+  std::optional<supervisor::RuntimeDir> socket_dir_;  // unset until session_socket() made it
   supervisor::Supervisor supervisor_;  // last: its thread stops before the state above goes away
 };
 
