@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <thread>
 
@@ -19,6 +21,7 @@
 #include "cli/controller/status_view.h"
 #include "cli/report/run_model.h"
 #include "common/bounded_file.h"
+#include "common/util.h"
 
 namespace dtrain::cli {
 namespace {
@@ -26,12 +29,55 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
-// The launcher answers within ControlSocket::kFreshWait + kClientBudget once it gets to this client; one other
-// client may be ahead of it.
+// The launcher answers within ControlSocket::kFreshWait + kClientBudget of a connection (it serves clients side by
+// side); twice that leaves room for a launcher whose loop is slow.
 constexpr std::chrono::milliseconds kAnswerTimeout{
     2 * (controller::ControlSocket::kFreshWait + controller::ControlSocket::kClientBudget)};
 // --watch: as often as the launcher refreshes what it serves (JobMonitor::kEvaluateInterval).
 constexpr std::chrono::milliseconds kWatchInterval = controller::JobMonitor::kEvaluateInterval;
+
+// "14:02:11, 95 s ago": a time of the launcher's clock (Unix ms) as people read it; "an unknown time" for anything
+// that is not one.
+std::string when_text(const Json& unix_ms_field) {
+  if (!unix_ms_field.is_number_unsigned()) return "an unknown time";
+  const auto ms = unix_ms_field.get<std::uint64_t>();
+  const auto seconds = static_cast<std::time_t>(ms / 1000);
+  std::tm local{};
+  char clock[16] = "?";
+  if (::localtime_r(&seconds, &local) != nullptr) std::strftime(clock, sizeof clock, "%H:%M:%S", &local);
+  const std::uint64_t now = unix_ms();
+  return std::string(clock) + (now >= ms ? ", " + std::to_string((now - ms) / 1000) + " s ago" : "");
+}
+
+// What the launcher's answer (or its absence) means for a snapshot: a note, and `stale` when no launcher will write
+// this run's status again.
+void explain(const Status& live, Json& snapshot, std::string& note) {
+  if (live.ok()) {
+    // The launcher runs but its disk is full (or the directory went away): the file lags behind what is shown here.
+    const Json error = snapshot.value("status_file_error", Json());
+    if (error.is_object() && error.value("message", Json()).is_string()) {
+      note = "live; " + std::string(controller::kStatusFileName) + " is stale: the launcher " +
+             error["message"].get<std::string>() + " (since " + when_text(error.value("since_unix_ms", Json())) +
+             ")";
+    }
+    return;
+  }
+  const std::string written = "this is its last snapshot, written " +
+                              when_text(snapshot.value("updated_unix_ms", Json()));
+  switch (live.code()) {
+    case StatusCode::permission_denied:
+    case StatusCode::deadline_exceeded:
+      // The launcher is alive: the file will be written again, --watch goes on reading it.
+      note = live.message() + "; " + written;
+      return;
+    default:
+      // A launcher that ended wrote the end: the file is the whole story.
+      if (snapshot.value("state", Json()) != "running") return;
+      snapshot["stale"] = true;
+      note = "the launcher is gone (" + live.message() + ") without writing the job's end: it was killed, or could "
+             "not write " + controller::kStatusFileName + " (a full disk: it warned on its terminal); " + written;
+  }
+}
 
 // The live snapshot, else the last one written; `note` says which and why.
 Result<Json> load(const std::string& dir, std::string& note) {
@@ -39,7 +85,10 @@ Result<Json> load(const std::string& dir, std::string& note) {
   auto live = controller::read_control_socket(dir, kAnswerTimeout);
   if (live.ok()) {
     Json j = Json::parse(live.value, nullptr, false);
-    if (j.is_object()) return {{}, std::move(j)};
+    if (j.is_object()) {
+      explain(live.status, j, note);
+      return {{}, std::move(j)};
+    }
   }
   const auto file = read_bounded_file((fs::path(dir) / controller::kStatusFileName).string(),
                                       FileBound{report::kMaxStatusFileBytes});
@@ -53,12 +102,7 @@ Result<Json> load(const std::string& dir, std::string& note) {
     return {{StatusCode::not_found, "no status in " + dir + ": " + live.status.message() + ", and " +
                                         controller::kStatusFileName + " is missing or unreadable"}};
   }
-  if (j.value("state", "") == "running") {
-    // The file says running but nobody answers: the launcher was killed (or is stuck) before it could say more.
-    j["stale"] = true;
-    note = "the launcher does not answer (" + live.status.message() + "): it may have been killed; this is its " +
-           "last snapshot";
-  }
+  explain(live.ok() ? Status{StatusCode::internal, "its answer is not a snapshot"} : live.status, j, note);
   return {{}, std::move(j)};
 }
 

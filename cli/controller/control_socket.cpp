@@ -2,14 +2,19 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <pwd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 #include <utility>
+#include <vector>
 
 namespace dtrain::controller {
 namespace {
@@ -40,7 +45,69 @@ struct Fd {
     if (fd >= 0) ::close(fd);
   }
   int release() { return std::exchange(fd, -1); }
+  void reset(int next) {
+    if (fd >= 0) ::close(fd);
+    fd = next;
+  }
 };
+
+// Who owns the control socket in `dir_fd`: "alice (uid 1000)", and the name `sudo -u` takes ("alice", or "#1000"
+// for a uid without a name).
+struct Owner {
+  std::string text = "its owner (unknown)";
+  std::string user = "OWNER";
+};
+
+Owner owner_of(int dir_fd) {
+  struct stat st{};
+  if (::fstatat(dir_fd, kControlSocketName, &st, AT_SYMLINK_NOFOLLOW) != 0) return {};
+  std::vector<char> buffer(16384);
+  passwd entry{};
+  passwd* found = nullptr;
+  const std::string uid = std::to_string(st.st_uid);
+  if (::getpwuid_r(st.st_uid, &entry, buffer.data(), buffer.size(), &found) != 0 || found == nullptr) {
+    return {"uid " + uid, "#" + uid};
+  }
+  return {std::string(found->pw_name) + " (uid " + uid + ")", found->pw_name};
+}
+
+// What the refused user can do instead.
+std::string as_owner_hint(const Owner& owner, const std::string& dir) {
+  return "run `dtrain status` as that user, e.g. `sudo -u " + owner.user + " dtrain status " + dir + "`";
+}
+
+// Connects to the control socket in `dir_fd` by `deadline`. A full queue (EAGAIN) means the launcher is there but
+// behind: tried again every 20 ms until the deadline. Every failure says what it means (read_control_socket).
+Status connect_within(int dir_fd, const std::string& dir, const std::string& where, Clock::time_point deadline,
+                      Fd& sock) {
+  const sockaddr_un a = address_in(dir_fd, kControlSocketName);
+  for (;;) {
+    sock.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (sock.fd < 0) return {StatusCode::internal, "socket: " + errno_text()};
+    if (::connect(sock.fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) return {};
+    const int error = errno;
+    if (error == EAGAIN && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    const std::string why = "cannot connect to " + where + ": " + std::strerror(error);
+    switch (error) {
+      case ENOENT: return {StatusCode::not_found, why + " (the launcher has ended, or never started)"};
+      case ECONNREFUSED: return {StatusCode::unavailable, why + " (nobody listens: the launcher is gone)"};
+      case EACCES:
+      case EPERM: {
+        const Owner owner = owner_of(dir_fd);
+        return {StatusCode::permission_denied, why + ": the job belongs to " + owner.text +
+                                                   ", and only its user may read its live status; " +
+                                                   as_owner_hint(owner, dir)};
+      }
+      case EAGAIN:
+        return {StatusCode::deadline_exceeded, why + " (the launcher is busy: its queue of waiting clients stayed "
+                                               "full)"};
+      default: return {StatusCode::unavailable, why};
+    }
+  }
+}
 
 }  // namespace
 
@@ -63,34 +130,33 @@ Result<std::unique_ptr<ControlSocket>> ControlSocket::listen(const std::string& 
     ::unlinkat(dir_fd.fd, temp.c_str(), 0);
     return fail("chmod and rename");
   }
-  // A few pending clients; more get ECONNREFUSED/EAGAIN and try again.
-  constexpr int kBacklog = 16;
   int stop[2];
   if (::listen(sock.fd, kBacklog) != 0 || ::pipe2(stop, O_CLOEXEC) != 0) {
     ::unlinkat(dir_fd.fd, kControlSocketName, 0);
     return fail("listen");
   }
-  std::unique_ptr<ControlSocket> out(new ControlSocket(dir_fd.release(), sock.release(), stop[0], stop[1]));
+  const int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake < 0) {
+    ::unlinkat(dir_fd.fd, kControlSocketName, 0);
+    for (int fd : stop) ::close(fd);
+    return fail("eventfd");
+  }
+  std::unique_ptr<ControlSocket> out(new ControlSocket(dir_fd.release(), sock.release(), stop[0], stop[1], wake));
   out->thread_ = std::thread([s = out.get()] { s->serve(); });
   return {{}, std::move(out)};
 }
 
-ControlSocket::ControlSocket(int dir_fd, int listen_fd, int stop_read, int stop_write)
-    : dir_fd_(dir_fd), listen_fd_(listen_fd), stop_read_(stop_read), stop_write_(stop_write),
+ControlSocket::ControlSocket(int dir_fd, int listen_fd, int stop_read, int stop_write, int wake_fd)
+    : dir_fd_(dir_fd), listen_fd_(listen_fd), stop_read_(stop_read), stop_write_(stop_write), wake_fd_(wake_fd),
       snapshot_(std::make_shared<const std::string>("{}")) {}
 
 ControlSocket::~ControlSocket() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  published_.notify_all();
   const char byte = 0;
   while (::write(stop_write_, &byte, 1) < 0 && errno == EINTR) {
   }
   if (thread_.joinable()) thread_.join();
   ::unlinkat(dir_fd_, kControlSocketName, 0);
-  for (int fd : {listen_fd_, stop_read_, stop_write_, dir_fd_}) ::close(fd);
+  for (int fd : {listen_fd_, stop_read_, stop_write_, wake_fd_, dir_fd_}) ::close(fd);
 }
 
 void ControlSocket::publish(std::string snapshot) {
@@ -101,68 +167,120 @@ void ControlSocket::publish(std::string snapshot) {
     ++generation_;
     wanted_.store(false, std::memory_order_relaxed);
   }
-  published_.notify_all();
+  const std::uint64_t one = 1;
+  while (::write(wake_fd_, &one, sizeof one) < 0 && errno == EINTR) {
+  }
 }
 
-std::shared_ptr<const std::string> ControlSocket::fresh_snapshot() {
-  std::unique_lock lock(mutex_);
-  const std::uint64_t seen = generation_;
-  wanted_.store(true, std::memory_order_relaxed);
-  published_.wait_for(lock, kFreshWait, [&] { return generation_ != seen || stopping_; });
-  return snapshot_;
+// One connected client: waiting for a snapshot (none yet), then being sent it until `deadline`.
+struct ControlSocket::Client {
+  int fd = -1;
+  Clock::time_point connected;
+  std::uint64_t seen = 0;                         // the publishes when it connected: it wants a later one
+  std::shared_ptr<const std::string> snapshot;    // set once it has one to get
+  std::size_t sent = 0;
+  Clock::time_point deadline;                     // kFreshWait after connecting, then kClientBudget for sending
+
+  // Writes what the socket takes now; true once the client is done with (all sent, gone, or out of time).
+  bool send_some(Clock::time_point now) {
+    while (sent < snapshot->size()) {
+      const ssize_t n = ::send(fd, snapshot->data() + sent, snapshot->size() - sent, MSG_NOSIGNAL);
+      if (n > 0) {
+        sent += static_cast<std::size_t>(n);
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else {
+        return n == 0 || errno != EAGAIN || now >= deadline;
+      }
+    }
+    return true;
+  }
+};
+
+void ControlSocket::accept_clients(std::vector<Client>& clients) {
+  while (clients.size() < kMaxClients) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;  // EAGAIN: the queue is empty (or a client left before it was accepted)
+    ucred peer{};
+    socklen_t length = sizeof peer;
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0 || peer.uid != ::geteuid()) {
+      ::close(fd);
+      continue;
+    }
+    const auto now = Clock::now();
+    std::lock_guard lock(mutex_);
+    clients.push_back({fd, now, generation_, nullptr, 0, now + kFreshWait});
+    wanted_.store(true, std::memory_order_relaxed);
+  }
+}
+
+void ControlSocket::hand_out_snapshots(std::vector<Client>& clients) {
+  const auto now = Clock::now();
+  std::lock_guard lock(mutex_);
+  bool waiting = false;
+  for (auto& c : clients) {
+    if (c.snapshot) continue;
+    if (generation_ != c.seen || now >= c.deadline) {
+      c.snapshot = snapshot_;
+      c.deadline = now + kClientBudget;
+    } else {
+      waiting = true;
+    }
+  }
+  // A publish that answered earlier clients cleared the wish; later ones still wait for theirs.
+  if (waiting) wanted_.store(true, std::memory_order_relaxed);
 }
 
 void ControlSocket::serve() {
-  while (true) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {stop_read_, POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      return;
+  std::vector<Client> clients;
+  std::vector<pollfd> fds;
+  for (;;) {
+    // stop, wake, then the listening socket while there is room, then every client with a snapshot to send.
+    fds.assign({{stop_read_, POLLIN, 0}, {wake_fd_, POLLIN, 0}, {-1, POLLIN, 0}});
+    if (clients.size() < kMaxClients) fds[2].fd = listen_fd_;
+    auto next = Clock::time_point::max();
+    for (const auto& c : clients) {
+      fds.push_back({c.snapshot ? c.fd : -1, POLLOUT, 0});
+      next = std::min(next, c.deadline);
     }
-    if (fds[1].revents != 0) return;
-    const int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (client < 0) continue;
-    ucred peer{};
-    socklen_t length = sizeof peer;
-    if (::getsockopt(client, SOL_SOCKET, SO_PEERCRED, &peer, &length) == 0 && peer.uid == ::geteuid()) {
-      answer(client, *fresh_snapshot());
+    const int timeout = next == Clock::time_point::max() ? -1 : ms_left(next);
+    if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) break;
+    if (fds[0].revents != 0) break;
+    if (fds[1].revents != 0) {
+      std::uint64_t count = 0;
+      while (::read(wake_fd_, &count, sizeof count) < 0 && errno == EINTR) {
+      }
     }
-    ::close(client);
+    if (fds[2].revents != 0) accept_clients(clients);
+    hand_out_snapshots(clients);
+    const auto now = Clock::now();
+    std::erase_if(clients, [&](Client& c) {
+      const bool done = c.snapshot ? c.send_some(now) : false;
+      if (done) ::close(c.fd);
+      return done;
+    });
   }
-}
-
-void ControlSocket::answer(int client, const std::string& snapshot) {
-  const auto deadline = Clock::now() + kClientBudget;
-  std::size_t sent = 0;
-  while (sent < snapshot.size()) {
-    const ssize_t n = ::send(client, snapshot.data() + sent, snapshot.size() - sent, MSG_NOSIGNAL);
-    if (n > 0) {
-      sent += static_cast<std::size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno != EAGAIN) return;
-    pollfd fds[2] = {{client, POLLOUT, 0}, {stop_read_, POLLIN, 0}};
-    if (::poll(fds, 2, ms_left(deadline)) <= 0 || fds[1].revents != 0) return;
-  }
+  for (const auto& c : clients) ::close(c.fd);
 }
 
 Result<std::string> read_control_socket(const std::string& dir, std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   Fd dir_fd{::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)};
   if (dir_fd.fd < 0) return {{StatusCode::not_found, "cannot open " + dir + ": " + errno_text()}};
-  Fd sock{::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)};
-  if (sock.fd < 0) return {{StatusCode::internal, "socket: " + errno_text()}};
-  const sockaddr_un a = address_in(dir_fd.fd, kControlSocketName);
   const std::string where = dir + "/" + kControlSocketName;
-  if (::connect(sock.fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
-    const StatusCode code = errno == ENOENT ? StatusCode::not_found : StatusCode::unavailable;
-    return {{code, "cannot connect to " + where + ": " + errno_text()}};
-  }
+  Fd sock;
+  if (Status connected = connect_within(dir_fd.fd, dir, where, deadline, sock); !connected.ok()) return {connected};
   std::string out;
   char buffer[65536];
   while (true) {
     const ssize_t n = ::recv(sock.fd, buffer, sizeof buffer, 0);
+    if (n == 0 && out.empty()) {
+      // A launcher closes a client of another user without a word (root is one: SO_PEERCRED shows uid 0).
+      const Owner owner = owner_of(dir_fd.fd);
+      return {{StatusCode::permission_denied, "the launcher on " + where + " closed the connection without an "
+                                              "answer: it answers only its own user, " + owner.text + "; " +
+                                              as_owner_hint(owner, dir)}};
+    }
     if (n == 0) return {{}, std::move(out)};
     if (n > 0) {
       out.append(buffer, static_cast<std::size_t>(n));
@@ -175,7 +293,7 @@ Result<std::string> read_control_socket(const std::string& dir, std::chrono::mil
     if (errno != EAGAIN) return {{StatusCode::unavailable, "reading " + where + ": " + errno_text()}};
     pollfd fd{sock.fd, POLLIN, 0};
     if (::poll(&fd, 1, ms_left(deadline)) == 0) {
-      return {{StatusCode::deadline_exceeded, "the launcher did not answer on " + where + " within " +
+      return {{StatusCode::deadline_exceeded, "the launcher is busy: it did not answer on " + where + " within " +
                                                   std::to_string(timeout.count()) + " ms"}};
     }
   }

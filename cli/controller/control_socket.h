@@ -2,8 +2,10 @@
 
 // The running launcher's control socket, <run dir>/control.sock: `dtrain status` connects, the launcher writes its
 // status snapshot (job_status.h's JSON) and closes. Nothing is read from a client, so no request can be malformed,
-// large or slow; a client that does not read gets at most kClientBudget of the serving thread, and a client of
-// another user is closed at once.
+// large or slow. One thread serves every client at once without blocking on any of them (non-blocking accept and
+// writes under one poll): a client that does not read is cut off kClientBudget after its snapshot was ready, up to
+// kMaxClients are served together and more wait in the listen queue (kBacklog), and a client of another user is
+// closed at once. Thirty clients that connect and never read delay nobody.
 //
 // Snapshots are made on demand: a connection sets wanted(), the launcher's loop sees it on its next turn (at least
 // once a second) and publishes, and the client gets that snapshot; within kFreshWait it gets the last one instead
@@ -18,12 +20,12 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/status.h"
 
@@ -39,6 +41,10 @@ class ControlSocket {
   // How long a client waits for a snapshot made after it connected: the launcher's loop turns at least once a
   // second (Fleet::kTickInterval), with room for a turn that is busy.
   static constexpr std::chrono::milliseconds kFreshWait{1500};
+  // Clients served at once: each holds a descriptor and a share of the one snapshot, never a copy.
+  static constexpr std::size_t kMaxClients = 64;
+  // Connections the kernel queues beyond them (capped by net.core.somaxconn); a client past both gets EAGAIN.
+  static constexpr int kBacklog = 1024;
 
   // Listens in `dir` and starts the serving thread.
   static Result<std::unique_ptr<ControlSocket>> listen(const std::string& dir);
@@ -53,24 +59,29 @@ class ControlSocket {
   void publish(std::string snapshot);
 
  private:
-  ControlSocket(int dir_fd, int listen_fd, int stop_read, int stop_write);
+  struct Client;
+  ControlSocket(int dir_fd, int listen_fd, int stop_read, int stop_write, int wake_fd);
   void serve();
-  // The snapshot for a client that just connected: a fresh one, or the last after kFreshWait.
-  std::shared_ptr<const std::string> fresh_snapshot();
-  void answer(int client, const std::string& snapshot);
+  // Accepts what waits in the queue while there is room; clients of another user are closed at once.
+  void accept_clients(std::vector<Client>& clients);
+  // Gives each waiting client the snapshot once a fresh one is published or its kFreshWait ran out.
+  void hand_out_snapshots(std::vector<Client>& clients);
 
   int dir_fd_, listen_fd_, stop_read_, stop_write_;
+  int wake_fd_;  // an eventfd that publish() writes, so the serving thread hands the snapshot out at once
   std::mutex mutex_;
-  std::condition_variable published_;
   std::shared_ptr<const std::string> snapshot_;
   std::uint64_t generation_ = 0;   // publishes so far
-  bool stopping_ = false;
   std::atomic<bool> wanted_{false};
   std::thread thread_;
 };
 
-// The snapshot from the launcher serving `dir`, within `timeout`. not_found: no socket there (the job ended or
-// never started); unavailable: nobody listens (the launcher died); deadline_exceeded: it did not answer in time.
+// The snapshot from the launcher serving `dir`, within `timeout`. Each failure says what it means for the launcher:
+//   not_found          no socket there: the launcher ended (or never started)
+//   unavailable        nobody listens (ECONNREFUSED): the launcher that made the socket is gone
+//   permission_denied  the socket is another user's (EACCES), or the launcher closed without an answer because
+//                      this client is not its user: the message names the owner and how to ask as them
+//   deadline_exceeded  the launcher is there but busy: its queue stayed full (EAGAIN) or it did not answer in time
 Result<std::string> read_control_socket(const std::string& dir, std::chrono::milliseconds timeout);
 
 }  // namespace dtrain::controller

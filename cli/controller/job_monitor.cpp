@@ -208,16 +208,31 @@ void JobMonitor::write_snapshot_file(const std::string& state) {
   const std::string path = job_dir_ + "/" + kStatusFileName;
   const std::string temp = path + ".tmp";
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  bool ok = fd >= 0;
-  for (std::size_t done = 0; ok && done < text.size();) {
+  int error = fd < 0 ? errno : 0;
+  for (std::size_t done = 0; error == 0 && done < text.size();) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    ok = n > 0;
-    if (ok) done += static_cast<std::size_t>(n);
+    if (n <= 0) error = n < 0 ? errno : ENOSPC;
+    else done += static_cast<std::size_t>(n);
   }
-  if (fd >= 0) ::close(fd);
-  // A snapshot that cannot be written leaves the previous one: `dtrain status` shows older numbers, nothing breaks.
-  if (!ok || std::rename(temp.c_str(), path.c_str()) != 0) ::unlink(temp.c_str());
+  // A full disk or NFS may only say so at close.
+  if (fd >= 0 && ::close(fd) != 0 && error == 0) error = errno;
+  if (error == 0 && std::rename(temp.c_str(), path.c_str()) != 0) error = errno;
+  if (error == 0) {
+    if (status_file_failed_) console_.note(path + " is written again");
+    status_file_failed_ = false;
+    status_->set_status_file_error("", 0);
+    return;
+  }
+  const std::string why = std::strerror(error);
+  ::unlink(temp.c_str());
+  // The previous snapshot stays: the live view says it is stale while this launcher runs, and a reader after it
+  // ends sees how old it is. One warning, not one every kFileInterval.
+  if (status_file_failed_) return;
+  status_file_failed_ = true;
+  status_->set_status_file_error("cannot write " + path + ": " + why, unix_ms());
+  console_.note("warning: cannot write " + path + ": " + why + "; `dtrain status` shows the job live while this "
+                "launcher runs, but the file keeps an older snapshot (free space in " + job_dir_ + ")");
 }
 
 std::vector<Diagnosis> JobMonitor::job_ended(int exit_code) {

@@ -84,6 +84,7 @@ class JobMonitor {
   std::string job_dir_;
   EventLog events_;
   bool events_failed_ = false;
+  bool status_file_failed_ = false;   // the last write of status.json failed (warned once until one succeeds)
   std::unique_ptr<JobStatus> status_;
   std::unique_ptr<Diagnoser> diagnoser_;
   std::unique_ptr<ControlSocket> socket_;

@@ -99,9 +99,13 @@ nlohmann::ordered_json JobStatus::snapshot(const std::string& state, const Diagn
   for (const auto& [node, row] : nodes_) nodes.push_back({{"node", node}, {"host", row.host}, {"up", row.up}});
   nlohmann::ordered_json address = nullptr;
   if (!metrics_address_.empty()) address = metrics_address_;
-  return {{"job", job_id_}, {"state", state}, {"attempt", round_}, {"updated_unix_ms", now_ms},
-          {"ranks", std::move(ranks)}, {"diagnoses", std::move(diagnoses)}, {"nodes", std::move(nodes)},
-          {"metrics_address", std::move(address)}};
+  nlohmann::ordered_json out = {{"job", job_id_}, {"state", state}, {"attempt", round_}, {"updated_unix_ms", now_ms},
+                                {"ranks", std::move(ranks)}, {"diagnoses", std::move(diagnoses)},
+                                {"nodes", std::move(nodes)}, {"metrics_address", std::move(address)}};
+  if (!status_file_error_.empty()) {
+    out["status_file_error"] = {{"message", status_file_error_}, {"since_unix_ms", status_file_error_since_ms_}};
+  }
+  return out;
 }
 
 }  // namespace dtrain::controller

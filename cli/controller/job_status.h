@@ -8,7 +8,8 @@
 //               "comm_exposed_ratio", "rss_bytes", "device_mem_used_bytes", "phase", "report_age_s",
 //               "recent_step_ms": [oldest .. newest]}],
 //    "diagnoses": [{"kind", "ranks", "message", "fix"}],
-//    "nodes": [{"node", "host", "up"}], "metrics_address": "host:port" or null}
+//    "nodes": [{"node", "host", "up"}], "metrics_address": "host:port" or null,
+//    "status_file_error": {"message", "since_unix_ms"} (only while status.json cannot be written)}
 // A rank's state is starting (planned, not started yet), running, exited (code 0), failed (its own failure) or
 // stopped (ended by a stop of its group). report_age_s is null until it reports. A node of the round is up until
 // the launcher gives it up (node_lost); recent_step_ms holds the step times of the rank's last kRecentSteps new
@@ -48,6 +49,12 @@ class JobStatus {
   void node_lost(unsigned node);
   // The bound address of the metrics endpoint ("" = none).
   void set_metrics_address(std::string address) { metrics_address_ = std::move(address); }
+  // Why status.json could not be written, since when ("" once it is written again): a live `dtrain status` then
+  // says the file is stale, as it will be if the launcher ends before it can write it.
+  void set_status_file_error(std::string message, std::uint64_t since_unix_ms) {
+    status_file_error_ = std::move(message);
+    status_file_error_since_ms_ = since_unix_ms;
+  }
 
   // The node rank of `rank` in this round, if it is planned.
   std::optional<unsigned> node_of(unsigned rank) const;
@@ -77,6 +84,8 @@ class JobStatus {
 
   std::string job_id_;
   std::string metrics_address_;
+  std::string status_file_error_;
+  std::uint64_t status_file_error_since_ms_ = 0;
   std::uint32_t round_ = 0;
   std::map<unsigned, Row> rows_;        // by rank
   std::map<unsigned, NodeRow> nodes_;   // by node rank

@@ -121,6 +121,48 @@ TEST_CASE("control socket: a client that connects and never reads does not hold 
   CHECK(took < 2 * ControlSocket::kFreshWait + ControlSocket::kClientBudget + 2s);
 }
 
+TEST_CASE("control socket: 30 clients that never read, with a 64 MiB snapshot, do not hold up the next one") {
+  TempDir dir("control-idle");
+  auto socket = ControlSocket::listen(dir.path);
+  REQUIRE(socket.ok());
+  socket.value->publish(std::string(64 << 20, 'x'));
+  const std::string path = dir.file(kControlSocketName);
+  std::vector<int> idle;
+  for (int i = 0; i < 30; ++i) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    idle.push_back(fd);
+  }
+  // Served one after another, each idle client would take its kClientBudget: 30 s before the next.
+  const auto began = std::chrono::steady_clock::now();
+  auto answer = read_control_socket(dir.path, 10s);
+  const auto took = std::chrono::steady_clock::now() - began;
+  for (int fd : idle) ::close(fd);
+  REQUIRE_MESSAGE(answer.ok(), answer.status.message());
+  CHECK(answer.value.size() == (64u << 20));
+  CHECK(took < ControlSocket::kFreshWait + ControlSocket::kClientBudget + 2s);
+}
+
+TEST_CASE("control socket: what each failure to connect means for the launcher") {
+  TempDir dir("control-errors");
+  auto gone = read_control_socket(dir.path, 1s);
+  CHECK(gone.status.code() == dtrain::StatusCode::not_found);
+  CHECK(gone.status.message().find("the launcher has ended, or never started") != std::string::npos);
+  // A socket file nobody listens on: what a SIGKILLed launcher leaves.
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", dir.file(kControlSocketName).c_str());
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  ::close(fd);
+  auto dead = read_control_socket(dir.path, 1s);
+  CHECK(dead.status.code() == dtrain::StatusCode::unavailable);
+  CHECK(dead.status.message().find("nobody listens: the launcher is gone") != std::string::npos);
+}
+
 TEST_CASE("job status: planned ranks start as starting; reports, exits and the diagnoses make the snapshot") {
   dtrain::spec::Plan plan;
   for (unsigned r = 0; r < 2; ++r) {
