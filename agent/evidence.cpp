@@ -47,7 +47,7 @@ off_t file_size(const std::string& path) {
 // Sends the worker its dump signal and waits until its stacks file grew and stopped growing (at most
 // kPythonDumpWait, never past `deadline`); returns what the dump added to the file.
 Result<std::string> python_dump(const StackTarget& target, Clock::time_point deadline) {
-  const std::string which = "rank " + std::to_string(target.rank) + "'s Python stacks (signal " +
+  const std::string which = "rank " + std::to_string(target.rank) + "'s own stack dump (signal " +
                             std::to_string(target.dump_signal) + " to pid " + std::to_string(target.pid) + ")";
   const off_t start = file_size(target.dump_file);
   if (::kill(target.pid, target.dump_signal) != 0) {
@@ -101,8 +101,39 @@ std::vector<std::string> thread_states(pid_t pid) {
   return lines;
 }
 
-// Runs gdb on `pid` with its output appended to `fd`, killed at `deadline`. Ok when it ran to its end by itself;
-// unavailable when it is not installed or cannot run, deadline_exceeded when it was killed.
+// How long gdb gets, after SIGINT, to detach from the worker and exit before it is SIGKILLed: a detach is a few
+// ptrace calls, but on a loaded machine gdb may be in the middle of reading a large library's symbols.
+constexpr std::chrono::milliseconds kGdbDetachWait{500};
+
+// Until the process behind `pidfd` exited or `until` passed; true when it exited.
+bool wait_exit(int pidfd, Clock::time_point until) {
+  pollfd watch{pidfd, POLLIN, 0};
+  int ready = 0;
+  do {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+    ready = ::poll(&watch, 1, static_cast<int>(std::max<long long>(left, 0)));
+  } while (ready < 0 && errno == EINTR);
+  return ready > 0;
+}
+
+// Ends a gdb that ran out of time without leaving its tracee stopped. SIGINT first: gdb quits the command it is in
+// and, in batch mode, detaches from the worker as it exits. A gdb that does not is SIGKILLed, and the kernel then
+// leaves the worker group-stopped (a ptrace attach stops it): SIGCONT lets it run its handlers again, above all the
+// SIGTERM of the stop that follows. Returns what happened, for the stacks file's note.
+std::string end_gdb(int pidfd, pid_t worker, Clock::time_point deadline) {
+  syscall(SYS_pidfd_send_signal, pidfd, SIGINT, nullptr, 0);
+  std::string how = "interrupted";
+  if (!wait_exit(pidfd, std::max(deadline, Clock::now() + std::chrono::milliseconds(50)))) {
+    syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
+    wait_exit(pidfd, Clock::now() + kGdbDetachWait);
+    how = "killed";
+  }
+  ::kill(worker, SIGCONT);
+  return how;
+}
+
+// Runs gdb on `pid` with its output appended to `fd`, ended at `deadline` (end_gdb). Ok when it ran to its end by
+// itself; unavailable when it is not installed or cannot run, deadline_exceeded when it had to be ended.
 Status run_gdb(pid_t pid, int fd, Clock::time_point deadline) {
   posix_spawn_file_actions_t files;
   posix_spawn_file_actions_init(&files);
@@ -118,6 +149,7 @@ Status run_gdb(pid_t pid, int fd, Clock::time_point deadline) {
   sigemptyset(&defaults);
   sigaddset(&defaults, SIGCHLD);
   sigaddset(&defaults, SIGPIPE);
+  sigaddset(&defaults, SIGINT);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &defaults);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
@@ -135,20 +167,19 @@ Status run_gdb(pid_t pid, int fd, Clock::time_point deadline) {
   if (spawned != 0) return {StatusCode::unavailable, std::string("cannot run gdb: ") + std::strerror(spawned)};
   const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, gdb, 0));
   if (pidfd < 0) return {};   // already gone (and reaped by the supervisor)
-  pollfd watch{pidfd, POLLIN, 0};
-  int ready = 0;
-  do {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    ready = ::poll(&watch, 1, static_cast<int>(std::max<long long>(left, 0)));
-  } while (ready < 0 && errno == EINTR);
   Status status;
-  if (ready == 0) {
-    syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
-    status = {StatusCode::deadline_exceeded, "gdb did not finish in time and was killed; its stacks may be partial"};
+  // The detach comes out of the budget, so the answer still comes within it.
+  if (!wait_exit(pidfd, deadline - kGdbDetachWait)) {
+    const std::string how = end_gdb(pidfd, pid, deadline);
+    status = {StatusCode::deadline_exceeded, "gdb did not finish in time and was " + how + "; its stacks may be partial"};
   }
   ::close(pidfd);
   return status;
 }
+
+// Appends `note` to what `error` already says: a dump that failed and a gdb that was cut short are both worth
+// knowing.
+void add_note(std::string& error, const std::string& note) { error += (error.empty() ? "" : "; ") + note; }
 
 RankStacks stacks_of(const StackTarget& target, Clock::time_point deadline) {
   RankStacks out{target.rank, target.path, {}, target.error, std::nullopt};
@@ -163,24 +194,28 @@ RankStacks stacks_of(const StackTarget& target, Clock::time_point deadline) {
   std::string head = "rank " + std::to_string(target.rank) + ", pid " + std::to_string(target.pid) +
                      ": threads (/proc/PID/task/TID state and wchan)\n";
   for (const auto& line : threads) head += "  " + line + "\n";
-  std::vector<std::string> python_frames;
+  std::vector<std::string> dump_frames;
   if (!target.dump_file.empty()) {
     const Result<std::string> dump = python_dump(target, deadline);
     head += "\nthe worker's own dump (signal " + std::to_string(target.dump_signal) + ", appended to " +
             target.dump_file + "):\n" + (dump.ok() ? dump.value : dump.status.message() + "\n");
-    if (!dump.ok()) out.error = dump.status.message();
-    python_frames = python_top_frames(dump.value);
-    if (python_frames.empty()) python_frames = trainer_top_frames(dump.value);
+    if (!dump.ok()) add_note(out.error, dump.status.message());
+    dump_frames = python_top_frames(dump.value);
+    if (dump_frames.empty()) dump_frames = trainer_top_frames(dump.value);
     out.collectives = collective_state(dump.value);
   }
   head += "\ngdb -batch -p " + std::to_string(target.pid) + " -ex 'thread apply all bt':\n";
   const bool written = ::write(fd, head.data(), head.size()) == static_cast<ssize_t>(head.size());
-  if (Status gdb = run_gdb(target.pid, fd, deadline); !gdb.ok() && out.error.empty()) out.error = gdb.message();
+  const int write_errno = errno;
+  const Status gdb = run_gdb(target.pid, fd, deadline);
   ::close(fd);
-  if (!written) out.error = "cannot write " + target.path + ": " + std::strerror(errno);
-  out.top_frames = !python_frames.empty() ? python_frames : top_frames(read_placed_file(target.path, kMaxStacksRead));
+  if (!written) add_note(out.error, "cannot write " + target.path + ": " + std::strerror(write_errno));
+  if (!gdb.ok()) add_note(out.error, gdb.message());
+  out.top_frames = !dump_frames.empty() ? dump_frames : top_frames(read_placed_file(target.path, kMaxStacksRead));
   if (out.top_frames.empty()) {
-    if (out.error.empty()) out.error = "gdb printed no frames (it could not attach: see the file); thread states shown";
+    add_note(out.error, gdb.ok() ? "gdb printed no frames of the main thread (it could not attach: see the file); "
+                                   "main thread not captured, each thread's state shown instead"
+                                 : "main thread not captured, each thread's state shown instead");
     for (std::size_t i = 0; i < threads.size() && i < kTopFrames; ++i) {
       out.top_frames.push_back(threads[i].substr(0, kMaxFrameBytes));
     }
@@ -192,7 +227,7 @@ RankStacks stacks_of(const StackTarget& target, Clock::time_point deadline) {
 
 std::vector<std::string> top_frames(const std::string& text) {
   const std::vector<std::string> lines = lines_of(text);
-  std::size_t from = 0;
+  std::size_t from = lines.size();
   for (std::size_t i = 0; i < lines.size(); ++i) {
     if (lines[i].rfind("Thread 1 ", 0) == 0) from = i + 1;
   }

@@ -57,9 +57,9 @@ struct RankStacks {
   std::uint32_t rank = 0;
   std::string path;                     // the file written ("" when none could be)
   // The main thread's first frames: Python's (a dump), else dtrain-trainer's phase and collectives (its dump), else
-  // gdb's, else each thread's state and wchan.
+  // gdb's, else each thread's state and wchan (`error` then says "main thread not captured").
   std::vector<std::string> top_frames;
-  std::string error;                    // why the stacks are missing or partial ("" when complete)
+  std::string error;                    // why the stacks are missing or partial, every reason ("; "); "" when complete
   std::optional<CollectiveState> collectives;
 };
 
@@ -78,7 +78,8 @@ EvidenceReport collect_stacks(std::uint32_t round, const std::vector<StackTarget
                               std::chrono::milliseconds budget);
 
 // The main thread's first frames in gdb's `thread apply all bt` output (gdb lists the threads last to first, so
-// thread 1's come last), else the first frames it printed; at most kTopFrames, each cut to kMaxFrameBytes.
+// thread 1's come last); none when gdb did not get to thread 1 (it was cut short, or could not attach): another
+// thread's frames are never passed off as the main thread's. At most kTopFrames, each cut to kMaxFrameBytes.
 std::vector<std::string> top_frames(const std::string& gdb_output);
 
 // The main thread's first frames in a faulthandler dump (it lists the threads newest first, so the main thread's

@@ -125,7 +125,7 @@ std::optional<ProcessStat> read_process_stat(pid_t pid) {
 }
 
 SignalledProcesses signal_descendants(pid_t root, int sig, const std::set<pid_t>& skip,
-                                      const std::set<pid_t>& skip_groups) {
+                                      const std::set<pid_t>& skip_groups, int then) {
   SignalledProcesses result;
   const std::vector<pid_t> tree = descendants(root);
   result.found = tree.size();
@@ -143,6 +143,7 @@ SignalledProcesses signal_descendants(pid_t root, int sig, const std::set<pid_t>
       } else if (pidfd_send_signal(pidfd, sig) == 0) {
         // Alive after the stat read, so the stat (and the parent it names) was this pidfd's process.
         result.signalled.push_back(pid);
+        if (then != 0) pidfd_send_signal(pidfd, then);
       }
     }
     close(pidfd);

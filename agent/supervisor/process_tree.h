@@ -37,7 +37,9 @@ struct SignalledProcesses {
 // Sends `sig` to every living descendant of `root` except those in `skip` or in a process group in `skip_groups`.
 // Each pid is pinned with a pidfd and re-checked (still alive, parent still inside the tree) before the signal goes
 // out through that pidfd, so a pid recycled by an unrelated process between the scan and the signal is never hit.
+// `then` (0: none) follows `sig` through the same pidfd: SIGCONT after SIGTERM, so that a stopped process (SIGSTOP,
+// a job-control stop, a tracer that died) runs its handler now instead of when the grace period is over.
 SignalledProcesses signal_descendants(pid_t root, int sig, const std::set<pid_t>& skip = {},
-                                      const std::set<pid_t>& skip_groups = {});
+                                      const std::set<pid_t>& skip_groups = {}, int then = 0);
 
 }  // namespace dtrain::supervisor

@@ -29,13 +29,18 @@ std::size_t StopSweep::signal(const std::vector<pid_t>& worker_groups, const std
   last_pass_ = now;
   if (phase_ == Phase::kTerm) {
     // One SIGTERM per process (a second one can cut a worker's own cleanup short): a group signal to new worker
-    // groups, then the scan for everything outside those groups (setsid, double-forked, reparented).
+    // groups, then the scan for everything outside those groups (setsid, double-forked, reparented). SIGCONT right
+    // after each, as systemd and Slurm do: a stopped process (SIGSTOP, a job-control stop, the tracee of a gdb that
+    // was killed) would otherwise hold its SIGTERM pending until the grace period ends in SIGKILL.
     for (const pid_t group : worker_groups) {
-      if (termed_groups_.insert(group).second) kill(-group, SIGTERM);
+      if (termed_groups_.insert(group).second) {
+        kill(-group, SIGTERM);
+        kill(-group, SIGCONT);
+      }
     }
     std::set<pid_t> skip = termed_;
     skip.insert(keepers.begin(), keepers.end());
-    const SignalledProcesses result = signal_descendants(root_, SIGTERM, skip, termed_groups_);
+    const SignalledProcesses result = signal_descendants(root_, SIGTERM, skip, termed_groups_, SIGCONT);
     termed_.insert(result.signalled.begin(), result.signalled.end());
     return result.found;
   }
