@@ -9,6 +9,8 @@
 #include <csignal>
 #include <cstdlib>
 
+#include <spdlog/spdlog.h>
+
 #include "agent/security/x509.h"
 #include "common/util.h"
 #include "trainer/comm/shm/segment_name.h"
@@ -88,7 +90,12 @@ JobRunner::JobRunner(store::Store& store, std::string advertise_host, std::strin
   events.log_failed = [this](std::uint64_t id, const std::string& text) {
     emit(LogWriteFailed{round_of(id), rank_of(id), text});
   };
-  supervisor_ = std::make_unique<supervisor::Supervisor>(std::move(events));
+  // A PID namespace where the privilege allows it, so that a node-wide SIGKILL leaves nothing of a worker's tree
+  // (workers get SIGKILL when the agent is gone anyway: the namespace's end changes nothing else for them).
+  supervisor::Options options;
+  options.pid_namespace = true;
+  supervisor_ = std::make_unique<supervisor::Supervisor>(std::move(events), options);
+  spdlog::info("containment of workers: {}", supervisor_->containment());
 }
 
 JobRunner::~JobRunner() {

@@ -96,7 +96,7 @@ pid_t parse_pid(const char* name) {
 
 // ps and pgrep read /proc/<pid>/cmdline from the argv area of the process's memory; ours is the agent's copy
 // ("dtrain agent --listen ..."). Overwriting it (our private copy-on-write page) makes the keeper read as what it is.
-void rename_cmdline() {
+void rename_cmdline(const char* name, std::size_t size) {
   char stat[2048];
   const ssize_t length = read_small_file("/proc/self/stat", stat, sizeof stat);
   const char* fields = length > 0 ? stat_fields(stat, length) : nullptr;
@@ -104,10 +104,10 @@ void rename_cmdline() {
   // Fields 48 and 49 of proc(5), counted from the state (field 3).
   const long long start = stat_field(fields, 48 - 3);
   const long long end = stat_field(fields, 49 - 3);
-  if (start <= 0 || end - start < static_cast<long long>(sizeof kName)) return;
+  if (start <= 0 || end - start < static_cast<long long>(size)) return;
   char* area = reinterpret_cast<char*>(static_cast<std::uintptr_t>(start));
-  std::memcpy(area, kName, sizeof kName);
-  std::memset(area + sizeof kName, 0, static_cast<std::size_t>(end - start) - sizeof kName);
+  std::memcpy(area, name, size);
+  std::memset(area + size, 0, static_cast<std::size_t>(end - start) - size);
 }
 
 void write_record(int fd, const KeeperRecord& record) {
@@ -137,10 +137,14 @@ bool reap(pid_t worker, bool& worker_reported, int status_fd) {
 
 }  // namespace
 
+void name_process(const char* name) {
+  prctl(PR_SET_NAME, name);  // cosmetic: a failure changes nothing else
+  rename_cmdline(name, std::strlen(name) + 1);
+}
+
 int become_keeper(pid_t agent) {
   if (setpgid(0, 0) != 0) return errno;
-  prctl(PR_SET_NAME, kName);  // cosmetic: a failure changes nothing else
-  rename_cmdline();
+  name_process(kName);
   if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) return errno;
   if (prctl(PR_SET_PDEATHSIG, kKeeperOrphanSignal) != 0) return errno;
   // The agent may have died before prctl: then nobody would ever send the signal.
@@ -183,7 +187,11 @@ void keep(pid_t worker, const KeeperPlan& plan) {
     orphaned = true;
     const int sig = plan.parent_death_signal;
     // Not yet reported means not yet reaped: the pid is still the worker's.
-    if (!reported && sig != 0) kill(worker, sig);
+    if (!reported && sig != 0) {
+      kill(worker, sig);
+      // A stopped worker would hold the signal pending until orphan_grace ends in SIGKILL.
+      if (sig != SIGKILL) kill(worker, SIGCONT);
+    }
     if (sig == 0 || sig == SIGKILL) {
       killing = true;
     } else {

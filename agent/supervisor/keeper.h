@@ -72,6 +72,10 @@ int become_keeper(pid_t agent);
 // tree, ends the tree when the agent is gone, and exits once nothing is left. Async-signal-safe throughout.
 [[noreturn]] void keep(pid_t worker, const KeeperPlan& plan);
 
+// Names the calling process `name` in ps, pgrep and /proc/<pid>/{comm,cmdline} (its argv area is overwritten: our
+// private copy-on-write page of the agent's). For the agent's own forks that never exec. Async-signal-safe.
+void name_process(const char* name);
+
 // Sends `sig` to every child of the calling process, from /proc/*/stat (this kernel family may lack
 // /proc/<pid>/task/<tid>/children). Safe against pid reuse: a child's pid cannot be reused before its parent reaps
 // it. Async-signal-safe (no allocation; one static buffer, so not for two threads at once). Returns how many

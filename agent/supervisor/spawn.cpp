@@ -29,7 +29,7 @@ constexpr unsigned CLOSE_RANGE_CLOEXEC = 1U << 2;
 constexpr const char* kDefaultPath = "/usr/local/bin:/usr/bin:/bin";
 
 // Which step of the child setup failed; sent with errno through the report pipe.
-enum class ChildStage : int { kStdio = 1, kParentDeathSignal, kAffinity, kWorkingDir, kExec };
+enum class ChildStage : int { kStdio = 1, kParentDeathSignal, kAffinity, kWorkingDir, kExec, kNamespace };
 struct ChildFailure {
   ChildStage stage;
   int error;
@@ -58,6 +58,8 @@ std::string describe_failure(const ChildFailure& failure, const LaunchPlan& plan
       return "cannot change to working directory '" + plan.working_dir + "' for '" + plan.program + "': " + reason;
     case ChildStage::kExec:
       return "cannot execute '" + plan.program + "': " + reason;
+    case ChildStage::kNamespace:
+      return "cannot enter the workers' mount namespace (their /proc) for '" + plan.program + "': " + reason;
   }
   return "cannot start '" + plan.program + "': " + reason;
 }
@@ -76,7 +78,8 @@ bool is_executable_file(const std::string& path, int& error) {
 // stdio closed gets pipes numbered 0..2). Async-signal-safe.
 int above_stdio(int fd) { return fd > 2 ? fd : fcntl(fd, F_DUPFD_CLOEXEC, 3); }
 
-// The child between fork and exec: async-signal-safe calls only, no allocation, no locks.
+// The child between fork and exec: async-signal-safe calls only, no allocation, no locks. `parent` is the keeper's
+// pid as the child sees it: 0 inside the supervisor's PID namespace (its parent is outside it).
 [[noreturn]] void run_child(const LaunchPlan& plan, char* const* argv, char* const* envp, pid_t parent, int null_fd,
                             int out_fd, int err_fd, int report_fd) {
   // By reference: report_fd is moved off 0..2 below, and the old number may then become the worker's stdout.
@@ -92,6 +95,8 @@ int above_stdio(int fd) { return fd > 2 ? fd : fcntl(fd, F_DUPFD_CLOEXEC, 3); }
     if (getppid() != parent) _exit(127);
   }
   if (plan.cpu_mask && sched_setaffinity(0, plan.cpu_mask_size, plan.cpu_mask.get()) != 0) fail(ChildStage::kAffinity);
+  // Moves to the namespace's root directory too; working_dir (never empty then) brings it back.
+  if (plan.mnt_ns >= 0 && setns(plan.mnt_ns, CLONE_NEWNS) != 0) fail(ChildStage::kNamespace);
   report_fd = above_stdio(report_fd);
   null_fd = above_stdio(null_fd);
   out_fd = above_stdio(out_fd);
@@ -125,7 +130,10 @@ int above_stdio(int fd) { return fd > 2 ? fd : fcntl(fd, F_DUPFD_CLOEXEC, 3); }
     _exit(127);
   };
   if (const int error = become_keeper(agent); error != 0) failed(KeeperRecord::kStepSetup, error);
-  const pid_t keeper = getpid();
+  // Our next child is born in the supervisor's PID namespace; vfork still returns its pid in ours (the host's), the
+  // pid every record and the agent use.
+  if (plan.pid_ns >= 0 && setns(plan.pid_ns, CLONE_NEWPID) != 0) failed(KeeperRecord::kStepSetup, errno);
+  const pid_t keeper = plan.pid_ns >= 0 ? 0 : getpid();
   // vfork: the child borrows this memory until it execs (run_child only writes its own frame and exits or execs),
   // so the agent's page tables are not copied a second time, and no atfork handler of the agent's libraries runs
   // in this fork of a multi-threaded process.

@@ -26,6 +26,10 @@ struct LaunchPlan {
   std::size_t cpu_mask_size = 0;    // bytes, for sched_setaffinity
   int parent_death_signal = 0;      // 0 = none
   std::chrono::milliseconds orphan_grace{0};  // ProcessSpec::orphan_grace, for the keeper
+  // The supervisor's PID namespace (pid_namespace.h), or -1: the keeper joins pid_ns before it forks the worker,
+  // the worker joins mnt_ns (its /proc) before it changes to working_dir, which is then never empty.
+  int pid_ns = -1;
+  int mnt_ns = -1;
 };
 
 // Builds the plan, or fails with the spawn error the user reads: invalid_argument (empty argv, bad env name, bad

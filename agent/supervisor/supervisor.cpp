@@ -5,6 +5,7 @@
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/timerfd.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -55,7 +56,28 @@ void Supervisor::Impl::run() {
   }
 }
 
-Supervisor::Supervisor(Events events) {
+void Supervisor::Impl::ensure_namespace() {
+  if (!options.pid_namespace || ns.active()) return;
+  Result<PidNamespace> made = create_pid_namespace();
+  if (made.ok()) {
+    ns = made.value;
+    containment = "keepers and a PID namespace";
+  } else {
+    // Not tried again: the reason (no privilege, mostly) does not change while this process runs.
+    options.pid_namespace = false;
+    containment = "keepers only: " + made.status.message();
+  }
+}
+
+bool Supervisor::Impl::holder_reaped(pid_t pid) {
+  if (pid != ns.holder) return false;
+  // Its exit took every worker with it (their keepers report them killed); the next spawn makes a new one.
+  ns.holder = 0;
+  close_pid_namespace(ns);
+  return true;
+}
+
+Supervisor::Supervisor(Events events, Options options) {
   sigset_t mask;
   pthread_sigmask(SIG_SETMASK, nullptr, &mask);
   int subreaper = 0;
@@ -69,7 +91,9 @@ Supervisor::Supervisor(Events events) {
     throw std::logic_error("only one dtrain::supervisor::Supervisor may exist per process (it reaps every child)");
   }
   try {
-    impl_ = std::make_unique<Impl>(std::move(events));
+    impl_ = std::make_unique<Impl>(std::move(events), options);
+    impl_->containment = "keepers only (no PID namespace was asked for)";
+    impl_->ensure_namespace();
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
@@ -107,6 +131,11 @@ Supervisor::~Supervisor() {
   }
   impl->workers.clear();
   for (auto& [pid, watch] : impl->keepers) close_fd(watch.pidfd);
+  if (impl->ns.active()) {
+    const pid_t holder = impl->ns.holder;
+    close_pid_namespace(impl->ns);
+    waitpid(holder, nullptr, 0);  // SIGKILLed: at once
+  }
   close_fd(impl->signal_fd);
   close_fd(impl->timer_fd);
   impl_.reset();
@@ -174,5 +203,7 @@ void Supervisor::spawn_async(std::vector<ProcessSpec> specs) {
 }
 
 std::size_t Supervisor::running() const { return impl_->running.load(); }
+
+std::string Supervisor::containment() const { return impl_->containment; }
 
 }  // namespace dtrain::supervisor

@@ -54,6 +54,15 @@ struct Events {
   std::function<void(std::uint64_t id, const std::string& message)> log_failed;
 };
 
+// How a Supervisor contains its workers.
+struct Options {
+  // Run every worker in one PID namespace of this Supervisor's (pid_namespace.h), so that nothing of their trees
+  // survives a SIGKILL of every dtrain process on the node. Needs CAP_SYS_ADMIN: without it the workers run as
+  // without this option, and containment() says so. Only for workers whose parent_death_signal is SIGKILL or 0:
+  // the namespace ends at once when this process is gone, ahead of any orphan_grace.
+  bool pid_namespace = false;
+};
+
 class Supervisor {
  public:
   // How long the child may take from fork to exec before spawn() stops waiting for its verdict (an exec failure
@@ -64,7 +73,7 @@ class Supervisor {
 
   // Starts the supervisor thread. Throws std::logic_error when prepare_process() was not called or another
   // Supervisor exists, std::system_error when the kernel refuses the descriptors it needs.
-  explicit Supervisor(Events events);
+  explicit Supervisor(Events events, Options options = {});
   // SIGKILL to every descendant, reap, join the thread (bounded by kShutdownTimeout). No event runs during or
   // after destruction; pending stop_all callbacks are dropped.
   ~Supervisor();
@@ -95,6 +104,9 @@ class Supervisor {
   bool stop_all_and_wait(std::chrono::milliseconds grace, std::chrono::milliseconds timeout);
   // Direct workers not yet exited.
   std::size_t running() const;
+  // How workers are contained, for the agent's log: "keepers and a PID namespace", or "keepers only: " and why
+  // there is no namespace (with what that means). Fixed at construction.
+  std::string containment() const;
 
  private:
   struct Impl;

@@ -21,6 +21,7 @@ void Supervisor::Impl::reap_children() {
     int status = 0;
     const pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid <= 0) break;  // 0: children left but none exited; -1/ECHILD: no children
+    if (holder_reaped(pid)) continue;
     const auto it = live.find(pid);
     if (it == live.end()) {
       // A keeper (whose worker may still need us), or a stray child: an orphan reparented to us because its keeper

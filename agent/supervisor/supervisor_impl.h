@@ -25,6 +25,7 @@
 
 #include "agent/supervisor/event_loop.h"
 #include "agent/supervisor/output_capture.h"
+#include "agent/supervisor/pid_namespace.h"
 #include "agent/supervisor/spawn.h"
 #include "agent/supervisor/stop_sweep.h"
 #include "agent/supervisor/supervisor.h"
@@ -80,7 +81,7 @@ struct Supervisor::Impl {
     EventLoop::Token token = 0;
   };
 
-  explicit Impl(Events e) : events(std::move(e)), stop(getpid()) {}
+  Impl(Events e, Options o) : events(std::move(e)), options(o), stop(getpid()) {}
 
   // supervisor.cpp
   void run();
@@ -108,8 +109,14 @@ struct Supervisor::Impl {
   void finish_stop();
   void arm_timer(Clock::time_point deadline);
   void begin_shutdown();
+  // supervisor.cpp: the PID namespace (Options::pid_namespace), made again when its holder died.
+  void ensure_namespace();
+  bool holder_reaped(pid_t pid);
 
   Events events;
+  Options options;
+  PidNamespace ns;           // inactive without Options::pid_namespace or the privilege for it
+  std::string containment;   // Supervisor::containment()
   EventLoop loop;
   int signal_fd = -1;
   int timer_fd = -1;

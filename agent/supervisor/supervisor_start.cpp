@@ -4,6 +4,7 @@
 
 #include <sys/epoll.h>
 
+#include <filesystem>
 #include <utility>
 
 namespace dtrain::supervisor {
@@ -46,6 +47,21 @@ std::optional<Supervisor::Impl::PendingStart> Supervisor::Impl::begin_start(cons
   if (!planned.ok()) {
     report_spawn_failure(spec, 0, planned.status.message());
     return std::nullopt;
+  }
+  ensure_namespace();
+  if (ns.active()) {
+    planned.value.pid_ns = ns.pid_ns;
+    planned.value.mnt_ns = ns.mnt_ns;
+    // Entering the mount namespace moves the child to its root: it must change back to ours.
+    if (planned.value.working_dir.empty()) {
+      std::error_code ec;
+      planned.value.working_dir = std::filesystem::current_path(ec).string();
+      if (ec) {
+        report_spawn_failure(spec, 0, "cannot start '" + spec.argv[0] + "': the agent's working directory is gone (" +
+                                          ec.message() + "); give the job a working_dir");
+        return std::nullopt;
+      }
+    }
   }
   PendingStart start;
   start.spec = &spec;

@@ -20,9 +20,13 @@ void Supervisor::Impl::advance_stop() {
   std::vector<pid_t> groups;
   groups.reserve(live.size());
   for (const auto& [pid, serial] : live) groups.push_back(pid);
-  std::set<pid_t> keeper_pids;
-  for (const auto& [pid, watch] : keepers) keeper_pids.insert(pid);
-  const std::size_t found = stop.signal(groups, keeper_pids, now);
+  // Keepers end by themselves; the namespace's holder is never signalled (its death would SIGKILL every worker at
+  // once) and outlives the stop, so it is not counted among what is left.
+  std::set<pid_t> spared;
+  for (const auto& [pid, watch] : keepers) spared.insert(pid);
+  if (ns.active()) spared.insert(ns.holder);
+  std::size_t found = stop.signal(groups, spared, now);
+  if (ns.active() && found > 0) --found;
   if ((found == 0 && live.empty()) || stop.gave_up(now)) {
     finish_stop();
     return;

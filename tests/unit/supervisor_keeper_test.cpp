@@ -2,7 +2,9 @@
 // exactly even when its keeper is killed, and the keeper is what it claims to be in ps.
 #include <doctest/doctest.h>
 
+#include <linux/capability.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "agent/supervisor/keeper.h"
+#include "agent/supervisor/pid_namespace.h"
 #include "agent/supervisor/testing/event_recorder.h"
 #include "tests/unit/eventually.h"
 #include "tests/unit/read_file.h"
@@ -49,7 +52,7 @@ struct Agent {
   pid_t pid = 0;
   std::vector<pid_t> workers;
 };
-std::optional<Agent> start_agent(const std::vector<ProcessSpec>& specs) {
+std::optional<Agent> start_agent(const std::vector<ProcessSpec>& specs, Options options = {}) {
   int ready[2];
   if (pipe(ready) != 0) return std::nullopt;
   const pid_t agent = fork();
@@ -66,7 +69,7 @@ std::optional<Agent> start_agent(const std::vector<ProcessSpec>& specs) {
         std::lock_guard lock(mutex);
         workers.at(id - 1) = pid;
       };
-      Supervisor supervisor(events);
+      Supervisor supervisor(events, options);
       supervisor.spawn(specs);
       {
         std::lock_guard lock(mutex);
@@ -99,13 +102,20 @@ void kill_agent(const Agent& agent) {
   waitpid(agent.pid, nullptr, 0);
 }
 
-// Waits until none of `tree` is alive; true if that happened within `timeout`. Reaps the keepers in it, reparented to
-// us (the test runner is a subreaper too); SIGKILLs survivors so that no test leaves them behind.
+// Waits until none of `tree` is alive; true if that happened within `timeout`. Reaps what of it is reparented to
+// us as it dies (the test runner is a subreaper too), without blocking: the init of a PID namespace ends only once
+// every process of it was reaped, some of them by us. SIGKILLs survivors so that no test leaves them behind.
 bool gone_within(const std::vector<pid_t>& tree, std::chrono::milliseconds timeout) {
-  const bool gone = eventually([&] { return std::none_of(tree.begin(), tree.end(), alive); }, timeout);
-  for (const pid_t pid : tree) {
-    if (!gone) kill(pid, SIGKILL);
-    if (parent_of(pid) == getpid()) waitpid(pid, nullptr, 0);
+  const auto reaped_and_gone = [&] {
+    for (const pid_t pid : tree) {
+      if (parent_of(pid) == getpid()) waitpid(pid, nullptr, WNOHANG);
+    }
+    return std::none_of(tree.begin(), tree.end(), alive);
+  };
+  const bool gone = eventually(reaped_and_gone, timeout);
+  if (!gone) {
+    for (const pid_t pid : tree) kill(pid, SIGKILL);
+    eventually(reaped_and_gone, 5s);
   }
   return gone;
 }
@@ -313,4 +323,136 @@ TEST_CASE("keeper: signal_children reaches every child of the caller, and nothin
     CHECK(WTERMSIG(status) == SIGTERM);
   }
   CHECK(signal_children(0) == 0);
+}
+
+namespace {
+
+bool is_root() { return geteuid() == 0; }
+
+std::string command_of(pid_t pid) { return read_file("/proc/" + std::to_string(pid) + "/comm"); }
+
+}  // namespace
+
+TEST_CASE("pid namespace: nothing of the trees survives a SIGKILL of the agent, its keepers and the holder at once") {
+  if (!is_root()) {
+    MESSAGE("SKIPPED: a PID namespace needs CAP_SYS_ADMIN (run as root)");
+    return;
+  }
+  Options contained;
+  contained.pid_namespace = true;
+  // A new session with children, a double fork, and a setsid'd double fork: what the keepers cannot hold once
+  // they are killed too (`pkill -9 dtrain`).
+  const std::string tree_script =
+      "setsid sh -c 'sleep 300 & sleep 300 & wait' & (sleep 300 &); (setsid sh -c '(sleep 300 &); sleep 300' &); "
+      "exec sleep 300";
+  const auto agent = start_agent({shell(1, tree_script), shell(2, tree_script)}, contained);
+  REQUIRE(agent);
+  REQUIRE(eventually([&] { return sleeps_below(agent->pid).size() == 12; }, 10s));
+  const std::vector<pid_t> tree = descendants(agent->pid);
+  std::vector<pid_t> dtrain_processes{agent->pid};
+  std::size_t holders = 0;
+  for (const pid_t pid : tree) {
+    const std::string comm = command_of(pid);
+    if (comm == "dtrain-keeper\n" || comm == "dtrain-pidns\n") dtrain_processes.push_back(pid);
+    holders += comm == "dtrain-pidns\n" ? 1 : 0;
+  }
+  CHECK(holders == 1);
+  CHECK(dtrain_processes.size() == 1 + 2 + 1);
+
+  const auto killed_at = std::chrono::steady_clock::now();
+  for (const pid_t pid : dtrain_processes) kill(pid, SIGKILL);
+  waitpid(agent->pid, nullptr, 0);
+  CHECK(gone_within(tree, 3s));
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - killed_at);
+  MESSAGE("a tree of " << tree.size() << " processes gone " << took.count()
+                       << " ms after SIGKILL to every dtrain process at once");
+}
+
+TEST_CASE("pid namespace: workers share one, with its own /proc; events, stops and exits speak host pids") {
+  if (!is_root()) {
+    MESSAGE("SKIPPED: a PID namespace needs CAP_SYS_ADMIN (run as root)");
+    return;
+  }
+  EventRecorder recorder;
+  Options contained;
+  contained.pid_namespace = true;
+  Supervisor supervisor(recorder.events(), contained);
+  CHECK(supervisor.containment() == "keepers and a PID namespace");
+  // $$ is the shell's getpid(); /proc/$$/stat's first field is the same number only when /proc is the namespace's.
+  const std::string report = "read -r self rest < /proc/$$/stat; echo \"inside:$$:$self\"; ";
+  supervisor.spawn({shell(1, report + "setsid sleep 300 & sleep 300"), shell(2, report + "exec sleep 300")});
+  REQUIRE(recorder.wait_lines(1, 1));
+  REQUIRE(recorder.wait_lines(2, 1));
+  const pid_t worker1 = *recorder.wait_started(1);
+  const pid_t worker2 = *recorder.wait_started(2);
+  std::vector<pid_t> inside;
+  for (const std::uint64_t id : {1, 2}) {
+    const std::string line = recorder.texts(id, false).at(0);
+    CAPTURE(line);
+    REQUIRE(line.rfind("inside:", 0) == 0);
+    const auto colon = line.find(':', 7);
+    const std::string pid = line.substr(7, colon - 7);
+    CHECK(pid == line.substr(colon + 1));
+    inside.push_back(std::stoi(pid));
+  }
+  // One namespace for both: their pids there are distinct, and neither is the host pid the events give.
+  CHECK(inside[0] != inside[1]);
+  CHECK(inside[0] != worker1);
+  CHECK(inside[1] != worker2);
+  CHECK(parent_of(parent_of(worker1)) == getpid());
+  CHECK(std::filesystem::read_symlink("/proc/" + std::to_string(worker1) + "/ns/pid") !=
+        std::filesystem::read_symlink("/proc/self/ns/pid"));
+
+  // A stop ends with the holder still there (it is not counted as left over), and the next spawn uses it again.
+  StopWaiter waiter;
+  supervisor.stop_all(300ms, waiter.callback());
+  REQUIRE(waiter.wait());
+  std::vector<pid_t> left;
+  for (const pid_t pid : descendants(getpid())) {
+    if (alive(pid)) left.push_back(pid);
+  }
+  REQUIRE(left.size() == 1);
+  CHECK(command_of(left[0]) == "dtrain-pidns\n");
+  const auto exit = recorder.wait_exit(1);
+  REQUIRE(exit);
+  CHECK(exit->exit.pid == worker1);
+  supervisor.spawn({shell(3, report + "exit 7")});
+  const auto third = recorder.wait_exit(3);
+  REQUIRE(third);
+  CHECK(third->exit.exit_code == 7);
+  REQUIRE(recorder.wait_lines(3, 1));
+  CHECK(recorder.texts(3, false).at(0).rfind("inside:", 0) == 0);
+}
+
+TEST_CASE("pid namespace: without CAP_SYS_ADMIN the workers run as before, and containment() says what that means") {
+  if (!is_root()) {
+    MESSAGE("SKIPPED: dropping CAP_SYS_ADMIN is tested from root");
+    return;
+  }
+  int result[2];
+  REQUIRE(pipe(result) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    close(result[0]);
+    // A process without CAP_SYS_ADMIN in its bounding and effective sets, as a non-root agent is.
+    const bool dropped = prctl(PR_CAPBSET_DROP, CAP_SYS_ADMIN, 0, 0, 0) == 0 && setgid(65534) == 0 && setuid(65534) == 0;
+    std::string text = "not dropped";
+    if (dropped) {
+      const auto made = create_pid_namespace();
+      text = made.ok() ? "made" : std::to_string(static_cast<int>(made.status.code())) + ":" + made.status.message();
+    }
+    [[maybe_unused]] const ssize_t n = write(result[1], text.data(), text.size());
+    _exit(0);
+  }
+  close(result[1]);
+  std::string text;
+  char buf[1024];
+  for (ssize_t n; (n = read(result[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+  close(result[0]);
+  waitpid(child, nullptr, 0);
+  CAPTURE(text);
+  CHECK(text.rfind(std::to_string(static_cast<int>(dtrain::StatusCode::permission_denied)) + ":", 0) == 0);
+  CHECK(text.find("CAP_SYS_ADMIN") != std::string::npos);
+  CHECK(text.find("survive") != std::string::npos);
 }
