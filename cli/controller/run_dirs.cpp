@@ -2,11 +2,11 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/controller/job_monitor.h"
+#include "common/bounded_file.h"
 
 namespace dtrain::controller {
 namespace {
@@ -18,11 +18,15 @@ bool is_run_dir(const fs::path& dir) {
   return fs::exists(dir / kEventsFileName, ec) || fs::exists(dir / kStatusFileName, ec);
 }
 
-// When the job started, from its event log's first line (job_start); 0 when it cannot be read.
+// The first line of an event log is job_start, a few hundred bytes.
+constexpr std::size_t kMaxFirstLine = 64 * 1024;
+
+// When the job started, from its event log's first line (job_start); 0 when it cannot be read (a FIFO or a device
+// where the log should be is not read at all: it could block or never end).
 std::uint64_t started_ms(const fs::path& dir) {
-  std::ifstream in(dir / kEventsFileName);
+  Result<LineReader> log = LineReader::open((dir / kEventsFileName).string(), kMaxFirstLine);
   std::string line;
-  if (!std::getline(in, line)) return 0;
+  if (!log.ok() || !log.value.next(line)) return 0;
   const auto first = nlohmann::json::parse(line, nullptr, false);
   const auto ts = first.is_object() ? first.find("ts") : first.end();
   return ts != first.end() && ts->is_number_unsigned() ? ts->get<std::uint64_t>() : 0;

@@ -92,6 +92,19 @@ for path, why in hostile_files(os.path.join(WORK, "event-files"), "events.jsonl"
     os.rename(path, os.path.join(run, "events.jsonl"))
     refused(["report", run], os.path.join(run, "events.jsonl"), why)
 
+# Without a run named, status and report look for the newest job under ./runs by its events.jsonl's first line:
+# that look must not block on a FIFO or read /dev/zero either.
+for path, why in hostile_files(os.path.join(WORK, "newest-files"), "events.jsonl", 0)[:3]:
+    cwd = tempfile.mkdtemp(dir=WORK)
+    job = os.path.join(cwd, "runs", "job-1")
+    os.makedirs(job)
+    os.rename(path, os.path.join(job, "events.jsonl"))
+    refused(["report"], os.path.join("runs", "job-1", "events.jsonl"), why, cwd=cwd)
+    done, took = dtrain(["status"], cwd)
+    check(done is not None and done.returncode != 0 and took < PROMPT_S,
+          "status in a directory whose newest job's events.jsonl %s ends at once with an error (%.1f s, exit %s)" %
+          (why, took, done and done.returncode))
+
 # A line past the 8 MiB line bound is skipped whole; the lines around it are read.
 run = tempfile.mkdtemp(dir=WORK)
 with open(os.path.join(run, "events.jsonl"), "w") as f:
