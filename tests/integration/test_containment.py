@@ -4,7 +4,12 @@ agent by more than a few seconds (before each worker ran below a keeper, all but
 under init). The agent's private directory (the workers' TLS key) is left behind by the kill and removed by the
 next agent's start; an agent that exits normally removes its own.
 
-The agent is a standalone one (provider static), so no launcher is its ancestor to sweep the orphans up."""
+The agent is a standalone one (provider static), so no launcher is its ancestor to sweep the orphans up.
+
+Then `pkill -9 dtrain`: a local job whose every dtrain process (launcher, agent, keepers, the agent's PID namespace
+holder dtrain-pidns) is SIGKILLed at once. The keepers die too, so only the PID namespace the agent keeps its workers
+in can take the setsid'd and double-forked descendants down: nothing of the trees may be left (as root; without
+CAP_SYS_ADMIN there is no namespace and the test says SKIPPED for that part)."""
 
 import glob
 import os
@@ -143,4 +148,53 @@ except subprocess.TimeoutExpired:
     check(False, "the second agent exits on SIGTERM")
 check(agent_dirs(runtime) == [], "an agent that exits removes its directory: %s" % agent_dirs(runtime))
 check(set(glob.glob("/tmp/dtrain-agent-tls-*")) <= old_style, "no TLS directory directly under /tmp any more")
+
+
+def comm(pid):
+    try:
+        with open("/proc/%d/comm" % pid) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+# ---- pkill -9 dtrain
+if os.geteuid() != 0:
+    print("SKIPPED: pkill -9 dtrain (the agent's PID namespace needs root)", flush=True)
+    finish()
+node = Run([], timeout=60)
+node_spec = write(os.path.join(node.dir, "job.yaml"),
+                  "name: contain-all\nnodes: {provider: local, count: 1}\nworkers_per_node: %d\n"
+                  "command: [/bin/sh, %s]\nlogs: {console: all}\n" % (WORKERS, script))
+node.args += ["launch", node_spec]
+node.start()
+
+
+def node_sleeps():
+    return [p for p in tagged_pids(node.tag) if cmdline(p).startswith(b"sleep\x00300")]
+
+
+deadline = time.monotonic() + 40
+while len(node_sleeps()) < SLEEPS and time.monotonic() < deadline:
+    time.sleep(0.05)
+check(len(node_sleeps()) == SLEEPS, "%d sleeps running before the kill, found %d" % (SLEEPS, len(node_sleeps())))
+everything = tagged_pids(node.tag)
+dtrains = [p for p in everything if comm(p).startswith("dtrain")]
+check(any(comm(p) == "dtrain-pidns" for p in dtrains), "the agent keeps its workers in a PID namespace: %s" %
+      describe(dtrains))
+killed_at = time.monotonic()
+for pid in dtrains:
+    os.kill(pid, signal.SIGKILL)
+node.wait()
+while any(alive(p) for p in everything) and time.monotonic() - killed_at < BOUND:
+    time.sleep(0.01)
+left = [p for p in everything if alive(p)]
+print("%d processes, %d of them dtrain's, gone %.3f s after SIGKILL to every dtrain process at once" %
+      (len(everything), len(dtrains), time.monotonic() - killed_at), flush=True)
+check(not left, "nothing of the workers' trees outlives pkill -9 dtrain; left: %s" % describe(left))
+for pid in left:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
 finish()
