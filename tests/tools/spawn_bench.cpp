@@ -3,8 +3,10 @@
 // pipes, process group, parent-death signal and exec report, no keeper), and the part of Supervisor::spawn that
 // is no process at all (the hop to its thread). One driver, one row per case, the cases interleaved.
 //
-//   dtrain-spawn-bench [--workers N] [--ballast-mb M] [--program PATH]
+//   dtrain-spawn-bench [--workers N] [--ballast-mb M] [--program PATH] [--pid-namespace 0|1]
 //
+// --pid-namespace 1: the Supervisor keeps its workers in a PID namespace (pid_namespace.h), as an agent running as
+// root does: the keeper row then includes joining it, and the first line says what making it took.
 // --ballast-mb: anonymous memory the bench dirties before spawning, to stand in for a bigger agent (fork copies
 // page tables, and a keeper shares the agent's pages copy-on-write). A real `dtrain agent` has ~2.5 MiB of
 // anonymous memory and ~20 MiB of file-backed (shared library) pages.
@@ -38,10 +40,11 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-struct Options {
+struct BenchOptions {
   int workers = 100;
   std::size_t ballast_mb = 0;
   std::string program = "/bin/sleep";
+  bool pid_namespace = false;
 };
 
 // kB fields of /proc/<pid>/smaps_rollup (Rss, Pss, Private_Clean, Private_Dirty, ...).
@@ -73,7 +76,7 @@ double percentile(std::vector<double> v, double p) {
 
 // The pre-keeper launch: fork from this (multi-threaded) process, the child sets up and execs, the parent waits for
 // the close-on-exec report pipe's EOF.
-pid_t plain_spawn(const Options& options) {
+pid_t plain_spawn(const BenchOptions& options) {
   int out[2], err[2], report[2];
   if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 || pipe2(report, O_CLOEXEC) != 0) std::exit(1);
   const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -139,11 +142,16 @@ void measure_keepers(double& uss, double& pss, double& pte) {
 }
 
 // Both cases, one spawn of each in turn, so that load from elsewhere on the machine hits both alike.
-std::vector<Row> run(const Options& options, std::vector<char>& ballast) {
+std::vector<Row> run(const BenchOptions& options, std::vector<char>& ballast) {
   Row plain{"fork+exec (no containment)", {}, 0, 0, 0, 0};
-  Row kept{"Supervisor::spawn (keeper)", {}, 0, 0, 0, 0};
+  Row kept{options.pid_namespace ? "Supervisor::spawn (keeper+ns)" : "Supervisor::spawn (keeper)", {}, 0, 0, 0, 0};
   Row hop{"Supervisor::spawn, no fork", {}, 0, 0, 0, 0};
-  Supervisor supervisor(Events{});
+  dtrain::supervisor::Options contained;
+  contained.pid_namespace = options.pid_namespace;
+  const auto made = Clock::now();
+  Supervisor supervisor(Events{}, contained);
+  std::printf("# containment: %s (Supervisor made in %.1f ms)\n", supervisor.containment().c_str(),
+              std::chrono::duration<double, std::milli>(Clock::now() - made).count());
   for (int i = 0; i < options.workers; ++i) {
     // What spawn costs besides processes: the hop to the supervisor thread and back (an empty argv fails at once).
     auto start = Clock::now();
@@ -173,7 +181,7 @@ std::vector<Row> run(const Options& options, std::vector<char>& ballast) {
 
 int main(int argc, char** argv) {
   prepare_process();
-  Options options;
+  BenchOptions options;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--workers") {
@@ -182,8 +190,11 @@ int main(int argc, char** argv) {
       options.ballast_mb = static_cast<std::size_t>(std::atol(argv[i + 1]));
     } else if (flag == "--program") {
       options.program = argv[i + 1];
+    } else if (flag == "--pid-namespace") {
+      options.pid_namespace = std::string(argv[i + 1]) == "1";
     } else {
-      std::fprintf(stderr, "usage: %s [--workers N] [--ballast-mb M] [--program PATH]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--workers N] [--ballast-mb M] [--program PATH] [--pid-namespace 0|1]\n",
+                   argv[0]);
       return 2;
     }
   }
