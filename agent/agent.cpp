@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <thread>
 
+#include <grpc/grpc.h>
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
@@ -34,6 +35,19 @@ namespace {
 constexpr std::chrono::seconds kStopSweepMargin{5};
 // How long a session's last messages (WorkerExited, GroupStopped, Goodbye) may take to leave once it ends.
 constexpr std::chrono::seconds kFinalFlushTimeout{2};
+
+// gRPC shuts its library down when its last object goes (here: the servers, at the end of run()), and that joins
+// its executor threads; one may be inside a poll that lasts seconds. After two workers wrote a 100 MiB line each,
+// that held the agent 5-6.5 s past the end of its session, long enough for the launcher to kill it. Everything of
+// the agent's is closed by then and the process ends with _Exit (cli/main.cpp), so gRPC stays initialised for the
+// life of the process instead: one reference, never released.
+void keep_grpc_initialised() {
+  static const bool held = [] {
+    grpc_init();
+    return true;
+  }();
+  (void)held;
+}
 
 }  // namespace
 
@@ -78,6 +92,7 @@ Agent::Agent(AgentOptions options) : options_(std::move(options)), facts_(node::
 Agent::~Agent() = default;
 
 int Agent::run() {
+  keep_grpc_initialised();
   std::shared_ptr<grpc::ServerCredentials> credentials;
   std::shared_ptr<grpc::ChannelCredentials> launcher_credentials;
   if (int code = prepare(credentials, launcher_credentials); code != 0) return code;
