@@ -18,6 +18,7 @@
 #include <string>
 
 #include "agent/supervisor/keeper.h"
+#include "agent/supervisor/record_pipe.h"
 
 namespace dtrain::supervisor {
 namespace {
@@ -111,21 +112,13 @@ std::string describe_step(const HolderReport& report) {
 Status await_holder(int report_fd) {
   const auto deadline = std::chrono::steady_clock::now() + kSetupTimeout;
   HolderReport report{};
-  std::size_t got = 0;
-  while (got < sizeof report) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    pollfd p{report_fd, POLLIN, 0};
-    const int ready = poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready == 0) {
-      return {StatusCode::internal, "the PID namespace's holder did not report within " +
-                                        std::to_string(kSetupTimeout.count()) + " s"};
-    }
-    const ssize_t n = read(report_fd, reinterpret_cast<char*>(&report) + got, sizeof report - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return {StatusCode::internal, "the PID namespace's holder ended before it was ready"};
-    got += static_cast<std::size_t>(n);
+  const RecordRead read = read_record(report_fd, &report, sizeof report, deadline);
+  if (read.outcome == RecordRead::Outcome::kTimeout) {
+    return {StatusCode::internal, "the PID namespace's holder did not report within " +
+                                      std::to_string(kSetupTimeout.count()) + " s"};
+  }
+  if (read.outcome == RecordRead::Outcome::kEnded) {
+    return {StatusCode::internal, "the PID namespace's holder ended before it was ready"};
   }
   if (report.error == 0) return {};
   return {StatusCode::internal, "the PID namespace's holder could not " + describe_step(report)};

@@ -16,6 +16,7 @@
 #include <map>
 
 #include "agent/supervisor/keeper.h"
+#include "agent/supervisor/record_pipe.h"
 
 extern char** environ;
 
@@ -169,22 +170,14 @@ Result<pid_t> await_worker_pid(int keeper_fd, const LaunchPlan& plan) {
   const auto deadline = std::chrono::steady_clock::now() + kKeeperReportTimeout;
   const std::string failed = "cannot start '" + plan.program + "': ";
   KeeperRecord record{};
-  std::size_t got = 0;
-  while (got < sizeof record) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    pollfd p{keeper_fd, POLLIN, 0};
-    const int ready = poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready == 0) {
-      return {{StatusCode::deadline_exceeded,
-               failed + "its keeper process did not report within " + std::to_string(kKeeperReportTimeout.count()) +
-                   " s (is the machine out of memory or processes?)"}};
-    }
-    const ssize_t n = read(keeper_fd, reinterpret_cast<char*>(&record) + got, sizeof record - got);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (n <= 0) return {{StatusCode::internal, failed + "its keeper process ended before it started it"}};
-    got += static_cast<std::size_t>(n);
+  const RecordRead read = read_record(keeper_fd, &record, sizeof record, deadline);
+  if (read.outcome == RecordRead::Outcome::kTimeout) {
+    return {{StatusCode::deadline_exceeded,
+             failed + "its keeper process did not report within " + std::to_string(kKeeperReportTimeout.count()) +
+                 " s (is the machine out of memory or processes?)"}};
+  }
+  if (read.outcome == RecordRead::Outcome::kEnded) {
+    return {{StatusCode::internal, failed + "its keeper process ended before it started it"}};
   }
   if (record.kind == KeeperRecord::kWorkerForked && record.pid > 0) return {{}, static_cast<pid_t>(record.pid)};
   if (record.kind == KeeperRecord::kSetupFailed) {
@@ -336,24 +329,15 @@ Result<LaunchedChild> await_keeper(const ForkedKeeper& forked, const LaunchPlan&
 ExecReport await_exec(int report_fd, const LaunchPlan& plan, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   ChildFailure failure{};
-  std::size_t got = 0;
-  for (;;) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    pollfd p{report_fd, POLLIN, 0};
-    const int ready = poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) return {ExecReport::Outcome::kUndecided, ""};
-    const ssize_t n = read(report_fd, reinterpret_cast<char*>(&failure) + got, sizeof failure - got);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (n <= 0) {
-      // EOF: the write end was closed by a successful exec (or the child died before reporting anything).
-      if (got == 0) return {ExecReport::Outcome::kExecuted, ""};
-      return {ExecReport::Outcome::kFailed, "cannot start '" + plan.program + "': truncated failure report"};
-    }
-    got += static_cast<std::size_t>(n);
-    if (got == sizeof failure) return {ExecReport::Outcome::kFailed, describe_failure(failure, plan)};
+  const RecordRead read = read_record(report_fd, &failure, sizeof failure, deadline);
+  switch (read.outcome) {
+    case RecordRead::Outcome::kComplete: return {ExecReport::Outcome::kFailed, describe_failure(failure, plan)};
+    case RecordRead::Outcome::kTimeout: return {ExecReport::Outcome::kUndecided, ""};
+    case RecordRead::Outcome::kEnded: break;
   }
+  // EOF: the write end was closed by a successful exec (or the child died before reporting anything).
+  if (read.got == 0) return {ExecReport::Outcome::kExecuted, ""};
+  return {ExecReport::Outcome::kFailed, "cannot start '" + plan.program + "': truncated failure report"};
 }
 
 }  // namespace dtrain::supervisor
