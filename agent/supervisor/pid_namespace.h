@@ -10,7 +10,8 @@
 // every process of a PID namespace when its init exits, whatever killed it; the holder exits when this process does
 // (its lifeline pipe reads EOF) and is itself named dtrain-*, so a node-wide SIGKILL takes the namespace with it.
 //
-// One namespace per Supervisor (per job on an agent), shared by all its workers, not one per worker: a pid one
+// One namespace per Supervisor (per job on an agent) at a time, shared by all its workers, made when they are
+// spawned and ended by the stop that leaves it empty (an idle agent keeps no holder), not one per worker: a pid one
 // worker gives another is then valid in both (what intra-node transports that exchange pids expect: NCCL's,
 // pidfd_open of a peer, /proc/<peer>), pids stay unique among them (per-worker namespaces would make every worker
 // pid 2), and one holder costs one process for the whole node.

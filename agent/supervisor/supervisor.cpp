@@ -69,6 +69,11 @@ void Supervisor::Impl::ensure_namespace() {
   }
 }
 
+void Supervisor::Impl::end_namespace() {
+  // SIGKILLed: reaped as a stray child by reap_children.
+  if (ns.active()) close_pid_namespace(ns);
+}
+
 bool Supervisor::Impl::holder_reaped(pid_t pid) {
   if (pid != ns.holder) return false;
   // Its exit took every worker with it (their keepers report them killed); the next spawn makes a new one.
@@ -93,7 +98,9 @@ Supervisor::Supervisor(Events events, Options options) {
   try {
     impl_ = std::make_unique<Impl>(std::move(events), options);
     impl_->containment = "keepers only (no PID namespace was asked for)";
+    // Made once now to learn whether it can be (containment() says), then for each batch of workers.
     impl_->ensure_namespace();
+    impl_->end_namespace();
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);

@@ -57,7 +57,8 @@ struct Events {
 // How a Supervisor contains its workers.
 struct Options {
   // Run every worker in one PID namespace of this Supervisor's (pid_namespace.h), so that nothing of their trees
-  // survives a SIGKILL of every dtrain process on the node. Needs CAP_SYS_ADMIN: without it the workers run as
+  // survives a SIGKILL of every dtrain process on the node. The namespace is made when workers are spawned and ended
+  // by a stop_all that leaves nothing in it: an idle Supervisor holds no process. Needs CAP_SYS_ADMIN: without it the workers run as
   // without this option, and containment() says so. Only for workers whose parent_death_signal is SIGKILL or 0:
   // the namespace ends at once when this process is gone, ahead of any orphan_grace.
   bool pid_namespace = false;

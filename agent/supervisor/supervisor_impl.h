@@ -109,8 +109,10 @@ struct Supervisor::Impl {
   void finish_stop();
   void arm_timer(Clock::time_point deadline);
   void begin_shutdown();
-  // supervisor.cpp: the PID namespace (Options::pid_namespace), made again when its holder died.
+  // supervisor.cpp: the PID namespace (Options::pid_namespace): made when workers are spawned and none exists, ended
+  // when a stop has left nothing in it (so an idle agent holds no process but itself), made again if its holder died.
   void ensure_namespace();
+  void end_namespace();
   bool holder_reaped(pid_t pid);
 
   Events events;

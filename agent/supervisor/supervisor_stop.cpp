@@ -53,6 +53,8 @@ void Supervisor::Impl::finish_stop() {
     }
     workers.erase(serial);
   }
+  // Nothing is left in the namespace but its holder.
+  if (live.empty()) end_namespace();
   unsigned sigkilled = 0;
   const std::vector<StopSweep::Done> callbacks = stop.finish(sigkilled);
   if (shutting_down) {
