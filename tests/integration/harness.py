@@ -80,6 +80,19 @@ def wait_no_leaks(tag, timeout):
         time.sleep(0.02)
 
 
+def wait_for(what, predicate, timeout, interval=0.2):
+    """Polls `predicate` until it returns something true, and returns that; after `timeout` seconds records a failed
+    check naming `what` and returns None."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    check(False, "timed out waiting for " + what)
+    return None
+
+
 def kill_tagged(tag):
     for pid in tagged_pids(tag):
         try:

@@ -19,12 +19,11 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 
-from harness import BUILD_DIR, DTRAIN, PYTHON, REPORTING_WORKER, Run, check, finish, write
+from harness import BUILD_DIR, DTRAIN, PYTHON, REPORTING_WORKER, Run, check, finish, wait_for, write
 
 SPEC = """
 name: %s
@@ -79,17 +78,6 @@ def get(url, method="GET"):
             return r.status, r.headers, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.headers, e.read().decode()
-
-
-def wait_for(what, predicate, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    check(False, "timed out waiting for " + what)
-    return None
 
 
 def events_of(job_dir):

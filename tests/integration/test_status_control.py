@@ -14,7 +14,7 @@ import subprocess
 import time
 import uuid
 
-from harness import DTRAIN, Run, check, finish, kill_tagged, write
+from harness import DTRAIN, Run, check, finish, kill_tagged, wait_for, write
 
 SPEC = """
 name: %s
@@ -31,17 +31,6 @@ def start(name, script, logs="runs"):
     run.args += ["launch", write(os.path.join(run.dir, "job.yaml"), SPEC % (name, script, logs))]
     run.start()
     return run
-
-
-def wait_for(what, predicate, timeout=20):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    check(False, "timed out waiting for " + what)
-    return None
 
 
 def job_dir(run, logs="runs"):
@@ -66,7 +55,7 @@ def stop(run):
 
 # ---- idle: 30 clients that never read do not keep `dtrain status` out.
 run = start("idle", "exec sleep 300")
-directory = wait_for("the control socket", lambda: job_dir(run))
+directory = wait_for("the control socket", lambda: job_dir(run), 20, interval=0.05)
 if directory:
     idle = []
     for _ in range(30):
@@ -93,7 +82,7 @@ if os.geteuid() == 0:
         other = pwd.getpwnam(user_name)
         run = start("owner", "exec sleep 300")
         os.chmod(run.dir, 0o755)
-        directory = wait_for("the control socket", lambda: job_dir(run))
+        directory = wait_for("the control socket", lambda: job_dir(run), 20, interval=0.05)
         if directory:
             done, took = status(directory, user=other)
             print("--- status as %s: exit %d\n%s%s" % (user_name, done.returncode, done.stdout, done.stderr))
@@ -116,11 +105,11 @@ if os.geteuid() == 0:
         try:
             # The worker fills the disk with its log, then runs past a few status.json rewrites (every 5 s).
             run = start("full", "sleep 0.5; yes | head -c 200000; sleep 7", logs=full)
-            directory = wait_for("the control socket", lambda: job_dir(run, full))
+            directory = wait_for("the control socket", lambda: job_dir(run, full), 20, interval=0.05)
             if directory:
                 snapshot = wait_for("the launcher's record of the failed write",
                                     lambda: json.loads(status(directory, "--json")[0].stdout or "{}")
-                                    .get("status_file_error"), timeout=15)
+                                    .get("status_file_error"), 15, interval=0.05)
                 check(snapshot and "No space left on device" in snapshot.get("message", ""),
                       "a live snapshot records why status.json is not written: %s" % snapshot)
                 done, _ = status(directory)

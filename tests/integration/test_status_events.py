@@ -21,7 +21,7 @@ import stat
 import subprocess
 import time
 
-from harness import BUILD_DIR, DTRAIN, PYTHON, REPORTING_WORKER, Run, check, finish, write
+from harness import BUILD_DIR, DTRAIN, PYTHON, REPORTING_WORKER, Run, check, finish, wait_for, write
 
 SPEC = """
 name: %s
@@ -45,17 +45,6 @@ def status_json(run, *args):
     except ValueError:
         check(False, "dtrain status --json printed JSON: %r %r" % (done.stdout, done.stderr))
         return {}
-
-
-def wait_for(what, predicate, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    check(False, "timed out waiting for " + what)
-    return None
 
 
 # ---- a successful job with a straggler
