@@ -65,6 +65,44 @@ def agent_dirs(runtime):
     return sorted(glob.glob(os.path.join(runtime, "dtrain", "agent-*")))
 
 
+def sleeps(tag):
+    return [p for p in tagged_pids(tag) if cmdline(p).startswith(b"sleep\x00300")]
+
+
+def wait_sleeps(tag, where):
+    """Until every worker's SLEEPS sleeps run (at most 40 s); checks they all do."""
+    deadline = time.monotonic() + 40
+    while len(sleeps(tag)) < SLEEPS and time.monotonic() < deadline:
+        time.sleep(0.05)
+    check(len(sleeps(tag)) == SLEEPS, "%d sleeps running %s, found %d" % (SLEEPS, where, len(sleeps(tag))))
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+BOUND = 3.0
+
+
+def survivors(pids, killed_at):
+    """Waits up to BOUND seconds after `killed_at` for `pids` to be gone; returns the seconds that took and those left
+    (SIGKILLed here, so that no test leaves them behind)."""
+    while any(alive(p) for p in pids) and time.monotonic() - killed_at < BOUND:
+        time.sleep(0.01)
+    took = time.monotonic() - killed_at
+    left = [p for p in pids if alive(p)]
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return took, left
+
+
 run = Run([], timeout=90)
 run.secret = os.path.join(run.dir, "secret")
 subprocess.run([DTRAIN, "secret", "init", "--dir", run.secret], check=True, stdout=subprocess.DEVNULL)
@@ -82,15 +120,7 @@ spec = write(os.path.join(run.dir, "job.yaml"),
 run.args += ["launch", spec, "--secret-dir", run.secret]
 run.start()
 
-
-def sleeps():
-    return [p for p in tagged_pids(run.tag) if cmdline(p).startswith(b"sleep\x00300")]
-
-
-deadline = time.monotonic() + 40
-while len(sleeps()) < SLEEPS and time.monotonic() < deadline:
-    time.sleep(0.05)
-check(len(sleeps()) == SLEEPS, "%d sleeps running below the agent before the kill, found %d" % (SLEEPS, len(sleeps())))
+wait_sleeps(run.tag, "below the agent before the kill")
 tree = [p for p in tagged_pids(run.tag) if p not in (agent.pid, run.proc.pid)]
 keepers = [p for p in tree if cmdline(p).startswith(b"dtrain-keeper\x00")]
 print("agent %d, %d processes below it (%d keepers)" % (agent.pid, len(tree), len(keepers)), flush=True)
@@ -102,28 +132,9 @@ check(len(dirs) == 1 and os.path.isfile(os.path.join(dirs[0], "tls", "worker.key
 killed_at = time.monotonic()
 os.kill(agent.pid, signal.SIGKILL)
 agent.wait()
-
-
-def alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-BOUND = 3.0
-while any(alive(p) for p in tree) and time.monotonic() - killed_at < BOUND:
-    time.sleep(0.01)
-took = time.monotonic() - killed_at
-left = [p for p in tree if alive(p)]
+took, left = survivors(tree, killed_at)
 print("the agent's %d descendants gone %.3f s after its SIGKILL" % (len(tree), took), flush=True)
 check(not left, "every descendant of the SIGKILLed agent gone within %.0f s; left: %s" % (BOUND, describe(left)))
-for pid in left:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
 
 # The launcher loses its node: the job fails, and nothing of it is left.
 run.wait()
@@ -168,16 +179,7 @@ node_spec = write(os.path.join(node.dir, "job.yaml"),
                   "command: [/bin/sh, %s]\nlogs: {console: all}\n" % (WORKERS, script))
 node.args += ["launch", node_spec]
 node.start()
-
-
-def node_sleeps():
-    return [p for p in tagged_pids(node.tag) if cmdline(p).startswith(b"sleep\x00300")]
-
-
-deadline = time.monotonic() + 40
-while len(node_sleeps()) < SLEEPS and time.monotonic() < deadline:
-    time.sleep(0.05)
-check(len(node_sleeps()) == SLEEPS, "%d sleeps running before the kill, found %d" % (SLEEPS, len(node_sleeps())))
+wait_sleeps(node.tag, "before the kill")
 everything = tagged_pids(node.tag)
 dtrains = [p for p in everything if comm(p).startswith("dtrain")]
 check(any(comm(p) == "dtrain-pidns" for p in dtrains), "the agent keeps its workers in a PID namespace: %s" %
@@ -186,15 +188,8 @@ killed_at = time.monotonic()
 for pid in dtrains:
     os.kill(pid, signal.SIGKILL)
 node.wait()
-while any(alive(p) for p in everything) and time.monotonic() - killed_at < BOUND:
-    time.sleep(0.01)
-left = [p for p in everything if alive(p)]
+took, left = survivors(everything, killed_at)
 print("%d processes, %d of them dtrain's, gone %.3f s after SIGKILL to every dtrain process at once" %
-      (len(everything), len(dtrains), time.monotonic() - killed_at), flush=True)
+      (len(everything), len(dtrains), took), flush=True)
 check(not left, "nothing of the workers' trees outlives pkill -9 dtrain; left: %s" % describe(left))
-for pid in left:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
 finish()
