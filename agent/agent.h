@@ -12,17 +12,17 @@
 #include <optional>
 #include <string>
 
-#include "agent/job_runner.h"
+#include "agent/job/job_runner.h"
 #include "agent/node/facts.h"
-#include "agent/session_stream.h"
-#include "agent/session_types.h"
+#include "agent/session/session_stream.h"
+#include "agent/session/session_types.h"
 #include "agent/security/credentials.h"
 #include "agent/security/identity.h"
 #include "agent/security/secret.h"
 #include "agent/service/health_socket.h"
 #include "agent/store/store.h"
 #include "agent/supervisor/runtime_dir.h"
-#include "agent/worker_tls.h"
+#include "agent/job/worker_tls.h"
 #include "common/status.h"
 
 #include <grpcpp/security/credentials.h>

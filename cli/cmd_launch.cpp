@@ -8,7 +8,7 @@
 #include "agent/node/topology/topology.h"
 #include "cli/commands.h"
 #include "cli/controller/controller.h"
-#include "cli/controller/remote_agents.h"
+#include "cli/controller/providers/remote_agents.h"
 #include "common/util.h"
 
 namespace dtrain::cli {

@@ -15,11 +15,11 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/controller/control_socket.h"
-#include "cli/controller/job_monitor.h"
-#include "cli/controller/run_dirs.h"
-#include "cli/controller/status_view.h"
-#include "cli/report/run_model.h"
+#include "cli/controller/monitor/control_socket.h"
+#include "cli/controller/monitor/job_monitor.h"
+#include "cli/controller/monitor/run_dirs.h"
+#include "cli/controller/monitor/status_view.h"
+#include "cli/report/model/run_model.h"
 #include "common/bounded_file.h"
 #include "common/util.h"
 

@@ -1,7 +1,7 @@
 #pragma once
 // The names of the metadata entries that workers' calls carry to their agent. Written once here, read by the
 // agent's services (agent/service/call_metadata.h) and set by the C++ clients (the store client, the health
-// reporter); the Python store client (agent/store/python/dtrain_store.py) spells the same name.
+// reporter); the Python store client (worker/python/dtrain_store.py) spells the same name.
 
 #include <string_view>
 

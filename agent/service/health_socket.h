@@ -1,6 +1,6 @@
 #pragma once
 
-// Health reports over a Unix datagram socket, for workers that have no gRPC (python/dtrain_health.py: a PyTorch
+// Health reports over a Unix datagram socket, for workers that have no gRPC (worker/python/dtrain_health.py: a PyTorch
 // script with nothing but the standard library). One datagram is one small JSON object:
 //
 //   {"rank": 3, "token": DTRAIN_JOB_TOKEN, "report_token": DTRAIN_REPORT_TOKEN, "step": 41, "steps_done": 41,

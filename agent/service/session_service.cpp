@@ -3,7 +3,7 @@
 #include "agent/agent.h"
 #include "agent/security/credentials.h"
 #include "agent/service/grpc_status.h"
-#include "agent/session_stream.h"
+#include "agent/session/session_stream.h"
 
 namespace dtrain::agent {
 namespace {

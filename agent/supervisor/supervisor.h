@@ -29,7 +29,7 @@
 #include <string_view>
 #include <vector>
 
-#include "agent/supervisor/process_spec.h"
+#include "agent/supervisor/process/process_spec.h"
 #include "agent/supervisor/process_tree.h"
 
 namespace dtrain::supervisor {

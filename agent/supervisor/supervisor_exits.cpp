@@ -9,7 +9,7 @@
 
 #include <cerrno>
 
-#include "agent/supervisor/keeper.h"
+#include "agent/supervisor/process/keeper.h"
 
 namespace dtrain::supervisor {
 

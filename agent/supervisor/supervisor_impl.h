@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "agent/supervisor/event_loop.h"
-#include "agent/supervisor/output_capture.h"
-#include "agent/supervisor/pid_namespace.h"
-#include "agent/supervisor/spawn.h"
+#include "agent/supervisor/output/output_capture.h"
+#include "agent/supervisor/process/pid_namespace.h"
+#include "agent/supervisor/process/spawn.h"
 #include "agent/supervisor/stop_sweep.h"
 #include "agent/supervisor/supervisor.h"
 

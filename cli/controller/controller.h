@@ -19,15 +19,15 @@
 #include <string>
 #include <vector>
 
-#include "cli/controller/console.h"
-#include "cli/controller/event_queue.h"
-#include "cli/controller/fleet.h"
-#include "cli/controller/interrupts.h"
-#include "cli/controller/job_monitor.h"
+#include "cli/controller/watch/console.h"
+#include "cli/controller/session/event_queue.h"
+#include "cli/controller/fleet/fleet.h"
+#include "cli/controller/round/interrupts.h"
+#include "cli/controller/monitor/job_monitor.h"
 #include "cli/controller/job_probe.h"
-#include "cli/controller/restart_policy.h"
-#include "cli/controller/round.h"
-#include "cli/controller/timeouts.h"
+#include "cli/controller/round/restart_policy.h"
+#include "cli/controller/round/round.h"
+#include "cli/controller/round/timeouts.h"
 #include "cli/spec/spec.h"
 
 namespace dtrain::controller {

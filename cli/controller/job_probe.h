@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "cli/controller/fleet.h"
-#include "cli/controller/session_messages.h"
+#include "cli/controller/fleet/fleet.h"
+#include "cli/controller/session/session_messages.h"
 
 namespace dtrain::controller {
 

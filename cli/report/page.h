@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "cli/report/run_model.h"
+#include "cli/report/model/run_model.h"
 
 namespace dtrain::report {
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "cli/report/rows.h"
-#include "cli/report/run_model.h"
+#include "cli/report/model/run_model.h"
 
 namespace dtrain::report {
 

@@ -4,7 +4,7 @@
 #include <fstream>
 
 #include "cli/report/page.h"
-#include "cli/report/run_model.h"
+#include "cli/report/model/run_model.h"
 
 namespace dtrain::report {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/report/run_model.h"
+#include "cli/report/model/run_model.h"
 
 namespace dtrain::report {
 

@@ -128,7 +128,7 @@ struct Spec {
                                       //   off by default).
     double straggler_ratio = 1.2;     // a rank whose own work per step (data wait + compute + optimizer) exceeds the
                                       //   other ranks' median by more than this factor, window after window, is
-                                      //   named a straggler (cli/controller/diagnosis.h); > 1 and <= 100
+                                      //   named a straggler (cli/controller/watch/diagnosis.h); > 1 and <= 100
   } health;
 
   struct Logs {

@@ -8,7 +8,7 @@ Cases (each a fresh launcher and simulator):
              (user+sys, from wait4) and peak RSS; CPU per agent
   plain N    the same over plaintext (--insecure on both sides): the difference is what TLS costs
   plain-unbatched N  plain, with every agent message in a write of its own (dtrain-fleet-sim --no-batch): what
-             the agents' batching (agent/message_batch.h) is worth
+             the agents' batching (agent/session/message_batch.h) is worth
   lost N     one agent goes silent 2 s after its StartGroup: how long the launcher takes to give it up
              (health.node_timeout_s 5), and the job's end (it fails: a node was lost, no restarts)
   cut N      one agent cuts its session 2 s after its StartGroup: the launcher hears of it from the connection at

@@ -1,4 +1,4 @@
-"""What the Python health helper (python/dtrain_health.py) costs a training loop, per step.
+"""What the Python health helper (worker/python/dtrain_health.py) costs a training loop, per step.
 
 Each case runs one loop of empty steps in a fresh interpreter (the helper reads its environment at import):
     bare       for batch in loader: pass                      (the reference)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Per-worker cost of containment (agent/supervisor/keeper.h): spawn latency and keeper memory for 100 workers, with
+# Per-worker cost of containment (agent/supervisor/process/keeper.h): spawn latency and keeper memory for 100 workers, with
 # keepers and with a plain fork + exec, for an agent-sized process and for one with 256 MiB of dirty memory; then the
-# small case again with the agent's PID namespace (agent/supervisor/pid_namespace.h; needs root).
+# small case again with the agent's PID namespace (agent/supervisor/process/pid_namespace.h; needs root).
 # Usage: keeper_cost.sh [WORKERS, default 100]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)

@@ -1,6 +1,6 @@
 """Writes a synthetic run directory as the launcher would leave it after a long job: `report_run.py DIR [--ranks
 1024] [--steps 10000] [--step-ms 500] [--ranks-per-node 8]`. events.jsonl has job_start, round_start, a
-worker_started per rank, "samples" events on the launcher's windows (cli/report/samples.h: max(1 s, age / 100)),
+worker_started per rank, "samples" events on the launcher's windows (cli/report/model/samples.h: max(1 s, age / 100)),
 a "health" event every 10 s with every rank's row as `dtrain status --json` shows it (the bulk of a real log),
 the straggler's diagnosis, round_end and job_end; status.json has the nodes and the final diagnoses. One rank
 (--slow-rank, default 700) waits three times as long for its data from a third of the way in; its peers' exposed
@@ -32,7 +32,7 @@ def event(ts, event_name, **fields):
     out.write(json.dumps(dict({"ts": ts, "event": event_name}, **fields), separators=(",", ":")) + "\n")
 
 
-def window_length(age_ms):   # cli/report/samples.h
+def window_length(age_ms):   # cli/report/model/samples.h
     return max(1000, age_ms // 100)
 
 

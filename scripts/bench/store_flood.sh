@@ -6,7 +6,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${DTRAIN_BUILD_DIR:-$root/build}
 [ -x "$build/bin/dtrain" ] || "$root/scripts/build.sh"
-export PYTHONPATH="$build/python:$root/agent/store/python${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$build/python:$root/worker/python${PYTHONPATH:+:$PYTHONPATH}"
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 for attack in "100000 4096" "10 67108864" "20 16777216"; do

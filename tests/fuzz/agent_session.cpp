@@ -27,8 +27,8 @@
 #include <thread>
 
 #include "agent/agent.h"
-#include "agent/run_dir.h"
-#include "agent/session_stream.h"
+#include "agent/job/run_dir.h"
+#include "agent/session/session_stream.h"
 #include "agent/supervisor/supervisor.h"
 
 namespace {

@@ -183,7 +183,7 @@ while not os.path.exists(stop) and time.monotonic() - began < limit:
 """
 
 
-# A real PyTorch DDP job (gloo) that reports through the Python health helper (python/dtrain_health.py: timed, step,
+# A real PyTorch DDP job (gloo) that reports through the Python health helper (worker/python/dtrain_health.py: timed, step,
 # watch), 200 steps on every rank. argv[1] picks a straggler: "data" (rank 2's loader sleeps 60 ms per batch, the
 # others wait for it inside DDP's allreduce) or "compute" (rank 1 spends 60 ms more inside each step).
 STRAGGLER_TORCH_WORKER = r"""

@@ -1,4 +1,4 @@
-"""The Python health helper (python/dtrain_health.py) in real PyTorch workers, real agents, a real datagram socket:
+"""The Python health helper (worker/python/dtrain_health.py) in real PyTorch workers, real agents, a real datagram socket:
   ddp       a gloo DDP job (2 nodes x 1 worker) imports the helper from the PYTHONPATH the agent gives it (before the
             spec's own PYTHONPATH), uses timed/step/report/phase/watch; rank 1 fails on purpose after 5 steps and the
             summary shows its last report, sent by the helper; the step's times add up and the allreduces were timed;

@@ -1,4 +1,4 @@
-"""What a worker's DTRAIN_REPORT_TOKEN guarantees (agent/job_runner.h, JobRunner::check_reporter), with two jobs
+"""What a worker's DTRAIN_REPORT_TOKEN guarantees (agent/job/job_runner.h, JobRunner::check_reporter), with two jobs
 running at once:
 - a report to this job's agent that carries the other job's live tokens (job token and report token) is refused, and
   so is one with this round's job token but another worker's report token;

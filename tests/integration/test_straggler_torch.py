@@ -1,5 +1,5 @@
 """Stragglers in a real PyTorch DDP job (gloo, 2 nodes x 2 ranks) that uses the Python health helper
-(python/dtrain_health.py: timed, step, watch), under real agents and the launcher's diagnosis:
+(worker/python/dtrain_health.py: timed, step, watch), under real agents and the launcher's diagnosis:
   data     rank 2's loader sleeps 60 ms per batch: the others wait for it inside DDP's allreduce (exposed
            communication, not their own work), so the summary of the successful job and its events name rank 2 as
            the straggler, with data wait as its cause;

@@ -38,10 +38,10 @@ using std::chrono::milliseconds;
 // How often the tick thread looks for due heartbeats, exits and drops: fine enough that a heartbeat is never more
 // than this late, coarse enough that a sweep over 4,096 agents costs well under 1% of a core.
 constexpr milliseconds kTick{10};
-// Joining agents retry their launcher quickly (as agent/join_client.cpp does): the launcher may start after them.
+// Joining agents retry their launcher quickly (as agent/session/join_client.cpp does): the launcher may start after them.
 constexpr int kReconnectBackoffMs = 100;
 constexpr int kMaxReconnectBackoffMs = 1000;
-// As agent/join_client.cpp: the least time gRPC gives one connection attempt (a handshake queued behind thousands
+// As agent/session/join_client.cpp: the least time gRPC gives one connection attempt (a handshake queued behind thousands
 // of others is not abandoned and redone).
 constexpr int kConnectAttemptMs = 20000;
 // After its own cancel, how long the simulator waits for every session to end: cancelling is local and immediate,

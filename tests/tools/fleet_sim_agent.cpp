@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <csignal>
 
-#include "agent/message_batch.h"
+#include "agent/session/message_batch.h"
 #include "common/util.h"
 #include "common/version.h"
 

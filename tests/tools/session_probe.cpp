@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
   };
   bool answered = false;
   while (!answered && stream->Read(&message)) {
-    // What the agent had waiting comes as one Batch (agent/message_batch.h).
+    // What the agent had waiting comes as one Batch (agent/session/message_batch.h).
     if (message.has_batch()) {
       for (const auto& inner : message.batch().messages()) answered = answered || report(inner);
     } else {

@@ -1,5 +1,5 @@
 // What containment costs per worker: spawn latency and memory of a worker below a keeper (the Supervisor's way,
-// agent/supervisor/keeper.h) against a plain fork + exec from the same process (the way before keepers: the same
+// agent/supervisor/process/keeper.h) against a plain fork + exec from the same process (the way before keepers: the same
 // pipes, process group, parent-death signal and exec report, no keeper), and the part of Supervisor::spawn that
 // is no process at all (the hop to its thread). One driver, one row per case, the cases interleaved.
 //

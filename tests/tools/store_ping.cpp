@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "agent/store/client.h"
+#include "worker/store/client.h"
 
 int main() {
   const char* rank = std::getenv("RANK");

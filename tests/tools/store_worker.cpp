@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/store/client.h"
+#include "worker/store/client.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// The evidence of a hang (agent/evidence.h) against real processes and a real gdb: a gdb that runs out of time never
+// The evidence of a hang (agent/job/evidence.h) against real processes and a real gdb: a gdb that runs out of time never
 // leaves its worker stopped (it would then sit on its SIGTERM until the grace period ends in SIGKILL), and what the
 // summary shows as the main thread's frames is the main thread's or says it is not.
 #include <doctest/doctest.h>
@@ -12,7 +12,7 @@
 #include <string>
 #include <thread>
 
-#include "agent/evidence.h"
+#include "agent/job/evidence.h"
 #include "agent/supervisor/process_tree.h"
 #include "eventually.h"
 #include "temp_dir.h"

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "agent/evidence.h"
+#include "agent/job/evidence.h"
 #include "agent/service/health_socket.h"
 #include "agent/service/report_service.h"
 

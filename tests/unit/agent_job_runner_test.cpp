@@ -8,8 +8,8 @@
 #include <variant>
 #include <vector>
 
-#include "agent/job_runner.h"
-#include "agent/round_state.h"
+#include "agent/job/job_runner.h"
+#include "agent/job/round_state.h"
 #include "agent/supervisor/supervisor.h"
 #include "tests/unit/eventually.h"
 #include "tests/unit/temp_dir.h"

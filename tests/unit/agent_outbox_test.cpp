@@ -4,8 +4,8 @@
 #include <mutex>
 #include <thread>
 
-#include "agent/message_batch.h"
-#include "agent/outbox.h"
+#include "agent/session/message_batch.h"
+#include "agent/session/outbox.h"
 
 using namespace dtrain;
 

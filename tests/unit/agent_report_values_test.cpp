@@ -9,7 +9,7 @@
 #include <string>
 
 #include "agent/service/report_service.h"
-#include "agent/wire.h"
+#include "agent/session/wire.h"
 
 namespace v1 = dtrain::v1;
 using dtrain::StatusCode;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/run_dir.h"
+#include "agent/job/run_dir.h"
 #include "tests/unit/temp_dir.h"
 
 using dtrain::agent::JobFiles;

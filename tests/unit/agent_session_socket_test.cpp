@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "agent/session_socket.h"
+#include "agent/session/session_socket.h"
 #include "dtrain/v1/session.grpc.pb.h"
 #include "tests/unit/temp_dir.h"
 

@@ -1,7 +1,7 @@
 // The hello carries the node's topology with every field: what the launcher places ranks by.
 #include <doctest/doctest.h>
 
-#include "agent/wire.h"
+#include "agent/session/wire.h"
 
 TEST_CASE("the hello carries each local rank's GPU, CPUs, NICs and NCCL variables, and the warnings") {
   dtrain::agent::AgentHello hello;

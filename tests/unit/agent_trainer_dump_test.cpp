@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "agent/evidence.h"
+#include "agent/job/evidence.h"
 
 using dtrain::agent::collective_state;
 using dtrain::agent::trainer_top_frames;

@@ -2,7 +2,7 @@
 // as the domain value with the same values (a field the conversion forgot would stay at its default).
 #include <doctest/doctest.h>
 
-#include "agent/wire.h"
+#include "agent/session/wire.h"
 
 namespace wire = dtrain::agent::wire;
 namespace v1 = dtrain::v1;

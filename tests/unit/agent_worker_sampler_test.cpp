@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "agent/wire.h"
-#include "agent/worker_sampler.h"
+#include "agent/session/wire.h"
+#include "agent/job/worker_sampler.h"
 
 using namespace dtrain::agent;
 using namespace std::chrono_literals;

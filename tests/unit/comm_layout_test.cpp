@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/store/client.h"
+#include "worker/store/client.h"
 #include "agent/store/testing/in_process_store.h"
 #include "trainer/comm/communicator.h"
 #include "trainer/comm/node_layout.h"

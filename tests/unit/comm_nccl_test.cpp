@@ -24,7 +24,7 @@
 #include <memory>
 #include <thread>
 
-#include "agent/store/client.h"
+#include "worker/store/client.h"
 #include "agent/store/testing/in_process_store.h"
 #include "trainer/comm/nccl/communicator.h"
 #endif

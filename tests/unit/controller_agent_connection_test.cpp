@@ -7,8 +7,8 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "cli/controller/agent_connection.h"
-#include "cli/controller/event_queue.h"
+#include "cli/controller/transport/agent_connection.h"
+#include "cli/controller/session/event_queue.h"
 
 using namespace dtrain::controller;
 using namespace std::chrono_literals;

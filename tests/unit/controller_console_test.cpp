@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <string>
 
-#include "cli/controller/console.h"
-#include "cli/controller/restart_policy.h"
+#include "cli/controller/watch/console.h"
+#include "cli/controller/round/restart_policy.h"
 
 using namespace dtrain::controller;
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "cli/controller/diagnosis.h"
+#include "cli/controller/watch/diagnosis.h"
 
 using namespace dtrain::controller;
 

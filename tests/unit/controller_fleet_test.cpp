@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "cli/controller/fleet.h"
-#include "cli/controller/remote_provider.h"
+#include "cli/controller/fleet/fleet.h"
+#include "cli/controller/providers/remote_provider.h"
 #include "cli/spec/spec.h"
 
 using namespace dtrain::controller;

@@ -2,7 +2,7 @@
 
 #include <doctest/doctest.h>
 
-#include "cli/controller/node_state.h"
+#include "cli/controller/round/node_state.h"
 
 using namespace dtrain::controller;
 

@@ -13,7 +13,7 @@
 #include <variant>
 #include <vector>
 
-#include "cli/controller/round.h"
+#include "cli/controller/round/round.h"
 #include "cli/spec/spec.h"
 #include "temp_dir.h"
 

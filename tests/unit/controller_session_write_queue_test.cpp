@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "cli/controller/session_write_queue.h"
+#include "cli/controller/transport/session_write_queue.h"
 
 using namespace dtrain::controller;
 using Queue = SessionWriteQueue<std::string>;

@@ -1,8 +1,8 @@
 #include <doctest/doctest.h>
 
-#include "cli/controller/diagnosis.h"
-#include "cli/controller/job_status.h"
-#include "cli/controller/status_view.h"
+#include "cli/controller/watch/diagnosis.h"
+#include "cli/controller/monitor/job_status.h"
+#include "cli/controller/monitor/status_view.h"
 
 using namespace dtrain::controller;
 using Json = nlohmann::json;

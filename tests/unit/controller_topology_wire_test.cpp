@@ -1,7 +1,7 @@
 // The launcher reads every field of the topology in an agent's hello (a forgotten one would stay at its default).
 #include <doctest/doctest.h>
 
-#include "cli/controller/wire.h"
+#include "cli/controller/transport/wire.h"
 
 TEST_CASE("a hello's topology arrives with each rank's GPU, CPUs, NICs and NCCL variables, in order") {
   dtrain::v1::AgentMessage message;

@@ -2,8 +2,8 @@
 // the domain value with the same values (a field the conversion forgot would stay at its default).
 #include <doctest/doctest.h>
 
-#include "cli/controller/session_reader.h"
-#include "cli/controller/wire.h"
+#include "cli/controller/transport/session_reader.h"
+#include "cli/controller/transport/wire.h"
 
 namespace wire = dtrain::controller::wire;
 namespace v1 = dtrain::v1;

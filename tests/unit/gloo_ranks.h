@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "agent/store/client.h"
+#include "worker/store/client.h"
 #include "agent/store/testing/in_process_store.h"
 #include "trainer/comm/gloo/communicator.h"
 

@@ -7,7 +7,7 @@
 
 #include "cli/report/page.h"
 #include "cli/report/report.h"
-#include "cli/report/run_model.h"
+#include "cli/report/model/run_model.h"
 
 using namespace dtrain::report;
 

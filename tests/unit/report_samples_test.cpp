@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "cli/report/samples.h"
+#include "cli/report/model/samples.h"
 
 using namespace dtrain::report;
 

@@ -1,4 +1,4 @@
-// Placing ranks by GPU (cli/spec/gpu_placement.h): each rank's GPU, CPUs and NCCL variables against what
+// Placing ranks by GPU (cli/spec/placement/gpu_placement.h): each rank's GPU, CPUs and NCCL variables against what
 // `dtrain topo` recommends for the same saved topology (the analysis, not numbers written here), and the spec keys
 // gpu_isolation and nodes.topology.
 

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "agent/store/client.h"
+#include "worker/store/client.h"
 #include "agent/store/store.h"
 #include "agent/store/testing/in_process_store.h"
 #include "dtrain/v1/store.grpc.pb.h"

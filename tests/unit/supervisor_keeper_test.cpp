@@ -1,4 +1,4 @@
-// The keeper (agent/supervisor/keeper.h): a worker's whole tree dies with a SIGKILLed agent, the worker is reported
+// The keeper (agent/supervisor/process/keeper.h): a worker's whole tree dies with a SIGKILLed agent, the worker is reported
 // exactly even when its keeper is killed, and the keeper is what it claims to be in ps.
 #include <doctest/doctest.h>
 
@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "agent/supervisor/keeper.h"
-#include "agent/supervisor/pid_namespace.h"
+#include "agent/supervisor/process/keeper.h"
+#include "agent/supervisor/process/pid_namespace.h"
 #include "agent/supervisor/testing/event_recorder.h"
 #include "tests/unit/eventually.h"
 #include "tests/unit/read_file.h"

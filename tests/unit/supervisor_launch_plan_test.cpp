@@ -9,8 +9,8 @@
 #include <fstream>
 #include <string>
 
-#include "agent/supervisor/output_capture.h"
-#include "agent/supervisor/spawn.h"
+#include "agent/supervisor/output/output_capture.h"
+#include "agent/supervisor/process/spawn.h"
 #include "tests/unit/temp_dir.h"
 
 using dtrain::StatusCode;

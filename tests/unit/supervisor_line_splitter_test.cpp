@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/supervisor/line_splitter.h"
+#include "agent/supervisor/output/line_splitter.h"
 
 using dtrain::supervisor::LineSplitter;
 

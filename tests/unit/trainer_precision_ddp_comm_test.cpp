@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/store/client.h"
+#include "worker/store/client.h"
 #include "agent/store/testing/in_process_store.h"
 #include "tests/unit/gloo_ranks.h"
 #include "trainer/comm/gloo/communicator.h"

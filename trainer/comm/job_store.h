@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "agent/store/client.h"
+#include "worker/store/client.h"
 #include "trainer/comm/communicator.h"
 
 namespace dtrain::trainer {

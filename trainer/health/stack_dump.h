@@ -1,6 +1,6 @@
 #pragma once
 
-// dtrain-trainer's own evidence when a rank hangs (the launcher's health checks, agent/evidence.h): on a signal the
+// dtrain-trainer's own evidence when a rank hangs (the launcher's health checks, agent/job/evidence.h): on a signal the
 // agent sends only to a worker that announced it (the dump_signal of its health reports), the trainer appends to
 // DTRAIN_STACKS_FILE what gdb cannot tell: the phase the training thread is in (phase.h) and the last collectives
 // of every communicator with their sequence numbers (trainer/comm/trace.h), so the launcher can name the rank that
@@ -16,7 +16,7 @@
 
 namespace dtrain::trainer {
 
-// The signal the dump is announced on: SIGUSR2, as the Python helper (python/dtrain_health.py) uses.
+// The signal the dump is announced on: SIGUSR2, as the Python helper (worker/python/dtrain_health.py) uses.
 // When DTRAIN_STACKS_FILE is set and the signal has no handler yet, opens the file for appending, installs the
 // handler and announces it to the agent: one datagram on DTRAIN_HEALTH_SOCKET (agent/service/health_socket.h), the
 // way the agent learns from the kernel that the announcing process is the worker itself, which a gRPC report

@@ -2,7 +2,7 @@
 
 // What an agent tells its launcher about its node's topology, in its hello: per local rank, what `dtrain topo`
 // recommends (the GPU, the CPUs near it, its nearest NICs and the NCCL variables), and the warnings `dtrain topo`
-// prints. The launcher places every rank from this (cli/spec/gpu_placement.h). Plain data: the launcher and the
+// prints. The launcher places every rank from this (cli/spec/placement/gpu_placement.h). Plain data: the launcher and the
 // job spec include it without linking the topology scan.
 
 #include <string>

@@ -15,7 +15,7 @@
 #include <memory>
 #include <string>
 
-#include "agent/store/client.h"
+#include "worker/store/client.h"
 #include "trainer/comm/communicator.h"
 
 namespace dtrain::trainer {

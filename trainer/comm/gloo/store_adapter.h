@@ -11,7 +11,7 @@
 
 #include <gloo/rendezvous/store.h>
 
-#include "agent/store/client.h"
+#include "worker/store/client.h"
 
 namespace dtrain::trainer {
 

@@ -18,7 +18,7 @@
 #include <memory>
 #include <string>
 
-#include "agent/store/client.h"
+#include "worker/store/client.h"
 #include "trainer/comm/communicator.h"
 #include "trainer/comm/nccl/unique_id.h"
 

@@ -6,7 +6,7 @@
 #include <chrono>
 #include <string>
 
-#include "agent/store/client.h"
+#include "worker/store/client.h"
 
 namespace dtrain::trainer {
 

@@ -7,13 +7,13 @@
 #include <stdexcept>
 #include <utility>
 
-#include "agent/store/client.h"
+#include "worker/store/client.h"
 #include "trainer/comm/describe.h"
 #include "trainer/comm/job_store.h"
 #include "trainer/comm/node_layout.h"
 #include "trainer/comm/shm/arena.h"
 #include "trainer/comm/shm/pipeline.h"
-#include "trainer/comm/shm/segment_name.h"
+#include "worker/shm_segment_name.h"
 #include "trainer/comm/shm/sync.h"
 #include "trainer/comm/work_queue.h"
 

@@ -1,0 +1,376 @@
+#include "agent/job/job_runner.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+
+#include <spdlog/spdlog.h>
+
+#include "agent/security/x509.h"
+#include "common/util.h"
+#include "worker/shm_segment_name.h"
+
+namespace dtrain::agent {
+namespace {
+
+// PyTorch's error files are small JSON documents; anything larger is cut to keep session messages bounded.
+constexpr std::size_t kMaxErrorFileBytes = 64 * 1024;
+
+// The error file the agent placed for the worker (never a path as the launcher sent it); a symlink the worker
+// put there is reported, not followed.
+std::string read_error_file(const std::string& path) {
+  if (path.empty()) return {};
+  try {
+    return read_placed_file(path, kMaxErrorFileBytes);
+  } catch (const PathError& e) {
+    return std::string("(dtrain agent: ") + e.what() + ")";
+  }
+}
+
+// Where POSIX shared memory lives on Linux (shm_open's directory).
+constexpr char kShmDir[] = "/dev/shm";
+
+// The shm segment prefix of this node's workers of the job: DTRAIN_JOB_ID and DTRAIN_NODE_RANK of its first worker
+// (every worker of a node has the same); "" when they are not set.
+std::string shm_prefix(const GroupSpec& group) {
+  if (group.workers.empty()) return {};
+  const auto& env = group.workers.front().env;
+  const auto job = env.find("DTRAIN_JOB_ID");
+  const auto node = env.find("DTRAIN_NODE_RANK");
+  if (job == env.end() || job->second.empty() || node == env.end()) return {};
+  char* end = nullptr;
+  const unsigned long node_rank = std::strtoul(node->second.c_str(), &end, 10);
+  if (end == node->second.c_str() || *end != '\0') return {};
+  return trainer::shm_job_prefix(job->second, static_cast<std::uint32_t>(node_rank));
+}
+
+}  // namespace
+
+unsigned remove_shm_segments(const std::string& dir, const std::string& prefix) {
+  if (prefix.empty()) return 0;
+  DIR* entries = ::opendir(dir.c_str());
+  if (entries == nullptr) return 0;
+  unsigned removed = 0;
+  while (const dirent* entry = ::readdir(entries)) {
+    if (std::string_view(entry->d_name).rfind(prefix, 0) != 0) continue;
+    removed += ::unlinkat(::dirfd(entries), entry->d_name, 0) == 0;
+  }
+  ::closedir(entries);
+  return removed;
+}
+
+unsigned reserve_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;
+  unsigned port = 0;
+  socklen_t len = sizeof addr;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+JobRunner::JobRunner(store::Store& store, std::string advertise_host, std::string store_address)
+    : store_(store), advertise_host_(std::move(advertise_host)), store_address_(std::move(store_address)) {
+  supervisor::Events events;
+  events.started = [this](std::uint64_t id, pid_t pid) { on_started(id, pid); };
+  events.line = [this](std::uint64_t id, bool is_stderr, std::string_view line) { on_line(id, is_stderr, line); };
+  events.exited = [this](const supervisor::ProcessExit& exit) { on_exited(exit); };
+  events.log_failed = [this](std::uint64_t id, const std::string& text) {
+    emit(LogWriteFailed{round_of(id), rank_of(id), text});
+  };
+  // A PID namespace where the privilege allows it, so that a node-wide SIGKILL leaves nothing of a worker's tree
+  // (workers get SIGKILL when the agent is gone anyway: the namespace's end changes nothing else for them).
+  supervisor::Options options;
+  options.pid_namespace = true;
+  supervisor_ = std::make_unique<supervisor::Supervisor>(std::move(events), options);
+  spdlog::info("containment of workers: {}", supervisor_->containment());
+}
+
+JobRunner::~JobRunner() {
+  supervisor_.reset();
+  remove_shm_segments();
+  std::lock_guard lock(mutex_);
+  if (!store_token_.empty()) store_.drop_namespace(store_token_);
+}
+
+void JobRunner::set_worker_env(std::map<std::string, std::string> env) {
+  std::lock_guard lock(mutex_);
+  worker_env_ = std::move(env);
+}
+
+void JobRunner::set_python_path(std::string dir) {
+  std::lock_guard lock(mutex_);
+  python_path_ = std::move(dir);
+}
+
+void JobRunner::set_emit(Emit emit) {
+  std::lock_guard lock(mutex_);
+  emit_ = std::move(emit);
+}
+
+void JobRunner::set_job_files(JobFiles files) {
+  std::lock_guard lock(mutex_);
+  job_files_ = std::move(files);
+}
+
+void JobRunner::emit(RunnerEvent event) {
+  Emit emit;
+  {
+    std::lock_guard lock(mutex_);
+    emit = emit_;
+  }
+  if (emit) emit(std::move(event));
+}
+
+bool JobRunner::move(RoundEvent event) {
+  const std::optional<RoundState> next = transition(state_, event);
+  if (next) state_ = *next;
+  return next.has_value();
+}
+
+RoundPreparation JobRunner::prepare_round(const RoundRequest& request) {
+  std::lock_guard lock(mutex_);
+  // The namespace is replaced whatever the state (a launcher out of step gets what it asked for); only the state
+  // follows the diagram.
+  move(RoundEvent::prepare);
+  if (!store_token_.empty()) store_.drop_namespace(store_token_);
+  store_token_ = request.store_token;
+  store_.open_namespace(store_token_);
+  return RoundPreparation{request.round, reserve_port(), store_address_};
+}
+
+JobRunner::PlacedFiles JobRunner::place_files(std::uint32_t round, const WorkerSpec& worker) const {
+  const std::string rank = "rank " + std::to_string(worker.rank) + "'s ";
+  if (job_files_.empty()) throw PathError("no job directory yet: the launcher must send Configure (its job id) first");
+  PlacedFiles files;
+  files.log = worker.log_path.empty() ? "" : job_files_.place(worker.log_path, rank + "log_path");
+  files.error = worker.error_file.empty() ? "" : job_files_.place(worker.error_file, rank + "error_file");
+  files.stacks = job_files_.place("attempt_" + std::to_string(round) + "/stacks/rank_" + std::to_string(worker.rank) +
+                                      ".dump.txt",
+                                  rank + "own dump file (DTRAIN_STACKS_FILE)");
+  // A stale error or stacks file (a reused job id) would be taken for this worker's.
+  if (!files.error.empty()) ::unlink(files.error.c_str());
+  ::unlink(files.stacks.c_str());
+  return files;
+}
+
+supervisor::ProcessSpec JobRunner::process_spec(std::uint32_t round, const Worker& worker) const {
+  const WorkerSpec& w = worker.spec;
+  supervisor::ProcessSpec spec;
+  spec.id = process_id(round, w.rank);
+  spec.argv = w.argv;
+  spec.env = w.env;
+  for (const auto& [k, v] : worker_env_) spec.env[k] = v;
+  spec.working_dir = w.working_dir;
+  spec.cpus = w.cpus;
+  spec.log_path = w.log_path;
+  if (!w.error_file.empty()) spec.env["TORCHELASTIC_ERROR_FILE"] = w.error_file;
+  spec.env["DTRAIN_REPORT_TOKEN"] = worker.report_token;
+  spec.env["DTRAIN_STACKS_FILE"] = worker.stacks_file;
+  if (!python_path_.empty()) {
+    // Prepended to the plan's PYTHONPATH, else to the one the worker would inherit from the agent.
+    const auto planned = spec.env.find("PYTHONPATH");
+    const char* inherited = std::getenv("PYTHONPATH");
+    const std::string rest = planned != spec.env.end() ? planned->second : inherited ? inherited : "";
+    spec.env["PYTHONPATH"] = rest.empty() ? python_path_ : python_path_ + ":" + rest;
+  }
+  return spec;
+}
+
+Status JobRunner::start_group(const GroupSpec& group) {
+  std::vector<supervisor::ProcessSpec> specs;
+  bool done = false;
+  {
+    std::lock_guard lock(mutex_);
+    if (!transition(state_, RoundEvent::start)) {
+      return {StatusCode::failed_precondition, "round " + std::to_string(round_) +
+                                                   " is still running on this node; stop it before starting round " +
+                                                   std::to_string(group.round)};
+    }
+    // Every file is placed (and checked) before anything changes: a refused path starts nothing.
+    std::vector<PlacedFiles> files;
+    try {
+      for (const auto& w : group.workers) files.push_back(place_files(group.round, w));
+    } catch (const PathError& e) {
+      return {StatusCode::invalid_argument, "round " + std::to_string(group.round) + " not started: " + e.what()};
+    }
+    move(RoundEvent::start);
+    round_ = group.round;
+    shm_prefix_ = shm_prefix(group);
+    round_token_ = group.round_token;
+    workers_.clear();
+    std::size_t index = 0;
+    for (const auto& w : group.workers) {
+      Worker& worker = workers_[w.rank] = Worker{w, false, {}, 0, {}, 0};
+      PlacedFiles& placed = files[index++];
+      worker.spec.log_path = std::move(placed.log);
+      worker.spec.error_file = std::move(placed.error);
+      worker.stacks_file = std::move(placed.stacks);
+      // Ties a health report to the worker that sends it (check_reporter): fresh for every worker and round.
+      worker.report_token = security::x509::random_hex(16);
+      specs.push_back(process_spec(group.round, worker));
+    }
+    if (workers_.empty()) done = move(RoundEvent::all_exited);
+  }
+  if (done) {
+    emit(GroupDone{group.round});
+    return {};
+  }
+  // Asynchronous: on a loaded machine the supervisor thread may get to the specs late, and the session must keep
+  // answering meanwhile. Every outcome comes back as an event (WorkerStarted, or WorkerExited with spawn_error).
+  supervisor_->spawn_async(std::move(specs));
+  return {};
+}
+
+void JobRunner::stop(std::chrono::milliseconds grace, std::function<void(unsigned killed)> done) {
+  {
+    std::lock_guard lock(mutex_);
+    move(RoundEvent::stop);
+  }
+  supervisor_->stop_all(grace, [this, done = std::move(done)](unsigned killed) {
+    {
+      std::lock_guard lock(mutex_);
+      move(RoundEvent::swept);
+    }
+    remove_shm_segments();
+    done(killed);
+  });
+}
+
+void JobRunner::stop_group(std::uint32_t round, std::chrono::milliseconds grace) {
+  stop(grace, [this, round](unsigned killed) { emit(GroupStopped{round, killed}); });
+}
+
+bool JobRunner::stop_and_wait(std::chrono::milliseconds grace, std::chrono::milliseconds timeout) {
+  {
+    std::lock_guard lock(mutex_);
+    move(RoundEvent::stop);
+  }
+  bool finished = supervisor_->stop_all_and_wait(grace, timeout);
+  remove_shm_segments();
+  std::lock_guard lock(mutex_);
+  move(RoundEvent::swept);
+  return finished;
+}
+
+void JobRunner::remove_shm_segments() const {
+  std::string prefix;
+  {
+    std::lock_guard lock(mutex_);
+    prefix = shm_prefix_;
+  }
+  dtrain::agent::remove_shm_segments(kShmDir, prefix);
+}
+
+RoundState JobRunner::state() const {
+  std::lock_guard lock(mutex_);
+  return state_;
+}
+
+Status JobRunner::check_reporter(std::uint32_t rank, const std::string& report_token) const {
+  std::lock_guard lock(mutex_);
+  auto it = workers_.find(rank);
+  if (it == workers_.end()) {
+    return {StatusCode::permission_denied,
+            "rank " + std::to_string(rank) + " is not a worker of this node in this round"};
+  }
+  if (!security::x509::constant_time_equal(report_token, it->second.report_token)) {
+    return {StatusCode::permission_denied,
+            "the dtrain-report-token metadata is not rank " + std::to_string(rank) +
+                "'s DTRAIN_REPORT_TOKEN: a worker reports only as itself (its RANK, with its own DTRAIN_REPORT_TOKEN)"};
+  }
+  return {};
+}
+
+std::string JobRunner::current_token() const {
+  std::lock_guard lock(mutex_);
+  return round_token_;
+}
+
+void JobRunner::note_dump_signal(std::uint32_t rank, pid_t sender, std::uint32_t signal) {
+  const bool harmless = signal == SIGUSR1 || signal == SIGUSR2 ||
+                        (signal >= static_cast<std::uint32_t>(SIGRTMIN) && signal <= static_cast<std::uint32_t>(SIGRTMAX));
+  std::lock_guard lock(mutex_);
+  const auto it = workers_.find(rank);
+  if (it == workers_.end() || it->second.pid == 0 || it->second.pid != sender) return;
+  it->second.dump_signal = harmless ? static_cast<int>(signal) : 0;
+}
+
+std::vector<StackTarget> JobRunner::stack_targets(std::uint32_t round) const {
+  std::lock_guard lock(mutex_);
+  std::vector<StackTarget> targets;
+  if (round != round_) return targets;
+  for (const auto& [rank, w] : workers_) {
+    if (w.exited || w.pid == 0) continue;
+    StackTarget target{rank, w.pid, {}, {}, w.dump_signal, w.dump_signal != 0 ? w.stacks_file : ""};
+    const std::string name = "attempt_" + std::to_string(round) + "/stacks/rank_" + std::to_string(rank) + ".txt";
+    try {
+      target.path = job_files_.place(name, "rank " + std::to_string(rank) + "'s stacks");
+    } catch (const PathError& e) {
+      target.error = e.what();
+    }
+    targets.push_back(std::move(target));
+  }
+  return targets;
+}
+
+void JobRunner::on_started(std::uint64_t id, pid_t pid) {
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = workers_.find(rank_of(id)); it != workers_.end() && round_of(id) == round_) it->second.pid = pid;
+  }
+  emit(WorkerStarted{round_of(id), rank_of(id), pid});
+}
+
+void JobRunner::on_line(std::uint64_t id, bool is_stderr, std::string_view line) {
+  const std::uint32_t round = round_of(id);
+  const std::uint32_t rank = rank_of(id);
+  {
+    std::lock_guard lock(mutex_);
+    if (round != round_) return;
+    auto it = workers_.find(rank);
+    if (it == workers_.end()) return;
+    bool wanted = is_stderr ? it->second.spec.stream_stderr : it->second.spec.stream_stdout;
+    if (!wanted) return;
+  }
+  emit(LogLine{round, rank, is_stderr, std::string(line)});
+}
+
+void JobRunner::on_exited(const supervisor::ProcessExit& exit) {
+  const std::uint32_t round = round_of(exit.id);
+  const std::uint32_t rank = rank_of(exit.id);
+  std::string error_file;
+  std::string log_path;
+  bool group_done = false;
+  {
+    std::lock_guard lock(mutex_);
+    if (round == round_) {
+      auto it = workers_.find(rank);
+      if (it != workers_.end()) {
+        it->second.exited = true;
+        error_file = it->second.spec.error_file;
+        log_path = it->second.spec.log_path;
+      }
+      bool all = true;
+      for (const auto& [r, w] : workers_) all = all && w.exited;
+      group_done = all && move(RoundEvent::all_exited);
+    }
+  }
+  if (group_done) remove_shm_segments();
+  emit(WorkerExited{round, rank, exit, read_error_file(error_file), log_path, unix_ms()});
+  if (group_done) emit(GroupDone{round});
+}
+
+}  // namespace dtrain::agent

@@ -1,0 +1,94 @@
+#include "agent/session/join_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "agent/security/credentials.h"
+#include "common/deadline_guard.h"
+#include "common/grpc_options.h"
+#include "dtrain/v1/session.grpc.pb.h"
+
+namespace dtrain::agent {
+namespace {
+
+// Agents usually start before their launcher listens: retry quickly instead of gRPC's default 1 s..120 s backoff.
+constexpr int kReconnectBackoffMs = 100;
+constexpr int kMaxReconnectBackoffMs = 1000;
+// gRPC takes its "minimum reconnect backoff" as the least time one connection attempt (TCP connect and TLS
+// handshake) is given before it is abandoned and redone. A launcher that thousands of agents dial at once has its
+// handshakes queued for seconds: at 100 ms every agent gave up and redialed over and over, and 1,024 agents took
+// 64 s to say hello (BENCHMARKS.md). A refused connection (no launcher yet) still fails at once and is retried
+// after kReconnectBackoffMs.
+constexpr int kConnectAttemptMs = 20000;
+// One connection attempt's wait; between attempts stop() is noticed, so this bounds how late.
+constexpr std::chrono::seconds kConnectAttempt{1};
+// The session already failed: a launcher that does not complete the call must not hold this agent longer.
+constexpr std::chrono::seconds kFinishTimeout{2};
+
+// The agent's end of a session it dialed itself.
+class ClientSessionStream final : public SessionStream {
+ public:
+  ClientSessionStream(grpc::ClientContext& context,
+                      grpc::ClientReaderWriter<v1::AgentMessage, v1::LauncherMessage>& stream, std::string peer)
+      : context_(context), stream_(stream), peer_(std::move(peer)) {}
+  bool read(v1::LauncherMessage& message) override { return stream_.Read(&message); }
+  bool write(const v1::AgentMessage& message) override { return stream_.Write(message); }
+  void cancel() override { context_.TryCancel(); }
+  std::string peer() const override { return peer_; }
+
+ private:
+  grpc::ClientContext& context_;
+  grpc::ClientReaderWriter<v1::AgentMessage, v1::LauncherMessage>& stream_;
+  std::string peer_;
+};
+
+}  // namespace
+
+JoinClient::JoinClient(JoinTarget target, Serve serve) : target_(std::move(target)), serve_(std::move(serve)) {}
+
+Status JoinClient::run() {
+  auto deadline = std::chrono::steady_clock::now() + target_.timeout;
+  grpc::ChannelArguments args = session_channel_arguments();
+  if (target_.transport == Transport::tls) security::set_tls_target(args);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kReconnectBackoffMs);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kConnectAttemptMs);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
+  auto channel = grpc::CreateCustomChannel(target_.launcher, target_.credentials, args);
+  auto stub = v1::LauncherService::NewStub(channel);
+  std::string last_error = "no answer";
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (stopped_) return {};
+    if (!channel->WaitForConnected(std::chrono::system_clock::now() + kConnectAttempt)) {
+      last_error = "cannot connect";
+      continue;
+    }
+    grpc::ClientContext context;
+    auto stream = stub->Join(&context);
+    ClientSessionStream session(context, *stream, target_.launcher);
+    joined_ = true;
+    Status served = serve_(session);
+    if (served.ok()) {
+      // Clean goodbye: nothing more to hear from the launcher, which may already be gone; do not wait for its
+      // final status.
+      context.TryCancel();
+      stream->Finish();
+      return {};
+    }
+    grpc::Status status;
+    {
+      DeadlineGuard guard(kFinishTimeout, [&context] { context.TryCancel(); });
+      status = stream->Finish();
+    }
+    if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {
+      return {StatusCode::unavailable,
+              "the launcher at " + target_.launcher + " ended the session: " +
+                  security::explain_connect_failure(target_.launcher, status, target_.transport)};
+    }
+    return served;
+  }
+  return {StatusCode::deadline_exceeded,
+          "could not join the launcher at " + target_.launcher + " within " +
+              std::to_string(target_.timeout.count()) + " ms (" + last_error +
+              "); is `dtrain launch` running with nodes.rendezvous " + target_.launcher + "?"};
+}
+
+}  // namespace dtrain::agent

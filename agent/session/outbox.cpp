@@ -1,0 +1,131 @@
+#include "agent/session/outbox.h"
+
+#include "agent/session/message_batch.h"
+#include "common/deadline_guard.h"
+#include "common/stop_thread.h"
+#include "common/util.h"
+
+#include <chrono>
+
+namespace dtrain::agent {
+namespace {
+
+// Log lines merged into one message stay under this many bytes of text (well below gRPC's message limit).
+constexpr std::size_t kMaxLogBatchBytes = 1 << 20;
+
+std::size_t log_bytes(const v1::AgentMessage& message) {
+  std::size_t bytes = 0;
+  for (const auto& line : message.log_lines().lines()) bytes += line.text().size();
+  return bytes;
+}
+
+}  // namespace
+
+Outbox::Outbox(SessionStream& stream, std::chrono::milliseconds heartbeat_interval)
+    : stream_(stream), heartbeat_interval_(heartbeat_interval), writer_([this] { run(); }) {}
+
+Outbox::~Outbox() { stop_and_join(mutex_, closing_, wake_, writer_); }
+
+void Outbox::push(v1::AgentMessage message) {
+  {
+    std::lock_guard lock(mutex_);
+    if (broken_) return;
+    if (message.has_log_lines()) {
+      std::size_t bytes = log_bytes(message);
+      if (queued_log_bytes_ + bytes > kMaxQueuedLogBytes) {
+        dropped_lines_ += static_cast<std::uint64_t>(message.log_lines().lines_size());
+        dropped_round_ = message.log_lines().round();
+        return;
+      }
+      queued_log_bytes_ += bytes;
+    }
+    queue_.push_back(std::move(message));
+  }
+  wake_.notify_one();
+}
+
+void Outbox::set_heartbeat_interval(std::chrono::milliseconds interval) {
+  {
+    std::lock_guard lock(mutex_);
+    heartbeat_interval_ = interval;
+  }
+  wake_.notify_one();
+}
+
+void Outbox::flush(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  drained_.wait_for(lock, timeout, [this] { return broken_ || (queue_.empty() && !in_flight_); });
+}
+
+bool Outbox::broken() const {
+  std::lock_guard lock(mutex_);
+  return broken_;
+}
+
+void Outbox::run() {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    bool idle = !wake_.wait_for(lock, heartbeat_interval_, [this] { return closing_ || !queue_.empty(); });
+    if (queue_.empty() && closing_) break;
+    v1::AgentMessage message;
+    if (idle) {
+      message.mutable_heartbeat()->set_sent_unix_ms(unix_ms());
+    } else {
+      // What waits behind the first message goes with it (message_batch.h); log lines merge below.
+      message = take_batch(queue_);
+      if (message.has_log_lines()) queued_log_bytes_ -= log_bytes(message);
+      // Merge the log lines that follow into this message.
+      if (message.has_log_lines()) {
+        std::size_t bytes = 0;
+        for (const auto& line : message.log_lines().lines()) bytes += line.text().size();
+        while (!queue_.empty() && queue_.front().has_log_lines() &&
+               queue_.front().log_lines().round() == message.log_lines().round() && bytes < kMaxLogBatchBytes) {
+          queued_log_bytes_ -= log_bytes(queue_.front());
+          for (auto& line : *queue_.front().mutable_log_lines()->mutable_lines()) {
+            bytes += line.text().size();
+            *message.mutable_log_lines()->add_lines() = std::move(line);
+          }
+          queue_.pop_front();
+        }
+      }
+      if (dropped_lines_ > 0 && queued_log_bytes_ == 0) {
+        // The backlog has drained: say what the console missed.
+        v1::AgentMessage note;
+        note.mutable_log_lines()->set_round(dropped_round_);
+        auto* line = note.mutable_log_lines()->add_lines();
+        line->set_is_stderr(true);
+        line->set_rank(0);
+        line->set_text("dtrain: " + std::to_string(dropped_lines_) +
+                       " console lines were dropped because workers printed faster than the launcher could receive; "
+                       "every line is in the ranks' log files");
+        dropped_lines_ = 0;
+        queue_.push_back(std::move(note));
+      }
+    }
+    in_flight_ = true;
+    lock.unlock();
+    bool ok;
+    {
+      // A write blocks while the launcher does not read (HTTP/2 flow control): a launcher that stalls this long is
+      // gone for our purposes, and cancelling lets the session end (and the lease stop the workers).
+      DeadlineGuard guard(kWriteStallTimeout, [this] { stream_.cancel(); });
+      ok = stream_.write(message);
+    }
+    lock.lock();
+    in_flight_ = false;
+    if (!ok) {
+      broken_ = true;
+      queue_.clear();
+    }
+    if (queue_.empty()) drained_.notify_all();
+    if (broken_ && closing_) break;
+    if (broken_) {
+      // Nothing more can be sent; wait for the owner to close.
+      wake_.wait(lock, [this] { return closing_; });
+      break;
+    }
+  }
+  drained_.notify_all();
+}
+
+}  // namespace dtrain::agent

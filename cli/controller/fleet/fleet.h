@@ -1,0 +1,164 @@
+#pragma once
+
+// The Fleet: the launcher's agent sessions. It gets them through its Provider, keeps them alive (heartbeats
+// out, the node timeout in), owns each node's state (node_state.h), gives nodes up, selects each round's nodes
+// (nodes.count MIN:MAX, join order or slots), pumps every event the launcher reacts to, and ends the sessions.
+//
+// What the fleet does not consume itself goes to its FleetListener (the Controller): signals, the agents'
+// reports, and each node it gave up. One thread (the launcher's) calls everything here.
+
+#include <array>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/controller/watch/console.h"
+#include "cli/controller/session/event_queue.h"
+#include "cli/controller/round/interrupts.h"
+#include "cli/controller/transport/launcher_credentials.h"
+#include "cli/controller/session/node_session.h"
+#include "cli/controller/round/node_state.h"
+#include "cli/controller/providers/provider.h"
+#include "cli/controller/round/round.h"
+#include "cli/controller/round/timeouts.h"
+#include "cli/spec/spec.h"
+#include "common/status.h"
+
+namespace dtrain::controller {
+
+class AgentProcesses;
+class JoinServer;
+
+class FleetListener {
+ public:
+  virtual ~FleetListener() = default;
+  virtual void on_signal(int signal) = 0;
+  virtual void on_report(int node, const AgentReport& report) = 0;
+  virtual void on_node_lost(int node, const std::string& text) = 0;
+  // Each turn of the pump, at least once per Fleet::kTickInterval: for work that is due by time.
+  virtual void on_tick(std::chrono::steady_clock::time_point) {}
+};
+
+// The fleet's time: the steady clock and a blocking wait for the next event; in tests, a scripted clock that
+// jumps to the deadline when no event is queued, so that minutes of node timeouts take no time.
+class FleetClock {
+ public:
+  using Clock = std::chrono::steady_clock;
+  virtual ~FleetClock() = default;
+  virtual Clock::time_point now() const { return Clock::now(); }
+  // The next event, or nothing once `deadline` passed.
+  virtual std::optional<Event> next(EventQueue& events, Clock::time_point deadline) { return events.pop(deadline); }
+};
+
+struct FleetOptions {
+  std::string self_exe;        // the dtrain binary (local agents, and remote ones without nodes.remote_dtrain)
+  bool insecure = false;       // --insecure
+  std::string secret_dir;      // "" = the default directory
+  bool probing = false;        // dtrain doctor: report problems (a missing nodes.interface) instead of failing
+                               //   nodes over them
+  Timeouts timeouts;
+  std::shared_ptr<FleetClock> clock;                   // nullptr = the steady clock
+  std::function<std::unique_ptr<Provider>()> provider; // nullptr = the one nodes.provider names (tests give others)
+};
+
+class Fleet final : public RoundFleet {
+ public:
+  // The longest the pump sleeps without calling FleetListener::on_tick: the job monitor's work is due every second
+  // (JobMonitor::kEvaluateInterval), and heartbeats may be further apart than that.
+  static constexpr std::chrono::milliseconds kTickInterval{1000};
+
+  // `spec` is the launcher's own (provider slurm fills nodes.count from the allocation).
+  Fleet(spec::Spec& spec, FleetOptions options, EventQueue& events, Console& console, Interrupts& interrupts,
+        FleetListener& listener);
+  ~Fleet() override;
+
+  // The job whose files the agents place (<job_dir> = <logs.dir>/<job_id>).
+  void set_job(std::string job_id, std::string job_dir);
+  // Gets the agents (Provider::start). Throws std::runtime_error when the job cannot have its nodes.
+  void start();
+  // Waits (Provider::node_wait) for nodes to say hello and picks this round's: alive ones, in node-rank order,
+  // at most nodes.count MAX. unavailable, with why, when fewer than MIN are left; cancelled after a signal.
+  Result<std::vector<int>> select(bool first_round);
+  // Ends every session (Shutdown, then up to stop.grace_s + Timeouts::shutdown_margin, bounded by the exit
+  // deadline), then the agent processes the provider started.
+  void shutdown();
+
+  // RoundFleet.
+  Clock::time_point now() const override { return clock_->now(); }
+  void send(int node, const Command& command) override;
+  void lose(int node, const std::string& why) override;
+  bool gone(int node) const override;
+  const spec::NodeInfo& info(int node) const override { return nodes_.at(static_cast<std::size_t>(node)).info; }
+  bool pump_until(const std::function<bool()>& done, Clock::time_point deadline) override;
+
+  // For providers.
+  const spec::Spec& spec() const { return spec_; }
+  spec::Spec& mutable_spec() { return spec_; }
+  const FleetOptions& options() const { return options_; }
+  const std::string& job_dir() const { return job_dir_; }
+  EventQueue& events() { return events_; }
+  Console& console() { return console_; }
+  LauncherCredentials& credentials() { return credentials_; }
+  bool shutting_down() const { return shutting_down_; }
+  // Adds (or, for a joined agent, fills) node `id` with its session; it says hello next.
+  void attach(int id, std::shared_ptr<NodeSession> session);
+  // A node that could not be had at all (static, elastic): lost before it ever connected.
+  void leave_out(int id, const std::string& why);
+  std::size_t size() const { return nodes_.size(); }
+  NodeState state(int node) const { return nodes_.at(static_cast<std::size_t>(node)).state; }
+  std::optional<unsigned> slot(int node) const { return nodes_.at(static_cast<std::size_t>(node)).slot; }
+  // The node whose hello carried `slot`, or -1.
+  int node_of_slot(int slot) const;
+
+ private:
+  struct Node {
+    std::shared_ptr<NodeSession> session;
+    spec::NodeInfo info;
+    Clock::time_point last_heard;
+    NodeState state = NodeState::connecting;
+    std::optional<unsigned> slot;   // ssh/slurm: which host it is (orders node ranks)
+  };
+
+  // Grows nodes_ to `size` (new nodes are connecting) and keeps in_state_ counting them.
+  void grow(std::size_t size);
+  void set_state(Node& node, NodeState state);
+  bool next_event(Event& event, Clock::time_point deadline);
+  void send_heartbeats(Clock::time_point now);
+  // Gives up the first node whose agent has been silent longer than the node timeout; true if it did. Looks at the
+  // nodes only once the earliest deadline found by its last look has passed (a node's deadline only moves later),
+  // so an event costs O(1) however many nodes there are, and a loss is still found at its deadline.
+  bool check_silence(Clock::time_point now, Clock::time_point& wake);
+  void apply(const Event& event);
+  void on_session_closed(int node);
+  void on_report(int node, const AgentReport& report);
+  void on_hello(int node, const AgentHello& hello);
+  void configure(int node);
+  int count(NodeState state) const;
+  bool waiting_for_hello() const;
+  std::string label(int node) const;
+
+  spec::Spec& spec_;
+  FleetOptions options_;
+  EventQueue& events_;
+  Console& console_;
+  Interrupts& interrupts_;
+  FleetListener& listener_;
+  std::shared_ptr<FleetClock> clock_;
+  LauncherCredentials credentials_;
+  std::unique_ptr<Provider> provider_;
+  std::string job_id_;
+  std::string job_dir_;
+  std::vector<Node> nodes_;       // every node that ever connected, by id (static/local: spec order; join: join order)
+  std::array<int, 4> in_state_{}; // how many of nodes_ are in each NodeState (by its value): count() without a scan
+  std::vector<int> selected_;     // the current round's nodes by node rank (ids into nodes_)
+  std::chrono::milliseconds node_timeout_;
+  std::chrono::milliseconds heartbeat_interval_;
+  Clock::time_point next_heartbeat_;
+  Clock::time_point next_silence_check_ = Clock::time_point::max();   // no node's deadline falls before it
+  bool shutting_down_ = false;
+};
+
+}  // namespace dtrain::controller

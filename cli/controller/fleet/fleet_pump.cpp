@@ -1,0 +1,141 @@
+// The Fleet's event pump, its node selection before each round, and its shutdown.
+
+#include <algorithm>
+
+#include "cli/controller/fleet/fleet.h"
+#include "common/util.h"
+
+namespace dtrain::controller {
+
+using std::chrono::milliseconds;
+
+void Fleet::send_heartbeats(Clock::time_point now) {
+  if (now < next_heartbeat_) return;
+  const Heartbeat beat{unix_ms()};
+  for (std::size_t i = 0; i < nodes_.size(); ++i) send(static_cast<int>(i), beat);
+  next_heartbeat_ = now + heartbeat_interval_;
+}
+
+bool Fleet::check_silence(Clock::time_point now, Clock::time_point& wake) {
+  if (shutting_down_) return false;   // the job is ending: a silent node is not lost, it is waited for
+  if (now < next_silence_check_) {
+    wake = std::min(wake, next_silence_check_);
+    return false;
+  }
+  auto earliest = Clock::time_point::max();
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    const auto& n = nodes_[i];
+    if (gone(static_cast<int>(i)) || !n.session) continue;
+    if (now - n.last_heard > node_timeout_) {
+      lose(static_cast<int>(i), "no message from its agent for " + std::to_string(node_timeout_.count()) +
+                                    " ms (health.node_timeout_s)");
+      return true;
+    }
+    earliest = std::min(earliest, n.last_heard + node_timeout_ + milliseconds(1));
+  }
+  next_silence_check_ = earliest;
+  wake = std::min(wake, earliest);
+  return false;
+}
+
+bool Fleet::next_event(Event& event, Clock::time_point deadline) {
+  while (true) {
+    const auto time = now();
+    send_heartbeats(time);
+    listener_.on_tick(time);
+    auto wake = std::min({deadline, next_heartbeat_, time + kTickInterval});
+    if (check_silence(time, wake)) return false;
+    if (auto e = clock_->next(events_, wake)) {
+      event = std::move(*e);
+      return true;
+    }
+    if (now() >= deadline) return false;
+  }
+}
+
+bool Fleet::pump_until(const std::function<bool()>& done, Clock::time_point deadline) {
+  Event event;
+  while (!done()) {
+    if (next_event(event, deadline)) {
+      apply(event);
+    } else if (now() >= deadline) {
+      return done();
+    }
+  }
+  return true;
+}
+
+Result<std::vector<int>> Fleet::select(bool first_round) {
+  const int min = spec_.nodes.min_count;
+  const auto deadline = now() + provider_->node_wait(first_round, *this);
+  // Every node is there, or none is still saying hello and none can arrive any more, or the wait is over.
+  const auto enough = [&] {
+    if (interrupts_.interrupted() || count(NodeState::ready) >= spec_.nodes.max_count) return true;
+    if (waiting_for_hello()) return false;
+    return now() >= deadline || !provider_->may_still_join(*this);
+  };
+  if (!pump_until(enough, deadline) && count(NodeState::ready) < min) {
+    // Agents that connected but never said hello are lost.
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      if (nodes_[i].state == NodeState::connecting) lose(static_cast<int>(i), "its agent did not say hello in time");
+    }
+  }
+  if (interrupts_.interrupted()) return {{StatusCode::cancelled, "interrupted"}};
+  selected_.clear();
+  for (std::size_t i = 0; i < nodes_.size() && static_cast<int>(selected_.size()) < spec_.nodes.max_count; ++i) {
+    if (nodes_[i].state == NodeState::ready) selected_.push_back(static_cast<int>(i));
+  }
+  provider_->order(selected_, *this);
+  if (static_cast<int>(selected_.size()) < min) {
+    std::string why = "only " + std::to_string(selected_.size()) + " node" + (selected_.size() == 1 ? "" : "s") +
+                      " available, nodes.count needs at least " + std::to_string(min);
+    for (const auto& failure : provider_->join_failures()) why += "; " + failure;
+    return {{StatusCode::unavailable, why}};
+  }
+  return {{}, selected_};
+}
+
+void Fleet::shutdown() {
+  shutting_down_ = true;
+  provider_->close();
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    auto& n = nodes_[i];
+    if (n.session && n.session->open() && !gone(static_cast<int>(i))) n.session->send_last(Shutdown{"job ended"});
+  }
+  const auto own_deadline = now() + spec::duration_ms(spec_.stop.grace_s) + options_.timeouts.shutdown_margin;
+  // A session that never opened (a refused or unreachable agent) has nothing to wait for. A node that ended stays
+  // ended, so the nodes before `first_open` are not looked at again (one look per node, not one per event).
+  std::size_t first_open = 0;
+  const auto ended = [this, &first_open] {
+    for (; first_open < nodes_.size(); ++first_open) {
+      const auto& n = nodes_[first_open];
+      if (!gone(static_cast<int>(first_open)) && n.session && n.session->open()) return false;
+    }
+    return true;
+  };
+  while (true) {
+    // A signal moves the deadline (the exit deadline): look again after each one.
+    const int signals = interrupts_.count();
+    if (pump_until([&] { return ended() || interrupts_.count() != signals; }, interrupts_.bounded(own_deadline))) {
+      if (ended()) break;
+      continue;
+    }
+    for (auto& n : nodes_) {
+      if (n.state != NodeState::closed && n.session) n.session->cancel();
+    }
+    break;
+  }
+  for (auto& n : nodes_) {
+    if (n.session) n.session->finish();
+  }
+  // Interrupted: what is left of the exit deadline, and no second grace period for agents that ignore it.
+  auto wait = options_.timeouts.agent_exit;
+  auto kill_grace = options_.timeouts.agent_kill_grace;
+  if (const auto exit_by = interrupts_.exit_by()) {
+    wait = std::clamp(std::chrono::duration_cast<milliseconds>(*exit_by - now()), milliseconds(0), wait);
+    kill_grace = milliseconds(0);
+  }
+  provider_->finish(wait, kill_grace, *this);
+}
+
+}  // namespace dtrain::controller

@@ -1,0 +1,111 @@
+#include "cli/controller/monitor/job_status.h"
+
+namespace dtrain::controller {
+
+nlohmann::ordered_json to_json(const Diagnosis& d) {
+  return {{"kind", to_string(d.kind)}, {"ranks", d.ranks}, {"message", d.message}, {"fix", d.fix}};
+}
+
+void JobStatus::round_started(std::uint32_t round, const spec::Plan& plan) {
+  round_ = round;
+  rows_.clear();
+  nodes_.clear();
+  for (const auto& w : plan.workers) {
+    rows_[w.rank] = Row{w.node_rank, w.host, 0, "starting", std::nullopt, 0, {}};
+    nodes_[w.node_rank] = NodeRow{w.host, true};
+  }
+}
+
+void JobStatus::node_lost(unsigned node) {
+  if (auto it = nodes_.find(node); it != nodes_.end()) it->second.up = false;
+}
+
+void JobStatus::started(const WorkerStarted& started) {
+  if (started.round != round_) return;
+  Row& row = rows_[started.rank];
+  row.pid = started.pid;
+  row.state = "running";
+}
+
+void JobStatus::exited(const WorkerExit& exit) {
+  if (exit.round != round_) return;
+  Row& row = rows_[exit.rank];
+  row.pid = exit.pid;
+  row.state = exit.failed() ? "failed" : exit.stopped_by_agent ? "stopped" : "exited";
+}
+
+void JobStatus::reported(const WorkerHealth& health, std::uint64_t unix_ms) {
+  auto it = rows_.find(health.rank);
+  if (it == rows_.end()) return;   // a late report of an earlier round's rank that this round does not have
+  Row& row = it->second;
+  const bool new_step = !row.health || health.step != row.health->step || health.steps_done != row.health->steps_done;
+  if (new_step && health.step_ms > 0) {
+    row.recent_step_ms.push_back(health.step_ms);
+    if (row.recent_step_ms.size() > kRecentSteps) row.recent_step_ms.pop_front();
+  }
+  row.health = health;
+  row.reported_ms = unix_ms;
+}
+
+std::optional<unsigned> JobStatus::node_of(unsigned rank) const {
+  auto it = rows_.find(rank);
+  if (it == rows_.end()) return std::nullopt;
+  return it->second.node;
+}
+
+std::vector<unsigned> JobStatus::ranks() const {
+  std::vector<unsigned> out;
+  for (const auto& [rank, row] : rows_) out.push_back(rank);
+  return out;
+}
+
+nlohmann::ordered_json JobStatus::rank_json(unsigned rank, const Diagnoser& diagnoser, std::uint64_t now_ms) const {
+  const Row& row = rows_.at(rank);
+  nlohmann::ordered_json out = {{"rank", rank}, {"node", row.node}, {"host", row.host}, {"pid", row.pid},
+                                {"state", row.state}};
+  const WorkerHealth h = row.health.value_or(WorkerHealth{});
+  const auto means = diagnoser.means(rank);
+  out["step"] = h.step;
+  out["step_ms"] = h.step_ms;
+  out["tokens_per_s"] = h.tokens_per_s;
+  out["loss"] = h.loss;
+  // Over the rank's window of steps: one step's ratios jump with every page fault.
+  out["data_wait_ratio"] = means ? means->data_wait_ratio : 0.0;
+  out["comm_exposed_ratio"] = means ? means->comm_exposed_ratio : 0.0;
+  out["rss_bytes"] = h.rss_bytes;
+  out["device_mem_used_bytes"] = h.device_mem_used_bytes;
+  out["device_mem_total_bytes"] = h.device_mem_total_bytes;
+  out["phase"] = h.phase;
+  if (row.health) {
+    out["report_age_s"] = now_ms >= row.reported_ms ? static_cast<double>(now_ms - row.reported_ms) / 1000.0 : 0.0;
+  } else {
+    out["report_age_s"] = nullptr;
+  }
+  return out;
+}
+
+nlohmann::ordered_json JobStatus::snapshot(const std::string& state, const Diagnoser& diagnoser,
+                                           std::uint64_t now_ms) const {
+  nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+  for (const auto& [rank, row] : rows_) {
+    // Only in the snapshot: the health events of events.jsonl carry each rank's latest report, not its history.
+    nlohmann::ordered_json r = rank_json(rank, diagnoser, now_ms);
+    r["recent_step_ms"] = row.recent_step_ms;
+    ranks.push_back(std::move(r));
+  }
+  nlohmann::ordered_json diagnoses = nlohmann::ordered_json::array();
+  for (const auto& d : diagnoser.diagnoses()) diagnoses.push_back(to_json(d));
+  nlohmann::ordered_json nodes = nlohmann::ordered_json::array();
+  for (const auto& [node, row] : nodes_) nodes.push_back({{"node", node}, {"host", row.host}, {"up", row.up}});
+  nlohmann::ordered_json address = nullptr;
+  if (!metrics_address_.empty()) address = metrics_address_;
+  nlohmann::ordered_json out = {{"job", job_id_}, {"state", state}, {"attempt", round_}, {"updated_unix_ms", now_ms},
+                                {"ranks", std::move(ranks)}, {"diagnoses", std::move(diagnoses)},
+                                {"nodes", std::move(nodes)}, {"metrics_address", std::move(address)}};
+  if (!status_file_error_.empty()) {
+    out["status_file_error"] = {{"message", status_file_error_}, {"since_unix_ms", status_file_error_since_ms_}};
+  }
+  return out;
+}
+
+}  // namespace dtrain::controller

@@ -1,0 +1,154 @@
+#include "cli/controller/monitor/status_view.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <set>
+#include <sstream>
+
+#include "common/terminal_text.h"
+
+namespace dtrain::controller {
+namespace {
+
+using Json = nlohmann::json;
+
+// Eight levels: the Unicode lower blocks on a terminal, an ASCII ramp of rising ink elsewhere.
+constexpr const char* kBlocks[] = {"\u2581", "\u2582", "\u2583", "\u2584", "\u2585", "\u2586", "\u2587", "\u2588"};
+constexpr char kAscii[] = "_.-~=+*#";
+constexpr int kLevels = 8;
+// The sparkline column shows at most this many recent steps (the snapshot keeps up to JobStatus::kRecentSteps).
+constexpr std::size_t kSparkWidth = 24;
+
+// A string field of the snapshot as the terminal may show it: hosts, phases and diagnoses quote what workers and
+// agents wrote, and a status.json may have been written by anyone.
+std::string text_of(const Json& object, const char* key, const char* fallback = "") {
+  const Json value = object.value(key, Json());
+  return value.is_string() ? terminal_safe(value.get<std::string>()) : fallback;
+}
+
+std::string bytes_text(std::uint64_t bytes) {
+  char text[32];
+  const double gib = static_cast<double>(bytes) / (1 << 30);
+  if (gib >= 1) std::snprintf(text, sizeof text, "%.1fG", gib);
+  else std::snprintf(text, sizeof text, "%.0fM", static_cast<double>(bytes) / (1 << 20));
+  return text;
+}
+
+std::string number_text(double value, const char* format) {
+  char text[32];
+  std::snprintf(text, sizeof text, format, value);
+  return text;
+}
+
+std::vector<double> recent_of(const Json& rank) {
+  std::vector<double> out;
+  const Json recent = rank.value("recent_step_ms", Json::array());
+  for (const auto& v : recent) {
+    if (v.is_number()) out.push_back(v.get<double>());
+  }
+  if (out.size() > kSparkWidth) out.erase(out.begin(), out.end() - static_cast<std::ptrdiff_t>(kSparkWidth));
+  return out;
+}
+
+std::set<unsigned> stragglers_of(const Json& snapshot) {
+  std::set<unsigned> out;
+  for (const auto& d : snapshot.value("diagnoses", Json::array())) {
+    if (d.value("kind", "") != "straggler") continue;
+    for (const auto& r : d.value("ranks", Json::array())) {
+      if (r.is_number_integer() && r.get<long long>() >= 0) out.insert(r.get<unsigned>());
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string sparkline(const std::vector<double>& values, double lo, double hi, bool terminal) {
+  std::string out;
+  for (double v : values) {
+    int level = kLevels / 2 - 1;
+    if (hi > lo) level = static_cast<int>((std::clamp(v, lo, hi) - lo) / (hi - lo) * (kLevels - 1) + 0.5);
+    if (terminal) out += kBlocks[level];
+    else out += kAscii[level];
+  }
+  return out;
+}
+
+namespace {
+
+std::string rank_row(const Json& r, double lo, double hi, bool straggler, const StatusView& view) {
+  const std::vector<double> recent = recent_of(r);
+  const std::string spark = sparkline(recent, lo, hi, view.terminal);
+  const std::string node = std::to_string(r.value("node", 0)) + " (" + text_of(r, "host") + ")";
+  const std::uint64_t device = r.value("device_mem_used_bytes", std::uint64_t{0});
+  const std::string memory = bytes_text(device > 0 ? device : r.value("rss_bytes", std::uint64_t{0}));
+  const Json age = r.value("report_age_s", Json());
+  char line[256];
+  std::snprintf(line, sizeof line, "%5u %-18s %8u %-9s %8llu %9s %10s %6s %6s %8s %7s  ", r.value("rank", 0u),
+                node.substr(0, 18).c_str(), r.value("pid", 0u), text_of(r, "state").c_str(),
+                static_cast<unsigned long long>(r.value("step", std::uint64_t{0})),
+                number_text(r.value("step_ms", 0.0), "%.1f").c_str(),
+                number_text(r.value("tokens_per_s", 0.0), "%.0f").c_str(),
+                number_text(r.value("data_wait_ratio", 0.0) * 100, "%.0f").c_str(),
+                number_text(r.value("comm_exposed_ratio", 0.0) * 100, "%.0f").c_str(), memory.c_str(),
+                age.is_number() ? number_text(age.get<double>(), "%.1f").c_str() : "-");
+  std::string out = line;
+  if (straggler && view.terminal) out += "\033[1;31m" + spark + "\033[0m";
+  else out += spark;
+  if (straggler) out += std::string(kSparkWidth - recent.size(), ' ') + " straggler";
+  out.erase(out.find_last_not_of(' ') + 1);
+  return out + "\n";
+}
+
+}  // namespace
+
+std::string render_status(const Json& s, const std::string& note, const StatusView& view) {
+  std::ostringstream out;
+  out << "job " << text_of(s, "job", "?") << ": " << text_of(s, "state", "?") << ", attempt " << s.value("attempt", 0)
+      << "\n";
+  if (!note.empty()) out << "note: " << terminal_safe(note) << "\n";
+  const Json ranks = s.value("ranks", Json::array());
+  double lo = 0, hi = 0;
+  bool any = false;
+  for (const auto& r : ranks) {
+    for (double v : recent_of(r)) {
+      lo = any ? std::min(lo, v) : v;
+      hi = any ? std::max(hi, v) : v;
+      any = true;
+    }
+  }
+  char line[256];
+  std::snprintf(line, sizeof line, "%5s %-18s %8s %-9s %8s %9s %10s %6s %6s %8s %7s  %s\n", "rank", "node", "pid",
+                "state", "step", "step ms", "tokens/s", "data%", "comm%", "memory", "age s",
+                any ? ("recent steps, " + number_text(lo, "%.1f") + " to " + number_text(hi, "%.1f") + " ms").c_str()
+                    : "recent steps");
+  out << line;
+  const std::set<unsigned> stragglers = stragglers_of(s);
+  for (const auto& r : ranks) {
+    out << rank_row(r, lo, hi, stragglers.count(r.value("rank", 0u)) > 0, view);
+  }
+  const Json diagnoses = s.value("diagnoses", Json::array());
+  if (diagnoses.empty()) out << "diagnoses: none\n";
+  for (const auto& d : diagnoses) {
+    out << "diagnosis (" << text_of(d, "kind") << "): " << text_of(d, "message") << "\n  fix: " << text_of(d, "fix")
+        << "\n";
+  }
+  return out.str();
+}
+
+std::string in_place_frame(const std::string& text, bool first) {
+  // Clearing the whole screen is done once; later frames overwrite line by line.
+  std::string out = first ? "\033[H\033[2J" : "\033[H";
+  std::size_t begin = 0;
+  while (begin < text.size()) {
+    std::size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    out.append(text, begin, end - begin);
+    out += "\033[K\n";
+    begin = end + 1;
+  }
+  return out + "\033[J";
+}
+
+}  // namespace dtrain::controller

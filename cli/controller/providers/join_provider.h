@@ -1,0 +1,32 @@
+#pragma once
+
+// The provider for agents that dial the launcher: join itself, and the base of ssh and slurm, whose agents the
+// launcher starts and which then dial back the same way.
+
+#include <memory>
+#include <string>
+
+#include "cli/controller/transport/join_server.h"
+#include "cli/controller/providers/provider.h"
+
+namespace dtrain::controller {
+
+class JoinProvider : public Provider {
+ public:
+  void start(Fleet& fleet) override;
+  std::chrono::milliseconds node_wait(bool first_round, const Fleet& fleet) const override;
+  // Anyone may join until the wait ends.
+  bool may_still_join(const Fleet&) const override { return true; }
+  void on_joined(Fleet& fleet, const Event& event) override;
+  void close() override;
+
+ protected:
+  // Listens for up to `max_nodes` agents on `listen`. Throws std::runtime_error when it cannot.
+  void open_door(Fleet& fleet, const std::string& listen, int max_nodes);
+  int port() const { return join_server_->port(); }
+
+ private:
+  std::unique_ptr<JoinServer> join_server_;
+};
+
+}  // namespace dtrain::controller

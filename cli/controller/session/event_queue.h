@@ -1,0 +1,59 @@
+#pragma once
+
+// Everything the launcher reacts to arrives here, from the session reader threads, the local agents' supervisor
+// and the signal thread; the controller consumes it on one thread, so job state needs no locks.
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "cli/controller/session/session_messages.h"
+
+namespace dtrain::controller {
+
+struct Event {
+  enum class Kind {
+    report,           // `report` from node `node`'s agent
+    session_closed,   // node `node`'s session stream ended (read failed); finish() gives the status
+    agent_line,       // an agent process the launcher started (local, ssh, srun) printed `text`
+    agent_exited,     // an agent process the launcher started exited; `text` says how
+    signal,           // the launcher received `signal`
+    joined,           // an agent dialed in (provider join) and became node id `node`; `text` is its peer address
+  };
+  Kind kind = Kind::report;
+  int node = -1;
+  AgentReport report;
+  std::string text;
+  bool is_stderr = false;
+  int signal = 0;
+};
+
+class EventQueue {
+ public:
+  void push(Event event) {
+    {
+      std::lock_guard lock(mutex_);
+      events_.push_back(std::move(event));
+    }
+    cv_.notify_one();
+  }
+
+  // The next event, or nothing once `deadline` passed.
+  std::optional<Event> pop(std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock lock(mutex_);
+    if (!cv_.wait_until(lock, deadline, [this] { return !events_.empty(); })) return std::nullopt;
+    Event event = std::move(events_.front());
+    events_.pop_front();
+    return event;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Event> events_;
+};
+
+}  // namespace dtrain::controller

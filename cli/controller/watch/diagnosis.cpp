@@ -1,0 +1,347 @@
+#include "cli/controller/watch/diagnosis.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <utility>
+
+namespace dtrain::controller {
+namespace {
+
+std::string percent(double share) { return std::to_string(std::lround(share * 100.0)) + "%"; }
+
+std::string gib(std::uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+
+double share_of(double part, double whole) { return whole > 0 ? part / whole : 0; }
+
+double median_of(std::vector<double> values) {
+  if (values.empty()) return 0;
+  const std::size_t mid = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + static_cast<long>(mid), values.end());
+  const double upper = values[mid];
+  if (values.size() % 2 == 1) return upper;
+  return (upper + *std::max_element(values.begin(), values.begin() + static_cast<long>(mid))) / 2;
+}
+
+// The median of `sorted` without its element at `skip`.
+double median_without(const std::vector<double>& sorted, std::size_t skip) {
+  const std::size_t n = sorted.size() - 1;
+  const auto at = [&](std::size_t k) { return sorted[k < skip ? k : k + 1]; };
+  return n % 2 == 1 ? at(n / 2) : (at(n / 2 - 1) + at(n / 2)) / 2;
+}
+
+// "ranks 0, 2 and 5"; a long list is cut: thousands of ranks would bury the message.
+std::string rank_list(const std::vector<unsigned>& ranks) {
+  constexpr std::size_t kShown = 8;
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size() && i < kShown; ++i) {
+    if (i > 0) out += i + 1 == ranks.size() ? " and " : ", ";
+    out += std::to_string(ranks[i]);
+  }
+  if (ranks.size() > kShown) out += " and " + std::to_string(ranks.size() - kShown) + " more";
+  return out;
+}
+
+double unaccounted_ms(const StepSample& s) {
+  return s.step_ms - (s.data_wait_ms + s.compute_ms + s.comm_exposed_ms + s.optimizer_ms);
+}
+
+}  // namespace
+
+StepSample sample_of(const WorkerHealth& h) {
+  StepSample s;
+  s.step = h.step;
+  s.step_ms = h.step_ms;
+  s.data_wait_ms = h.data_wait_ms;
+  s.compute_ms = h.compute_ms;
+  s.comm_exposed_ms = h.comm_exposed_ms;
+  s.optimizer_ms = h.optimizer_ms;
+  s.device_mem_used_bytes = h.device_mem_used_bytes;
+  s.device_mem_total_bytes = h.device_mem_total_bytes;
+  s.rss_bytes = h.rss_bytes;
+  return s;
+}
+
+const char* to_string(DiagnosisKind kind) {
+  switch (kind) {
+    case DiagnosisKind::straggler: return "straggler";
+    case DiagnosisKind::data_loading: return "data_loading";
+    case DiagnosisKind::communication: return "communication";
+    case DiagnosisKind::memory: return "memory";
+    case DiagnosisKind::sync: return "sync";
+    case DiagnosisKind::hang: return "hang";
+  }
+  return "?";
+}
+
+void Diagnoser::Window::add(const StepSample& s) {
+  ++steps;
+  sum.step = s.step;
+  sum.step_ms += s.step_ms;
+  sum.data_wait_ms += s.data_wait_ms;
+  sum.compute_ms += s.compute_ms;
+  sum.comm_exposed_ms += s.comm_exposed_ms;
+  sum.optimizer_ms += s.optimizer_ms;
+  // Memory is its peak over the window: the question is whether it comes close to running out.
+  sum.device_mem_used_bytes = std::max(sum.device_mem_used_bytes, s.device_mem_used_bytes);
+  sum.device_mem_total_bytes = std::max(sum.device_mem_total_bytes, s.device_mem_total_bytes);
+}
+
+StepSample Diagnoser::Window::mean() const {
+  StepSample m = sum;
+  const double n = steps > 0 ? static_cast<double>(steps) : 1.0;
+  for (double StepSample::*field : {&StepSample::step_ms, &StepSample::data_wait_ms, &StepSample::compute_ms,
+                                   &StepSample::comm_exposed_ms, &StepSample::optimizer_ms}) {
+    m.*field /= n;
+  }
+  return m;
+}
+
+void Diagnoser::place(unsigned rank, RankPlace place) {
+  places_[rank] = std::move(place);
+  rss_.erase(rank);
+}
+
+void Diagnoser::node_memory(unsigned node, std::uint64_t total_bytes) {
+  if (total_bytes > 0) {
+    node_ram_[node] = total_bytes;
+  } else {
+    node_ram_.erase(node);
+  }
+}
+
+void Diagnoser::add(unsigned rank, const StepSample& sample) {
+  // Resident memory is a level, not a per-step cost: a heartbeat's is as current as a step's.
+  if (sample.rss_bytes > 0) rss_[rank] = sample.rss_bytes;
+  Series& s = series_[rank];
+  // A heartbeat repeats the latest step: no new step.
+  if (s.last_step == sample.step) return;
+  s.last_step = sample.step;
+  s.open.add(sample);
+}
+
+std::string Diagnoser::where(unsigned rank) const {
+  auto it = places_.find(rank);
+  if (it == places_.end()) return "rank " + std::to_string(rank);
+  return "rank " + std::to_string(rank) + " on node " + std::to_string(it->second.node) + " (" + it->second.host + ")";
+}
+
+std::map<unsigned, StepSample> Diagnoser::close_windows() {
+  std::map<unsigned, StepSample> out;
+  for (auto& [rank, s] : series_) {
+    if (s.open.steps < kMinWindowSteps) continue;
+    s.closed = out[rank] = s.open.mean();
+    s.open = Window{};
+  }
+  return out;
+}
+
+void Diagnoser::evaluate() {
+  find_stragglers(close_windows());
+  // Every rank's latest window, closed now or before: a rank whose window is still filling keeps its diagnosis.
+  std::map<unsigned, StepSample> latest;
+  for (const auto& [rank, s] : series_) {
+    if (s.closed) latest[rank] = *s.closed;
+  }
+  find_bottlenecks(latest);
+  find_full_nodes();
+}
+
+void Diagnoser::find_stragglers(const std::map<unsigned, StepSample>& means) {
+  std::vector<unsigned> ranks;
+  std::vector<double> sorted;
+  for (const auto& [rank, m] : means) {
+    if (!m.has_breakdown()) continue;
+    ranks.push_back(rank);
+    sorted.push_back(m.own_work_ms());
+  }
+  if (ranks.size() < 2) return;
+  std::sort(sorted.begin(), sorted.end());
+  for (unsigned rank : ranks) {
+    const StepSample& own = means.at(rank);
+    const double work = own.own_work_ms();
+    const auto skip = static_cast<std::size_t>(std::lower_bound(sorted.begin(), sorted.end(), work) - sorted.begin());
+    const double median = median_without(sorted, skip);
+    Series& s = series_[rank];
+    s.above = median > 0 && work > ratio_ * median ? s.above + 1 : 0;
+    if (s.above < kStragglerWindows) continue;
+    // The peers' typical breakdown, to find the part of the step where this rank loses its time.
+    StepSample peers;
+    for (double StepSample::*field : {&StepSample::data_wait_ms, &StepSample::compute_ms,
+                                       &StepSample::comm_exposed_ms, &StepSample::optimizer_ms, &StepSample::step_ms}) {
+      std::vector<double> values;
+      for (unsigned other : ranks) {
+        if (other != rank) values.push_back(means.at(other).*field);
+      }
+      peers.*field = median_of(std::move(values));
+    }
+    stragglers_[rank] = straggler(rank, own, peers, work / median - 1);
+  }
+}
+
+Diagnosis Diagnoser::straggler(unsigned rank, const StepSample& own, const StepSample& peers, double slower) const {
+  struct Part {
+    double excess;
+    const char* name;
+    double own_ms, peers_ms;
+  };
+  const Part parts[] = {
+      {own.data_wait_ms - peers.data_wait_ms, "data wait", own.data_wait_ms, peers.data_wait_ms},
+      {own.compute_ms - peers.compute_ms, "compute", own.compute_ms, peers.compute_ms},
+      {own.optimizer_ms - peers.optimizer_ms, "optimizer", own.optimizer_ms, peers.optimizer_ms},
+      {own.comm_exposed_ms - peers.comm_exposed_ms, "exposed communication", own.comm_exposed_ms,
+       peers.comm_exposed_ms}};
+  const Part& cause = *std::max_element(std::begin(parts), std::end(parts),
+                                        [](const Part& a, const Part& b) { return a.excess < b.excess; });
+  const double own_step = own.step_ms > 0 ? own.step_ms : own.own_work_ms();
+  const double peers_step = peers.step_ms > 0 ? peers.step_ms : peers.own_work_ms();
+  Diagnosis d;
+  d.kind = DiagnosisKind::straggler;
+  d.ranks = {rank};
+  d.message = where(rank) + " was " + percent(slower) + " slower than the median: " +
+              percent(share_of(cause.own_ms, own_step)) + " of its step was " + cause.name + " (the median rank's: " +
+              percent(share_of(cause.peers_ms, peers_step)) + ")";
+  const auto place = places_.find(rank);
+  const std::string node = place == places_.end() ? "its node" : "node " + std::to_string(place->second.node);
+  if (std::string(cause.name) == "data wait") {
+    d.fix = "its data loader: more DataLoader workers (num_workers), pin_memory=True, persistent_workers=True; "
+            "check " + node + "'s disk or network file system";
+  } else if (std::string(cause.name) == "exposed communication") {
+    d.fix = "its network: run `dtrain bench allreduce` on " + node + " against a healthy node, check its NIC's errors "
+            "and that NCCL uses InfiniBand there (NCCL_IB_HCA, `dtrain topo`)";
+  } else {
+    d.fix = "a slow or throttled device, or CPU contention on " + node + ": check clocks and temperature "
+            "(`dtrain doctor`, nvidia-smi -q -d PERFORMANCE), and other processes on its CPUs (top); replace the "
+            "node if it stays slow";
+  }
+  return d;
+}
+
+void Diagnoser::find_bottlenecks(const std::map<unsigned, StepSample>& means) {
+  bottlenecks_.clear();
+  // Every rank above the share, worst first; the message names the worst.
+  const auto above = [&](double limit, const std::function<double(const StepSample&)>& share) {
+    std::vector<std::pair<double, unsigned>> found;
+    for (const auto& [rank, m] : means) {
+      if (const double s = share(m); s > limit) found.emplace_back(s, rank);
+    }
+    std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    return found;
+  };
+  const auto add = [&](DiagnosisKind kind, const std::vector<std::pair<double, unsigned>>& found,
+                       const std::string& what, const std::string& fix) {
+    if (found.empty()) return;
+    Diagnosis d{kind, {}, "", fix};
+    for (const auto& f : found) d.ranks.push_back(f.second);
+    d.message = what + " is " + percent(found.front().first) + " of " + where(found.front().second) + "'s step";
+    if (found.size() > 1) d.message += "; above " + what + "'s limit on " + rank_list(d.ranks);
+    bottlenecks_.push_back(std::move(d));
+  };
+  const auto data = above(kDataWaitShare, [](const StepSample& m) { return share_of(m.data_wait_ms, m.step_ms); });
+  unsigned cpus = 0;
+  if (!data.empty()) {
+    if (auto p = places_.find(data.front().second); p != places_.end()) cpus = p->second.cpus;
+  }
+  add(DiagnosisKind::data_loading, data, "data wait",
+      "feed the step faster: torch DataLoader(num_workers=" +
+          (cpus > 1 ? std::to_string(cpus - 1) + " (the rank's " + std::to_string(cpus) +
+                          " CPUs, OMP_NUM_THREADS, less one for the training loop)"
+                    : std::string("the rank's CPUs less one")) +
+          ", pin_memory=True, prefetch_factor=4, persistent_workers=True); pre-tokenize and shard the data");
+  std::string waiting;
+  if (!stragglers_.empty()) {
+    std::vector<unsigned> slow;
+    for (const auto& [rank, d] : stragglers_) slow.push_back(rank);
+    waiting = " (first fix the straggler, " + rank_list(slow) + ": its peers' exposed communication is mostly waiting for it)";
+  }
+  add(DiagnosisKind::communication,
+      above(kCommShare, [](const StepSample& m) { return share_of(m.comm_exposed_ms, m.step_ms); }),
+      "exposed communication",
+      "check the bandwidth with `dtrain run -n WORLD -- dtrain bench allreduce`; on InfiniBand make sure NCCL uses it "
+      "(NCCL_IB_HCA, `dtrain topo`); bigger DDP buckets (bucket_cap_mb, dtrain-trainer --ddp-bucket-mb) overlap "
+      "more of it with backward; gradient accumulation communicates once per K micro-steps" + waiting);
+  const auto memory = above(kMemoryShare, [](const StepSample& m) {
+    return share_of(static_cast<double>(m.device_mem_used_bytes), static_cast<double>(m.device_mem_total_bytes));
+  });
+  add(DiagnosisKind::memory, memory, "device memory",
+      "shard the model state (ZeRO / FSDP: dtrain-trainer --zero 1..3), use mixed precision (AMP, --precision "
+      "bf16), or a smaller micro-batch with gradient accumulation");
+  if (!memory.empty()) {
+    const StepSample& m = means.at(memory.front().second);
+    bottlenecks_.back().message += " (" + gib(m.device_mem_used_bytes) + " of " + gib(m.device_mem_total_bytes) + ")";
+  }
+  add(DiagnosisKind::sync, above(kSyncShare, [](const StepSample& m) {
+        return m.has_breakdown() ? share_of(unaccounted_ms(m), m.step_ms) : 0.0;
+      }),
+      "time that no phase accounts for",
+      "look for host-device synchronisation in the step (.item(), .cpu(), printing tensors), logging or "
+      "checkpointing every step, and barriers between steps");
+}
+
+// The host side of memory: ranks of one node share its RAM, so a node runs out long before any one rank looks big.
+// Judged on the latest reports, not windows: a rank that is still starting already holds its memory.
+void Diagnoser::find_full_nodes() {
+  struct Node {
+    std::uint64_t rss = 0;
+    std::string host;
+    std::vector<std::pair<std::uint64_t, unsigned>> ranks;   // (rss, rank)
+  };
+  std::map<unsigned, Node> nodes;
+  for (const auto& [rank, bytes] : rss_) {
+    const auto place = places_.find(rank);
+    if (place == places_.end() || node_ram_.count(place->second.node) == 0) continue;
+    Node& n = nodes[place->second.node];
+    n.rss += bytes;
+    n.host = place->second.host;
+    n.ranks.emplace_back(bytes, rank);
+  }
+  for (auto& [node, n] : nodes) {
+    const std::uint64_t ram = node_ram_.at(node);
+    const double share = share_of(static_cast<double>(n.rss), static_cast<double>(ram));
+    if (share <= kMemoryShare) continue;
+    // Largest first, then by rank.
+    std::sort(n.ranks.begin(), n.ranks.end(),
+              [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+    Diagnosis d{DiagnosisKind::memory, {}, "", ""};
+    for (const auto& r : n.ranks) d.ranks.push_back(r.second);
+    d.message = "the resident memory of the ranks on node " + std::to_string(node) + " (" + n.host + ") is " +
+                gib(n.rss) + ", " + percent(share) + " of its " + gib(ram) + " of RAM (" + rank_list(d.ranks) + ")";
+    d.fix = "use less host memory per rank: shard the model state (ZeRO stage 2 or 3: dtrain-trainer --zero 2|3, or "
+            "FSDP), use mixed precision (AMP, --precision bf16), a smaller micro-batch with gradient accumulation; "
+            "or run fewer ranks on node " + std::to_string(node) + " (workers_per_node)";
+    bottlenecks_.push_back(std::move(d));
+  }
+}
+
+void Diagnoser::hang(unsigned rank, const std::string& what) {
+  hangs_[rank] = Diagnosis{DiagnosisKind::hang, {rank}, where(rank) + " " + what,
+                           "its stacks (attempt_<n>/stacks/rank_" + std::to_string(rank) +
+                               ".txt) show where it stopped; a collective that never completes points at a peer "
+                               "that is missing or at the network"};
+}
+
+std::vector<Diagnosis> Diagnoser::diagnoses() const {
+  std::vector<Diagnosis> out;
+  for (const auto& [rank, d] : stragglers_) out.push_back(d);
+  out.insert(out.end(), bottlenecks_.begin(), bottlenecks_.end());
+  for (const auto& [rank, d] : hangs_) out.push_back(d);
+  return out;
+}
+
+std::optional<WindowMeans> Diagnoser::means(unsigned rank) const {
+  auto it = series_.find(rank);
+  if (it == series_.end() || (!it->second.closed && it->second.open.steps == 0)) return std::nullopt;
+  WindowMeans w;
+  // The last closed window; until one closed, the steps so far.
+  w.mean = it->second.closed ? *it->second.closed : it->second.open.mean();
+  w.data_wait_ratio = share_of(w.mean.data_wait_ms, w.mean.step_ms);
+  w.comm_exposed_ratio = share_of(w.mean.comm_exposed_ms, w.mean.step_ms);
+  return w;
+}
+
+}  // namespace dtrain::controller

@@ -1,0 +1,141 @@
+#pragma once
+
+// What the launcher concludes from its workers' per-step reports: stragglers and the job's bottleneck.
+//
+//   straggler       a rank whose own work (data wait + compute + optimizer) exceeds the median of the other
+//                   ranks' by more than health.straggler_ratio in kStragglerWindows evaluations in a row. Own work,
+//                   not the step: in data-parallel training every rank waits for the slowest in the gradient
+//                   reduction, so all ranks have the same step time and only the slow one has more work of its own.
+//                   Named with its node and the likeliest cause, the part of its step furthest above its peers'
+//   data_loading    data wait above kDataWaitShare of the step
+//   communication   exposed communication above kCommShare of the step
+//   memory          device memory above kMemoryShare of the device's, or the resident memory of a node's ranks
+//                   together (the latest rss_bytes of each) above kMemoryShare of the node's RAM (its agent's
+//                   MemTotal; a node whose RAM is not known is not judged)
+//   sync            the part of the step no phase accounts for (step - data - compute - comm - optimizer) above
+//                   kSyncShare: host-device synchronisation, logging, barriers between steps
+//   hang            a worker failed a health check (health_watch.h)
+//
+// Plain C++ over per-rank sample series. Each rank's steps go into its open window (reports that repeat a step,
+// heartbeats, are not new steps); evaluate(), called every second or so, closes the window of every rank that has
+// at least kMinWindowSteps steps in it and compares the closed windows. So the windows slide along with time and
+// never overlap: "3 windows in a row" are 3 separate stretches of at least kMinWindowSteps steps each, and one slow
+// stretch (a checkpoint, a page-cache miss) is not counted three times. Stragglers and hangs stay named once found
+// (the summary says what happened during the job); the other kinds reflect the latest windows.
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/controller/session/session_messages.h"
+
+namespace dtrain::controller {
+
+// One step of one rank, as its report told it. Times in milliseconds; 0 means "not reported".
+struct StepSample {
+  std::uint64_t step = 0;
+  double step_ms = 0;
+  double data_wait_ms = 0;
+  double compute_ms = 0;
+  double comm_exposed_ms = 0;
+  double optimizer_ms = 0;
+  std::uint64_t device_mem_used_bytes = 0;
+  std::uint64_t device_mem_total_bytes = 0;
+  std::uint64_t rss_bytes = 0;     // the process's resident memory; kept per rank as the latest, not per window
+
+  // The work that is the rank's own: what it waits for from its peers (comm) is left out.
+  double own_work_ms() const { return data_wait_ms + compute_ms + optimizer_ms; }
+  bool has_breakdown() const { return own_work_ms() > 0; }
+};
+
+// The one conversion from a worker's report.
+StepSample sample_of(const WorkerHealth& health);
+
+enum class DiagnosisKind { straggler, data_loading, communication, memory, sync, hang };
+const char* to_string(DiagnosisKind kind);
+
+struct Diagnosis {
+  DiagnosisKind kind = DiagnosisKind::straggler;
+  std::vector<unsigned> ranks;   // the ranks it is about, worst first
+  std::string message;           // what was seen, with the numbers ("rank 2 on node 1 (host) was 41% slower ...")
+  std::string fix;               // what to do about it
+};
+
+// Where a rank runs, for messages and fixes.
+struct RankPlace {
+  unsigned node = 0;             // node rank
+  std::string host;
+  unsigned cpus = 0;             // CPUs it may use (its binding, else OMP_NUM_THREADS); 0 = not known
+};
+
+// A rank's means over its window.
+struct WindowMeans {
+  StepSample mean;               // step is the latest step of the window
+  double data_wait_ratio = 0;    // data wait / step (0 without step_ms)
+  double comm_exposed_ratio = 0;
+};
+
+class Diagnoser {
+ public:
+  // The shares past which a job diagnosis is made, of the step time.
+  static constexpr double kDataWaitShare = 0.10;
+  static constexpr double kCommShare = 0.20;
+  static constexpr double kSyncShare = 0.20;
+  static constexpr double kMemoryShare = 0.90;
+  // Steps a window needs before it is closed and compared: enough that one odd step does not decide, few enough
+  // that jobs with steps of several seconds are still diagnosed within a minute or two.
+  static constexpr std::size_t kMinWindowSteps = 3;
+  // Evaluations in a row above the ratio before a rank is named: one slow window is noise.
+  static constexpr int kStragglerWindows = 3;
+
+  explicit Diagnoser(double straggler_ratio) : ratio_(straggler_ratio) {}
+
+  // A new placement (a new round) forgets the rank's resident memory: it was the previous process's.
+  void place(unsigned rank, RankPlace place);
+  // The RAM of node rank `node`, in bytes; 0 = not known, and the node's ranks' resident memory is not judged.
+  void node_memory(unsigned node, std::uint64_t total_bytes);
+  void add(unsigned rank, const StepSample& sample);
+  // One window per rank with new steps since the last call: compares them and updates the diagnoses.
+  void evaluate();
+  // A rank failed a health check: `what` as the launcher said it ("made no step progress for 300.0 s ...").
+  void hang(unsigned rank, const std::string& what);
+  // Stragglers, then job diagnoses, then hangs.
+  std::vector<Diagnosis> diagnoses() const;
+  std::optional<WindowMeans> means(unsigned rank) const;
+
+ private:
+  // Sums of a window's steps.
+  struct Window {
+    std::size_t steps = 0;
+    StepSample sum;                  // step: the latest; memory: the peak
+    void add(const StepSample& s);
+    StepSample mean() const;
+  };
+  struct Series {
+    std::optional<std::uint64_t> last_step;
+    Window open;                     // steps since the last closed window
+    std::optional<StepSample> closed;   // the means of the last closed window
+    int above = 0;                   // closed windows in a row above the ratio
+  };
+
+  std::string where(unsigned rank) const;
+  std::map<unsigned, StepSample> close_windows();
+  void find_stragglers(const std::map<unsigned, StepSample>& means);
+  Diagnosis straggler(unsigned rank, const StepSample& own, const StepSample& peers, double slower) const;
+  void find_bottlenecks(const std::map<unsigned, StepSample>& means);
+  void find_full_nodes();
+
+  double ratio_;
+  std::map<unsigned, RankPlace> places_;
+  std::map<unsigned, std::uint64_t> node_ram_;   // by node rank, known ones only
+  std::map<unsigned, std::uint64_t> rss_;        // by rank: its latest report's resident memory
+  std::map<unsigned, Series> series_;
+  std::map<unsigned, Diagnosis> stragglers_;   // by rank, sticky
+  std::vector<Diagnosis> bottlenecks_;         // from the latest evaluation
+  std::map<unsigned, Diagnosis> hangs_;        // by rank
+};
+
+}  // namespace dtrain::controller

@@ -1,0 +1,110 @@
+#include "cli/controller/watch/health_watch.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace dtrain::controller {
+namespace {
+
+// "30.0 s": one decimal, as people read timeouts.
+std::string seconds(std::chrono::steady_clock::duration d) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f s", std::chrono::duration<double>(d).count());
+  return text;
+}
+
+// A spec value as it was written: "30", "0.5".
+std::string setting(std::chrono::milliseconds ms) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", static_cast<double>(ms.count()) / 1000.0);
+  return text;
+}
+
+}  // namespace
+
+HealthWatch::HealthWatch(const spec::Spec::Health& limits)
+    : heartbeat_(spec::duration_ms(limits.heartbeat_timeout_s)),
+      hang_(spec::duration_ms(limits.hang_timeout_s)),
+      startup_(spec::duration_ms(limits.startup_timeout_s)) {}
+
+HealthWatch::Worker& HealthWatch::worker(unsigned rank, Clock::time_point now) {
+  auto [it, added] = workers_.try_emplace(rank);
+  // A report may overtake its worker's WorkerStarted (they travel different paths to the agent's session).
+  if (added) it->second.started_at = now;
+  return it->second;
+}
+
+void HealthWatch::started(unsigned rank, Clock::time_point now) { note_due(worker(rank, now)); }
+
+void HealthWatch::reported(const WorkerHealth& h, Clock::time_point now) {
+  Worker& w = worker(h.rank, now);
+  if (w.exited) return;
+  const bool first = !w.last_report;
+  const bool moved = first ? (h.steps_done > 0) : (h.step != w.step || h.steps_done != w.steps_done);
+  if (first) w.first_step = h.step;
+  w.last_report = now;
+  w.step = h.step;
+  w.steps_done = h.steps_done;
+  if (moved || (!w.progress_at && h.step != w.first_step)) w.progress_at = now;
+  note_due(w);
+}
+
+void HealthWatch::exited(unsigned rank) { workers_[rank].exited = true; }
+
+std::optional<HealthWatch::Due> HealthWatch::due(const Worker& w) const {
+  if (w.exited || !w.last_report) return std::nullopt;
+  std::optional<Due> first;
+  const auto consider = [&first](Clock::time_point at, HealthFailure::Check check) {
+    if (!first || at < first->at) first = Due{at, check};
+  };
+  if (heartbeat_.count() > 0) consider(*w.last_report + heartbeat_, HealthFailure::Check::heartbeat);
+  if (hang_.count() > 0 && w.progress_at) consider(*w.progress_at + hang_, HealthFailure::Check::hang);
+  if (startup_.count() > 0 && !w.progress_at) consider(w.started_at + startup_, HealthFailure::Check::startup);
+  return first;
+}
+
+void HealthWatch::note_due(const Worker& w) {
+  if (auto d = due(w); d && d->at < promised_) due_sooner_ = true;
+}
+
+std::optional<HealthFailure> HealthWatch::check(Clock::time_point now) const {
+  std::optional<Due> first;
+  unsigned rank = 0;
+  for (const auto& [r, w] : workers_) {
+    if (auto d = due(w); d && d->at <= now && (!first || d->at < first->at)) {
+      first = d;
+      rank = r;
+    }
+  }
+  if (!first) return std::nullopt;
+  return HealthFailure{first->check, rank, describe(*first, workers_.at(rank), now)};
+}
+
+HealthWatch::Clock::time_point HealthWatch::next_deadline() {
+  promised_ = Clock::time_point::max();
+  for (const auto& [rank, w] : workers_) {
+    if (auto d = due(w)) promised_ = std::min(promised_, d->at);
+  }
+  due_sooner_ = false;
+  return promised_;
+}
+
+std::string HealthWatch::describe(const Due& due, const Worker& w, Clock::time_point now) const {
+  switch (due.check) {
+    case HealthFailure::Check::heartbeat:
+      return "stopped reporting health " + seconds(now - *w.last_report) + " ago (health.heartbeat_timeout_s: " +
+             setting(heartbeat_) + "): its process is stopped or wedged, since its reporter resends a heartbeat " +
+             "even while a step runs";
+    case HealthFailure::Check::hang:
+      return "made no step progress for " + seconds(now - *w.progress_at) + " (stuck at step " +
+             std::to_string(w.step) + "; health.hang_timeout_s: " + setting(hang_) +
+             "): a collective that never completes, or a deadlock; its stacks show where";
+    case HealthFailure::Check::startup:
+      break;
+  }
+  return "made no first step " + seconds(now - w.started_at) + " after it started (health.startup_timeout_s: " +
+         setting(startup_) + "): stuck starting up (imports, data, communicator init); raise the timeout if start-up " +
+         "is this slow";
+}
+
+}  // namespace dtrain::controller

@@ -1,0 +1,81 @@
+#pragma once
+
+// The launcher's health checks of one round's workers, on the fleet's clock (so tests script the time):
+//
+//   heartbeat  health.heartbeat_timeout_s  a worker that reported once and then sent nothing this long: its
+//                                          process is stopped or wedged (reporters resend the latest report every
+//                                          DTRAIN_HEALTH_INTERVAL_MS, so a slow step still heartbeats)
+//   hang       health.hang_timeout_s       a worker whose step did not move this long, from its first step on
+//   startup    health.startup_timeout_s    a worker that reported but made no first step this long after it
+//                                          started (imports, data, communicator init)
+//
+// A worker has made a step when a report's steps_done is above 0 or its step differs from its first report's (a
+// reporter without steps_done); progress is any later change of (step, steps_done). Workers that never report
+// are not checked (a script that does not use the reports); workers that exited are not checked. 0 turns a check
+// off. Every input is O(1); check() and next_deadline() look at every worker, once per wake-up of the round.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "cli/controller/session/session_messages.h"
+#include "cli/spec/spec.h"
+
+namespace dtrain::controller {
+
+// A failed check: which worker, and what happened to it, to follow "rank 5 " ("stopped reporting health 30.0 s
+// ago ...").
+struct HealthFailure {
+  enum class Check { heartbeat, hang, startup };
+  Check check = Check::heartbeat;
+  unsigned rank = 0;
+  std::string what;
+};
+
+class HealthWatch {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  explicit HealthWatch(const spec::Spec::Health& limits);
+
+  void started(unsigned rank, Clock::time_point now);
+  void reported(const WorkerHealth& health, Clock::time_point now);
+  void exited(unsigned rank);
+
+  // The check that failed first by `now` (the earliest deadline), if any did.
+  std::optional<HealthFailure> check(Clock::time_point now) const;
+  // When the next check falls due (time_point::max() when none is armed). From then on due_sooner() tells whether
+  // a start or a report armed a check that falls due before that time: the round's wait must end early then.
+  Clock::time_point next_deadline();
+  bool due_sooner() const { return due_sooner_; }
+
+ private:
+  struct Worker {
+    bool exited = false;
+    Clock::time_point started_at;
+    std::optional<Clock::time_point> last_report;
+    std::uint64_t first_step = 0;               // the step of its first report
+    std::uint64_t step = 0;
+    std::uint64_t steps_done = 0;
+    std::optional<Clock::time_point> progress_at;   // its last progress; set from its first step on
+  };
+  struct Due {
+    Clock::time_point at;
+    HealthFailure::Check check;
+  };
+
+  Worker& worker(unsigned rank, Clock::time_point now);
+  // The earliest armed check of `w`, if one is.
+  std::optional<Due> due(const Worker& w) const;
+  void note_due(const Worker& w);
+  std::string describe(const Due& due, const Worker& w, Clock::time_point now) const;
+
+  std::chrono::milliseconds heartbeat_, hang_, startup_;   // 0 = off
+  std::map<unsigned, Worker> workers_;                       // by rank
+  Clock::time_point promised_ = Clock::time_point::max();  // what next_deadline() last answered
+  bool due_sooner_ = false;
+};
+
+}  // namespace dtrain::controller
