@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "agent/job/run_dir.h"
+#include "common/proc_stat.h"
 #include "common/status.h"
 
 extern char** environ;
@@ -88,10 +89,8 @@ std::vector<std::string> thread_states(pid_t pid) {
   const fs::path tasks = "/proc/" + std::to_string(pid) + "/task";
   for (const auto& entry : fs::directory_iterator(tasks, ec)) {
     const std::string task = entry.path().string();
-    const std::string stat = first_line_of(task + "/stat");
-    // The state is the field after the command's closing parenthesis (the command may hold spaces and parentheses).
-    const auto close = stat.rfind(')');
-    const std::string state = close != std::string::npos && close + 2 < stat.size() ? stat.substr(close + 2, 1) : "?";
+    const Result<ProcStat> stat = read_proc_stat_file(task + "/stat");
+    const std::string state(1, stat.ok() ? stat.value.state : '?');
     std::string wchan = first_line_of(task + "/wchan");
     if (wchan.empty() || wchan == "0") wchan = "-";
     lines.push_back("thread " + entry.path().filename().string() + " (" + first_line_of(task + "/comm") +

@@ -2,56 +2,38 @@
 
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <iterator>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <variant>
-#include <vector>
 
+#include "common/proc_stat.h"
 #include "common/stop_thread.h"
 #include "common/util.h"
 
 namespace dtrain::agent {
+namespace {
+
+ProcessSample sample_of(const ProcStat& stat) {
+  const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  ProcessSample sample;
+  sample.state = stat.state;
+  sample.cpu_seconds = static_cast<double>(stat.utime + stat.stime) / ticks;
+  sample.threads = stat.num_threads;
+  return sample;
+}
+
+}  // namespace
 
 Result<ProcessSample> parse_proc_stat(std::string_view stat) {
-  const std::size_t close = stat.rfind(')');
-  if (close == std::string_view::npos) {
-    return {Status{StatusCode::invalid_argument, "no ')' after the command name: not a /proc/PID/stat line"}};
-  }
-  // Fields from 3 on (state, ppid, ...): proc(5) numbers them from 1, with comm as field 2.
-  std::istringstream rest{std::string(stat.substr(close + 1))};
-  std::vector<std::string> fields{std::istream_iterator<std::string>(rest), {}};
-  constexpr std::size_t kState = 0, kUtime = 11, kStime = 12, kThreads = 17;   // fields 3, 14, 15, 20
-  if (fields.size() <= kThreads || fields[kState].size() != 1) {
-    return {Status{StatusCode::invalid_argument, "a /proc/PID/stat line with " + std::to_string(fields.size()) +
-                                                    " fields after the command name; at least 18 were expected"}};
-  }
-  try {
-    const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
-    ProcessSample sample;
-    sample.state = fields[kState][0];
-    sample.cpu_seconds = static_cast<double>(std::stoull(fields[kUtime]) + std::stoull(fields[kStime])) / ticks;
-    sample.threads = static_cast<unsigned>(std::stoul(fields[kThreads]));
-    return {{}, sample};
-  } catch (const std::exception&) {
-    return {Status{StatusCode::invalid_argument, "utime, stime or num_threads of a /proc/PID/stat line is not a "
-                                                "number: '" + std::string(stat) + "'"}};
-  }
+  const Result<ProcStat> parsed = dtrain::parse_proc_stat(stat);
+  if (!parsed.ok()) return {parsed.status};
+  return {{}, sample_of(parsed.value)};
 }
 
 Result<ProcessSample> sample_process(pid_t pid) {
-  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
-  std::ifstream in(path);
-  std::string line;
-  if (!in || !std::getline(in, line)) {
-    return {Status{StatusCode::not_found,
-                   "cannot read " + path + ": " + std::strerror(errno) + " (the process is gone)"}};
-  }
-  return parse_proc_stat(line);
+  const Result<ProcStat> stat = read_proc_stat(pid);
+  if (!stat.ok()) return {stat.status};
+  return {{}, sample_of(stat.value)};
 }
 
 WorkerSampler::WorkerSampler(Emit emit, std::chrono::milliseconds interval)

@@ -11,14 +11,13 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
-#include <sstream>
 #include <stdexcept>
 
 #include <grpcpp/server.h>
 #include <grpcpp/server_posix.h>
 #include <spdlog/spdlog.h>
+
+#include "common/proc_stat.h"
 
 namespace dtrain::agent {
 namespace {
@@ -63,16 +62,9 @@ std::vector<pid_t> ancestor_pids() {
   // Bounded: a process tree deeper than this is not one a launcher made.
   while (pid > 1 && pids.size() < 64) {
     pids.push_back(pid);
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), {});
-    // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so parse after the last ')'.
-    const auto close = text.rfind(')');
-    if (close == std::string::npos) break;
-    std::istringstream rest(text.substr(close + 1));
-    std::string state;
-    pid_t parent = 0;
-    if (!(rest >> state >> parent)) break;
-    pid = parent;
+    const Result<ProcStat> stat = read_proc_stat(pid);
+    if (!stat.ok()) break;
+    pid = stat.value.ppid;
   }
   return pids;
 }

@@ -7,7 +7,6 @@
 
 #include <cerrno>
 #include <csignal>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -108,20 +107,10 @@ std::vector<pid_t> descendants_from_stat(pid_t root) {
   });
 }
 
-std::optional<ProcessStat> read_process_stat(pid_t pid) {
-  const std::string stat = read_proc_file("/proc/" + std::to_string(pid) + "/stat");
-  // "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses, so parse after the last ')'.
-  const auto close_paren = stat.rfind(')');
-  if (close_paren == std::string::npos) return std::nullopt;
-  ProcessStat out;
-  long ppid = 0, pgid = 0, sid = 0;
-  if (std::sscanf(stat.c_str() + close_paren + 1, " %c %ld %ld %ld", &out.state, &ppid, &pgid, &sid) != 4) {
-    return std::nullopt;
-  }
-  out.ppid = static_cast<pid_t>(ppid);
-  out.pgid = static_cast<pid_t>(pgid);
-  out.sid = static_cast<pid_t>(sid);
-  return out;
+std::optional<ProcStat> read_process_stat(pid_t pid) {
+  Result<ProcStat> stat = read_proc_stat(pid);
+  if (!stat.ok()) return std::nullopt;
+  return stat.value;
 }
 
 SignalledProcesses signal_descendants(pid_t root, int sig, const std::set<pid_t>& skip,

@@ -7,6 +7,8 @@
 #include <set>
 #include <vector>
 
+#include "common/proc_stat.h"
+
 namespace dtrain::supervisor {
 
 // Every descendant of `root` (children of each of its threads, their children, ...), zombies included, in
@@ -18,15 +20,9 @@ std::vector<pid_t> descendants(pid_t root);
 // The same from every /proc/<pid>/stat's parent field: slower (reads all processes), works on any kernel.
 std::vector<pid_t> descendants_from_stat(pid_t root);
 
-// What /proc/<pid>/stat says about a process.
-struct ProcessStat {
-  char state = '?';  // R, S, D, Z (zombie), T, X, ...
-  pid_t ppid = 0;    // parent
-  pid_t pgid = 0;    // process group
-  pid_t sid = 0;     // session
-};
-// std::nullopt when the process does not exist (any more).
-std::optional<ProcessStat> read_process_stat(pid_t pid);
+// What /proc/<pid>/stat says about a process (its state, parent, group, session); std::nullopt when the process does
+// not exist (any more).
+std::optional<ProcStat> read_process_stat(pid_t pid);
 
 // Result of signal_descendants.
 struct SignalledProcesses {
