@@ -156,11 +156,7 @@ Status session_refusal(const grpc::AuthContext& context) {
 
 std::shared_ptr<grpc::ChannelCredentials> worker_channel_credentials(const std::string& ca_pem,
                                                                      const Identity& identity) {
-  grpc::SslCredentialsOptions options;
-  options.pem_root_certs = ca_pem;
-  options.pem_private_key = identity.key_pem;
-  options.pem_cert_chain = identity.cert_pem;
-  return grpc::SslCredentials(options);
+  return worker::worker_channel_credentials(ca_pem, identity.key_pem, identity.cert_pem);
 }
 
 std::shared_ptr<grpc::ChannelCredentials> channel_credentials(const ClusterSecret& secret, const Identity& identity) {
@@ -172,8 +168,6 @@ std::shared_ptr<grpc::ChannelCredentials> channel_credentials(const ClusterSecre
       grpc::SslCredentials(options),
       grpc::MetadataCredentialsFromPlugin(std::make_unique<ClusterTokenPlugin>(secret.token)));
 }
-
-void set_tls_target(grpc::ChannelArguments& args) { args.SetSslTargetNameOverride(kTlsTargetName); }
 
 std::string explain_connect_failure(const std::string& address, const grpc::Status& status, Transport ours) {
   if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {

@@ -30,14 +30,17 @@
 #include <string_view>
 
 #include "agent/security/identity.h"
+#include "agent/security/secret.h"
 #include "common/status.h"
 #include "common/transport.h"
-#include "agent/security/secret.h"
+#include "worker/credentials.h"
 
 namespace dtrain::security {
 
-// The one DNS name every derived certificate carries and every client verifies (whatever address it dialled).
-inline constexpr const char* kTlsTargetName = "dtrain.cluster";
+// The one DNS name every derived certificate carries and every client verifies (whatever address it dialled),
+// and set_tls_target, which makes a channel verify it: written once with the worker's client side.
+using worker::kTlsTargetName;
+using worker::set_tls_target;
 // The call metadata entry that carries the cluster token.
 inline constexpr const char* kClusterTokenMetadata = "dtrain-cluster-token";
 
@@ -76,17 +79,15 @@ std::shared_ptr<grpc::ServerCredentials> server_credentials(const ClusterSecret&
 // caller: a worker's certificate never opens a session.
 Status session_refusal(const grpc::AuthContext& context);
 
-// A worker's channel: TLS with its worker certificate, trusting only the cluster CA (`ca_pem`), no cluster token.
-// Use with set_tls_target. The store and health reports accept it while the worker's job runs.
+// A worker's channel: TLS with its worker certificate, trusting only the cluster CA (`ca_pem`), no cluster token
+// (worker/credentials.h). Use with set_tls_target. The store and health reports accept it while the worker's job
+// runs.
 std::shared_ptr<grpc::ChannelCredentials> worker_channel_credentials(const std::string& ca_pem,
                                                                      const Identity& identity);
 
 // TLS with `identity` as the client certificate, trusting only the cluster CA, plus the cluster token on every
 // call. Use with set_tls_target on the channel's arguments.
 std::shared_ptr<grpc::ChannelCredentials> channel_credentials(const ClusterSecret& secret, const Identity& identity);
-
-// Makes the channel verify the server's certificate against kTlsTargetName instead of the dialled host name.
-void set_tls_target(grpc::ChannelArguments& args);
 
 // Which transport this side used for the call that failed (a peer that hangs up means different things).
 using dtrain::Transport;

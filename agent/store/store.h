@@ -8,7 +8,8 @@
 // the keys appear, when the deadline passes, when the namespace is dropped, or when the caller cancels it. One
 // timer thread fires deadlines in order. No gRPC here: agent/service/store_service.cpp adapts this to the wire.
 //
-// Limits on one request (a request over one fails with invalid_argument naming it):
+// Limits on one request (worker/store/limits.h, shared with the clients; a request over one fails with
+// invalid_argument naming it):
 //   key <= 4 KiB and not empty, value <= StoreLimits::value_bytes (16 MiB by default, never over 64 MiB),
 //   <= 64 keys per check/wait, timeout: 0 means the default of 300 s (c10d's default store timeout), at most 1 hour.
 // Limits on one namespace (a set, add or compare_set that would pass one fails with resource_exhausted, naming the
@@ -35,16 +36,9 @@
 #include <vector>
 
 #include "common/status.h"
+#include "worker/store/limits.h"
 
 namespace dtrain::store {
-
-inline constexpr std::size_t kMaxKeyBytes = 4 * 1024;
-// The largest value any store accepts, whatever its StoreLimits: what fits in one gRPC message with its key
-// (kStoreMaxMessageBytes). Clients refuse larger values before sending them.
-inline constexpr std::size_t kMaxValueBytes = 64 * 1024 * 1024;
-inline constexpr std::size_t kMaxKeysPerCall = 64;
-inline constexpr std::chrono::milliseconds kDefaultTimeout{300'000};
-inline constexpr std::chrono::milliseconds kMaxTimeout{3'600'000};
 
 // How much one namespace (one round of one job) may hold. The defaults leave room for what rendezvous needs at
 // scale: an NCCL unique id is 128 bytes per communicator; c10d's barriers and counters are a few short keys per

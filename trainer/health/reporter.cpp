@@ -4,17 +4,14 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <iterator>
+#include <stdexcept>
 #include <utility>
 
-#include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
-#include "agent/security/credentials.h"
-#include "common/metadata.h"
 #include "common/status.h"
 #include "common/stop_thread.h"
-#include "dtrain/v1/report.grpc.pb.h"
+#include "trainer/common/env.h"
 #include "trainer/health/phase.h"
 
 namespace dtrain::trainer {
@@ -25,57 +22,40 @@ std::string env_or_empty(const char* name) {
   return value ? value : "";
 }
 
-// Mutual TLS with the worker certificate when the cluster uses TLS (the agent then sets DTRAIN_TLS_*), else
-// plaintext. Workers hold no cluster token.
-std::shared_ptr<grpc::ChannelCredentials> worker_credentials(grpc::ChannelArguments& arguments) {
-  if (env_or_empty("DTRAIN_TLS_CA").empty()) return grpc::InsecureChannelCredentials();
-  auto read = [](const char* variable) {
-    std::string path = env_or_empty(variable);
-    std::ifstream in(path);
-    if (!in) {
-      throw std::runtime_error(std::string("health reports: cannot read ") + variable + " (" +
-                               (path.empty() ? "unset" : path) + "); the agent writes the worker's TLS files");
-    }
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  const std::string ca_pem = read("DTRAIN_TLS_CA");
-  security::Identity identity{read("DTRAIN_TLS_KEY"), read("DTRAIN_TLS_CERT")};
-  security::set_tls_target(arguments);
-  return security::worker_channel_credentials(ca_pem, identity);
+// An integer variable that the launcher sets for every worker, read as env.h reads each one (unset gives
+// `fallback`) and at least `least`: anything else is a bad option (std::invalid_argument, exit code 2) rather than
+// reports under a rank or at an interval nobody chose.
+int launcher_setting(const char* name, int fallback, int least, const std::string& hint) {
+  const Result<int> value = env_int(name, fallback, hint);
+  if (!value.ok()) throw std::invalid_argument(value.status.message());
+  if (value.value < least) {
+    throw std::invalid_argument(std::string(name) + "='" + env_or_empty(name) + "' is less than " +
+                                std::to_string(least) + "; " + hint);
+  }
+  return value.value;
 }
 
 }  // namespace
-
-struct HealthReporter::Channel {
-  std::unique_ptr<v1::WorkerReports::Stub> stub;
-};
-
-// A non-negative integer variable, or `otherwise` when it is unset or not one.
-std::uint64_t env_number(const char* name, std::uint64_t otherwise) {
-  const std::string text = env_or_empty(name);
-  char* end = nullptr;
-  const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
-  return text.empty() || *end != '\0' || text[0] == '-' ? otherwise : value;
-}
 
 std::unique_ptr<HealthReporter> HealthReporter::from_env() {
   std::string address = env_or_empty("DTRAIN_AGENT_ADDR");
   if (address.empty()) return nullptr;
   HealthReporterOptions options{address, env_or_empty("DTRAIN_JOB_TOKEN"), env_or_empty("DTRAIN_REPORT_TOKEN")};
-  options.rank = static_cast<std::uint32_t>(env_number("RANK", 0));
-  const auto interval = env_number("DTRAIN_HEALTH_INTERVAL_MS", static_cast<std::uint64_t>(options.interval.count()));
-  if (interval > 0) options.interval = std::chrono::milliseconds(interval);
+  options.rank = static_cast<std::uint32_t>(
+      launcher_setting("RANK", 0, 0, "the launcher (dtrain run/launch, torchrun) sets it for every worker"));
+  options.interval = std::chrono::milliseconds(launcher_setting(
+      "DTRAIN_HEALTH_INTERVAL_MS", static_cast<int>(options.interval.count()), 1,
+      "it holds the milliseconds between health reports, which the launcher sets from health.heartbeat_timeout_s"));
   return std::make_unique<HealthReporter>(std::move(options));
 }
 
-HealthReporter::HealthReporter(HealthReporterOptions options)
-    : options_(std::move(options)), channel_(std::make_unique<Channel>()) {
-  try {
-    grpc::ChannelArguments arguments;
-    auto credentials = worker_credentials(arguments);
-    channel_->stub = v1::WorkerReports::NewStub(grpc::CreateCustomChannel(options_.address, credentials, arguments));
-  } catch (const std::exception& e) {
-    spdlog::warn("health reports to {} are off: {}", options_.address, e.what());
+HealthReporter::HealthReporter(HealthReporterOptions options) : options_(std::move(options)) {
+  Result<std::unique_ptr<worker::ReportClient>> client =
+      worker::ReportClient::open({options_.address, options_.token, options_.report_token, options_.deadline});
+  if (client.ok()) {
+    client_ = std::move(client.value);
+  } else {
+    spdlog::warn("health reports to {} are off: {}", options_.address, client.status.message());
   }
   latest_.rank = options_.rank;
   latest_.rss_bytes = resident_bytes();
@@ -122,10 +102,10 @@ void HealthReporter::run() {
     fresh_ = false;
     const bool stopping = stop_;
     lock.unlock();
-    const Status status = channel_->stub ? send(report, steps_done, dump_signal) : Status{};
+    const Status status = client_ ? client_->send(report, {steps_done, current_phase(), dump_signal}) : Status{};
     lock.lock();
     if (stopping) return;
-    if (!channel_->stub) continue;
+    if (!client_) continue;
     if (status.ok()) {
       ++sent_;
     } else if (failed_++ % 100 == 0) {
@@ -133,49 +113,6 @@ void HealthReporter::run() {
                    failed_, status.message());
     }
   }
-}
-
-Status HealthReporter::send(const HealthReport& report, std::uint64_t steps_done, std::uint32_t dump_signal) {
-  using R = v1::WorkerReport;
-  using H = HealthReport;
-  // Every field of HealthReport, by its WorkerReport setter.
-  const std::pair<double H::*, void (R::*)(double)> amounts[] = {
-      {&H::loss, &R::set_loss},
-      {&H::tokens_per_s, &R::set_tokens_per_s},
-      {&H::step_ms, &R::set_step_ms},
-      {&H::data_wait_ms, &R::set_data_wait_ms},
-      {&H::compute_ms, &R::set_compute_ms},
-      {&H::comm_exposed_ms, &R::set_comm_exposed_ms},
-      {&H::optimizer_ms, &R::set_optimizer_ms},
-      {&H::loss_scale, &R::set_loss_scale},
-  };
-  const std::pair<std::uint64_t H::*, void (R::*)(std::uint64_t)> counts[] = {
-      {&H::step, &R::set_step},
-      {&H::rss_bytes, &R::set_rss_bytes},
-      {&H::device_mem_used_bytes, &R::set_device_mem_used_bytes},
-      {&H::device_mem_total_bytes, &R::set_device_mem_total_bytes},
-      {&H::mem_params_bytes, &R::set_mem_params_bytes},
-      {&H::mem_grads_bytes, &R::set_mem_grads_bytes},
-      {&H::mem_optim_bytes, &R::set_mem_optim_bytes},
-      {&H::mem_activations_bytes, &R::set_mem_activations_bytes},
-      {&H::mem_gathered_peak_bytes, &R::set_mem_gathered_peak_bytes},
-      {&H::comm_bytes, &R::set_comm_bytes},
-  };
-  R request;
-  for (const auto& [field, set] : amounts) (request.*set)(report.*field);
-  for (const auto& [field, set] : counts) (request.*set)(report.*field);
-  request.set_rank(report.rank);
-  request.set_steps_done(steps_done);
-  request.set_phase(current_phase());
-  request.set_dump_signal(dump_signal);
-  v1::ReportAck ack;
-  grpc::ClientContext context;
-  context.AddMetadata(std::string(kTokenMetadata), options_.token);
-  context.AddMetadata(std::string(kReportTokenMetadata), options_.report_token);
-  context.set_deadline(std::chrono::system_clock::now() + options_.deadline);
-  const grpc::Status status = channel_->stub->Report(&context, request, &ack);
-  if (status.ok()) return {};
-  return {StatusCode::unavailable, status.error_message()};
 }
 
 std::uint64_t resident_bytes() {

@@ -1,8 +1,8 @@
 #pragma once
 
 // Health reports from a worker to its node's agent (WorkerReports.Report at DTRAIN_AGENT_ADDR, with this round's
-// DTRAIN_JOB_TOKEN as `dtrain-token` metadata and this worker's own DTRAIN_REPORT_TOKEN as `dtrain-report-token`,
-// which the agent requires of a report for this rank) after every step: step, loss, tokens/s, resident memory, where
+// DTRAIN_JOB_TOKEN and this worker's own DTRAIN_REPORT_TOKEN, which the agent requires of a report for this rank;
+// the call itself is worker/report/report_client.h's) after every step: step, loss, tokens/s, resident memory, where
 // the step's time went, the --metrics memory and traffic, and the phase the worker is in (phase.h).
 // The agent refuses values that cannot be real (a loss that is not finite, say: agent/service/report_service.h).
 // Training never waits for it: report() only stores the newest values and a background thread sends them, each
@@ -17,6 +17,8 @@
 // resumed run's start at step N.
 // With DTRAIN_TLS_CA set (a cluster that uses TLS) the channel is mutual TLS with the worker certificate in
 // DTRAIN_TLS_CERT/KEY (no cluster token), as the store client does.
+// The variables are read as every other the trainer reads (trainer/common/env.h): unset gives the default, a value
+// that is not what it should be stops the worker with an error naming it (exit code 2), never a silent fallback.
 
 #include <chrono>
 #include <condition_variable>
@@ -27,36 +29,13 @@
 #include <string>
 #include <thread>
 
-#include "common/status.h"
+#include "worker/report/report_client.h"
 
 namespace dtrain::trainer {
 
 // One completed step, as report.proto's WorkerReport says (0: not known). The phase is not here: the reporter reads
 // it (phase.h) as it sends each report, heartbeats included.
-struct HealthReport {
-  std::uint32_t rank = 0;
-  std::uint64_t step = 0;
-  double loss = 0;
-  double tokens_per_s = 0;
-  std::uint64_t rss_bytes = 0;
-  // Where the step's time went: each part is wall time of the training thread, disjoint from the others, so their
-  // sum is at most step_ms (the rest: the loss allreduce's bookkeeping, timers, the loop itself).
-  double step_ms = 0;
-  double data_wait_ms = 0;       // blocked in the prefetcher's next()
-  double compute_ms = 0;         // forward and backward
-  double comm_exposed_ms = 0;    // waiting for gradient reductions after backward, and for the loss allreduce
-  double optimizer_ms = 0;       // loss-scale bookkeeping, clipping, AdamW, the working copy's refresh or gather
-  std::uint64_t device_mem_used_bytes = 0;
-  std::uint64_t device_mem_total_bytes = 0;
-  // The --metrics line's values (jsonl.h), 0 where it has none.
-  std::uint64_t mem_params_bytes = 0;
-  std::uint64_t mem_grads_bytes = 0;
-  std::uint64_t mem_optim_bytes = 0;
-  std::uint64_t mem_activations_bytes = 0;
-  std::uint64_t mem_gathered_peak_bytes = 0;
-  std::uint64_t comm_bytes = 0;
-  double loss_scale = 0;
-};
+using HealthReport = worker::HealthReport;
 
 struct HealthReporterOptions {
   std::string address;                         // the agent's WorkerReports server (host:port)
@@ -71,10 +50,12 @@ struct HealthReporterOptions {
 
 class HealthReporter {
  public:
-  // Null when DTRAIN_AGENT_ADDR is unset (not started by dtrain): nothing to report to.
+  // Null when DTRAIN_AGENT_ADDR is unset (not started by dtrain): nothing to report to. Throws
+  // std::invalid_argument naming the variable when RANK or DTRAIN_HEALTH_INTERVAL_MS is set but malformed.
   static std::unique_ptr<HealthReporter> from_env();
 
-  // Starts the thread, which sends the start-up report at once.
+  // Starts the thread, which sends the start-up report at once. When the worker's TLS files cannot be read, says
+  // so once and reports nothing (training goes on).
   explicit HealthReporter(HealthReporterOptions options);
   HealthReporter(const HealthReporter&) = delete;
   HealthReporter& operator=(const HealthReporter&) = delete;
@@ -93,13 +74,10 @@ class HealthReporter {
   std::uint64_t failed() const;
 
  private:
-  struct Channel;
   void run();
-  // One WorkerReports.Report call; unavailable with gRPC's message when the agent did not accept it.
-  Status send(const HealthReport& report, std::uint64_t steps_done, std::uint32_t dump_signal);
 
   HealthReporterOptions options_;
-  std::unique_ptr<Channel> channel_;
+  std::unique_ptr<worker::ReportClient> client_;   // null: reports are off (the TLS files cannot be read)
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   HealthReport latest_;             // what the next heartbeat resends

@@ -1,25 +1,19 @@
 #include "worker/store/client.h"
 
-#include <fstream>
-
-#include "agent/security/credentials.h"
-
 #include <grpcpp/grpcpp.h>
 
 #include <cstdlib>
 
-#include "agent/store/store.h"
 #include "common/metadata.h"
 #include "dtrain/v1/store.grpc.pb.h"
+#include "worker/credentials.h"
+#include "worker/store/limits.h"
 
 namespace dtrain::store {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-// Room for a 64 MiB value plus its key and framing.
-constexpr int kMaxMessageBytes = 65 << 20;
 
 std::string quoted(std::string_view text) {
   constexpr std::size_t limit = 80;
@@ -126,27 +120,6 @@ struct StoreClient::Impl {
   }
 };
 
-// TLS credentials for a worker in a cluster that uses TLS (its worker certificate, issued by the agent for this job),
-// else plaintext. Workers hold no cluster token: their certificate opens the job's store and nothing else.
-static std::shared_ptr<grpc::ChannelCredentials> worker_credentials(grpc::ChannelArguments& arguments) {
-  const char* ca = std::getenv("DTRAIN_TLS_CA");
-  if (ca == nullptr || *ca == '\0') return grpc::InsecureChannelCredentials();
-  auto read = [](const char* variable) {
-    const char* path = std::getenv(variable);
-    std::ifstream in(path ? path : "");
-    if (!in) {
-      throw StoreError(StoreError::Kind::other,
-                       std::string("store client: cannot read ") + variable + " (" + (path ? path : "unset") +
-                           "); the agent writes the worker's TLS files when the cluster uses TLS");
-    }
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  const std::string ca_pem = read("DTRAIN_TLS_CA");
-  security::Identity identity{read("DTRAIN_TLS_KEY"), read("DTRAIN_TLS_CERT")};
-  security::set_tls_target(arguments);
-  return security::worker_channel_credentials(ca_pem, identity);
-}
-
 StoreClient::StoreClient(std::string address, std::string token, StoreClientOptions options)
     : impl_(std::make_unique<Impl>()) {
   impl_->address = std::move(address);
@@ -175,7 +148,10 @@ StoreClient::StoreClient(std::string address, std::string token, StoreClientOpti
   // A get may block for up to an hour; pings notice a dead store (or a dropped link) well before that.
   arguments.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);
   arguments.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
-  impl_->channel = grpc::CreateCustomChannel(impl_->address, worker_credentials(arguments), arguments);
+  // The worker's certificate when the cluster uses TLS (worker/credentials.h), else plaintext.
+  const auto credentials = worker::credentials_from_env(arguments);
+  if (!credentials.ok()) throw StoreError(StoreError::Kind::other, "store client: " + credentials.status.message());
+  impl_->channel = grpc::CreateCustomChannel(impl_->address, credentials.value, arguments);
   impl_->stub = v1::Store::NewStub(impl_->channel);
   if (!impl_->channel->WaitForConnected(std::chrono::system_clock::now() + options.connect_timeout)) {
     throw StoreError(StoreError::Kind::unreachable, "store client: cannot reach the store at " + impl_->address +

@@ -1,0 +1,50 @@
+#include "worker/credentials.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+
+namespace dtrain::worker {
+namespace {
+
+// The contents of the file the variable `name` names.
+Result<std::string> read_variable_file(const char* name) {
+  const char* value = std::getenv(name);
+  const std::string path = value ? value : "";
+  std::ifstream in(path);
+  if (!in) {
+    return {Status(StatusCode::not_found, std::string("cannot read ") + name + " (" +
+                                              (path.empty() ? "unset" : path) +
+                                              "); the agent writes the worker's TLS files when the cluster uses TLS")};
+  }
+  return {{}, std::string(std::istreambuf_iterator<char>(in), {})};
+}
+
+}  // namespace
+
+void set_tls_target(grpc::ChannelArguments& args) { args.SetSslTargetNameOverride(kTlsTargetName); }
+
+std::shared_ptr<grpc::ChannelCredentials> worker_channel_credentials(const std::string& ca_pem,
+                                                                     const std::string& key_pem,
+                                                                     const std::string& cert_pem) {
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = ca_pem;
+  options.pem_private_key = key_pem;
+  options.pem_cert_chain = cert_pem;
+  return grpc::SslCredentials(options);
+}
+
+Result<std::shared_ptr<grpc::ChannelCredentials>> credentials_from_env(grpc::ChannelArguments& arguments) {
+  const char* ca = std::getenv("DTRAIN_TLS_CA");
+  if (ca == nullptr || *ca == '\0') return {{}, grpc::InsecureChannelCredentials()};
+  const Result<std::string> ca_pem = read_variable_file("DTRAIN_TLS_CA");
+  if (!ca_pem.ok()) return {ca_pem.status};
+  const Result<std::string> key_pem = read_variable_file("DTRAIN_TLS_KEY");
+  if (!key_pem.ok()) return {key_pem.status};
+  const Result<std::string> cert_pem = read_variable_file("DTRAIN_TLS_CERT");
+  if (!cert_pem.ok()) return {cert_pem.status};
+  set_tls_target(arguments);
+  return {{}, worker_channel_credentials(ca_pem.value, key_pem.value, cert_pem.value)};
+}
+
+}  // namespace dtrain::worker
