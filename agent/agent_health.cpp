@@ -1,5 +1,6 @@
 // The agent's part in health reports over the health socket (health_socket.h): starting it, and what it does with
-// a datagram. The gRPC path is ReportService (service/report_service.h); both end in forward_report.
+// a datagram. The gRPC path is ReportService (service/report_service.h); both check the values with
+// check_report_values (health/report_values.h) and end in forward_report.
 
 #include <filesystem>
 #include <map>
@@ -7,7 +8,9 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/agent.h"
-#include "agent/service/report_service.h"
+#include "agent/health/report_values.h"
+#include "agent/service/health_socket.h"
+#include "agent/session/wire.h"
 
 namespace dtrain::agent {
 namespace {
@@ -48,7 +51,7 @@ Status Agent::accept_datagram(const HealthDatagram& datagram) {
   }
   if (Status implausible = check_report_values(report); !implausible.ok()) return implausible;
   runner_->note_dump_signal(report.rank(), datagram.sender, report.dump_signal());
-  forward_report(health_of(report));
+  forward_report(wire::health_of(report));
   return {};
 }
 

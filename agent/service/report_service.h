@@ -1,55 +1,16 @@
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
-#include <string>
-#include <string_view>
-
-#include "common/status.h"
 #include "dtrain/v1/report.grpc.pb.h"
-#include "dtrain/v1/session.pb.h"
 
 namespace dtrain::agent {
 
 class Agent;
 
-// The largest step a report may carry: 2^53, past which a step count stops being exact in the JSON and doubles
-// that views of a run use, and far past any real run (a billion steps is decades). Anything larger is a wrapped
-// negative number or garbage (2^64-1 from a -1).
-inline constexpr std::uint64_t kMaxReportedStep = std::uint64_t{1} << 53;
-// The largest byte count a report may carry (resident set, device memory, the mem_* sizes, a step's comm_bytes):
-// 1 PiB, past any one machine's memory or any one step's traffic.
-inline constexpr std::uint64_t kMaxReportedBytes = std::uint64_t{1} << 50;
-// The longest time a report may carry (step_ms and its parts): a week. A step that took longer is not a step of a
-// run anyone is watching; a larger number is garbage.
-inline constexpr double kMaxReportedMs = 7.0 * 24 * 3600 * 1000;
-// The largest loss scale: the largest float, the type fp16 training keeps its scale in.
-inline constexpr double kMaxReportedLossScale = 3.4028234663852886e38;
-// The largest dump_signal: SIGRTMAX on Linux.
-inline constexpr std::uint32_t kMaxReportedSignal = 64;
-// The longest phase the launcher is given; a longer one is cut (phase_of).
-inline constexpr std::size_t kMaxPhaseBytes = 128;
-
-// Whether a report's values can be real, or invalid_argument naming the first that cannot: loss must be finite;
-// tokens/s, loss_scale and the times (step_ms, data_wait_ms, compute_ms, comm_exposed_ms, optimizer_ms) finite and
-// not negative; step, the byte counts, the times, loss_scale and dump_signal within the bounds above. A loss may be
-// negative (not every objective is a cross-entropy). A run whose loss stopped being finite has diverged; it says so
-// in its error, not in a health report. The phase is never refused: phase_of cuts it.
-Status check_report_values(const v1::WorkerReport& report);
-
-// The phase as the launcher gets it: at most kMaxPhaseBytes, cut before the first byte that does not continue valid
-// UTF-8 (a worker's bytes are not trusted to be text), so the launcher can print it as it is.
-std::string phase_of(std::string_view phase);
-
-// The report as the health message the agent forwards (every field, phase cut by phase_of; unix_ms left to the
-// sender). Call after check_report_values accepted it.
-v1::WorkerHealth health_of(const v1::WorkerReport& report);
-
 // WorkerReports.Report: a worker's health report (step, loss, throughput, memory, where its step time goes, its
-// phase), forwarded to the launcher.
+// phase), forwarded to the launcher inside WorkerHealth.
 // Refused with PERMISSION_DENIED unless the `dtrain-token` metadata is the current round's job token and
 // `dtrain-report-token` is the reporting rank's own DTRAIN_REPORT_TOKEN (JobRunner::check_reporter); refused with
-// INVALID_ARGUMENT when check_report_values finds a value that cannot be real.
+// INVALID_ARGUMENT when check_report_values (health/report_values.h) finds a value that cannot be real.
 class ReportService final : public v1::WorkerReports::Service {
  public:
   explicit ReportService(Agent& agent) : agent_(agent) {}

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <variant>
 
+#include "agent/health/report_values.h"
 #include "common/repeated_field.h"
 
 namespace dtrain::agent::wire {
@@ -229,6 +230,13 @@ v1::AgentMessage to_wire(const RunnerEvent& event) {
 }
 
 v1::AgentMessage to_wire(const ProbeAnswer& answer) { return wrap(answer, &v1::AgentMessage::mutable_probe_result); }
+
+v1::WorkerHealth health_of(const v1::WorkerReport& report) {
+  v1::WorkerHealth health;
+  *health.mutable_report() = report;
+  health.mutable_report()->set_phase(phase_of(report.phase()));
+  return health;
+}
 
 v1::AgentMessage to_wire(const v1::WorkerHealth& health, std::uint64_t unix_ms) {
   v1::AgentMessage message;

@@ -2,7 +2,8 @@
 
 // The agent's one wire layer: every conversion between the session's messages (dtrain/v1/session.proto) and the
 // agent's domain types (session_types.h, worker_group.h, probe.h) is here, and nowhere else in the agent. The
-// session loop (Agent::serve_session) converts at the edge; JobRunner and Prober never see a message.
+// session loop (Agent::serve_session) converts at the edge; JobRunner and Prober never see a message. A worker's
+// health report stays the worker's own message (report.proto's WorkerReport) on the agent: WorkerHealth carries it.
 
 #include <cstdint>
 
@@ -12,6 +13,7 @@
 #include "agent/job/worker_sampler.h"
 #include "agent/job/worker_group.h"
 #include "common/status.h"
+#include "dtrain/v1/report.pb.h"
 #include "dtrain/v1/session.pb.h"
 
 namespace dtrain::agent::wire {
@@ -31,6 +33,9 @@ v1::AgentMessage to_wire(const RunnerEvent& event);
 v1::AgentMessage to_wire(const ProbeAnswer& answer);
 v1::AgentMessage to_wire(const EvidenceReport& report);
 v1::AgentMessage to_wire(const WorkerSample& sample);
+// A worker's report as the health message the agent forwards: the report as the worker sent it, its phase cut by
+// phase_of (health/report_values.h); unix_ms is to_wire's. Call after check_report_values accepted it.
+v1::WorkerHealth health_of(const v1::WorkerReport& report);
 // A worker's accepted health report, stamped with this agent's clock.
 v1::AgentMessage to_wire(const v1::WorkerHealth& health, std::uint64_t unix_ms);
 // AgentError: a request of the launcher's that this agent could not carry out.

@@ -14,7 +14,7 @@
 
 #include "agent/job/evidence.h"
 #include "agent/service/health_socket.h"
-#include "agent/service/report_service.h"
+#include "agent/health/report_values.h"
 
 using namespace dtrain;
 using namespace dtrain::agent;

@@ -1,20 +1,20 @@
 // What the agent accepts from a worker's health report and what it forwards: every bounded field is refused past
 // its bound (never a crash, an INVALID_ARGUMENT naming the field), a phase is cut to valid UTF-8 of at most 128
-// bytes, and health_of carries every WorkerReport field that WorkerHealth has (found by reflection, so a field added
-// to both protos and forgotten in the conversion fails here).
+// bytes, and health_of carries every WorkerReport field inside WorkerHealth (found by reflection, so a field added to
+// WorkerReport and lost on the way fails here).
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <limits>
 #include <string>
 
-#include "agent/service/report_service.h"
+#include "agent/health/report_values.h"
 #include "agent/session/wire.h"
 
 namespace v1 = dtrain::v1;
 using dtrain::StatusCode;
 using dtrain::agent::check_report_values;
-using dtrain::agent::health_of;
+using dtrain::agent::wire::health_of;
 using dtrain::agent::phase_of;
 
 namespace {
@@ -148,7 +148,7 @@ TEST_CASE("a phase is cut to at most 128 bytes, before its first byte that is no
   CHECK(phase_of(std::string(127, 'x') + "\xC3\xA9") == std::string(127, 'x'));
 }
 
-TEST_CASE("health_of carries every field WorkerHealth shares with WorkerReport, and to_wire stamps the time") {
+TEST_CASE("health_of carries every field of WorkerReport inside WorkerHealth, and to_wire stamps the time") {
   v1::WorkerReport report;
   const auto* in = v1::WorkerReport::descriptor();
   const auto* reflection = report.GetReflection();
@@ -168,9 +168,9 @@ TEST_CASE("health_of carries every field WorkerHealth shares with WorkerReport, 
   }
   REQUIRE(check_report_values(report).ok());
   const v1::AgentMessage message = dtrain::agent::wire::to_wire(health_of(report), 1234);
-  const v1::WorkerHealth& health = message.worker_health();
-  CHECK(health.unix_ms() == 1234);
-  const auto* out = v1::WorkerHealth::descriptor();
+  CHECK(message.worker_health().unix_ms() == 1234);
+  const v1::WorkerReport& health = message.worker_health().report();
+  const auto* out = v1::WorkerReport::descriptor();
   int shared = 0;
   for (int i = 0; i < in->field_count(); ++i) {
     const auto* f = in->field(i);
