@@ -22,7 +22,7 @@ import tempfile
 import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-HELPER_DIR = os.path.join(HERE, "..", "..", "python")
+HELPER_DIR = os.path.join(HERE, "..", "..", "worker", "python")
 
 LOOP = r"""
 import sys, time

@@ -179,7 +179,7 @@ assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
 print("no-op")
 """
 env = {k: v for k, v in os.environ.items() if not k.startswith("DTRAIN_")}
-env["PYTHONPATH"] = os.path.join(SOURCE_DIR, "python")
+env["PYTHONPATH"] = os.path.join(SOURCE_DIR, "worker", "python")
 done = subprocess.run([PYTHON, "-c", OUTSIDE], env=env, capture_output=True, text=True, timeout=60)
 check(done.returncode == 0 and "no-op" in done.stdout, "outside dtrain the helper does nothing: " + done.stderr)
 

@@ -6,7 +6,7 @@ import os
 
 from harness import BUILD_DIR, PYTHON, SOURCE_DIR, Run, check, finish
 
-STORE_PY = os.path.join(SOURCE_DIR, "agent", "store", "python")
+STORE_PY = os.path.join(SOURCE_DIR, "worker", "python")
 PYTHONPATH = os.path.join(BUILD_DIR, "python") + ":" + STORE_PY
 
 for name, program in (("cpp", [os.path.join(BUILD_DIR, "bin", "dtrain-store-worker")]),

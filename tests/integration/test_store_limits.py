@@ -9,7 +9,7 @@ import time
 
 from harness import BUILD_DIR, PYTHON, SOURCE_DIR, Run, check, finish, tagged_pids
 
-PYTHONPATH = os.path.join(BUILD_DIR, "python") + ":" + os.path.join(SOURCE_DIR, "agent", "store", "python")
+PYTHONPATH = os.path.join(BUILD_DIR, "python") + ":" + os.path.join(SOURCE_DIR, "worker", "python")
 FLOOD = os.path.join(SOURCE_DIR, "tests", "tools", "store_flood.py")
 
 
