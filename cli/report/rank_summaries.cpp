@@ -42,7 +42,7 @@ std::string memory_charts(const RunModel& model, const ChartRows& rows) {
       const auto row = rows.row_of.find(s.rank);
       if (row == rows.row_of.end()) continue;
       host.values[row->second][0] = std::max(host.values[row->second][0], s.rss_bytes / kMib);
-      device.values[row->second][0] = std::max(device.values[row->second][0], s.device_mem_bytes / kMib);
+      device.values[row->second][0] = std::max(device.values[row->second][0], s.device_mem_used_bytes / kMib);
     }
   }
   return row_bars(rows, host) + row_bars(rows, device);

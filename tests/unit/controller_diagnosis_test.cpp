@@ -5,12 +5,13 @@
 #include "cli/controller/watch/diagnosis.h"
 
 using namespace dtrain::controller;
+using dtrain::report::RankSample;
 
 namespace {
 
 // A step of `own` ms of own work split as data/compute/optimizer, in a step of `step_ms` with `comm` exposed.
-StepSample step(std::uint64_t n, double data, double compute, double optimizer, double comm, double step_ms) {
-  StepSample s;
+RankSample step(std::uint64_t n, double data, double compute, double optimizer, double comm, double step_ms) {
+  RankSample s;
   s.step = n;
   s.data_wait_ms = data;
   s.compute_ms = compute;
@@ -127,7 +128,7 @@ TEST_CASE("job diagnoses: data loading above 10%, communication above 20%, sync,
   Diagnoser d = placed(1.2, 2);
   std::uint64_t n = 1;
   run_windows(d, 2, 1, [](unsigned r, std::uint64_t s) {
-    StepSample x = r == 0 ? step(s, 15, 50, 5, 10, 100)     // data 15%
+    RankSample x = r == 0 ? step(s, 15, 50, 5, 10, 100)     // data 15%
                           : step(s, 5, 40, 5, 25, 100);     // comm 25%, 25 ms unaccounted
     x.device_mem_total_bytes = 80ull << 30;
     x.device_mem_used_bytes = r == 1 ? 76ull << 30 : 40ull << 30;
@@ -185,7 +186,7 @@ TEST_CASE("a hang is a diagnosis; the sample of a report carries its breakdown")
   h.compute_ms = 60;
   h.comm_exposed_ms = 20;
   h.optimizer_ms = 5;
-  const StepSample s = sample_of(h);
+  const RankSample s = sample_of(h);
   CHECK(s.step == 4);
   CHECK(s.own_work_ms() == 75);
   CHECK(s.comm_exposed_ms == 20);
@@ -196,8 +197,8 @@ namespace {
 constexpr std::uint64_t kGiB = 1024ULL * 1024 * 1024;
 
 // A step with a plain breakdown (no job diagnosis of its own) and `rss` bytes resident.
-StepSample resident(std::uint64_t n, std::uint64_t rss) {
-  StepSample s = step(n, 1, 80, 5, 4, 95);
+RankSample resident(std::uint64_t n, std::uint64_t rss) {
+  RankSample s = step(n, 1, 80, 5, 4, 95);
   s.rss_bytes = rss;
   return s;
 }
@@ -265,7 +266,7 @@ TEST_CASE("node RAM and device memory are judged side by side; a report's rss re
   d.node_memory(0, 8 * kGiB);
   std::uint64_t n = 1;
   run_windows(d, 2, 1, [](unsigned r, std::uint64_t s) {
-    StepSample x = resident(s, 4 * kGiB);   // 8 of 8 GiB on node 0
+    RankSample x = resident(s, 4 * kGiB);   // 8 of 8 GiB on node 0
     if (r == 1) {
       x.device_mem_used_bytes = 78 * kGiB;
       x.device_mem_total_bytes = 80 * kGiB;

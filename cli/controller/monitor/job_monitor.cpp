@@ -31,12 +31,6 @@ unsigned cpus_of(const spec::WorkerPlan& w) {
   return !w.cpus.empty() ? static_cast<unsigned>(w.cpus.size()) : w.omp_threads;
 }
 
-// The one conversion from a worker's report to the samples record.
-report::RankSample rank_sample_of(const WorkerHealth& h) {
-  return {h.rank,         h.step,       h.step_ms,         h.loss,         h.tokens_per_s, h.data_wait_ms,
-          h.compute_ms,   h.comm_exposed_ms, h.optimizer_ms, h.rss_bytes, h.device_mem_used_bytes};
-}
-
 }  // namespace
 
 void JobMonitor::job_started(const std::string& job_id, const std::string& job_dir, const spec::Spec& spec) {
@@ -119,8 +113,9 @@ void JobMonitor::on_report(const Round& round, int, const AgentReport& report) {
   } else if (const auto* h = std::get_if<WorkerHealth>(&report)) {
     adopt(round);
     status_->reported(*h, unix_ms());
-    diagnoser_->add(h->rank, sample_of(*h));
-    samples_->add(rank_sample_of(*h));
+    const report::RankSample sample = sample_of(*h);
+    diagnoser_->add(h->rank, sample);
+    samples_->add(sample);
   }
 }
 

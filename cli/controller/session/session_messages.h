@@ -90,7 +90,10 @@ struct GroupStopped {
   std::uint32_t round = 0;              // the round's StopGroup completed on that node
 };
 
-// A worker's progress report, forwarded by its agent.
+// A worker's progress report: the fields of its WorkerReport (report.proto), which its agent checked and forwarded
+// inside WorkerHealth, and that agent's clock. The launcher's one shape of a report: the round, the health watch, the
+// status rows and the console keep it as it is; the diagnoser and the samples of events.jsonl take its step as a
+// report::RankSample (diagnosis.h's sample_of).
 struct WorkerHealth {
   unsigned rank = 0;
   std::uint64_t step = 0;

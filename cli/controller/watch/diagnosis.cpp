@@ -7,6 +7,9 @@
 #include <utility>
 
 namespace dtrain::controller {
+
+using report::RankSample;
+
 namespace {
 
 std::string percent(double share) { return std::to_string(std::lround(share * 100.0)) + "%"; }
@@ -47,24 +50,17 @@ std::string rank_list(const std::vector<unsigned>& ranks) {
   return out;
 }
 
-double unaccounted_ms(const StepSample& s) {
+double unaccounted_ms(const RankSample& s) {
   return s.step_ms - (s.data_wait_ms + s.compute_ms + s.comm_exposed_ms + s.optimizer_ms);
 }
 
 }  // namespace
 
-StepSample sample_of(const WorkerHealth& h) {
-  StepSample s;
-  s.step = h.step;
-  s.step_ms = h.step_ms;
-  s.data_wait_ms = h.data_wait_ms;
-  s.compute_ms = h.compute_ms;
-  s.comm_exposed_ms = h.comm_exposed_ms;
-  s.optimizer_ms = h.optimizer_ms;
-  s.device_mem_used_bytes = h.device_mem_used_bytes;
-  s.device_mem_total_bytes = h.device_mem_total_bytes;
-  s.rss_bytes = h.rss_bytes;
-  return s;
+RankSample sample_of(const WorkerHealth& h) {
+  return {.rank = h.rank, .step = h.step, .step_ms = h.step_ms, .loss = h.loss, .tokens_per_s = h.tokens_per_s,
+          .data_wait_ms = h.data_wait_ms, .compute_ms = h.compute_ms, .comm_exposed_ms = h.comm_exposed_ms,
+          .optimizer_ms = h.optimizer_ms, .rss_bytes = h.rss_bytes, .device_mem_used_bytes = h.device_mem_used_bytes,
+          .device_mem_total_bytes = h.device_mem_total_bytes};
 }
 
 const char* to_string(DiagnosisKind kind) {
@@ -77,29 +73,6 @@ const char* to_string(DiagnosisKind kind) {
     case DiagnosisKind::hang: return "hang";
   }
   return "?";
-}
-
-void Diagnoser::Window::add(const StepSample& s) {
-  ++steps;
-  sum.step = s.step;
-  sum.step_ms += s.step_ms;
-  sum.data_wait_ms += s.data_wait_ms;
-  sum.compute_ms += s.compute_ms;
-  sum.comm_exposed_ms += s.comm_exposed_ms;
-  sum.optimizer_ms += s.optimizer_ms;
-  // Memory is its peak over the window: the question is whether it comes close to running out.
-  sum.device_mem_used_bytes = std::max(sum.device_mem_used_bytes, s.device_mem_used_bytes);
-  sum.device_mem_total_bytes = std::max(sum.device_mem_total_bytes, s.device_mem_total_bytes);
-}
-
-StepSample Diagnoser::Window::mean() const {
-  StepSample m = sum;
-  const double n = steps > 0 ? static_cast<double>(steps) : 1.0;
-  for (double StepSample::*field : {&StepSample::step_ms, &StepSample::data_wait_ms, &StepSample::compute_ms,
-                                   &StepSample::comm_exposed_ms, &StepSample::optimizer_ms}) {
-    m.*field /= n;
-  }
-  return m;
 }
 
 void Diagnoser::place(unsigned rank, RankPlace place) {
@@ -115,14 +88,10 @@ void Diagnoser::node_memory(unsigned node, std::uint64_t total_bytes) {
   }
 }
 
-void Diagnoser::add(unsigned rank, const StepSample& sample) {
+void Diagnoser::add(unsigned rank, const RankSample& sample) {
   // Resident memory is a level, not a per-step cost: a heartbeat's is as current as a step's.
   if (sample.rss_bytes > 0) rss_[rank] = sample.rss_bytes;
-  Series& s = series_[rank];
-  // A heartbeat repeats the latest step: no new step.
-  if (s.last_step == sample.step) return;
-  s.last_step = sample.step;
-  s.open.add(sample);
+  series_[rank].open.add(sample);
 }
 
 std::string Diagnoser::where(unsigned rank) const {
@@ -131,12 +100,11 @@ std::string Diagnoser::where(unsigned rank) const {
   return "rank " + std::to_string(rank) + " on node " + std::to_string(it->second.node) + " (" + it->second.host + ")";
 }
 
-std::map<unsigned, StepSample> Diagnoser::close_windows() {
-  std::map<unsigned, StepSample> out;
+std::map<unsigned, RankSample> Diagnoser::close_windows() {
+  std::map<unsigned, RankSample> out;
   for (auto& [rank, s] : series_) {
-    if (s.open.steps < kMinWindowSteps) continue;
-    s.closed = out[rank] = s.open.mean();
-    s.open = Window{};
+    if (s.open.steps() < kMinWindowSteps) continue;
+    s.closed = out[rank] = s.open.take();
   }
   return out;
 }
@@ -144,7 +112,7 @@ std::map<unsigned, StepSample> Diagnoser::close_windows() {
 void Diagnoser::evaluate() {
   find_stragglers(close_windows());
   // Every rank's latest window, closed now or before: a rank whose window is still filling keeps its diagnosis.
-  std::map<unsigned, StepSample> latest;
+  std::map<unsigned, RankSample> latest;
   for (const auto& [rank, s] : series_) {
     if (s.closed) latest[rank] = *s.closed;
   }
@@ -152,7 +120,7 @@ void Diagnoser::evaluate() {
   find_full_nodes();
 }
 
-void Diagnoser::find_stragglers(const std::map<unsigned, StepSample>& means) {
+void Diagnoser::find_stragglers(const std::map<unsigned, RankSample>& means) {
   std::vector<unsigned> ranks;
   std::vector<double> sorted;
   for (const auto& [rank, m] : means) {
@@ -163,7 +131,7 @@ void Diagnoser::find_stragglers(const std::map<unsigned, StepSample>& means) {
   if (ranks.size() < 2) return;
   std::sort(sorted.begin(), sorted.end());
   for (unsigned rank : ranks) {
-    const StepSample& own = means.at(rank);
+    const RankSample& own = means.at(rank);
     const double work = own.own_work_ms();
     const auto skip = static_cast<std::size_t>(std::lower_bound(sorted.begin(), sorted.end(), work) - sorted.begin());
     const double median = median_without(sorted, skip);
@@ -171,9 +139,9 @@ void Diagnoser::find_stragglers(const std::map<unsigned, StepSample>& means) {
     s.above = median > 0 && work > ratio_ * median ? s.above + 1 : 0;
     if (s.above < kStragglerWindows) continue;
     // The peers' typical breakdown, to find the part of the step where this rank loses its time.
-    StepSample peers;
-    for (double StepSample::*field : {&StepSample::data_wait_ms, &StepSample::compute_ms,
-                                       &StepSample::comm_exposed_ms, &StepSample::optimizer_ms, &StepSample::step_ms}) {
+    RankSample peers;
+    for (double RankSample::*field : {&RankSample::data_wait_ms, &RankSample::compute_ms,
+                                       &RankSample::comm_exposed_ms, &RankSample::optimizer_ms, &RankSample::step_ms}) {
       std::vector<double> values;
       for (unsigned other : ranks) {
         if (other != rank) values.push_back(means.at(other).*field);
@@ -184,7 +152,7 @@ void Diagnoser::find_stragglers(const std::map<unsigned, StepSample>& means) {
   }
 }
 
-Diagnosis Diagnoser::straggler(unsigned rank, const StepSample& own, const StepSample& peers, double slower) const {
+Diagnosis Diagnoser::straggler(unsigned rank, const RankSample& own, const RankSample& peers, double slower) const {
   struct Part {
     double excess;
     const char* name;
@@ -222,10 +190,10 @@ Diagnosis Diagnoser::straggler(unsigned rank, const StepSample& own, const StepS
   return d;
 }
 
-void Diagnoser::find_bottlenecks(const std::map<unsigned, StepSample>& means) {
+void Diagnoser::find_bottlenecks(const std::map<unsigned, RankSample>& means) {
   bottlenecks_.clear();
   // Every rank above the share, worst first; the message names the worst.
-  const auto above = [&](double limit, const std::function<double(const StepSample&)>& share) {
+  const auto above = [&](double limit, const std::function<double(const RankSample&)>& share) {
     std::vector<std::pair<double, unsigned>> found;
     for (const auto& [rank, m] : means) {
       if (const double s = share(m); s > limit) found.emplace_back(s, rank);
@@ -242,7 +210,7 @@ void Diagnoser::find_bottlenecks(const std::map<unsigned, StepSample>& means) {
     if (found.size() > 1) d.message += "; above " + what + "'s limit on " + rank_list(d.ranks);
     bottlenecks_.push_back(std::move(d));
   };
-  const auto data = above(kDataWaitShare, [](const StepSample& m) { return share_of(m.data_wait_ms, m.step_ms); });
+  const auto data = above(kDataWaitShare, [](const RankSample& m) { return share_of(m.data_wait_ms, m.step_ms); });
   unsigned cpus = 0;
   if (!data.empty()) {
     if (auto p = places_.find(data.front().second); p != places_.end()) cpus = p->second.cpus;
@@ -260,22 +228,22 @@ void Diagnoser::find_bottlenecks(const std::map<unsigned, StepSample>& means) {
     waiting = " (first fix the straggler, " + rank_list(slow) + ": its peers' exposed communication is mostly waiting for it)";
   }
   add(DiagnosisKind::communication,
-      above(kCommShare, [](const StepSample& m) { return share_of(m.comm_exposed_ms, m.step_ms); }),
+      above(kCommShare, [](const RankSample& m) { return share_of(m.comm_exposed_ms, m.step_ms); }),
       "exposed communication",
       "check the bandwidth with `dtrain run -n WORLD -- dtrain bench allreduce`; on InfiniBand make sure NCCL uses it "
       "(NCCL_IB_HCA, `dtrain topo`); bigger DDP buckets (bucket_cap_mb, dtrain-trainer --ddp-bucket-mb) overlap "
       "more of it with backward; gradient accumulation communicates once per K micro-steps" + waiting);
-  const auto memory = above(kMemoryShare, [](const StepSample& m) {
+  const auto memory = above(kMemoryShare, [](const RankSample& m) {
     return share_of(static_cast<double>(m.device_mem_used_bytes), static_cast<double>(m.device_mem_total_bytes));
   });
   add(DiagnosisKind::memory, memory, "device memory",
       "shard the model state (ZeRO / FSDP: dtrain-trainer --zero 1..3), use mixed precision (AMP, --precision "
       "bf16), or a smaller micro-batch with gradient accumulation");
   if (!memory.empty()) {
-    const StepSample& m = means.at(memory.front().second);
+    const RankSample& m = means.at(memory.front().second);
     bottlenecks_.back().message += " (" + gib(m.device_mem_used_bytes) + " of " + gib(m.device_mem_total_bytes) + ")";
   }
-  add(DiagnosisKind::sync, above(kSyncShare, [](const StepSample& m) {
+  add(DiagnosisKind::sync, above(kSyncShare, [](const RankSample& m) {
         return m.has_breakdown() ? share_of(unaccounted_ms(m), m.step_ms) : 0.0;
       }),
       "time that no phase accounts for",
@@ -335,7 +303,7 @@ std::vector<Diagnosis> Diagnoser::diagnoses() const {
 
 std::optional<WindowMeans> Diagnoser::means(unsigned rank) const {
   auto it = series_.find(rank);
-  if (it == series_.end() || (!it->second.closed && it->second.open.steps == 0)) return std::nullopt;
+  if (it == series_.end() || (!it->second.closed && it->second.open.steps() == 0)) return std::nullopt;
   WindowMeans w;
   // The last closed window; until one closed, the steps so far.
   w.mean = it->second.closed ? *it->second.closed : it->second.open.mean();

@@ -16,12 +16,13 @@
 //                   kSyncShare: host-device synchronisation, logging, barriers between steps
 //   hang            a worker failed a health check (health_watch.h)
 //
-// Plain C++ over per-rank sample series. Each rank's steps go into its open window (reports that repeat a step,
-// heartbeats, are not new steps); evaluate(), called every second or so, closes the window of every rank that has
-// at least kMinWindowSteps steps in it and compares the closed windows. So the windows slide along with time and
-// never overlap: "3 windows in a row" are 3 separate stretches of at least kMinWindowSteps steps each, and one slow
-// stretch (a checkpoint, a page-cache miss) is not counted three times. Stragglers and hangs stay named once found
-// (the summary says what happened during the job); the other kinds reflect the latest windows.
+// Plain C++ over per-rank sample series. Each rank's steps go into its open window (report::RankWindow, the
+// accumulator the samples of events.jsonl use too: reports that repeat a step, heartbeats, are not new steps);
+// evaluate(), called every second or so, closes the window of every rank that has at least kMinWindowSteps steps in
+// it and compares the closed windows. So the windows slide along with time and never overlap: "3 windows in a row"
+// are 3 separate stretches of at least kMinWindowSteps steps each, and one slow stretch (a checkpoint, a page-cache
+// miss) is not counted three times. Stragglers and hangs stay named once found (the summary says what happened
+// during the job); the other kinds reflect the latest windows.
 
 #include <cstddef>
 #include <cstdint>
@@ -31,28 +32,12 @@
 #include <vector>
 
 #include "cli/controller/session/session_messages.h"
+#include "cli/report/model/rank_sample.h"
 
 namespace dtrain::controller {
 
-// One step of one rank, as its report told it. Times in milliseconds; 0 means "not reported".
-struct StepSample {
-  std::uint64_t step = 0;
-  double step_ms = 0;
-  double data_wait_ms = 0;
-  double compute_ms = 0;
-  double comm_exposed_ms = 0;
-  double optimizer_ms = 0;
-  std::uint64_t device_mem_used_bytes = 0;
-  std::uint64_t device_mem_total_bytes = 0;
-  std::uint64_t rss_bytes = 0;     // the process's resident memory; kept per rank as the latest, not per window
-
-  // The work that is the rank's own: what it waits for from its peers (comm) is left out.
-  double own_work_ms() const { return data_wait_ms + compute_ms + optimizer_ms; }
-  bool has_breakdown() const { return own_work_ms() > 0; }
-};
-
-// The one conversion from a worker's report.
-StepSample sample_of(const WorkerHealth& health);
+// The one conversion from a worker's report to a rank's sample, for the diagnoser and the samples of events.jsonl.
+report::RankSample sample_of(const WorkerHealth& health);
 
 enum class DiagnosisKind { straggler, data_loading, communication, memory, sync, hang };
 const char* to_string(DiagnosisKind kind);
@@ -73,7 +58,7 @@ struct RankPlace {
 
 // A rank's means over its window.
 struct WindowMeans {
-  StepSample mean;               // step is the latest step of the window
+  report::RankSample mean;       // step is the latest step of the window
   double data_wait_ratio = 0;    // data wait / step (0 without step_ms)
   double comm_exposed_ratio = 0;
 };
@@ -97,7 +82,8 @@ class Diagnoser {
   void place(unsigned rank, RankPlace place);
   // The RAM of node rank `node`, in bytes; 0 = not known, and the node's ranks' resident memory is not judged.
   void node_memory(unsigned node, std::uint64_t total_bytes);
-  void add(unsigned rank, const StepSample& sample);
+  // A report of `rank`; its resident memory is kept as the rank's latest (a level, judged per node, not per window).
+  void add(unsigned rank, const report::RankSample& sample);
   // One window per rank with new steps since the last call: compares them and updates the diagnoses.
   void evaluate();
   // A rank failed a health check: `what` as the launcher said it ("made no step progress for 300.0 s ...").
@@ -107,25 +93,18 @@ class Diagnoser {
   std::optional<WindowMeans> means(unsigned rank) const;
 
  private:
-  // Sums of a window's steps.
-  struct Window {
-    std::size_t steps = 0;
-    StepSample sum;                  // step: the latest; memory: the peak
-    void add(const StepSample& s);
-    StepSample mean() const;
-  };
   struct Series {
-    std::optional<std::uint64_t> last_step;
-    Window open;                     // steps since the last closed window
-    std::optional<StepSample> closed;   // the means of the last closed window
-    int above = 0;                   // closed windows in a row above the ratio
+    report::RankWindow open;                   // steps since the last closed window
+    std::optional<report::RankSample> closed;  // the means of the last closed window
+    int above = 0;                             // closed windows in a row above the ratio
   };
 
   std::string where(unsigned rank) const;
-  std::map<unsigned, StepSample> close_windows();
-  void find_stragglers(const std::map<unsigned, StepSample>& means);
-  Diagnosis straggler(unsigned rank, const StepSample& own, const StepSample& peers, double slower) const;
-  void find_bottlenecks(const std::map<unsigned, StepSample>& means);
+  std::map<unsigned, report::RankSample> close_windows();
+  void find_stragglers(const std::map<unsigned, report::RankSample>& means);
+  Diagnosis straggler(unsigned rank, const report::RankSample& own, const report::RankSample& peers,
+                      double slower) const;
+  void find_bottlenecks(const std::map<unsigned, report::RankSample>& means);
   void find_full_nodes();
 
   double ratio_;

@@ -25,46 +25,32 @@ std::uint64_t mib(std::uint64_t bytes) { return static_cast<std::uint64_t>(std::
 
 std::uint64_t window_length(std::uint64_t job_age_ms) { return std::max(kMinWindowMs, job_age_ms / kWindowsPerAge); }
 
-void SampleRecorder::add(const RankSample& sample) {
-  auto [last, fresh] = last_step_.try_emplace(sample.rank, sample.step);
-  if (!fresh && last->second == sample.step) return;
-  last->second = sample.step;
-  Sums& sums = open_[sample.rank];
-  ++sums.steps;
-  sums.latest = sample;
-  sums.step_ms += sample.step_ms;
-  sums.data_wait_ms += sample.data_wait_ms;
-  sums.compute_ms += sample.compute_ms;
-  sums.comm_exposed_ms += sample.comm_exposed_ms;
-  sums.optimizer_ms += sample.optimizer_ms;
-  sums.rss_peak = std::max(sums.rss_peak, sample.rss_bytes);
-  sums.device_peak = std::max(sums.device_peak, sample.device_mem_bytes);
-}
-
 std::optional<nlohmann::ordered_json> SampleRecorder::take(std::uint32_t round, std::uint64_t now_ms, bool force) {
   const std::uint64_t length = now_ms > window_start_ms_ ? now_ms - window_start_ms_ : 0;
   if (!force && length < window_length(now_ms > start_ms_ ? now_ms - start_ms_ : 0)) return std::nullopt;
   window_start_ms_ = now_ms;
-  if (open_.empty()) return std::nullopt;
+  if (std::none_of(windows_.begin(), windows_.end(), [](const auto& w) { return w.second.steps() > 0; })) {
+    return std::nullopt;
+  }
   using Column = nlohmann::ordered_json;
   Column rank = Column::array(), step = Column::array(), step_ms = Column::array(), loss = Column::array(),
          tokens = Column::array(), data = Column::array(), compute = Column::array(), comm = Column::array(),
          optimizer = Column::array(), rss = Column::array(), device = Column::array();
-  for (const auto& [r, s] : open_) {
-    const double n = static_cast<double>(s.steps);
+  for (auto& [r, window] : windows_) {
+    if (window.steps() == 0) continue;
+    const RankSample s = window.take();
     rank.push_back(r);
-    step.push_back(s.latest.step);
-    step_ms.push_back(hundredths(s.step_ms / n));
-    loss.push_back(significant4(s.latest.loss));
-    tokens.push_back(hundredths(s.latest.tokens_per_s));
-    data.push_back(hundredths(s.data_wait_ms / n));
-    compute.push_back(hundredths(s.compute_ms / n));
-    comm.push_back(hundredths(s.comm_exposed_ms / n));
-    optimizer.push_back(hundredths(s.optimizer_ms / n));
-    rss.push_back(mib(s.rss_peak));
-    device.push_back(mib(s.device_peak));
+    step.push_back(s.step);
+    step_ms.push_back(hundredths(s.step_ms));
+    loss.push_back(significant4(s.loss));
+    tokens.push_back(hundredths(s.tokens_per_s));
+    data.push_back(hundredths(s.data_wait_ms));
+    compute.push_back(hundredths(s.compute_ms));
+    comm.push_back(hundredths(s.comm_exposed_ms));
+    optimizer.push_back(hundredths(s.optimizer_ms));
+    rss.push_back(mib(s.rss_bytes));
+    device.push_back(mib(s.device_mem_used_bytes));
   }
-  open_.clear();
   return Column{{"round", round}, {"window_ms", length}, {"rank", std::move(rank)}, {"step", std::move(step)},
                 {"step_ms", std::move(step_ms)}, {"loss", std::move(loss)}, {"tokens_per_s", std::move(tokens)},
                 {"data_wait_ms", std::move(data)}, {"compute_ms", std::move(compute)},
@@ -131,7 +117,7 @@ SampleWindow read_samples(std::string_view line) {
   column("comm_exposed_ms", [](RankSample& s, double v) { s.comm_exposed_ms = v; });
   column("optimizer_ms", [](RankSample& s, double v) { s.optimizer_ms = v; });
   column("rss_mib", [&](RankSample& s, double v) { s.rss_bytes = bytes(v); });
-  column("device_mib", [&](RankSample& s, double v) { s.device_mem_bytes = bytes(v); });
+  column("device_mib", [&](RankSample& s, double v) { s.device_mem_used_bytes = bytes(v); });
   return window;
 }
 
@@ -147,7 +133,7 @@ RankSample merged(const RankSample& a, const RankSample& b) {
   out.comm_exposed_ms = mean(a.comm_exposed_ms, b.comm_exposed_ms);
   out.optimizer_ms = mean(a.optimizer_ms, b.optimizer_ms);
   out.rss_bytes = std::max(a.rss_bytes, b.rss_bytes);
-  out.device_mem_bytes = std::max(a.device_mem_bytes, b.device_mem_bytes);
+  out.device_mem_used_bytes = std::max(a.device_mem_used_bytes, b.device_mem_used_bytes);
   return out;
 }
 

@@ -13,7 +13,8 @@
 // memory 0 when not reported). The window's length grows with the job's age (window_length): a window is written
 // once it is that long and some rank made a step in it, and when a round or the job ends.
 //
-// SampleRecorder is the writer (the launcher's JobMonitor feeds it every report); read_samples the one reader.
+// SampleRecorder is the writer (the launcher's JobMonitor feeds it every report), its windows RankWindows
+// (rank_sample.h); read_samples the one reader.
 
 #include <cstdint>
 #include <map>
@@ -23,22 +24,9 @@
 
 #include <nlohmann/json.hpp>
 
-namespace dtrain::report {
+#include "cli/report/model/rank_sample.h"
 
-// One rank's report, or its means over a window. Times in ms, memory in bytes; 0 = not reported.
-struct RankSample {
-  unsigned rank = 0;
-  std::uint64_t step = 0;
-  double step_ms = 0;
-  double loss = 0;
-  double tokens_per_s = 0;
-  double data_wait_ms = 0;
-  double compute_ms = 0;
-  double comm_exposed_ms = 0;
-  double optimizer_ms = 0;
-  std::uint64_t rss_bytes = 0;
-  std::uint64_t device_mem_bytes = 0;
-};
+namespace dtrain::report {
 
 // The shortest window: finer than a second costs more bytes than anyone reads off a heat map.
 inline constexpr std::uint64_t kMinWindowMs = 1000;
@@ -53,22 +41,15 @@ class SampleRecorder {
   explicit SampleRecorder(std::uint64_t start_ms) : start_ms_(start_ms), window_start_ms_(start_ms) {}
 
   // A report of `sample.rank`; a report that repeats the rank's last step (a heartbeat) is not a new step.
-  void add(const RankSample& sample);
+  void add(const RankSample& sample) { windows_[sample.rank].add(sample); }
   // The fields of the samples event when the open window is due at `now_ms` (or `force`: a round or the job ends)
   // and holds a step; opens the next window either way once due.
   std::optional<nlohmann::ordered_json> take(std::uint32_t round, std::uint64_t now_ms, bool force);
 
  private:
-  struct Sums {
-    std::size_t steps = 0;
-    RankSample latest;
-    double step_ms = 0, data_wait_ms = 0, compute_ms = 0, comm_exposed_ms = 0, optimizer_ms = 0;
-    std::uint64_t rss_peak = 0, device_peak = 0;
-  };
   std::uint64_t start_ms_;
   std::uint64_t window_start_ms_;
-  std::map<unsigned, std::uint64_t> last_step_;   // by rank: the step of its latest report
-  std::map<unsigned, Sums> open_;                 // by rank: its new steps in the open window
+  std::map<unsigned, RankWindow> windows_;   // by rank: its new steps in the open window
 };
 
 // One samples event as read back.
