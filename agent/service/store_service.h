@@ -6,7 +6,7 @@
 // client cancels (or whose deadline passes) cancels its waiter.
 //
 // The server must accept messages of a 64 MiB value plus framing: set
-// ServerBuilder::SetMaxReceiveMessageSize(kStoreMaxMessageBytes) or more. Before Server::Shutdown, call
+// ServerBuilder::SetMaxReceiveMessageSize(store::kMaxMessageBytes) (worker/store/limits.h, the clients' limit too) or more. Before Server::Shutdown, call
 // Store::shutdown() (or give Shutdown a deadline) so blocked calls end instead of holding the shutdown.
 
 #include <grpcpp/grpcpp.h>
@@ -15,9 +15,6 @@
 #include "dtrain/v1/store.grpc.pb.h"
 
 namespace dtrain::agent {
-
-// The largest request the store accepts: a 64 MiB value with its key and framing.
-inline constexpr int kStoreMaxMessageBytes = 65 << 20;
 
 class StoreService final : public v1::Store::CallbackService {
  public:

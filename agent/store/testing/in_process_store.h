@@ -28,7 +28,7 @@ struct InProcessStore {
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
     builder.RegisterService(&service);
-    builder.SetMaxReceiveMessageSize(agent::kStoreMaxMessageBytes);
+    builder.SetMaxReceiveMessageSize(store::kMaxMessageBytes);
     server = builder.BuildAndStart();
     if (!server || port == 0) throw std::runtime_error("cannot serve the store on 127.0.0.1");
     address = "127.0.0.1:" + std::to_string(port);
