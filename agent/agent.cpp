@@ -261,11 +261,11 @@ std::string Agent::run_dir() const { return options_.run_dir.empty() ? default_r
 
 Status Agent::begin_job(const std::string& job_id) {
   const std::string where = "cannot prepare job " + job_id + " on this node: ";
+  Result<JobFiles> files = JobFiles::for_job(run_dir(), job_id);
+  if (!files.ok()) return {StatusCode::invalid_argument, where + files.status.message()};
   try {
-    runner_->set_job_files(JobFiles(run_dir(), job_id));
+    runner_->set_job_files(std::move(files.value));
     if (worker_tls_) worker_tls_->issue_for_job(job_id, facts_.hostname);
-  } catch (const PathError& e) {
-    return {StatusCode::invalid_argument, where + e.what()};
   } catch (const std::exception& e) {
     return {StatusCode::internal, where + e.what()};
   }

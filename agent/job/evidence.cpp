@@ -66,12 +66,10 @@ Result<std::string> python_dump(const StackTarget& target, Clock::time_point dea
     return {{StatusCode::deadline_exceeded, which + " were not written to " + target.dump_file + " within " +
                                                 std::to_string(kPythonDumpWait.count()) + " ms"}};
   }
-  try {
-    const std::string text = read_placed_file(target.dump_file, kMaxStacksRead);
-    return {{}, text.size() > static_cast<std::size_t>(start) ? text.substr(static_cast<std::size_t>(start)) : ""};
-  } catch (const PathError& e) {
-    return {{StatusCode::failed_precondition, "cannot read " + which + ": " + e.what()}};
-  }
+  const Result<std::string> text = read_placed_file(target.dump_file, kMaxStacksRead);
+  if (!text.ok()) return {{StatusCode::failed_precondition, "cannot read " + which + ": " + text.status.message()}};
+  const std::string& dump = text.value;
+  return {{}, dump.size() > static_cast<std::size_t>(start) ? dump.substr(static_cast<std::size_t>(start)) : ""};
 }
 
 std::string first_line_of(const std::string& path) {
@@ -210,7 +208,12 @@ RankStacks stacks_of(const StackTarget& target, Clock::time_point deadline) {
   ::close(fd);
   if (!written) add_note(out.error, "cannot write " + target.path + ": " + std::strerror(write_errno));
   if (!gdb.ok()) add_note(out.error, gdb.message());
-  out.top_frames = !dump_frames.empty() ? dump_frames : top_frames(read_placed_file(target.path, kMaxStacksRead));
+  out.top_frames = dump_frames;
+  if (out.top_frames.empty()) {
+    const Result<std::string> written_stacks = read_placed_file(target.path, kMaxStacksRead);
+    if (!written_stacks.ok()) add_note(out.error, written_stacks.status.message());
+    out.top_frames = top_frames(written_stacks.value);
+  }
   if (out.top_frames.empty()) {
     add_note(out.error, gdb.ok() ? "gdb printed no frames of the main thread (it could not attach: see the file); "
                                    "main thread not captured, each thread's state shown instead"

@@ -39,7 +39,7 @@ struct StackTarget {
   std::uint32_t rank = 0;
   pid_t pid = 0;
   std::string path;    // where its stacks go, placed under the job's directory; "" when it could not be
-  std::string error;   // why path is "" (the PathError)
+  std::string error;   // why path is "" (JobFiles::place's refusal)
   int dump_signal = 0;     // the signal on which it writes its Python stacks (0: it does not: never signalled)
   std::string dump_file;   // where it writes them (its DTRAIN_STACKS_FILE, placed by the agent)
 };

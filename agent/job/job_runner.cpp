@@ -25,11 +25,9 @@ constexpr std::size_t kMaxErrorFileBytes = 64 * 1024;
 // put there is reported, not followed.
 std::string read_error_file(const std::string& path) {
   if (path.empty()) return {};
-  try {
-    return read_placed_file(path, kMaxErrorFileBytes);
-  } catch (const PathError& e) {
-    return std::string("(dtrain agent: ") + e.what() + ")";
-  }
+  const Result<std::string> text = read_placed_file(path, kMaxErrorFileBytes);
+  if (!text.ok()) return "(dtrain agent: " + text.status.message() + ")";
+  return text.value;
 }
 
 // Where POSIX shared memory lives on Linux (shm_open's directory).
@@ -151,19 +149,31 @@ RoundPreparation JobRunner::prepare_round(const RoundRequest& request) {
   return RoundPreparation{request.round, reserve_port(), store_address_};
 }
 
-JobRunner::PlacedFiles JobRunner::place_files(std::uint32_t round, const WorkerSpec& worker) const {
+Result<JobRunner::PlacedFiles> JobRunner::place_files(std::uint32_t round, const WorkerSpec& worker) const {
   const std::string rank = "rank " + std::to_string(worker.rank) + "'s ";
-  if (job_files_.empty()) throw PathError("no job directory yet: the launcher must send Configure (its job id) first");
+  if (job_files_.empty()) {
+    return {{StatusCode::failed_precondition,
+             "no job directory yet: the launcher must send Configure (its job id) first"}};
+  }
+  // Places `name` ("": none) into `out`; the first refusal ends the placing.
+  const auto place = [&](const std::string& name, const std::string& what, std::string& out) {
+    if (name.empty()) return Status{};
+    Result<std::string> placed = job_files_.place(name, rank + what);
+    out = std::move(placed.value);
+    return placed.status;
+  };
   PlacedFiles files;
-  files.log = worker.log_path.empty() ? "" : job_files_.place(worker.log_path, rank + "log_path");
-  files.error = worker.error_file.empty() ? "" : job_files_.place(worker.error_file, rank + "error_file");
-  files.stacks = job_files_.place("attempt_" + std::to_string(round) + "/stacks/rank_" + std::to_string(worker.rank) +
-                                      ".dump.txt",
-                                  rank + "own dump file (DTRAIN_STACKS_FILE)");
+  Status status = place(worker.log_path, "log_path", files.log);
+  if (status.ok()) status = place(worker.error_file, "error_file", files.error);
+  if (status.ok()) {
+    status = place("attempt_" + std::to_string(round) + "/stacks/rank_" + std::to_string(worker.rank) + ".dump.txt",
+                   "own dump file (DTRAIN_STACKS_FILE)", files.stacks);
+  }
+  if (!status.ok()) return {status};
   // A stale error or stacks file (a reused job id) would be taken for this worker's.
   if (!files.error.empty()) ::unlink(files.error.c_str());
   ::unlink(files.stacks.c_str());
-  return files;
+  return {{}, std::move(files)};
 }
 
 supervisor::ProcessSpec JobRunner::process_spec(std::uint32_t round, const Worker& worker) const {
@@ -201,10 +211,13 @@ Status JobRunner::start_group(const GroupSpec& group) {
     }
     // Every file is placed (and checked) before anything changes: a refused path starts nothing.
     std::vector<PlacedFiles> files;
-    try {
-      for (const auto& w : group.workers) files.push_back(place_files(group.round, w));
-    } catch (const PathError& e) {
-      return {StatusCode::invalid_argument, "round " + std::to_string(group.round) + " not started: " + e.what()};
+    for (const auto& w : group.workers) {
+      Result<PlacedFiles> placed = place_files(group.round, w);
+      if (!placed.ok()) {
+        return {StatusCode::invalid_argument,
+                "round " + std::to_string(group.round) + " not started: " + placed.status.message()};
+      }
+      files.push_back(std::move(placed.value));
     }
     move(RoundEvent::start);
     round_ = group.round;
@@ -316,10 +329,11 @@ std::vector<StackTarget> JobRunner::stack_targets(std::uint32_t round) const {
     if (w.exited || w.pid == 0) continue;
     StackTarget target{rank, w.pid, {}, {}, w.dump_signal, w.dump_signal != 0 ? w.stacks_file : ""};
     const std::string name = "attempt_" + std::to_string(round) + "/stacks/rank_" + std::to_string(rank) + ".txt";
-    try {
-      target.path = job_files_.place(name, "rank " + std::to_string(rank) + "'s stacks");
-    } catch (const PathError& e) {
-      target.error = e.what();
+    Result<std::string> placed = job_files_.place(name, "rank " + std::to_string(rank) + "'s stacks");
+    if (placed.ok()) {
+      target.path = std::move(placed.value);
+    } else {
+      target.error = placed.status.message();
     }
     targets.push_back(std::move(target));
   }

@@ -111,8 +111,8 @@ class JobRunner {
   };
 
   // The worker's log and error file placed under the job's directory ("" where the launcher named none), and its
-  // Python stacks file. Throws PathError for a name outside it. Called with mutex_ held.
-  PlacedFiles place_files(std::uint32_t round, const WorkerSpec& worker) const;
+  // Python stacks file. JobFiles::place's refusal for a name outside it. Called with mutex_ held.
+  Result<PlacedFiles> place_files(std::uint32_t round, const WorkerSpec& worker) const;
   // What the supervisor runs for `worker` (placed files already in it). Called with mutex_ held.
   supervisor::ProcessSpec process_spec(std::uint32_t round, const Worker& worker) const;
   // Moves the round's state by `event`; false (nothing changed) where transition() refuses. Called with mutex_ held.

@@ -38,17 +38,19 @@ class Fd {
 std::string errno_text() { return std::strerror(errno); }
 
 // Creates (if missing) and opens directory `name` under `parent` without following a symlink.
-Fd open_subdirectory(const Fd& parent, const std::string& name, const std::string& shown, const std::string& what) {
+Result<Fd> open_subdirectory(const Fd& parent, const std::string& name, const std::string& shown,
+                             const std::string& what) {
   if (::mkdirat(parent.get(), name.c_str(), 0755) != 0 && errno != EEXIST) {
-    throw PathError("cannot create " + shown + " for " + what + ": " + errno_text());
+    return {{StatusCode::internal, "cannot create " + shown + " for " + what + ": " + errno_text()}};
   }
   Fd fd(::openat(parent.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (fd.get() < 0) {
     const bool link = errno == ELOOP || errno == ENOTDIR;
-    throw PathError(shown + (link ? " is a symlink or not a directory" : " cannot be opened: " + errno_text()) +
-                    "; the agent keeps " + what + " in real directories under its run directory only");
+    return {{link ? StatusCode::invalid_argument : StatusCode::internal,
+             shown + (link ? " is a symlink or not a directory" : " cannot be opened: " + errno_text()) +
+                 "; the agent keeps " + what + " in real directories under its run directory only"}};
   }
-  return fd;
+  return {{}, std::move(fd)};
 }
 
 }  // namespace
@@ -68,17 +70,20 @@ std::string default_run_dir() {
   return (fs::path(home) / ".local" / "state" / "dtrain" / "runs").string();
 }
 
-JobFiles::JobFiles(std::string run_dir, std::string job_id) : run_dir_(std::move(run_dir)), job_id_(std::move(job_id)) {
-  if (!security::is_valid_job_id(job_id_)) {
-    throw PathError("job id \"" + job_id_ + "\" cannot name a directory: a job id is 1 to 128 characters of "
-                    "[A-Za-z0-9._-]");
+Result<JobFiles> JobFiles::for_job(std::string run_dir, std::string job_id) {
+  if (!security::is_valid_job_id(job_id)) {
+    return {{StatusCode::invalid_argument, "job id \"" + job_id + "\" cannot name a directory: a job id is 1 to 128 "
+                                           "characters of [A-Za-z0-9._-]"}};
   }
-  run_dir_ = fs::absolute(run_dir_).lexically_normal().string();
-  if (run_dir_.size() > 1 && run_dir_.back() == '/') run_dir_.pop_back();
-  dir_ = run_dir_ + "/" + job_id_;
+  JobFiles files;
+  files.job_id_ = std::move(job_id);
+  files.run_dir_ = fs::absolute(run_dir).lexically_normal().string();
+  if (files.run_dir_.size() > 1 && files.run_dir_.back() == '/') files.run_dir_.pop_back();
+  files.dir_ = files.run_dir_ + "/" + files.job_id_;
+  return {{}, std::move(files)};
 }
 
-std::string JobFiles::place(const std::string& name, const std::string& what) const {
+Result<std::string> JobFiles::place(const std::string& name, const std::string& what) const {
   const std::string hint = "; an agent writes a job's logs and error files under <run dir>/<job id> only (here " +
                            dir_ + ", --run-dir sets the run dir); name them relative to it, like attempt_0/rank_0.log";
   fs::path relative = fs::path(name);
@@ -87,34 +92,38 @@ std::string JobFiles::place(const std::string& name, const std::string& what) co
   for (const auto& part : relative) parts.push_back(part.string());
   bool inside = !name.empty() && !parts.empty();
   for (const auto& part : parts) inside = inside && !part.empty() && part != "." && part != ".." && part != "/";
-  if (!inside) throw PathError(what + " '" + name + "' is outside this job's directory" + hint);
+  if (!inside) return {{StatusCode::invalid_argument, what + " '" + name + "' is outside this job's directory" + hint}};
 
   std::error_code error;
   fs::create_directories(run_dir_, error);
   Fd dir(::open(run_dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dir.get() < 0) {
-    throw PathError("cannot use the run directory " + run_dir_ + " for " + what + ": " + errno_text() +
-                    " (--run-dir sets another)");
+    return {{StatusCode::internal, "cannot use the run directory " + run_dir_ + " for " + what + ": " +
+                                       errno_text() + " (--run-dir sets another)"}};
   }
-  dir = open_subdirectory(dir, job_id_, dir_, what);
+  Result<Fd> job_dir = open_subdirectory(dir, job_id_, dir_, what);
+  if (!job_dir.ok()) return {job_dir.status};
+  dir = std::move(job_dir.value);
   std::string shown = dir_;
   for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
     shown += "/" + parts[i];
-    dir = open_subdirectory(dir, parts[i], shown, what);
+    Result<Fd> sub = open_subdirectory(dir, parts[i], shown, what);
+    if (!sub.ok()) return {sub.status};
+    dir = std::move(sub.value);
   }
   struct stat st {};
   if (::fstatat(dir.get(), parts.back().c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode)) {
-    throw PathError(what + " " + shown + "/" + parts.back() + " exists and is not a regular file (a symlink?)" + hint);
+    return {{StatusCode::invalid_argument,
+             what + " " + shown + "/" + parts.back() + " exists and is not a regular file (a symlink?)" + hint}};
   }
-  return shown + "/" + parts.back();
+  return {{}, shown + "/" + parts.back()};
 }
 
-std::string read_placed_file(const std::string& path, std::size_t limit) {
+Result<std::string> read_placed_file(const std::string& path, std::size_t limit) {
   // A symlink is refused rather than followed: a worker may plant one to read what it may not.
-  const Result<std::string> text = read_bounded_file(path, FileBound{limit, true, false});
+  Result<std::string> text = read_bounded_file(path, FileBound{limit, true, false});
   if (text.status.code() == StatusCode::not_found) return {};
-  if (!text.ok()) throw PathError(text.status.message());
-  return text.value;
+  return text;
 }
 
 }  // namespace dtrain::agent

@@ -14,34 +14,33 @@
 // local) gives them --run-dir <logs.dir>, so the logs are where the README says: <logs.dir>/<job id>/attempt_<n>/.
 
 #include <cstddef>
-#include <stdexcept>
 #include <string>
 
-namespace dtrain::agent {
+#include "common/status.h"
 
-// A path a launcher named that the agent refuses to use. The message says which, why, and what is allowed.
-class PathError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+namespace dtrain::agent {
 
 // $XDG_STATE_HOME/dtrain/runs, else $HOME/.local/state/dtrain/runs (the password database's home without HOME).
 std::string default_run_dir();
 
+// A path a launcher named that the agent refuses to use is an expected failure (a Status whose message says which,
+// why, and what is allowed): invalid_argument for a name or a job id that breaks the rule above, or a symlink or
+// non-directory on the way; internal when a directory cannot be created or opened (errno's text, and where).
 class JobFiles {
  public:
   JobFiles() = default;
-  // Throws PathError for a job id that cannot be one directory name (security::is_valid_job_id).
-  JobFiles(std::string run_dir, std::string job_id);
+  // The files of job `job_id` under `run_dir` (nothing is created yet). invalid_argument for a job id that cannot
+  // be one directory name (security::is_valid_job_id).
+  static Result<JobFiles> for_job(std::string run_dir, std::string job_id);
 
   bool empty() const { return job_id_.empty(); }
   // <run_dir>/<job id>, absolute.
   const std::string& dir() const { return dir_; }
 
   // The absolute path of `name` (what: "rank 2's log_path", for messages) inside the job's directory, with its
-  // parent directories created (0755). Throws PathError when `name` leads outside, or a directory on the way is a
-  // symlink or not a directory.
-  std::string place(const std::string& name, const std::string& what) const;
+  // parent directories created (0755). Refused when `name` leads outside, or a directory on the way is a symlink or
+  // not a directory.
+  Result<std::string> place(const std::string& name, const std::string& what) const;
 
  private:
   std::string run_dir_;
@@ -49,8 +48,9 @@ class JobFiles {
   std::string dir_;
 };
 
-// Up to `limit` bytes of a file that place() returned; "" when it does not exist. Refuses (PathError) a symlink or
-// anything but a regular file, so a worker cannot point its error file at a file it may not read.
-std::string read_placed_file(const std::string& path, std::size_t limit);
+// Up to `limit` bytes of a file that place() returned; "" when it does not exist. Refuses (read_bounded_file's
+// Status) a symlink or anything but a regular file, so a worker cannot point its error file at a file it may not
+// read.
+Result<std::string> read_placed_file(const std::string& path, std::size_t limit);
 
 }  // namespace dtrain::agent

@@ -89,11 +89,9 @@ void make_harmless(LauncherMessage& message) {
     case LauncherMessage::kConfigure: {
       auto* c = message.mutable_configure();
       c->set_stop_grace_ms(std::min(c->stop_grace_ms(), kMaxWaitMs));
-      try {
-        fixture->files.emplace(fixture->run_dir, c->job_id());
-      } catch (const dtrain::agent::PathError&) {
-        // Refused by the agent too: its previous job directory stays.
-      }
+      // One the agent refuses too leaves its previous job directory in place.
+      auto files = dtrain::agent::JobFiles::for_job(fixture->run_dir, c->job_id());
+      if (files.ok()) fixture->files = std::move(files.value);
       break;
     }
     case LauncherMessage::kStartGroup:
@@ -103,10 +101,8 @@ void make_harmless(LauncherMessage& message) {
         if (!fixture->files) continue;
         for (const std::string* name : {&worker.log_path(), &worker.error_file()}) {
           if (name->empty()) continue;
-          try {
-            if (!inside(fixture->files->place(*name, "fuzz"), fixture->run_dir)) __builtin_trap();
-          } catch (const dtrain::agent::PathError&) {
-          }
+          const auto placed = fixture->files->place(*name, "fuzz");
+          if (placed.ok() && !inside(placed.value, fixture->run_dir)) __builtin_trap();
         }
       }
       break;

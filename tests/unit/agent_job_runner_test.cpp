@@ -84,7 +84,7 @@ struct Fixture {
   JobRunner runner{store, "127.0.0.1", "127.0.0.1:29400"};
   Fixture() {
     REQUIRE(kProcessPrepared);
-    runner.set_job_files(JobFiles(run_dir.path, kJob));
+    runner.set_job_files(JobFiles::for_job(run_dir.path, kJob).value);
     runner.set_emit(events.sink());
   }
   ~Fixture() { store.shutdown(); }

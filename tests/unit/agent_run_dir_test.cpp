@@ -12,7 +12,6 @@
 #include "tests/unit/temp_dir.h"
 
 using dtrain::agent::JobFiles;
-using dtrain::agent::PathError;
 using dtrain::agent::read_placed_file;
 
 namespace {
@@ -20,30 +19,31 @@ namespace {
 constexpr char kJob[] = "tiny-20261130-120000";
 
 std::string refusal(const JobFiles& files, const std::string& name) {
-  try {
-    files.place(name, "rank 0's error_file");
-  } catch (const PathError& e) {
-    return e.what();
-  }
-  return {};
+  return files.place(name, "rank 0's error_file").status.message();
+}
+
+JobFiles job_files(const std::string& run_dir) {
+  const auto files = JobFiles::for_job(run_dir, kJob);
+  REQUIRE(files.ok());
+  return files.value;
 }
 
 }  // namespace
 
 TEST_CASE("names inside the job's directory are placed there, with their directories created") {
   TempDir run("dtrain-run-dir-test");
-  JobFiles files(run.path, kJob);
+  const JobFiles files = job_files(run.path);
   CHECK(files.dir() == run.path + "/" + kJob);
-  CHECK(files.place("attempt_0/rank_2.log", "rank 2's log_path") == files.dir() + "/attempt_0/rank_2.log");
+  CHECK(files.place("attempt_0/rank_2.log", "rank 2's log_path").value == files.dir() + "/attempt_0/rank_2.log");
   CHECK(std::filesystem::is_directory(files.dir() + "/attempt_0"));
   // An absolute name inside the job's directory is the same file (launchers of provider local see that path).
-  CHECK(files.place(files.dir() + "/attempt_1/./rank_0_error.json", "x") ==
+  CHECK(files.place(files.dir() + "/attempt_1/./rank_0_error.json", "x").value ==
         files.dir() + "/attempt_1/rank_0_error.json");
 }
 
 TEST_CASE("names outside the job's directory are refused with what is allowed") {
   TempDir run("dtrain-run-dir-test");
-  JobFiles files(run.path, kJob);
+  const JobFiles files = job_files(run.path);
   const std::vector<std::string> names = {"/etc/shadow", "../other-job/rank_0.log", "attempt_0/../../x", "/", "", ".",
                                          run.path + "/" + kJob, run.path + "/" + kJob + "-evil/rank_0.log"};
   for (const std::string& name : names) {
@@ -57,7 +57,7 @@ TEST_CASE("names outside the job's directory are refused with what is allowed") 
 TEST_CASE("a symlink on the way or in the file's place is refused, not followed") {
   TempDir run("dtrain-run-dir-test");
   TempDir elsewhere("dtrain-run-dir-elsewhere");
-  JobFiles files(run.path, kJob);
+  const JobFiles files = job_files(run.path);
   SUBCASE("the attempt directory is a symlink") {
     std::filesystem::create_directories(files.dir());
     std::filesystem::create_directory_symlink(elsewhere.path, files.dir() + "/attempt_0");
@@ -72,7 +72,7 @@ TEST_CASE("a symlink on the way or in the file's place is refused, not followed"
     std::filesystem::create_symlink("/etc/passwd", files.dir() + "/attempt_0/rank_0_error.json");
     CHECK(refusal(files, "attempt_0/rank_0_error.json").find("is not a regular file") != std::string::npos);
     // A worker may plant the link after placement: reading it back refuses too.
-    CHECK_THROWS_AS(read_placed_file(files.dir() + "/attempt_0/rank_0_error.json", 1024), PathError);
+    CHECK_FALSE(read_placed_file(files.dir() + "/attempt_0/rank_0_error.json", 1024).ok());
   }
   CHECK(std::filesystem::is_empty(elsewhere.path));
 }
@@ -80,12 +80,16 @@ TEST_CASE("a symlink on the way or in the file's place is refused, not followed"
 TEST_CASE("read_placed_file reads a bounded prefix, and nothing of a missing file") {
   TempDir run("dtrain-run-dir-test");
   const std::string path = run.file("error.json");
-  CHECK(read_placed_file(path, 16).empty());
+  const auto missing = read_placed_file(path, 16);
+  CHECK(missing.ok());
+  CHECK(missing.value.empty());
   std::ofstream(path) << std::string(100, 'x');
-  CHECK(read_placed_file(path, 16) == std::string(16, 'x'));
+  const auto prefix = read_placed_file(path, 16);
+  CHECK(prefix.ok());
+  CHECK(prefix.value == std::string(16, 'x'));
 }
 
 TEST_CASE("a job id must be one safe directory name") {
   TempDir run("dtrain-run-dir-test");
-  for (const char* bad : {"", ".", "..", "../x", "a/b"}) CHECK_THROWS_AS(JobFiles(run.path, bad), PathError);
+  for (const char* bad : {"", ".", "..", "../x", "a/b"}) CHECK_FALSE(JobFiles::for_job(run.path, bad).ok());
 }
