@@ -53,13 +53,13 @@ class FakeSession final : public NodeSession {
 class AttachingProvider : public Provider {
  public:
   explicit AttachingProvider(std::vector<std::shared_ptr<FakeSession>> sessions) : sessions_(std::move(sessions)) {}
-  void start(Fleet& fleet) override {
+  void start(ProviderFleet& fleet) override {
     for (std::size_t i = 0; i < sessions_.size(); ++i) fleet.attach(static_cast<int>(i), sessions_[i]);
   }
-  std::chrono::milliseconds node_wait(bool, const Fleet& fleet) const override {
+  std::chrono::milliseconds node_wait(bool, const ProviderFleet& fleet) const override {
     return dtrain::spec::duration_ms(fleet.spec().nodes.join_timeout_s);
   }
-  bool may_still_join(const Fleet&) const override { return true; }
+  bool may_still_join(const ProviderFleet&) const override { return true; }
 
  private:
   std::vector<std::shared_ptr<FakeSession>> sessions_;
@@ -69,15 +69,17 @@ class AttachingProvider : public Provider {
 class SlotProvider final : public RemoteProvider {
  public:
   explicit SlotProvider(std::vector<std::shared_ptr<FakeSession>> sessions) : attaching_(std::move(sessions)) {}
-  void start(Fleet& fleet) override { attaching_.start(fleet); }
-  bool may_still_join(const Fleet&) const override { return true; }
+  void start(ProviderFleet& fleet) override { attaching_.start(fleet); }
+  bool may_still_join(const ProviderFleet&) const override { return true; }
 
  protected:
-  int agent_count(Fleet&) const override { return 0; }
-  std::vector<std::vector<std::string>> commands(const Fleet&, int, const RemoteAgentOptions&) const override { return {}; }
+  int agent_count(ProviderFleet&) const override { return 0; }
+  std::vector<std::vector<std::string>> commands(const ProviderFleet&, int, const RemoteAgentOptions&) const override {
+    return {};
+  }
   std::string how() const override { return "in a test"; }
-  std::string who(const Fleet&, int slot) const override { return "slot " + std::to_string(slot); }
-  int node_of_process(const Fleet& fleet, int slot) const override { return fleet.node_of_slot(slot); }
+  std::string who(const ProviderFleet&, int slot) const override { return "slot " + std::to_string(slot); }
+  int node_of_process(const ProviderFleet& fleet, int slot) const override { return fleet.node_of_slot(slot); }
 
  private:
   AttachingProvider attaching_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "cli/controller/transport/launcher_credentials.h"
 #include "common/util.h"
 #include "common/version.h"
 
@@ -18,7 +19,7 @@ Fleet::Fleet(spec::Spec& spec, FleetOptions options, EventQueue& events, Console
       interrupts_(interrupts),
       listener_(listener),
       clock_(options_.clock ? options_.clock : std::make_shared<FleetClock>()),
-      credentials_(options_.insecure, options_.secret_dir),
+      credentials_(std::make_unique<LauncherCredentials>(options_.insecure, options_.secret_dir)),
       provider_(options_.provider ? options_.provider() : make_provider(spec.nodes.provider)),
       node_timeout_(spec::duration_ms(spec.health.node_timeout_s)),
       // Five heartbeats per node timeout, so that one late message never costs a node. No more often than that:

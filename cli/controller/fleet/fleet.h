@@ -15,22 +15,19 @@
 #include <string>
 #include <vector>
 
-#include "cli/controller/watch/console.h"
-#include "cli/controller/session/event_queue.h"
-#include "cli/controller/round/interrupts.h"
-#include "cli/controller/transport/launcher_credentials.h"
-#include "cli/controller/session/node_session.h"
-#include "cli/controller/round/node_state.h"
 #include "cli/controller/providers/provider.h"
+#include "cli/controller/providers/provider_fleet.h"
+#include "cli/controller/round/interrupts.h"
+#include "cli/controller/round/node_state.h"
 #include "cli/controller/round/round.h"
 #include "cli/controller/round/timeouts.h"
+#include "cli/controller/session/event_queue.h"
+#include "cli/controller/session/node_session.h"
+#include "cli/controller/watch/console.h"
 #include "cli/spec/spec.h"
 #include "common/status.h"
 
 namespace dtrain::controller {
-
-class AgentProcesses;
-class JoinServer;
 
 class FleetListener {
  public:
@@ -53,18 +50,7 @@ class FleetClock {
   virtual std::optional<Event> next(EventQueue& events, Clock::time_point deadline) { return events.pop(deadline); }
 };
 
-struct FleetOptions {
-  std::string self_exe;        // the dtrain binary (local agents, and remote ones without nodes.remote_dtrain)
-  bool insecure = false;       // --insecure
-  std::string secret_dir;      // "" = the default directory
-  bool probing = false;        // dtrain doctor: report problems (a missing nodes.interface) instead of failing
-                               //   nodes over them
-  Timeouts timeouts;
-  std::shared_ptr<FleetClock> clock;                   // nullptr = the steady clock
-  std::function<std::unique_ptr<Provider>()> provider; // nullptr = the one nodes.provider names (tests give others)
-};
-
-class Fleet final : public RoundFleet {
+class Fleet final : public RoundFleet, public ProviderFleet {
  public:
   // The longest the pump sleeps without calling FleetListener::on_tick: the job monitor's work is due every second
   // (JobMonitor::kEvaluateInterval), and heartbeats may be further apart than that.
@@ -86,7 +72,7 @@ class Fleet final : public RoundFleet {
   // deadline), then the agent processes the provider started.
   void shutdown();
 
-  // RoundFleet.
+  // RoundFleet (lose and gone serve providers too).
   Clock::time_point now() const override { return clock_->now(); }
   void send(int node, const Command& command) override;
   void lose(int node, const std::string& why) override;
@@ -94,24 +80,21 @@ class Fleet final : public RoundFleet {
   const spec::NodeInfo& info(int node) const override { return nodes_.at(static_cast<std::size_t>(node)).info; }
   bool pump_until(const std::function<bool()>& done, Clock::time_point deadline) override;
 
-  // For providers.
-  const spec::Spec& spec() const { return spec_; }
-  spec::Spec& mutable_spec() { return spec_; }
-  const FleetOptions& options() const { return options_; }
-  const std::string& job_dir() const { return job_dir_; }
-  EventQueue& events() { return events_; }
-  Console& console() { return console_; }
-  LauncherCredentials& credentials() { return credentials_; }
-  bool shutting_down() const { return shutting_down_; }
-  // Adds (or, for a joined agent, fills) node `id` with its session; it says hello next.
-  void attach(int id, std::shared_ptr<NodeSession> session);
-  // A node that could not be had at all (static, elastic): lost before it ever connected.
-  void leave_out(int id, const std::string& why);
-  std::size_t size() const { return nodes_.size(); }
+  // ProviderFleet.
+  const spec::Spec& spec() const override { return spec_; }
+  spec::Spec& mutable_spec() override { return spec_; }
+  const FleetOptions& options() const override { return options_; }
+  const std::string& job_dir() const override { return job_dir_; }
+  EventQueue& events() override { return events_; }
+  Console& console() override { return console_; }
+  LauncherCredentials& credentials() override { return *credentials_; }
+  void attach(int id, std::shared_ptr<NodeSession> session) override;
+  void leave_out(int id, const std::string& why) override;
+  std::size_t size() const override { return nodes_.size(); }
+  std::optional<unsigned> slot(int node) const override { return nodes_.at(static_cast<std::size_t>(node)).slot; }
+  int node_of_slot(int slot) const override;
+
   NodeState state(int node) const { return nodes_.at(static_cast<std::size_t>(node)).state; }
-  std::optional<unsigned> slot(int node) const { return nodes_.at(static_cast<std::size_t>(node)).slot; }
-  // The node whose hello carried `slot`, or -1.
-  int node_of_slot(int slot) const;
 
  private:
   struct Node {
@@ -147,7 +130,7 @@ class Fleet final : public RoundFleet {
   Interrupts& interrupts_;
   FleetListener& listener_;
   std::shared_ptr<FleetClock> clock_;
-  LauncherCredentials credentials_;
+  std::unique_ptr<LauncherCredentials> credentials_;   // transport/: gRPC's credentials stay out of this header
   std::unique_ptr<Provider> provider_;
   std::string job_id_;
   std::string job_dir_;

@@ -3,16 +3,18 @@
 
 #include "cli/controller/providers/join_provider.h"
 
-#include "cli/controller/fleet/fleet.h"
+#include "cli/controller/providers/provider_fleet.h"
+#include "cli/controller/transport/launcher_credentials.h"
+#include "cli/controller/watch/console.h"
 
 namespace dtrain::controller {
 
-void JoinProvider::open_door(Fleet& fleet, const std::string& listen, int max_nodes) {
+void JoinProvider::open_door(ProviderFleet& fleet, const std::string& listen, int max_nodes) {
   const Transport transport = fleet.credentials().transport(listen);
   join_server_ = std::make_unique<JoinServer>(fleet.events(), listen, fleet.credentials().server(transport), max_nodes);
 }
 
-void JoinProvider::start(Fleet& fleet) {
+void JoinProvider::start(ProviderFleet& fleet) {
   const auto& nodes = fleet.spec().nodes;
   open_door(fleet, nodes.rendezvous, nodes.max_count);
   fleet.console().note("waiting for " + std::string(nodes.min_count == nodes.max_count ? "" : "at least ") +
@@ -20,12 +22,12 @@ void JoinProvider::start(Fleet& fleet) {
                        " (dtrain agent --join " + nodes.rendezvous + ")");
 }
 
-std::chrono::milliseconds JoinProvider::node_wait(bool, const Fleet& fleet) const {
+std::chrono::milliseconds JoinProvider::node_wait(bool, const ProviderFleet& fleet) const {
   // Every round: agents may join (or rejoin on another node) while the launcher waits.
   return spec::duration_ms(fleet.spec().nodes.join_timeout_s);
 }
 
-void JoinProvider::on_joined(Fleet& fleet, const Event& event) {
+void JoinProvider::on_joined(ProviderFleet& fleet, const Event& event) {
   fleet.attach(event.node, join_server_->session(event.node));
 }
 

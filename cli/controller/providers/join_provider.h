@@ -13,16 +13,16 @@ namespace dtrain::controller {
 
 class JoinProvider : public Provider {
  public:
-  void start(Fleet& fleet) override;
-  std::chrono::milliseconds node_wait(bool first_round, const Fleet& fleet) const override;
+  void start(ProviderFleet& fleet) override;
+  std::chrono::milliseconds node_wait(bool first_round, const ProviderFleet& fleet) const override;
   // Anyone may join until the wait ends.
-  bool may_still_join(const Fleet&) const override { return true; }
-  void on_joined(Fleet& fleet, const Event& event) override;
+  bool may_still_join(const ProviderFleet&) const override { return true; }
+  void on_joined(ProviderFleet& fleet, const Event& event) override;
   void close() override;
 
  protected:
   // Listens for up to `max_nodes` agents on `listen`. Throws std::runtime_error when it cannot.
-  void open_door(Fleet& fleet, const std::string& listen, int max_nodes);
+  void open_door(ProviderFleet& fleet, const std::string& listen, int max_nodes);
   int port() const { return join_server_->port(); }
 
  private:

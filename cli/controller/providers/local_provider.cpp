@@ -4,39 +4,40 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "cli/controller/transport/agent_connection.h"
 #include "cli/controller/providers/agent_processes.h"
-#include "cli/controller/fleet/fleet.h"
 #include "cli/controller/providers/provider.h"
+#include "cli/controller/providers/provider_fleet.h"
+#include "cli/controller/transport/agent_connection.h"
+#include "cli/controller/watch/console.h"
 
 namespace dtrain::controller {
 namespace {
 
 class LocalProvider final : public Provider {
  public:
-  void start(Fleet& fleet) override {
+  void start(ProviderFleet& fleet) override {
     start_agents(fleet);
     dial_agents(fleet);
   }
 
   // Every round waits for all of them: local agents do not come back, but they are all there at once.
-  std::chrono::milliseconds node_wait(bool, const Fleet& fleet) const override {
+  std::chrono::milliseconds node_wait(bool, const ProviderFleet& fleet) const override {
     return fleet.options().timeouts.agent_start;
   }
-  bool may_still_join(const Fleet&) const override { return false; }
+  bool may_still_join(const ProviderFleet&) const override { return false; }
   bool tunes_interface() const override { return false; }
 
-  void on_agent_line(Fleet& fleet, const Event& event) override {
+  void on_agent_line(ProviderFleet& fleet, const Event& event) override {
     if (event.is_stderr) fleet.console().note("node " + std::to_string(event.node) + " agent: " + event.text);
   }
 
-  void on_agent_exited(Fleet& fleet, const Event& event) override {
+  void on_agent_exited(ProviderFleet& fleet, const Event& event) override {
     if (event.node >= 0 && static_cast<std::size_t>(event.node) < fleet.size()) {
       fleet.lose(event.node, "its agent process " + event.text);
     }
   }
 
-  void finish(std::chrono::milliseconds wait, std::chrono::milliseconds kill_grace, Fleet& fleet) override {
+  void finish(std::chrono::milliseconds wait, std::chrono::milliseconds kill_grace, ProviderFleet& fleet) override {
     if (processes_ && !processes_->wait_exit(wait, kill_grace)) {
       fleet.console().note("a local agent did not exit by itself; it was killed with everything it had started");
     }
@@ -44,7 +45,7 @@ class LocalProvider final : public Provider {
 
  private:
   // One agent process per simulated node, each listening on its own private socket.
-  void start_agents(Fleet& fleet) {
+  void start_agents(ProviderFleet& fleet) {
     const spec::Spec& spec = fleet.spec();
     processes_ =
         std::make_unique<AgentProcesses>(fleet.events(), fleet.job_dir(), spec::duration_ms(spec.stop.grace_s));
@@ -66,7 +67,7 @@ class LocalProvider final : public Provider {
 
   // The sockets' paths are known before the agents listen: the channels (and gRPC itself) are set up while the
   // agents start, and dial once they report.
-  void dial_agents(Fleet& fleet) {
+  void dial_agents(ProviderFleet& fleet) {
     const auto& timeouts = fleet.options().timeouts;
     std::vector<std::shared_ptr<AgentConnection>> connections;
     for (int i = 0; i < fleet.spec().nodes.max_count; ++i) {

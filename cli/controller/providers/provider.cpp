@@ -1,18 +1,16 @@
 #include "cli/controller/providers/provider.h"
 
-#include "cli/controller/fleet/fleet.h"
-
 namespace dtrain::controller {
 
-void Provider::order(std::vector<int>&, const Fleet&) const {}
+void Provider::order(std::vector<int>&, const ProviderFleet&) const {}
 
-void Provider::on_joined(Fleet&, const Event&) {}
+void Provider::on_joined(ProviderFleet&, const Event&) {}
 
-void Provider::on_agent_line(Fleet&, const Event&) {}
+void Provider::on_agent_line(ProviderFleet&, const Event&) {}
 
-void Provider::on_agent_exited(Fleet&, const Event&) {}
+void Provider::on_agent_exited(ProviderFleet&, const Event&) {}
 
-void Provider::finish(std::chrono::milliseconds, std::chrono::milliseconds, Fleet&) {}
+void Provider::finish(std::chrono::milliseconds, std::chrono::milliseconds, ProviderFleet&) {}
 
 std::unique_ptr<Provider> make_provider(spec::Provider kind) {
   switch (kind) {

@@ -21,7 +21,7 @@
 
 namespace dtrain::controller {
 
-class Fleet;
+class ProviderFleet;   // provider_fleet.h: what a provider sees of the fleet
 
 class Provider {
  public:
@@ -30,24 +30,24 @@ class Provider {
 
   // Starts or dials the agents (or opens the door for them); their sessions become the fleet's nodes. Throws
   // std::runtime_error when the job cannot have its nodes at all.
-  virtual void start(Fleet& fleet) = 0;
+  virtual void start(ProviderFleet& fleet) = 0;
 
   // How long selecting a round's nodes may wait for agents to say hello: the first round waits for every node, a
   // later one only where agents dial in (a node lost before never comes back under the same id).
-  virtual std::chrono::milliseconds node_wait(bool first_round, const Fleet& fleet) const = 0;
+  virtual std::chrono::milliseconds node_wait(bool first_round, const ProviderFleet& fleet) const = 0;
   // Whether an agent that has no session yet may still arrive (join: until the wait ends; ssh/slurm: while one
   // of the processes started for it runs and it has not joined; local/static: never, all were dialled at start).
-  virtual bool may_still_join(const Fleet& fleet) const = 0;
+  virtual bool may_still_join(const ProviderFleet& fleet) const = 0;
   // Orders the selected nodes (fleet ids) into node ranks. Default: the fleet's order (dial or join order).
-  virtual void order(std::vector<int>& nodes, const Fleet& fleet) const;
+  virtual void order(std::vector<int>& nodes, const ProviderFleet& fleet) const;
   // Whether workers are told the interface peers reach their node on (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME):
   // every provider but local, whose nodes share loopback.
   virtual bool tunes_interface() const { return true; }
 
   // Events of the agent processes the provider started, and of agents dialling in.
-  virtual void on_joined(Fleet& fleet, const Event& event);
-  virtual void on_agent_line(Fleet& fleet, const Event& event);
-  virtual void on_agent_exited(Fleet& fleet, const Event& event);
+  virtual void on_joined(ProviderFleet& fleet, const Event& event);
+  virtual void on_agent_line(ProviderFleet& fleet, const Event& event);
+  virtual void on_agent_exited(ProviderFleet& fleet, const Event& event);
   // Why agents it started never joined, for the "too few nodes" message.
   virtual std::vector<std::string> join_failures() const { return {}; }
 
@@ -55,7 +55,7 @@ class Provider {
   virtual void close() {}
   // After every session ended: waits for the agent processes it started to exit, up to `wait`, then stops the
   // rest (SIGTERM, `kill_grace`, SIGKILL), and says so on the console.
-  virtual void finish(std::chrono::milliseconds wait, std::chrono::milliseconds kill_grace, Fleet& fleet);
+  virtual void finish(std::chrono::milliseconds wait, std::chrono::milliseconds kill_grace, ProviderFleet& fleet);
 };
 
 std::unique_ptr<Provider> make_local_provider();

@@ -3,13 +3,14 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "cli/controller/fleet/fleet.h"
+#include "cli/controller/providers/provider_fleet.h"
 #include "cli/controller/providers/remote_agents.h"
+#include "cli/controller/watch/console.h"
 #include "common/util.h"
 
 namespace dtrain::controller {
 
-void RemoteProvider::start(Fleet& fleet) {
+void RemoteProvider::start(ProviderFleet& fleet) {
   const int count = agent_count(fleet);
   const spec::Spec& spec = fleet.spec();
   const std::string listen = rendezvous_listen_address(spec);
@@ -30,17 +31,17 @@ void RemoteProvider::start(Fleet& fleet) {
   processes_->start(commands(fleet, count, remote));
 }
 
-std::chrono::milliseconds RemoteProvider::node_wait(bool, const Fleet& fleet) const {
+std::chrono::milliseconds RemoteProvider::node_wait(bool, const ProviderFleet& fleet) const {
   return spec::duration_ms(fleet.spec().nodes.join_timeout_s);
 }
 
-void RemoteProvider::order(std::vector<int>& nodes, const Fleet& fleet) const {
+void RemoteProvider::order(std::vector<int>& nodes, const ProviderFleet& fleet) const {
   // Node ranks follow nodes.hosts (ssh) or SLURM_NODEID (slurm), not the order in which agents joined.
   std::stable_sort(nodes.begin(), nodes.end(),
                    [&fleet](int a, int b) { return fleet.slot(a).value_or(~0u) < fleet.slot(b).value_or(~0u); });
 }
 
-void RemoteProvider::on_agent_exited(Fleet& fleet, const Event& event) {
+void RemoteProvider::on_agent_exited(ProviderFleet& fleet, const Event& event) {
   const int node = node_of_process(fleet, event.node);
   if (node >= 0) {
     // The session says more (and sooner) when the agent dies; an ssh client ending under a live session means
@@ -53,7 +54,8 @@ void RemoteProvider::on_agent_exited(Fleet& fleet, const Event& event) {
   fleet.console().note(join_failures_.back());
 }
 
-void RemoteProvider::finish(std::chrono::milliseconds wait, std::chrono::milliseconds kill_grace, Fleet& fleet) {
+void RemoteProvider::finish(std::chrono::milliseconds wait, std::chrono::milliseconds kill_grace,
+                            ProviderFleet& fleet) {
   if (processes_ && !processes_->wait_exit(wait, kill_grace)) {
     fleet.console().note("an ssh/srun process did not exit by itself after its agent's session ended; it was killed");
   }

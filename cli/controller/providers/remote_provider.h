@@ -16,27 +16,27 @@ namespace dtrain::controller {
 
 class RemoteProvider : public JoinProvider {
  public:
-  void start(Fleet& fleet) override;
-  std::chrono::milliseconds node_wait(bool first_round, const Fleet& fleet) const override;
-  void order(std::vector<int>& nodes, const Fleet& fleet) const override;
-  void on_agent_exited(Fleet& fleet, const Event& event) override;
+  void start(ProviderFleet& fleet) override;
+  std::chrono::milliseconds node_wait(bool first_round, const ProviderFleet& fleet) const override;
+  void order(std::vector<int>& nodes, const ProviderFleet& fleet) const override;
+  void on_agent_exited(ProviderFleet& fleet, const Event& event) override;
   std::vector<std::string> join_failures() const override { return join_failures_; }
-  void finish(std::chrono::milliseconds wait, std::chrono::milliseconds kill_grace, Fleet& fleet) override;
+  void finish(std::chrono::milliseconds wait, std::chrono::milliseconds kill_grace, ProviderFleet& fleet) override;
 
  protected:
   // How many agents to start (fills nodes.count when the spec leaves it to the allocation).
-  virtual int agent_count(Fleet& fleet) const = 0;
+  virtual int agent_count(ProviderFleet& fleet) const = 0;
   // The commands that start them, one per process (ssh: one per host; slurm: one srun for all).
-  virtual std::vector<std::vector<std::string>> commands(const Fleet& fleet, int count,
+  virtual std::vector<std::vector<std::string>> commands(const ProviderFleet& fleet, int count,
                                                          const RemoteAgentOptions& remote) const = 0;
   // "over ssh", "with srun".
   virtual std::string how() const = 0;
   // What an agent process's exit text is prefixed with ("ssh " for ssh clients).
   virtual std::string client() const { return ""; }
   // Who process `slot` speaks for, in notes: "host H (nodes.hosts[I])", "srun".
-  virtual std::string who(const Fleet& fleet, int slot) const = 0;
+  virtual std::string who(const ProviderFleet& fleet, int slot) const = 0;
   // The fleet node whose agent process `slot` started, or -1 (before it joined; always for srun).
-  virtual int node_of_process(const Fleet& fleet, int slot) const = 0;
+  virtual int node_of_process(const ProviderFleet& fleet, int slot) const = 0;
 
   AgentProcesses& processes() const { return *processes_; }
   int slots() const { return slots_; }

@@ -5,16 +5,17 @@
 #include <stdexcept>
 #include <thread>
 
-#include "cli/controller/transport/agent_connection.h"
-#include "cli/controller/fleet/fleet.h"
 #include "cli/controller/providers/provider.h"
+#include "cli/controller/providers/provider_fleet.h"
+#include "cli/controller/transport/agent_connection.h"
+#include "cli/controller/transport/launcher_credentials.h"
 
 namespace dtrain::controller {
 namespace {
 
 class StaticProvider final : public Provider {
  public:
-  void start(Fleet& fleet) override {
+  void start(ProviderFleet& fleet) override {
     const spec::Spec& spec = fleet.spec();
     const auto& agents = spec.nodes.agents;
     const bool elastic = spec.nodes.min_count < spec.nodes.max_count;
@@ -36,10 +37,10 @@ class StaticProvider final : public Provider {
   }
 
   // Only the first round waits: every agent was dialled at start, and a lost one does not come back.
-  std::chrono::milliseconds node_wait(bool first_round, const Fleet& fleet) const override {
+  std::chrono::milliseconds node_wait(bool first_round, const ProviderFleet& fleet) const override {
     return first_round ? spec::duration_ms(fleet.spec().nodes.join_timeout_s) : std::chrono::milliseconds(0);
   }
-  bool may_still_join(const Fleet&) const override { return false; }
+  bool may_still_join(const ProviderFleet&) const override { return false; }
 };
 
 }  // namespace
