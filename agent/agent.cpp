@@ -10,18 +10,21 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/job/evidence.h"
-#include "agent/session/join_client.h"
-#include "agent/session/lease_watch.h"
-#include "agent/session/outbox.h"
-#include "agent/node/probe.h"
 #include "agent/job/run_dir.h"
+#include "agent/job/worker_sampler.h"
+#include "agent/node/probe.h"
+#include "agent/security/credentials.h"
 #include "agent/security/x509.h"
+#include "agent/service/health_socket.h"
 #include "agent/service/report_service.h"
 #include "agent/service/session_service.h"
 #include "agent/service/store_service.h"
+#include "agent/session/join_client.h"
+#include "agent/session/lease_watch.h"
+#include "agent/session/outbox.h"
 #include "agent/session/session_socket.h"
+#include "agent/session/session_stream.h"
 #include "agent/session/wire.h"
-#include "agent/job/worker_sampler.h"
 #include "common/grpc_options.h"
 #include "common/transport.h"
 #include "common/util.h"
@@ -64,6 +67,12 @@ struct Agent::Servers {
   std::unique_ptr<HealthSocket> health_socket;   // reports as datagrams (Python workers); null when it cannot bind
 };
 
+// The gRPC credentials run() serves and dials with: made here, at the transport edge, so agent.h names no gRPC type.
+struct Agent::Credentials {
+  std::shared_ptr<grpc::ServerCredentials> port;   // the agent's port (listen)
+  std::shared_ptr<grpc::ChannelCredentials> join;  // --join: dialing the launcher; null without --join
+};
+
 // What one session holds while it is served. Declared in the order serve_session needs them.
 struct Agent::Session {
   Session(SessionStream& stream, const AgentOptions& options)
@@ -83,7 +92,10 @@ struct Agent::Session {
   EvidenceCollector evidence;        // last: its thread, which pushes to the outbox, ends first
 };
 
-Agent::Agent(AgentOptions options) : options_(std::move(options)), facts_(node::gather_facts()) {
+Agent::Agent(AgentOptions options)
+    : options_(std::move(options)),
+      facts_(node::gather_facts()),
+      admission_(std::make_shared<security::WorkerAdmission>()) {
   facts_.topology = options_.topology;
   // A saved topology describes the node's GPUs where the driver cannot (no NVML, or a test host): its GPUs count.
   if (!facts_.topology.ranks.empty()) facts_.gpu_count = static_cast<unsigned>(facts_.topology.ranks.size());
@@ -93,9 +105,8 @@ Agent::~Agent() = default;
 
 int Agent::run() {
   keep_grpc_initialised();
-  std::shared_ptr<grpc::ServerCredentials> credentials;
-  std::shared_ptr<grpc::ChannelCredentials> launcher_credentials;
-  if (int code = prepare(credentials, launcher_credentials); code != 0) return code;
+  Credentials credentials;
+  if (int code = prepare(credentials); code != 0) return code;
   Servers servers(*this);
   if (int code = start_servers(servers, credentials); code != 0) return code;
 
@@ -106,7 +117,7 @@ int Agent::run() {
   if (!options_.join.empty()) {
     options_.one_shot = true;
     join.emplace(JoinTarget{options_.join, options_.join_timeout, session_transport(options_.join, options_.insecure),
-                            launcher_credentials},
+                            credentials.join},
                  [this](SessionStream& stream) { return serve_session(stream); });
     joiner = std::thread([this, &join] {
       const Status status = join->run();
@@ -127,7 +138,7 @@ int Agent::run() {
   return code;
 }
 
-int Agent::prepare(std::shared_ptr<grpc::ServerCredentials>& server, std::shared_ptr<grpc::ChannelCredentials>& join) {
+int Agent::prepare(Credentials& credentials) {
   try {
     runtime_dir_.emplace(supervisor::RuntimeDir::create());
   } catch (const std::exception& e) {
@@ -135,8 +146,8 @@ int Agent::prepare(std::shared_ptr<grpc::ServerCredentials>& server, std::shared
     return 1;
   }
   try {
-    server = server_credentials();
-    if (!options_.join.empty()) join = join_credentials();
+    make_port_credentials(credentials);
+    if (!options_.join.empty()) make_join_credentials(credentials);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dtrain agent: %s\n", e.what());
     return 2;
@@ -144,10 +155,10 @@ int Agent::prepare(std::shared_ptr<grpc::ServerCredentials>& server, std::shared
   return 0;
 }
 
-int Agent::start_servers(Servers& servers, const std::shared_ptr<grpc::ServerCredentials>& credentials) {
+int Agent::start_servers(Servers& servers, const Credentials& credentials) {
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options_.listen, credentials, &port);
+  builder.AddListeningPort(options_.listen, credentials.port, &port);
   // With a session socket, no session can come in over TCP at all: the service is not there.
   if (options_.session_socket.empty()) builder.RegisterService(&servers.session_service);
   builder.RegisterService(&servers.store_service);
@@ -229,7 +240,7 @@ const Agent::ClusterIdentity& Agent::cluster_identity() {
   return cluster_.emplace(ClusterIdentity{std::move(secret), std::move(identity)});
 }
 
-std::shared_ptr<grpc::ServerCredentials> Agent::server_credentials() {
+void Agent::make_port_credentials(Credentials& credentials) {
   const bool sessions_on_socket = !options_.session_socket.empty();
   if (agent_port_transport(options_.listen, sessions_on_socket, options_.insecure) == Transport::plaintext) {
     // A local agent's port serves the store and health reports alone (each checks the round's token); its sessions
@@ -240,21 +251,23 @@ std::shared_ptr<grpc::ServerCredentials> Agent::server_credentials() {
                    "port can run commands as this user", options_.listen,
                    is_loopback_host(host_of(options_.listen)) ? " (on loopback: every user of this host)" : "");
     }
-    return grpc::InsecureServerCredentials();
+    credentials.port = grpc::InsecureServerCredentials();
+    return;
   }
   // Mutual TLS with a certificate derived from the cluster CA, plus the cluster token, checked before any handler;
   // on loopback too. Worker certificates of the current job pass for the store and reports only.
   const ClusterIdentity& cluster = cluster_identity();
   worker_tls_.emplace(runtime_dir_->make_subdir("tls"), cluster.secret);
-  return security::server_credentials(cluster.secret, cluster.identity, admission_);
+  credentials.port = security::server_credentials(cluster.secret, cluster.identity, admission_);
 }
 
-std::shared_ptr<grpc::ChannelCredentials> Agent::join_credentials() {
+void Agent::make_join_credentials(Credentials& credentials) {
   if (session_transport(options_.join, options_.insecure) == Transport::plaintext) {
-    return grpc::InsecureChannelCredentials();
+    credentials.join = grpc::InsecureChannelCredentials();
+    return;
   }
   const ClusterIdentity& cluster = cluster_identity();
-  return security::channel_credentials(cluster.secret, cluster.identity);
+  credentials.join = security::channel_credentials(cluster.secret, cluster.identity);
 }
 
 std::string Agent::run_dir() const { return options_.run_dir.empty() ? default_run_dir() : options_.run_dir; }
@@ -294,7 +307,7 @@ Status Agent::check_reporter(const std::string& token, const std::string& report
 
 void Agent::forward_report(const v1::WorkerHealth& health) {
   std::lock_guard lock(mutex_);
-  if (forward_) forward_(wire::to_wire(health, unix_ms()));
+  if (outbox_ != nullptr) outbox_->push(wire::to_wire(health, unix_ms()));
 }
 
 Status Agent::serve_session(SessionStream& stream) {
@@ -303,7 +316,7 @@ Status Agent::serve_session(SessionStream& stream) {
   Session session(stream, options_);
   {
     std::lock_guard lock(mutex_);
-    forward_ = [&session](v1::AgentMessage m) { session.outbox.push(std::move(m)); };
+    outbox_ = &session.outbox;
   }
   runner_->set_emit([&session](RunnerEvent event) {
     session.sampler.observe(event);
@@ -395,7 +408,7 @@ Status Agent::close_session(Session& session) {
   runner_->stop_and_wait(session.grace, session.grace + kStopSweepMargin);
   {
     std::lock_guard lock(mutex_);
-    forward_ = nullptr;
+    outbox_ = nullptr;
   }
   runner_->set_emit(nullptr);
   session.evidence.wait();

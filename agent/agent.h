@@ -3,32 +3,43 @@
 // The node agent: a gRPC server (session, store, worker reports) and the JobRunner that runs this node's workers.
 // Layering: Agent (server, sessions, lease) -> JobRunner (rounds) -> Supervisor (processes). The session loop
 // converts between messages and domain types at its edge (wire.h); below it nothing sees a message.
+//
+// No gRPC or protobuf header here: the servers, their credentials and the session's stream are defined in
+// agent.cpp and the service/ and session/ files; this header only names them.
 
 #include <chrono>
 #include <condition_variable>
-#include <functional>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 
 #include "agent/job/job_runner.h"
+#include "agent/job/worker_tls.h"
 #include "agent/node/facts.h"
-#include "agent/session/session_stream.h"
-#include "agent/session/session_types.h"
-#include "agent/security/credentials.h"
 #include "agent/security/identity.h"
 #include "agent/security/secret.h"
-#include "agent/service/health_socket.h"
+#include "agent/session/session_types.h"
 #include "agent/store/store.h"
 #include "agent/supervisor/runtime_dir.h"
-#include "agent/job/worker_tls.h"
 #include "common/status.h"
 
-#include <grpcpp/security/credentials.h>
-#include <grpcpp/security/server_credentials.h>
+namespace dtrain::v1 {
+class LauncherMessage;
+class WorkerHealth;
+}  // namespace dtrain::v1
+
+namespace dtrain::security {
+class WorkerAdmission;
+}  // namespace dtrain::security
 
 namespace dtrain::agent {
+
+class HealthSocket;
+class Outbox;
+class SessionStream;
+struct HealthDatagram;
 
 struct AgentOptions {
   std::string listen = "127.0.0.1:0";   // host:port the server binds; port 0 picks a free one
@@ -67,11 +78,6 @@ class Agent {
   // otherwise why the session was refused or ended (unavailable).
   Status serve_session(SessionStream& stream);
 
-  // The agent's port: TLS + cluster token, loopback included, or plaintext as common/transport.h decides
-  // (agent_port_transport: --insecure, or the store and reports of an agent whose sessions come over its private
-  // socket). Throws security::SecurityError when TLS needs a cluster secret that cannot be loaded.
-  std::shared_ptr<grpc::ServerCredentials> server_credentials();
-
   // Whether a health report may speak for `rank`: `token` must be the current round's job token and `report_token`
   // that rank's own DTRAIN_REPORT_TOKEN (JobRunner::check_reporter). Ok when it may; else permission_denied saying
   // why not, or unavailable while the agent is still starting (no round can exist yet).
@@ -86,8 +92,9 @@ class Agent {
   void terminate(int signal);
 
  private:
-  struct Servers;
-  struct Session;
+  struct Servers;       // the gRPC servers of run()
+  struct Session;       // what one session holds while it is served
+  struct Credentials;   // the gRPC credentials of the agent's port and of --join
   // This node's identity in the cluster, issued from the cluster secret; loaded once, for the port or the join.
   struct ClusterIdentity {
     security::ClusterSecret secret;
@@ -95,12 +102,17 @@ class Agent {
   };
 
   const ClusterIdentity& cluster_identity();
-  // --join: the credentials for dialing the launcher (session_transport of the join address).
-  std::shared_ptr<grpc::ChannelCredentials> join_credentials();
+  // The agent's port: TLS + cluster token, loopback included, or plaintext as common/transport.h decides
+  // (agent_port_transport: --insecure, or the store and reports of an agent whose sessions come over its private
+  // socket), into credentials.port. Throws security::SecurityError when TLS needs a cluster secret that cannot be
+  // loaded.
+  void make_port_credentials(Credentials& credentials);
+  // --join: the credentials for dialing the launcher (session_transport of the join address), into
+  // credentials.join.
+  void make_join_credentials(Credentials& credentials);
   // Steps of run(); each returns 0 or the exit code to leave with.
-  int prepare(std::shared_ptr<grpc::ServerCredentials>& server,
-              std::shared_ptr<grpc::ChannelCredentials>& join);
-  int start_servers(Servers& servers, const std::shared_ptr<grpc::ServerCredentials>& credentials);
+  int prepare(Credentials& credentials);
+  int start_servers(Servers& servers, const Credentials& credentials);
   std::string advertised_host() const;
   int start_session_socket(Servers& servers);
   // The health socket in the runtime directory, and what workers need to use it (DTRAIN_HEALTH_SOCKET, the
@@ -131,14 +143,14 @@ class Agent {
   std::mutex mutex_;
   std::condition_variable changed_;
   SessionStream* session_ = nullptr;   // the one session being served
-  std::function<void(v1::AgentMessage)> forward_;   // pushes into the current session's outbox
+  Outbox* outbox_ = nullptr;           // its outbox, where accepted health reports are forwarded
   bool session_ended_ = false;
   bool join_failed_ = false;   // --join: never got a session
   std::optional<supervisor::RuntimeDir> runtime_dir_;  // private files; dead agents' leftovers swept at start
   std::optional<ClusterIdentity> cluster_;
   std::optional<WorkerTls> worker_tls_;                 // TLS: the workers' CA and per-job certificate
   // Jobs whose worker certificates the token check accepts: the current session's (credentials.h).
-  std::shared_ptr<security::WorkerAdmission> admission_ = std::make_shared<security::WorkerAdmission>();
+  std::shared_ptr<security::WorkerAdmission> admission_;
   int terminated_by_ = 0;
 };
 
