@@ -25,7 +25,7 @@
 #include "agent/session/session_socket.h"
 #include "agent/session/session_stream.h"
 #include "agent/session/wire.h"
-#include "common/grpc_options.h"
+#include "common/grpc/grpc_options.h"
 #include "common/transport.h"
 #include "common/util.h"
 #include "common/version.h"

@@ -1,12 +1,12 @@
 #pragma once
-// The one way a handler reads the metadata entries that workers' calls carry (their names: common/metadata.h).
+// The one way a handler reads the metadata entries that workers' calls carry (their names: common/grpc/metadata.h).
 // Header-only: a short definition that every service library can use without linking another.
 
 #include <grpcpp/grpcpp.h>
 
 #include <string_view>
 
-#include "common/metadata.h"
+#include "common/grpc/metadata.h"
 
 namespace dtrain::agent {
 

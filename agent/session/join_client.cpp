@@ -4,7 +4,7 @@
 
 #include "agent/security/credentials.h"
 #include "common/deadline_guard.h"
-#include "common/grpc_options.h"
+#include "common/grpc/grpc_options.h"
 #include "dtrain/v1/session.grpc.pb.h"
 
 namespace dtrain::agent {

@@ -4,7 +4,7 @@
 #include <variant>
 
 #include "agent/health/report_values.h"
-#include "common/repeated_field.h"
+#include "common/grpc/repeated_field.h"
 
 namespace dtrain::agent::wire {
 namespace {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The layout's rules (DESIGN.md, Layout), checked against the tree as it is. Fails, naming each offending file, when:
+"""The layout's rules (README.md, Layout), checked against the tree as it is. Fails, naming each offending file, when:
 
   domain headers  a header of DOMAIN_HEADERS reaches a gRPC or protobuf header (grpcpp/, grpc/, google/protobuf/,
                   *.pb.h) through any chain of includes. The compiler itself follows the includes (-M on a one-line
@@ -51,7 +51,7 @@ WIRE_HEADER_DIR = re.compile(r"(^|/)(grpcpp|grpc|google/protobuf)/")
 
 def is_wire_header(path, source_dir):
     """A gRPC or protobuf header: generated *.pb.h anywhere, or a header under grpcpp/, grpc/ or google/protobuf/
-    outside this tree (a project file such as common/grpc_options.h is judged by what it includes)."""
+    outside this tree (a project file such as common/grpc/grpc_options.h is judged by what it includes)."""
     if path.endswith(".pb.h"):
         return True
     inside = os.path.isabs(path) and path.startswith(source_dir + os.sep)   # relative: missing, named as included

@@ -27,7 +27,7 @@
 #include "agent/security/credentials.h"
 #include "agent/security/identity.h"
 #include "agent/security/secret.h"
-#include "common/grpc_options.h"
+#include "common/grpc/grpc_options.h"
 #include "tests/tools/fleet_sim_agent.h"
 
 namespace dtrain::fleet_sim {

@@ -51,7 +51,7 @@ MAX_TOKEN_BYTES = 4 * 1024
 DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
 
-_TOKEN_METADATA = "dtrain-token"  # the same name as kTokenMetadata in common/metadata.h
+_TOKEN_METADATA = "dtrain-token"  # the same name as kTokenMetadata in common/grpc/metadata.h
 _MAX_MESSAGE_BYTES = 65 << 20  # a 64 MiB value plus its key and framing
 
 

@@ -4,7 +4,7 @@
 
 #include <utility>
 
-#include "common/metadata.h"
+#include "common/grpc/metadata.h"
 #include "dtrain/v1/report.grpc.pb.h"
 #include "worker/credentials.h"
 

@@ -2,7 +2,7 @@
 
 // The transport of a worker's health reports: one WorkerReports.Report call to its node's agent (DTRAIN_AGENT_ADDR),
 // carrying this round's DTRAIN_JOB_TOKEN as `dtrain-token` metadata and this worker's own DTRAIN_REPORT_TOKEN as
-// `dtrain-report-token` (common/metadata.h), which the agent requires of a report for this rank, each call with a
+// `dtrain-report-token` (common/grpc/metadata.h), which the agent requires of a report for this rank, each call with a
 // deadline. With DTRAIN_TLS_CA set (a cluster that uses TLS) the channel is mutual TLS with the worker certificate
 // (worker/credentials.h), as the store client's is. When and what to report is the caller's (dtrain-trainer:
 // trainer/health/reporter.h); this header includes no gRPC or protobuf.

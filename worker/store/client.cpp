@@ -4,7 +4,7 @@
 
 #include <cstdlib>
 
-#include "common/metadata.h"
+#include "common/grpc/metadata.h"
 #include "dtrain/v1/store.grpc.pb.h"
 #include "worker/credentials.h"
 #include "worker/store/limits.h"

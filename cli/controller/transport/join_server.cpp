@@ -4,7 +4,7 @@
 
 #include "cli/controller/transport/agent_connection.h"
 #include "cli/controller/transport/session_reader.h"
-#include "common/grpc_options.h"
+#include "common/grpc/grpc_options.h"
 
 namespace dtrain::controller {
 

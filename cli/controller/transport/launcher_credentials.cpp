@@ -1,7 +1,7 @@
 #include "cli/controller/transport/launcher_credentials.h"
 
 #include "agent/security/credentials.h"
-#include "common/grpc_options.h"
+#include "common/grpc/grpc_options.h"
 
 namespace dtrain::controller {
 

@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-#include "common/repeated_field.h"
+#include "common/grpc/repeated_field.h"
 #include "common/version.h"
 
 namespace dtrain::controller::wire {

@@ -1,7 +1,7 @@
 #pragma once
 
-// Copying between a protocol message's repeated fields and the domain's vectors, for the wire layers (agent/wire.*,
-// cli/controller/wire.*). Templates over any range, so this header pulls in no protobuf.
+// Copying between a protocol message's repeated fields and the domain's vectors, for the wire layers (agent/session/wire.*,
+// cli/controller/transport/wire.*). Templates over any range, so this header pulls in no protobuf.
 
 #include <cstddef>
 #include <vector>
