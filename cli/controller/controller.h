@@ -44,7 +44,7 @@ class Controller final : public FleetListener {
   Controller(spec::Spec spec, ControllerOptions options);
   ~Controller() override;
 
-  // Runs the job to its end; returns the launcher's exit code (DESIGN.md: 0, root cause's code, 128+signal, 130).
+  // Runs the job to its end; returns the launcher's exit code (README "Commands": 0, root cause's code, 128+signal, 130).
   int run();
 
   // `dtrain doctor JOB.yaml`: gets the job's nodes as a launch would, probes every agent (job_probe.h), then lets
