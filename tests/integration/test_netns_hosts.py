@@ -186,7 +186,9 @@ try:
     check(not ok, "after link_down(2), h2 does not answer ping")
     gone = time.monotonic() - t_down
     note("link_down(2) -> TCP (0.5 s) and ping (0.4 s) probes failed", gone)
-    check(gone < 1.0, "h2 unreachable within 1 s of link_down (both probes failed in %.2f s)" % gone)
+    # The probes' own timeouts are 0.9 s of this; the rest is starting `ip netns exec` twice, which takes a few hundred
+    # ms on a loaded 2-core machine. A probe that outlives its timeout (a hung ping) still fails this.
+    check(gone < 2.0, "both probes failed within 2 s of link_down (%.2f s; their timeouts sum to 0.9 s)" % gone)
     outcome, t_in, _ = cluster.tcp_connect(2, H[0].addr, PORT, 1.0)
     check(outcome == "unreachable" and t_in < 0.5,
           "inside h2, connect fails at once with no route (%s after %.3f s)" % (outcome, t_in))
