@@ -9,20 +9,28 @@
 
 #include "agent/agent.h"
 #include "agent/health/report_values.h"
+#include "agent/job/python_command.h"
 #include "agent/service/health_socket.h"
 #include "agent/session/wire.h"
 
 namespace dtrain::agent {
 namespace {
 
-// Where the Python health helper is (python/CMakeLists.txt): <dir of this binary>/../share/dtrain/python, in the
-// build tree as after an install; "" when it is not there.
-std::string helper_python_dir() {
+// Where the Python health helper and the PyTorch bootstrap are (worker/CMakeLists.txt):
+// <dir of this binary>/../share/dtrain/python and its bootstrap/, in the build tree as after an install; "" for
+// each that is not there.
+PythonDirs python_dirs() {
   std::error_code ec;
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) return {};
   const std::filesystem::path dir = exe.parent_path().parent_path() / "share" / "dtrain" / "python";
-  return std::filesystem::exists(dir / "dtrain_health.py", ec) ? dir.string() : std::string();
+  PythonDirs dirs;
+  if (std::filesystem::exists(dir / "dtrain_health.py", ec)) dirs.helper = dir.string();
+  // The bootstrap reports through the helper: without it, it would have nothing to report with.
+  if (!dirs.helper.empty() && std::filesystem::exists(dir / "bootstrap" / "sitecustomize.py", ec)) {
+    dirs.bootstrap = (dir / "bootstrap").string();
+  }
+  return dirs;
 }
 
 }  // namespace
@@ -40,7 +48,7 @@ std::unique_ptr<HealthSocket> Agent::start_health_socket() {
                  "still work)", e.what());
   }
   runner_->set_worker_env(std::move(env));
-  runner_->set_python_path(helper_python_dir());
+  runner_->set_python_dirs(python_dirs());
   return socket;
 }
 

@@ -40,6 +40,7 @@ Action add_run_command(CLI::App& app) {
     std::string name;
     std::string logs_dir = "runs";
     std::string console = "rank0";
+    std::string instrument = "auto";
     bool dry_run = false;
     std::vector<std::string> command;
     LaunchFlags flags;
@@ -53,6 +54,9 @@ Action add_run_command(CLI::App& app) {
   cmd->add_option("--name", args->name, "job name (default: from the program name)");
   cmd->add_option("--logs-dir", args->logs_dir, "where per-rank logs go")->capture_default_str();
   cmd->add_option("--console", args->console, "whose output to show: rank0 | all | none")->capture_default_str();
+  cmd->add_option("--instrument", args->instrument,
+                  "health.instrument: auto (a PyTorch script reports its steps with no change to it) | off")
+      ->capture_default_str();
   cmd->add_flag("--dry-run", args->dry_run, "print the plan; start nothing");
   add_launch_flags(*cmd, args->flags);
   cmd->add_option("command", args->command, "the program and its arguments (after --)")->required();
@@ -72,6 +76,12 @@ Action add_run_command(CLI::App& app) {
       spec.logs.console = spec::Spec::Logs::Console::none;
     } else if (args->console != "rank0") {
       std::fprintf(stderr, "dtrain run: --console must be rank0, all or none (got '%s')\n", args->console.c_str());
+      return 2;
+    }
+    if (args->instrument == "off") {
+      spec.health.instrument = spec::Spec::Health::Instrument::off;
+    } else if (args->instrument != "auto") {
+      std::fprintf(stderr, "dtrain run: --instrument must be auto or off (got '%s')\n", args->instrument.c_str());
       return 2;
     }
     try {

@@ -108,9 +108,9 @@ void JobRunner::set_worker_env(std::map<std::string, std::string> env) {
   worker_env_ = std::move(env);
 }
 
-void JobRunner::set_python_path(std::string dir) {
+void JobRunner::set_python_dirs(PythonDirs dirs) {
   std::lock_guard lock(mutex_);
-  python_path_ = std::move(dir);
+  python_dirs_ = std::move(dirs);
 }
 
 void JobRunner::set_emit(Emit emit) {
@@ -189,13 +189,12 @@ supervisor::ProcessSpec JobRunner::process_spec(std::uint32_t round, const Worke
   if (!w.error_file.empty()) spec.env["TORCHELASTIC_ERROR_FILE"] = w.error_file;
   spec.env["DTRAIN_REPORT_TOKEN"] = worker.report_token;
   spec.env["DTRAIN_STACKS_FILE"] = worker.stacks_file;
-  if (!python_path_.empty()) {
-    // Prepended to the plan's PYTHONPATH, else to the one the worker would inherit from the agent.
-    const auto planned = spec.env.find("PYTHONPATH");
-    const char* inherited = std::getenv("PYTHONPATH");
-    const std::string rest = planned != spec.env.end() ? planned->second : inherited ? inherited : "";
-    spec.env["PYTHONPATH"] = rest.empty() ? python_path_ : python_path_ + ":" + rest;
-  }
+  // Prepended to the plan's PYTHONPATH, else to the one the worker would inherit from the agent.
+  const auto planned = spec.env.find("PYTHONPATH");
+  const char* inherited = std::getenv("PYTHONPATH");
+  const std::string rest = planned != spec.env.end() ? planned->second : inherited ? inherited : "";
+  const std::string path = worker_python_path(python_dirs_, instrument_python_, w.argv, rest);
+  if (!path.empty() && path != rest) spec.env["PYTHONPATH"] = path;
   return spec;
 }
 
@@ -223,6 +222,7 @@ Status JobRunner::start_group(const GroupSpec& group) {
     round_ = group.round;
     shm_prefix_ = shm_prefix(group);
     round_token_ = group.round_token;
+    instrument_python_ = group.instrument_python;
     workers_.clear();
     std::size_t index = 0;
     for (const auto& w : group.workers) {

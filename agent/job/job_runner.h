@@ -18,6 +18,7 @@
 #include <string>
 
 #include "agent/job/evidence.h"
+#include "agent/job/python_command.h"
 #include "agent/job/round_state.h"
 #include "agent/job/run_dir.h"
 #include "agent/store/store.h"
@@ -40,9 +41,10 @@ class JobRunner {
   // socket).
   void set_worker_env(std::map<std::string, std::string> env);
 
-  // A directory put first on every worker's PYTHONPATH (before the plan's or the agent's own): where the Python
-  // health helper is. "" adds nothing.
-  void set_python_path(std::string dir);
+  // The directories put first on a worker's PYTHONPATH (before the plan's or the agent's own): the Python health
+  // helper's on every worker's, the PyTorch bootstrap's on those a group with instrument_python runs Python in
+  // (worker_python_path, python_command.h).
+  void set_python_dirs(PythonDirs dirs);
 
   // Where events go; set before the first round, replaced when a new session begins. Called from the supervisor's
   // thread (and from start_group's), so it must not block.
@@ -138,7 +140,8 @@ class JobRunner {
   RoundState state_ = RoundState::idle;
   std::map<std::uint32_t, Worker> workers_;  // by rank, current round only
   std::map<std::string, std::string> worker_env_;
-  std::string python_path_;   // set_python_path
+  PythonDirs python_dirs_;    // set_python_dirs
+  bool instrument_python_ = false;  // the running round's GroupSpec::instrument_python
   JobFiles job_files_;
 
   // Declared last: destroyed first, so its thread never calls into a half-destroyed runner.

@@ -46,6 +46,7 @@ struct GroupSpec {
   std::uint32_t round = 0;
   std::vector<WorkerSpec> workers;
   std::string round_token;  // the round's DTRAIN_JOB_TOKEN: worker health reports must carry it
+  bool instrument_python = false;  // health.instrument: auto; which workers it reaches: runs_python (python_command.h)
 };
 
 // ---- what JobRunner reports, each naming its round so that a late event of an older round is recognised

@@ -190,7 +190,8 @@ GroupSpec from_wire(const v1::StartGroup& start) {
   return {.round = start.round(),
           .workers = convert_all(start.workers(),
                                  [&](const v1::WorkerSpec& w) { return worker_of(w, start.common_env()); }),
-          .round_token = start.round_token()};
+          .round_token = start.round_token(),
+          .instrument_python = start.instrument_python()};
 }
 
 StopRequest from_wire(const v1::StopGroup& stop) { return {stop.round(), ms(stop.grace_ms())}; }

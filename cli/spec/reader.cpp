@@ -192,6 +192,11 @@ class Reader : ValueReader {
       else if (key == "startup_timeout_s") read_number(value, key_path, out.startup_timeout_s);
       else if (key == "node_timeout_s") read_number(value, key_path, out.node_timeout_s);
       else if (key == "straggler_ratio") read_number(value, key_path, out.straggler_ratio, "a number above 1");
+      else if (key == "instrument") {
+        using Instrument = Spec::Health::Instrument;
+        read_choice(value, key_path, Choices<Instrument>{{"auto", Instrument::automatic}, {"off", Instrument::off}},
+                    out.instrument);
+      }
     });
   }
 

@@ -19,7 +19,7 @@ const std::map<std::string_view, Keys>& sections() {
       {"restart", {"max_restarts", "backoff_s"}},
       {"stop", {"grace_s"}},
       {"health", {"heartbeat_timeout_s", "hang_timeout_s", "startup_timeout_s", "node_timeout_s",
-                  "straggler_ratio"}},
+                  "straggler_ratio", "instrument"}},
       {"logs", {"dir", "console"}},
       {"nccl", {"auto", "env"}},
       {"observe", {"metrics_addr"}},

@@ -1,7 +1,8 @@
 """The Python health helper (worker/python/dtrain_health.py) in real PyTorch workers, real agents, a real datagram socket:
   ddp       a gloo DDP job (2 nodes x 1 worker) imports the helper from the PYTHONPATH the agent gives it (before the
-            spec's own PYTHONPATH), uses timed/step/report/phase/watch; rank 1 fails on purpose after 5 steps and the
-            summary shows its last report, sent by the helper; the step's times add up and the allreduces were timed;
+            PyTorch bootstrap's directory, health.instrument being auto, and the spec's own PYTHONPATH), uses
+            timed/step/report/phase/watch; rank 1 fails on purpose after 5 steps and the summary shows its last
+            report, sent by the helper, at step 5: the bootstrap, armed too, did not count its optimizer steps again; the step's times add up and the allreduces were timed;
   hostile   before training, rank 1 sends datagrams that are not JSON, over 4 KiB, with another rank's or a forged
             token, with a NaN or an infinite loss, a step of 2^64-1: none of them reaches the summary, the agent
             goes on taking good reports;
@@ -27,7 +28,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import dtrain_health as health
 
 rank = int(os.environ["RANK"])
-print("rank", rank, "path", json.dumps(sys.path[:3]), "helper", health.__file__, flush=True)
+print("rank", rank, "path", json.dumps(sys.path[:4]), "helper", health.__file__, flush=True)
 if rank == 1:
     # Hostile datagrams, straight to the agent's socket; each must be dropped.
     s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -123,17 +124,19 @@ def launch(name, script, arg, health):
 # ---- ddp + hostile
 run = launch("pyhealth", DDP, "-", "startup_timeout_s: 120")
 check(run.code == 3, "rank 1 exits 3 -> launcher exits 3, got %s" % run.code)
-paths = re.findall(r'rank \d path \["[^"]*", "([^"]*)", "([^"]*)"\] helper (\S+)', run.out)
+paths = re.findall(r'rank \d path \["[^"]*", "([^"]*)", "([^"]*)", "([^"]*)"\] helper (\S+)', run.out)
 check(len(paths) == 2, "both ranks imported the helper: %s" % paths)
-for helper_dir, user_dir, helper in paths:
+for helper_dir, bootstrap_dir, user_dir, helper in paths:
     check(helper_dir.endswith("share/dtrain/python") and helper.startswith(helper_dir),
           "the helper comes from the agent's share/dtrain/python (%s)" % helper)
+    check(bootstrap_dir == helper_dir + "/bootstrap", "the bootstrap's directory follows it (%s)" % bootstrap_dir)
     check(user_dir == run.user_path, "the spec's PYTHONPATH follows it (%s)" % user_dir)
 loss = re.search(r"rank 1 fails on purpose, loss (\S+)", run.out)
 summary = re.search(r"last health report of rank 1: step (\d+), loss (\S+), (\S+) tokens/s, last phase: ([^,\n]*)", run.err)
 check(summary is not None, "the summary shows rank 1's last report")
 if summary and loss:
-    check(summary.group(1) == "5", "its step is the 5th (the hostile step 99 never got through): " + summary.group(1))
+    check(summary.group(1) == "5", "its step is the 5th (the hostile step 99 never got through, the bootstrap "
+          "counted nothing on top): " + summary.group(1))
     check(abs(float(summary.group(2)) - float(loss.group(1))) < 1e-4, "its loss is the last step's: %s vs %s" %
           (summary.group(2), loss.group(1)))
     check(float(summary.group(3)) > 0, "tokens/s from report(tokens=...)")

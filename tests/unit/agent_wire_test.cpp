@@ -42,9 +42,12 @@ TEST_CASE("Configure, StartGroup and Probe arrive with every field") {
   w->set_stream_stdout(true);
   w->set_stream_stderr(true);
   w->set_error_file("rank_5_error.json");
+  CHECK_FALSE(wire::from_wire(start).instrument_python);  // a launcher that never set it asks for nothing
+  start.set_instrument_python(true);
   const auto group = wire::from_wire(start);
   CHECK(group.round == 2);
   CHECK(group.round_token == "token");
+  CHECK(group.instrument_python);
   REQUIRE(group.workers.size() == 1);
   const auto& worker = group.workers[0];
   CHECK(worker.rank == 5);

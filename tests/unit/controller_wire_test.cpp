@@ -129,10 +129,12 @@ TEST_CASE("StartGroup and ProbeRequest go out with every field; what all workers
   second.env = {{"RANK", "6"}, {"WORLD_SIZE", "8"}, {"OMP_NUM_THREADS", "4"}};
   third.rank = 7;
   third.env = {{"RANK", "7"}, {"WORLD_SIZE", "8"}};
-  const StartGroup start{.round = 2, .round_token = "token", .workers = {first, second, third}};
+  const StartGroup start{.round = 2, .round_token = "token", .workers = {first, second, third},
+                         .instrument_python = true};
   const auto s = wire::to_wire(Command{start}).start_group();
   CHECK(s.round() == 2);
   CHECK(s.round_token() == "token");
+  CHECK(s.instrument_python());
   // Shared by all three: once, for the group. Anything that differs, or that one worker lacks, stays per worker.
   CHECK(s.common_env_size() == 1);
   CHECK(s.common_env().at("WORLD_SIZE") == "8");

@@ -170,7 +170,7 @@ TEST_CASE("the diagnostic's fields are 1-based positions, the dotted key and a s
     CHECK(d.key == "health.hang_timeout");
     CHECK(d.message == "unknown key.");
     CHECK(d.hint == "Did you mean 'health.hang_timeout_s'? Allowed keys under health: heartbeat_timeout_s, "
-                    "hang_timeout_s, startup_timeout_s, node_timeout_s, straggler_ratio");
+                    "hang_timeout_s, startup_timeout_s, node_timeout_s, straggler_ratio, instrument");
     CHECK(std::string(e.what()) == d.format());
   }
 }

@@ -8,7 +8,9 @@
     health.phase("allreduce")            # optional: what the script is doing now
     health.watch(ddp_model)              # optional: times DDP's bucket allreduces (a communication hook)
 
-Every worker dtrain starts has this module on PYTHONPATH. Outside dtrain (DTRAIN_HEALTH_SOCKET unset) every call
+Every worker dtrain starts has this module on PYTHONPATH. A PyTorch script that does not import it is still seen
+when health.instrument is auto: the bootstrap (bootstrap/sitecustomize.py) reports through this module, counting
+optimizer steps; a script that uses step() or timed() itself is counted by them alone. Outside dtrain (DTRAIN_HEALTH_SOCKET unset) every call
 does nothing: timed() returns its argument and step() a shared do-nothing context.
 
 Transport: one JSON object per datagram on the Unix socket DTRAIN_HEALTH_SOCKET (the agent's, in a directory only
@@ -16,14 +18,16 @@ this user can enter), carrying RANK, DTRAIN_JOB_TOKEN and DTRAIN_REPORT_TOKEN as
 refuses a datagram whose tokens are not this rank's or whose values cannot be real. The training thread never
 touches the socket: step() keeps one snapshot of the last step, and a daemon thread sends the latest state at
 import, after the first step, and every DTRAIN_HEALTH_INTERVAL_MS (a heartbeat: a long step is not a dead worker).
-Sends never block (a full socket drops the datagram; the next one carries the same state).
+Sends never block (a full socket drops the datagram; the next one carries the same state). The last state is sent
+once more when the process exits normally or by an exception (atexit), so a short job's last step is not lost.
 
 A step's times, in milliseconds of wall time:
     data_wait_ms      inside next() of timed() since the previous step ended
     step_ms           data_wait_ms plus the time inside the step() block
     comm_exposed_ms   with watch(): communication the step still waited for once backward had produced its last
                       gradients (from the launch of the step's last bucket allreduce to the completion of the last
-                      one); the allreduces that ran behind backward's compute are hidden and not counted
+                      one); the allreduces that ran behind backward's compute are hidden and not counted. Steps the
+                      bootstrap counts add the wall time of blocking torch.distributed collectives
     compute_ms        step_ms - data_wait_ms - comm_exposed_ms
 
 Stacks: when DTRAIN_STACKS_FILE is set, faulthandler writes every thread's Python stack to it (appending) on
@@ -31,6 +35,7 @@ SIGUSR2 (SIGUSR1 when the script handles SIGUSR2 itself; none when it handles bo
 signal (dump_signal), so the agent asks for the Python stacks of a hung rank before it stops the round.
 """
 
+import atexit
 import faulthandler
 import json
 import math
@@ -83,6 +88,9 @@ class _Reporter:
         self.comm_first_launch = None    # this step's bucket allreduces (watch)
         self.comm_last_launch = 0.0
         self.comm_last_done = 0.0
+        self.comm_wait = 0.0             # seconds in blocking collectives this step (bootstrap-counted steps)
+        self.explicit_steps = False      # the script called step(): the bootstrap counts no steps
+        self.explicit_data = False       # the script called timed(): the bootstrap adds no data wait
         self.tokens = None
         self.loss = None                 # the last loss read (a float)
         self.pending_loss = None         # (tensor, ready event or None): a device loss not read yet
@@ -95,6 +103,13 @@ class _Reporter:
         self._register_dump(env.get("DTRAIN_STACKS_FILE", ""))
         self.thread = threading.Thread(target=self._run, name="dtrain-health", daemon=True)
         self.thread.start()
+        self.pid = os.getpid()
+        atexit.register(self._last_send)
+
+    def _last_send(self):
+        # A child forked from this process (a DataLoader worker) inherits the handler, not the rank.
+        if os.getpid() == self.pid:
+            self.send()
 
     def _register_dump(self, path):
         if not path:
@@ -178,6 +193,8 @@ class _Reporter:
         if self.comm_first_launch is not None:
             comm = max(0.0, self.comm_last_done - self.comm_last_launch)
             self.comm_first_launch = None
+        comm += self.comm_wait
+        self.comm_wait = 0.0
         data = self.data_wait
         step_s = block_s + data
         last = {"step_ms": step_s * 1e3, "data_wait_ms": data * 1e3, "comm_exposed_ms": comm * 1e3,
@@ -191,6 +208,16 @@ class _Reporter:
         self.step += 1
         if self.steps_done == 1:
             self.wake.set()   # the first step is news: the launcher's start-up check waits for it
+
+    def automatic_step(self, elapsed_s, data_s, comm_s):
+        """One optimizer step counted by the bootstrap: `elapsed_s` since the previous one ended, `data_s` of it
+        inside DataLoader iterators, `comm_s` in blocking collectives. Nothing when the script counts steps itself."""
+        if self.explicit_steps:
+            return
+        if not self.explicit_data:
+            self.data_wait += data_s
+        self.comm_wait += comm_s
+        self.end_step(max(0.0, elapsed_s - self.data_wait))
 
 
 class _Step:
@@ -243,6 +270,7 @@ def timed(iterable):
     """Iterates `iterable`, counting the time inside each next() as the step's data wait."""
     if _reporter is None:
         return iterable
+    _reporter.explicit_data = True
     return _timed(_reporter, iterable)
 
 
@@ -250,6 +278,7 @@ def step():
     """A context for one training step: the step counter advances, and its times are kept, when it exits."""
     if _reporter is None:
         return _NOTHING
+    _reporter.explicit_steps = True
     return _Step(_reporter)
 
 

@@ -106,6 +106,7 @@ void Round::start_groups() {
   for (auto& s : starts) {
     s.round = setup_.number;
     s.round_token = token_;
+    s.instrument_python = setup_.spec->health.instrument == spec::Spec::Health::Instrument::automatic;
   }
   const auto relative = [this](const std::string& path) {
     // Named inside the job's directory: each agent places them under its own run directory (agent/job/run_dir.h).

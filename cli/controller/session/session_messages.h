@@ -220,6 +220,7 @@ struct StartGroup {
   std::uint32_t round = 0;
   std::string round_token;              // the round's DTRAIN_JOB_TOKEN
   std::vector<WorkerLaunch> workers;
+  bool instrument_python = false;       // health.instrument: auto (StartGroup.instrument_python)
 };
 
 struct StopGroup {

@@ -138,6 +138,7 @@ void fill(v1::LauncherMessage& m, const StartGroup& s) {
   auto* out = m.mutable_start_group();
   out->set_round(s.round);
   out->set_round_token(s.round_token);
+  out->set_instrument_python(s.instrument_python);
   const auto shared = shared_env(s.workers);
   out->mutable_common_env()->insert(shared.begin(), shared.end());
   for (const auto& w : s.workers) fill(*out->add_workers(), w, shared);

@@ -1,0 +1,211 @@
+"""health.instrument: auto (worker/python/bootstrap/sitecustomize.py) on unmodified programs, real agents, real
+PyTorch (Debian's 1.13 under /usr/bin/python3):
+  auto      an ordinary gloo DDP script (2 ranks, a DataLoader: rank 0 single-process, rank 1 with two worker
+            processes; ZeroRedundancyOptimizer over SGD; two micro-batches per optimizer step; a blocking all_reduce
+            of the loss) that imports nothing of dtrain: `dtrain status --json` after the job shows each rank at
+            exactly its 12 optimizer steps (ZeRO's inner step and the micro-batches not counted; the last step
+            arrives although the script exits right after it), with data wait and step time; the user's own
+            sitecustomize (on the spec's PYTHONPATH) still runs and is the program's `sitecustomize`, and the
+            bootstrap directory comes before the user's;
+  -m        the same script as `python3 -m module`: counted the same;
+  off       `--set health.instrument=off`: no steps seen, no bootstrap on the worker's PYTHONPATH, the user's
+            sitecustomize still runs;
+  fault     an error inside the instrumentation (planted in the reporter it calls) is said once per rank on stderr,
+            and the job trains to the same loss as with instrument off;
+  no torch  a Python program that never imports torch runs unchanged (its output, no torch imported, the user's
+            sitecustomize ran), and a program that is not Python (/bin/sh) gets no bootstrap on its PYTHONPATH;
+  dtrain run  `--instrument off` sees no steps where the default (auto) sees them all; `--instrument sometimes` is
+            refused with exit 2."""
+
+import json
+import os
+import re
+import subprocess
+
+from harness import DTRAIN, PYTHON, Run, check, finish, write
+
+STEPS = 12
+
+DDP = r"""
+import json, os, sys, time
+import sitecustomize
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.distributed.optim import ZeroRedundancyOptimizer
+from torch.utils.data import DataLoader, Dataset
+
+STEPS, MICRO = %d, 2
+rank = int(os.environ["RANK"])
+print("rank %%d sitecustomize %%s user %%s path %%s" %% (rank, sitecustomize.__file__,
+      getattr(sitecustomize, "USER_SITECUSTOMIZE", False), json.dumps(os.environ.get("PYTHONPATH", ""))), flush=True)
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+
+class Batches(Dataset):
+    def __len__(self):
+        return STEPS * MICRO * 8
+    def __getitem__(self, i):
+        time.sleep(0.002)
+        x = torch.randn(16, generator=torch.Generator().manual_seed(i))
+        return x, x.sum(dim=0, keepdim=True)
+
+model = DDP(torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1)))
+opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.SGD, lr=0.01)
+loader = DataLoader(Batches(), batch_size=8, num_workers=2 if rank == 1 else 0)
+for i, (x, y) in enumerate(loader):
+    if i %% MICRO < MICRO - 1:
+        with model.no_sync():
+            torch.nn.functional.mse_loss(model(x), y).backward()
+        continue
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    mean = loss.detach().clone()
+    dist.all_reduce(mean)
+print("rank %%d trained %%d steps, loss %%.6f" %% (rank, (i + 1) // MICRO, float(mean) / dist.get_world_size()),
+      flush=True)
+""" % STEPS
+
+USER_SITECUSTOMIZE = r"""
+import os
+USER_SITECUSTOMIZE = True
+print("user sitecustomize ran in rank", os.environ.get("RANK"), flush=True)
+"""
+
+# The same script with a fault planted in the instrumentation's path (dtrain_health's reporter, which the bootstrap
+# calls at every step): the instrumentation must turn itself off and the training go on as if it were not there.
+FAULT = r"""
+import dtrain_health
+def planted_fault(*args):
+    raise RuntimeError("planted fault")
+dtrain_health._Reporter.automatic_step = planted_fault
+""" + DDP
+
+NO_TORCH = r"""
+import sys, sitecustomize
+print("no torch: %s, sitecustomize %s, sum %d" % ("torch" not in sys.modules,
+      getattr(sitecustomize, "USER_SITECUSTOMIZE", False), sum(range(10))), flush=True)
+"""
+
+SPEC = """
+name: %s
+nodes: {provider: local, count: %d}
+workers_per_node: 1
+command: %s
+env: {PYTHONPATH: %s}
+stop: {grace_s: 1}
+health: {startup_timeout_s: 120}
+logs: {dir: runs, console: all}
+"""
+
+
+def status_json(run):
+    done = subprocess.run([DTRAIN, "status", "--json"], cwd=run.dir, capture_output=True, text=True, timeout=30)
+    try:
+        return json.loads(done.stdout)
+    except ValueError:
+        check(False, "dtrain status --json printed JSON: %r %r" % (done.stdout, done.stderr))
+        return {}
+
+
+def ranks_of(run):
+    return {r["rank"]: r for r in status_json(run).get("ranks", [])}
+
+
+def launch(name, nodes, command, overrides=()):
+    """`dtrain launch` of a job whose workers run `command` (a function of the run's directory), with a user
+    sitecustomize in the directory the spec puts on PYTHONPATH."""
+    run = Run([], timeout=240)
+    user_path = os.path.join(run.dir, "user-modules")
+    write(os.path.join(user_path, "sitecustomize.py"), USER_SITECUSTOMIZE)
+    write(os.path.join(user_path, "ddp_job.py"), DDP)
+    spec = write(os.path.join(run.dir, "job.yaml"), SPEC % (name, nodes, command(run.dir), user_path))
+    run.args += ["launch", spec]
+    for override in overrides:
+        run.args += ["--set", override]
+    run.run()
+    run.show()
+    run.user_path = user_path
+    return run
+
+
+def check_counted(run, what):
+    check(run.code == 0, "%s: the job succeeds, got %s" % (what, run.code))
+    check(len(re.findall(r"user sitecustomize ran in rank \d", run.out)) == 2,
+          "%s: the user's sitecustomize ran in both ranks" % what)
+    for rank, path in re.findall(r"rank (\d) sitecustomize \S+ user True path (\".*\")", run.out):
+        parts = json.loads(path).split(":")
+        check(len(parts) == 3 and parts[1].endswith("share/dtrain/python/bootstrap") and parts[2] == run.user_path,
+              "%s: rank %s's PYTHONPATH is the helper's, the bootstrap's, then the user's: %s" % (what, rank, parts))
+    check(len(re.findall(r"rank \d sitecustomize \S+ user True", run.out)) == 2,
+          "%s: the program's sitecustomize is the user's in both ranks" % what)
+    ranks = ranks_of(run)
+    check(sorted(ranks) == [0, 1], "%s: status shows both ranks: %s" % (what, sorted(ranks)))
+    for rank, row in sorted(ranks.items()):
+        check(row["step"] == STEPS, "%s: rank %d is at step %d (one per optimizer step, ZeRO's inner step and the "
+              "micro-batches not counted; the last arrives at exit), got %s" % (what, rank, STEPS, row["step"]))
+        check(row["step_ms"] > 0, "%s: rank %d has a step time: %s" % (what, rank, row))
+        check(row["data_wait_ratio"] > 0, "%s: rank %d's DataLoader waits are data wait: %s" % (what, rank, row))
+    run.assert_no_leaks()
+
+
+# ---- auto: the script as a path, and as -m module
+run = launch("instrument-auto", 2, lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, "ddp_job.py"), DDP)))
+check_counted(run, "script")
+run = launch("instrument-module", 2, lambda d: "[%s, -m, ddp_job]" % PYTHON)
+check_counted(run, "-m module")
+
+# ---- off
+run = launch("instrument-off", 2, lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, "ddp_job.py"), DDP)),
+             ["health.instrument=off"])
+check(run.code == 0, "off: the job succeeds, got %s" % run.code)
+losses = re.findall(r"rank \d trained %d steps, loss (\S+)" % STEPS, run.out)
+check(len(losses) == 2, "off: both ranks trained")
+check(len(re.findall(r"rank \d sitecustomize \S+ user True", run.out)) == 2,
+      "off: the user's sitecustomize still runs")
+check("bootstrap" not in run.out, "off: no bootstrap on any PYTHONPATH")
+ranks = ranks_of(run)
+check(sorted(ranks) == [0, 1] and all(r["step"] == 0 for r in ranks.values()),
+      "off: no steps seen: %s" % [(r["rank"], r["step"]) for r in ranks.values()])
+run.assert_no_leaks()
+
+# ---- fault: the same training result as with instrument off
+run = launch("instrument-fault", 2, lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, "fault_job.py"), FAULT)))
+check(run.code == 0, "fault: the job succeeds, got %s" % run.code)
+said = re.findall(r"dtrain: the PyTorch instrumentation \(health.instrument: auto\) is off in this process after an "
+                  r"error of its own: RuntimeError: planted fault", run.out + run.err)
+check(len(said) == 2, "fault: said once per rank (%d times)" % len(said))
+check(sorted(re.findall(r"rank \d trained %d steps, loss (\S+)" % STEPS, run.out)) == sorted(losses) and len(losses) == 2,
+      "fault: the same losses as with instrument off: %s" % losses)
+run.assert_no_leaks()
+
+# ---- a Python program without torch; a program that is not Python
+run = launch("no-torch", 1, lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, "plain.py"), NO_TORCH)))
+check(run.code == 0 and "no torch: True, sitecustomize True, sum 45" in run.out,
+      "a program without torch runs as it would without dtrain: %s" % run.code)
+check("user sitecustomize ran in rank 0" in run.out, "its user sitecustomize ran")
+check("dtrain: the PyTorch instrumentation" not in run.err, "nothing said about the instrumentation")
+run.assert_no_leaks()
+run = launch("not-python", 1, lambda d: "[/bin/sh, -c, 'echo \"path=$PYTHONPATH\"']")
+path = re.search(r"path=(\S*)", run.out)
+check(run.code == 0 and path is not None and "bootstrap" not in path.group(1) and run.user_path in path.group(1),
+      "a program that is not Python gets no bootstrap on its PYTHONPATH: %s" % (path and path.group(1)))
+
+# ---- dtrain run --instrument
+for flag, expected in (([], STEPS), (["--instrument", "off"], 0)):
+    run = Run([], timeout=240)
+    script = write(os.path.join(run.dir, "ddp_job.py"), DDP)
+    run.args += ["run", "-n", "2", "--console", "all"] + flag + ["--", PYTHON, script]
+    run.run()
+    run.show()
+    steps = sorted((r["rank"], r["step"]) for r in ranks_of(run).values())
+    check(run.code == 0 and steps == [(0, expected), (1, expected)],
+          "dtrain run %s: each rank at step %d: %s" % (" ".join(flag) or "(auto)", expected, steps))
+    run.assert_no_leaks()
+run = Run(["run", "-n", "1", "--instrument", "sometimes", "--", PYTHON, "-c", "pass"]).run()
+check(run.code == 2 and "--instrument must be auto or off (got 'sometimes')" in run.err,
+      "dtrain run --instrument sometimes is refused: %s %s" % (run.code, run.err))
+
+finish()
