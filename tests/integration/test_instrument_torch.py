@@ -4,7 +4,8 @@ PyTorch (Debian's 1.13 under /usr/bin/python3):
             processes; ZeroRedundancyOptimizer over SGD; two micro-batches per optimizer step; a blocking all_reduce
             of the loss) that imports nothing of dtrain: `dtrain status --json` after the job shows each rank at
             exactly its 12 optimizer steps (ZeRO's inner step and the micro-batches not counted; the last step
-            arrives although the script exits right after it), with data wait and step time; the user's own
+            arrives although the script exits right after it), with data wait, step time, and tokens/s from the
+            batches of token ids (2 micro-batches of 8 x 4 tokens per step); the user's own
             sitecustomize (on the spec's PYTHONPATH) still runs and is the program's `sitecustomize`, and the
             bootstrap directory comes before the user's;
   -m        the same script as `python3 -m module`: counted the same;
@@ -35,7 +36,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.utils.data import DataLoader, Dataset
 
-STEPS, MICRO = %d, 2
+STEPS, MICRO, BATCH, SEQUENCE = %d, 2, 8, 4
 rank = int(os.environ["RANK"])
 print("rank %%d sitecustomize %%s user %%s path %%s" %% (rank, sitecustomize.__file__,
       getattr(sitecustomize, "USER_SITECUSTOMIZE", False), json.dumps(os.environ.get("PYTHONPATH", ""))), flush=True)
@@ -44,15 +45,15 @@ torch.manual_seed(0)
 
 class Batches(Dataset):
     def __len__(self):
-        return STEPS * MICRO * 8
+        return STEPS * MICRO * BATCH
     def __getitem__(self, i):
         time.sleep(0.002)
-        x = torch.randn(16, generator=torch.Generator().manual_seed(i))
-        return x, x.sum(dim=0, keepdim=True)
+        tokens = torch.randint(0, 100, (SEQUENCE,), generator=torch.Generator().manual_seed(i))
+        return tokens, tokens.float().mean(dim=0, keepdim=True) / 100
 
-model = DDP(torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1)))
+model = DDP(torch.nn.Sequential(torch.nn.Embedding(100, 16), torch.nn.Flatten(), torch.nn.Linear(16 * SEQUENCE, 1)))
 opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.SGD, lr=0.01)
-loader = DataLoader(Batches(), batch_size=8, num_workers=2 if rank == 1 else 0)
+loader = DataLoader(Batches(), batch_size=BATCH, num_workers=2 if rank == 1 else 0)
 for i, (x, y) in enumerate(loader):
     if i %% MICRO < MICRO - 1:
         with model.no_sync():
@@ -148,6 +149,8 @@ def check_counted(run, what):
               "micro-batches not counted; the last arrives at exit), got %s" % (what, rank, STEPS, row["step"]))
         check(row["step_ms"] > 0, "%s: rank %d has a step time: %s" % (what, rank, row))
         check(row["data_wait_ratio"] > 0, "%s: rank %d's DataLoader waits are data wait: %s" % (what, rank, row))
+        check(abs(row["tokens_per_s"] * row["step_ms"] / 1000 - 64) < 0.5,
+              "%s: rank %d's tokens/s is 64 tokens per step: %s" % (what, rank, row))
     run.assert_no_leaks()
 
 

@@ -17,6 +17,8 @@ Armed, it measures, per optimizer step:
                 version, global step hooks too where torch has them (2.x): hooks cannot tell an inner optimizer's
                 step from its wrapper's. Gradient-accumulation micro-steps call no step() and are not steps.
     data wait   wall time inside DataLoader iterators' __next__ (single- and multi-process loaders alike);
+    tokens      when a batch is, or begins with (a tuple, a list, a dict's input_ids or first value), an integer
+                tensor of token ids (batch x sequence): its elements, for tokens/s;
     comm wait   wall time inside blocking torch.distributed collectives (async_op=True ones return at once and are
                 not counted; a collective made of others is counted once).
 and reports them through dtrain_health (its reporter, socket and thread; see that module for the fields). The
@@ -70,6 +72,7 @@ class _Instrumentation:
         self.first_data = None           # when the first DataLoader wait before the first step began
         self.data_wait = 0.0             # seconds since the previous step
         self.comm_wait = 0.0
+        self.tokens = 0                  # token ids the DataLoader handed out since the previous step
         self.health = None               # the dtrain_health module, once the first step is counted
 
     def fail(self, error):
@@ -88,9 +91,10 @@ class _Instrumentation:
         now = self.clock()
         began = self.last_end if self.last_end is not None else \
             self.first_data if self.first_data is not None else self.armed_at
-        data, comm = self.data_wait, self.comm_wait
+        data, comm, tokens = self.data_wait, self.comm_wait, self.tokens
         self.last_end = now
         self.data_wait = self.comm_wait = 0.0
+        self.tokens = 0
         if self.health is None:
             import dtrain_health
             self.health = dtrain_health
@@ -98,6 +102,8 @@ class _Instrumentation:
         if reporter is None:   # no health socket: nothing to report to
             self.on = False
             return
+        if tokens and reporter.tokens is None:   # a count the script reported itself wins
+            reporter.tokens = tokens
         reporter.automatic_step(now - began, data, comm)
 
 
@@ -152,6 +158,18 @@ def _instrument_optimizers(torch):
     optimizer.__init__ = counting_init
 
 
+def _token_count(torch, batch):
+    """The token ids in `batch` when it is, or begins with, an integer tensor of batch x sequence; else 0."""
+    if isinstance(batch, dict):
+        batch = batch.get("input_ids", next(iter(batch.values()), None))
+    elif isinstance(batch, (tuple, list)):
+        batch = batch[0] if batch else None
+    if isinstance(batch, torch.Tensor) and batch.dim() == 2 and not batch.is_floating_point() and \
+            not batch.is_complex() and batch.dtype != torch.bool:
+        return batch.numel()
+    return 0
+
+
 def _instrument_data_loaders(torch):
     from torch.utils.data import dataloader
     iterator = dataloader._BaseDataLoaderIter
@@ -163,11 +181,16 @@ def _instrument_data_loaders(torch):
             return next_item(self)
         began = state.clock()
         try:
-            return next_item(self)
+            batch = next_item(self)
         finally:
             state.data_wait += state.clock() - began
             if state.first_data is None and state.last_end is None:
                 state.first_data = began
+        try:
+            state.tokens += _token_count(torch, batch)
+        except Exception as error:
+            state.fail(error)
+        return batch
 
     timed_next.__wrapped__ = next_item
     iterator.__next__ = timed_next
