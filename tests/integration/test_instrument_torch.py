@@ -4,10 +4,10 @@ PyTorch (Debian's 1.13 under /usr/bin/python3):
             processes; ZeroRedundancyOptimizer over SGD; two micro-batches per optimizer step; a blocking all_reduce
             of the loss) that imports nothing of dtrain: `dtrain status --json` after the job shows each rank at
             exactly its 12 optimizer steps (ZeRO's inner step and the micro-batches not counted; the last step
-            arrives although the script exits right after it), with data wait, step time, and tokens/s from the
-            batches of token ids (2 micro-batches of 8 x 4 tokens per step); the user's own
-            sitecustomize (on the spec's PYTHONPATH) still runs and is the program's `sitecustomize`, and the
-            bootstrap directory comes before the user's;
+            arrives although the script exits right after it), with data wait, step time, tokens/s from the
+            batches of token ids (2 micro-batches of 8 x 4 tokens per step) and the loss of its last backward();
+            the user's own sitecustomize (on the spec's PYTHONPATH) still runs and is the program's
+            `sitecustomize`, and the bootstrap directory comes before the user's;
   -m        the same script as `python3 -m module`: counted the same;
   off       `--set health.instrument=off`: no steps seen, no bootstrap on the worker's PYTHONPATH, the user's
             sitecustomize still runs;
@@ -65,8 +65,8 @@ for i, (x, y) in enumerate(loader):
     opt.zero_grad()
     mean = loss.detach().clone()
     dist.all_reduce(mean)
-print("rank %%d trained %%d steps, loss %%.6f" %% (rank, (i + 1) // MICRO, float(mean) / dist.get_world_size()),
-      flush=True)
+print("rank %%d trained %%d steps, loss %%.6f, own last loss %%.6f" %% (rank, (i + 1) // MICRO,
+      float(mean) / dist.get_world_size(), float(loss)), flush=True)
 """ % STEPS
 
 USER_SITECUSTOMIZE = r"""
@@ -151,6 +151,10 @@ def check_counted(run, what):
         check(row["data_wait_ratio"] > 0, "%s: rank %d's DataLoader waits are data wait: %s" % (what, rank, row))
         check(abs(row["tokens_per_s"] * row["step_ms"] / 1000 - 64) < 0.5,
               "%s: rank %d's tokens/s is 64 tokens per step: %s" % (what, rank, row))
+        own = re.search(r"rank %d trained \d+ steps, loss \S+, own last loss (\S+)" % rank, run.out)
+        check(own is not None and row["loss"] is not None and abs(row["loss"] - float(own.group(1))) < 1e-5,
+              "%s: rank %d's loss is the one its last step's backward() ran from: %s vs %s" %
+              (what, rank, row["loss"], own and own.group(1)))
     run.assert_no_leaks()
 
 
@@ -164,7 +168,7 @@ check_counted(run, "-m module")
 run = launch("instrument-off", 2, lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, "ddp_job.py"), DDP)),
              ["health.instrument=off"])
 check(run.code == 0, "off: the job succeeds, got %s" % run.code)
-losses = re.findall(r"rank \d trained %d steps, loss (\S+)" % STEPS, run.out)
+losses = re.findall(r"rank \d trained %d steps, loss ([\d.]+)" % STEPS, run.out)
 check(len(losses) == 2, "off: both ranks trained")
 check(len(re.findall(r"rank \d sitecustomize \S+ user True", run.out)) == 2,
       "off: the user's sitecustomize still runs")
@@ -180,8 +184,9 @@ check(run.code == 0, "fault: the job succeeds, got %s" % run.code)
 said = re.findall(r"dtrain: the PyTorch instrumentation \(health.instrument: auto\) is off in this process after an "
                   r"error of its own: RuntimeError: planted fault", run.out + run.err)
 check(len(said) == 2, "fault: said once per rank (%d times)" % len(said))
-check(sorted(re.findall(r"rank \d trained %d steps, loss (\S+)" % STEPS, run.out)) == sorted(losses) and len(losses) == 2,
-      "fault: the same losses as with instrument off: %s" % losses)
+faulted = re.findall(r"rank \d trained %d steps, loss ([\d.]+)" % STEPS, run.out)
+check(sorted(faulted) == sorted(losses) and len(losses) == 2,
+      "fault: the same losses as with instrument off: %s vs %s" % (faulted, losses))
 run.assert_no_leaks()
 
 # ---- a Python program without torch; a program that is not Python

@@ -10,8 +10,9 @@
 
 Every worker dtrain starts has this module on PYTHONPATH. A PyTorch script that does not import it is still seen
 when health.instrument is auto: the bootstrap (bootstrap/sitecustomize.py) reports through this module, counting
-optimizer steps; a script that uses step() or timed() itself is counted by them alone. Outside dtrain (DTRAIN_HEALTH_SOCKET unset) every call
-does nothing: timed() returns its argument and step() a shared do-nothing context.
+optimizer steps; a script that uses step() or timed() itself is counted by them alone. Outside dtrain
+(DTRAIN_HEALTH_SOCKET unset) every call does nothing: timed() returns its argument and step() a shared do-nothing
+context.
 
 Transport: one JSON object per datagram on the Unix socket DTRAIN_HEALTH_SOCKET (the agent's, in a directory only
 this user can enter), carrying RANK, DTRAIN_JOB_TOKEN and DTRAIN_REPORT_TOKEN as a gRPC report does; the agent

@@ -14,9 +14,11 @@ Armed, it measures, per optimizer step:
     steps       one step is one call of an optimizer's step() (any torch.optim.Optimizer subclass: each class's
                 step is wrapped once, when its first instance is made; a wrapper such as ZeroRedundancyOptimizer,
                 whose step calls its inner optimizer's, is counted once). The wrapper is used on every torch
-                version, global step hooks too where torch has them (2.x): hooks cannot tell an inner optimizer's
-                step from its wrapper's. Gradient-accumulation micro-steps call no step() and are not steps.
+                version, also where torch has global step hooks (2.x): those cannot tell an inner optimizer's step
+                from its wrapper's. Gradient-accumulation micro-steps call no step() and are not steps.
     data wait   wall time inside DataLoader iterators' __next__ (single- and multi-process loaders alike);
+    loss        the last 0-dim tensor whose backward() ran before the step (read as dtrain_health's report(loss=)
+                does: at once on the CPU, on a device only once its value exists, at most once per report interval);
     tokens      when a batch is, or begins with (a tuple, a list, a dict's input_ids or first value), an integer
                 tensor of token ids (batch x sequence): its elements, for tokens/s;
     comm wait   wall time inside blocking torch.distributed collectives (async_op=True ones return at once and are
@@ -73,6 +75,7 @@ class _Instrumentation:
         self.data_wait = 0.0             # seconds since the previous step
         self.comm_wait = 0.0
         self.tokens = 0                  # token ids the DataLoader handed out since the previous step
+        self.loss = None                 # the last 0-dim tensor backward() ran from, detached
         self.health = None               # the dtrain_health module, once the first step is counted
 
     def fail(self, error):
@@ -91,10 +94,11 @@ class _Instrumentation:
         now = self.clock()
         began = self.last_end if self.last_end is not None else \
             self.first_data if self.first_data is not None else self.armed_at
-        data, comm, tokens = self.data_wait, self.comm_wait, self.tokens
+        data, comm, tokens, loss = self.data_wait, self.comm_wait, self.tokens, self.loss
         self.last_end = now
         self.data_wait = self.comm_wait = 0.0
         self.tokens = 0
+        self.loss = None
         if self.health is None:
             import dtrain_health
             self.health = dtrain_health
@@ -104,6 +108,8 @@ class _Instrumentation:
             return
         if tokens and reporter.tokens is None:   # a count the script reported itself wins
             reporter.tokens = tokens
+        if loss is not None and not reporter.explicit_steps:
+            reporter.take_loss(loss)
         reporter.automatic_step(now - began, data, comm)
 
 
@@ -168,6 +174,26 @@ def _token_count(torch, batch):
             not batch.is_complex() and batch.dtype != torch.bool:
         return batch.numel()
     return 0
+
+
+def _instrument_backward(torch):
+    tensor = torch.Tensor
+    backward = tensor.backward
+    state = _state
+
+    def noting_backward(self, *args, **kwargs):
+        if state.on:
+            try:
+                if self.dim() == 0:
+                    state.loss = self.detach()
+            except Exception as error:
+                state.fail(error)
+        return backward(self, *args, **kwargs)
+
+    noting_backward.__wrapped__ = backward
+    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
+        setattr(noting_backward, name, getattr(backward, name, None))
+    tensor.backward = noting_backward
 
 
 def _instrument_data_loaders(torch):
@@ -254,6 +280,7 @@ def _arm(torch):
     _state = _Instrumentation()
     try:
         _instrument_optimizers(torch)
+        _instrument_backward(torch)
         _instrument_data_loaders(torch)
         _instrument_collectives(torch)
     except Exception as error:
