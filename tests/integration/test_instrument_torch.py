@@ -13,6 +13,8 @@ PyTorch (Debian's 1.13 under /usr/bin/python3):
             sitecustomize still runs;
   fault     an error inside the instrumentation (planted in the reporter it calls) is said once per rank on stderr,
             and the job trains to the same loss as with instrument off;
+  hang      with health.hang_timeout_s 3, a rank blocked in an all_reduce its peer never joins fails the job (124),
+            and its last report names the collective as its phase;
   no torch  a Python program that never imports torch runs unchanged (its output, no torch imported, the user's
             sitecustomize ran), and a program that is not Python (/bin/sh) gets no bootstrap on its PYTHONPATH;
   dtrain run  `--instrument off` sees no steps where the default (auto) sees them all; `--instrument sometimes` is
@@ -83,6 +85,25 @@ def planted_fault(*args):
     raise RuntimeError("planted fault")
 dtrain_health._Reporter.automatic_step = planted_fault
 """ + DDP
+
+# Three steps, then rank 1 blocks in an all_reduce that rank 0 never joins.
+HANG = r"""
+import os, time
+import torch
+import torch.distributed as dist
+rank = int(os.environ["RANK"])
+dist.init_process_group("gloo")
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    dist.barrier()
+print("rank %d hangs" % rank, flush=True)
+if rank == 1:
+    dist.all_reduce(torch.ones(1))
+time.sleep(300)
+"""
 
 NO_TORCH = r"""
 import sys, sitecustomize
@@ -187,6 +208,15 @@ check(len(said) == 2, "fault: said once per rank (%d times)" % len(said))
 faulted = re.findall(r"rank \d trained %d steps, loss ([\d.]+)" % STEPS, run.out)
 check(sorted(faulted) == sorted(losses) and len(losses) == 2,
       "fault: the same losses as with instrument off: %s vs %s" % (faulted, losses))
+run.assert_no_leaks()
+
+# ---- hang: the collective a rank is blocked in
+run = launch("instrument-hang", 2, lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, "hang.py"), HANG)),
+             ["health.hang_timeout_s=3"])
+check(run.code == 124, "hang: the job fails with 124, got %s" % run.code)
+row = ranks_of(run).get(1, {})
+check(row.get("step") == 3 and row.get("phase") == "torch.distributed.all_reduce",
+      "hang: rank 1's last report is at step 3 in torch.distributed.all_reduce: %s" % row)
 run.assert_no_leaks()
 
 # ---- a Python program without torch; a program that is not Python

@@ -23,6 +23,8 @@ Armed, it measures, per optimizer step:
                 tensor of token ids (batch x sequence): its elements, for tokens/s;
     comm wait   wall time inside blocking torch.distributed collectives (async_op=True ones return at once and are
                 not counted; a collective made of others is counted once).
+    phase       while a blocking collective runs, "torch.distributed.<name>" (the previous phase after it): a rank
+                hung in one is reported with it. Set only once reports run, and never over a script's own phases.
 and reports them through dtrain_health (its reporter, socket and thread; see that module for the fields). The
 reporter starts at the first optimizer step, so a torch program that never steps an optimizer sends nothing and is
 never judged by the launcher's start-up or heartbeat checks. A script that uses dtrain_health's step() or timed()
@@ -89,6 +91,15 @@ class _Instrumentation:
                              "silence this, or report it with this line.\n" % (type(error).__name__, error))
         except Exception:
             pass
+
+    def enter_phase(self, name):
+        """Makes `name` the reported phase; returns the one to restore (None: nothing was changed)."""
+        reporter = self.health._reporter if self.health is not None else None
+        if reporter is None or reporter.explicit_steps:
+            return None
+        previous = reporter.phase
+        reporter.phase = name
+        return previous
 
     def step_done(self):
         now = self.clock()
@@ -237,6 +248,8 @@ def _wrap_collective(fn):
     except ValueError:
         position = None
 
+    phase = "torch.distributed." + fn.__name__
+
     def timed_collective(*args, **kwargs):
         local = state.local
         if not state.on or getattr(local, "in_collective", False):
@@ -245,6 +258,11 @@ def _wrap_collective(fn):
                                   else False)
         if asynchronous:
             return fn(*args, **kwargs)
+        try:
+            previous = state.enter_phase(phase)
+        except Exception as error:
+            state.fail(error)
+            return fn(*args, **kwargs)
         local.in_collective = True
         began = state.clock()
         try:
@@ -252,6 +270,8 @@ def _wrap_collective(fn):
         finally:
             local.in_collective = False
             state.comm_wait += state.clock() - began
+            if previous is not None:
+                state.health._reporter.phase = previous
 
     for name in ("__module__", "__name__", "__qualname__", "__doc__"):
         setattr(timed_collective, name, getattr(fn, name, None))
