@@ -1,23 +1,28 @@
 #include "worker/credentials.h"
 
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
+
+#include "common/bounded_file.h"
 
 namespace dtrain::worker {
 namespace {
 
-// The contents of the file the variable `name` names.
+// A PEM file (CA, key or certificate chain) is a few KiB; the bound only keeps a FIFO or /dev/zero from hanging or
+// filling the worker.
+constexpr std::size_t kMaxPemFileBytes = 64 * 1024;
+
+// The contents of the file the variable `name` names, read as every file a user names is (common/bounded_file.h).
 Result<std::string> read_variable_file(const char* name) {
   const char* value = std::getenv(name);
   const std::string path = value ? value : "";
-  std::ifstream in(path);
-  if (!in) {
+  Result<std::string> text;
+  if (!path.empty()) text = read_bounded_file(path, FileBound{kMaxPemFileBytes});
+  if (path.empty() || !text.ok()) {
     return {Status(StatusCode::not_found, std::string("cannot read ") + name + " (" +
                                               (path.empty() ? "unset" : path) +
                                               "); the agent writes the worker's TLS files when the cluster uses TLS")};
   }
-  return {{}, std::string(std::istreambuf_iterator<char>(in), {})};
+  return text;
 }
 
 }  // namespace

@@ -238,6 +238,15 @@ TEST_CASE("malformed input names the line and what is wrong") {
   CHECK_THROWS_WITH_AS(parse_nvidia_smi_topo("hello\nworld\n"), doctest::Contains("CPU Affinity"), ImportError);
 }
 
+TEST_CASE("a row of only vertical tab or form feed ends the matrix like a blank line") {
+  // Found by fuzzing: such a row counted as not blank but had no fields, and the parser read fields[0] of an empty
+  // vector. It now ends the matrix, so the missing rows are named.
+  for (const char* space : {"\v", "\f", "\v \f\t"}) {
+    const std::string text = std::string("\tGPU0\tGPU1\tCPU Affinity\nGPU0\tX\tNV4\t0-7\n") + space + "\n";
+    CHECK_THROWS_WITH_AS(parse_nvidia_smi_topo(text), doctest::Contains("ends after 1 rows"), ImportError);
+  }
+}
+
 TEST_CASE("bytes that are not UTF-8 still render as JSON (U+FFFD), not as an exception") {
   // Found by fuzzing (tests/fuzz/topology_import.cpp): `dtrain topo --import FILE --json` aborted on a file whose
   // NIC legend held a byte that is not UTF-8.

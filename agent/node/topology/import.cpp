@@ -41,7 +41,9 @@ std::vector<std::string> tokens(const std::string& line) {
   return out;
 }
 
-bool blank(const std::string& line) { return line.find_first_not_of(" \t") == std::string::npos; }
+// A line with no tokens: the same whitespace as tokens() (std::isspace: also \v, \f and a lone \r), so a row that
+// is not blank always has a first field.
+bool blank(const std::string& line) { return tokens(line).empty(); }
 
 [[noreturn]] void fail(std::size_t line, const std::string& what) {
   throw ImportError("line " + std::to_string(line + 1) + ": " + what);
