@@ -72,6 +72,7 @@ Status check_report_values(const v1::WorkerReport& report) {
   }
   const NamedValue<double> amounts[] = {
       {"tokens_per_s", report.tokens_per_s(), std::numeric_limits<double>::max(), nullptr},
+      {"samples_per_s", report.samples_per_s(), std::numeric_limits<double>::max(), nullptr},
       {"step_ms", report.step_ms(), kMaxReportedMs, "a week"},
       {"data_wait_ms", report.data_wait_ms(), kMaxReportedMs, "a week"},
       {"compute_ms", report.compute_ms(), kMaxReportedMs, "a week"},
@@ -92,6 +93,7 @@ Status check_report_values(const v1::WorkerReport& report) {
       {"rss_bytes", report.rss_bytes(), kMaxReportedBytes, "1 PiB"},
       {"device_mem_used_bytes", report.device_mem_used_bytes(), kMaxReportedBytes, "1 PiB"},
       {"device_mem_total_bytes", report.device_mem_total_bytes(), kMaxReportedBytes, "1 PiB"},
+      {"device_mem_peak_bytes", report.device_mem_peak_bytes(), kMaxReportedBytes, "1 PiB"},
       {"mem_params_bytes", report.mem_params_bytes(), kMaxReportedBytes, "1 PiB"},
       {"mem_grads_bytes", report.mem_grads_bytes(), kMaxReportedBytes, "1 PiB"},
       {"mem_optim_bytes", report.mem_optim_bytes(), kMaxReportedBytes, "1 PiB"},

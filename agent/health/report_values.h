@@ -32,10 +32,10 @@ inline constexpr std::uint32_t kMaxReportedSignal = 64;
 inline constexpr std::size_t kMaxPhaseBytes = 128;
 
 // Whether a report's values can be real, or invalid_argument naming the first that cannot: loss must be finite;
-// tokens/s, loss_scale and the times (step_ms, data_wait_ms, compute_ms, comm_exposed_ms, optimizer_ms) finite and
-// not negative; step, the byte counts, the times, loss_scale and dump_signal within the bounds above. A loss may be
-// negative (not every objective is a cross-entropy). A run whose loss stopped being finite has diverged; it says so
-// in its error, not in a health report. The phase is never refused: phase_of cuts it.
+// tokens/s, samples/s, loss_scale and the times (step_ms, data_wait_ms, compute_ms, comm_exposed_ms, optimizer_ms)
+// finite and not negative; step, the byte counts, the times, loss_scale and dump_signal within the bounds above. A
+// loss may be negative (not every objective is a cross-entropy). A run whose loss stopped being finite has diverged;
+// it says so in its error, not in a health report. The phase is never refused: phase_of cuts it.
 Status check_report_values(const v1::WorkerReport& report);
 
 // The phase as the launcher gets it: at most kMaxPhaseBytes, cut before the first byte that does not continue valid

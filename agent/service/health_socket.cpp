@@ -32,13 +32,15 @@ constexpr DoubleField kDoubleFields[] = {
     {"loss", &R::set_loss},           {"tokens_per_s", &R::set_tokens_per_s},
     {"step_ms", &R::set_step_ms},     {"data_wait_ms", &R::set_data_wait_ms},
     {"compute_ms", &R::set_compute_ms}, {"comm_exposed_ms", &R::set_comm_exposed_ms},
-    {"optimizer_ms", &R::set_optimizer_ms}, {"loss_scale", &R::set_loss_scale}};
+    {"optimizer_ms", &R::set_optimizer_ms}, {"loss_scale", &R::set_loss_scale},
+    {"samples_per_s", &R::set_samples_per_s}};
 constexpr CountField kCountFields[] = {
     {"step", &R::set_step},
     {"steps_done", &R::set_steps_done},
     {"rss_bytes", &R::set_rss_bytes},
     {"device_mem_used_bytes", &R::set_device_mem_used_bytes},
     {"device_mem_total_bytes", &R::set_device_mem_total_bytes},
+    {"device_mem_peak_bytes", &R::set_device_mem_peak_bytes},
     {"mem_params_bytes", &R::set_mem_params_bytes},
     {"mem_grads_bytes", &R::set_mem_grads_bytes},
     {"mem_optim_bytes", &R::set_mem_optim_bytes},

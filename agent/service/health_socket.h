@@ -4,8 +4,9 @@
 // script with nothing but the standard library). One datagram is one small JSON object:
 //
 //   {"rank": 3, "token": DTRAIN_JOB_TOKEN, "report_token": DTRAIN_REPORT_TOKEN, "step": 41, "steps_done": 41,
-//    "loss": 2.31, "tokens_per_s": 5120.0, "rss_bytes": 812345344, "step_ms": 95.2, "data_wait_ms": 3.1,
-//    "compute_ms": 80.0, "comm_exposed_ms": 12.1, "phase": "forward", "dump_signal": 12}
+//    "loss": 2.31, "tokens_per_s": 5120.0, "samples_per_s": 10.0, "rss_bytes": 812345344, "step_ms": 95.2,
+//    "data_wait_ms": 3.1, "compute_ms": 80.0, "comm_exposed_ms": 12.1, "device_mem_used_bytes": 2147483648,
+//    "device_mem_peak_bytes": 1610612736, "phase": "forward", "dump_signal": 12}
 //
 // The field names are WorkerReport's (report.proto). rank is required, and the tokens (a datagram without them is
 // refused by the token check); every other field is optional (absent: 0, as in a gRPC report), and

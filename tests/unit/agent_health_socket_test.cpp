@@ -44,7 +44,9 @@ bool eventually(Done done) {
 
 const char* kGood = R"({"rank":3,"token":"job","report_token":"r3","step":41,"steps_done":7,"loss":2.5,)"
                     R"("tokens_per_s":100.0,"rss_bytes":4096,"step_ms":90.5,"data_wait_ms":3.0,"compute_ms":70.0,)"
-                    R"("comm_exposed_ms":17.5,"phase":"forward","dump_signal":12,"unknown_field":[1,2]})";
+                    R"("comm_exposed_ms":17.5,"samples_per_s":12.5,"device_mem_used_bytes":6442450944,)"
+                    R"("device_mem_peak_bytes":5368709120,"device_mem_total_bytes":85899345920,)"
+                    R"("phase":"forward","dump_signal":12,"unknown_field":[1,2]})";
 
 }  // namespace
 
@@ -64,6 +66,10 @@ TEST_CASE("a datagram's JSON becomes the report it describes") {
   CHECK(r.data_wait_ms() == 3.0);
   CHECK(r.compute_ms() == 70.0);
   CHECK(r.comm_exposed_ms() == 17.5);
+  CHECK(r.samples_per_s() == 12.5);
+  CHECK(r.device_mem_used_bytes() == 6442450944);
+  CHECK(r.device_mem_peak_bytes() == 5368709120);
+  CHECK(r.device_mem_total_bytes() == 85899345920);
   CHECK(r.phase() == "forward");
   CHECK(r.dump_signal() == 12);
   CHECK(check_report_values(r).ok());
@@ -80,6 +86,9 @@ TEST_CASE("datagrams that are not reports are refused with what is wrong") {
       {R"({"rank":1,"step":-3})", "\"step\""},
       {R"({"rank":1,"step":1.5})", "\"step\""},
       {R"({"rank":1,"loss":"2"})", "\"loss\""},
+      {R"({"rank":1,"samples_per_s":"8"})", "\"samples_per_s\""},
+      {R"({"rank":1,"device_mem_peak_bytes":-1})", "\"device_mem_peak_bytes\""},
+      {R"({"rank":1,"device_mem_peak_bytes":1.5e9})", "\"device_mem_peak_bytes\""},
       {R"({"rank":1,"phase":7})", "\"phase\""},
       {R"({"rank":1,"loss":NaN})", "not JSON"},
   };
@@ -92,11 +101,21 @@ TEST_CASE("datagrams that are not reports are refused with what is wrong") {
 
 TEST_CASE("numbers JSON cannot hold are refused; values out of bounds parse, and the value check refuses them") {
   CHECK(!parse_health_datagram(R"({"rank":1,"loss":1e999})").ok());   // no infinite loss through JSON
-  for (const char* bytes : {R"({"rank":1,"step_ms":1e300})", R"({"rank":1,"tokens_per_s":-1})",
-                            R"({"rank":1,"dump_signal":65})", R"({"rank":1,"step":18446744073709551615})"}) {
+  CHECK(!parse_health_datagram(R"({"rank":1,"samples_per_s":1e999})").ok());
+  const std::pair<const char*, const char*> out_of_bounds[] = {
+      {R"({"rank":1,"step_ms":1e300})", "step_ms"},
+      {R"({"rank":1,"tokens_per_s":-1})", "tokens_per_s"},
+      {R"({"rank":1,"samples_per_s":-1})", "samples_per_s"},
+      {R"({"rank":1,"device_mem_peak_bytes":1125899906842625})", "device_mem_peak_bytes"},
+      {R"({"rank":1,"dump_signal":65})", "dump_signal"},
+      {R"({"rank":1,"step":18446744073709551615})", "step"},
+  };
+  for (const auto& [bytes, named] : out_of_bounds) {
     const Result<HealthDatagram> parsed = parse_health_datagram(bytes);
     REQUIRE_MESSAGE(parsed.ok(), bytes);
-    CHECK_MESSAGE(!check_report_values(parsed.value.report).ok(), bytes);
+    const Status refused = check_report_values(parsed.value.report);
+    CHECK_MESSAGE(!refused.ok(), bytes);
+    CHECK_MESSAGE(refused.message().find(named) != std::string::npos, bytes, ": ", refused.message());
   }
 }
 
@@ -124,6 +143,8 @@ TEST_CASE("the socket hands good datagrams to its sink and drops and counts the 
     REQUIRE(got.size() == 3);
     CHECK(got[0].sender == ::getpid());   // the kernel's word, not the datagram's
     CHECK(got[0].report.step() == 41);
+    CHECK(got[0].report.samples_per_s() == 12.5);
+    CHECK(got[0].report.device_mem_peak_bytes() == 5368709120);
   }
   const std::string path = socket->path();
   socket.reset();

@@ -26,6 +26,7 @@ v1::WorkerReport plausible() {
   r.set_step(100);
   r.set_loss(2.5);
   r.set_tokens_per_s(12000);
+  r.set_samples_per_s(12.5);
   r.set_rss_bytes(std::uint64_t{3} << 30);
   r.set_step_ms(200);
   r.set_data_wait_ms(1);
@@ -34,6 +35,7 @@ v1::WorkerReport plausible() {
   r.set_optimizer_ms(25);
   r.set_device_mem_used_bytes(std::uint64_t{40} << 30);
   r.set_device_mem_total_bytes(std::uint64_t{80} << 30);
+  r.set_device_mem_peak_bytes(std::uint64_t{36} << 30);
   r.set_phase("allreduce bucket 3");
   r.set_mem_params_bytes(1000);
   r.set_mem_grads_bytes(2000);
@@ -63,7 +65,8 @@ TEST_CASE("a plausible report passes, and so does an empty one (0 is 'not known'
 TEST_CASE("every time, throughput and loss scale must be finite and not negative") {
   using Setter = void (v1::WorkerReport::*)(double);
   const std::pair<const char*, Setter> fields[] = {
-      {"tokens_per_s", &v1::WorkerReport::set_tokens_per_s}, {"step_ms", &v1::WorkerReport::set_step_ms},
+      {"tokens_per_s", &v1::WorkerReport::set_tokens_per_s}, {"samples_per_s", &v1::WorkerReport::set_samples_per_s},
+      {"step_ms", &v1::WorkerReport::set_step_ms},
       {"data_wait_ms", &v1::WorkerReport::set_data_wait_ms}, {"compute_ms", &v1::WorkerReport::set_compute_ms},
       {"comm_exposed_ms", &v1::WorkerReport::set_comm_exposed_ms},
       {"optimizer_ms", &v1::WorkerReport::set_optimizer_ms}, {"loss_scale", &v1::WorkerReport::set_loss_scale},
@@ -79,6 +82,27 @@ TEST_CASE("every time, throughput and loss scale must be finite and not negative
       check_refused(r, name);
     }
   }
+}
+
+TEST_CASE("a refused samples_per_s says its value and what it must be") {
+  v1::WorkerReport r = plausible();
+  r.set_samples_per_s(-8);
+  CHECK(check_report_values(r).message() == "samples_per_s is -8; it must be a finite number, 0 or more");
+  r.set_samples_per_s(std::numeric_limits<double>::infinity());
+  CHECK(check_report_values(r).message() == "samples_per_s is inf; it must be a finite number, 0 or more");
+  r.set_samples_per_s(std::nan(""));
+  CHECK(check_report_values(r).message() == "samples_per_s is nan; it must be a finite number, 0 or more");
+  r.set_samples_per_s(0);   // not known
+  CHECK(check_report_values(r).ok());
+}
+
+TEST_CASE("a device peak past 1 PiB is refused with its value and the bound") {
+  v1::WorkerReport r = plausible();
+  r.set_device_mem_peak_bytes(r.device_mem_total_bytes());   // a process that filled the device
+  CHECK(check_report_values(r).ok());
+  r.set_device_mem_peak_bytes(dtrain::agent::kMaxReportedBytes + 1);
+  CHECK(check_report_values(r).message() ==
+        "device_mem_peak_bytes 1125899906842625 is over 1125899906842624 (1 PiB); not a value this field can have");
 }
 
 TEST_CASE("times past a week, a loss scale past the largest float and a non-finite loss are refused") {
@@ -103,6 +127,7 @@ TEST_CASE("byte counts past 1 PiB, a step past 2^53 and a signal past SIGRTMAX a
       {"rss_bytes", &v1::WorkerReport::set_rss_bytes},
       {"device_mem_used_bytes", &v1::WorkerReport::set_device_mem_used_bytes},
       {"device_mem_total_bytes", &v1::WorkerReport::set_device_mem_total_bytes},
+      {"device_mem_peak_bytes", &v1::WorkerReport::set_device_mem_peak_bytes},
       {"mem_params_bytes", &v1::WorkerReport::set_mem_params_bytes},
       {"mem_grads_bytes", &v1::WorkerReport::set_mem_grads_bytes},
       {"mem_optim_bytes", &v1::WorkerReport::set_mem_optim_bytes},
@@ -193,5 +218,5 @@ TEST_CASE("health_of carries every field of WorkerReport inside WorkerHealth, an
       default: CHECK(h->GetString(health, g) == reflection->GetString(report, f)); break;
     }
   }
-  CHECK(shared == 22);
+  CHECK(shared == 24);
 }

@@ -98,10 +98,18 @@ TEST_CASE("failure summary shows where the root cause's last step went and the s
   health.mem_gathered_peak_bytes = 50;
   health.comm_bytes = 300;
   root.last_health = health;
-  const std::string text = failure_summary("job-1", root, {}, 0, 0);
+  std::string text = failure_summary("job-1", root, {}, 0, 0);
   CHECK(text.find("    its last step: 200 ms (data wait 1, compute 150, comm exposed 20, optimizer 25), loss scale "
                   "1024\n") != std::string::npos);
   CHECK(text.find("    bytes: rss 7, params 100, gathered peak 50, sent in the step 300\n") != std::string::npos);
+  // Samples/s and the device memory, when the worker reported them.
+  root.last_health->samples_per_s = 64;
+  root.last_health->device_mem_used_bytes = 8;
+  root.last_health->device_mem_peak_bytes = 6;
+  root.last_health->device_mem_total_bytes = 9;
+  text = failure_summary("job-1", root, {}, 0, 0);
+  CHECK(text.find("optimizer 25), 64 samples/s, loss scale 1024\n") != std::string::npos);
+  CHECK(text.find("    bytes: rss 7, device used 8, device peak 6, device total 9, params 100,") != std::string::npos);
 }
 
 TEST_CASE("failure summary shows what the root cause's agent last saw of it in /proc") {

@@ -180,7 +180,11 @@ TEST_CASE("job status: planned ranks start as starting; reports, exits and the d
   h.step = 9;
   h.step_ms = 100;
   h.tokens_per_s = 512;
+  h.samples_per_s = 4;
   h.rss_bytes = 1 << 20;
+  h.device_mem_used_bytes = 6ull << 30;
+  h.device_mem_peak_bytes = 5ull << 30;
+  h.device_mem_total_bytes = 80ull << 30;
   status.reported(h, 10'000);
   WorkerExit x;
   x.rank = 1;
@@ -197,6 +201,12 @@ TEST_CASE("job status: planned ranks start as starting; reports, exits and the d
   CHECK(s["ranks"][0]["state"] == "running");
   CHECK(s["ranks"][0]["step"] == 9);
   CHECK(s["ranks"][0]["tokens_per_s"] == 512.0);
+  CHECK(s["ranks"][0]["samples_per_s"] == 4.0);
+  CHECK(s["ranks"][0]["device_mem_used_bytes"] == 6ull << 30);
+  CHECK(s["ranks"][0]["device_mem_peak_bytes"] == 5ull << 30);
+  CHECK(s["ranks"][0]["device_mem_total_bytes"] == 80ull << 30);
+  CHECK(s["ranks"][1]["samples_per_s"] == 0.0);   // never reported: 0, "not known"
+  CHECK(s["ranks"][1]["device_mem_peak_bytes"] == 0);
   CHECK(s["ranks"][0]["report_age_s"] == 2.5);
   CHECK(s["ranks"][1]["state"] == "failed");
   CHECK(s["ranks"][1]["report_age_s"].is_null());

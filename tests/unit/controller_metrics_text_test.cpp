@@ -96,7 +96,9 @@ TEST_CASE("the job's metrics are the status snapshot's numbers: reported ranks, 
   h.step = 41;
   h.step_ms = 250;
   h.tokens_per_s = 1234.5;
+  h.samples_per_s = 2.5;
   h.rss_bytes = 100u << 20;
+  h.device_mem_peak_bytes = std::uint64_t{5} << 30;
   status.reported(h, 1000);
   status.node_lost(1);
   Diagnoser diagnoser(1.2);
@@ -108,14 +110,18 @@ TEST_CASE("the job's metrics are the status snapshot's numbers: reported ranks, 
   CHECK(text.find("dtrain_worker_data_wait_ratio" + labels + " 0\n") != std::string::npos);
   CHECK(text.find("dtrain_worker_comm_exposed_ratio" + labels + " 0\n") != std::string::npos);
   CHECK(text.find("dtrain_worker_rss_bytes" + labels + " 104857600\n") != std::string::npos);
+  CHECK(text.find("dtrain_worker_samples_per_second" + labels + " 2.5\n") != std::string::npos);
+  CHECK(text.find("dtrain_worker_device_mem_peak_bytes" + labels + " 5368709120\n") != std::string::npos);
+  CHECK(text.find("# TYPE dtrain_worker_samples_per_second gauge\n") != std::string::npos);
+  CHECK(text.find("# TYPE dtrain_worker_device_mem_peak_bytes gauge\n") != std::string::npos);
   // Ranks 1-3 never reported: no made-up zeros for them.
   CHECK(text.find("rank=\"1\"") == std::string::npos);
   CHECK(text.find("# TYPE dtrain_job_restarts_total counter\ndtrain_job_restarts_total{job=\"job \\\"q\\\"\\\\x\"} 2\n")
         != std::string::npos);
   CHECK(text.find("dtrain_node_up{job=\"job \\\"q\\\"\\\\x\",node=\"0\"} 1\n") != std::string::npos);
   CHECK(text.find("dtrain_node_up{job=\"job \\\"q\\\"\\\\x\",node=\"1\"} 0\n") != std::string::npos);
-  CHECK(count_of(text, "# HELP ") == 8);
-  CHECK(count_of(text, "# TYPE ") == 8);
+  CHECK(count_of(text, "# HELP ") == 10);
+  CHECK(count_of(text, "# TYPE ") == 10);
 }
 
 TEST_CASE("the snapshot names the metrics address and every node of the round") {

@@ -75,6 +75,16 @@ TEST_CASE("the table draws every rank on the same scale and marks the straggler"
   CHECK(shown.find("\033[1;31m\u2588\u2588\033[0m") != std::string::npos);   // the straggler's line in bold red
 }
 
+TEST_CASE("the table shows samples/s beside tokens/s, a dash where the rank did not report it") {
+  Json s = {{"job", "j"}, {"state", "running"}, {"attempt", 0},
+            {"ranks", {{{"rank", 0}, {"node", 0}, {"host", "a"}, {"tokens_per_s", 6400.0}, {"samples_per_s", 12.5}},
+                       {{"rank", 1}, {"node", 0}, {"host", "a"}, {"tokens_per_s", 6400.0}}}}};
+  const std::string table = render_status(s, "", {false});
+  CHECK(table.find("  tokens/s samples/s  data%") != std::string::npos);
+  CHECK(table.find("      6400      12.5      0") != std::string::npos);
+  CHECK(table.find("      6400         -      0") != std::string::npos);
+}
+
 TEST_CASE("a watch frame overwrites the last one in place instead of clearing the screen") {
   CHECK(in_place_frame("a\nb\n", true) == "\033[H\033[2Ja\033[K\nb\033[K\n\033[J");
   CHECK(in_place_frame("a\nb\n", false) == "\033[Ha\033[K\nb\033[K\n\033[J");

@@ -197,6 +197,8 @@ TEST_CASE("WorkerHealth and WorkerSample arrive with every field") {
   r->set_comm_bytes(22);
   r->set_loss_scale(23.5);
   r->set_dump_signal(24);
+  r->set_samples_per_s(25.5);
+  r->set_device_mem_peak_bytes(26);
   const auto health = std::get<WorkerHealth>(wire::from_wire(health_message));
   CHECK(health.rank == 3);
   CHECK(health.step == 4);
@@ -221,6 +223,8 @@ TEST_CASE("WorkerHealth and WorkerSample arrive with every field") {
   CHECK(health.comm_bytes == 22);
   CHECK(health.loss_scale == 23.5);
   CHECK(health.dump_signal == 24);
+  CHECK(health.samples_per_s == 25.5);
+  CHECK(health.device_mem_peak_bytes == 26);
 
   v1::AgentMessage sample_message;
   auto* s = sample_message.mutable_worker_sample();

@@ -37,6 +37,7 @@ Status ReportClient::send(const HealthReport& report, const ReportContext& conte
   const std::pair<double H::*, void (R::*)(double)> amounts[] = {
       {&H::loss, &R::set_loss},
       {&H::tokens_per_s, &R::set_tokens_per_s},
+      {&H::samples_per_s, &R::set_samples_per_s},
       {&H::step_ms, &R::set_step_ms},
       {&H::data_wait_ms, &R::set_data_wait_ms},
       {&H::compute_ms, &R::set_compute_ms},
@@ -49,6 +50,7 @@ Status ReportClient::send(const HealthReport& report, const ReportContext& conte
       {&H::rss_bytes, &R::set_rss_bytes},
       {&H::device_mem_used_bytes, &R::set_device_mem_used_bytes},
       {&H::device_mem_total_bytes, &R::set_device_mem_total_bytes},
+      {&H::device_mem_peak_bytes, &R::set_device_mem_peak_bytes},
       {&H::mem_params_bytes, &R::set_mem_params_bytes},
       {&H::mem_grads_bytes, &R::set_mem_grads_bytes},
       {&H::mem_optim_bytes, &R::set_mem_optim_bytes},

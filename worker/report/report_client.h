@@ -22,6 +22,7 @@ struct HealthReport {
   std::uint64_t step = 0;
   double loss = 0;
   double tokens_per_s = 0;
+  double samples_per_s = 0;      // batch elements per second, over all micro-steps
   std::uint64_t rss_bytes = 0;
   // Where the step's time went: each part is wall time of the training thread, disjoint from the others, so their
   // sum is at most step_ms (the rest: the loss allreduce's bookkeeping, timers, the loop itself).
@@ -32,6 +33,7 @@ struct HealthReport {
   double optimizer_ms = 0;       // loss-scale bookkeeping, clipping, AdamW, the working copy's refresh or gather
   std::uint64_t device_mem_used_bytes = 0;
   std::uint64_t device_mem_total_bytes = 0;
+  std::uint64_t device_mem_peak_bytes = 0;   // the most the process's tensors held (max_memory_allocated)
   // The --metrics line's values (trainer/metrics/jsonl.h), 0 where it has none.
   std::uint64_t mem_params_bytes = 0;
   std::uint64_t mem_grads_bytes = 0;

@@ -23,6 +23,8 @@ constexpr WorkerGauge kWorkerGauges[] = {
      [](const auto& r) { return number(r, "step_ms") / 1000.0; }},
     {"dtrain_worker_tokens_per_second", "Tokens per second the rank reported.",
      [](const auto& r) { return number(r, "tokens_per_s"); }},
+    {"dtrain_worker_samples_per_second", "Samples (batch elements) per second the rank reported (0: not reported).",
+     [](const auto& r) { return number(r, "samples_per_s"); }},
     {"dtrain_worker_data_wait_ratio", "Data wait over step time, mean of the rank's latest window of steps.",
      [](const auto& r) { return number(r, "data_wait_ratio"); }},
     {"dtrain_worker_comm_exposed_ratio",
@@ -30,6 +32,9 @@ constexpr WorkerGauge kWorkerGauges[] = {
      [](const auto& r) { return number(r, "comm_exposed_ratio"); }},
     {"dtrain_worker_rss_bytes", "Resident memory of the rank's process, in bytes.",
      [](const auto& r) { return number(r, "rss_bytes"); }},
+    {"dtrain_worker_device_mem_peak_bytes",
+     "Peak accelerator memory the rank's tensors held, in bytes (torch.cuda.max_memory_allocated; 0: not reported).",
+     [](const auto& r) { return number(r, "device_mem_peak_bytes"); }},
 };
 
 std::string text(const nlohmann::ordered_json& value) {

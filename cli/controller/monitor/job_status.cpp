@@ -68,6 +68,7 @@ nlohmann::ordered_json JobStatus::rank_json(unsigned rank, const Diagnoser& diag
   out["step"] = h.step;
   out["step_ms"] = h.step_ms;
   out["tokens_per_s"] = h.tokens_per_s;
+  out["samples_per_s"] = h.samples_per_s;
   out["loss"] = h.loss;
   // Over the rank's window of steps: one step's ratios jump with every page fault.
   out["data_wait_ratio"] = means ? means->data_wait_ratio : 0.0;
@@ -75,6 +76,7 @@ nlohmann::ordered_json JobStatus::rank_json(unsigned rank, const Diagnoser& diag
   out["rss_bytes"] = h.rss_bytes;
   out["device_mem_used_bytes"] = h.device_mem_used_bytes;
   out["device_mem_total_bytes"] = h.device_mem_total_bytes;
+  out["device_mem_peak_bytes"] = h.device_mem_peak_bytes;
   out["phase"] = h.phase;
   if (row.health) {
     out["report_age_s"] = now_ms >= row.reported_ms ? static_cast<double>(now_ms - row.reported_ms) / 1000.0 : 0.0;

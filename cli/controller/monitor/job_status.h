@@ -4,8 +4,9 @@
 // latest report) and the diagnoses, rendered as the snapshot JSON that the control socket serves and the run
 // directory keeps (status.json):
 //   {"job", "state": "running|succeeded|failed", "attempt", "updated_unix_ms",
-//    "ranks": [{"rank", "node", "host", "pid", "state", "step", "step_ms", "tokens_per_s", "data_wait_ratio",
-//               "comm_exposed_ratio", "rss_bytes", "device_mem_used_bytes", "phase", "report_age_s",
+//    "ranks": [{"rank", "node", "host", "pid", "state", "step", "step_ms", "tokens_per_s", "samples_per_s", "loss",
+//               "data_wait_ratio", "comm_exposed_ratio", "rss_bytes", "device_mem_used_bytes",
+//               "device_mem_total_bytes", "device_mem_peak_bytes", "phase", "report_age_s",
 //               "recent_step_ms": [oldest .. newest]}],
 //    "diagnoses": [{"kind", "ranks", "message", "fix"}],
 //    "nodes": [{"node", "host", "up"}], "metrics_address": "host:port" or null,

@@ -84,12 +84,15 @@ std::string rank_row(const Json& r, double lo, double hi, bool straggler, const 
   const std::uint64_t device = r.value("device_mem_used_bytes", std::uint64_t{0});
   const std::string memory = bytes_text(device > 0 ? device : r.value("rss_bytes", std::uint64_t{0}));
   const Json age = r.value("report_age_s", Json());
+  // Few workers count samples (0: not reported): a dash, not a 0 that reads as a measurement.
+  const double samples = r.value("samples_per_s", 0.0);
   char line[256];
-  std::snprintf(line, sizeof line, "%5u %-18s %8u %-9s %8llu %9s %10s %6s %6s %8s %7s  ", r.value("rank", 0u),
+  std::snprintf(line, sizeof line, "%5u %-18s %8u %-9s %8llu %9s %10s %9s %6s %6s %8s %7s  ", r.value("rank", 0u),
                 node.substr(0, 18).c_str(), r.value("pid", 0u), text_of(r, "state").c_str(),
                 static_cast<unsigned long long>(r.value("step", std::uint64_t{0})),
                 number_text(r.value("step_ms", 0.0), "%.1f").c_str(),
                 number_text(r.value("tokens_per_s", 0.0), "%.0f").c_str(),
+                samples > 0 ? number_text(samples, "%.1f").c_str() : "-",
                 number_text(r.value("data_wait_ratio", 0.0) * 100, "%.0f").c_str(),
                 number_text(r.value("comm_exposed_ratio", 0.0) * 100, "%.0f").c_str(), memory.c_str(),
                 age.is_number() ? number_text(age.get<double>(), "%.1f").c_str() : "-");
@@ -119,8 +122,8 @@ std::string render_status(const Json& s, const std::string& note, const StatusVi
     }
   }
   char line[256];
-  std::snprintf(line, sizeof line, "%5s %-18s %8s %-9s %8s %9s %10s %6s %6s %8s %7s  %s\n", "rank", "node", "pid",
-                "state", "step", "step ms", "tokens/s", "data%", "comm%", "memory", "age s",
+  std::snprintf(line, sizeof line, "%5s %-18s %8s %-9s %8s %9s %10s %9s %6s %6s %8s %7s  %s\n", "rank", "node",
+                "pid", "state", "step", "step ms", "tokens/s", "samples/s", "data%", "comm%", "memory", "age s",
                 any ? ("recent steps, " + number_text(lo, "%.1f") + " to " + number_text(hi, "%.1f") + " ms").c_str()
                     : "recent steps");
   out << line;

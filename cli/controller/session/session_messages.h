@@ -99,6 +99,7 @@ struct WorkerHealth {
   std::uint64_t step = 0;
   double loss = 0;
   double tokens_per_s = 0;
+  double samples_per_s = 0;             // batch elements per second (0: not reported)
   std::uint64_t rss_bytes = 0;
   std::uint64_t unix_ms = 0;            // its agent's clock when it forwarded the report
   std::uint64_t steps_done = 0;         // steps its process completed (0: none yet, or a reporter without the field)
@@ -111,6 +112,7 @@ struct WorkerHealth {
   double optimizer_ms = 0;              // clip, update, refresh or gather of the working copy
   std::uint64_t device_mem_used_bytes = 0;
   std::uint64_t device_mem_total_bytes = 0;
+  std::uint64_t device_mem_peak_bytes = 0;  // the most its tensors held (torch.cuda.max_memory_allocated)
   std::string phase;                    // what it was doing when it reported ("allreduce bucket 3"); valid UTF-8
   std::uint64_t mem_params_bytes = 0;   // what it holds (the --metrics line's mem_* keys)
   std::uint64_t mem_grads_bytes = 0;

@@ -112,8 +112,9 @@ void append_stacks(std::ostringstream& s, const RankStacks& stacks) {
   }
 }
 
-// The root cause's last health report: progress and phase on one line, then where its last step's time went and the
-// sizes it reported (each part only when the worker reported it: 0 means not known).
+// The root cause's last health report: progress and phase on one line, then where its last step's time went (and its
+// samples/s: here, not after tokens/s, so the first line keeps the shape that tests and scripts match) and the sizes
+// it reported (each part only when the worker reported it: 0 means not known).
 void append_health(std::ostringstream& s, const Failure& root, const WorkerHealth& h) {
   s << "  last health report of rank " << root.rank << ": step " << h.step << ", loss " << h.loss << ", "
     << h.tokens_per_s << " tokens/s";
@@ -125,14 +126,15 @@ void append_health(std::ostringstream& s, const Failure& root, const WorkerHealt
   if (h.step_ms > 0) {
     s << "    its last step: " << h.step_ms << " ms (data wait " << h.data_wait_ms << ", compute " << h.compute_ms
       << ", comm exposed " << h.comm_exposed_ms << ", optimizer " << h.optimizer_ms << ")";
+    if (h.samples_per_s > 0) s << ", " << h.samples_per_s << " samples/s";
     if (h.loss_scale > 0) s << ", loss scale " << h.loss_scale;
     s << "\n";
   }
   const std::pair<const char*, std::uint64_t> sizes[] = {
-      {"rss", h.rss_bytes}, {"device used", h.device_mem_used_bytes}, {"device total", h.device_mem_total_bytes},
-      {"params", h.mem_params_bytes}, {"grads", h.mem_grads_bytes}, {"optim", h.mem_optim_bytes},
-      {"activations", h.mem_activations_bytes}, {"gathered peak", h.mem_gathered_peak_bytes},
-      {"sent in the step", h.comm_bytes},
+      {"rss", h.rss_bytes}, {"device used", h.device_mem_used_bytes}, {"device peak", h.device_mem_peak_bytes},
+      {"device total", h.device_mem_total_bytes}, {"params", h.mem_params_bytes}, {"grads", h.mem_grads_bytes},
+      {"optim", h.mem_optim_bytes}, {"activations", h.mem_activations_bytes},
+      {"gathered peak", h.mem_gathered_peak_bytes}, {"sent in the step", h.comm_bytes},
   };
   const char* separator = "    bytes: ";
   for (const auto& [name, bytes] : sizes) {
