@@ -5,7 +5,8 @@ PyTorch (Debian's 1.13 under /usr/bin/python3):
             of the loss) that imports nothing of dtrain: `dtrain status --json` after the job shows each rank at
             exactly its 12 optimizer steps (ZeRO's inner step and the micro-batches not counted; the last step
             arrives although the script exits right after it), with data wait, step time, tokens/s from the
-            batches of token ids (2 micro-batches of 8 x 4 tokens per step) and the loss of its last backward();
+            batches of token ids (2 micro-batches of 8 x 4 tokens per step), samples/s (16 per step) and the loss of
+            its last backward();
             the user's own sitecustomize (on the spec's PYTHONPATH) still runs and is the program's
             `sitecustomize`, and the bootstrap directory comes before the user's;
   -m        the same script as `python3 -m module`: counted the same;
@@ -13,8 +14,18 @@ PyTorch (Debian's 1.13 under /usr/bin/python3):
             sitecustomize still runs;
   fault     an error inside the instrumentation (planted in the reporter it calls) is said once per rank on stderr,
             and the job trains to the same loss as with instrument off;
+  reducer   a DDP script with no blocking collective of its own, whose rank 1 sleeps 60 ms before each forward:
+            rank 0's exposed communication is its wait in DDP's gradient reduction (over half its step time in
+            `dtrain status`, rank 1's under a fifth; a step starts at its first batch, DDP forward or backward(), not
+            at import torch); each rank's own communication hook (rank 1 registers it before the first forward, rank 0
+            after) runs once per bucket, as without dtrain;
+  sigterm   ranks 0 (unmodified) and 1 (dtrain_health's step()) step every 2 ms until rank 2 fails the job, and the
+            launcher stops them with SIGTERM: each one's last step (which it writes to a file) reaches
+            `dtrain status`, where the once-a-second resend would have left it up to hundreds of steps behind;
   hang      with health.hang_timeout_s 3, a rank blocked in an all_reduce its peer never joins fails the job (124),
             and its last report names the collective as its phase;
+  lacking   a torch without the DataLoader's iterator or DDP (a stand-in module armed directly): one line on rank 0
+            names what is not measured (nothing on rank 1), and the rest is still armed;
   no torch  a Python program that never imports torch runs unchanged (its output, no torch imported, the user's
             sitecustomize ran), and a program that is not Python (/bin/sh) gets no bootstrap on its PYTHONPATH;
   dtrain run  `--instrument off` sees no steps where the default (auto) sees them all; `--instrument sometimes` is
@@ -25,7 +36,7 @@ import os
 import re
 import subprocess
 
-from harness import DTRAIN, PYTHON, Run, check, finish, write
+from harness import DTRAIN, PYTHON, SOURCE_DIR, Run, check, finish, write
 
 STEPS = 12
 
@@ -105,6 +116,69 @@ if rank == 1:
 time.sleep(300)
 """
 
+# Rank 1 is slow before its forward: rank 0 waits for its gradients inside DDP's reduction, in backward().
+REDUCER = r"""
+import os, time
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+rank = int(os.environ["RANK"])
+dist.init_process_group("gloo")
+calls = []
+def own_hook(state, bucket):
+    calls.append(1)
+    return default_hooks.allreduce_hook(state, bucket)
+model = DDP(torch.nn.Linear(64, 64))
+if rank == 1:
+    model.register_comm_hook(None, own_hook)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(10):
+    if rank == 1:
+        time.sleep(0.06)
+    model(torch.randn(8, 64)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    if step == 0 and rank == 0:
+        model.register_comm_hook(None, own_hook)
+print("rank %d own hook calls %d" % (rank, len(calls)), flush=True)
+"""
+
+# Ranks 0 and 1 step until rank 2 fails the job; each writes its step count after every step.
+SIGTERM = r"""
+import os, sys, time
+import torch
+rank = int(os.environ["RANK"])
+here = os.path.dirname(os.path.abspath(__file__))
+def count(r):
+    try:
+        with open(os.path.join(here, "steps-%d" % r)) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 0
+if rank == 2:
+    while count(0) < 150 or count(1) < 150:
+        time.sleep(0.02)
+    sys.exit(3)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+if rank == 1:
+    import dtrain_health
+steps = 0
+while True:
+    if rank == 0:
+        model(torch.randn(2, 4)).sum().backward()
+        opt.step()
+        time.sleep(0.002)
+    else:
+        with dtrain_health.step():
+            time.sleep(0.002)
+    steps += 1
+    with open(os.path.join(here, "steps-%d.new" % rank), "w") as f:
+        f.write(str(steps))
+    os.replace(os.path.join(here, "steps-%d.new" % rank), os.path.join(here, "steps-%d" % rank))
+"""
+
 NO_TORCH = r"""
 import sys, sitecustomize
 print("no torch: %s, sitecustomize %s, sum %d" % ("torch" not in sys.modules,
@@ -172,6 +246,8 @@ def check_counted(run, what):
         check(row["data_wait_ratio"] > 0, "%s: rank %d's DataLoader waits are data wait: %s" % (what, rank, row))
         check(abs(row["tokens_per_s"] * row["step_ms"] / 1000 - 64) < 0.5,
               "%s: rank %d's tokens/s is 64 tokens per step: %s" % (what, rank, row))
+        check(abs(row.get("samples_per_s", 0) * row["step_ms"] / 1000 - 16) < 0.2,
+              "%s: rank %d's samples/s is 16 samples per step: %s" % (what, rank, row))
         own = re.search(r"rank %d trained \d+ steps, loss \S+, own last loss (\S+)" % rank, run.out)
         check(own is not None and row["loss"] is not None and abs(row["loss"] - float(own.group(1))) < 1e-5,
               "%s: rank %d's loss is the one its last step's backward() ran from: %s vs %s" %
@@ -210,6 +286,31 @@ check(sorted(faulted) == sorted(losses) and len(losses) == 2,
       "fault: the same losses as with instrument off: %s vs %s" % (faulted, losses))
 run.assert_no_leaks()
 
+# ---- reducer: DDP's gradient reduction is exposed communication; the script's own hooks still run
+run = launch("instrument-reducer", 2, lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, "reducer.py"), REDUCER)))
+check(run.code == 0, "reducer: the job succeeds, got %s" % run.code)
+check("rank 0 own hook calls 9" in run.out and "rank 1 own hook calls 10" in run.out,
+      "reducer: each rank's own hook ran once per bucket from its registration (rank 0: 9, rank 1: 10)")
+ranks = ranks_of(run)
+waited, fast = ranks.get(0, {}), ranks.get(1, {})
+check(waited.get("step") == 10 and waited.get("comm_exposed_ratio", 0) >= 0.5,
+      "reducer: rank 0 waited over half its steps in DDP's reduction: %s" % waited)
+check(fast.get("comm_exposed_ratio", 1) < 0.2,
+      "reducer: rank 1 (the slow one) waited little: %s" % fast)
+run.assert_no_leaks()
+
+# ---- sigterm: the last step is sent when the launcher stops a rank
+run = launch("instrument-sigterm", 3, lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, "sigterm.py"), SIGTERM)))
+check(run.code == 3, "sigterm: rank 2's exit code is the job's, got %s" % run.code)
+ranks = ranks_of(run)
+for rank in (0, 1):
+    with open(os.path.join(run.dir, "steps-%d" % rank)) as f:
+        written = int(f.read())
+    reported = ranks.get(rank, {}).get("step", -1)
+    check(written <= reported <= written + 1,
+          "sigterm: rank %d's last report (step %d) is its last step (%d written)" % (rank, reported, written))
+run.assert_no_leaks()
+
 # ---- hang: the collective a rank is blocked in
 run = launch("instrument-hang", 2, lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, "hang.py"), HANG)),
              ["health.hang_timeout_s=3"])
@@ -218,6 +319,33 @@ row = ranks_of(run).get(1, {})
 check(row.get("step") == 3 and row.get("phase") == "torch.distributed.all_reduce",
       "hang: rank 1's last report is at step 3 in torch.distributed.all_reduce: %s" % row)
 run.assert_no_leaks()
+
+# ---- lacking: a torch without some of the hooks
+LACKING = r"""
+import importlib.util, sys, types
+import torch
+spec = importlib.util.spec_from_file_location("bootstrap", sys.argv[1])
+bootstrap = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bootstrap)
+stand_in = types.SimpleNamespace(__version__="0.0-stand-in", optim=torch.optim, Tensor=torch.Tensor, cuda=torch.cuda,
+                                 distributed=torch.distributed, utils=types.SimpleNamespace(),
+                                 nn=types.SimpleNamespace(parallel=types.SimpleNamespace()))
+bootstrap._arm(stand_in)
+print("armed", bootstrap._state.on, getattr(torch.optim.Optimizer.__init__, "__wrapped__", None) is not None)
+"""
+bootstrap = os.path.join(SOURCE_DIR, "worker", "python", "bootstrap", "sitecustomize.py")
+for rank in ("0", "1"):
+    done = subprocess.run([PYTHON, "-c", LACKING, bootstrap], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, RANK=rank))
+    said = [line for line in done.stderr.splitlines() if "lacks what the PyTorch instrumentation hooks into" in line]
+    check(done.returncode == 0 and "armed True True" in done.stdout,
+          "lacking: rank %s is still armed for the rest: %s %s" % (rank, done.stdout, done.stderr[-2000:]))
+    if rank == "0":
+        check(len(said) == 1 and "torch 0.0-stand-in" in said[0] and "data wait, tokens/s and samples/s" in said[0]
+              and "DDP's gradient reduction" in said[0] and "steps" not in said[0].split("not measured:")[1],
+              "lacking: one line on rank 0 names what is not measured: %s" % said)
+    else:
+        check(not said, "lacking: nothing said on rank 1: %s" % said)
 
 # ---- a Python program without torch; a program that is not Python
 run = launch("no-torch", 1, lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, "plain.py"), NO_TORCH)))

@@ -160,7 +160,8 @@ check(headers.get("Content-Type", "").startswith("text/plain; version=0.0.4"),
       "the 0.0.4 content type: %s" % headers.get("Content-Type"))
 _, types = parse_exposition(body)
 check(types == {"dtrain_worker_step": "gauge", "dtrain_worker_step_seconds": "gauge",
-                "dtrain_worker_tokens_per_second": "gauge", "dtrain_worker_data_wait_ratio": "gauge",
+                "dtrain_worker_tokens_per_second": "gauge", "dtrain_worker_samples_per_second": "gauge",
+                "dtrain_worker_device_mem_peak_bytes": "gauge", "dtrain_worker_data_wait_ratio": "gauge",
                 "dtrain_worker_comm_exposed_ratio": "gauge", "dtrain_worker_rss_bytes": "gauge",
                 "dtrain_job_restarts_total": "counter", "dtrain_node_up": "gauge"}, "the families: %s" % types)
 if shutil.which("promtool"):

@@ -4,7 +4,7 @@
     for batch in health.timed(loader):   # time spent inside next() is data wait
         with health.step():              # one training step; the counter advances when the block exits
             ...
-    health.report(loss=loss, tokens=n)   # optional: loss (a float or a tensor, read lazily), tokens this step
+    health.report(loss=loss, tokens=n)   # optional: loss (a float or a tensor, read lazily), tokens, samples
     health.phase("allreduce")            # optional: what the script is doing now
     health.watch(ddp_model)              # optional: times DDP's bucket allreduces (a communication hook)
 
@@ -20,7 +20,17 @@ refuses a datagram whose tokens are not this rank's or whose values cannot be re
 touches the socket: step() keeps one snapshot of the last step, and a daemon thread sends the latest state at
 import, after the first step, and every DTRAIN_HEALTH_INTERVAL_MS (a heartbeat: a long step is not a dead worker).
 Sends never block (a full socket drops the datagram; the next one carries the same state). The last state is sent
-once more when the process exits normally or by an exception (atexit), so a short job's last step is not lost.
+once more when the process exits normally or by an exception (atexit), or on SIGTERM (how dtrain stops a worker), so a
+short job's last step is not lost. For SIGTERM, when the script has no handler of its own at import, the module
+installs one that sends and then dies of SIGTERM as before; a thread woken by the signal (signal.set_wakeup_fd, when
+nothing else holds it) does the same while the main thread is blocked in native code (a collective), so stopping a rank
+takes no longer than it did. A handler the script installs later replaces it, and then the script decides. Forked
+children (DataLoader workers) drop both.
+
+Environment (malformed values are said once on stderr and the default is used: a report setting never stops a job):
+    DTRAIN_HEALTH_INTERVAL_MS   the resend interval (set by the agent; default 1000)
+    DTRAIN_HEALTH_LOSS_EVERY    a loss on a device is read at most every this many steps (default 10), and only once
+                                its value exists: no host synchronisation is added (a CPU loss is read at every step)
 
 A step's times, in milliseconds of wall time:
     data_wait_ms      inside next() of timed() since the previous step ended
@@ -43,6 +53,7 @@ import math
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 
@@ -52,6 +63,22 @@ __all__ = ["timed", "step", "report", "phase", "watch", "enabled"]
 _DEFAULT_INTERVAL_S = 1.0
 # The agent cuts a phase at 128 bytes; sending more only costs bytes.
 _MAX_PHASE_CHARS = 128
+# A loss on a device is read at most every this many steps when DTRAIN_HEALTH_LOSS_EVERY is not set.
+_DEFAULT_LOSS_EVERY = 10
+
+
+def _positive_int(env, name, default):
+    """`name` from `env` as a positive integer; `default` when unset, or when malformed (said on stderr)."""
+    text = env.get(name, "")
+    if not text:
+        return default
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    try:
+        sys.stderr.write("dtrain_health: %s=%r is not a positive integer; using %d\n" % (name, text, default))
+    except Exception:
+        pass
+    return default
 
 
 class _Nothing:
@@ -76,9 +103,8 @@ class _Reporter:
         self.path = path
         self.head = {"rank": int(env.get("RANK", "0")), "token": env.get("DTRAIN_JOB_TOKEN", ""),
                      "report_token": env.get("DTRAIN_REPORT_TOKEN", "")}
-        interval_ms = env.get("DTRAIN_HEALTH_INTERVAL_MS", "")
-        self.interval = int(interval_ms) / 1000.0 if interval_ms.isdigit() and int(interval_ms) > 0 \
-            else _DEFAULT_INTERVAL_S
+        self.interval = _positive_int(env, "DTRAIN_HEALTH_INTERVAL_MS", int(_DEFAULT_INTERVAL_S * 1000)) / 1000.0
+        self.loss_every = _positive_int(env, "DTRAIN_HEALTH_LOSS_EVERY", _DEFAULT_LOSS_EVERY)
         self.page = os.sysconf("SC_PAGE_SIZE")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.setblocking(False)
@@ -92,10 +118,13 @@ class _Reporter:
         self.comm_wait = 0.0             # seconds in blocking collectives this step (bootstrap-counted steps)
         self.explicit_steps = False      # the script called step(): the bootstrap counts no steps
         self.explicit_data = False       # the script called timed(): the bootstrap adds no data wait
+        self.explicit_phase = False      # the script called phase(): the bootstrap names no phase
         self.tokens = None
+        self.samples = None
+        self.device = {}                 # device memory keys, replaced whole by whoever measures them
         self.loss = None                 # the last loss read (a float)
         self.pending_loss = None         # (tensor, ready event or None): a device loss not read yet
-        self.loss_taken = 0.0            # when a device loss was last captured (at most one per interval)
+        self.loss_taken = None           # steps_done when a device loss was last captured
         self.phase = ""
         self.last = {}                   # the last step's numbers, replaced whole (the sender reads it unlocked)
         self.dump_signal = 0
@@ -106,11 +135,77 @@ class _Reporter:
         self.thread.start()
         self.pid = os.getpid()
         atexit.register(self._last_send)
+        self._catch_term()
 
     def _last_send(self):
         # A child forked from this process (a DataLoader worker) inherits the handler, not the rank.
         if os.getpid() == self.pid:
             self.send()
+
+    def _catch_term(self):
+        """SIGTERM sends the last state first (see the module's docstring)."""
+        if threading.current_thread() is not threading.main_thread() or \
+                signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+            return
+        try:
+            signal.signal(signal.SIGTERM, self._on_term)
+            read_end, write_end = os.pipe()
+        except (OSError, ValueError, RuntimeError):
+            return
+        # The thread only when the wakeup fd is free (asyncio takes it, for one); the handler alone works then too,
+        # once the main thread runs Python again.
+        os.set_blocking(write_end, False)
+        try:
+            previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        except (OSError, ValueError):
+            previous = None
+        if previous != -1:
+            if previous is not None:
+                signal.set_wakeup_fd(previous)
+            os.close(read_end)
+            os.close(write_end)
+            return
+        os.register_at_fork(after_in_child=self._forget_term)
+        threading.Thread(target=self._watch_term, args=(read_end,), name="dtrain-health-term", daemon=True).start()
+
+    @staticmethod
+    def _forget_term():
+        # A forked child (a DataLoader worker) must not wake this process's thread with its own signals; its SIGTERM
+        # handler (_on_term) then only dies, as without this module.
+        try:
+            signal.set_wakeup_fd(-1)
+        except (OSError, ValueError):
+            pass
+
+    def _on_term(self, signum, frame):
+        if os.getpid() == self.pid:
+            self.send()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def _watch_term(self, read_end):
+        while True:
+            try:
+                data = os.read(read_end, 64)
+            except InterruptedError:
+                continue
+            except OSError:
+                return
+            if not data:
+                return
+            if signal.SIGTERM not in data or signal.getsignal(signal.SIGTERM) != self._on_term:
+                continue   # another signal, or the script handles SIGTERM itself now
+            self.send()
+            try:
+                import ctypes
+                libc = ctypes.CDLL(None, use_errno=True)
+                libc.signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
+                libc.signal.restype = ctypes.c_void_p
+                libc.signal(int(signal.SIGTERM), None)   # SIG_DFL, from this thread (signal.signal cannot)
+                os.kill(os.getpid(), signal.SIGTERM)
+            except Exception:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return
 
     def _register_dump(self, path):
         if not path:
@@ -135,6 +230,7 @@ class _Reporter:
             body["loss"] = loss
         if self.phase:
             body["phase"] = self.phase
+        body.update(self.device)
         if self.dump_signal:
             body["dump_signal"] = self.dump_signal
         try:
@@ -178,10 +274,9 @@ class _Reporter:
         if device == "cpu":
             self._set_loss(float(loss.item()))
             return
-        now = time.perf_counter()
-        if now - self.loss_taken < self.interval:
+        if self.loss_taken is not None and self.steps_done - self.loss_taken < self.loss_every:
             return
-        self.loss_taken = now
+        self.loss_taken = self.steps_done
         ready = None
         if device == "cuda":
             import torch
@@ -202,7 +297,9 @@ class _Reporter:
                 "compute_ms": max(0.0, step_s - data - comm) * 1e3}
         if self.tokens is not None and step_s > 0:
             last["tokens_per_s"] = self.tokens / step_s
-        self.tokens = None
+        if self.samples is not None and step_s > 0:
+            last["samples_per_s"] = self.samples / step_s
+        self.tokens = self.samples = None
         self.data_wait = 0.0
         self.last = last
         self.steps_done += 1
@@ -283,21 +380,25 @@ def step():
     return _Step(_reporter)
 
 
-def report(loss=None, tokens=None):
-    """The step's loss (a number, or a tensor read only once its value exists, at most once per report interval
-    when it lives on a device) and the tokens it processed (for tokens/s)."""
+def report(loss=None, tokens=None, samples=None):
+    """The step's loss (a number, or a tensor read only once its value exists, at most every
+    DTRAIN_HEALTH_LOSS_EVERY steps when it lives on a device), and the tokens and samples it processed (for tokens/s
+    and samples/s)."""
     if _reporter is None:
         return
     if loss is not None:
         _reporter.take_loss(loss)
     if tokens is not None:
         _reporter.tokens = tokens
+    if samples is not None:
+        _reporter.samples = samples
 
 
 def phase(name):
     """What the script does now ("allreduce", "checkpoint"): a hung rank's last phase says where it hangs."""
     if _reporter is None:
         return
+    _reporter.explicit_phase = True
     _reporter.phase = str(name)[:_MAX_PHASE_CHARS]
     _reporter.wake.set()
 
@@ -324,4 +425,5 @@ def watch(ddp_model, process_group=None):
 
         return allreduce_hook(group, bucket).then(done)
 
+    timed_allreduce._dtrain_timed = True   # the bootstrap does not time it again
     ddp_model.register_comm_hook(process_group, timed_allreduce)

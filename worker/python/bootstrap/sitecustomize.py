@@ -15,20 +15,30 @@ Armed, it measures, per optimizer step:
                 step is wrapped once, when its first instance is made; a wrapper such as ZeroRedundancyOptimizer,
                 whose step calls its inner optimizer's, is counted once). The wrapper is used on every torch
                 version, also where torch has global step hooks (2.x): those cannot tell an inner optimizer's step
-                from its wrapper's. Gradient-accumulation micro-steps call no step() and are not steps.
+                from its wrapper's. Gradient-accumulation micro-steps call no step() and are not steps. A step runs
+                from the end of the previous one; the first from its first batch, DDP forward or backward().
     data wait   wall time inside DataLoader iterators' __next__ (single- and multi-process loaders alike);
     loss        the last 0-dim tensor whose backward() ran before the step (read as dtrain_health's report(loss=)
-                does: at once on the CPU, on a device only once its value exists, at most once per report interval);
-    tokens      when a batch is, or begins with (a tuple, a list, a dict's input_ids or first value), an integer
-                tensor of token ids (batch x sequence): its elements, for tokens/s;
+                does: at once on the CPU, on a device only once its value exists, at most every
+                DTRAIN_HEALTH_LOSS_EVERY steps);
+    tokens,     when a batch is, or begins with (a tuple, a list, a dict's input_ids or first value), a tensor:
+    samples     its first dimension is samples; when it holds integers, batch x sequence, its elements are tokens.
+                Without a DataLoader, samples are the first dimension of DDP models' first forward argument;
     comm wait   wall time inside blocking torch.distributed collectives (async_op=True ones return at once and are
-                not counted; a collective made of others is counted once).
-    phase       while a blocking collective runs, "torch.distributed.<name>" (the previous phase after it): a rank
-                hung in one is reported with it. Set only once reports run, and never over a script's own phases.
+                not counted; a collective made of others is counted once), and DDP's gradient reduction: from the
+                last gradient backward produced for a DDP model's parameters (DDP then launches its last bucket) to
+                the end of backward(), where DDP waits for every bucket (see _instrument_ddp). DDP's reduction and
+                the script's communication hooks are left as they are. On CUDA tensors both come from CUDA events
+                read once they have passed, never waited for;
+    memory      on CUDA, memory_reserved, max_memory_allocated and the device's total (RSS is the reporter's);
+    phase       "data" inside __next__, "forward" after a batch or a step, "backward", "optimizer", and
+                "torch.distributed.<name>" while a blocking collective runs (the previous phase after it): a rank
+                hung in one is reported there. Set only once reports run, and never over a script's own phases.
 and reports them through dtrain_health (its reporter, socket and thread; see that module for the fields). The
 reporter starts at the first optimizer step, so a torch program that never steps an optimizer sends nothing and is
 never judged by the launcher's start-up or heartbeat checks. A script that uses dtrain_health's step() or timed()
-itself is counted by those alone (explicit use wins).
+itself is counted by those alone (explicit use wins). A torch without one of these hooks gets one line on rank 0
+naming what is not measured.
 
 An exception inside the instrumentation never reaches the program: it is reported once on stderr and the
 instrumentation turns itself off in this process (the wrappers then only call through).
@@ -73,12 +83,21 @@ class _Instrumentation:
         self.local = threading.local()   # in_step, in_collective: re-entry guards, per thread
         self.armed_at = self.clock()
         self.last_end = None             # when the previous step ended
-        self.first_data = None           # when the first DataLoader wait before the first step began
+        self.first_start = None          # when the first step began: its first batch, DDP forward or backward()
         self.data_wait = 0.0             # seconds since the previous step
         self.comm_wait = 0.0
+        self.bucket_launch = None        # DDP's buckets this step: the last launch, and when backward() returned
+        self.bucket_done = None          # (DDP waits for every bucket before backward() returns)
+        self.bucket_event = None         # CUDA: an event at the last launch
+        self.device_events = []          # CUDA: (start, end) event pairs of collectives and buckets, not read yet
         self.tokens = 0                  # token ids the DataLoader handed out since the previous step
+        self.samples = 0                 # batch elements it handed out
+        self.forward_samples = 0         # batch elements DDP models' forward took (when no DataLoader is used)
         self.loss = None                 # the last 0-dim tensor backward() ran from, detached
         self.health = None               # the dtrain_health module, once the first step is counted
+        self.reporter = None             # its reporter
+        self.cuda = None                 # torch.cuda, once the program has initialised it
+        self.device_total = None
 
     def fail(self, error):
         """Turns the instrumentation off in this process and says so, once."""
@@ -92,35 +111,82 @@ class _Instrumentation:
         except Exception:
             pass
 
+    def set_phase(self, name):
+        """Makes `name` the reported phase, unless the script names its own phases or counts its own steps."""
+        reporter = self.reporter
+        if reporter is not None and not reporter.explicit_phase and not reporter.explicit_steps:
+            reporter.phase = name
+
     def enter_phase(self, name):
-        """Makes `name` the reported phase; returns the one to restore (None: nothing was changed)."""
-        reporter = self.health._reporter if self.health is not None else None
-        if reporter is None or reporter.explicit_steps:
+        """As set_phase; returns the phase to restore (None: nothing was changed)."""
+        reporter = self.reporter
+        if reporter is None or reporter.explicit_phase or reporter.explicit_steps:
             return None
         previous = reporter.phase
         reporter.phase = name
         return previous
 
+    def device_comm(self):
+        """Seconds of the CUDA collectives whose end events have passed (never waited for); the rest stay queued."""
+        waiting, seconds = [], 0.0
+        for start, end in self.device_events:
+            if end.query():
+                seconds += start.elapsed_time(end) / 1e3
+            elif len(waiting) < 256:
+                waiting.append((start, end))
+        self.device_events = waiting
+        return seconds
+
+    def device_memory(self, reporter):
+        cuda = self.cuda
+        if cuda is None or not cuda.is_initialized():
+            return
+        if self.device_total is None:
+            self.device_total = cuda.get_device_properties(cuda.current_device()).total_memory
+        reporter.device = {"device_mem_used_bytes": cuda.memory_reserved(),
+                           "device_mem_peak_bytes": cuda.max_memory_allocated(),
+                           "device_mem_total_bytes": self.device_total}
+
+    def backward_done(self):
+        """backward() returned: DDP's reduction of this step's buckets is complete (on a GPU: queued before this)."""
+        if self.bucket_launch is not None and self.bucket_done is None:
+            self.bucket_done = self.clock()
+        if self.bucket_event is not None:
+            end = self.cuda.Event(enable_timing=True)
+            end.record()
+            self.device_events.append((self.bucket_event, end))
+            self.bucket_event = None
+
     def step_done(self):
         now = self.clock()
         began = self.last_end if self.last_end is not None else \
-            self.first_data if self.first_data is not None else self.armed_at
+            self.first_start if self.first_start is not None else self.armed_at
         data, comm, tokens, loss = self.data_wait, self.comm_wait, self.tokens, self.loss
+        samples = self.samples or self.forward_samples
+        if self.bucket_launch is not None:
+            comm += max(0.0, (self.bucket_done if self.bucket_done is not None else now) - self.bucket_launch)
+            self.bucket_launch = self.bucket_done = None
+        if self.device_events:
+            comm += self.device_comm()
         self.last_end = now
         self.data_wait = self.comm_wait = 0.0
-        self.tokens = 0
+        self.tokens = self.samples = self.forward_samples = 0
         self.loss = None
         if self.health is None:
             import dtrain_health
             self.health = dtrain_health
-        reporter = self.health._reporter
+            self.reporter = dtrain_health._reporter
+        reporter = self.reporter
         if reporter is None:   # no health socket: nothing to report to
             self.on = False
             return
         if tokens and reporter.tokens is None:   # a count the script reported itself wins
             reporter.tokens = tokens
+        if samples and reporter.samples is None:
+            reporter.samples = samples
         if loss is not None and not reporter.explicit_steps:
             reporter.take_loss(loss)
+        self.device_memory(reporter)
         reporter.automatic_step(now - began, data, comm)
 
 
@@ -136,11 +202,18 @@ def _wrap_step(step):
             return step(*args, **kwargs)
         local.in_step = True
         try:
+            state.backward_done()   # (when backward ran through torch.autograd.backward, not Tensor.backward)
+            state.set_phase("optimizer")
+        except Exception as error:
+            state.fail(error)
+        try:
             result = step(*args, **kwargs)
         finally:
             local.in_step = False
         try:
             state.step_done()
+            # What follows a step until the next batch or backward() is taken for the next forward.
+            state.set_phase("forward")
         except Exception as error:
             state.fail(error)
         return result
@@ -175,16 +248,19 @@ def _instrument_optimizers(torch):
     optimizer.__init__ = counting_init
 
 
-def _token_count(torch, batch):
-    """The token ids in `batch` when it is, or begins with, an integer tensor of batch x sequence; else 0."""
+def _batch_counts(torch, batch):
+    """(token ids, samples) in `batch`: samples are the first dimension of the batch's first tensor (the batch itself,
+    its first element, or a dict's input_ids or first value); token ids count when that tensor holds integers, batch x
+    sequence. (0, 0) when there is no tensor to look at."""
     if isinstance(batch, dict):
         batch = batch.get("input_ids", next(iter(batch.values()), None))
     elif isinstance(batch, (tuple, list)):
         batch = batch[0] if batch else None
-    if isinstance(batch, torch.Tensor) and batch.dim() == 2 and not batch.is_floating_point() and \
-            not batch.is_complex() and batch.dtype != torch.bool:
-        return batch.numel()
-    return 0
+    if not isinstance(batch, torch.Tensor) or batch.dim() == 0:
+        return 0, 0
+    tokens = batch.numel() if batch.dim() == 2 and not batch.is_floating_point() and not batch.is_complex() and \
+        batch.dtype != torch.bool else 0
+    return tokens, batch.shape[0]
 
 
 def _instrument_backward(torch):
@@ -193,13 +269,22 @@ def _instrument_backward(torch):
     state = _state
 
     def noting_backward(self, *args, **kwargs):
-        if state.on:
-            try:
-                if self.dim() == 0:
-                    state.loss = self.detach()
-            except Exception as error:
-                state.fail(error)
-        return backward(self, *args, **kwargs)
+        if not state.on:
+            return backward(self, *args, **kwargs)
+        try:
+            if self.dim() == 0:
+                state.loss = self.detach()
+            if state.first_start is None and state.last_end is None:
+                state.first_start = state.clock()
+            state.set_phase("backward")
+        except Exception as error:
+            state.fail(error)
+        result = backward(self, *args, **kwargs)
+        try:
+            state.backward_done()
+        except Exception as error:
+            state.fail(error)
+        return result
 
     noting_backward.__wrapped__ = backward
     for name in ("__module__", "__name__", "__qualname__", "__doc__"):
@@ -208,8 +293,7 @@ def _instrument_backward(torch):
 
 
 def _instrument_data_loaders(torch):
-    from torch.utils.data import dataloader
-    iterator = dataloader._BaseDataLoaderIter
+    iterator = torch.utils.data.dataloader._BaseDataLoaderIter
     next_item = iterator.__next__
     state = _state
 
@@ -217,14 +301,18 @@ def _instrument_data_loaders(torch):
         if not state.on:
             return next_item(self)
         began = state.clock()
+        state.set_phase("data")
         try:
             batch = next_item(self)
         finally:
             state.data_wait += state.clock() - began
-            if state.first_data is None and state.last_end is None:
-                state.first_data = began
+            if state.first_start is None and state.last_end is None:
+                state.first_start = began
         try:
-            state.tokens += _token_count(torch, batch)
+            tokens, samples = _batch_counts(torch, batch)
+            state.tokens += tokens
+            state.samples += samples
+            state.set_phase("forward")
         except Exception as error:
             state.fail(error)
         return batch
@@ -250,6 +338,12 @@ def _wrap_collective(fn):
 
     phase = "torch.distributed." + fn.__name__
 
+    def on_device(args):
+        first = args[0] if args else None
+        if isinstance(first, (list, tuple)):
+            first = first[0] if first else None
+        return getattr(first, "is_cuda", False)
+
     def timed_collective(*args, **kwargs):
         local = state.local
         if not state.on or getattr(local, "in_collective", False):
@@ -260,6 +354,10 @@ def _wrap_collective(fn):
             return fn(*args, **kwargs)
         try:
             previous = state.enter_phase(phase)
+            # On a GPU the call returns once the collective is queued: its time is read from CUDA events later.
+            start = state.cuda.Event(enable_timing=True) if state.cuda is not None and on_device(args) else None
+            if start is not None:
+                start.record()
         except Exception as error:
             state.fail(error)
             return fn(*args, **kwargs)
@@ -269,9 +367,17 @@ def _wrap_collective(fn):
             return fn(*args, **kwargs)
         finally:
             local.in_collective = False
-            state.comm_wait += state.clock() - began
-            if previous is not None:
-                state.health._reporter.phase = previous
+            try:
+                if start is None:
+                    state.comm_wait += state.clock() - began
+                else:
+                    end = state.cuda.Event(enable_timing=True)
+                    end.record()
+                    state.device_events.append((start, end))
+                if previous is not None:
+                    state.reporter.phase = previous
+            except Exception as error:
+                state.fail(error)
 
     for name in ("__module__", "__name__", "__qualname__", "__doc__"):
         setattr(timed_collective, name, getattr(fn, name, None))
@@ -280,7 +386,7 @@ def _wrap_collective(fn):
 
 
 def _instrument_collectives(torch):
-    import torch.distributed as dist
+    dist = torch.distributed
     if not dist.is_available():
         return
     c10d = dist.distributed_c10d
@@ -295,16 +401,83 @@ def _instrument_collectives(torch):
             setattr(dist, name, wrapped)
 
 
+def _instrument_ddp(torch):
+    """Times DDP's gradient reduction without touching it: at a DDP model's first forward, a hook on each of its
+    parameters notes when backward produced that parameter's gradient. The last one is when DDP launched its last
+    bucket, and the step waited from there to the end of backward(), where DDP waits for every bucket (on a GPU, from
+    a CUDA event re-recorded at each hook to one at the end of backward(), read once both have passed). DDP's own
+    reduction, and any communication hook the script registers, run as they would without dtrain (a Python hook of
+    dtrain's would put Python callbacks on the backend's threads)."""
+    ddp = torch.nn.parallel.DistributedDataParallel
+    forward = ddp.forward
+    state = _state
+
+    def gradient_ready(grad):
+        if state.on:
+            try:
+                if state.cuda is not None and grad.is_cuda:
+                    if state.bucket_event is None:
+                        state.bucket_event = state.cuda.Event(enable_timing=True)
+                    state.bucket_event.record()
+                else:
+                    state.bucket_launch = state.clock()
+                    state.bucket_done = None
+            except Exception as error:
+                state.fail(error)
+        return None
+
+    def forward_timed(self, *args, **kwargs):
+        if state.first_start is None and state.last_end is None:
+            state.first_start = state.clock()
+        if state.on:
+            try:
+                if args:
+                    state.forward_samples += _batch_counts(torch, args[0])[1]
+                if "_dtrain_timed" not in self.__dict__:
+                    self.__dict__["_dtrain_timed"] = True
+                    for parameter in self.module.parameters():
+                        if parameter.requires_grad:
+                            parameter.register_hook(gradient_ready)
+            except Exception as error:
+                state.fail(error)
+        return forward(self, *args, **kwargs)
+
+    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
+        setattr(forward_timed, name, getattr(forward, name, None))
+    forward_timed.__wrapped__ = forward
+    ddp.forward = forward_timed
+
+
+# What each part measures, for the line that says what a torch without it leaves unmeasured.
+_PARTS = ((_instrument_optimizers, "torch.optim.Optimizer", "steps"),
+          (_instrument_backward, "torch.Tensor.backward", "the loss and the backward phase"),
+          (_instrument_data_loaders, "torch.utils.data.dataloader._BaseDataLoaderIter.__next__",
+           "data wait, tokens/s and samples/s"),
+          (_instrument_collectives, "torch.distributed", "waits in blocking collectives"),
+          (_instrument_ddp, "torch.nn.parallel.DistributedDataParallel",
+           "DDP's gradient reduction (exposed communication)"))
+
+
 def _arm(torch):
     global _state
     _state = _Instrumentation()
-    try:
-        _instrument_optimizers(torch)
-        _instrument_backward(torch)
-        _instrument_data_loaders(torch)
-        _instrument_collectives(torch)
-    except Exception as error:
-        _state.fail(error)
+    _state.cuda = getattr(torch, "cuda", None)
+    missing = []
+    for part, hook, what in _PARTS:
+        try:
+            part(torch)
+        except (AttributeError, ImportError):
+            missing.append("%s (no %s)" % (what, hook))
+        except Exception as error:
+            _state.fail(error)
+            return
+    if missing and os.environ.get("RANK", "0") == "0":
+        try:
+            sys.stderr.write("dtrain: torch %s lacks what the PyTorch instrumentation hooks into; not measured: %s. "
+                             "dtrain_health's timed(), step() and report() measure these by hand.\n"
+                             % (getattr(torch, "__version__", "?"), "; ".join(missing)))
+        except Exception:
+            pass
 
 
 class _TorchFinder:

@@ -1,0 +1,44 @@
+"""The quickstart as a newcomer runs it: configs/quickstart.yaml and configs/ddp_toy.py, copied unchanged, launched
+from the directory above configs/. ddp_toy.py is an ordinary PyTorch DDP script (gloo, 2 nodes x 2 ranks, 50 steps)
+that imports nothing of dtrain; with health.instrument auto (the default) `dtrain status --json` after the job shows
+each of the 4 ranks at step 50 with a step time, a loss and samples/s, and the job's report page leaves no section
+empty ("No rank reported this")."""
+
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+
+from harness import DTRAIN, SOURCE_DIR, Run, check, finish
+
+run = Run([], timeout=240)
+os.makedirs(os.path.join(run.dir, "configs"))
+for name in ("quickstart.yaml", "ddp_toy.py"):
+    shutil.copy(os.path.join(SOURCE_DIR, "configs", name), os.path.join(run.dir, "configs", name))
+run.args += ["launch", "configs/quickstart.yaml"]
+run.run()
+run.show()
+check(run.code == 0, "the quickstart succeeds, got %s" % run.code)
+
+done = subprocess.run([DTRAIN, "status", "--json"], cwd=run.dir, capture_output=True, text=True, timeout=30)
+try:
+    ranks = {r["rank"]: r for r in json.loads(done.stdout).get("ranks", [])}
+except ValueError:
+    ranks = {}
+check(sorted(ranks) == [0, 1, 2, 3], "status shows the 4 ranks: %s %s" % (sorted(ranks), done.stderr))
+for rank, row in sorted(ranks.items()):
+    check(row["step"] == 50 and row["step_ms"] > 0 and row["loss"] is not None and row["loss"] > 0 and
+          row.get("samples_per_s", 0) > 0,
+          "rank %d is at step 50 with a step time, a loss and samples/s: %s" % (rank, row))
+
+pages = glob.glob(os.path.join(run.dir, "runs", "*", "report.html"))
+check(len(pages) == 1, "one report page: %s" % pages)
+if pages:
+    with open(pages[0]) as f:
+        page = f.read()
+    empty = re.findall(r'<section id="([^"]+)"><h2>[^<]*</h2><p class="empty">', page)
+    check(not empty and "No rank reported this" not in page, "no section of the report page is empty: %s" % empty)
+run.assert_no_leaks()
+finish()
