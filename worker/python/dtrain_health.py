@@ -272,7 +272,8 @@ class _Reporter:
             return
         device = getattr(getattr(loss, "device", None), "type", "cpu")
         if device == "cpu":
-            self._set_loss(float(loss.item()))
+            # Read by the sender (its value exists already): a step pays no item().
+            self.pending_loss = (loss.detach() if getattr(loss, "requires_grad", False) else loss, None)
             return
         if self.loss_taken is not None and self.steps_done - self.loss_taken < self.loss_every:
             return
