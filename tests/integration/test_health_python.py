@@ -9,7 +9,11 @@
   hang      with health.hang_timeout_s 3, rank 1 blocks in a Python function `stuck_in_data_loader`: the job fails
             (124) and the summary shows that function from the faulthandler dump the agent asked for; rank 0, which
             handles SIGUSR2 itself and never announced a dump signal, is not signalled;
-  outside   outside dtrain every call of the helper does nothing."""
+  outside   outside dtrain every call of the helper does nothing;
+  loss every with DTRAIN_HEALTH_LOSS_EVERY=3, a loss on a device (a stand-in tensor whose device is not the CPU) is
+            captured at steps 0, 3, 6 and 9 of 10 only, each read once its value exists (its item() is never called
+            inside a step); a CPU loss is read by the sender, never at step(); a malformed
+            DTRAIN_HEALTH_LOSS_EVERY or DTRAIN_HEALTH_INTERVAL_MS is said once on stderr and the default used."""
 
 import glob
 import json
@@ -185,5 +189,55 @@ env = {k: v for k, v in os.environ.items() if not k.startswith("DTRAIN_")}
 env["PYTHONPATH"] = os.path.join(SOURCE_DIR, "worker", "python")
 done = subprocess.run([PYTHON, "-c", OUTSIDE], env=env, capture_output=True, text=True, timeout=60)
 check(done.returncode == 0 and "no-op" in done.stdout, "outside dtrain the helper does nothing: " + done.stderr)
+
+# ---- loss every: a device loss is captured every DTRAIN_HEALTH_LOSS_EVERY steps; malformed variables
+LOSS_EVERY = r"""
+import os, socket, tempfile, threading
+path = os.path.join(tempfile.mkdtemp(), "health.sock")
+sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+sink.bind(path)
+os.environ["DTRAIN_HEALTH_SOCKET"] = path
+import dtrain_health as health
+
+class Device:
+    type = "xla"
+
+class Loss:
+    device = Device()
+    requires_grad = False
+    def __init__(self, step):
+        self.step = step
+    def detach(self):
+        return self
+    def item(self):
+        assert not stepping, "item() on the training thread while it steps"
+        return float(self.step)
+
+captured = []
+stepping = True
+for step in range(10):
+    with health.step():
+        health.report(loss=Loss(step))
+        pending = health._reporter.pending_loss
+        if pending is not None and pending[0].step == step:
+            captured.append(step)
+stepping = False
+health._reporter.pending_loss = None
+health.report(loss=0.5)
+cpu = type("CpuLoss", (Loss,), {"device": type("D", (), {"type": "cpu"})()})(7)
+health.report(loss=cpu)
+print("captured", captured, "every", health._reporter.loss_every, "interval", health._reporter.interval,
+      "cpu pending", health._reporter.pending_loss[0].step)
+"""
+env = dict(env, DTRAIN_HEALTH_LOSS_EVERY="3")
+done = subprocess.run([PYTHON, "-c", LOSS_EVERY], env=env, capture_output=True, text=True, timeout=60)
+check(done.returncode == 0 and "captured [0, 3, 6, 9] every 3 interval 1.0 cpu pending 7" in done.stdout,
+      "a device loss is captured every 3 steps, a CPU loss left to the sender: %s %s" % (done.stdout, done.stderr))
+env = dict(env, DTRAIN_HEALTH_LOSS_EVERY="ten", DTRAIN_HEALTH_INTERVAL_MS="-5")
+done = subprocess.run([PYTHON, "-c", LOSS_EVERY], env=env, capture_output=True, text=True, timeout=60)
+check(done.returncode == 0 and "every 10 interval 1.0" in done.stdout and
+      done.stderr.count("DTRAIN_HEALTH_LOSS_EVERY='ten' is not a positive integer; using 10") == 1 and
+      done.stderr.count("DTRAIN_HEALTH_INTERVAL_MS='-5' is not a positive integer; using 1000") == 1,
+      "malformed variables are said once and the defaults used: %s %s" % (done.stdout, done.stderr))
 
 finish()

@@ -247,7 +247,10 @@ class _Reporter:
             # A device loss is read once its value exists (its event passed), never waited for.
             if ready is None or ready.query():
                 self.pending_loss = None
-                self._set_loss(float(tensor.item()))
+                try:
+                    self._set_loss(float(tensor.item()))
+                except Exception:   # a tensor that cannot be read is a loss not reported, never a dead sender
+                    pass
         return self.loss
 
     def _set_loss(self, value):

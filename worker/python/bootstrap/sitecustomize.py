@@ -96,7 +96,7 @@ class _Instrumentation:
         self.loss = None                 # the last 0-dim tensor backward() ran from, detached
         self.health = None               # the dtrain_health module, once the first step is counted
         self.reporter = None             # its reporter
-        self.cuda = None                 # torch.cuda, once the program has initialised it
+        self.cuda = None                 # torch.cuda (device paths run only on CUDA tensors)
         self.device_total = None
 
     def fail(self, error):
