@@ -140,7 +140,7 @@ class _Reporter:
     def _last_send(self):
         # A child forked from this process (a DataLoader worker) inherits the handler, not the rank.
         if os.getpid() == self.pid:
-            self.send()
+            self.send(final=True)
 
     def _catch_term(self):
         """SIGTERM sends the last state first (see the module's docstring)."""
@@ -179,7 +179,7 @@ class _Reporter:
 
     def _on_term(self, signum, frame):
         if os.getpid() == self.pid:
-            self.send()
+            self.send(final=True)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
 
@@ -195,7 +195,7 @@ class _Reporter:
                 return
             if signal.SIGTERM not in data or signal.getsignal(signal.SIGTERM) != self._on_term:
                 continue   # another signal, or the script handles SIGTERM itself now
-            self.send()
+            self.send(final=True)
             try:
                 import ctypes
                 libc = ctypes.CDLL(None, use_errno=True)
@@ -220,7 +220,7 @@ class _Reporter:
                 self.dump_signal = int(candidate)
                 return
 
-    def message(self):
+    def message(self, final=False):
         body = dict(self.head)
         body.update(self.last)
         body["step"] = self.step
@@ -238,6 +238,8 @@ class _Reporter:
                 body["rss_bytes"] = int(f.read().split()[1]) * self.page
         except (OSError, IndexError, ValueError):
             pass
+        if final:   # the process is exiting: the launcher stops its health checks and judges its exit alone
+            body["exiting"] = True
         return json.dumps(body, separators=(",", ":")).encode()
 
     def _read_loss(self):
@@ -257,9 +259,9 @@ class _Reporter:
         if math.isfinite(value):   # a diverged loss is the script's error to raise, not a value to report
             self.loss = value
 
-    def send(self):
+    def send(self, final=False):
         try:
-            self.sock.sendto(self.message(), self.path)
+            self.sock.sendto(self.message(final), self.path)
         except OSError:
             self.dropped += 1
 
@@ -276,7 +278,7 @@ class _Reporter:
         device = getattr(getattr(loss, "device", None), "type", "cpu")
         if device == "cpu":
             # Read by the sender (its value exists already): a step pays no item().
-            self.pending_loss = (loss.detach() if getattr(loss, "requires_grad", False) else loss, None)
+            self.pending_loss = (loss, None)   # (item() needs no detach; the graph's saved tensors are freed)
             return
         if self.loss_taken is not None and self.steps_done - self.loss_taken < self.loss_every:
             return

@@ -93,7 +93,7 @@ class _Instrumentation:
         self.tokens = 0                  # token ids the DataLoader handed out since the previous step
         self.samples = 0                 # batch elements it handed out
         self.forward_samples = 0         # batch elements DDP models' forward took (when no DataLoader is used)
-        self.loss = None                 # the last 0-dim tensor backward() ran from, detached
+        self.loss = None                 # the last 0-dim tensor backward() ran from
         self.health = None               # the dtrain_health module, once the first step is counted
         self.reporter = None             # its reporter
         self.cuda = None                 # torch.cuda (device paths run only on CUDA tensors)
@@ -256,11 +256,24 @@ def _batch_counts(torch, batch):
         batch = batch.get("input_ids", next(iter(batch.values()), None))
     elif isinstance(batch, (tuple, list)):
         batch = batch[0] if batch else None
-    if not isinstance(batch, torch.Tensor) or batch.dim() == 0:
+    if not isinstance(batch, torch.Tensor):
         return 0, 0
-    tokens = batch.numel() if batch.dim() == 2 and not batch.is_floating_point() and not batch.is_complex() and \
-        batch.dtype != torch.bool else 0
-    return tokens, batch.shape[0]
+    shape = batch.shape
+    if not shape:
+        return 0, 0
+    return (shape[0] * shape[1] if len(shape) == 2 and batch.dtype in _token_dtypes(torch) else 0), shape[0]
+
+
+_TOKEN_DTYPES = None
+
+
+def _token_dtypes(torch):
+    """The integer dtypes a tensor of token ids can have (a set: one lookup per batch)."""
+    global _TOKEN_DTYPES
+    if _TOKEN_DTYPES is None:
+        _TOKEN_DTYPES = frozenset(getattr(torch, name) for name in ("uint8", "int8", "int16", "int32", "int64")
+                                  if hasattr(torch, name))
+    return _TOKEN_DTYPES
 
 
 def _instrument_backward(torch):
@@ -273,7 +286,7 @@ def _instrument_backward(torch):
             return backward(self, *args, **kwargs)
         try:
             if self.dim() == 0:
-                state.loss = self.detach()
+                state.loss = self   # read later, by the reporter's thread (item() needs no detach)
             if state.first_start is None and state.last_end is None:
                 state.first_start = state.clock()
             state.set_phase("backward")
