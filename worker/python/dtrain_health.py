@@ -119,6 +119,7 @@ class _Reporter:
         self.explicit_steps = False      # the script called step(): the bootstrap counts no steps
         self.explicit_data = False       # the script called timed(): the bootstrap adds no data wait
         self.explicit_phase = False      # the script called phase(): the bootstrap names no phase
+        self.watched = False             # watch() times DDP's reduction: the bootstrap does not time it again
         self.tokens = None
         self.samples = None
         self.device = {}                 # device memory keys, replaced whole by whoever measures them
@@ -417,6 +418,7 @@ def watch(ddp_model, process_group=None):
         return
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     reporter = _reporter
+    reporter.watched = True
     clock = time.perf_counter
 
     def timed_allreduce(group, bucket):

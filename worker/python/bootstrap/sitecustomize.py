@@ -19,17 +19,18 @@ Armed, it measures, per optimizer step:
                 from the end of the previous one; the first from its first batch, DDP forward or backward().
     data wait   wall time inside DataLoader iterators' __next__ (single- and multi-process loaders alike);
     loss        the last 0-dim tensor whose backward() ran before the step (read as dtrain_health's report(loss=)
-                does: at once on the CPU, on a device only once its value exists, at most every
-                DTRAIN_HEALTH_LOSS_EVERY steps);
+                does: by its sender thread; on a device taken at most every DTRAIN_HEALTH_LOSS_EVERY steps and read
+                only once its value exists);
     tokens,     when a batch is, or begins with (a tuple, a list, a dict's input_ids or first value), a tensor:
     samples     its first dimension is samples; when it holds integers, batch x sequence, its elements are tokens.
                 Without a DataLoader, samples are the first dimension of DDP models' first forward argument;
     comm wait   wall time inside blocking torch.distributed collectives (async_op=True ones return at once and are
                 not counted; a collective made of others is counted once), and DDP's gradient reduction: from the
                 last gradient backward produced for a DDP model's parameters (DDP then launches its last bucket) to
-                the end of backward(), where DDP waits for every bucket (see _instrument_ddp). DDP's reduction and
-                the script's communication hooks are left as they are. On CUDA tensors both come from CUDA events
-                read once they have passed, never waited for;
+                the end of backward(), where DDP waits for every bucket (see _instrument_ddp; with
+                dtrain_health.watch(), its hook's timing instead). DDP's reduction and the script's communication
+                hooks are left as they are. On CUDA tensors both come from CUDA events read once they have
+                passed, never waited for;
     memory      on CUDA, memory_reserved, max_memory_allocated and the device's total (RSS is the reporter's);
     phase       "data" inside __next__, "forward" after a batch or a step, "backward", "optimizer", and
                 "torch.distributed.<name>" while a blocking collective runs (the previous phase after it): a rank
@@ -163,8 +164,9 @@ class _Instrumentation:
             self.first_start if self.first_start is not None else self.armed_at
         data, comm, tokens, loss = self.data_wait, self.comm_wait, self.tokens, self.loss
         samples = self.samples or self.forward_samples
+        reduction = 0.0
         if self.bucket_launch is not None:
-            comm += max(0.0, (self.bucket_done if self.bucket_done is not None else now) - self.bucket_launch)
+            reduction = max(0.0, (self.bucket_done if self.bucket_done is not None else now) - self.bucket_launch)
             self.bucket_launch = self.bucket_done = None
         if self.device_events:
             comm += self.device_comm()
@@ -180,6 +182,8 @@ class _Instrumentation:
         if reporter is None:   # no health socket: nothing to report to
             self.on = False
             return
+        if not reporter.watched:   # (dtrain_health.watch() times DDP's reduction itself)
+            comm += reduction
         if tokens and reporter.tokens is None:   # a count the script reported itself wins
             reporter.tokens = tokens
         if samples and reporter.samples is None:
