@@ -50,6 +50,9 @@ std::string rank_list(const std::vector<unsigned>& ranks) {
   return out;
 }
 
+// A rank's step time; without step_ms, the parts it reported.
+double step_of(const RankSample& s) { return s.step_ms > 0 ? s.step_ms : s.own_work_ms() + s.comm_exposed_ms; }
+
 double unaccounted_ms(const RankSample& s) {
   return s.step_ms - (s.data_wait_ms + s.compute_ms + s.comm_exposed_ms + s.optimizer_ms);
 }
@@ -123,25 +126,29 @@ void Diagnoser::evaluate() {
 void Diagnoser::find_stragglers(const std::map<unsigned, RankSample>& means) {
   std::vector<unsigned> ranks;
   std::vector<double> sorted;
+  std::vector<double> steps;
   for (const auto& [rank, m] : means) {
     if (!m.has_breakdown()) continue;
     ranks.push_back(rank);
     sorted.push_back(m.own_work_ms());
+    steps.push_back(step_of(m));
   }
   if (ranks.size() < 2) return;
   std::sort(sorted.begin(), sorted.end());
+  // The job's step time: an excess of own work smaller than a share of it is jitter, not what the job waits for.
+  const double least_excess = kStragglerExcessShare * median_of(std::move(steps));
   for (unsigned rank : ranks) {
     const RankSample& own = means.at(rank);
     const double work = own.own_work_ms();
     const auto skip = static_cast<std::size_t>(std::lower_bound(sorted.begin(), sorted.end(), work) - sorted.begin());
     const double median = median_without(sorted, skip);
     Series& s = series_[rank];
-    s.above = median > 0 && work > ratio_ * median ? s.above + 1 : 0;
+    s.above = median > 0 && work > ratio_ * median && work - median >= least_excess ? s.above + 1 : 0;
     if (s.above < kStragglerWindows) continue;
     // The peers' typical breakdown, to find the part of the step where this rank loses its time.
     RankSample peers;
-    for (double RankSample::*field : {&RankSample::data_wait_ms, &RankSample::compute_ms,
-                                       &RankSample::comm_exposed_ms, &RankSample::optimizer_ms, &RankSample::step_ms}) {
+    for (double RankSample::*field :
+         {&RankSample::data_wait_ms, &RankSample::compute_ms, &RankSample::optimizer_ms, &RankSample::step_ms}) {
       std::vector<double> values;
       for (unsigned other : ranks) {
         if (other != rank) values.push_back(means.at(other).*field);
@@ -153,6 +160,8 @@ void Diagnoser::find_stragglers(const std::map<unsigned, RankSample>& means) {
 }
 
 Diagnosis Diagnoser::straggler(unsigned rank, const RankSample& own, const RankSample& peers, double slower) const {
+  // The cause is a part of its own work: exposed communication is time spent waiting for others (a straggler's is
+  // usually the smallest of all), so a slow rank is never slow "by" it.
   struct Part {
     double excess;
     const char* name;
@@ -161,9 +170,7 @@ Diagnosis Diagnoser::straggler(unsigned rank, const RankSample& own, const RankS
   const Part parts[] = {
       {own.data_wait_ms - peers.data_wait_ms, "data wait", own.data_wait_ms, peers.data_wait_ms},
       {own.compute_ms - peers.compute_ms, "compute", own.compute_ms, peers.compute_ms},
-      {own.optimizer_ms - peers.optimizer_ms, "optimizer", own.optimizer_ms, peers.optimizer_ms},
-      {own.comm_exposed_ms - peers.comm_exposed_ms, "exposed communication", own.comm_exposed_ms,
-       peers.comm_exposed_ms}};
+      {own.optimizer_ms - peers.optimizer_ms, "optimizer", own.optimizer_ms, peers.optimizer_ms}};
   const Part& cause = *std::max_element(std::begin(parts), std::end(parts),
                                         [](const Part& a, const Part& b) { return a.excess < b.excess; });
   const double own_step = own.step_ms > 0 ? own.step_ms : own.own_work_ms();
@@ -179,9 +186,6 @@ Diagnosis Diagnoser::straggler(unsigned rank, const RankSample& own, const RankS
   if (std::string(cause.name) == "data wait") {
     d.fix = "its data loader: more DataLoader workers (num_workers), pin_memory=True, persistent_workers=True; "
             "check " + node + "'s disk or network file system";
-  } else if (std::string(cause.name) == "exposed communication") {
-    d.fix = "its network: run `dtrain bench allreduce` on " + node + " against a healthy node, check its NIC's errors "
-            "and that NCCL uses InfiniBand there (NCCL_IB_HCA, `dtrain topo`)";
   } else {
     d.fix = "a slow or throttled device, or CPU contention on " + node + ": check clocks and temperature "
             "(`dtrain doctor`, nvidia-smi -q -d PERFORMANCE), and other processes on its CPUs (top); replace the "

@@ -3,10 +3,14 @@
 // What the launcher concludes from its workers' per-step reports: stragglers and the job's bottleneck.
 //
 //   straggler       a rank whose own work (data wait + compute + optimizer) exceeds the median of the other
-//                   ranks' by more than health.straggler_ratio in kStragglerWindows evaluations in a row. Own work,
-//                   not the step: in data-parallel training every rank waits for the slowest in the gradient
-//                   reduction, so all ranks have the same step time and only the slow one has more work of its own.
-//                   Named with its node and the likeliest cause, the part of its step furthest above its peers'
+//                   ranks' by more than health.straggler_ratio, and by at least kStragglerExcessShare of the median
+//                   step time, in kStragglerWindows evaluations in a row. Own work, not the step: in data-parallel
+//                   training every rank waits for the slowest in the gradient reduction, so all ranks have the same
+//                   step time and only the slow one has more work of its own. The excess floor keeps a fast rank's
+//                   jitter from naming it: ranks that wait for a straggler have ~1 ms of own work in a 100 ms step,
+//                   and a 2 ms hiccup is 3x their median yet costs the job nothing. Named with its node and the
+//                   likeliest cause, the part of its own work (data wait, compute or optimizer) furthest above its
+//                   peers'; exposed communication is not own work and is never the cause
 //   data_loading    data wait above kDataWaitShare of the step
 //   communication   exposed communication above kCommShare of the step
 //   memory          device memory above kMemoryShare of the device's, or the resident memory of a node's ranks
@@ -73,8 +77,11 @@ class Diagnoser {
   // Steps a window needs before it is closed and compared: enough that one odd step does not decide, few enough
   // that jobs with steps of several seconds are still diagnosed within a minute or two.
   static constexpr std::size_t kMinWindowSteps = 3;
-  // Evaluations in a row above the ratio before a rank is named: one slow window is noise.
+  // Evaluations in a row above the ratio (and the excess floor) before a rank is named: one slow window is noise.
   static constexpr int kStragglerWindows = 3;
+  // The least excess of a straggler's own work over the median own work, as a share of the median step time: below
+  // it the rank is not what the job waits for, however large its ratio to a small median.
+  static constexpr double kStragglerExcessShare = 0.10;
 
   explicit Diagnoser(double straggler_ratio) : ratio_(straggler_ratio) {}
 
