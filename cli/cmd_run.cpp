@@ -1,10 +1,17 @@
-// `dtrain run -n N [--nodes M] [--max-restarts R] -- CMD ARGS...`: a job without a spec file (torchrun-style).
+// `dtrain run -n N [--nodes M] [--max-restarts R] -- CMD ARGS...`: a job without a spec file; and, on one node,
+// torchrun's command line: `dtrain run --standalone --nproc_per_node=2 train.py ARGS` (cli/run/torchrun_options.h
+// says what each torchrun option does). The program comes after the options: with `--` it runs as it is; without,
+// as under torchrun (a script or -m MODULE under Python, --no-python the program itself). -n and --nproc-per-node are
+// one option (N | cpu | auto | gpu); --nodes M is dtrain's simulated nodes on this machine, --nnodes real hosts (1).
 
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <filesystem>
+#include <set>
 
 #include "cli/commands.h"
+#include "cli/run/torchrun_options.h"
 
 namespace dtrain::cli {
 namespace {
@@ -29,13 +36,23 @@ std::string name_from_command(const std::string& program) {
   return name.empty() ? "job" : name;
 }
 
+// The job directories under `logs_dir` whose names start with `prefix` (a job's directory is named by its job id).
+std::set<std::string> job_dirs(const std::string& logs_dir, const std::string& prefix) {
+  std::set<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(logs_dir, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0) out.insert(name);
+  }
+  return out;
+}
+
 }  // namespace
 
 Action add_run_command(CLI::App& app) {
   struct Args {
-    int nproc = 1;
+    run::TorchrunArgs torchrun;
     int nodes = 1;
-    int max_restarts = 0;
     double grace_s = 10;
     std::string name;
     std::string logs_dir = "runs";
@@ -46,10 +63,9 @@ Action add_run_command(CLI::App& app) {
     LaunchFlags flags;
   };
   auto args = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand("run", "Run CMD as N workers per node without a spec file");
-  cmd->add_option("-n,--nproc-per-node", args->nproc, "workers per node")->capture_default_str();
+  auto* cmd = app.add_subcommand("run", "Run a program as N workers per node without a spec file (torchrun's options "
+                                       "on one node)");
   cmd->add_option("--nodes", args->nodes, "simulated nodes on this machine (provider local)")->capture_default_str();
-  cmd->add_option("--max-restarts", args->max_restarts, "restarts after a failure")->capture_default_str();
   cmd->add_option("--grace-s", args->grace_s, "seconds between SIGTERM and SIGKILL when stopping")->capture_default_str();
   cmd->add_option("--name", args->name, "job name (default: from the program name)");
   cmd->add_option("--logs-dir", args->logs_dir, "where per-rank logs go")->capture_default_str();
@@ -59,18 +75,56 @@ Action add_run_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--dry-run", args->dry_run, "print the plan; start nothing");
   add_launch_flags(*cmd, args->flags);
-  cmd->add_option("command", args->command, "the program and its arguments (after --)")->required();
-  return [args]() {
+  run::add_torchrun_options(*cmd, args->torchrun);
+  cmd->add_option("command", args->command,
+                  "the program and its arguments: script.py ARGS (Python), -m MODULE ARGS, --no-python PROG ARGS, or "
+                  "-- CMD ARGS (as it is)");
+  // Everything from the first positional on is the program's (torchrun's rule): `run -n 2 train.py --lr 1` passes
+  // --lr to train.py.
+  cmd->positionals_at_end();
+  return [args, cmd]() {
+    // `--` before the program leaves it in the remaining arguments.
+    const auto remaining = cmd->remaining();
+    const bool dashdash = std::find(remaining.begin(), remaining.end(), "--") != remaining.end();
+    run::Resolved r = run::resolve(args->torchrun, args->command, dashdash, args->nodes, cmd->count("--console") > 0,
+                                   run::HostFacts::current());
+    if (!r.error.empty()) {
+      std::fprintf(stderr, "%s\n", r.error.c_str());
+      return 2;
+    }
+    for (const auto& note : r.notes) std::fprintf(stderr, "dtrain run: %s\n", note.c_str());
     spec::Spec spec;
+    // The job is named from the program (the script or module, not the Python that runs it).
     spec.name = args->name.empty() ? name_from_command(args->command.front()) : args->name;
     spec.source = "dtrain run";
     spec.nodes.min_count = spec.nodes.max_count = args->nodes;
-    spec.workers_per_node.count = args->nproc;
-    spec.command = args->command;
-    spec.restart.max_restarts = args->max_restarts;
+    spec.workers_per_node.count = r.nproc;
+    spec.command = r.command;
+    spec.restart.max_restarts = r.max_restarts;
+    if (r.join_timeout_s) spec.nodes.join_timeout_s = *r.join_timeout_s;
+    if (r.node_timeout_s) spec.health.node_timeout_s = *r.node_timeout_s;
     spec.stop.grace_s = args->grace_s;
     spec.logs.dir = args->logs_dir;
-    if (args->console == "all") {
+    switch (r.console) {
+      case run::Resolved::Console::unchanged:
+        break;
+      case run::Resolved::Console::rank0:
+        spec.logs.console = spec::Spec::Logs::Console::rank0;
+        break;
+      case run::Resolved::Console::all:
+        spec.logs.console = spec::Spec::Logs::Console::all;
+        break;
+      case run::Resolved::Console::none:
+        spec.logs.console = spec::Spec::Logs::Console::none;
+        break;
+      case run::Resolved::Console::ranks:
+        spec.logs.console = spec::Spec::Logs::Console::ranks;
+        spec.logs.console_ranks = r.console_ranks;
+        break;
+    }
+    if (cmd->count("--console") == 0) {
+      // torchrun's output options decided (or dtrain's default, rank 0).
+    } else if (args->console == "all") {
       spec.logs.console = spec::Spec::Logs::Console::all;
     } else if (args->console == "none") {
       spec.logs.console = spec::Spec::Logs::Console::none;
@@ -91,7 +145,21 @@ Action add_run_command(CLI::App& app) {
       return 2;
     }
     if (args->dry_run) return print_dry_run(spec);
-    return launch_job(std::move(spec), args->flags);
+    if (r.log_dir.empty()) return launch_job(std::move(spec), args->flags);
+    // --log-dir: torchrun's layout, from the job's directory once the job ended.
+    const std::string prefix = spec.name + "-";
+    const std::string logs_dir = spec.logs.dir;
+    const auto before = job_dirs(logs_dir, prefix);
+    const int code = launch_job(std::move(spec), args->flags);
+    for (const auto& id : job_dirs(logs_dir, prefix)) {
+      if (before.count(id)) continue;
+      const std::string job_dir = (std::filesystem::path(logs_dir) / id).string();
+      if (auto why = run::write_torchrun_logs(job_dir, id, r.log_dir, r.redirects, r.nproc); !why.empty()) {
+        std::fprintf(stderr, "dtrain run: --log-dir %s: %s (dtrain's own logs are in %s)\n", r.log_dir.c_str(),
+                     why.c_str(), job_dir.c_str());
+      }
+    }
+    return code;
   };
 }
 

@@ -1,0 +1,459 @@
+// torchrun's options on `dtrain run` (one node); see torchrun_options.h for what each does.
+
+#include "cli/run/torchrun_options.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+
+#include <CLI/CLI.hpp>
+
+namespace dtrain::cli::run {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* const kMultiNode =
+    "multi-node `dtrain run` is not built yet; today a job across machines is `dtrain launch` with a spec file and "
+    "the join, static, ssh or slurm provider (README \"Multi-node\")";
+
+// A whole decimal number in [lo, hi], or nothing.
+std::optional<long> parse_int(const std::string& s, long lo, long hi) {
+  if (s.empty() || s.size() > 10) return std::nullopt;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+  }
+  long v = std::stol(s);
+  if (v < lo || v > hi) return std::nullopt;
+  return v;
+}
+
+std::optional<double> parse_seconds(const std::string& s) {
+  if (s.empty()) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(s.c_str(), &end);
+  if (errno != 0 || end != s.c_str() + s.size() || !(v >= 0) || v > 7 * 24 * 3600.0) return std::nullopt;
+  return v;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s) {
+    if (c == sep) {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+// HOST[:PORT] or [V6]:PORT; port 0 when absent. Returns "" or what is wrong.
+std::string split_endpoint(const std::string& endpoint, std::string& host, int& port) {
+  std::string rest;
+  if (!endpoint.empty() && endpoint.front() == '[') {
+    auto close = endpoint.find(']');
+    if (close == std::string::npos) return "an IPv6 address opened with '[' is not closed";
+    host = endpoint.substr(1, close - 1);
+    rest = endpoint.substr(close + 1);
+    if (!rest.empty() && rest.front() != ':') return "expected ':PORT' after ']'";
+    if (!rest.empty()) rest = rest.substr(1);
+  } else {
+    auto colon = endpoint.rfind(':');
+    if (colon != std::string::npos && endpoint.find(':') != colon) {
+      host = endpoint;  // a bare IPv6 address
+    } else if (colon != std::string::npos) {
+      host = endpoint.substr(0, colon);
+      rest = endpoint.substr(colon + 1);
+      if (rest.empty()) return "':' with no port after it";
+    } else {
+      host = endpoint;
+    }
+  }
+  if (host.empty()) return "no host";
+  port = 0;
+  if (!rest.empty()) {
+    auto p = parse_int(rest, 1, 65535);
+    if (!p) return "port '" + rest + "' is not a number from 1 to 65535";
+    port = static_cast<int>(*p);
+  }
+  return "";
+}
+
+// Both spellings of a long option: "--nproc-per-node,--nproc_per_node".
+std::string spellings(const std::string& dashed) {
+  std::string under = dashed;
+  for (size_t i = 2; i < under.size(); ++i) {
+    if (under[i] == '-') under[i] = '_';
+  }
+  return under == dashed ? dashed : dashed + "," + under;
+}
+
+// Which streams a --redirects / --tee value names (0-3); a per-rank map is refused.
+std::string parse_streams(const std::string& option, const std::string& value, int& streams) {
+  if (value.empty()) return "";
+  if (auto v = parse_int(value, 0, 3)) {
+    streams = static_cast<int>(*v);
+    return "";
+  }
+  if (value.find(':') != std::string::npos) {
+    return "dtrain run: " + option + " '" + value +
+           "': a per-rank map is not supported; give one value, 0 (none), 1 (stdout), 2 (stderr) or 3 (both), for "
+           "every rank";
+  }
+  return "dtrain run: " + option + " must be 0 (none), 1 (stdout), 2 (stderr) or 3 (both) (got '" + value + "')";
+}
+
+}  // namespace
+
+void add_torchrun_options(CLI::App& cmd, TorchrunArgs& a) {
+  const std::string g = "torchrun options (dashes or underscores, --opt=value or --opt value)";
+  cmd.add_option("-n," + spellings("--nproc-per-node"), a.nproc_per_node,
+                 "workers per node: N | cpu | auto | gpu (-n is the same option)")
+      ->capture_default_str()
+      ->group(g);
+  cmd.add_option(spellings("--nnodes"), a.nnodes, "N or MIN:MAX; 1 only for now (multi-node is not built yet)")
+      ->group(g);
+  cmd.add_option(spellings("--node-rank"), a.node_rank, "0 only for now")->group(g);
+  cmd.add_option(spellings("--rdzv-backend"), a.rdzv_backend, "c10d | static (dtrain's launcher is the rendezvous)")
+      ->group(g);
+  cmd.add_option(spellings("--rdzv-endpoint"), a.rdzv_endpoint, "HOST[:PORT]: must be this machine for now")->group(g);
+  cmd.add_option(spellings("--rdzv-id"), a.rdzv_id, "taken; the run is named by dtrain's job id")->group(g);
+  cmd.add_option(spellings("--rdzv-conf"), a.rdzv_conf, "K=V,...: join_timeout, read_timeout")->group(g);
+  cmd.add_flag("--standalone", a.standalone, "one node on this machine")->group(g);
+  cmd.add_option(spellings("--master-addr"), a.master_addr, "must be this machine for now")->group(g);
+  cmd.add_option(spellings("--master-port"), a.master_port, "checked free; dtrain's agent reserves MASTER_PORT")
+      ->group(g);
+  cmd.add_option(spellings("--max-restarts"), a.max_restarts, "restarts after a failure")
+      ->capture_default_str()
+      ->group(g);
+  cmd.add_option(spellings("--monitor-interval"), a.monitor_interval, "taken; dtrain does not poll")->group(g);
+  cmd.add_option(spellings("--start-method"), a.start_method, "spawn | fork | forkserver: taken (workers are new "
+                 "processes)")->group(g);
+  cmd.add_option("--role", a.role, "default only")->group(g);
+  cmd.add_option(spellings("--log-dir"), a.log_dir, "per-rank files as torchrun lays them out, when the job ends")
+      ->group(g);
+  cmd.add_option("-r,--redirects", a.redirects, "0-3: streams to files only")->group(g);
+  cmd.add_option("-t,--tee", a.tee, "0-3: streams to files and the console")->group(g);
+  cmd.add_option(spellings("--local-ranks-filter"), a.local_ranks_filter, "L,...: only these local ranks' output")
+      ->group(g);
+  cmd.add_flag(spellings("--run-path"), a.run_path, "taken; the script runs under Python")->group(g);
+  cmd.add_flag("-m,--module", a.module, "the program is a Python module (python -m MODULE)")->group(g);
+  cmd.add_flag(spellings("--no-python"), a.no_python, "run the program itself, not under Python")->group(g);
+}
+
+HostFacts HostFacts::current() {
+  HostFacts h;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  h.cpu_count = cpus > 0 ? static_cast<int>(cpus) : 1;
+  std::error_code ec;
+  h.gpu_count = 0;
+  for (const auto& e : fs::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
+    (void)e;
+    ++h.gpu_count;
+  }
+  if (const char* py = std::getenv("DTRAIN_PYTHON"); py && *py) h.python = py;
+  // A host is this machine's when one of its addresses is loopback or can be bound here.
+  h.local_host = [](const std::string& host) -> std::string {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+    if (rc != 0) return std::string("cannot be resolved: ") + gai_strerror(rc);
+    bool local = false;
+    for (addrinfo* ai = res; ai && !local; ai = ai->ai_next) {
+      int fd = socket(ai->ai_family, SOCK_STREAM, 0);
+      if (fd < 0) continue;
+      local = bind(fd, ai->ai_addr, ai->ai_addrlen) == 0;  // port 0: any; fails for another machine's address
+      close(fd);
+    }
+    freeaddrinfo(res);
+    return local ? "" : "is not an address of this machine";
+  };
+  h.port_free = [](const std::string& host, int port) -> std::string {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) return "cannot be resolved";
+    std::string why;
+    for (addrinfo* ai = res; ai; ai = ai->ai_next) {
+      int fd = socket(ai->ai_family, SOCK_STREAM, 0);
+      if (fd < 0) continue;
+      int one = 1;
+      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // as a listener would: TIME_WAIT is no conflict
+      if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+        why = errno == EADDRINUSE ? "is in use" : std::string("cannot be bound: ") + std::strerror(errno);
+      }
+      close(fd);
+      if (!why.empty()) break;
+    }
+    freeaddrinfo(res);
+    return why;
+  };
+  return h;
+}
+
+Resolved resolve(const TorchrunArgs& a, const std::vector<std::string>& program, bool dashdash, int nodes,
+                 bool console_given, const HostFacts& host) {
+  Resolved r;
+  auto fail = [&](std::string message) {
+    r.error = std::move(message);
+    return r;
+  };
+
+  // --nnodes and --standalone first: their conflict is named before the multi-node refusal.
+  if (!a.nnodes.empty()) {
+    auto parts = split(a.nnodes, ':');
+    std::optional<long> lo = parse_int(parts[0], 1, 1 << 20);
+    std::optional<long> hi = parts.size() == 2 ? parse_int(parts[1], 1, 1 << 20) : lo;
+    if (parts.size() > 2 || !lo || !hi || *lo > *hi) {
+      return fail("dtrain run: --nnodes must be N or MIN:MAX with 1 <= MIN <= MAX (got '" + a.nnodes + "')");
+    }
+    if (*hi > 1) {
+      if (a.standalone) {
+        return fail("dtrain run: --standalone runs one node, and --nnodes " + a.nnodes +
+                    " asks for more: leave one of them out");
+      }
+      return fail("dtrain run: --nnodes " + a.nnodes + ": " + kMultiNode);
+    }
+  }
+  if (!a.node_rank.empty()) {
+    auto rank = parse_int(a.node_rank, 0, 1 << 20);
+    if (!rank) return fail("dtrain run: --node-rank must be a whole number >= 0 (got '" + a.node_rank + "')");
+    if (*rank != 0) return fail("dtrain run: --node-rank " + a.node_rank + ": " + kMultiNode);
+  }
+
+  // Workers per node.
+  if (a.nproc_per_node == "cpu") {
+    r.nproc = host.cpu_count;
+  } else if (a.nproc_per_node == "auto") {
+    r.nproc = host.gpu_count > 0 ? host.gpu_count : host.cpu_count;
+  } else if (a.nproc_per_node == "gpu") {
+    if (host.gpu_count == 0) {
+      return fail("dtrain run: --nproc-per-node gpu: this machine has no GPUs (no NVIDIA driver lists one under "
+                  "/proc/driver/nvidia/gpus); give a number, or cpu");
+    }
+    r.nproc = host.gpu_count;
+  } else if (auto n = parse_int(a.nproc_per_node, 1, 2147483647)) {  // validate() bounds it, naming workers_per_node
+    r.nproc = static_cast<int>(*n);
+  } else {
+    return fail("dtrain run: --nproc-per-node must be a number >= 1, cpu, auto or gpu (got '" + a.nproc_per_node +
+                "')");
+  }
+
+  // Rendezvous.
+  const bool c10d = a.rdzv_backend == "c10d" || (a.rdzv_backend.empty() && a.standalone);
+  if (!a.rdzv_backend.empty() && a.rdzv_backend != "c10d" && a.rdzv_backend != "static") {
+    if (a.rdzv_backend == "etcd" || a.rdzv_backend == "etcd-v2") {
+      return fail("dtrain run: --rdzv-backend " + a.rdzv_backend +
+                  ": dtrain's launcher is the rendezvous and uses no etcd server; give c10d or leave it out");
+    }
+    return fail("dtrain run: --rdzv-backend must be c10d or static (got '" + a.rdzv_backend + "')");
+  }
+  if (!a.rdzv_endpoint.empty()) {
+    std::string ep_host;
+    int ep_port = 0;
+    if (auto why = split_endpoint(a.rdzv_endpoint, ep_host, ep_port); !why.empty()) {
+      return fail("dtrain run: --rdzv-endpoint '" + a.rdzv_endpoint + "': " + why + " (expected HOST[:PORT])");
+    }
+    if (a.standalone) {
+      r.notes.push_back("--standalone runs on this machine: --rdzv-endpoint " + a.rdzv_endpoint +
+                        " is ignored, as torchrun ignores it");
+    } else {
+      if (auto why = host.local_host(ep_host); !why.empty()) {
+        if (why.rfind("cannot be resolved", 0) == 0) {
+          return fail("dtrain run: --rdzv-endpoint " + a.rdzv_endpoint + ": host '" + ep_host + "' " + why);
+        }
+        return fail("dtrain run: --rdzv-endpoint " + a.rdzv_endpoint + ": '" + ep_host + "' " + why + "; " +
+                    kMultiNode);
+      }
+      if (c10d || a.rdzv_backend.empty()) {
+        int port = ep_port ? ep_port : 29400;  // torchrun's default c10d port
+        if (auto why = host.port_free(ep_host, port); !why.empty()) {
+          return fail("dtrain run: --rdzv-endpoint " + a.rdzv_endpoint + ": port " + std::to_string(port) + " " +
+                      why + " (torchrun's c10d store would bind it); give a free port or leave the option out");
+        }
+      }
+    }
+  }
+  if (!a.rdzv_conf.empty()) {
+    static const std::set<std::string> ignored = {"last_call_timeout", "close_timeout",       "timeout",
+                                                  "is_host",           "keep_alive_interval", "keep_alive_max_attempt"};
+    for (const auto& item : split(a.rdzv_conf, ',')) {
+      if (item.empty()) continue;
+      auto eq = item.find('=');
+      if (eq == std::string::npos) {
+        return fail("dtrain run: --rdzv-conf '" + item + "': expected KEY=VALUE (join_timeout=S, read_timeout=S)");
+      }
+      std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+      if (key == "join_timeout" || key == "read_timeout") {
+        auto s = parse_seconds(value);
+        if (!s || *s <= 0) {
+          return fail("dtrain run: --rdzv-conf " + key + " must be seconds > 0 (got '" + value + "')");
+        }
+        (key == "join_timeout" ? r.join_timeout_s : r.node_timeout_s) = *s;
+      } else if (ignored.count(key)) {
+        r.notes.push_back("--rdzv-conf " + key + " has no dtrain meaning; ignored");
+      } else {
+        return fail("dtrain run: --rdzv-conf key '" + key +
+                    "' is not known; dtrain takes join_timeout (nodes.join_timeout_s) and read_timeout "
+                    "(health.node_timeout_s)");
+      }
+    }
+  }
+  if (!a.master_addr.empty()) {
+    if (auto why = host.local_host(a.master_addr); !why.empty()) {
+      if (why.rfind("cannot be resolved", 0) == 0) {
+        return fail("dtrain run: --master-addr '" + a.master_addr + "' " + why);
+      }
+      return fail("dtrain run: --master-addr " + a.master_addr + " " + why + "; " + kMultiNode);
+    }
+  }
+  if (!a.master_port.empty()) {
+    auto port = parse_int(a.master_port, 0, 65535);
+    if (!port) return fail("dtrain run: --master-port must be a number from 0 to 65535 (got '" + a.master_port + "')");
+    if (*port != 0 && !c10d) {
+      const std::string addr = a.master_addr.empty() ? "127.0.0.1" : a.master_addr;
+      if (auto why = host.port_free(addr, static_cast<int>(*port)); !why.empty()) {
+        return fail("dtrain run: --master-port " + a.master_port + " " + why + " on " + addr +
+                    " (torchrun's static rendezvous would bind it); give a free port or leave the option out");
+      }
+    }
+    r.notes.push_back("--master-port is not MASTER_PORT's value: dtrain's agent reserves a free port for it");
+  }
+  if (!a.monitor_interval.empty()) {
+    if (!parse_seconds(a.monitor_interval)) {
+      return fail("dtrain run: --monitor-interval must be seconds >= 0 (got '" + a.monitor_interval + "')");
+    }
+    r.notes.push_back("--monitor-interval has no effect: dtrain does not poll its workers, it sees each exit at once");
+  }
+  if (!a.start_method.empty()) {
+    if (a.start_method != "spawn" && a.start_method != "fork" && a.start_method != "forkserver") {
+      return fail("dtrain run: --start-method must be spawn, fork or forkserver (got '" + a.start_method + "')");
+    }
+    if (a.start_method != "spawn") {
+      r.notes.push_back("--start-method " + a.start_method +
+                        ": every dtrain worker is a new process its agent execs, as with spawn");
+    }
+  }
+  if (!a.role.empty() && a.role != "default") {
+    return fail("dtrain run: --role " + a.role +
+                ": dtrain runs one role per job, named 'default' (ROLE_NAME); leave --role out");
+  }
+  if (a.max_restarts < 0) return fail("dtrain run: --max-restarts must be >= 0");
+  r.max_restarts = a.max_restarts;
+
+  // Output.
+  int redirects = 0, tee = 0;
+  if (auto e = parse_streams("--redirects", a.redirects, redirects); !e.empty()) return fail(e);
+  if (auto e = parse_streams("--tee", a.tee, tee); !e.empty()) return fail(e);
+  r.redirects = redirects;
+  const bool output_flags = !a.redirects.empty() || !a.tee.empty() || !a.local_ranks_filter.empty();
+  if (console_given && output_flags) {
+    const char* which = !a.local_ranks_filter.empty() ? "--local-ranks-filter" : !a.redirects.empty() ? "--redirects"
+                                                                                                      : "--tee";
+    return fail(std::string("dtrain run: --console and ") + which +
+                " both say whose output the console shows: give one of them");
+  }
+  if (output_flags) {
+    const int shown = (~redirects | tee) & 3;  // the streams torchrun would show on the console
+    if (shown != 0 && shown != 3) {
+      r.notes.push_back("dtrain shows a rank's stdout and stderr together: --redirects/--tee that show one stream "
+                        "show both");
+    }
+    if (shown == 0) {
+      r.console = Resolved::Console::none;
+    } else if (!a.local_ranks_filter.empty()) {
+      std::set<int> locals;
+      for (const auto& item : split(a.local_ranks_filter, ',')) {
+        auto l = parse_int(item, 0, 1 << 16);
+        if (!l || *l >= r.nproc) {
+          return fail("dtrain run: --local-ranks-filter '" + a.local_ranks_filter +
+                      "': each entry must be a local rank from 0 to " + std::to_string(r.nproc - 1));
+        }
+        locals.insert(static_cast<int>(*l));
+      }
+      r.console = Resolved::Console::ranks;
+      for (int node = 0; node < nodes; ++node) {
+        for (int l : locals) r.console_ranks.push_back(node * r.nproc + l);
+      }
+    } else {
+      r.console = Resolved::Console::all;
+    }
+  }
+  if (!a.log_dir.empty()) {
+    if (nodes > 1) {
+      return fail("dtrain run: --log-dir lays files out for one node, as torchrun does; with --nodes " +
+                  std::to_string(nodes) + " use dtrain's run directory (--logs-dir)");
+    }
+    r.log_dir = a.log_dir;
+  }
+
+  // The program.
+  if (a.module && a.no_python) return fail("dtrain run: -m/--module and --no-python conflict: give one of them");
+  if (program.empty()) {
+    return fail(std::string("dtrain run: no program: give a script (dtrain run [OPTIONS] script.py ARGS), ") +
+                "-m MODULE ARGS, --no-python PROGRAM ARGS, or -- CMD ARGS");
+  }
+  if (dashdash) {
+    if (a.module || a.run_path) {
+      return fail(std::string("dtrain run: ") + (a.module ? "-m/--module" : "--run-path") +
+                  " with `-- CMD ARGS`: CMD runs as it is; give the module or script without `--`");
+    }
+    r.command = program;
+  } else if (a.no_python) {
+    r.command = program;
+  } else {
+    r.command = {host.python, "-u"};  // as torchrun: [sys.executable, "-u", ...]
+    if (a.module) r.command.push_back("-m");
+    r.command.insert(r.command.end(), program.begin(), program.end());
+  }
+  return r;
+}
+
+std::string write_torchrun_logs(const std::string& job_dir, const std::string& job_id, const std::string& log_dir,
+                                int redirects, int nproc) {
+  std::error_code ec;
+  static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+  std::random_device rd;
+  std::string suffix;
+  for (int i = 0; i < 8; ++i) suffix += alphabet[rd() % 36];
+  const fs::path run = fs::path(log_dir) / (job_id + "_" + suffix);
+  bool any = false;
+  for (const auto& attempt : fs::directory_iterator(job_dir, ec)) {
+    const std::string name = attempt.path().filename().string();
+    if (!attempt.is_directory() || name.rfind("attempt_", 0) != 0) continue;
+    for (int rank = 0; rank < nproc; ++rank) {
+      const fs::path dir = run / name / std::to_string(rank);
+      fs::create_directories(dir, ec);
+      if (ec) return "cannot create " + dir.string() + ": " + ec.message();
+      any = true;
+      const fs::path src = attempt.path() / ("rank_" + std::to_string(rank) + ".log");
+      if (redirects == 0 || !fs::exists(src)) continue;
+      const fs::path dst = dir / ((redirects & 1) ? "stdout.log" : "stderr.log");
+      fs::copy_file(src, dst, fs::copy_options::overwrite_existing, ec);
+      if (ec) return "cannot copy " + src.string() + " to " + dst.string() + ": " + ec.message();
+      if (redirects == 3) std::ofstream(dir / "stderr.log").close();
+    }
+  }
+  if (!any) return "no attempt_<n> directory under " + job_dir;
+  return "";
+}
+
+}  // namespace dtrain::cli::run

@@ -1,0 +1,216 @@
+// torchrun's options on `dtrain run` (cli/run/torchrun_options.h): both spellings and both value forms parse to the
+// same thing, the program after the options is the program's (its own options included), and each refusal names
+// its option. resolve() is given this machine's facts (HostFacts) as values, so that every branch runs here; the
+// last cases check HostFacts::current() against real sockets.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include <doctest/doctest.h>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/run/torchrun_options.h"
+
+namespace {
+
+using dtrain::cli::run::HostFacts;
+using dtrain::cli::run::Resolved;
+using dtrain::cli::run::TorchrunArgs;
+
+struct Parsed {
+  TorchrunArgs args;
+  std::vector<std::string> program;
+  bool dashdash = false;
+  bool console_given = false;
+};
+
+// Parses `dtrain run ARGV...` as cmd_run.cpp does.
+Parsed parse(std::vector<std::string> argv) {
+  Parsed p;
+  CLI::App app;
+  auto* cmd = app.add_subcommand("run");
+  std::string console;
+  cmd->add_option("--console", console);
+  dtrain::cli::run::add_torchrun_options(*cmd, p.args);
+  cmd->add_option("command", p.program);
+  cmd->positionals_at_end();
+  argv.insert(argv.begin(), "run");
+  std::reverse(argv.begin(), argv.end());  // CLI11 takes a vector in reverse order
+  app.parse(argv);
+  const auto rem = cmd->remaining();
+  p.dashdash = std::find(rem.begin(), rem.end(), "--") != rem.end();
+  p.console_given = cmd->count("--console") > 0;
+  return p;
+}
+
+HostFacts facts(int cpus = 4, int gpus = 0) {
+  HostFacts h;
+  h.cpu_count = cpus;
+  h.gpu_count = gpus;
+  h.python = "/usr/bin/python3";
+  h.local_host = [](const std::string& host) -> std::string {
+    if (host == "localhost" || host == "127.0.0.1" || host == "this-host") return "";
+    if (host == "other-host") return "is not an address of this machine";
+    return "cannot be resolved: Name or service not known";
+  };
+  h.port_free = [](const std::string&, int port) -> std::string { return port == 4242 ? "is in use" : ""; };
+  return h;
+}
+
+Resolved resolve(const std::vector<std::string>& argv, int nodes = 1, const HostFacts& h = facts()) {
+  Parsed p = parse(argv);
+  return dtrain::cli::run::resolve(p.args, p.program, p.dashdash, nodes, p.console_given, h);
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("spellings: dashes, underscores, --opt=value and --opt value are one option") {
+  for (const auto& argv : std::vector<std::vector<std::string>>{{"--nproc-per-node", "3", "t.py"},
+                                                                {"--nproc_per_node", "3", "t.py"},
+                                                                {"--nproc-per-node=3", "t.py"},
+                                                                {"--nproc_per_node=3", "t.py"},
+                                                                {"-n", "3", "t.py"}}) {
+    const Resolved r = resolve(argv);
+    CHECK(r.error.empty());
+    CHECK(r.nproc == 3);
+  }
+  CHECK(resolve({"--max_restarts=2", "t.py"}).max_restarts == 2);
+  CHECK(resolve({"--max-restarts", "2", "t.py"}).max_restarts == 2);
+  CHECK(*resolve({"--rdzv_conf=join_timeout=7,read_timeout=3", "t.py"}).join_timeout_s == 7);
+  CHECK(*resolve({"--rdzv-conf", "join_timeout=7,read_timeout=3", "t.py"}).node_timeout_s == 3);
+}
+
+TEST_CASE("the program: a script or -m module under Python, --no-python as it is, -- as it is") {
+  using V = std::vector<std::string>;
+  CHECK(resolve({"--standalone", "t.py", "--lr", "1", "-n", "5"}).command ==
+        V{"/usr/bin/python3", "-u", "t.py", "--lr", "1", "-n", "5"});
+  CHECK(resolve({"--standalone", "t.py", "--lr", "1", "-n", "5"}).nproc == 1);  // -n 5 is the script's
+  CHECK(resolve({"-m", "pkg.mod", "--x", "1"}).command == V{"/usr/bin/python3", "-u", "-m", "pkg.mod", "--x", "1"});
+  CHECK(resolve({"--no_python", "./prog", "--x"}).command == V{"./prog", "--x"});
+  CHECK(resolve({"-n", "2", "--", "python3", "t.py", "--", "x"}).command == V{"python3", "t.py", "--", "x"});
+  CHECK(resolve({"--run-path", "t.py"}).command == V{"/usr/bin/python3", "-u", "t.py"});
+  CHECK(has(resolve({"-m", "--no-python", "x"}).error, "-m/--module and --no-python"));
+  CHECK(has(resolve({"-m", "--", "python3", "x"}).error, "-m/--module with `-- CMD ARGS`"));
+  CHECK(has(resolve({"--standalone"}).error, "no program"));
+}
+
+TEST_CASE("--nproc-per-node cpu, auto, gpu") {
+  CHECK(resolve({"--nproc-per-node", "cpu", "t.py"}, 1, facts(6, 2)).nproc == 6);
+  CHECK(resolve({"--nproc-per-node", "auto", "t.py"}, 1, facts(6, 2)).nproc == 2);
+  CHECK(resolve({"--nproc-per-node", "auto", "t.py"}, 1, facts(6, 0)).nproc == 6);
+  CHECK(resolve({"--nproc-per-node", "gpu", "t.py"}, 1, facts(6, 2)).nproc == 2);
+  CHECK(has(resolve({"--nproc-per-node", "gpu", "t.py"}, 1, facts(6, 0)).error, "--nproc-per-node gpu"));
+  CHECK(has(resolve({"--nproc-per-node", "0", "t.py"}).error, "--nproc-per-node must be"));
+  CHECK(has(resolve({"--nproc-per-node", "two", "t.py"}).error, "--nproc-per-node must be"));
+}
+
+TEST_CASE("one node only: --nnodes, --node-rank, endpoints elsewhere are multi-node, refused naming dtrain launch") {
+  CHECK(resolve({"--nnodes", "1", "t.py"}).error.empty());
+  CHECK(resolve({"--nnodes=1:1", "--node_rank=0", "t.py"}).error.empty());
+  const std::string two = resolve({"--nnodes", "2", "t.py"}).error;
+  CHECK(has(two, "--nnodes 2"));
+  CHECK(has(two, "dtrain launch"));
+  CHECK(has(resolve({"--nnodes", "1:3", "t.py"}).error, "--nnodes 1:3"));
+  CHECK(has(resolve({"--nnodes", "3:1", "t.py"}).error, "MIN <= MAX"));
+  CHECK(has(resolve({"--node-rank", "1", "t.py"}).error, "--node-rank 1: multi-node"));
+  CHECK(has(resolve({"--standalone", "--nnodes", "2", "t.py"}).error, "--standalone runs one node, and --nnodes 2"));
+  CHECK(has(resolve({"--rdzv-endpoint", "other-host:29400", "t.py"}).error, "multi-node"));
+  CHECK(has(resolve({"--master-addr", "other-host", "t.py"}).error, "--master-addr other-host"));
+  CHECK(has(resolve({"--master-addr", "nowhere", "t.py"}).error, "cannot be resolved"));
+  CHECK(resolve({"--master-addr", "this-host", "t.py"}).error.empty());
+}
+
+TEST_CASE("rendezvous: backends, endpoints, ports, --rdzv-conf keys") {
+  CHECK(resolve({"--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:29400", "t.py"}).error.empty());
+  CHECK(resolve({"--rdzv_backend=static", "t.py"}).error.empty());
+  CHECK(has(resolve({"--rdzv-backend", "etcd", "t.py"}).error, "--rdzv-backend etcd"));
+  CHECK(has(resolve({"--rdzv-backend", "zookeeper", "t.py"}).error, "--rdzv-backend must be c10d or static"));
+  CHECK(has(resolve({"--rdzv-endpoint", "nowhere:1", "t.py"}).error, "--rdzv-endpoint nowhere:1: host 'nowhere'"));
+  CHECK(has(resolve({"--rdzv-endpoint", "localhost:99999", "t.py"}).error, "port '99999'"));
+  CHECK(has(resolve({"--rdzv-endpoint", ":29400", "t.py"}).error, "no host"));
+  CHECK(has(resolve({"--rdzv-endpoint", "[::1", "t.py"}).error, "not closed"));
+  CHECK(has(resolve({"--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:4242", "t.py"}).error,
+            "port 4242 is in use"));
+  CHECK(has(resolve({"--rdzv-endpoint", "localhost", "t.py"}, 1, [] {
+              HostFacts h = facts();
+              h.port_free = [](const std::string&, int port) { return port == 29400 ? "is in use" : ""; };
+              return h;
+            }())
+                .error,
+            "port 29400 is in use"));  // torchrun's default c10d port
+  // --standalone ignores the endpoint, as torchrun does.
+  const Resolved standalone = resolve({"--standalone", "--rdzv-endpoint", "localhost:4242", "t.py"});
+  CHECK(standalone.error.empty());
+  CHECK(standalone.notes.size() == 1);
+  CHECK(has(resolve({"--master-port", "4242", "t.py"}).error, "--master-port 4242 is in use"));
+  CHECK(resolve({"--standalone", "--master-port", "4242", "t.py"}).error.empty());  // c10d: torchrun binds nothing
+  CHECK(has(resolve({"--rdzv-conf", "join_timeout=5,frobnicate=1", "t.py"}).error, "key 'frobnicate'"));
+  CHECK(has(resolve({"--rdzv-conf", "join_timeout=-1", "t.py"}).error, "join_timeout must be seconds > 0"));
+  CHECK(has(resolve({"--rdzv-conf", "join_timeout", "t.py"}).error, "expected KEY=VALUE"));
+  CHECK(resolve({"--rdzv-conf", "last_call_timeout=5,is_host=1", "t.py"}).notes.size() == 2);
+}
+
+TEST_CASE("output: --redirects, --tee, --local-ranks-filter choose the console; --console conflicts with them") {
+  using C = Resolved::Console;
+  CHECK(resolve({"t.py"}).console == C::unchanged);  // dtrain's default: rank 0
+  CHECK(resolve({"--redirects", "3", "t.py"}).console == C::none);
+  CHECK(resolve({"--redirects", "3", "--tee", "3", "t.py"}).console == C::all);
+  CHECK(resolve({"-r", "1", "-t", "1", "t.py"}).console == C::all);
+  const Resolved one_stream = resolve({"--redirects", "1", "t.py"});
+  CHECK(one_stream.console == C::all);  // stderr still shown: dtrain shows both streams
+  CHECK(one_stream.notes.size() == 1);
+  const Resolved filtered = resolve({"-n", "4", "--local-ranks-filter", "1,3", "t.py"}, 2);
+  CHECK(filtered.console == C::ranks);
+  CHECK(filtered.console_ranks == std::vector<int>{1, 3, 5, 7});  // those local ranks on both simulated nodes
+  CHECK(has(resolve({"-n", "2", "--local-ranks-filter", "2", "t.py"}).error, "--local-ranks-filter '2'"));
+  CHECK(has(resolve({"--redirects", "0:1,1:2", "t.py"}).error, "per-rank map"));
+  CHECK(has(resolve({"--tee", "5", "t.py"}).error, "--tee must be"));
+  CHECK(has(resolve({"--console", "all", "--tee", "3", "t.py"}).error, "--console and --tee"));
+  CHECK(resolve({"--log-dir", "/tmp/x", "--redirects", "3", "t.py"}).redirects == 3);
+  CHECK(has(resolve({"--log-dir", "/tmp/x", "t.py"}, 2).error, "--log-dir"));
+}
+
+TEST_CASE("taken with a note, or refused: --monitor-interval, --start-method, --role") {
+  const Resolved monitor = resolve({"--monitor_interval=5", "t.py"});
+  CHECK(monitor.error.empty());
+  REQUIRE(monitor.notes.size() == 1);
+  CHECK(has(monitor.notes[0], "does not poll"));
+  CHECK(resolve({"--start_method", "spawn", "t.py"}).notes.empty());
+  CHECK(resolve({"--start-method", "fork", "t.py"}).notes.size() == 1);
+  CHECK(has(resolve({"--start-method", "thread", "t.py"}).error, "--start-method"));
+  CHECK(resolve({"--role", "default", "t.py"}).error.empty());
+  CHECK(has(resolve({"--role", "trainer", "t.py"}).error, "--role trainer"));
+}
+
+TEST_CASE("unknown options before the program are refused by the parser") {
+  CHECK_THROWS_AS(parse({"--bogus", "1", "t.py"}), CLI::ExtrasError);
+}
+
+TEST_CASE("HostFacts::current(): loopback is this machine, a listening port is in use") {
+  const HostFacts h = HostFacts::current();
+  CHECK(h.cpu_count >= 1);
+  CHECK(h.local_host("127.0.0.1").empty());
+  CHECK(h.local_host("localhost").empty());
+  CHECK(has(h.local_host("192.0.2.1"), "not an address of this machine"));  // TEST-NET-1
+  CHECK(has(h.local_host("no-such-host.invalid"), "cannot be resolved"));
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(listen(fd, 1) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const int port = ntohs(addr.sin_port);
+  CHECK(h.port_free("127.0.0.1", port) == "is in use");
+  close(fd);
+  CHECK(h.port_free("127.0.0.1", port).empty());
+}
