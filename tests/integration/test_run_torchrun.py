@@ -13,6 +13,8 @@ torch.distributed.run`, the same flags, the same environment, the same directory
   --monitor-interval is taken and said once on stderr;
   cpu       `--nproc-per-node cpu --dry-run`: as many workers as online CPUs (os.cpu_count(), torchrun 1.13's rule);
   old form  `-n 2 --console all -- /bin/sh -c ...` still runs the command as it is;
+  console   3 ranks: --local-ranks-filter 1 shows rank 1's output only, 0,2 those two, --redirects 3 nobody's,
+            --redirects 3 --tee 3 everybody's;
   bad input exit 2, and stderr names the option: an unknown option, --standalone with --nnodes 2, -m with
             --no-python, --nnodes 2 (multi-node not built yet; names `dtrain launch`), --node-rank 1, an endpoint that
             does not resolve, an endpoint with a bad port, --rdzv-endpoint and --master-port on a port in use, an
@@ -203,6 +205,14 @@ r = Run(["run", "-n", "2", "--console", "all", "--", "/bin/sh", "-c", "echo old-
 r.assert_no_leaks()
 check(r.code == 0 and "old-form 0" in r.out and "old-form 1" in r.out, "-- CMD form: %s %s %s" % (r.code, r.out,
                                                                                                  r.err))
+
+# --- the console: --local-ranks-filter shows only those local ranks, --redirects 3 nobody, --tee 3 everybody.
+for flags, shown in ((["--local-ranks-filter", "1"], {1}), (["--local_ranks_filter=0,2"], {0, 2}),
+                     (["--redirects", "3"], set()), (["--redirects", "3", "--tee", "3"], {0, 1, 2})):
+    r = Run(["run", "-n", "3"] + flags + ["--no-python", "/bin/sh", "-c", "echo console-check-$LOCAL_RANK"]).run()
+    seen = {int(m) for m in re.findall(r"console-check-(\d)", r.out)}
+    check(r.code == 0 and seen == shown, "%s: console shows local ranks %s, want %s: %s %s" % (
+        flags, sorted(seen), sorted(shown), r.out[-800:], r.err[-800:]))
 
 # --- bad input: exit 2 naming the option.
 busy = socket.socket()
