@@ -12,16 +12,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <random>
 #include <set>
 
 #include <CLI/CLI.hpp>
 
 namespace dtrain::cli::run {
 namespace {
-
-namespace fs = std::filesystem;
 
 const char* const kMultiNode =
     "multi-node `dtrain run` is not built yet; today a job across machines is `dtrain launch` with a spec file and "
@@ -162,7 +158,7 @@ HostFacts HostFacts::current() {
   h.cpu_count = cpus > 0 ? static_cast<int>(cpus) : 1;
   std::error_code ec;
   h.gpu_count = 0;
-  for (const auto& e : fs::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
+  for (const auto& e : std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
     (void)e;
     ++h.gpu_count;
   }
@@ -425,35 +421,6 @@ Resolved resolve(const TorchrunArgs& a, const std::vector<std::string>& program,
     r.command.insert(r.command.end(), program.begin(), program.end());
   }
   return r;
-}
-
-std::string write_torchrun_logs(const std::string& job_dir, const std::string& job_id, const std::string& log_dir,
-                                int redirects, int nproc) {
-  std::error_code ec;
-  static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
-  std::random_device rd;
-  std::string suffix;
-  for (int i = 0; i < 8; ++i) suffix += alphabet[rd() % 36];
-  const fs::path run = fs::path(log_dir) / (job_id + "_" + suffix);
-  bool any = false;
-  for (const auto& attempt : fs::directory_iterator(job_dir, ec)) {
-    const std::string name = attempt.path().filename().string();
-    if (!attempt.is_directory() || name.rfind("attempt_", 0) != 0) continue;
-    for (int rank = 0; rank < nproc; ++rank) {
-      const fs::path dir = run / name / std::to_string(rank);
-      fs::create_directories(dir, ec);
-      if (ec) return "cannot create " + dir.string() + ": " + ec.message();
-      any = true;
-      const fs::path src = attempt.path() / ("rank_" + std::to_string(rank) + ".log");
-      if (redirects == 0 || !fs::exists(src)) continue;
-      const fs::path dst = dir / ((redirects & 1) ? "stdout.log" : "stderr.log");
-      fs::copy_file(src, dst, fs::copy_options::overwrite_existing, ec);
-      if (ec) return "cannot copy " + src.string() + " to " + dst.string() + ": " + ec.message();
-      if (redirects == 3) std::ofstream(dir / "stderr.log").close();
-    }
-  }
-  if (!any) return "no attempt_<n> directory under " + job_dir;
-  return "";
 }
 
 }  // namespace dtrain::cli::run

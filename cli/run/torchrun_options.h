@@ -31,7 +31,8 @@
 //       with spawn. Said once on stderr when not spawn.
 //   --role NAME          "default" only: ROLE_NAME is "default" for every dtrain worker.
 //   --log-dir DIR        per-rank files laid out as torchrun 1.13 does (DIR/<run id>_<random>/attempt_<n>/
-//       <local rank>/stdout.log and stderr.log), written when the job ends, besides dtrain's own run directory.
+//       <local rank>/stdout.log and stderr.log; error.json for a rank that left one), written when the job ends,
+//       besides dtrain's own run directory.
 //       dtrain keeps one log per rank, stdout and stderr together: it goes into stdout.log (--redirects 1 or 3) or
 //       stderr.log (--redirects 2); with 3, stderr.log is left empty.
 //   --redirects 0-3, --tee 0-3   whose output the console shows: a rank is shown unless both its streams are

@@ -1,7 +1,7 @@
 // torchrun's options on `dtrain run` (cli/run/torchrun_options.h): both spellings and both value forms parse to the
 // same thing, the program after the options is the program's (its own options included), and each refusal names
 // its option. resolve() is given this machine's facts (HostFacts) as values, so that every branch runs here; the
-// last cases check HostFacts::current() against real sockets.
+// HostFacts::current() case checks it against real sockets, and the last one lays out --log-dir from real files.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 
 #include <doctest/doctest.h>
 
@@ -213,4 +215,61 @@ TEST_CASE("HostFacts::current(): loopback is this machine, a listening port is i
   CHECK(h.port_free("127.0.0.1", port) == "is in use");
   close(fd);
   CHECK(h.port_free("127.0.0.1", port).empty());
+}
+
+TEST_CASE("--log-dir: torchrun 1.13's layout from dtrain's job directory") {
+  namespace fs = std::filesystem;
+  const fs::path base = fs::temp_directory_path() / ("cli-torchrun-logs-" + std::to_string(getpid()));
+  fs::remove_all(base);
+  const fs::path job = base / "runs" / "train-20261201-000000";
+  for (const char* attempt : {"attempt_0", "attempt_1"}) {
+    fs::create_directories(job / attempt);
+    std::ofstream(job / attempt / "rank_0.log") << attempt << " rank 0\n";
+    std::ofstream(job / attempt / "rank_1.log") << attempt << " rank 1\n";
+  }
+  std::ofstream(job / "attempt_0" / "rank_1_error.json") << "{}";
+  const auto read = [](const fs::path& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const auto run_dir = [&](const fs::path& logs) {
+    std::vector<fs::path> runs;
+    for (const auto& e : fs::directory_iterator(logs)) runs.push_back(e.path());
+    REQUIRE(runs.size() == 1);
+    const std::string name = runs[0].filename().string();
+    CHECK(name.rfind("train-20261201-000000_", 0) == 0);
+    CHECK(name.size() == std::string("train-20261201-000000_").size() + 8);
+    return runs[0];
+  };
+
+  CHECK(dtrain::cli::run::write_torchrun_logs(job.string(), "train-20261201-000000", (base / "l1").string(), 1, 2)
+            .empty());
+  fs::path run = run_dir(base / "l1");
+  CHECK(read(run / "attempt_0" / "0" / "stdout.log") == "attempt_0 rank 0\n");
+  CHECK(read(run / "attempt_1" / "1" / "stdout.log") == "attempt_1 rank 1\n");
+  CHECK(fs::exists(run / "attempt_0" / "1" / "error.json"));
+  CHECK(!fs::exists(run / "attempt_0" / "0" / "error.json"));
+  CHECK(!fs::exists(run / "attempt_0" / "0" / "stderr.log"));
+
+  CHECK(dtrain::cli::run::write_torchrun_logs(job.string(), "train-20261201-000000", (base / "l2").string(), 2, 2)
+            .empty());
+  run = run_dir(base / "l2");
+  CHECK(read(run / "attempt_0" / "0" / "stderr.log") == "attempt_0 rank 0\n");
+  CHECK(!fs::exists(run / "attempt_0" / "0" / "stdout.log"));
+
+  CHECK(dtrain::cli::run::write_torchrun_logs(job.string(), "train-20261201-000000", (base / "l3").string(), 3, 2)
+            .empty());
+  run = run_dir(base / "l3");
+  CHECK(read(run / "attempt_1" / "0" / "stdout.log") == "attempt_1 rank 0\n");
+  CHECK(read(run / "attempt_1" / "0" / "stderr.log").empty());
+
+  CHECK(dtrain::cli::run::write_torchrun_logs(job.string(), "train-20261201-000000", (base / "l0").string(), 0, 2)
+            .empty());
+  run = run_dir(base / "l0");
+  CHECK(fs::is_directory(run / "attempt_1" / "1"));
+  CHECK(fs::is_empty(run / "attempt_1" / "1"));
+
+  CHECK(dtrain::cli::run::write_torchrun_logs((base / "none").string(), "x", (base / "l4").string(), 1, 2) ==
+        "no attempt_<n> directory under " + (base / "none").string());
+  fs::remove_all(base);
 }
