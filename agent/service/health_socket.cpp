@@ -126,6 +126,12 @@ Result<HealthDatagram> parse_health_datagram(std::string_view bytes) {
   if (!signal.ok()) return {signal.status};
   if (signal.value > UINT32_MAX) return {wrong_type("dump_signal", "a signal number")};
   out.report.set_dump_signal(static_cast<std::uint32_t>(signal.value));
+  // The last report of a process that is exiting: a JSON boolean only (a 1 or "true" is a sender's mistake, refused
+  // like any field of the wrong type, not guessed at).
+  if (const auto exiting = object.find("exiting"); exiting != object.end()) {
+    if (!exiting->is_boolean()) return {wrong_type("exiting", "a boolean (true or false)")};
+    out.report.set_exiting(exiting->get<bool>());
+  }
   return {{}, std::move(out)};
 }
 

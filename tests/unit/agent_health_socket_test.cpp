@@ -72,7 +72,19 @@ TEST_CASE("a datagram's JSON becomes the report it describes") {
   CHECK(r.device_mem_total_bytes() == 85899345920);
   CHECK(r.phase() == "forward");
   CHECK(r.dump_signal() == 12);
+  CHECK_FALSE(r.exiting());   // absent: not the last report
   CHECK(check_report_values(r).ok());
+}
+
+TEST_CASE("\"exiting\": true marks a process's last report; false or absent does not") {
+  const Result<HealthDatagram> last = parse_health_datagram(R"({"rank":2,"step":100,"steps_done":100,"exiting":true})");
+  REQUIRE(last.ok());
+  CHECK(last.value.report.exiting());
+  CHECK(last.value.report.step() == 100);
+  CHECK(check_report_values(last.value.report).ok());
+  const Result<HealthDatagram> not_last = parse_health_datagram(R"({"rank":2,"exiting":false})");
+  REQUIRE(not_last.ok());
+  CHECK_FALSE(not_last.value.report.exiting());
 }
 
 TEST_CASE("datagrams that are not reports are refused with what is wrong") {
@@ -90,6 +102,9 @@ TEST_CASE("datagrams that are not reports are refused with what is wrong") {
       {R"({"rank":1,"device_mem_peak_bytes":-1})", "\"device_mem_peak_bytes\""},
       {R"({"rank":1,"device_mem_peak_bytes":1.5e9})", "\"device_mem_peak_bytes\""},
       {R"({"rank":1,"phase":7})", "\"phase\""},
+      {R"({"rank":1,"exiting":1})", "field \"exiting\" is not a boolean"},
+      {R"({"rank":1,"exiting":"true"})", "field \"exiting\" is not a boolean"},
+      {R"({"rank":1,"exiting":null})", "field \"exiting\" is not a boolean"},
       {R"({"rank":1,"loss":NaN})", "not JSON"},
   };
   for (const auto& [bytes, named] : cases) {

@@ -185,6 +185,7 @@ TEST_CASE("health_of carries every field of WorkerReport inside WorkerHealth, an
       case google::protobuf::FieldDescriptor::CPPTYPE_UINT32: reflection->SetUInt32(&report, f, value); break;
       case google::protobuf::FieldDescriptor::CPPTYPE_UINT64: reflection->SetUInt64(&report, f, value); break;
       case google::protobuf::FieldDescriptor::CPPTYPE_DOUBLE: reflection->SetDouble(&report, f, value + 0.5); break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_BOOL: reflection->SetBool(&report, f, true); break;
       case google::protobuf::FieldDescriptor::CPPTYPE_STRING:
         reflection->SetString(&report, f, "phase " + std::to_string(value));
         break;
@@ -215,8 +216,11 @@ TEST_CASE("health_of carries every field of WorkerReport inside WorkerHealth, an
       case google::protobuf::FieldDescriptor::CPPTYPE_DOUBLE:
         CHECK(h->GetDouble(health, g) == reflection->GetDouble(report, f));
         break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_BOOL:
+        CHECK(h->GetBool(health, g) == reflection->GetBool(report, f));
+        break;
       default: CHECK(h->GetString(health, g) == reflection->GetString(report, f)); break;
     }
   }
-  CHECK(shared == 24);
+  CHECK(shared == 25);
 }

@@ -213,4 +213,15 @@ TEST_CASE("job status: planned ranks start as starting; reports, exits and the d
   REQUIRE(s["diagnoses"].size() == 1);
   CHECK(s["diagnoses"][0]["kind"] == "hang");
   CHECK(s["diagnoses"][0]["ranks"] == nlohmann::json::array({1}));
+  CHECK(s["ranks"][0]["exiting"] == false);
+  // Rank 0's last report: it is exiting from then on, even after a heartbeat its reporter sent later.
+  h.exiting = true;
+  status.reported(h, 13'000);
+  h.exiting = false;
+  status.reported(h, 13'100);
+  const auto after = status.snapshot("running", d, 13'500);
+  CHECK(after["ranks"][0]["exiting"] == true);
+  CHECK(after["ranks"][0]["state"] == "running");   // the state names are unchanged: its exit is not known yet
+  CHECK(after["ranks"][0]["step"] == 9);
+  CHECK(after["ranks"][1]["exiting"] == false);
 }

@@ -522,6 +522,89 @@ TEST_CASE("round: 0 turns each health check off") {
   CHECK(s.fleet.sent_to<CollectEvidence>().empty());
 }
 
+namespace {
+
+// `h` as a process's last report: it finished and is exiting.
+WorkerHealth last_report(WorkerHealth h) {
+  h.exiting = true;
+  return h;
+}
+
+// Ranks 0-2 report and then fall silent for an hour before every worker exits 0 (rank 3 never reports): rank 0 after
+// two steps, rank 1 before any step (a start-up report only), rank 2 after one step and one more heartbeat, as a
+// reporter's thread may send after the last report. `says_exiting`: whether each one's final report says so.
+void silent_teardown(Scenario& s, bool says_exiting) {
+  const auto final_report = [says_exiting](WorkerHealth h) { return says_exiting ? last_report(h) : h; };
+  s.report(0, health(0, 1, 1));
+  s.report(0, final_report(health(0, 2, 2)));
+  s.report(0, final_report(health(1, 0, 0)));
+  s.report(1, health(2, 1, 1));
+  s.report(1, final_report(health(2, 1, 1)));
+  s.report(1, health(2, 1, 1));
+  s.pass(std::chrono::hours(1));
+  all_exit(s);
+}
+
+}  // namespace
+
+TEST_CASE("round: after a report that says exiting, no silence fails the rank; without it, the heartbeat check does") {
+  for (const bool says_exiting : {true, false}) {
+    CAPTURE(says_exiting);
+    Scenario s(0, "health: {heartbeat_timeout_s: 3, hang_timeout_s: 5, startup_timeout_s: 10}\n");
+    RoundFleet::Clock::time_point asked_at{};
+    answer_evidence(s, asked_at);
+    s.fleet.on_send = [&, answer = s.fleet.on_send](int node, const Command& command) {
+      answer(node, command);
+      if (std::holds_alternative<StartGroup>(command) && node == 1) silent_teardown(s, says_exiting);
+    };
+    const auto start = s.fleet.now();
+    const Round::Outcome outcome = s.round.run();
+    if (says_exiting) {
+      // Teardown takes what it takes: heartbeat, hang and start-up checks are all off for the three ranks.
+      CHECK(outcome == Round::Outcome::success);
+      CHECK(s.fleet.sent_to<CollectEvidence>().empty());
+      CHECK_FALSE(s.round.root_cause());
+    } else {
+      CHECK(outcome == Round::Outcome::worker_failed);
+      REQUIRE(s.round.root_cause());
+      CHECK(s.round.root_cause()->health_failure.find("stopped reporting health 3.0 s ago") == 0);
+      CHECK(asked_at - start >= 3s);
+      CHECK(asked_at - start < 3s + 20ms);
+    }
+  }
+}
+
+TEST_CASE("round: a rank that said it is exiting is still judged by its exit: a non-zero code fails the round") {
+  Scenario s(0, "health: {heartbeat_timeout_s: 3}\n");
+  RoundFleet::Clock::time_point asked_at{};
+  answer_evidence(s, asked_at);
+  s.fleet.on_send = [&, answer = s.fleet.on_send](int node, const Command& command) {
+    if (std::holds_alternative<StopGroup>(command)) {
+      for (unsigned rank : {2u * node, 2u * node + 1}) {
+        if (rank != 1) s.report(node, exited(0, rank, 0, SIGTERM, true));
+      }
+    }
+    answer(node, command);
+    if (std::holds_alternative<StartGroup>(command) && node == 1) {
+      s.report(0, health(1, 4, 4));
+      s.report(0, last_report(health(1, 5, 5)));
+      s.pass(10s);                         // its teardown, silent, past the heartbeat timeout
+      s.report(0, exited(0, 1, 134));      // and then it dies of it (an abort in a destructor)
+    }
+  };
+  CHECK(s.round.run() == Round::Outcome::worker_failed);
+  CHECK(s.fleet.sent_to<CollectEvidence>().empty());   // no health check failed it: its exit did
+  REQUIRE(s.round.root_cause());
+  const Failure& root = *s.round.root_cause();
+  CHECK(root.rank == 1);
+  CHECK(root.health_failure.empty());
+  CHECK(root.exit.exit_code == 134);
+  CHECK(exit_code_of(root) == 134);
+  REQUIRE(root.last_health);
+  CHECK(root.last_health->step == 5);
+  CHECK(root.last_health->exiting);
+}
+
 TEST_CASE("round: a node that never sends its evidence holds the stop for Timeouts::evidence, no longer") {
   Scenario s(0, "health: {heartbeat_timeout_s: 5}\n");
   RoundFleet::Clock::time_point asked_at{};

@@ -199,6 +199,7 @@ TEST_CASE("WorkerHealth and WorkerSample arrive with every field") {
   r->set_dump_signal(24);
   r->set_samples_per_s(25.5);
   r->set_device_mem_peak_bytes(26);
+  r->set_exiting(true);
   const auto health = std::get<WorkerHealth>(wire::from_wire(health_message));
   CHECK(health.rank == 3);
   CHECK(health.step == 4);
@@ -225,6 +226,7 @@ TEST_CASE("WorkerHealth and WorkerSample arrive with every field") {
   CHECK(health.dump_signal == 24);
   CHECK(health.samples_per_s == 25.5);
   CHECK(health.device_mem_peak_bytes == 26);
+  CHECK(health.exiting);
 
   v1::AgentMessage sample_message;
   auto* s = sample_message.mutable_worker_sample();

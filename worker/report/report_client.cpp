@@ -65,6 +65,7 @@ Status ReportClient::send(const HealthReport& report, const ReportContext& conte
   request.set_steps_done(context.steps_done);
   request.set_phase(context.phase);
   request.set_dump_signal(context.dump_signal);
+  request.set_exiting(context.exiting);
   v1::ReportAck ack;
   grpc::ClientContext call;
   call.AddMetadata(std::string(kTokenMetadata), impl_->options.token);

@@ -49,6 +49,9 @@ struct ReportContext {
   std::uint64_t steps_done = 0;   // steps this process completed so far (a heartbeat repeats the last count)
   std::string phase;              // what the worker is doing now (trainer/health/phase.h), "" if not known
   std::uint32_t dump_signal = 0;  // the signal on which the worker writes its stacks, 0: none
+  // The worker has finished and is exiting: this is its last report, and the launcher stops its health checks (no
+  // heartbeat follows while it tears down); its exit status is still judged as any worker's.
+  bool exiting = false;
 };
 
 struct ReportClientOptions {

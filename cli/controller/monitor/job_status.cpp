@@ -45,6 +45,7 @@ void JobStatus::reported(const WorkerHealth& health, std::uint64_t unix_ms) {
   }
   row.health = health;
   row.reported_ms = unix_ms;
+  row.exiting = row.exiting || health.exiting;
 }
 
 std::optional<unsigned> JobStatus::node_of(unsigned rank) const {
@@ -78,6 +79,7 @@ nlohmann::ordered_json JobStatus::rank_json(unsigned rank, const Diagnoser& diag
   out["device_mem_total_bytes"] = h.device_mem_total_bytes;
   out["device_mem_peak_bytes"] = h.device_mem_peak_bytes;
   out["phase"] = h.phase;
+  out["exiting"] = row.exiting;
   if (row.health) {
     out["report_age_s"] = now_ms >= row.reported_ms ? static_cast<double>(now_ms - row.reported_ms) / 1000.0 : 0.0;
   } else {

@@ -6,16 +6,17 @@
 //   {"job", "state": "running|succeeded|failed", "attempt", "updated_unix_ms",
 //    "ranks": [{"rank", "node", "host", "pid", "state", "step", "step_ms", "tokens_per_s", "samples_per_s", "loss",
 //               "data_wait_ratio", "comm_exposed_ratio", "rss_bytes", "device_mem_used_bytes",
-//               "device_mem_total_bytes", "device_mem_peak_bytes", "phase", "report_age_s",
+//               "device_mem_total_bytes", "device_mem_peak_bytes", "phase", "exiting", "report_age_s",
 //               "recent_step_ms": [oldest .. newest]}],
 //    "diagnoses": [{"kind", "ranks", "message", "fix"}],
 //    "nodes": [{"node", "host", "up"}], "metrics_address": "host:port" or null,
 //    "status_file_error": {"message", "since_unix_ms"} (only while status.json cannot be written)}
 // A rank's state is starting (planned, not started yet), running, exited (code 0), failed (its own failure) or
-// stopped (ended by a stop of its group). report_age_s is null until it reports. A node of the round is up until
-// the launcher gives it up (node_lost); recent_step_ms holds the step times of the rank's last kRecentSteps new
-// steps as its reports told them (a heartbeat that repeats a step adds nothing), for `dtrain status --watch`'s
-// sparklines; metrics_address is where /metrics is served (observe.metrics_addr).
+// stopped (ended by a stop of its group). exiting is true once the rank sent its last report (its process finished
+// and is exiting: health_watch.h no longer checks it), whatever its state. report_age_s is null until it reports. A
+// node of the round is up until the launcher gives it up (node_lost); recent_step_ms holds the step times of the
+// rank's last kRecentSteps new steps as its reports told them (a heartbeat that repeats a step adds nothing), for
+// `dtrain status --watch`'s sparklines; metrics_address is where /metrics is served (observe.metrics_addr).
 
 #include <cstdint>
 #include <deque>
@@ -76,6 +77,7 @@ class JobStatus {
     std::optional<WorkerHealth> health;
     std::uint64_t reported_ms = 0;
     std::deque<double> recent_step_ms;   // at most kRecentSteps, oldest first
+    bool exiting = false;                // a report said so; a heartbeat after it does not undo it
   };
 
   struct NodeRow {

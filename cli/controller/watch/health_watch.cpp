@@ -46,13 +46,15 @@ void HealthWatch::reported(const WorkerHealth& h, Clock::time_point now) {
   w.step = h.step;
   w.steps_done = h.steps_done;
   if (moved || (!w.progress_at && h.step != w.first_step)) w.progress_at = now;
+  // For good: the reporter's thread may still send a heartbeat after the last report, until the process stops it.
+  if (h.exiting) w.exiting = true;
   note_due(w);
 }
 
 void HealthWatch::exited(unsigned rank) { workers_[rank].exited = true; }
 
 std::optional<HealthWatch::Due> HealthWatch::due(const Worker& w) const {
-  if (w.exited || !w.last_report) return std::nullopt;
+  if (w.exited || w.exiting || !w.last_report) return std::nullopt;
   std::optional<Due> first;
   const auto consider = [&first](Clock::time_point at, HealthFailure::Check check) {
     if (!first || at < first->at) first = Due{at, check};

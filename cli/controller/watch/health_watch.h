@@ -13,6 +13,16 @@
 // reporter without steps_done); progress is any later change of (step, steps_done). Workers that never report
 // are not checked (a script that does not use the reports); workers that exited are not checked. 0 turns a check
 // off. Every input is O(1); check() and next_deadline() look at every worker, once per wake-up of the round.
+//
+// A worker whose report says `exiting` (its last report: the process finished its work, normally or on SIGTERM) is
+// not checked from then on either, as if its exit were known. What follows that report is teardown (a PyTorch
+// process's gloo or NCCL groups and DDP reducers, the interpreter's finalization, which stops the reporter's thread),
+// measured at 0.4 to 3 s and more: its heartbeats stop there, and a rank that trained to the end must not fail as
+// "stopped reporting health" for it, nor get its peers' stacks asked for while they tear down too. Only the health
+// checks stop: the round still judges its exit as any worker's (a non-zero code or a signal is a failure), and a
+// process that never exits after its last report is left, like one that never reported, to the round's stop and
+// the supervisor's stop.grace_s. A later report of that process (its reporter's thread runs until finalization stops
+// it) does not re-arm them.
 
 #include <chrono>
 #include <cstdint>
@@ -41,6 +51,7 @@ class HealthWatch {
   explicit HealthWatch(const spec::Spec::Health& limits);
 
   void started(unsigned rank, Clock::time_point now);
+  // A report with `exiting` set ends the checks of its worker (see above).
   void reported(const WorkerHealth& health, Clock::time_point now);
   void exited(unsigned rank);
 
@@ -54,6 +65,7 @@ class HealthWatch {
  private:
   struct Worker {
     bool exited = false;
+    bool exiting = false;                       // it sent its last report: checks off, its exit is judged alone
     Clock::time_point started_at;
     std::optional<Clock::time_point> last_report;
     std::uint64_t first_step = 0;               // the step of its first report
