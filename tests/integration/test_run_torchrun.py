@@ -1,6 +1,7 @@
 """`dtrain run` with torchrun's options on one node, side by side with Debian's torchrun 1.13 (`/usr/bin/python3 -m
 torch.distributed.run`, the same flags, the same environment, the same directory):
-  script    `--redirects 1 --tee 1 --log_dir DIR --standalone --nproc_per_node=2 envdump.py OUT a --b`: each rank's
+  script    `--redirects 1 --tee 1 --log_dir DIR --standalone --nproc_per_node=2 --max_restarts=1 --role default
+            envdump.py OUT a --b`: each rank's
             argv and environment (names and values) are torchrun's, but for the known differences listed in KNOWN
             below (a new difference fails the test); both ranks' output is on the console (--tee 1); --log_dir holds
             the same files as torchrun's (<run id>_<random>/attempt_0/<local rank>/stdout.log, each with its rank's
@@ -145,7 +146,8 @@ def run_pair(case, flags, program, dtrain_extra=()):
 
 
 # --- script: the flags of the issue, with torchrun 1.13's log directory.
-flags = ["--redirects", "1", "--tee", "1", "--log_dir", "LOGDIR", "--standalone", "--nproc_per_node=2"]
+flags = ["--redirects", "1", "--tee", "1", "--log_dir", "LOGDIR", "--standalone", "--nproc_per_node=2",
+         "--max_restarts=1", "--role", "default"]
 cwd, res = run_pair("script", flags, ["envdump.py", "OUT", "a", "--b"])
 if "torchrun" in res and "dtrain" in res:
     compare("script", res["torchrun"][0], res["dtrain"][0])
