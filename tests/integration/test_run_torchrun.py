@@ -1,11 +1,10 @@
 """`dtrain run` with torchrun's options on one node, side by side with Debian's torchrun 1.13 (`/usr/bin/python3 -m
 torch.distributed.run`, the same flags, the same environment, the same directory):
   script    `--redirects 1 --tee 1 --log_dir DIR --standalone --nproc_per_node=2 --max_restarts=1 --role default
-            envdump.py OUT a --b`: each rank's
-            argv and environment (names and values) are torchrun's, but for the known differences listed in KNOWN
-            below (a new difference fails the test); both ranks' output is on the console (--tee 1); --log_dir holds
-            the same files as torchrun's (<run id>_<random>/attempt_0/<local rank>/stdout.log, each with its rank's
-            output);
+            envdump.py OUT a --b`: each rank's argv and environment (names and values) are torchrun's, but for the
+            known differences listed in KNOWN below (a new difference fails the test); both ranks' output is on the
+            console (--tee 1); --log_dir holds the same files as torchrun's (<run id>_<random>/attempt_0/<local
+            rank>/stdout.log, each with its rank's output);
   no-python `--standalone --nproc-per-node 2 --no-python envdump.sh OUT x`: the program runs as it is, same
             environment as torchrun's;
   module    `--standalone --nproc-per-node=2 -m pkg.mod OUT y`: python -m, same environment and sys.argv[0];
