@@ -26,6 +26,10 @@ PyTorch (Debian's 1.13 under /usr/bin/python3):
             and its last report names the collective as its phase;
   lacking   a torch without the DataLoader's iterator or DDP (a stand-in module armed directly): one line on rank 0
             names what is not measured (nothing on rank 1), and the rest is still armed;
+  phases    with health.hang_timeout_s 3, two independent ranks step 3 times, then rank 0 blocks inside its DataLoader
+            (`stuck_in_dataset`) and rank 1 inside backward() (`stuck_in_backward`, a custom autograd Function): the
+            job fails with 124, their last reports name the phases data and backward, and the summary shows the
+            hung rank's Python frames from the dump the agent asked for;
   no torch  a Python program that never imports torch runs unchanged (its output, no torch imported, the user's
             sitecustomize ran), and a program that is not Python (/bin/sh) gets no bootstrap on its PYTHONPATH;
   dtrain run  `--instrument off` sees no steps where the default (auto) sees them all; `--instrument sometimes` is
@@ -181,6 +185,46 @@ while True:
     with open(os.path.join(here, "steps-%d.new" % rank), "w") as f:
         f.write(str(steps))
     os.replace(os.path.join(here, "steps-%d.new" % rank), os.path.join(here, "steps-%d" % rank))
+"""
+
+# Three steps each, then rank 0 blocks in its DataLoader and rank 1 in backward(); no process group.
+PHASES = r"""
+import os, time
+import torch
+rank = int(os.environ["RANK"])
+
+def stuck_in_dataset():
+    time.sleep(300)
+
+class Items(torch.utils.data.Dataset):
+    def __len__(self):
+        return 100
+    def __getitem__(self, i):
+        if rank == 0 and i >= 3:
+            stuck_in_dataset()
+        return torch.randn(4)
+
+def stuck_in_backward():
+    time.sleep(300)
+
+class Stuck(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+    @staticmethod
+    def backward(ctx, grad):
+        stuck_in_backward()
+        return grad
+
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step, x in enumerate(torch.utils.data.DataLoader(Items(), batch_size=1)):
+    out = model(x).sum()
+    if rank == 1 and step == 3:
+        out = Stuck.apply(out)
+    out.backward()
+    opt.step()
+    opt.zero_grad()
 """
 
 NO_TORCH = r"""
@@ -350,6 +394,19 @@ for rank in ("0", "1"):
               "lacking: one line on rank 0 names what is not measured: %s" % said)
     else:
         check(not said, "lacking: nothing said on rank 1: %s" % said)
+
+# ---- phases: where a hung rank stopped, and its Python frames
+run = launch("instrument-phases", 2, lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, "phases.py"), PHASES)),
+             ["health.hang_timeout_s=3"])
+check(run.code == 124, "phases: the job fails with 124, got %s" % run.code)
+ranks = ranks_of(run)
+check(ranks.get(0, {}).get("phase") == "data" and ranks.get(0, {}).get("step") == 3,
+      "phases: rank 0's last report is at step 3 in data: %s" % ranks.get(0))
+check(ranks.get(1, {}).get("phase") == "backward" and ranks.get(1, {}).get("step") == 3,
+      "phases: rank 1's last report is at step 3 in backward: %s" % ranks.get(1))
+check(re.search(r"File \"\S+phases\.py\", line \d+ in stuck_in_(dataset|backward)", run.err) is not None,
+      "phases: the summary shows the hung rank's Python frames: %s" % run.err[-3000:])
+run.assert_no_leaks()
 
 # ---- a Python program without torch; a program that is not Python
 run = launch("no-torch", 1, lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, "plain.py"), NO_TORCH)))
