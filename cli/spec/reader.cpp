@@ -190,6 +190,7 @@ class Reader : ValueReader {
       if (key == "heartbeat_timeout_s") read_number(value, key_path, out.heartbeat_timeout_s);
       else if (key == "hang_timeout_s") read_number(value, key_path, out.hang_timeout_s);
       else if (key == "startup_timeout_s") read_number(value, key_path, out.startup_timeout_s);
+      else if (key == "exit_timeout_s") read_number(value, key_path, out.exit_timeout_s);
       else if (key == "node_timeout_s") read_number(value, key_path, out.node_timeout_s);
       else if (key == "straggler_ratio") read_number(value, key_path, out.straggler_ratio, "a number above 1");
       else if (key == "instrument") {

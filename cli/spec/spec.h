@@ -123,6 +123,8 @@ struct Spec {
     double heartbeat_timeout_s = 30;  // a worker whose health reports stop for this long has failed
     double hang_timeout_s = 0;        // a worker whose step counter does not move for this long has failed
     double startup_timeout_s = 600;   // a reporting worker with no first step this long after it started has failed
+    double exit_timeout_s = 120;      // a worker whose last report said `exiting` and that has not exited this long
+                                      //   after it has failed (stuck in teardown)
     double node_timeout_s = 10;       // an agent that is silent for this long is a failed node
                                       // The *_s keys: 0 to kMaxDurationS; 0 turns that check off (hang_timeout_s is
                                       //   off by default).

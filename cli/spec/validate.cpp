@@ -205,6 +205,7 @@ void check_spec(const Spec& spec, const Locations& where, std::vector<Diagnostic
   r.duration("health.heartbeat_timeout_s", spec.health.heartbeat_timeout_s);
   r.duration("health.hang_timeout_s", spec.health.hang_timeout_s);
   r.duration("health.startup_timeout_s", spec.health.startup_timeout_s);
+  r.duration("health.exit_timeout_s", spec.health.exit_timeout_s);
   r.duration("health.node_timeout_s", spec.health.node_timeout_s);
   check_straggler_ratio(spec.health.straggler_ratio, r);
   if (spec.logs.dir.empty()) r.report("logs.dir", "is empty.", "Example: dir: runs");

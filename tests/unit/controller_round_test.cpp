@@ -547,10 +547,11 @@ void silent_teardown(Scenario& s, bool says_exiting) {
 
 }  // namespace
 
-TEST_CASE("round: after a report that says exiting, no silence fails the rank; without it, the heartbeat check does") {
+TEST_CASE("round: after a report that says exiting, no silence fails the rank (exit_timeout_s 0: teardown unchecked); "
+          "without it, the heartbeat check does") {
   for (const bool says_exiting : {true, false}) {
     CAPTURE(says_exiting);
-    Scenario s(0, "health: {heartbeat_timeout_s: 3, hang_timeout_s: 5, startup_timeout_s: 10}\n");
+    Scenario s(0, "health: {heartbeat_timeout_s: 3, hang_timeout_s: 5, startup_timeout_s: 10, exit_timeout_s: 0}\n");
     RoundFleet::Clock::time_point asked_at{};
     answer_evidence(s, asked_at);
     s.fleet.on_send = [&, answer = s.fleet.on_send](int node, const Command& command) {
@@ -560,7 +561,8 @@ TEST_CASE("round: after a report that says exiting, no silence fails the rank; w
     const auto start = s.fleet.now();
     const Round::Outcome outcome = s.round.run();
     if (says_exiting) {
-      // Teardown takes what it takes: heartbeat, hang and start-up checks are all off for the three ranks.
+      // Teardown takes what it takes: heartbeat, hang and start-up checks are all off for the three ranks, and
+      // exit_timeout_s 0 turns the teardown check off too.
       CHECK(outcome == Round::Outcome::success);
       CHECK(s.fleet.sent_to<CollectEvidence>().empty());
       CHECK_FALSE(s.round.root_cause());
@@ -572,6 +574,73 @@ TEST_CASE("round: after a report that says exiting, no silence fails the rank; w
       CHECK(asked_at - start < 3s + 20ms);
     }
   }
+}
+
+TEST_CASE("round: a rank that said it is exiting and has not exited health.exit_timeout_s later fails, stacks first") {
+  // Rank 1 sends its last report, one more heartbeat from its reporter's thread 1 s later (it moves nothing), and
+  // never exits; every other rank exits 0. With 5 s, and with the default 120 s.
+  for (const std::string yaml : {"health: {heartbeat_timeout_s: 3, exit_timeout_s: 5}\n",
+                                 "health: {heartbeat_timeout_s: 3}\n"}) {
+    CAPTURE(yaml);
+    const bool by_default = yaml.find("exit_timeout_s") == std::string::npos;
+    const auto timeout = by_default ? 120s : 5s;
+    Scenario s(0, yaml);
+    RoundFleet::Clock::time_point asked_at{};
+    answer_evidence(s, asked_at);
+    RoundFleet::Clock::time_point last_report_at{};
+    s.fleet.on_send = [&, answer = s.fleet.on_send](int node, const Command& command) {
+      answer(node, command);
+      if (std::holds_alternative<StartGroup>(command) && node == 1) {
+        last_report_at = s.fleet.now();   // a few scripted ms before the report itself
+        s.report(0, health(1, 4, 4));
+        s.report(0, last_report(health(1, 5, 5)));
+        s.pass(1s);
+        s.report(0, health(1, 5, 5));
+        for (unsigned rank : {0u, 2u, 3u}) s.report(static_cast<int>(rank / 2), exited(0, rank, 0));
+        s.report(1, GroupDone{0});
+        s.pass(std::chrono::hours(1));
+      }
+    };
+    CHECK(s.round.run() == Round::Outcome::worker_failed);
+    REQUIRE(s.round.root_cause());
+    const Failure& root = *s.round.root_cause();
+    CHECK(root.rank == 1);
+    CHECK(root.node == 0);
+    const std::string seconds = by_default ? "120" : "5";
+    CHECK(root.health_failure.find("sent its last report (exiting) " + seconds + ".0 s ago and has not exited: it is "
+                                   "stuck in teardown (health.exit_timeout_s: " + seconds + "); its stacks show "
+                                   "where") == 0);
+    CHECK(describe_failure(root) == root.health_failure);
+    CHECK(exit_code_of(root) == kHealthCheckExitCode);
+    // Due from the last report, not from the heartbeat after it.
+    CHECK(asked_at - last_report_at >= timeout);
+    CHECK(asked_at - last_report_at < timeout + 20ms);
+    // Its evidence as for a hang: both nodes asked before anything was stopped, its frames kept for the summary.
+    CHECK(s.fleet.sent_to<CollectEvidence>() == std::vector<int>{0, 1});
+    CHECK(index_of_first(s.fleet, [](const Command& c) { return std::holds_alternative<CollectEvidence>(c); }) <
+          index_of_first(s.fleet, [](const Command& c) { return std::holds_alternative<StopGroup>(c); }));
+    REQUIRE(root.stacks);
+    CHECK(root.stacks->stacks_path == "/runs/job-1/attempt_0/stacks/rank_1.txt");
+    REQUIRE(root.last_health);
+    CHECK(root.last_health->step == 5);
+  }
+}
+
+TEST_CASE("round: a rank that said it is exiting and exits within health.exit_timeout_s fails nothing") {
+  Scenario s(0, "health: {heartbeat_timeout_s: 3, exit_timeout_s: 5}\n");
+  RoundFleet::Clock::time_point asked_at{};
+  answer_evidence(s, asked_at);
+  s.fleet.on_send = [&, answer = s.fleet.on_send](int node, const Command& command) {
+    answer(node, command);
+    if (std::holds_alternative<StartGroup>(command) && node == 1) {
+      for (unsigned rank = 0; rank < 4; ++rank) s.report(static_cast<int>(rank / 2), last_report(health(rank, 7, 7)));
+      s.pass(4900ms);   // a silent teardown past heartbeat_timeout_s, within exit_timeout_s
+      all_exit(s);
+    }
+  };
+  CHECK(s.round.run() == Round::Outcome::success);
+  CHECK(s.fleet.sent_to<CollectEvidence>().empty());
+  CHECK_FALSE(s.round.root_cause());
 }
 
 TEST_CASE("round: a rank that said it is exiting is still judged by its exit: a non-zero code fails the round") {

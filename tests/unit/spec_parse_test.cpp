@@ -105,6 +105,7 @@ TEST_CASE("only name and command are required; everything else has the documente
   CHECK(s.stop.grace_s == 10);
   CHECK(s.health.heartbeat_timeout_s == 30);
   CHECK(s.health.hang_timeout_s == 0);
+  CHECK(s.health.exit_timeout_s == 120);
   CHECK(s.health.node_timeout_s == 10);
   CHECK(s.logs.dir == "runs");
   CHECK(s.logs.console == Spec::Logs::Console::rank0);
@@ -170,7 +171,8 @@ TEST_CASE("the diagnostic's fields are 1-based positions, the dotted key and a s
     CHECK(d.key == "health.hang_timeout");
     CHECK(d.message == "unknown key.");
     CHECK(d.hint == "Did you mean 'health.hang_timeout_s'? Allowed keys under health: heartbeat_timeout_s, "
-                    "hang_timeout_s, startup_timeout_s, node_timeout_s, straggler_ratio, instrument");
+                    "hang_timeout_s, startup_timeout_s, exit_timeout_s, node_timeout_s, straggler_ratio, "
+                    "instrument");
     CHECK(std::string(e.what()) == d.format());
   }
 }
@@ -534,7 +536,8 @@ TEST_CASE("limits: every duration is at most 7 days, so its milliseconds cannot 
   CHECK(only_error("name: x\ncommand: [a]\nhealth: {node_timeout_s: 1e20}\n") ==
         "job.yaml:3:26: health.node_timeout_s: must be at most 604800 seconds (7 days), got 1e+20. Use 0 to turn it "
         "off.");
-  for (const std::string key : {"restart.backoff_s", "health.heartbeat_timeout_s", "health.hang_timeout_s"}) {
+  for (const std::string key : {"restart.backoff_s", "health.heartbeat_timeout_s", "health.hang_timeout_s",
+                                 "health.exit_timeout_s"}) {
     const auto dot = key.find('.');
     const std::string yaml = "name: x\ncommand: [a]\n" + key.substr(0, dot) + ": {" + key.substr(dot + 1) +
                              ": 604801}\n";

@@ -25,7 +25,8 @@ std::string setting(std::chrono::milliseconds ms) {
 HealthWatch::HealthWatch(const spec::Spec::Health& limits)
     : heartbeat_(spec::duration_ms(limits.heartbeat_timeout_s)),
       hang_(spec::duration_ms(limits.hang_timeout_s)),
-      startup_(spec::duration_ms(limits.startup_timeout_s)) {}
+      startup_(spec::duration_ms(limits.startup_timeout_s)),
+      exit_(spec::duration_ms(limits.exit_timeout_s)) {}
 
 HealthWatch::Worker& HealthWatch::worker(unsigned rank, Clock::time_point now) {
   auto [it, added] = workers_.try_emplace(rank);
@@ -46,15 +47,20 @@ void HealthWatch::reported(const WorkerHealth& h, Clock::time_point now) {
   w.step = h.step;
   w.steps_done = h.steps_done;
   if (moved || (!w.progress_at && h.step != w.first_step)) w.progress_at = now;
-  // For good: the reporter's thread may still send a heartbeat after the last report, until the process stops it.
-  if (h.exiting) w.exiting = true;
+  // For good, from the first: the reporter's thread may still send a heartbeat after the last report, until the
+  // process stops it.
+  if (h.exiting && !w.exiting_since) w.exiting_since = now;
   note_due(w);
 }
 
 void HealthWatch::exited(unsigned rank) { workers_[rank].exited = true; }
 
 std::optional<HealthWatch::Due> HealthWatch::due(const Worker& w) const {
-  if (w.exited || w.exiting || !w.last_report) return std::nullopt;
+  if (w.exited || !w.last_report) return std::nullopt;
+  if (w.exiting_since) {
+    if (exit_.count() == 0) return std::nullopt;
+    return Due{*w.exiting_since + exit_, HealthFailure::Check::teardown};
+  }
   std::optional<Due> first;
   const auto consider = [&first](Clock::time_point at, HealthFailure::Check check) {
     if (!first || at < first->at) first = Due{at, check};
@@ -101,6 +107,11 @@ std::string HealthWatch::describe(const Due& due, const Worker& w, Clock::time_p
       return "made no step progress for " + seconds(now - *w.progress_at) + " (stuck at step " +
              std::to_string(w.step) + "; health.hang_timeout_s: " + setting(hang_) +
              "): a collective that never completes, or a deadlock; its stacks show where";
+    case HealthFailure::Check::teardown:
+      return "sent its last report (exiting) " + seconds(now - *w.exiting_since) +
+             " ago and has not exited: it is stuck in teardown (health.exit_timeout_s: " + setting(exit_) +
+             "); its stacks show where (a process group, a DDP reducer or the interpreter's finalization that never " +
+             "returns); raise the timeout if teardown is this slow";
     case HealthFailure::Check::startup:
       break;
   }

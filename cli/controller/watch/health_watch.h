@@ -8,6 +8,8 @@
 //   hang       health.hang_timeout_s       a worker whose step did not move this long, from its first step on
 //   startup    health.startup_timeout_s    a worker that reported but made no first step this long after it
 //                                          started (imports, data, communicator init)
+//   teardown   health.exit_timeout_s       a worker whose report said `exiting` (below) and whose exit did not
+//                                          come this long after that report: stuck in teardown
 //
 // A worker has made a step when a report's steps_done is above 0 or its step differs from its first report's (a
 // reporter without steps_done); progress is any later change of (step, steps_done). Workers that never report
@@ -15,14 +17,15 @@
 // off. Every input is O(1); check() and next_deadline() look at every worker, once per wake-up of the round.
 //
 // A worker whose report says `exiting` (its last report: the process finished its work, normally or on SIGTERM) is
-// not checked from then on either, as if its exit were known. What follows that report is teardown (a PyTorch
+// not checked by heartbeat, hang or start-up from then on. What follows that report is teardown (a PyTorch
 // process's gloo or NCCL groups and DDP reducers, the interpreter's finalization, which stops the reporter's thread),
 // measured at 0.4 to 3 s and more: its heartbeats stop there, and a rank that trained to the end must not fail as
-// "stopped reporting health" for it, nor get its peers' stacks asked for while they tear down too. Only the health
-// checks stop: the round still judges its exit as any worker's (a non-zero code or a signal is a failure), and a
-// process that never exits after its last report is left, like one that never reported, to the round's stop and
-// the supervisor's stop.grace_s. A later report of that process (its reporter's thread runs until finalization stops
-// it) does not re-arm them.
+// "stopped reporting health" for it, nor get its peers' stacks asked for while they tear down too. The round still
+// judges its exit as any worker's (a non-zero code or a signal is a failure). One check stays armed instead: the
+// teardown check, due health.exit_timeout_s after the first such report, so that a process that never exits (torch
+// 1.13 can deadlock at exit, a gloo thread waiting for the GIL) fails the round, its stacks collected like a hang's,
+// rather than leaving a job whose other ranks all finished waiting for ever. A later report of that process (its
+// reporter's thread runs until finalization stops it) re-arms nothing and does not move that deadline.
 
 #include <chrono>
 #include <cstdint>
@@ -38,7 +41,7 @@ namespace dtrain::controller {
 // A failed check: which worker, and what happened to it, to follow "rank 5 " ("stopped reporting health 30.0 s
 // ago ...").
 struct HealthFailure {
-  enum class Check { heartbeat, hang, startup };
+  enum class Check { heartbeat, hang, startup, teardown };
   Check check = Check::heartbeat;
   unsigned rank = 0;
   std::string what;
@@ -51,7 +54,8 @@ class HealthWatch {
   explicit HealthWatch(const spec::Spec::Health& limits);
 
   void started(unsigned rank, Clock::time_point now);
-  // A report with `exiting` set ends the checks of its worker (see above).
+  // A report with `exiting` set ends the heartbeat, hang and start-up checks of its worker and arms its teardown
+  // check (see above).
   void reported(const WorkerHealth& health, Clock::time_point now);
   void exited(unsigned rank);
 
@@ -65,7 +69,8 @@ class HealthWatch {
  private:
   struct Worker {
     bool exited = false;
-    bool exiting = false;                       // it sent its last report: checks off, its exit is judged alone
+    // When it sent its last report (`exiting`): only the teardown check from then on; its exit is judged alone.
+    std::optional<Clock::time_point> exiting_since;
     Clock::time_point started_at;
     std::optional<Clock::time_point> last_report;
     std::uint64_t first_step = 0;               // the step of its first report
@@ -84,7 +89,7 @@ class HealthWatch {
   void note_due(const Worker& w);
   std::string describe(const Due& due, const Worker& w, Clock::time_point now) const;
 
-  std::chrono::milliseconds heartbeat_, hang_, startup_;   // 0 = off
+  std::chrono::milliseconds heartbeat_, hang_, startup_, exit_;   // 0 = off
   std::map<unsigned, Worker> workers_;                       // by rank
   Clock::time_point promised_ = Clock::time_point::max();  // what next_deadline() last answered
   bool due_sooner_ = false;
