@@ -11,12 +11,13 @@
 //    "diagnoses": [{"kind", "ranks", "message", "fix"}],
 //    "nodes": [{"node", "host", "up"}], "metrics_address": "host:port" or null,
 //    "status_file_error": {"message", "since_unix_ms"} (only while status.json cannot be written)}
-// A rank's state is starting (planned, not started yet), running, exited (code 0), failed (its own failure) or
-// stopped (ended by a stop of its group). exiting is true once the rank sent its last report (its process finished
-// and is exiting: health_watch.h no longer checks it), whatever its state. report_age_s is null until it reports. A
-// node of the round is up until the launcher gives it up (node_lost); recent_step_ms holds the step times of the
-// rank's last kRecentSteps new steps as its reports told them (a heartbeat that repeats a step adds nothing), for
-// `dtrain status --watch`'s sparklines; metrics_address is where /metrics is served (observe.metrics_addr).
+// A rank's state is starting (planned, not started yet), running, exited (code 0), failed (its own failure) or stopped
+// (ended by a stop of its group). exiting is true once the rank sent its last report (its process finished and is
+// exiting: of health_watch.h's checks only the teardown one, health.exit_timeout_s, applies), whatever its state.
+// report_age_s is null until it reports. A node of the round is up until the launcher gives it up (node_lost);
+// recent_step_ms holds the step times of the rank's last kRecentSteps new steps as its reports told them (a heartbeat
+// that repeats a step adds nothing), for `dtrain status --watch`'s sparklines; metrics_address is where /metrics is
+// served (observe.metrics_addr).
 
 #include <cstdint>
 #include <deque>
