@@ -45,6 +45,7 @@ An exception inside the instrumentation never reaches the program: it is reporte
 instrumentation turns itself off in this process (the wrappers then only call through).
 """
 
+import functools
 import os
 import sys
 import threading
@@ -222,13 +223,7 @@ def _wrap_step(step):
             state.fail(error)
         return result
 
-    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
-        try:
-            setattr(counted_step, name, getattr(step, name))
-        except AttributeError:
-            pass
-    counted_step.__dict__.update(getattr(step, "__dict__", {}))
-    counted_step.__wrapped__ = step
+    functools.update_wrapper(counted_step, step)
     counted_step._dtrain_counted = True
     return counted_step
 
@@ -303,10 +298,7 @@ def _instrument_backward(torch):
             state.fail(error)
         return result
 
-    noting_backward.__wrapped__ = backward
-    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
-        setattr(noting_backward, name, getattr(backward, name, None))
-    tensor.backward = noting_backward
+    tensor.backward = functools.update_wrapper(noting_backward, backward)
 
 
 def _instrument_data_loaders(torch):
@@ -396,10 +388,7 @@ def _wrap_collective(fn):
             except Exception as error:
                 state.fail(error)
 
-    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
-        setattr(timed_collective, name, getattr(fn, name, None))
-    timed_collective.__wrapped__ = fn
-    return timed_collective
+    return functools.update_wrapper(timed_collective, fn)
 
 
 def _instrument_collectives(torch):
@@ -459,10 +448,7 @@ def _instrument_ddp(torch):
                 state.fail(error)
         return forward(self, *args, **kwargs)
 
-    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
-        setattr(forward_timed, name, getattr(forward, name, None))
-    forward_timed.__wrapped__ = forward
-    ddp.forward = forward_timed
+    ddp.forward = functools.update_wrapper(forward_timed, forward)
 
 
 # What each part measures, for the line that says what a torch without it leaves unmeasured.
