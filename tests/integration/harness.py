@@ -4,6 +4,7 @@ Every launch gets a unique DTRAIN_TEST_TAG in its environment. The launcher, its
 they start inherit it, so /proc/*/environ tells exactly which processes belong to a test run.
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -27,6 +28,17 @@ def check(condition, message):
         failures.append(message)
         print("FAIL: " + message, flush=True)
     return condition
+
+
+def status_json(run, *args):
+    """`dtrain status --json ARGS` in the run's directory, parsed ({} and a failed check when it is not JSON)."""
+    done = subprocess.run([DTRAIN, "status"] + list(args) + ["--json"], cwd=run.dir, capture_output=True, text=True,
+                          timeout=30)
+    try:
+        return json.loads(done.stdout)
+    except ValueError:
+        check(False, "dtrain status --json printed JSON: %r %r" % (done.stdout, done.stderr))
+        return {}
 
 
 def finish():

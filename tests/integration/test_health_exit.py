@@ -25,10 +25,9 @@ import glob
 import json
 import os
 import re
-import subprocess
 import time
 
-from harness import DTRAIN, PYTHON, Run, check, finish, write
+from harness import PYTHON, Run, check, finish, status_json, write
 
 WORKER = r"""
 import os, sys, time
@@ -80,15 +79,6 @@ def launch(mode, teardown_s="4,4", health=""):
     run.show()
     run.done = [os.path.exists(done + ".%d" % rank) for rank in (0, 1)]
     return run
-
-
-def status_json(run):
-    done = subprocess.run([DTRAIN, "status", "--json"], cwd=run.dir, capture_output=True, text=True, timeout=30)
-    try:
-        return json.loads(done.stdout)
-    except ValueError:
-        check(False, "dtrain status --json printed JSON: %r %r" % (done.stdout, done.stderr))
-        return {}
 
 
 # ---- exiting: the teardown after the last report is the rank's own business

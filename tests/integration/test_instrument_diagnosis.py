@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from harness import DTRAIN, PYTHON, Run, check, finish, write
+from harness import DTRAIN, PYTHON, Run, check, finish, status_json, write
 
 STEPS = 100
 SLOW_RANK, SLOW_NODE = 2, 1
@@ -90,12 +90,7 @@ ran = {int(r): int(n) for r, n in re.findall(r"rank (\d+) ran (\d+) optimizer st
 check(ran == {r: STEPS for r in range(4)}, "every rank ran %d optimizer steps: %s" % (STEPS, ran))
 
 # ---- dtrain status --json after the job: the last snapshot (status.json in the run directory)
-done = subprocess.run([DTRAIN, "status", "--json"], cwd=run.dir, capture_output=True, text=True, timeout=30)
-try:
-    status = json.loads(done.stdout)
-except ValueError:
-    status = {}
-    check(False, "dtrain status --json printed JSON: %r %r" % (done.stdout, done.stderr))
+status = status_json(run)
 ranks = {r["rank"]: r for r in status.get("ranks", [])}
 check(sorted(ranks) == [0, 1, 2, 3], "status shows all 4 ranks: %s" % sorted(ranks))
 for rank, row in sorted(ranks.items()):

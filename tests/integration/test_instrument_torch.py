@@ -40,7 +40,7 @@ import os
 import re
 import subprocess
 
-from harness import DTRAIN, PYTHON, SOURCE_DIR, Run, check, finish, write
+from harness import PYTHON, SOURCE_DIR, Run, check, finish, status_json, write
 
 STEPS = 12
 
@@ -243,15 +243,6 @@ stop: {grace_s: 1}
 health: {startup_timeout_s: 120}
 logs: {dir: runs, console: all}
 """
-
-
-def status_json(run):
-    done = subprocess.run([DTRAIN, "status", "--json"], cwd=run.dir, capture_output=True, text=True, timeout=30)
-    try:
-        return json.loads(done.stdout)
-    except ValueError:
-        check(False, "dtrain status --json printed JSON: %r %r" % (done.stdout, done.stderr))
-        return {}
 
 
 def ranks_of(run):

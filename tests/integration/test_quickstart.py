@@ -5,13 +5,11 @@ each of the 4 ranks at step 50 with a step time, a loss and samples/s, and the j
 empty ("No rank reported this")."""
 
 import glob
-import json
 import os
 import re
 import shutil
-import subprocess
 
-from harness import DTRAIN, SOURCE_DIR, Run, check, finish
+from harness import SOURCE_DIR, Run, check, finish, status_json
 
 run = Run([], timeout=240)
 os.makedirs(os.path.join(run.dir, "configs"))
@@ -22,12 +20,8 @@ run.run()
 run.show()
 check(run.code == 0, "the quickstart succeeds, got %s" % run.code)
 
-done = subprocess.run([DTRAIN, "status", "--json"], cwd=run.dir, capture_output=True, text=True, timeout=30)
-try:
-    ranks = {r["rank"]: r for r in json.loads(done.stdout).get("ranks", [])}
-except ValueError:
-    ranks = {}
-check(sorted(ranks) == [0, 1, 2, 3], "status shows the 4 ranks: %s %s" % (sorted(ranks), done.stderr))
+ranks = {r["rank"]: r for r in status_json(run).get("ranks", [])}
+check(sorted(ranks) == [0, 1, 2, 3], "status shows the 4 ranks: %s" % sorted(ranks))
 for rank, row in sorted(ranks.items()):
     check(row["step"] == 50 and row["step_ms"] > 0 and row["loss"] is not None and row["loss"] > 0 and
           row.get("samples_per_s", 0) > 0,

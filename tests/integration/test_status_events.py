@@ -21,7 +21,7 @@ import stat
 import subprocess
 import time
 
-from harness import BUILD_DIR, DTRAIN, PYTHON, REPORTING_WORKER, Run, check, finish, wait_for, write
+from harness import BUILD_DIR, DTRAIN, PYTHON, REPORTING_WORKER, Run, check, finish, status_json, wait_for, write
 
 SPEC = """
 name: %s
@@ -36,15 +36,6 @@ logs: {dir: runs, console: none}
 def status(run, *args):
     done = subprocess.run([DTRAIN, "status"] + list(args), cwd=run.dir, capture_output=True, text=True, timeout=30)
     return done
-
-
-def status_json(run, *args):
-    done = status(run, *(list(args) + ["--json"]))
-    try:
-        return json.loads(done.stdout)
-    except ValueError:
-        check(False, "dtrain status --json printed JSON: %r %r" % (done.stdout, done.stderr))
-        return {}
 
 
 # ---- a successful job with a straggler
