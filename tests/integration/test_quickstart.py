@@ -2,7 +2,8 @@
 from the directory above configs/. ddp_toy.py is an ordinary PyTorch DDP script (gloo, 2 nodes x 2 ranks, 50 steps)
 that imports nothing of dtrain; with health.instrument auto (the default) `dtrain status --json` after the job shows
 each of the 4 ranks at step 50 with a step time, a loss and samples/s, and the job's report page leaves no section
-empty ("No rank reported this")."""
+empty for want of data ("No rank reported this"). The Diagnoses section may say that no rank stood out and there was no
+bottleneck: that is a finding about the machine the job ran on, which differs between machines, not missing data."""
 
 import glob
 import os
@@ -32,7 +33,11 @@ check(len(pages) == 1, "one report page: %s" % pages)
 if pages:
     with open(pages[0]) as f:
         page = f.read()
-    empty = re.findall(r'<section id="([^"]+)"><h2>[^<]*</h2><p class="empty">', page)
-    check(not empty and "No rank reported this" not in page, "no section of the report page is empty: %s" % empty)
+    sections = re.findall(r'<section id="([^"]+)"><h2>[^<]*</h2>(.*?)</section>', page, re.S)
+    check(len(sections) == 6, "the report page has its 6 sections: %s" % [name for name, _ in sections])
+    empty = [name for name, body in sections
+             if body.startswith('<p class="empty">') and
+             not (name == "diagnoses" and "no rank stood out, and no bottleneck" in body)]
+    check(not empty and "No rank reported this" not in page, "no section of the report page lacks data: %s" % empty)
 run.assert_no_leaks()
 finish()
