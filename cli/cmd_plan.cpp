@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "cli/commands.h"
+#include "cli/plan/presets.h"
 #include "cli/plan/recommend.h"
 #include "cli/plan/render.h"
 #include "cli/plan/request.h"
@@ -55,7 +56,7 @@ std::string whole_decimal_only(std::string& text) {
 }
 
 template <class T>
-void add(CLI::App* cmd, Given<T>& given, const char* name, const char* help) {
+void add(CLI::App* cmd, Given<T>& given, const char* name, const std::string& help) {
   given.option = cmd->add_option(name, given.value, help);
   if constexpr (std::is_floating_point_v<T>) given.option->transform(CLI::Validator(decimal_only, "DECIMAL"));
   else if constexpr (std::is_integral_v<T>) given.option->transform(CLI::Validator(whole_decimal_only, "DECIMAL"));
@@ -63,7 +64,9 @@ void add(CLI::App* cmd, Given<T>& given, const char* name, const char* help) {
 
 void add_flags(CLI::App* cmd, Flags& f) {
   add(cmd, f.params, "--params", "parameters, e.g. 7.5e9");
-  add(cmd, f.model, "--model", "dtrain-trainer's preset instead of --params: tiny | gpt2-124m");
+  add(cmd, f.model, "--model",
+      "a published model instead of --params: " + plan::preset_names() +
+          " (the GPT-2 ones as dtrain-trainer runs them; Llama with grouped-query attention and SwiGLU)");
   add(cmd, f.gpus, "--gpus", "GPUs in all (required)");
   add(cmd, f.gpus_per_node, "--gpus-per-node", "GPUs per node (default 8, or --gpus when fewer)");
   cmd->add_option("--gpu-memory", f.args.gpu_memory, "memory per GPU: 80GB, 141GB, 24GiB (GB = 1e9 bytes)")

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cstdio>
 
+#include "cli/plan/presets.h"
 #include "cli/plan/units.h"
 
 namespace dtrain::plan {
@@ -97,7 +98,9 @@ std::string quoted(const std::string& arg) {
 std::vector<std::string> trainer_args(const PlanRequest& r, const Evaluation& c) {
   const Workload& w = r.workload;
   std::vector<std::string> args;
-  if (!w.model_name.empty()) {
+  const ModelPreset* preset = find_preset(w.model_name);
+  if (preset && !w.trainer) return {};  // a Llama: dtrain-trainer runs GPT-2 only
+  if (preset && preset->trainer_name) {
     args = {"--model", w.model_name};
   } else if (w.trainer) {
     args = {"--layers", std::to_string(w.trainer->num_layers), "--channels", std::to_string(w.trainer->channels),
@@ -116,6 +119,15 @@ std::vector<std::string> spec_lines(const PlanRequest& r, const Evaluation& c, c
       "name: train",
       "nodes: {count: " + std::to_string(r.cluster.nodes()) + "}   # with your provider: static, join, ssh or slurm",
       "workers_per_node: " + std::to_string(r.cluster.gpus_per_node) + "   # one worker per GPU"};
+  if (args.empty() && c.layout.tp * c.layout.pp == 1) {
+    lines.push_back("command: [...]   # dtrain-trainer runs GPT-2 only: run " + r.workload.model_name +
+                    " with a framework that has " +
+                    (c.layout.stage == 0 ? std::string("DDP, e.g. PyTorch DistributedDataParallel")
+                                         : "ZeRO-" + std::to_string(c.layout.stage) +
+                                               ", e.g. DeepSpeed ZeRO stage " + std::to_string(c.layout.stage) +
+                                               (c.layout.stage == 3 ? " or PyTorch FSDP" : "")));
+    return lines;
+  }
   if (args.empty()) {
     lines.push_back("command: [...]   # dtrain-trainer has no tensor or pipeline parallelism: run a framework that "
                     "has, e.g. Megatron-LM with --tensor-model-parallel-size " + std::to_string(c.layout.tp) +

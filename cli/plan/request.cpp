@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "cli/plan/presets.h"
 #include "cli/plan/trainer_model.h"
 #include "cli/plan/units.h"
 
@@ -67,18 +68,11 @@ Status check_numbers(const PlanArgs& a) {
   return check_between(a.gpu_tflops, "--gpu-tflops", kMinRate, kMaxRate, "400");
 }
 
-// The trainer's model from a preset, or from a whole shape with --vocab (positions = --seq-len).
-Result<std::optional<trainer::GptConfig>> trainer_config(const PlanArgs& a) {
-  if (a.model) {
-    try {
-      return {{}, trainer::GptConfig::preset(*a.model)};
-    } catch (const std::invalid_argument& e) {
-      return {refuse(std::string("--model: ") + e.what())};
-    }
-  }
-  if (!a.vocab || !a.layers || !a.hidden || !a.heads || !a.seq_len) return {{}, std::nullopt};
-  trainer::GptConfig c{*a.seq_len, *a.vocab, trainer::GptConfig::pad_vocab(*a.vocab), *a.layers, *a.heads, *a.hidden};
-  return {{}, c};
+// dtrain-trainer's model from a whole shape with --vocab (positions = --seq-len); a preset's is in presets.h.
+std::optional<trainer::GptConfig> shape_trainer_config(const PlanArgs& a) {
+  if (!a.vocab || !a.layers || !a.hidden || !a.heads || !a.seq_len) return std::nullopt;
+  return trainer::GptConfig{*a.seq_len, *a.vocab, trainer::GptConfig::pad_vocab(*a.vocab), *a.layers, *a.heads,
+                            *a.hidden};
 }
 
 Status check_shape_flags(const PlanArgs& a) {
@@ -99,8 +93,8 @@ Status check_shape_flags(const PlanArgs& a) {
     return refuse("--hidden " + std::to_string(*a.hidden) + " is not a multiple of --heads " +
                   std::to_string(*a.heads) + "; the head size is hidden / heads");
   if (!a.params && !a.model && !(any && a.vocab))
-    return refuse("give the model's size: --params 7.5e9, or --model tiny|gpt2-124m (dtrain-trainer's presets), or "
-                  "the shape --layers --hidden --heads --seq-len with --vocab");
+    return refuse("give the model's size: --params 7.5e9, or --model NAME (" + preset_names() +
+                  "), or the shape --layers --hidden --heads --seq-len with --vocab");
   return {};
 }
 
@@ -114,20 +108,23 @@ Result<Workload> make_workload(const PlanArgs& a) {
   w.micro_batch = a.micro_batch.value_or(1);
   w.global_batch = a.global_batch;
   if (a.ddp_bucket_mb) w.bucket_bytes = *a.ddp_bucket_mb * 1024 * 1024;
-  auto config = trainer_config(a);
-  if (!config.ok()) return {config.status};
-  w.trainer = config.value;
   w.model_name = a.model.value_or("");
-  if (w.trainer && a.model) {
-    const trainer::GptConfig& c = *w.trainer;
-    const int seq = a.seq_len.value_or(c.max_seq_len);
-    if (seq > c.max_seq_len)
+  if (a.model) {
+    const ModelPreset* preset = find_preset(*a.model);
+    if (!preset)
+      return {refuse("--model: unknown model preset '" + *a.model + "'; known presets: " + preset_names() +
+                     " (or give --params, or the shape --layers --hidden --heads --seq-len)")};
+    const int seq = a.seq_len.value_or(preset->seq_len);
+    if (seq > preset->seq_len)
       return {refuse("--seq-len " + std::to_string(seq) + " is longer than " + *a.model + "'s " +
-                     std::to_string(c.max_seq_len) + " positions")};
-    w.shape = Shape{c.num_layers, c.channels, c.num_heads, seq, w.micro_batch};
-  } else if (a.layers) {
-    w.shape = Shape{*a.layers, *a.hidden, *a.heads, *a.seq_len, w.micro_batch};
+                     std::to_string(preset->seq_len) + " positions")};
+    w.trainer = preset_trainer_config(*preset);
+    w.shape = preset_shape(*preset, seq, w.micro_batch);
+    w.params = preset_params(*preset);
+    return {{}, w};
   }
+  w.trainer = shape_trainer_config(a);
+  if (a.layers) w.shape = Shape{*a.layers, *a.hidden, *a.heads, *a.seq_len, w.micro_batch};
   w.params = a.params ? *a.params : static_cast<double>(trainer_params(*w.trainer));
   return {{}, w};
 }
@@ -168,8 +165,8 @@ Status check_parallel(const PlanArgs& a, const Workload& w, const Cluster& c) {
   if ((a.tp || a.pp) && !w.shape && (tp > 1 || pp > 1))
     return refuse("--tp and --pp need the layer shape (--model, or --layers --hidden --heads --seq-len)");
   if (a.trainer_accounting && !w.trainer)
-    return refuse("--trainer-accounting needs dtrain-trainer's model: --model tiny|gpt2-124m, or --layers "
-                  "--hidden --heads --seq-len with --vocab");
+    return refuse("--trainer-accounting needs dtrain-trainer's model, a GPT-2: --model tiny, gpt2-124m, gpt2-355m, "
+                  "gpt2-774m or gpt2-1.5b, or --layers --hidden --heads --seq-len with --vocab");
   return {};
 }
 
