@@ -3,6 +3,6 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${DTRAIN_BUILD_DIR:-$root/build}
-[ -x "$build/bin/dtrain-fleet-sim" ] || dbuild dtrain dtrain-fleet-sim
+[ -x "$build/bin/dtrain" ] && [ -x "$build/bin/dtrain-fleet-sim" ] || "$root/scripts/build.sh"
 exec /usr/bin/python3 "$root/scripts/bench/fleet_scale.py" --dtrain "$build/bin/dtrain" \
   --sim "$build/bin/dtrain-fleet-sim" "$@"
