@@ -17,7 +17,8 @@ context.
 Transport: one JSON object per datagram on the Unix socket DTRAIN_HEALTH_SOCKET (the agent's, in a directory only
 this user can enter), carrying RANK, DTRAIN_JOB_TOKEN and DTRAIN_REPORT_TOKEN as a gRPC report does; the agent
 refuses a datagram whose tokens are not this rank's or whose values cannot be real. The training thread never
-touches the socket: step() keeps one snapshot of the last step, and a daemon thread sends the latest state at
+touches the socket: step() keeps one snapshot of the last step (a step the bootstrap counts keeps only running
+totals, which the sending thread turns into the step's times and rates), and a daemon thread sends the latest state at
 import, after the first step, and every DTRAIN_HEALTH_INTERVAL_MS (a heartbeat: a long step is not a dead worker).
 Sends never block (a full socket drops the datagram; the next one carries the same state). The last state is sent
 once more when the process exits normally or by an exception (atexit), or on SIGTERM (how dtrain stops a worker), so a
@@ -115,11 +116,16 @@ class _Reporter:
         self.comm_first_launch = None    # this step's bucket allreduces (watch)
         self.comm_last_launch = 0.0
         self.comm_last_done = 0.0
-        self.comm_wait = 0.0             # seconds in blocking collectives this step (bootstrap-counted steps)
         self.explicit_steps = False      # the script called step(): the bootstrap counts no steps
         self.explicit_data = False       # the script called timed(): the bootstrap adds no data wait
         self.explicit_phase = False      # the script called phase(): the bootstrap names no phase
         self.watched = False             # watch() times DDP's reduction: the bootstrap does not time it again
+        self.by_hand = False             # the script called step(), timed(), report() or watch(): the bootstrap's
+                                         # steps take its numbers in (automatic_step, on the training thread)
+        self.auto = None                 # the bootstrap's measurements (sitecustomize._Instrumentation), once it
+                                         # counted a step: its steps are folded in here when a report is built
+        self.auto_steps = 0              # steps the bootstrap counted, as of the last one folded in
+        self.folded = None               # the bootstrap's last step folded in (its `done`)
         self.tokens = None
         self.samples = None
         self.device = {}                 # device memory keys, replaced whole by whoever measures them
@@ -223,14 +229,24 @@ class _Reporter:
 
     def message(self, final=False):
         body = dict(self.head)
+        auto = self.auto
+        phase = self.phase
+        if auto is not None and auto.on:
+            try:
+                self._fold(auto)
+                if not self.explicit_phase and not self.explicit_steps:
+                    phase = auto.phase
+                auto.device_memory(self)
+            except Exception as error:   # the bootstrap's error: it turns itself off, reports go on
+                auto.fail(error)
         body.update(self.last)
-        body["step"] = self.step
-        body["steps_done"] = self.steps_done
+        body["step"] = self.step + self.auto_steps
+        body["steps_done"] = self.steps_done + self.auto_steps
         loss = self._read_loss()
         if loss is not None:
             body["loss"] = loss
-        if self.phase:
-            body["phase"] = self.phase
+        if phase:
+            body["phase"] = phase
         body.update(self.device)
         if self.dump_signal:
             body["dump_signal"] = self.dump_signal
@@ -281,9 +297,10 @@ class _Reporter:
             # Read by the sender (its value exists already): a step pays no item().
             self.pending_loss = (loss, None)   # (item() needs no detach; the graph's saved tensors are freed)
             return
-        if self.loss_taken is not None and self.steps_done - self.loss_taken < self.loss_every:
+        steps = self.steps_done + (self.auto.done[0] if self.auto is not None and self.auto.done else 0)
+        if self.loss_taken is not None and steps - self.loss_taken < self.loss_every:
             return
-        self.loss_taken = self.steps_done
+        self.loss_taken = steps
         ready = None
         if device == "cuda":
             import torch
@@ -291,38 +308,76 @@ class _Reporter:
             ready.record()
         self.pending_loss = (loss.detach(), ready)
 
+    def _watched_comm(self):
+        """Seconds of watch()'s bucket allreduces the step still waited for (0 without watch())."""
+        if self.comm_first_launch is None:
+            return 0.0
+        self.comm_first_launch = None
+        return max(0.0, self.comm_last_done - self.comm_last_launch)
+
     def end_step(self, block_s):
-        comm = 0.0
-        if self.comm_first_launch is not None:
-            comm = max(0.0, self.comm_last_done - self.comm_last_launch)
-            self.comm_first_launch = None
-        comm += self.comm_wait
-        self.comm_wait = 0.0
-        data = self.data_wait
-        step_s = block_s + data
-        last = {"step_ms": step_s * 1e3, "data_wait_ms": data * 1e3, "comm_exposed_ms": comm * 1e3,
-                "compute_ms": max(0.0, step_s - data - comm) * 1e3}
-        if self.tokens is not None and step_s > 0:
-            last["tokens_per_s"] = self.tokens / step_s
-        if self.samples is not None and step_s > 0:
-            last["samples_per_s"] = self.samples / step_s
+        self.last = _step_times(block_s + self.data_wait, self.data_wait, self._watched_comm(), self.tokens,
+                                self.samples)
         self.tokens = self.samples = None
         self.data_wait = 0.0
-        self.last = last
         self.steps_done += 1
         self.step += 1
         if self.steps_done == 1:
             self.wake.set()   # the first step is news: the launcher's start-up check waits for it
 
-    def automatic_step(self, elapsed_s, data_s, comm_s):
-        """One optimizer step counted by the bootstrap: `elapsed_s` since the previous one ended, `data_s` of it
-        inside DataLoader iterators, `comm_s` in blocking collectives. Nothing when the script counts steps itself."""
+    def automatic_step(self, source, data_s, comm_s, tokens, samples, loss):
+        """One optimizer step counted by the bootstrap (`source`, its measurements), on the training thread, when it
+        is the first or the script reports by hand: `data_s` inside DataLoader iterators since the previous step,
+        `comm_s` in blocking collectives and DDP's reduction, `tokens` and `samples` (None: not counted) its
+        batches held, `loss` the last backward()'s tensor (None: no backward). Returns (data_s, comm_s, tokens,
+        samples) with the script's own numbers in: timed()'s data wait instead of the bootstrap's, watch()'s
+        timing added, a count given to report() instead of the bootstrap's; the loss is taken here. None when the
+        script counts steps itself (the step is not the bootstrap's to count)."""
+        self.auto = source
         if self.explicit_steps:
+            return None
+        data_s = self.data_wait + (0.0 if self.explicit_data else data_s)
+        self.data_wait = 0.0
+        comm_s += self._watched_comm()
+        if self.tokens is not None:   # a count the script reported itself wins
+            tokens = self.tokens
+        if self.samples is not None:
+            samples = self.samples
+        self.tokens = self.samples = None
+        if loss is not None:
+            self.take_loss(loss)
+        return data_s, comm_s, tokens, samples
+
+    def _fold(self, auto):
+        """Makes the bootstrap's last counted step the reported one: its times, rates and loss are computed here, on
+        the sender's thread, from the running totals the training thread kept at that step and the one before."""
+        done, previous = auto.last_steps()
+        if done is None or done is self.folded or self.explicit_steps:
             return
-        if not self.explicit_data:
-            self.data_wait += data_s
-        self.comm_wait += comm_s
-        self.end_step(max(0.0, elapsed_s - self.data_wait))
+        self.folded = done
+        steps, ended, data_total, comm_total, tokens_total, samples_total, forward_total, loss, exact = done
+        if exact is not None:
+            began, data, comm, tokens, samples = exact
+        else:
+            began = previous[1]
+            data, comm = data_total - previous[2], comm_total - previous[3]
+            tokens = tokens_total - previous[4] or None
+            samples = samples_total - previous[5] or forward_total - previous[6] or None
+        self.last = _step_times(max(ended - began, data), data, comm, tokens, samples)
+        if loss is not None:
+            self.pending_loss = (loss, None)   # a CPU tensor (the bootstrap takes a device loss itself)
+        self.auto_steps = steps
+
+
+def _step_times(step_s, data_s, comm_s, tokens, samples):
+    """A step's report fields (see the module's docstring) from its seconds and counts (None: not counted)."""
+    last = {"step_ms": step_s * 1e3, "data_wait_ms": data_s * 1e3, "comm_exposed_ms": comm_s * 1e3,
+            "compute_ms": max(0.0, step_s - data_s - comm_s) * 1e3}
+    if tokens is not None and step_s > 0:
+        last["tokens_per_s"] = tokens / step_s
+    if samples is not None and step_s > 0:
+        last["samples_per_s"] = samples / step_s
+    return last
 
 
 class _Step:
@@ -375,7 +430,7 @@ def timed(iterable):
     """Iterates `iterable`, counting the time inside each next() as the step's data wait."""
     if _reporter is None:
         return iterable
-    _reporter.explicit_data = True
+    _reporter.explicit_data = _reporter.by_hand = True
     return _timed(_reporter, iterable)
 
 
@@ -383,7 +438,7 @@ def step():
     """A context for one training step: the step counter advances, and its times are kept, when it exits."""
     if _reporter is None:
         return _NOTHING
-    _reporter.explicit_steps = True
+    _reporter.explicit_steps = _reporter.by_hand = True
     return _Step(_reporter)
 
 
@@ -393,6 +448,7 @@ def report(loss=None, tokens=None, samples=None):
     and samples/s)."""
     if _reporter is None:
         return
+    _reporter.by_hand = True
     if loss is not None:
         _reporter.take_loss(loss)
     if tokens is not None:
@@ -418,7 +474,7 @@ def watch(ddp_model, process_group=None):
         return
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     reporter = _reporter
-    reporter.watched = True
+    reporter.watched = reporter.by_hand = True
     clock = time.perf_counter
 
     def timed_allreduce(group, bucket):

@@ -77,28 +77,46 @@ def _load_theirs():
 
 
 class _Instrumentation:
-    """What one armed process measures between two optimizer steps, and the switch that turns it all off."""
+    """What one armed process measures, and the switch that turns it all off.
+
+    The training thread only adds to running totals, and at each optimizer step replaces `done` with one tuple of
+    them (keeping the one before as `previous`); dtrain_health's sender thread turns the last two into the step's
+    report (times, rates, the loss's value) when it sends. A step pays for a few attribute reads and writes, not
+    for a report. The first step, the steps of a script that also reports by hand, and steps with CUDA
+    measurements go through the reporter on the training thread as well (reported_step)."""
+
+    __slots__ = ("on", "clock", "local", "armed_at", "first_start", "data_wait", "comm_wait", "tokens", "samples",
+                 "forward_samples", "loss", "bucket_launch", "bucket_done", "bucket_event", "device_events", "phase",
+                 "done", "previous", "health", "reporter", "cuda", "device_index", "device_total")
 
     def __init__(self):
         self.on = True
         self.clock = time.perf_counter
         self.local = threading.local()   # in_step, in_collective: re-entry guards, per thread
         self.armed_at = self.clock()
-        self.last_end = None             # when the previous step ended
         self.first_start = None          # when the first step began: its first batch, DDP forward or backward()
-        self.data_wait = 0.0             # seconds since the previous step
-        self.comm_wait = 0.0
+        # Running totals since the instrumentation armed:
+        self.data_wait = 0.0             # seconds inside DataLoader iterators
+        self.comm_wait = 0.0             # seconds in blocking collectives and DDP's reduction
+        self.tokens = 0                  # token ids the DataLoader handed out
+        self.samples = 0                 # batch elements it handed out
+        self.forward_samples = 0         # batch elements DDP models' forward took (when no DataLoader is used)
+        self.loss = None                 # the last 0-dim tensor backward() ran from
         self.bucket_launch = None        # DDP's buckets this step: the last launch, and when backward() returned
         self.bucket_done = None          # (DDP waits for every bucket before backward() returns)
         self.bucket_event = None         # CUDA: an event at the last launch
         self.device_events = []          # CUDA: (start, end) event pairs of collectives and buckets, not read yet
-        self.tokens = 0                  # token ids the DataLoader handed out since the previous step
-        self.samples = 0                 # batch elements it handed out
-        self.forward_samples = 0         # batch elements DDP models' forward took (when no DataLoader is used)
-        self.loss = None                 # the last 0-dim tensor backward() ran from
+        self.phase = ""                  # what the training thread does now; reported once a step was counted,
+                                         # unless the script names its own phases or counts its own steps
+        # The last step counted: (steps, ended, data_wait, comm_wait, tokens, samples, forward_samples, loss,
+        # exact), the totals as they were when it ended; exact is None, or the step's own (began, data s, comm s,
+        # tokens, samples) where the reporter adjusted them. Replaced whole; `previous` is the one before.
+        self.done = None
+        self.previous = None
         self.health = None               # the dtrain_health module, once the first step is counted
         self.reporter = None             # its reporter
         self.cuda = None                 # torch.cuda (device paths run only on CUDA tensors)
+        self.device_index = None         # the CUDA device the training thread was seen using
         self.device_total = None
 
     def fail(self, error):
@@ -113,21 +131,6 @@ class _Instrumentation:
         except Exception:
             pass
 
-    def set_phase(self, name):
-        """Makes `name` the reported phase, unless the script names its own phases or counts its own steps."""
-        reporter = self.reporter
-        if reporter is not None and not reporter.explicit_phase and not reporter.explicit_steps:
-            reporter.phase = name
-
-    def enter_phase(self, name):
-        """As set_phase; returns the phase to restore (None: nothing was changed)."""
-        reporter = self.reporter
-        if reporter is None or reporter.explicit_phase or reporter.explicit_steps:
-            return None
-        previous = reporter.phase
-        reporter.phase = name
-        return previous
-
     def device_comm(self):
         """Seconds of the CUDA collectives whose end events have passed (never waited for); the rest stay queued."""
         waiting, seconds = [], 0.0
@@ -140,13 +143,14 @@ class _Instrumentation:
         return seconds
 
     def device_memory(self, reporter):
-        cuda = self.cuda
-        if cuda is None or not cuda.is_initialized():
+        """Device memory into the report (the sender's thread: for the device the training thread was seen on)."""
+        cuda, index = self.cuda, self.device_index
+        if cuda is None or index is None or not cuda.is_initialized():
             return
         if self.device_total is None:
-            self.device_total = cuda.get_device_properties(cuda.current_device()).total_memory
-        reporter.device = {"device_mem_used_bytes": cuda.memory_reserved(),
-                           "device_mem_peak_bytes": cuda.max_memory_allocated(),
+            self.device_total = cuda.get_device_properties(index).total_memory
+        reporter.device = {"device_mem_used_bytes": cuda.memory_reserved(index),
+                           "device_mem_peak_bytes": cuda.max_memory_allocated(index),
                            "device_mem_total_bytes": self.device_total}
 
     def backward_done(self):
@@ -160,39 +164,71 @@ class _Instrumentation:
             self.bucket_event = None
 
     def step_done(self):
+        """An optimizer step returned: the totals as they are now become `done`."""
         now = self.clock()
-        began = self.last_end if self.last_end is not None else \
-            self.first_start if self.first_start is not None else self.armed_at
-        data, comm, tokens, loss = self.data_wait, self.comm_wait, self.tokens, self.loss
-        samples = self.samples or self.forward_samples
-        reduction = 0.0
         if self.bucket_launch is not None:
-            reduction = max(0.0, (self.bucket_done if self.bucket_done is not None else now) - self.bucket_launch)
-            self.bucket_launch = self.bucket_done = None
+            self.comm_wait += self.reduction(now)
+        done, loss = self.done, self.loss
+        if done is None or self.reporter.by_hand or self.device_events or (loss is not None and not loss.is_cpu):
+            self.reported_step(now)
+            return
+        self.previous = done
+        self.done = (done[0] + 1, now, self.data_wait, self.comm_wait, self.tokens, self.samples,
+                     self.forward_samples, loss, None)
+
+    def reduction(self, now):
+        """Seconds this step waited for DDP's reduction (0 when dtrain_health.watch() times it instead)."""
+        launched, done = self.bucket_launch, self.bucket_done
+        self.bucket_launch = self.bucket_done = None
+        if self.reporter is not None and self.reporter.watched:
+            return 0.0
+        return max(0.0, (done if done is not None else now) - launched)
+
+    def reported_step(self, now):
+        """step_done's way through the reporter (see the class's docstring), for the first step and the steps whose
+        numbers the script or a CUDA device adds to."""
+        reporter = self.reporter
+        if reporter is None:
+            if self.health is None:
+                import dtrain_health
+                self.health = dtrain_health
+                self.reporter = reporter = dtrain_health._reporter
+            if reporter is None:   # no health socket: nothing to report to
+                self.on = False
+                return
+            cuda = self.cuda
+            if cuda is not None and cuda.is_initialized():
+                self.device_index = cuda.current_device()
+        if self.first_start is None:
+            self.first_start = self.armed_at
+        done, loss = self.done, self.loss
+        if done is None:
+            done = (0, self.first_start, 0.0, 0.0, 0, 0, 0, None, None)
+        data, comm = self.data_wait - done[2], self.comm_wait - done[3]
+        tokens = self.tokens - done[4] or None
+        samples = self.samples - done[5] or self.forward_samples - done[6] or None
         if self.device_events:
             comm += self.device_comm()
-        self.last_end = now
-        self.data_wait = self.comm_wait = 0.0
-        self.tokens = self.samples = self.forward_samples = 0
-        self.loss = None
-        if self.health is None:
-            import dtrain_health
-            self.health = dtrain_health
-            self.reporter = dtrain_health._reporter
-        reporter = self.reporter
-        if reporter is None:   # no health socket: nothing to report to
-            self.on = False
+        if loss is not None and loss.is_cuda:
+            self.device_index = loss.get_device()
+        self.loss = None   # (the reporter takes it: a device one at most every DTRAIN_HEALTH_LOSS_EVERY steps)
+        counted = reporter.automatic_step(self, data, comm, tokens, samples, loss)
+        if counted is None:   # the script counts its steps itself
             return
-        if not reporter.watched:   # (dtrain_health.watch() times DDP's reduction itself)
-            comm += reduction
-        if tokens and reporter.tokens is None:   # a count the script reported itself wins
-            reporter.tokens = tokens
-        if samples and reporter.samples is None:
-            reporter.samples = samples
-        if loss is not None and not reporter.explicit_steps:
-            reporter.take_loss(loss)
-        self.device_memory(reporter)
-        reporter.automatic_step(now - began, data, comm)
+        self.previous = self.done
+        self.done = (done[0] + 1, now, self.data_wait, self.comm_wait, self.tokens, self.samples,
+                     self.forward_samples, None, (done[1],) + counted)
+        if done[0] == 0:
+            reporter.wake.set()   # the first step is news: the launcher's start-up check waits for it
+
+    def last_steps(self):
+        """(done, previous), read together from another thread: the last step and the one before it (None before
+        the first; (None, None) when steps ended faster than they could be read)."""
+        for _ in range(8):
+            done, previous = self.done, self.previous
+            if done is None or done[8] is not None or (previous is not None and previous[0] == done[0] - 1):
+                return done, previous
+        return None, None
 
 
 _state = None
@@ -202,25 +238,28 @@ def _wrap_step(step):
     state = _state
 
     def counted_step(*args, **kwargs):
+        if not state.on:
+            return step(*args, **kwargs)
         local = state.local
-        if not state.on or getattr(local, "in_step", False):
+        if getattr(local, "in_step", False):
             return step(*args, **kwargs)
         local.in_step = True
-        try:
-            state.backward_done()   # (when backward ran through torch.autograd.backward, not Tensor.backward)
-            state.set_phase("optimizer")
-        except Exception as error:
-            state.fail(error)
+        state.phase = "optimizer"
+        if state.bucket_launch is not None or state.bucket_event is not None:
+            try:
+                state.backward_done()   # (when backward ran through torch.autograd.backward, not Tensor.backward)
+            except Exception as error:
+                state.fail(error)
         try:
             result = step(*args, **kwargs)
         finally:
             local.in_step = False
         try:
             state.step_done()
-            # What follows a step until the next batch or backward() is taken for the next forward.
-            state.set_phase("forward")
         except Exception as error:
             state.fail(error)
+        # What follows a step until the next batch or backward() is taken for the next forward.
+        state.phase = "forward"
         return result
 
     functools.update_wrapper(counted_step, step)
@@ -247,32 +286,23 @@ def _instrument_optimizers(torch):
     optimizer.__init__ = counting_init
 
 
-def _batch_counts(torch, batch):
-    """(token ids, samples) in `batch`: samples are the first dimension of the batch's first tensor (the batch itself,
-    its first element, or a dict's input_ids or first value); token ids count when that tensor holds integers, batch x
-    sequence. (0, 0) when there is no tensor to look at."""
-    if isinstance(batch, dict):
-        batch = batch.get("input_ids", next(iter(batch.values()), None))
-    elif isinstance(batch, (tuple, list)):
+def _first_tensor(torch, batch):
+    """The tensor whose first dimension is `batch`'s samples: the batch itself, its first element, or a dict's
+    input_ids or first value; None when there is none to look at."""
+    kind = type(batch)
+    if kind is torch.Tensor:
+        return batch
+    if kind is tuple or kind is list or (kind is not dict and isinstance(batch, (tuple, list))):
         batch = batch[0] if batch else None
-    if not isinstance(batch, torch.Tensor):
-        return 0, 0
-    shape = batch.shape
-    if not shape:
-        return 0, 0
-    return (shape[0] * shape[1] if len(shape) == 2 and batch.dtype in _token_dtypes(torch) else 0), shape[0]
-
-
-_TOKEN_DTYPES = None
+    elif isinstance(batch, dict):
+        batch = batch.get("input_ids", next(iter(batch.values()), None))
+    return batch if isinstance(batch, torch.Tensor) else None
 
 
 def _token_dtypes(torch):
     """The integer dtypes a tensor of token ids can have (a set: one lookup per batch)."""
-    global _TOKEN_DTYPES
-    if _TOKEN_DTYPES is None:
-        _TOKEN_DTYPES = frozenset(getattr(torch, name) for name in ("uint8", "int8", "int16", "int32", "int64")
-                                  if hasattr(torch, name))
-    return _TOKEN_DTYPES
+    return frozenset(getattr(torch, name) for name in ("uint8", "int8", "int16", "int32", "int64")
+                     if hasattr(torch, name))
 
 
 def _instrument_backward(torch):
@@ -284,18 +314,19 @@ def _instrument_backward(torch):
         if not state.on:
             return backward(self, *args, **kwargs)
         try:
-            if self.dim() == 0:
+            if not self.ndim:
                 state.loss = self   # read later, by the reporter's thread (item() needs no detach)
-            if state.first_start is None and state.last_end is None:
+            if state.first_start is None:
                 state.first_start = state.clock()
-            state.set_phase("backward")
         except Exception as error:
             state.fail(error)
+        state.phase = "backward"
         result = backward(self, *args, **kwargs)
-        try:
-            state.backward_done()
-        except Exception as error:
-            state.fail(error)
+        if state.bucket_launch is not None or state.bucket_event is not None:
+            try:
+                state.backward_done()
+            except Exception as error:
+                state.fail(error)
         return result
 
     tensor.backward = functools.update_wrapper(noting_backward, backward)
@@ -306,22 +337,32 @@ def _instrument_data_loaders(torch):
     next_item = iterator.__next__
     state = _state
 
+    clock = state.clock
+    tensor = torch.Tensor
+    token_dtypes = _token_dtypes(torch)
+
     def timed_next(self):
         if not state.on:
             return next_item(self)
-        began = state.clock()
-        state.set_phase("data")
+        began = clock()
+        state.phase = "data"
         try:
             batch = next_item(self)
         finally:
-            state.data_wait += state.clock() - began
-            if state.first_start is None and state.last_end is None:
+            state.data_wait += clock() - began
+            if state.first_start is None:
                 state.first_start = began
+        state.phase = "forward"
+        # Samples: the first dimension of the batch's first tensor; token ids: its elements, when it holds
+        # integers, batch x sequence.
         try:
-            tokens, samples = _batch_counts(torch, batch)
-            state.tokens += tokens
-            state.samples += samples
-            state.set_phase("forward")
+            first = batch if type(batch) is tensor else _first_tensor(torch, batch)
+            if first is not None:
+                shape = first.shape
+                if shape:
+                    state.samples += shape[0]
+                    if len(shape) == 2 and first.dtype in token_dtypes:
+                        state.tokens += shape[0] * shape[1]
         except Exception as error:
             state.fail(error)
         return batch
@@ -340,53 +381,56 @@ _COLLECTIVES = ("all_reduce", "all_gather", "all_gather_object", "all_gather_int
 def _wrap_collective(fn):
     import inspect
     state = _state
+    clock = state.clock
+    cuda = state.cuda
     try:
         position = list(inspect.signature(fn).parameters).index("async_op")
     except ValueError:
-        position = None
+        position = sys.maxsize   # (never async)
 
     phase = "torch.distributed." + fn.__name__
 
     def on_device(args):
+        # No tensor is on a CUDA device before torch.cuda initialised (torch.cuda.is_initialized(), read cheaply).
+        if cuda is None or not getattr(cuda, "_initialized", True):
+            return False
         first = args[0] if args else None
         if isinstance(first, (list, tuple)):
             first = first[0] if first else None
         return getattr(first, "is_cuda", False)
 
     def timed_collective(*args, **kwargs):
+        if not state.on or (kwargs and kwargs.get("async_op")) or (len(args) > position and args[position]):
+            return fn(*args, **kwargs)   # off, or async_op=True: it returns at once and is not counted
         local = state.local
-        if not state.on or getattr(local, "in_collective", False):
+        if getattr(local, "in_collective", False):
             return fn(*args, **kwargs)
-        asynchronous = kwargs.get("async_op", args[position] if position is not None and len(args) > position
-                                  else False)
-        if asynchronous:
-            return fn(*args, **kwargs)
+        previous = state.phase
+        state.phase = phase
         try:
-            previous = state.enter_phase(phase)
             # On a GPU the call returns once the collective is queued: its time is read from CUDA events later.
-            start = state.cuda.Event(enable_timing=True) if state.cuda is not None and on_device(args) else None
+            start = cuda.Event(enable_timing=True) if on_device(args) else None
             if start is not None:
                 start.record()
         except Exception as error:
             state.fail(error)
             return fn(*args, **kwargs)
         local.in_collective = True
-        began = state.clock()
+        began = clock()
         try:
             return fn(*args, **kwargs)
         finally:
             local.in_collective = False
-            try:
-                if start is None:
-                    state.comm_wait += state.clock() - began
-                else:
-                    end = state.cuda.Event(enable_timing=True)
+            if start is None:
+                state.comm_wait += clock() - began
+            else:
+                try:
+                    end = cuda.Event(enable_timing=True)
                     end.record()
                     state.device_events.append((start, end))
-                if previous is not None:
-                    state.reporter.phase = previous
-            except Exception as error:
-                state.fail(error)
+                except Exception as error:
+                    state.fail(error)
+            state.phase = previous
 
     return functools.update_wrapper(timed_collective, fn)
 
@@ -418,32 +462,37 @@ def _instrument_ddp(torch):
     forward = ddp.forward
     state = _state
 
+    clock = state.clock
+
+    # One of these runs for every parameter at every backward(): the CPU one is two attribute writes.
     def gradient_ready(grad):
+        state.bucket_launch = clock()
+        state.bucket_done = None
+
+    def gradient_ready_on_device(grad):
         if state.on:
             try:
-                if state.cuda is not None and grad.is_cuda:
-                    if state.bucket_event is None:
-                        state.bucket_event = state.cuda.Event(enable_timing=True)
-                    state.bucket_event.record()
-                else:
-                    state.bucket_launch = state.clock()
-                    state.bucket_done = None
+                if state.bucket_event is None:
+                    state.bucket_event = state.cuda.Event(enable_timing=True)
+                state.bucket_event.record()
             except Exception as error:
                 state.fail(error)
-        return None
 
     def forward_timed(self, *args, **kwargs):
-        if state.first_start is None and state.last_end is None:
+        if state.first_start is None:
             state.first_start = state.clock()
         if state.on:
             try:
                 if args:
-                    state.forward_samples += _batch_counts(torch, args[0])[1]
+                    first = _first_tensor(torch, args[0])
+                    if first is not None and first.ndim:
+                        state.forward_samples += first.shape[0]
                 if "_dtrain_timed" not in self.__dict__:
                     self.__dict__["_dtrain_timed"] = True
                     for parameter in self.module.parameters():
                         if parameter.requires_grad:
-                            parameter.register_hook(gradient_ready)
+                            parameter.register_hook(gradient_ready_on_device if state.cuda is not None and
+                                                    parameter.is_cuda else gradient_ready)
             except Exception as error:
                 state.fail(error)
         return forward(self, *args, **kwargs)
