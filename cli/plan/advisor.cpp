@@ -111,7 +111,7 @@ std::vector<Evaluation> model_parallel_search(const PlanRequest& r) {
   if (!r.workload.shape || r.tp || r.pp) return out;
   const Shape& shape = *r.workload.shape;
   for (int tp : divisors(r.cluster.gpus_per_node)) {
-    if (shape.heads % tp != 0) continue;
+    if (shape.heads % tp != 0 || (shape.kv_heads && shape.kv_heads % tp != 0)) continue;
     for (int pp : divisors(shape.layers)) {
       if (tp * pp == 1 || r.cluster.gpus % (tp * pp) != 0) continue;
       for (int stage = 0; stage <= max_stage(pp); ++stage) out.push_back(evaluate(r, {stage, tp, pp}));

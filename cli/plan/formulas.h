@@ -39,6 +39,8 @@ struct Shape {
   int heads = 0;        // a
   int seq_len = 0;      // s
   int micro_batch = 1;  // b
+  int kv_heads = 0;     // key/value heads with grouped-query attention; 0: as many as heads. Megatron splits
+                        // whole query groups over the tensor-parallel ranks, so t divides them too.
 };
 
 // Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models" (arXiv:2205.05198, Sec. 4.1

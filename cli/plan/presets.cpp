@@ -62,7 +62,7 @@ double preset_params(const ModelPreset& p) {
 }
 
 Shape preset_shape(const ModelPreset& p, int seq_len, int micro_batch) {
-  return Shape{p.layers, p.hidden, p.heads, seq_len, micro_batch};
+  return Shape{p.layers, p.hidden, p.heads, seq_len, micro_batch, p.kv_heads};
 }
 
 }  // namespace dtrain::plan

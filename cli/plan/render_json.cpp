@@ -20,7 +20,8 @@ json request_json(const PlanRequest& r) {
   json shape = nullptr;
   if (w.shape)
     shape = {{"layers", w.shape->layers}, {"hidden", w.shape->hidden}, {"heads", w.shape->heads},
-             {"seq_len", w.shape->seq_len}, {"micro_batch", w.shape->micro_batch}};
+             {"kv_heads", w.shape->kv_heads ? w.shape->kv_heads : w.shape->heads}, {"seq_len", w.shape->seq_len},
+             {"micro_batch", w.shape->micro_batch}};
   auto bandwidth = [](const std::optional<double>& bw) { return bw ? json(*bw) : json(nullptr); };
   return {{"params", w.params},
           {"model", w.model_name.empty() ? json(nullptr) : json(w.model_name)},

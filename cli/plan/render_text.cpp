@@ -28,8 +28,10 @@ std::string header(const PlanRequest& r) {
                          format_gb(c.gpu_memory).c_str(), format_gb((1 - kHeadroom) * c.gpu_memory).c_str());
   if (w.shape) {
     const Shape& s = *w.shape;
-    out += line("shape: %d layers, hidden %d, %d heads, sequence %d, micro-batch %d", s.layers, s.hidden, s.heads,
-                s.seq_len, s.micro_batch);
+    const std::string groups = s.kv_heads && s.kv_heads != s.heads
+                                   ? " (" + std::to_string(s.kv_heads) + " key/value)" : std::string();
+    out += line("shape: %d layers, hidden %d, %d heads%s, sequence %d, micro-batch %d", s.layers, s.hidden, s.heads,
+                groups.c_str(), s.seq_len, s.micro_batch);
   } else {
     out += line("activations not counted: give --layers --hidden --heads --seq-len (or --model)");
   }

@@ -156,6 +156,10 @@ Status check_parallel(const PlanArgs& a, const Workload& w, const Cluster& c) {
   if (a.tp && w.shape && w.shape->heads % tp != 0)
     return refuse("--tp " + std::to_string(tp) + " does not divide the " + std::to_string(w.shape->heads) +
                   " attention heads; Megatron splits whole heads: pick a divisor of the heads");
+  if (a.tp && w.shape && w.shape->kv_heads && w.shape->kv_heads % tp != 0)
+    return refuse("--tp " + std::to_string(tp) + " does not divide the " + std::to_string(w.shape->kv_heads) +
+                  " key/value heads (grouped-query attention); Megatron splits whole query groups: pick a divisor "
+                  "of them");
   if (a.pp && w.shape && w.shape->layers % pp != 0)
     return refuse("--pp " + std::to_string(pp) + " does not divide the " + std::to_string(w.shape->layers) +
                   " layers; pick a divisor so every stage holds as many layers");

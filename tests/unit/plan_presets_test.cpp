@@ -137,6 +137,22 @@ TEST_CASE("presets: a GPT-2 the trainer has no name for gets its shape flags") {
   CHECK(report.strategies[1].trainer.has_value());
 }
 
+TEST_CASE("presets: tensor parallelism splits whole key/value heads") {
+  PlanArgs a;
+  a.model = "llama2-70b";  // 64 query heads in 8 key/value groups
+  a.gpus = 64;
+  a.gpus_per_node = 16;
+  a.tp = 16;
+  CHECK(contains(refusal(a), "--tp 16 does not divide the 8 key/value heads"));
+  a.tp.reset();
+  const auto r = make_request(a);
+  REQUIRE_MESSAGE(r.ok(), r.status.message());
+  CHECK(r.value.workload.shape->kv_heads == 8);
+  const PlanReport report = make_report(r.value);
+  REQUIRE_FALSE(report.search.empty());
+  for (const Evaluation& e : report.search) CHECK(e.layout.tp <= 8);
+}
+
 TEST_CASE("presets: a wrong name is refused with every known one") {
   PlanArgs a;
   a.model = "llama2-8b";
