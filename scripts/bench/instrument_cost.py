@@ -1,6 +1,6 @@
 """What health.instrument: auto (the PyTorch bootstrap, worker/python/bootstrap/sitecustomize.py) costs a PyTorch
-script: per wrapped call, and in steps/s of the quickstart model. Both halves interleave the two cases in one run, so
-the noise of this shared machine hits both alike, and report medians.
+script: per wrapped call, and in steps/s of the quickstart model. Every part interleaves the two cases, so the noise
+of this shared machine hits both alike, and reports medians.
 
 1. Per call. Each case is a fresh /usr/bin/python3 (Debian's torch, 1 intra-op thread, a 1-rank gloo group, bound
    to one CPU, --cpu, the same for both cases: gloo hands each collective to a thread of its own, and unbound, where
@@ -21,7 +21,10 @@ the noise of this shared machine hits both alike, and report medians.
    unarmed  the same without the bootstrap's directory on PYTHONPATH: what `health.instrument: off` gives
    --repeats pairs of interpreters; each pair runs --bursts rounds of every kind, the armed and the unarmed burst of
    a kind back to back (which goes first alternates), so a burst of load from elsewhere on the machine lands on both
-   or is an outlier the median drops. Cost = the median over all pairs of bursts of (armed - unarmed) / calls, and
+   or is an outlier the median drops. The loop, whose cost is the one that matters, runs --loop-pairs pairs of
+   shorter bursts (--loop-calls steps) in each round. Cost = the median over all pairs of bursts of
+   (armed - unarmed) / calls, with its quartiles, in wall time and in CPU time of the whole interpreter (all its
+   threads: gloo's and the reporter's; time.process_time, which other jobs taking turns on the CPU move less), and
    per wrapped call (the loop makes four); target: at most 2 us per wrapped call. An armed interpreter that sent no
    report of a counted step, an unarmed one that sent any, or one whose stderr says the instrumentation turned
    itself off, stops the benchmark.
@@ -45,9 +48,17 @@ the noise of this shared machine hits both alike, and report medians.
    both ranks reporting STEPS steps to dtrain status, each off run with none. Reports the medians of each case and
    the median of the per-pair ratios auto/off (target: at least 0.98).
 
+3. The same loop with the instrumentation switched inside one run: a copy of configs/ddp_toy.py's model and loop
+   under `dtrain run -n 2 --instrument auto` sets the bootstrap's switch (dtrain_health's reporter holds it after
+   the first counted step) off and on in --block-pairs pairs of alternating --block-step blocks, both ranks at the
+   same steps, and rank 0 times each block (wall, and its CPU time). Each pair's two blocks lie next to each other
+   in time, so the machine's load changes little between them; off, each wrapper still tests its flag and calls
+   through (about 0.1 us a call), so this measures the instrumentation's work, not the wrappers' calls. Reports the
+   median and quartiles of the pairs' off/on ratio (steps/s on over off; target: at least 0.98).
+
     /usr/bin/python3 scripts/bench/instrument_cost.py --dtrain build/bin/dtrain [--calls 1000] [--bursts 20]
-        [--repeats 3] [--cpu N] [--pairs 5] [--steps 2000] [--warmup 100]
-        [--window 100] [--only calls|steps]
+        [--loop-calls 200] [--loop-pairs 5] [--repeats 3] [--cpu N] [--pairs 5] [--steps 2000] [--warmup 100]
+        [--window 100] [--block 50] [--block-pairs 200] [--only calls|steps|blocks]
 or  scripts/bench/instrument_cost.sh [same options but --dtrain]
 """
 
