@@ -391,9 +391,6 @@ def _wrap_collective(fn):
     phase = "torch.distributed." + fn.__name__
 
     def on_device(args):
-        # No tensor is on a CUDA device before torch.cuda initialised (torch.cuda.is_initialized(), read cheaply).
-        if cuda is None or not getattr(cuda, "_initialized", True):
-            return False
         first = args[0] if args else None
         if isinstance(first, (list, tuple)):
             first = first[0] if first else None
@@ -407,14 +404,17 @@ def _wrap_collective(fn):
             return fn(*args, **kwargs)
         previous = state.phase
         state.phase = phase
-        try:
-            # On a GPU the call returns once the collective is queued: its time is read from CUDA events later.
-            start = cuda.Event(enable_timing=True) if on_device(args) else None
-            if start is not None:
-                start.record()
-        except Exception as error:
-            state.fail(error)
-            return fn(*args, **kwargs)
+        start = None
+        # No tensor is on a CUDA device before torch.cuda initialised (its is_initialized(), read without a call).
+        if cuda is not None and getattr(cuda, "_initialized", True):
+            try:
+                # On a GPU the call returns once the collective is queued: its time is read from CUDA events later.
+                if on_device(args):
+                    start = cuda.Event(enable_timing=True)
+                    start.record()
+            except Exception as error:
+                state.fail(error)
+                return fn(*args, **kwargs)
         local.in_collective = True
         began = clock()
         try:
