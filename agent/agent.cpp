@@ -110,8 +110,11 @@ int Agent::run() {
   Servers servers(*this);
   if (int code = start_servers(servers, credentials); code != 0) return code;
 
-  std::printf("dtrain-agent listening on %s\n", address_.c_str());
-  std::fflush(stdout);
+  if (!options_.job_command) {
+    std::printf("dtrain-agent listening on %s\n", address_.c_str());
+    std::fflush(stdout);
+  }
+  runner_->set_console(options_.console);
   std::optional<JoinClient> join;
   std::thread joiner;
   if (!options_.join.empty()) {
@@ -208,9 +211,29 @@ int Agent::start_session_socket(Servers& servers) {
 
 int Agent::wait_until_done() {
   std::unique_lock lock(mutex_);
-  changed_.wait(lock, [this] { return terminated_by_ != 0 || (options_.one_shot && session_ended_); });
+  const auto done = [this] { return terminated_by_ != 0 || (options_.one_shot && session_ended_); };
+  while (!done()) {
+    if (interrupt_sent_ == 0) {
+      changed_.wait(lock);
+    } else if (changed_.wait_until(lock, interrupt_deadline_) == std::cv_status::timeout && !done()) {
+      std::fprintf(stderr, "dtrain run: the launcher did not end the job within %lld s of the interrupt; stopping this "
+                           "node's workers\n",
+                   static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(
+                       options_.default_grace + kInterruptWait).count()));
+      terminated_by_ = interrupt_sent_;
+      if (session_ != nullptr) session_->cancel();
+    }
+  }
   if (join_failed_) return 1;
-  return terminated_by_ != 0 ? 128 + terminated_by_ : 0;
+  if (terminated_by_ != 0) return 128 + terminated_by_;
+  if (options_.job_command) {
+    if (job_exit_code_) return *job_exit_code_;
+    std::fprintf(stderr, "dtrain run: the session with the launcher at %s ended without saying how the job ended "
+                         "(the launcher died, or the network to it failed): this node's workers were stopped\n",
+                 options_.join.c_str());
+    return 1;
+  }
+  return 0;
 }
 
 void Agent::shut_down(Servers& servers) {
@@ -290,6 +313,16 @@ void Agent::terminate(int signal) {
   SessionStream* session = nullptr;
   {
     std::lock_guard lock(mutex_);
+    if (options_.job_command && interrupt_sent_ == 0 && outbox_ != nullptr) {
+      // Ctrl-C on this node stops the whole job: the launcher stops every node and ends the sessions with Shutdown.
+      interrupt_sent_ = signal;
+      interrupt_deadline_ = std::chrono::steady_clock::now() + options_.default_grace + kInterruptWait;
+      outbox_->push(wire::interrupt_message(signal));
+      std::fprintf(stderr, "dtrain run: %s: asking the launcher to stop the job on every node (send it again to stop "
+                           "this node's workers at once)\n", signal_name(signal) ? signal_name(signal) : "signal");
+      changed_.notify_all();
+      return;
+    }
     terminated_by_ = signal;
     session = session_;
   }
@@ -366,6 +399,10 @@ void Agent::handle(Session& session, const v1::LauncherMessage& message) {
       break;
     }
     case v1::LauncherMessage::kShutdown:
+      if (message.shutdown().has_job_exit_code()) {
+        std::lock_guard lock(mutex_);
+        job_exit_code_ = message.shutdown().job_exit_code();
+      }
       runner_->stop_and_wait(session.grace, session.grace + kStopSweepMargin);
       session.outbox.push(wire::goodbye_message());
       session.goodbye = true;

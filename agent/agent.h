@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -62,6 +63,15 @@ struct AgentOptions {
   std::chrono::milliseconds default_lease{10000};   // until the launcher's Configure says otherwise
   std::chrono::milliseconds default_grace{10000};   // stop grace when the session is lost before Configure
   std::chrono::milliseconds default_heartbeat{1000};
+  // `dtrain run` on a node of a multi-node job (cli/run/multi_node.h). run() then returns the job's exit code from
+  // the launcher's Shutdown (1, said on stderr, when the session ends without one). The first SIGINT, SIGTERM or
+  // SIGHUP asks the launcher to stop the whole job (Interrupt) instead of stopping this node alone; this node's
+  // workers are stopped on their own at a second signal, or when no Shutdown came within the stop grace +
+  // kInterruptWait. No "listening on" line on stdout, which carries the workers' lines.
+  bool job_command = false;
+  // Which of this node's workers' lines this process writes on its own stdout and stderr, as "[rank] line" like
+  // the launcher's console; null writes none. Whatever the launcher's console shows is unchanged by it.
+  std::function<bool(std::uint32_t rank, std::uint32_t local_rank)> console;
 };
 
 class Agent {
@@ -88,8 +98,11 @@ class Agent {
   // forwarded; an announced dump signal is kept for the evidence (JobRunner::note_dump_signal). Ok when accepted.
   Status accept_datagram(const HealthDatagram& datagram);
 
-  // From the signal thread: stop the workers, end the session, leave run().
+  // From the signal thread: stop the workers, end the session, leave run(). With job_command, the first signal during
+  // a session asks the launcher to stop the job instead (AgentOptions::job_command).
   void terminate(int signal);
+  // How long after an Interrupt the launcher's Shutdown is waited for, beyond the stop grace.
+  static constexpr std::chrono::seconds kInterruptWait{10};
 
  private:
   struct Servers;       // the gRPC servers of run()
@@ -152,6 +165,11 @@ class Agent {
   // Jobs whose worker certificates the token check accepts: the current session's (credentials.h).
   std::shared_ptr<security::WorkerAdmission> admission_;
   int terminated_by_ = 0;
+  // job_command: the signal forwarded to the launcher (Interrupt), the time by which its Shutdown must have come,
+  // and the job's exit code the Shutdown carried.
+  int interrupt_sent_ = 0;
+  std::chrono::steady_clock::time_point interrupt_deadline_;
+  std::optional<int> job_exit_code_;
 };
 
 }  // namespace dtrain::agent

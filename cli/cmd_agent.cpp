@@ -5,12 +5,14 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 #include <utility>
 
 #include "agent/agent.h"
 #include "agent/node/topology/node_topology.h"
 #include "agent/node/topology/topology.h"
 #include "cli/commands.h"
+#include "cli/run/node_console.h"
 
 namespace dtrain::cli {
 namespace {
@@ -32,6 +34,21 @@ bool set_node_topology(const std::string& file, agent::AgentOptions& options) {
 }
 
 }  // namespace
+
+int run_agent(agent::AgentOptions& options, bool quiet) {
+  auto logger = spdlog::stderr_color_mt("dtrain-agent");
+  logger->set_pattern("[dtrain-agent %l] %v");
+  logger->set_level(quiet ? spdlog::level::warn : spdlog::level::info);
+  spdlog::set_default_logger(logger);
+  block_termination_signals();
+  agent::Agent daemon(options);
+  on_termination_signal([&daemon](int signal) { daemon.terminate(signal); });
+  int code = daemon.run();
+  on_termination_signal(nullptr);
+  return code;
+}
+
+bool set_live_topology(agent::AgentOptions& options) { return set_node_topology("", options); }
 
 Action add_agent_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("agent", "Run the node agent that launchers drive over gRPC");
@@ -65,7 +82,19 @@ Action add_agent_command(CLI::App& app) {
   cmd->add_option("--lease-s", *lease_s, "stop the workers when the launcher is silent this long")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  return [options, quiet, lease_s, join_timeout_s, slot, topology_file]() {
+  // Set by `dtrain run` for the agent of its launcher's node (AgentOptions::job_command and console); not for users.
+  cmd->add_flag("--job-command", options->job_command)->group("");
+  auto console_ranks = std::make_shared<std::string>();
+  cmd->add_option("--console-ranks", *console_ranks)->group("");
+  return [options, quiet, lease_s, join_timeout_s, slot, topology_file, console_ranks]() {
+    if (!console_ranks->empty()) {
+      try {
+        options->console = run::node_console(*console_ranks);
+      } catch (const std::invalid_argument& e) {
+        std::fprintf(stderr, "dtrain agent: --console-ranks: %s\n", e.what());
+        return 2;
+      }
+    }
     if (!slot->empty()) {
       std::string text = *slot;
       if (text == "slurm") {
@@ -95,17 +124,8 @@ Action add_agent_command(CLI::App& app) {
     }
     options->join_timeout = spec::duration_ms(*join_timeout_s);
     if (!set_node_topology(*topology_file, *options)) return 2;
-    auto logger = spdlog::stderr_color_mt("dtrain-agent");
-    logger->set_pattern("[dtrain-agent %l] %v");
-    logger->set_level(*quiet ? spdlog::level::warn : spdlog::level::info);
-    spdlog::set_default_logger(logger);
     options->default_lease = spec::duration_ms(*lease_s);
-    block_termination_signals();
-    agent::Agent daemon(*options);
-    on_termination_signal([&daemon](int signal) { daemon.terminate(signal); });
-    int code = daemon.run();
-    on_termination_signal(nullptr);
-    return code;
+    return run_agent(*options, *quiet);
   };
 }
 

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "cli/commands.h"
+#include "cli/run/node_console.h"
 #include "cli/run/torchrun_options.h"
 
 namespace dtrain::cli {
@@ -132,6 +133,14 @@ Action add_run_command(CLI::App& app) {
       std::fprintf(stderr, "dtrain run: --console must be rank0, all or none (got '%s')\n", args->console.c_str());
       return 2;
     }
+    if (r.multi) {
+      // One job of provider join: the launcher listens on the endpoint, every node's agent dials it. Each node's
+      // agent shows its own ranks' lines, so the launcher's console shows none.
+      spec.nodes.provider = spec::Provider::join;
+      spec.nodes.min_count = r.multi->min_nodes;
+      spec.nodes.max_count = r.multi->max_nodes;
+      spec.nodes.rendezvous = r.multi->endpoint;
+    }
     if (args->instrument == "off") {
       spec.health.instrument = spec::Spec::Health::Instrument::off;
     } else if (args->instrument != "auto") {
@@ -145,6 +154,18 @@ Action add_run_command(CLI::App& app) {
       return 2;
     }
     if (args->dry_run) return print_dry_run(spec);
+    if (r.multi) {
+      std::string console;
+      if (r.console == run::Resolved::Console::ranks) {
+        console = run::node_console_text("", r.console_local_ranks);
+      } else {
+        console = spec.logs.console == spec::Spec::Logs::Console::all    ? "all"
+                  : spec.logs.console == spec::Spec::Logs::Console::none ? "none"
+                                                                         : "rank0";
+      }
+      spec.logs.console = spec::Spec::Logs::Console::none;
+      return run_multi_node(std::move(spec), *r.multi, console, args->flags);
+    }
     if (r.log_dir.empty()) return launch_job(std::move(spec), args->flags);
     // --log-dir: torchrun's layout, from the job's directory once the job ended.
     const std::string prefix = spec.name + "-";

@@ -10,7 +10,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/run/torchrun_options.h"
 #include "cli/spec/spec.h"
+
+namespace dtrain::agent {
+struct AgentOptions;
+}  // namespace dtrain::agent
 
 namespace dtrain::cli {
 
@@ -34,6 +39,12 @@ void block_termination_signals();
 // Where received signals go from now on; a signal that arrived before a handler was set is delivered at once.
 void on_termination_signal(std::function<void(int)> handler);
 
+// The body of `dtrain agent`, shared with `dtrain run` on a node that joins a multi-node job: runs a node agent with
+// `options` until it ends (signals go to it); returns its exit code. set_live_topology puts this node's scanned
+// topology in its hello.
+int run_agent(agent::AgentOptions& options, bool quiet);
+bool set_live_topology(agent::AgentOptions& options);
+
 // Launcher flags shared by launch and run.
 struct LaunchFlags {
   bool insecure = false;      // plaintext to agents off loopback
@@ -49,6 +60,10 @@ std::optional<spec::Spec> load_spec_or_report(const std::string& file, const std
 int launch_job(spec::Spec spec, const LaunchFlags& flags);
 // Prints the plan of `spec` as it would run on this machine's agents; starts nothing.
 int print_dry_run(const spec::Spec& spec);
+// `dtrain run --nnodes N`: this node's part (cmd_run_nodes.cpp). `spec` is the validated job of provider join;
+// `console`: run::node_console_text's filter of this node's lines.
+int run_multi_node(spec::Spec spec, const run::Resolved::MultiNode& node, const std::string& console,
+                   const LaunchFlags& flags);
 
 // Absolute path of the running dtrain binary (local agents are started from it).
 std::string self_executable();

@@ -3,7 +3,9 @@
 // Small helpers shared by the launcher and the agent.
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
+#include <string_view>
 
 namespace dtrain {
 
@@ -21,6 +23,10 @@ const char* signal_name(int signal);
 
 // Local time as YYYYmmdd-HHMMSS, the timestamp in job ids and log directories.
 std::string timestamp_now();
+
+// Writes `text` to `to`'s descriptor in as few write(2) calls as the kernel allows, after flushing `to` (so the order
+// stays the order of calls). A closed terminal or a full disk ends the write quietly.
+void write_whole(std::FILE* to, std::string_view text);
 
 }  // namespace dtrain
 

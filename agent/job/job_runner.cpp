@@ -118,6 +118,11 @@ void JobRunner::set_emit(Emit emit) {
   emit_ = std::move(emit);
 }
 
+void JobRunner::set_console(Console console) {
+  std::lock_guard lock(mutex_);
+  console_ = std::move(console);
+}
+
 void JobRunner::set_job_files(JobFiles files) {
   std::lock_guard lock(mutex_);
   job_files_ = std::move(files);
@@ -351,15 +356,24 @@ void JobRunner::on_started(std::uint64_t id, pid_t pid) {
 void JobRunner::on_line(std::uint64_t id, bool is_stderr, std::string_view line) {
   const std::uint32_t round = round_of(id);
   const std::uint32_t rank = rank_of(id);
+  bool wanted = false;
+  bool shown = false;
   {
     std::lock_guard lock(mutex_);
     if (round != round_) return;
     auto it = workers_.find(rank);
     if (it == workers_.end()) return;
-    bool wanted = is_stderr ? it->second.spec.stream_stderr : it->second.spec.stream_stdout;
-    if (!wanted) return;
+    wanted = is_stderr ? it->second.spec.stream_stderr : it->second.spec.stream_stdout;
+    shown = console_ && console_(rank, it->second.spec.local_rank);
   }
-  emit(LogLine{round, rank, is_stderr, std::string(line)});
+  if (shown) {
+    // One write(2) for the whole line, as the launcher's console writes: stdout and stderr often share one file.
+    std::string text = "[" + std::to_string(rank) + "] ";
+    text.append(line);
+    text += '\n';
+    write_whole(is_stderr ? stderr : stdout, text);
+  }
+  if (wanted) emit(LogLine{round, rank, is_stderr, std::string(line)});
 }
 
 void JobRunner::on_exited(const supervisor::ProcessExit& exit) {

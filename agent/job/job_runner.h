@@ -50,6 +50,11 @@ class JobRunner {
   // thread (and from start_group's), so it must not block.
   void set_emit(Emit emit);
 
+  // Which workers' output lines this process writes on its own stdout/stderr as "[rank] line" (AgentOptions::console,
+  // `dtrain run` on a node of a multi-node job); null: none. Independent of what goes to the launcher.
+  using Console = std::function<bool(std::uint32_t rank, std::uint32_t local_rank)>;
+  void set_console(Console console);
+
   // The job's directory under the agent's run directory (Configure). start_group places every worker's log and
   // error file there and refuses names outside it (run_dir.h).
   void set_job_files(JobFiles files);
@@ -133,6 +138,7 @@ class JobRunner {
 
   mutable std::mutex mutex_;
   Emit emit_;
+  Console console_;
   std::string store_token_;   // namespace this node's store opened (node 0)
   std::string round_token_;   // the running round's token, from StartGroup
   std::uint32_t round_ = 0;

@@ -258,4 +258,10 @@ v1::AgentMessage goodbye_message() {
   return message;
 }
 
+v1::AgentMessage interrupt_message(int signal) {
+  v1::AgentMessage message;
+  message.mutable_interrupt()->set_signal(signal);
+  return message;
+}
+
 }  // namespace dtrain::agent::wire

@@ -41,5 +41,6 @@ v1::AgentMessage to_wire(const v1::WorkerHealth& health, std::uint64_t unix_ms);
 // AgentError: a request of the launcher's that this agent could not carry out.
 v1::AgentMessage error_message(const Status& status);
 v1::AgentMessage goodbye_message();
+v1::AgentMessage interrupt_message(int signal);
 
 }  // namespace dtrain::agent::wire

@@ -196,7 +196,7 @@ int Controller::run() {
     console_.note("interrupted by " + signal_text(interrupts_.first_signal()) + "; every worker was stopped");
     code = 128 + interrupts_.first_signal();
   }
-  fleet_->shutdown();
+  fleet_->shutdown(code);
   report_incomplete_logs();
   for (const auto& d : monitor_.job_ended(code)) {
     console_.note("diagnosis (" + std::string(to_string(d.kind)) + "): " + d.message + "\n  fix: " + d.fix);

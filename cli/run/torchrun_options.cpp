@@ -20,8 +20,44 @@ namespace dtrain::cli::run {
 namespace {
 
 const char* const kMultiNode =
-    "multi-node `dtrain run` is not built yet; today a job across machines is `dtrain launch` with a spec file and "
-    "the join, static, ssh or slurm provider (README \"Multi-node\")";
+    "that is another machine: a job across machines is --nnodes N (or MIN:MAX) with the same command on every node "
+    "(README \"Coming from torchrun\")";
+
+// The first line `command` prints (at most 4 KiB), without its newline; "" when it fails.
+std::string first_line_of(const std::string& command) {
+  std::FILE* p = ::popen((command + " 2>/dev/null").c_str(), "r");
+  if (p == nullptr) return "";
+  std::string line(4096, '\0');
+  const bool got = std::fgets(line.data(), static_cast<int>(line.size()), p) != nullptr;
+  ::pclose(p);
+  if (!got) return "";
+  line.resize(std::strlen(line.c_str()));
+  while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
+  return line;
+}
+
+std::string shell_quoted(const std::string& text) {
+  std::string quoted = "'";
+  for (char c : text) {
+    if (c == '\'') quoted += "'\\''";
+    else quoted += c;
+  }
+  return quoted + "'";
+}
+
+// The allocation's first node (`scontrol show hostnames LIST`), as the address Slurm reaches it at: its NodeAddr
+// (`scontrol -o show node NAME`), which is its name unless slurm.conf says otherwise. "" when it cannot be had.
+std::string first_slurm_host(const std::string& list) {
+  if (list.empty()) return "";
+  const std::string name = first_line_of("scontrol show hostnames " + shell_quoted(list));
+  if (name.empty()) return "";
+  const std::string node = first_line_of("scontrol -o show node " + shell_quoted(name));
+  const auto at = node.find("NodeAddr=");
+  if (at == std::string::npos) return name;
+  const auto end = node.find(' ', at);
+  const std::string addr = node.substr(at + 9, end == std::string::npos ? std::string::npos : end - at - 9);
+  return addr.empty() ? name : addr;
+}
 
 // A whole decimal number in [lo, hi], or nothing.
 std::optional<long> parse_int(const std::string& s, long lo, long hi) {
@@ -122,16 +158,21 @@ void add_torchrun_options(CLI::App& cmd, TorchrunArgs& a) {
                  "workers per node: N | cpu | auto | gpu (-n is the same option)")
       ->capture_default_str()
       ->group(g);
-  cmd.add_option(spellings("--nnodes"), a.nnodes, "N or MIN:MAX; 1 only for now (multi-node is not built yet)")
+  cmd.add_option(spellings("--nnodes"), a.nnodes,
+                 "N or MIN:MAX nodes; above 1, run the same command on every node")
       ->group(g);
-  cmd.add_option(spellings("--node-rank"), a.node_rank, "0 only for now")->group(g);
+  cmd.add_option(spellings("--node-rank"), a.node_rank,
+                 "this node's rank (default: SLURM_NODEID under srun, else join order); rank 0 runs the launcher")
+      ->group(g);
   cmd.add_option(spellings("--rdzv-backend"), a.rdzv_backend, "c10d | static (dtrain's launcher is the rendezvous)")
       ->group(g);
-  cmd.add_option(spellings("--rdzv-endpoint"), a.rdzv_endpoint, "HOST[:PORT]: must be this machine for now")->group(g);
+  cmd.add_option(spellings("--rdzv-endpoint"), a.rdzv_endpoint,
+                 "HOST[:PORT] (port 29400): the node owning HOST runs the launcher, the others join it")->group(g);
   cmd.add_option(spellings("--rdzv-id"), a.rdzv_id, "taken; the run is named by dtrain's job id")->group(g);
   cmd.add_option(spellings("--rdzv-conf"), a.rdzv_conf, "K=V,...: join_timeout, read_timeout")->group(g);
   cmd.add_flag("--standalone", a.standalone, "one node on this machine")->group(g);
-  cmd.add_option(spellings("--master-addr"), a.master_addr, "must be this machine for now")->group(g);
+  cmd.add_option(spellings("--master-addr"), a.master_addr,
+                 "with --master-port (29500): the endpoint when --rdzv-endpoint is not given")->group(g);
   cmd.add_option(spellings("--master-port"), a.master_port, "checked free; dtrain's agent reserves MASTER_PORT")
       ->group(g);
   cmd.add_option(spellings("--max-restarts"), a.max_restarts, "restarts after a failure")
@@ -163,6 +204,14 @@ HostFacts HostFacts::current() {
     ++h.gpu_count;
   }
   if (const char* py = std::getenv("DTRAIN_PYTHON"); py && *py) h.python = py;
+  if (const char* id = std::getenv("SLURM_NODEID")) h.slurm_node_id = id;
+  if (const char* n = std::getenv("SLURM_STEP_NUM_NODES")) h.slurm_step_nodes = n;
+  h.slurm_first_host = [] {
+    const char* list = std::getenv("SLURM_STEP_NODELIST");
+    if (list == nullptr) list = std::getenv("SLURM_JOB_NODELIST");
+    if (list == nullptr) list = std::getenv("SLURM_NODELIST");
+    return first_slurm_host(list ? list : "");
+  };
   // A host is this machine's when one of its addresses is loopback or can be bound here.
   h.local_host = [](const std::string& host) -> std::string {
     addrinfo hints{};
@@ -205,6 +254,65 @@ HostFacts HostFacts::current() {
   return h;
 }
 
+namespace {
+
+// Multi-node: where the launcher listens, and whether this node runs it. Returns "" or the refusal.
+std::string multi_node_endpoint(const TorchrunArgs& a, const HostFacts& host, Resolved::MultiNode& m) {
+  const std::string nnodes = m.min_nodes == m.max_nodes
+                                 ? std::to_string(m.max_nodes)
+                                 : std::to_string(m.min_nodes) + ":" + std::to_string(m.max_nodes);
+  std::string option, text, ep_host;
+  int port = 0;
+  if (!a.rdzv_endpoint.empty()) {
+    option = "--rdzv-endpoint";
+    text = a.rdzv_endpoint;
+    if (auto why = split_endpoint(text, ep_host, port); !why.empty()) {
+      return "dtrain run: --rdzv-endpoint '" + text + "': " + why + " (expected HOST[:PORT])";
+    }
+    if (port == 0) port = 29400;  // torchrun's c10d default
+  } else if (!a.master_addr.empty()) {
+    option = "--master-addr";
+    text = ep_host = a.master_addr;
+    port = 29500;  // torchrun's MASTER_PORT default
+    if (!a.master_port.empty()) {
+      auto p = parse_int(a.master_port, 1, 65535);
+      if (!p) return "dtrain run: --master-port must be a number from 1 to 65535 with --nnodes (got '" + a.master_port + "')";
+      port = static_cast<int>(*p);
+    }
+  } else if (!host.slurm_node_id.empty()) {
+    option = "the Slurm allocation's first host";
+    ep_host = host.slurm_first_host ? host.slurm_first_host() : "";
+    if (ep_host.empty()) {
+      return "dtrain run: --nnodes " + nnodes + " under Slurm: the allocation's first host could not be had from "
+             "SLURM_JOB_NODELIST (scontrol show hostnames); give --rdzv-endpoint HOST[:PORT]";
+    }
+    port = 29400;
+    text = ep_host;
+  } else {
+    return "dtrain run: --nnodes " + nnodes + " needs --rdzv-endpoint HOST[:PORT] (or --master-addr HOST): the "
+           "same command on every node, and the node that owns HOST runs the launcher the others join";
+  }
+  const std::string why_local = host.local_host(ep_host);
+  if (why_local.rfind("cannot be resolved", 0) == 0) {
+    return "dtrain run: " + option + " " + text + ": host '" + ep_host + "' " + why_local;
+  }
+  m.launcher = m.node_rank ? *m.node_rank == 0 : why_local.empty();
+  if (m.launcher && !why_local.empty()) {
+    return "dtrain run: --node-rank 0 runs the launcher, which listens on " + option + " " + text + ", but '" +
+           ep_host + "' " + why_local + "; run node rank 0 on that machine, or point the endpoint at this one";
+  }
+  if (m.launcher) {
+    if (auto why = host.port_free(ep_host, port); !why.empty()) {
+      return "dtrain run: " + option + " " + text + ": port " + std::to_string(port) + " " + why +
+             " on this machine, where the launcher would listen; give a free port on every node";
+    }
+  }
+  m.endpoint = (ep_host.find(':') != std::string::npos ? "[" + ep_host + "]" : ep_host) + ":" + std::to_string(port);
+  return "";
+}
+
+}  // namespace
+
 Resolved resolve(const TorchrunArgs& a, const std::vector<std::string>& program, bool dashdash, int nodes,
                  bool console_given, const HostFacts& host) {
   Resolved r;
@@ -213,26 +321,43 @@ Resolved resolve(const TorchrunArgs& a, const std::vector<std::string>& program,
     return r;
   };
 
-  // --nnodes and --standalone first: their conflict is named before the multi-node refusal.
-  if (!a.nnodes.empty()) {
-    auto parts = split(a.nnodes, ':');
+  // --nnodes and --standalone first: their conflict is named before the multi-node refusal. Under srun, --nnodes
+  // defaults to the step's node count.
+  std::string nnodes = a.nnodes;
+  if (nnodes.empty() && !a.standalone && !host.slurm_node_id.empty() && !host.slurm_step_nodes.empty()) {
+    if (auto n = parse_int(host.slurm_step_nodes, 1, 1 << 20); n && *n > 1) nnodes = host.slurm_step_nodes;
+  }
+  if (!nnodes.empty()) {
+    auto parts = split(nnodes, ':');
     std::optional<long> lo = parse_int(parts[0], 1, 1 << 20);
     std::optional<long> hi = parts.size() == 2 ? parse_int(parts[1], 1, 1 << 20) : lo;
     if (parts.size() > 2 || !lo || !hi || *lo > *hi) {
-      return fail("dtrain run: --nnodes must be N or MIN:MAX with 1 <= MIN <= MAX (got '" + a.nnodes + "')");
+      return fail("dtrain run: --nnodes must be N or MIN:MAX with 1 <= MIN <= MAX (got '" + nnodes + "')");
     }
     if (*hi > 1) {
       if (a.standalone) {
-        return fail("dtrain run: --standalone runs one node, and --nnodes " + a.nnodes +
+        return fail("dtrain run: --standalone runs one node, and --nnodes " + nnodes +
                     " asks for more: leave one of them out");
       }
-      return fail("dtrain run: --nnodes " + a.nnodes + ": " + kMultiNode);
+      if (nodes > 1) {
+        return fail("dtrain run: --nodes " + std::to_string(nodes) + " simulates nodes on this machine, and --nnodes " +
+                    nnodes + " runs on real ones: give one of them");
+      }
+      r.multi = Resolved::MultiNode{static_cast<int>(*lo), static_cast<int>(*hi), "", false, std::nullopt};
     }
   }
   if (!a.node_rank.empty()) {
     auto rank = parse_int(a.node_rank, 0, 1 << 20);
     if (!rank) return fail("dtrain run: --node-rank must be a whole number >= 0 (got '" + a.node_rank + "')");
-    if (*rank != 0) return fail("dtrain run: --node-rank " + a.node_rank + ": " + kMultiNode);
+    if (!r.multi && *rank != 0) {
+      return fail("dtrain run: --node-rank " + a.node_rank + " needs --nnodes above 1 (the same command on every node)");
+    }
+    if (r.multi) r.multi->node_rank = static_cast<unsigned>(*rank);
+  }
+  if (r.multi && !r.multi->node_rank && !host.slurm_node_id.empty()) {
+    auto rank = parse_int(host.slurm_node_id, 0, 1 << 20);
+    if (!rank) return fail("dtrain run: SLURM_NODEID is '" + host.slurm_node_id + "', not a node number");
+    r.multi->node_rank = static_cast<unsigned>(*rank);
   }
 
   // Workers per node.
@@ -262,7 +387,9 @@ Resolved resolve(const TorchrunArgs& a, const std::vector<std::string>& program,
     }
     return fail("dtrain run: --rdzv-backend must be c10d or static (got '" + a.rdzv_backend + "')");
   }
-  if (!a.rdzv_endpoint.empty()) {
+  if (r.multi) {
+    if (auto why = multi_node_endpoint(a, host, *r.multi); !why.empty()) return fail(why);
+  } else if (!a.rdzv_endpoint.empty()) {
     std::string ep_host;
     int ep_port = 0;
     if (auto why = split_endpoint(a.rdzv_endpoint, ep_host, ep_port); !why.empty()) {
@@ -313,7 +440,7 @@ Resolved resolve(const TorchrunArgs& a, const std::vector<std::string>& program,
       }
     }
   }
-  if (!a.master_addr.empty()) {
+  if (!a.master_addr.empty() && !r.multi) {
     if (auto why = host.local_host(a.master_addr); !why.empty()) {
       if (why.rfind("cannot be resolved", 0) == 0) {
         return fail("dtrain run: --master-addr '" + a.master_addr + "' " + why);
@@ -324,7 +451,7 @@ Resolved resolve(const TorchrunArgs& a, const std::vector<std::string>& program,
   if (!a.master_port.empty()) {
     auto port = parse_int(a.master_port, 0, 65535);
     if (!port) return fail("dtrain run: --master-port must be a number from 0 to 65535 (got '" + a.master_port + "')");
-    if (*port != 0 && !c10d) {
+    if (*port != 0 && !c10d && !r.multi) {
       const std::string addr = a.master_addr.empty() ? "127.0.0.1" : a.master_addr;
       if (auto why = host.port_free(addr, static_cast<int>(*port)); !why.empty()) {
         return fail("dtrain run: --master-port " + a.master_port + " " + why + " on " + addr +
@@ -386,6 +513,7 @@ Resolved resolve(const TorchrunArgs& a, const std::vector<std::string>& program,
         locals.insert(static_cast<int>(*l));
       }
       r.console = Resolved::Console::ranks;
+      r.console_local_ranks.assign(locals.begin(), locals.end());
       for (int node = 0; node < nodes; ++node) {
         for (int l : locals) r.console_ranks.push_back(node * r.nproc + l);
       }
@@ -394,6 +522,12 @@ Resolved resolve(const TorchrunArgs& a, const std::vector<std::string>& program,
     }
   }
   if (!a.log_dir.empty()) {
+    if (r.multi) {
+      return fail("dtrain run: --log-dir with --nnodes above 1" +
+                  std::string(a.nnodes.empty() ? " (the Slurm step's node count)" : "") +
+                  ": torchrun's per-node layout is built for one node only so far; each node's logs are in its "
+                  "--logs-dir (<logs dir>/<job id>/attempt_<n>/rank_<r>.log)");
+    }
     if (nodes > 1) {
       return fail("dtrain run: --log-dir lays files out for one node, as torchrun does; with --nodes " +
                   std::to_string(nodes) + " use dtrain's run directory (--logs-dir)");

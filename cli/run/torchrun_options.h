@@ -9,20 +9,27 @@
 //   -n, --nproc-per-node N|cpu|auto|gpu  workers per node. cpu: the number of online CPUs (os.cpu_count()); auto: the
 //       number of GPUs when there are any, else the CPUs (torchrun 1.13); gpu: the number of GPUs, refused without.
 //       `-n` is dtrain's short spelling of the same option: the two are one option.
-//   --nnodes N|MIN:MAX   1 or 1:1 only; more nodes is multi-node `dtrain run`, not built yet (refused, exit 2).
-//   --node-rank R        0 only (as above).
+//   --nnodes N|MIN:MAX   more than 1: a multi-node job, the same command on every node (cli/run/multi_node.h). The
+//       node whose machine owns the rendezvous endpoint's host (or, when node ranks are given, node rank 0) runs
+//       the launcher (provider join, nodes.count N or MIN:MAX, listening on the endpoint) and an agent of its own;
+//       every other node runs an agent that joins it. Under srun (SLURM_NODEID set) --nnodes defaults to the step's
+//       node count, the endpoint to the step's first host (its NodeAddr, port 29400) and the node rank to
+//       SLURM_NODEID: `srun dtrain run --nproc-per-node 8 train.py` needs nothing more.
+//   --node-rank R        the node's rank (orders node ranks: Hello.slot); without it, join order, the launcher's
+//       node first. Needs --nnodes above 1 unless it is 0.
 //   --rdzv-backend B     c10d or static: the launcher is the rendezvous whichever is named; etcd and etcd-v2 are
 //       refused (dtrain uses no etcd server), anything else is refused as unknown.
-//   --rdzv-endpoint HOST[:PORT]  must name this machine (else: multi-node, refused); PORT (default 29400, torchrun's)
-//       must be free, as torchrun's c10d store binds it. Not otherwise used: the launcher talks to its own agent.
-//       Ignored under --standalone, as torchrun ignores it there.
+//   --rdzv-endpoint HOST[:PORT]  one node: must name this machine; PORT (default 29400, torchrun's) must be free, as
+//       torchrun's c10d store binds it. Multi-node: where the launcher listens (its node) and the agents dial (the
+//       others). Ignored under --standalone, as torchrun ignores it there.
 //   --rdzv-id ID         taken; the run is named by dtrain's job id (TORCHELASTIC_RUN_ID = DTRAIN_JOB_ID).
 //   --rdzv-conf K=V,...  join_timeout -> nodes.join_timeout_s (how long the launcher waits for its nodes);
 //       read_timeout -> health.node_timeout_s (how long a silent agent is waited for before its node is failed);
 //       torchrun's other keys (last_call_timeout, close_timeout, timeout, is_host, keep_alive_interval,
 //       keep_alive_max_attempt) have no dtrain meaning and are ignored with a note; any other key is refused.
 //   --standalone         one node on this machine (what `dtrain run` always is); conflicts with --nnodes above 1.
-//   --master-addr HOST   must name this machine (else multi-node, refused).
+//   --master-addr HOST   one node: must name this machine. Multi-node without --rdzv-endpoint: the endpoint is
+//       --master-addr:--master-port (port default 29500, torchrun's), as torchrun's static rendezvous uses them.
 //   --master-port PORT   must be free with the static backend (torchrun binds it); MASTER_PORT itself is the free
 //       port dtrain's agent reserves (said once on stderr).
 //   --max-restarts R     restart.max_restarts (TORCHELASTIC_MAX_RESTARTS).
@@ -32,17 +39,19 @@
 //   --role NAME          "default" only: ROLE_NAME is "default" for every dtrain worker.
 //   --log-dir DIR        per-rank files laid out as torchrun 1.13 does (DIR/<run id>_<random>/attempt_<n>/
 //       <local rank>/stdout.log and stderr.log; error.json for a rank that left one), written when the job ends,
-//       besides dtrain's own run directory.
+//       besides dtrain's own run directory. One node only for now: refused with --nnodes above 1.
 //       dtrain keeps one log per rank, stdout and stderr together: it goes into stdout.log (--redirects 1 or 3) or
 //       stderr.log (--redirects 2); with 3, stderr.log is left empty.
 //   --redirects 0-3, --tee 0-3   whose output the console shows: a rank is shown unless both its streams are
 //       redirected without --tee. dtrain shows a rank's two streams together. Per-rank maps (0:1,1:2) are refused.
 //   --local-ranks-filter L,...   only these local ranks' output on the console (as newer torchrun documents; torch
-//       1.13 lacks the option). On --nodes M simulated nodes: these local ranks of every node.
+//       1.13 lacks the option). On --nodes M simulated nodes: these local ranks of every node; multi-node: each node
+//       shows these local ranks of its own.
 //   --run-path           taken; the script runs under Python as without it.
 //   -m, --module         the program is a module: python -m MODULE ARGS.
 //   --no-python          the program is run as it is (no Python); conflicts with -m.
-// Without --console, --redirects, --tee or --local-ranks-filter the console shows rank 0, dtrain's default.
+// Without --console, --redirects, --tee or --local-ranks-filter the console shows rank 0, dtrain's default; in a
+// multi-node job, on the node that runs rank 0.
 
 #include <functional>
 #include <optional>
@@ -92,6 +101,12 @@ struct HostFacts {
   std::function<std::string(const std::string& host)> local_host;
   // "" when PORT can be bound on HOST; else why not ("in use", ...).
   std::function<std::string(const std::string& host, int port)> port_free;
+  // Under srun: SLURM_NODEID ("" when unset), the step's node count (SLURM_STEP_NUM_NODES, "" when unset), and the
+  // step's first host (SLURM_STEP_NODELIST, else SLURM_JOB_NODELIST, expanded by `scontrol show hostnames`, as its
+  // NodeAddr; "" when it cannot be had). The host is asked for only in a multi-node run.
+  std::string slurm_node_id;
+  std::string slurm_step_nodes;
+  std::function<std::string()> slurm_first_host;
   static HostFacts current();
 };
 
@@ -106,8 +121,19 @@ struct Resolved {
   std::vector<int> console_ranks;  // Console::ranks: global ranks
   std::optional<double> join_timeout_s;
   std::optional<double> node_timeout_s;
+  std::vector<int> console_local_ranks;  // Console::ranks: the local ranks (--local-ranks-filter)
   std::string log_dir;  // --log-dir ("" = none)
   int redirects = 0;    // 0-3
+
+  // --nnodes above 1: this node's part in a multi-node job (cli/run/multi_node.h).
+  struct MultiNode {
+    int min_nodes = 1;
+    int max_nodes = 1;
+    std::string endpoint;               // HOST:PORT where the launcher listens and every node's agent dials
+    bool launcher = false;              // this node runs the launcher (and an agent of its own)
+    std::optional<unsigned> node_rank;  // --node-rank, else SLURM_NODEID under srun; else join order
+  };
+  std::optional<MultiNode> multi;
 };
 
 // `program`: what came after the options; `dashdash`: it came after `--` (run as it is). `nodes`: dtrain's --nodes.

@@ -16,7 +16,8 @@ torch.distributed.run`, the same flags, the same environment, the same directory
   console   3 ranks: --local-ranks-filter 1 shows rank 1's output only, 0,2 those two, --redirects 3 nobody's,
             --redirects 3 --tee 3 everybody's;
   bad input exit 2, and stderr names the option: an unknown option, --standalone with --nnodes 2, -m with
-            --no-python, --nnodes 2 (multi-node not built yet; names `dtrain launch`), --node-rank 1, an endpoint that
+            --no-python, --nnodes 2 without an endpoint (names --rdzv-endpoint), --node-rank 1 without --nnodes
+            (test_run_nodes.py runs the multi-node jobs), an endpoint that
             does not resolve, an endpoint with a bad port, --rdzv-endpoint and --master-port on a port in use, an
             unknown --rdzv-conf key, --rdzv-backend etcd, --role other, --nproc-per-node gpu without GPUs, a per-rank
             --redirects map, --console with --tee."""
@@ -224,9 +225,9 @@ BAD = [
     (["--bogus-option", "1", "x.py"], ["--bogus-option"]),
     (["--standalone", "--nnodes", "2", "x.py"], ["--standalone", "--nnodes"]),
     (["-m", "--no-python", "x"], ["-m/--module", "--no-python"]),
-    (["--nnodes", "2", "x.py"], ["--nnodes 2", "multi-node", "dtrain launch"]),
-    (["--nnodes=1:4", "x.py"], ["--nnodes 1:4", "multi-node"]),
-    (["--node_rank", "1", "x.py"], ["--node-rank 1", "multi-node"]),
+    (["--nnodes", "2", "x.py"], ["--nnodes 2", "--rdzv-endpoint"]),
+    (["--nnodes=1:4", "x.py"], ["--nnodes 1:4", "--rdzv-endpoint"]),
+    (["--node_rank", "1", "x.py"], ["--node-rank 1", "--nnodes"]),
     (["--rdzv-endpoint", "no-such-host.invalid:29400", "x.py"], ["--rdzv-endpoint", "no-such-host.invalid"]),
     (["--rdzv_endpoint=localhost:99999", "x.py"], ["--rdzv-endpoint", "99999"]),
     (["--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:" + busy_port, "x.py"], ["--rdzv-endpoint", "in use"]),

@@ -4,10 +4,14 @@ runs inside an allocation (`salloc -N 3 dtrain launch ...`), starts one agent pe
 agents dial back over mutual TLS. Checks:
   * 3 nodes x 2 workers with no nodes.count (the allocation's size): node ranks follow SLURM_NODEID, each worker
     runs on its node, exit 0, and nothing is left on any node once the job ends;
-  * a worker failure gives its exit code and summary, and every worker on every node is stopped.
+  * a worker failure gives its exit code and summary, and every worker on every node is stopped;
+  * `srun dtrain run --nproc-per-node 2 ...` (the same command on 2 nodes, torchrun's way, no endpoint or node rank
+    given): one job of 4 ranks whose node ranks are the SLURM_NODEIDs, the launcher on node 0's NodeAddr; exit 0,
+    nothing left on any node.
 Skips (exit 77) where namespaces cannot be built or Slurm (slurm-wlm, munge) is not installed."""
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -149,12 +153,27 @@ def scenario_worker_fails(s):
     check(not left, "every worker (sleep 300) on every node was stopped: %s" % left)
 
 
+def scenario_srun_run(s):
+    line = "node=$DTRAIN_NODE_RANK slurm=$SLURM_NODEID rank=$RANK world=$WORLD_SIZE group=$GROUP_RANK"
+    argv = [SALLOC, "-N", "2", "--immediate=20", "srun", "--ntasks-per-node", "1", DTRAIN, "run", "--secret-dir",
+            s.secret, "--nproc-per-node", "2", "--tee", "3", "--no-python", "sh", "-c", "echo " + line]
+    code, stdout, stderr = s.c.run_logged(CONTROLLER, argv, s.dir, "srun-run", 120, env=s.env, cwd=s.dir)
+    check(code == 0, "srun dtrain run on 2 nodes: exit 0, got %s" % code)
+    got = sorted(re.findall(r"^\[(\d)\] node=(\d) slurm=(\d) rank=(\d) world=(\d) group=(\d)$", stdout, re.M))
+    want = [(str(r), str(r // 2), str(r // 2), str(r), "4", str(r // 2)) for r in range(4)]
+    check(got == want, "srun dtrain run: 4 ranks, node ranks = SLURM_NODEID = GROUP_RANK, each shown once: %s" % got)
+    check("joining the job at" in stderr, "the node with SLURM_NODEID 1 joins node 0's launcher")
+    left = s.leftovers(10)
+    check(not left, "no dtrain, worker or step left on any node: %s" % left)
+
+
 def main():
     with Cluster(4) as cluster:
         s = SlurmCluster(cluster)
         try:
             scenario_success(s)
             scenario_worker_fails(s)
+            scenario_srun_run(s)
         finally:
             s.close()
         deadline = time.monotonic() + 5

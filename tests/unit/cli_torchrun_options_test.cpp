@@ -11,11 +11,13 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 
 #include <doctest/doctest.h>
 
 #include <CLI/CLI.hpp>
 
+#include "cli/run/node_console.h"
 #include "cli/run/torchrun_options.h"
 
 namespace {
@@ -113,20 +115,96 @@ TEST_CASE("--nproc-per-node cpu, auto, gpu") {
   CHECK(has(resolve({"--nproc-per-node", "two", "t.py"}).error, "--nproc-per-node must be"));
 }
 
-TEST_CASE("one node only: --nnodes, --node-rank, endpoints elsewhere are multi-node, refused naming dtrain launch") {
+TEST_CASE("one node: --node-rank above 0 and endpoints on other machines need --nnodes above 1") {
   CHECK(resolve({"--nnodes", "1", "t.py"}).error.empty());
+  CHECK(!resolve({"--nnodes", "1", "t.py"}).multi);
   CHECK(resolve({"--nnodes=1:1", "--node_rank=0", "t.py"}).error.empty());
-  const std::string two = resolve({"--nnodes", "2", "t.py"}).error;
-  CHECK(has(two, "--nnodes 2"));
-  CHECK(has(two, "dtrain launch"));
-  CHECK(has(resolve({"--nnodes", "1:3", "t.py"}).error, "--nnodes 1:3"));
   CHECK(has(resolve({"--nnodes", "3:1", "t.py"}).error, "MIN <= MAX"));
-  CHECK(has(resolve({"--node-rank", "1", "t.py"}).error, "--node-rank 1: multi-node"));
+  CHECK(has(resolve({"--node-rank", "1", "t.py"}).error, "--node-rank 1 needs --nnodes above 1"));
   CHECK(has(resolve({"--standalone", "--nnodes", "2", "t.py"}).error, "--standalone runs one node, and --nnodes 2"));
-  CHECK(has(resolve({"--rdzv-endpoint", "other-host:29400", "t.py"}).error, "multi-node"));
+  CHECK(has(resolve({"--rdzv-endpoint", "other-host:29400", "t.py"}).error, "another machine"));
   CHECK(has(resolve({"--master-addr", "other-host", "t.py"}).error, "--master-addr other-host"));
   CHECK(has(resolve({"--master-addr", "nowhere", "t.py"}).error, "cannot be resolved"));
   CHECK(resolve({"--master-addr", "this-host", "t.py"}).error.empty());
+}
+
+TEST_CASE("multi-node: the endpoint, which node runs the launcher, node ranks, Slurm's defaults, refusals") {
+  // The endpoint's owner runs the launcher; every other node joins it.
+  Resolved here = resolve({"--nnodes", "2", "--rdzv-endpoint", "this-host", "t.py"});
+  REQUIRE(here.multi);
+  CHECK(here.error.empty());
+  CHECK(here.multi->launcher);
+  CHECK(here.multi->endpoint == "this-host:29400");
+  CHECK(here.multi->min_nodes == 2);
+  CHECK(here.multi->max_nodes == 2);
+  CHECK(!here.multi->node_rank);
+  Resolved there = resolve({"--nnodes=2:4", "--rdzv_endpoint=other-host:1234", "t.py"});
+  REQUIRE(there.multi);
+  CHECK(!there.multi->launcher);
+  CHECK(there.multi->endpoint == "other-host:1234");
+  CHECK(there.multi->min_nodes == 2);
+  CHECK(there.multi->max_nodes == 4);
+  // Node ranks given: rank 0 runs the launcher, and must own the endpoint.
+  CHECK(resolve({"--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "this-host", "t.py"}).multi->launcher == false);
+  CHECK(*resolve({"--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "this-host", "t.py"}).multi->node_rank == 1);
+  CHECK(has(resolve({"--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "other-host", "t.py"}).error,
+            "--node-rank 0 runs the launcher"));
+  // --master-addr/--master-port (torchrun's static rendezvous) when there is no --rdzv-endpoint.
+  Resolved master = resolve({"--nnodes", "2", "--master-addr", "other-host", "--master-port", "2222", "t.py"});
+  REQUIRE(master.multi);
+  CHECK(master.multi->endpoint == "other-host:2222");
+  CHECK(resolve({"--nnodes", "2", "--master-addr", "this-host", "t.py"}).multi->endpoint == "this-host:29500");
+  // Refusals name the option.
+  CHECK(has(resolve({"--nnodes", "2", "t.py"}).error, "--nnodes 2 needs --rdzv-endpoint"));
+  CHECK(has(resolve({"--nnodes", "2", "--rdzv-endpoint", "nowhere:1", "t.py"}).error, "host 'nowhere' cannot be resolved"));
+  CHECK(has(resolve({"--nnodes", "2", "--rdzv-endpoint", "this-host:4242", "t.py"}).error, "port 4242 is in use"));
+  CHECK(resolve({"--nnodes", "2", "--rdzv-endpoint", "other-host:4242", "t.py"}).error.empty());  // not bound here
+  CHECK(has(resolve({"--nnodes", "2", "--rdzv-endpoint", "this-host", "t.py"}, 2).error, "--nodes 2 simulates"));
+  CHECK(has(resolve({"--nnodes", "2", "--rdzv-endpoint", "this-host", "--log-dir", "L", "t.py"}).error, "--log-dir"));
+  // --local-ranks-filter gives each node's local ranks.
+  CHECK(resolve({"--nnodes", "2", "--rdzv-endpoint", "this-host", "--local-ranks-filter", "0,2", "--nproc-per-node", "3",
+                 "t.py"}).console_local_ranks == std::vector<int>{0, 2});
+  // Under srun: the allocation's first host and SLURM_NODEID, unless the options say otherwise.
+  HostFacts slurm = facts();
+  slurm.slurm_node_id = "1";
+  slurm.slurm_first_host = [] { return std::string("other-host"); };
+  slurm.slurm_step_nodes = "2";
+  Resolved in_slurm = resolve({"t.py"}, 1, slurm);  // --nnodes from the step's node count
+  REQUIRE(in_slurm.multi);
+  CHECK(in_slurm.error.empty());
+  CHECK(in_slurm.multi->endpoint == "other-host:29400");
+  CHECK(*in_slurm.multi->node_rank == 1);
+  CHECK(!in_slurm.multi->launcher);
+  CHECK(in_slurm.multi->min_nodes == 2);
+  CHECK(in_slurm.multi->max_nodes == 2);
+  CHECK(!resolve({"--standalone", "t.py"}, 1, slurm).multi);
+  slurm.slurm_step_nodes = "1";
+  CHECK(!resolve({"t.py"}, 1, slurm).multi);  // a one-node step is one node
+  slurm.slurm_node_id = "0";
+  slurm.slurm_first_host = [] { return std::string("this-host"); };
+  CHECK(resolve({"--nnodes", "2", "t.py"}, 1, slurm).multi->launcher);
+  CHECK(*resolve({"--nnodes", "2", "--node-rank", "1", "t.py"}, 1, slurm).multi->node_rank == 1);
+  slurm.slurm_first_host = [] { return std::string(); };
+  CHECK(has(resolve({"--nnodes", "2", "t.py"}, 1, slurm).error, "under Slurm"));
+  slurm.slurm_node_id = "x";
+  CHECK(has(resolve({"--nnodes", "2", "t.py"}, 1, slurm).error, "SLURM_NODEID"));
+}
+
+TEST_CASE("a node's console filter: none, all, rank0, local ranks; bad text refused") {
+  using dtrain::cli::run::node_console;
+  using dtrain::cli::run::node_console_text;
+  CHECK(node_console(node_console_text("none", {})) == nullptr);
+  CHECK(node_console("all")(7, 3));
+  CHECK(node_console("rank0")(0, 0));
+  CHECK(!node_console("rank0")(2, 0));
+  const auto locals = node_console(node_console_text("", {0, 2}));
+  CHECK(node_console_text("", {0, 2}) == "local:0,2");
+  CHECK(locals(5, 0));
+  CHECK(locals(7, 2));
+  CHECK(!locals(6, 1));
+  for (const char* bad : {"local:", "local:1,,2", "local:a", "some", "local:1234567"}) {
+    CHECK_THROWS_AS(node_console(bad), std::invalid_argument);
+  }
 }
 
 TEST_CASE("rendezvous: backends, endpoints, ports, --rdzv-conf keys") {

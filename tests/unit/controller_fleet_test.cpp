@@ -203,7 +203,7 @@ TEST_CASE("fleet: fewer than MIN after the wait: unavailable, naming the count; 
   const auto selected = w.fleet->select(true);
   REQUIRE_FALSE(selected.ok());
   CHECK(selected.status.code() == dtrain::StatusCode::unavailable);
-  CHECK(selected.status.message() == "only 1 node available, nodes.count needs at least 2");
+  CHECK(selected.status.message() == "only 1 node available, nodes.count needs at least 2 (1 missing)");
   REQUIRE(w.listener.lost.size() == 1);
   CHECK(w.listener.lost[0] == "node 1 (10.0.0.9:29400) lost: its agent did not say hello in time");
   CHECK(w.fleet->state(1) == NodeState::lost);

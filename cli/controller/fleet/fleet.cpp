@@ -1,6 +1,7 @@
 #include "cli/controller/fleet/fleet.h"
 
 #include <algorithm>
+#include <csignal>
 
 #include "cli/controller/transport/launcher_credentials.h"
 #include "common/util.h"
@@ -168,6 +169,13 @@ void Fleet::on_report(int node, const AgentReport& report) {
     on_hello(node, *hello);
   } else if (const auto* error = std::get_if<AgentError>(&report)) {
     lose(node, "its agent reported: " + error->message);
+  } else if (const auto* interrupt = std::get_if<AgentInterrupt>(&report)) {
+    // Ctrl-C on a node of a multi-node `dtrain run`: the whole job stops, as for the launcher's own signal.
+    const int signal = interrupt->signal > 0 && interrupt->signal < 65 ? interrupt->signal : SIGINT;
+    const char* name = signal_name(signal);
+    console_.note("node " + std::to_string(node) + " (" + n.info.hostname + ") was interrupted by " +
+                  (name ? std::string(name) : "signal " + std::to_string(signal)) + ": stopping the job");
+    listener_.on_signal(signal);
   } else if (!std::holds_alternative<AgentAlive>(report)) {
     listener_.on_report(node, report);
   }

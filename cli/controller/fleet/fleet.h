@@ -69,8 +69,9 @@ class Fleet final : public RoundFleet, public ProviderFleet {
   // at most nodes.count MAX. unavailable, with why, when fewer than MIN are left; cancelled after a signal.
   Result<std::vector<int>> select(bool first_round);
   // Ends every session (Shutdown, then up to stop.grace_s + Timeouts::shutdown_margin, bounded by the exit
-  // deadline), then the agent processes the provider started.
-  void shutdown();
+  // deadline), then the agent processes the provider started. `job_exit_code`: how the job ended, told to the agents
+  // (a `dtrain run` node exits with it).
+  void shutdown(std::optional<int> job_exit_code = std::nullopt);
 
   // RoundFleet (lose and gone serve providers too).
   Clock::time_point now() const override { return clock_->now(); }

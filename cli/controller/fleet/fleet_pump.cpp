@@ -88,19 +88,20 @@ Result<std::vector<int>> Fleet::select(bool first_round) {
   provider_->order(selected_, *this);
   if (static_cast<int>(selected_.size()) < min) {
     std::string why = "only " + std::to_string(selected_.size()) + " node" + (selected_.size() == 1 ? "" : "s") +
-                      " available, nodes.count needs at least " + std::to_string(min);
+                      " available, nodes.count needs at least " + std::to_string(min) + " (" +
+                      std::to_string(min - static_cast<int>(selected_.size())) + " missing)";
     for (const auto& failure : provider_->join_failures()) why += "; " + failure;
     return {{StatusCode::unavailable, why}};
   }
   return {{}, selected_};
 }
 
-void Fleet::shutdown() {
+void Fleet::shutdown(std::optional<int> job_exit_code) {
   shutting_down_ = true;
   provider_->close();
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     auto& n = nodes_[i];
-    if (n.session && n.session->open() && !gone(static_cast<int>(i))) n.session->send_last(Shutdown{"job ended"});
+    if (n.session && n.session->open() && !gone(static_cast<int>(i))) n.session->send_last(Shutdown{"job ended", job_exit_code});
   }
   const auto own_deadline = now() + spec::duration_ms(spec_.stop.grace_s) + options_.timeouts.shutdown_margin;
   // A session that never opened (a refused or unreachable agent) has nothing to wait for. A node that ended stays

@@ -3,6 +3,8 @@
 
 #include "cli/controller/providers/join_provider.h"
 
+#include <algorithm>
+
 #include "cli/controller/providers/provider_fleet.h"
 #include "cli/controller/transport/launcher_credentials.h"
 #include "cli/controller/watch/console.h"
@@ -29,6 +31,11 @@ std::chrono::milliseconds JoinProvider::node_wait(bool, const ProviderFleet& fle
 
 void JoinProvider::on_joined(ProviderFleet& fleet, const Event& event) {
   fleet.attach(event.node, join_server_->session(event.node));
+}
+
+void JoinProvider::order(std::vector<int>& nodes, const ProviderFleet& fleet) const {
+  std::stable_sort(nodes.begin(), nodes.end(),
+                   [&fleet](int a, int b) { return fleet.slot(a).value_or(~0u) < fleet.slot(b).value_or(~0u); });
 }
 
 void JoinProvider::close() {

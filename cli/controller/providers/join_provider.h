@@ -18,6 +18,9 @@ class JoinProvider : public Provider {
   // Anyone may join until the wait ends.
   bool may_still_join(const ProviderFleet&) const override { return true; }
   void on_joined(ProviderFleet& fleet, const Event& event) override;
+  // Node ranks follow the agents' slots (ssh: the index in nodes.hosts; slurm: SLURM_NODEID; `dtrain run`:
+  // --node-rank), not the order in which they joined; agents without a slot come after, in join order.
+  void order(std::vector<int>& nodes, const ProviderFleet& fleet) const override;
   void close() override;
 
  protected:

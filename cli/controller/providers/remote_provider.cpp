@@ -35,12 +35,6 @@ std::chrono::milliseconds RemoteProvider::node_wait(bool, const ProviderFleet& f
   return spec::duration_ms(fleet.spec().nodes.join_timeout_s);
 }
 
-void RemoteProvider::order(std::vector<int>& nodes, const ProviderFleet& fleet) const {
-  // Node ranks follow nodes.hosts (ssh) or SLURM_NODEID (slurm), not the order in which agents joined.
-  std::stable_sort(nodes.begin(), nodes.end(),
-                   [&fleet](int a, int b) { return fleet.slot(a).value_or(~0u) < fleet.slot(b).value_or(~0u); });
-}
-
 void RemoteProvider::on_agent_exited(ProviderFleet& fleet, const Event& event) {
   const int node = node_of_process(fleet, event.node);
   if (node >= 0) {

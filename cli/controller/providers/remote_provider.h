@@ -18,7 +18,6 @@ class RemoteProvider : public JoinProvider {
  public:
   void start(ProviderFleet& fleet) override;
   std::chrono::milliseconds node_wait(bool first_round, const ProviderFleet& fleet) const override;
-  void order(std::vector<int>& nodes, const ProviderFleet& fleet) const override;
   void on_agent_exited(ProviderFleet& fleet, const Event& event) override;
   std::vector<std::string> join_failures() const override { return join_failures_; }
   void finish(std::chrono::milliseconds wait, std::chrono::milliseconds kill_grace, ProviderFleet& fleet) override;

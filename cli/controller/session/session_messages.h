@@ -184,11 +184,16 @@ struct Evidence {
 };
 
 // A heartbeat or goodbye: the agent is alive, nothing else.
+// `dtrain run` on the agent's node got this signal (Ctrl-C there): stop the whole job as for the launcher's own.
+struct AgentInterrupt {
+  int signal = 0;
+};
+
 struct AgentAlive {};
 
 using AgentReport = std::variant<AgentHello, RoundPrepared, WorkerStarted, WorkerExit, LogLines, GroupDone,
                                  GroupStopped, WorkerHealth, WorkerSample, LogWriteFailed, AgentError, ProbeResult,
-                                 Evidence, AgentAlive>;
+                                 Evidence, AgentInterrupt, AgentAlive>;
 
 // ---------------------------------------------------------------- launcher -> agent (commands)
 
@@ -234,6 +239,7 @@ struct StopGroup {
 
 struct Shutdown {
   std::string reason;
+  std::optional<int> job_exit_code;  // the launcher's exit code for the job, when it is known
 };
 
 struct Heartbeat {

@@ -151,7 +151,10 @@ void fill(v1::LauncherMessage& m, const StopGroup& s) {
   m.mutable_stop_group()->set_reason(s.reason);
 }
 
-void fill(v1::LauncherMessage& m, const Shutdown& s) { m.mutable_shutdown()->set_reason(s.reason); }
+void fill(v1::LauncherMessage& m, const Shutdown& s) {
+  m.mutable_shutdown()->set_reason(s.reason);
+  if (s.job_exit_code) m.mutable_shutdown()->set_job_exit_code(*s.job_exit_code);
+}
 
 void fill(v1::LauncherMessage& m, const Heartbeat& h) { m.mutable_heartbeat()->set_sent_unix_ms(h.sent_unix_ms); }
 
@@ -197,6 +200,7 @@ AgentReport from_wire(const v1::AgentMessage& m) {
     case v1::AgentMessage::kError: return AgentError{m.error().message()};
     case v1::AgentMessage::kProbeResult: return probe_of(m.probe_result());
     case v1::AgentMessage::kEvidence: return evidence_of(m.evidence());
+    case v1::AgentMessage::kInterrupt: return AgentInterrupt{m.interrupt().signal()};
     case v1::AgentMessage::kHeartbeat:
     case v1::AgentMessage::kGoodbye:
     case v1::AgentMessage::kBatch:   // unpacked by push_report; one inside another is only a sign of life

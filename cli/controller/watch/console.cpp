@@ -165,18 +165,6 @@ void append_sample(std::ostringstream& s, const Failure& root, const WorkerSampl
 
 }  // namespace
 
-void write_whole(std::FILE* to, std::string_view text) {
-  // Anything stdio still buffers goes first, so the order on the terminal or in the file stays the order of calls.
-  std::fflush(to);
-  const int fd = ::fileno(to);
-  while (!text.empty()) {
-    const ssize_t n = ::write(fd, text.data(), text.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // a closed terminal or a full disk: the launcher goes on, the log files still have it all
-    text.remove_prefix(static_cast<std::size_t>(n));
-  }
-}
-
 void Console::worker_lines(const LogLines& lines) {
   // One write(2) per stream for the whole batch, built from whole lines: stdout and stderr often share one file
   // (`dtrain run ... > out.log 2>&1`), and stdio's buffer would flush a line in two parts with the other stream's

@@ -58,8 +58,6 @@ int exit_code_of(const WorkerExit& exit);
 // (kHealthCheckExitCode, else exit_code_of).
 std::string describe_failure(const Failure& failure);
 int exit_code_of(const Failure& failure);
-// Writes `text` to `to`'s descriptor in as few write(2) calls as the kernel allows, after flushing `to`.
-void write_whole(std::FILE* to, std::string_view text);
 // The failure summary: which rank, where, how, the last stderr lines, the error file, where the log is.
 std::string failure_summary(const std::string& job_id, const Failure& root, const std::vector<Failure>& others,
                             int attempt, int max_restarts);
