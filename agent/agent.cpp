@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <thread>
 
@@ -87,6 +88,7 @@ struct Agent::Session {
   std::chrono::milliseconds grace;   // for stops the agent decides itself (Configure's stop_grace)
   Prober prober;
   bool goodbye = false;              // the launcher's Shutdown was answered
+  std::string job_id;                // Configure's
   // Each running worker's /proc, every second; its thread pushes to the outbox, so it ends before the outbox goes.
   WorkerSampler sampler{[this](const WorkerSample& sample) { outbox.push(wire::to_wire(sample)); }};
   EvidenceCollector evidence;        // last: its thread, which pushes to the outbox, ends first
@@ -391,6 +393,10 @@ void Agent::handle(Session& session, const v1::LauncherMessage& message) {
     case v1::LauncherMessage::kStartGroup:
       if (Status status = runner_->start_group(wire::from_wire(message.start_group())); !status.ok()) {
         session.outbox.push(wire::error_message(status));
+      } else if (options_.on_group && message.start_group().workers_size() > 0) {
+        std::uint32_t first = message.start_group().workers(0).rank();
+        for (const auto& w : message.start_group().workers()) first = std::min(first, w.rank());
+        options_.on_group(session.job_id, first);
       }
       break;
     case v1::LauncherMessage::kStopGroup: {
@@ -431,6 +437,7 @@ void Agent::configure(Session& session, const SessionConfig& config) {
   if (config.heartbeat_interval.count() > 0) session.outbox.set_heartbeat_interval(config.heartbeat_interval);
   session.grace = config.stop_grace;
   spdlog::info("job {}: this is node {}", config.job_id, config.node_rank);
+  session.job_id = config.job_id;
   if (Status status = begin_job(config.job_id); !status.ok()) session.outbox.push(wire::error_message(status));
 }
 

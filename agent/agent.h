@@ -72,6 +72,9 @@ struct AgentOptions {
   // Which of this node's workers' lines this process writes on its own stdout and stderr, as "[rank] line" like
   // the launcher's console; null writes none. Whatever the launcher's console shows is unchanged by it.
   std::function<bool(std::uint32_t rank, std::uint32_t local_rank)> console;
+  // Called when a round's workers start on this node, with the job and the group's lowest rank (from the session's
+  // thread).
+  std::function<void(const std::string& job_id, std::uint32_t first_rank)> on_group;
 };
 
 class Agent {

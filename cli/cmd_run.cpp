@@ -164,7 +164,7 @@ Action add_run_command(CLI::App& app) {
                                                                          : "rank0";
       }
       spec.logs.console = spec::Spec::Logs::Console::none;
-      return run_multi_node(std::move(spec), *r.multi, console, args->flags);
+      return run_multi_node(std::move(spec), r, console, args->flags);
     }
     if (r.log_dir.empty()) return launch_job(std::move(spec), args->flags);
     // --log-dir: torchrun's layout, from the job's directory once the job ended.

@@ -13,6 +13,9 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
+#include <set>
+#include <utility>
 #include <thread>
 
 #include "agent/agent.h"
@@ -63,8 +66,36 @@ void end_own_agent(pid_t pid, std::chrono::milliseconds wait, std::chrono::milli
   ::waitpid(pid, nullptr, 0);
 }
 
-int run_launcher_node(spec::Spec spec, const run::Resolved::MultiNode& node, const std::string& console,
-                      const LaunchFlags& flags, const std::string& run_dir) {
+// --log-dir: this node's ranks of the job in `run_dir` (first_rank on), laid out as torchrun does.
+void write_node_logs(const run::Resolved& r, const std::string& run_dir, const std::string& job_id,
+                     std::uint32_t first_rank) {
+  if (r.log_dir.empty()) return;
+  if (job_id.empty()) {
+    std::fprintf(stderr, "dtrain run: --log-dir %s: no job ran on this node, so there are no logs to lay out\n",
+                 r.log_dir.c_str());
+    return;
+  }
+  const std::string job_dir = (std::filesystem::path(run_dir) / job_id).string();
+  const int first = static_cast<int>(first_rank);
+  if (auto why = run::write_torchrun_logs(job_dir, job_id, r.log_dir, r.redirects, r.nproc, first); !why.empty()) {
+    std::fprintf(stderr, "dtrain run: --log-dir %s: %s (dtrain's own logs are in %s)\n", r.log_dir.c_str(),
+                 why.c_str(), job_dir.c_str());
+  }
+}
+
+// The job directories under `dir` (a job's directory is named by its job id).
+std::set<std::string> job_dirs(const std::string& dir) {
+  std::set<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.is_directory(ec)) out.insert(e.path().filename().string());
+  }
+  return out;
+}
+
+int run_launcher_node(spec::Spec spec, const run::Resolved& r, const std::string& console, const LaunchFlags& flags,
+                      const std::string& run_dir) {
+  const run::Resolved::MultiNode& node = *r.multi;
   std::vector<std::string> words = {self_executable(), "agent", "--join", node.endpoint, "--listen", "0.0.0.0:0",
                                     "--join-timeout-s",
                                     std::to_string(static_cast<long long>(std::ceil(spec.nodes.join_timeout_s))),
@@ -77,15 +108,25 @@ int run_launcher_node(spec::Spec spec, const run::Resolved::MultiNode& node, con
     words.push_back(flags.secret_dir);
   }
   const auto grace = spec::duration_ms(spec.stop.grace_s);
+  const auto before = job_dirs(run_dir);
   const pid_t agent = start_own_agent(words);
   if (agent < 0) return 1;
   const int code = launch_job(std::move(spec), flags);
   end_own_agent(agent, std::chrono::seconds(5), grace);
+  if (!r.log_dir.empty()) {
+    // The launcher's node is node 0 (the launcher runs on node rank 0, or on the only node with a slot).
+    std::string job_id;
+    for (const auto& id : job_dirs(run_dir)) {
+      if (!before.count(id)) job_id = id;
+    }
+    write_node_logs(r, run_dir, job_id, node.node_rank.value_or(0) * static_cast<std::uint32_t>(r.nproc));
+  }
   return code;
 }
 
-int run_joining_node(const spec::Spec& spec, const run::Resolved::MultiNode& node, const std::string& console,
+int run_joining_node(const spec::Spec& spec, const run::Resolved& r, const std::string& console,
                      const LaunchFlags& flags, const std::string& run_dir) {
+  const run::Resolved::MultiNode& node = *r.multi;
   agent::AgentOptions options;
   options.join = node.endpoint;
   options.listen = "0.0.0.0:0";
@@ -97,20 +138,27 @@ int run_joining_node(const spec::Spec& spec, const run::Resolved::MultiNode& nod
   options.job_command = true;
   options.console = run::node_console(console);
   options.default_grace = spec::duration_ms(spec.stop.grace_s);
+  // The job and this node's first rank at its first round, for --log-dir (set on the session's thread, read after
+  // run_agent returned).
+  auto job = std::make_shared<std::pair<std::string, std::uint32_t>>();
+  options.on_group = [job](const std::string& id, std::uint32_t first_rank) {
+    if (job->first.empty()) *job = {id, first_rank};
+  };
   if (!set_live_topology(options)) return 2;
   std::fprintf(stderr, "dtrain run: joining the job at %s%s; the launcher's node runs the command it was given\n",
                node.endpoint.c_str(),
                node.node_rank ? (" as node " + std::to_string(*node.node_rank)).c_str() : " (node rank: join order)");
-  return run_agent(options, true);
+  const int code = run_agent(options, true);
+  write_node_logs(r, run_dir, job->first, job->second);
+  return code;
 }
 
 }  // namespace
 
-int run_multi_node(spec::Spec spec, const run::Resolved::MultiNode& node, const std::string& console,
-                   const LaunchFlags& flags) {
+int run_multi_node(spec::Spec spec, const run::Resolved& r, const std::string& console, const LaunchFlags& flags) {
   const std::string run_dir = std::filesystem::absolute(spec.logs.dir).lexically_normal().string();
-  if (node.launcher) return run_launcher_node(std::move(spec), node, console, flags, run_dir);
-  return run_joining_node(spec, node, console, flags, run_dir);
+  if (r.multi->launcher) return run_launcher_node(std::move(spec), r, console, flags, run_dir);
+  return run_joining_node(spec, r, console, flags, run_dir);
 }
 
 }  // namespace dtrain::cli

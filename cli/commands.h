@@ -61,9 +61,8 @@ int launch_job(spec::Spec spec, const LaunchFlags& flags);
 // Prints the plan of `spec` as it would run on this machine's agents; starts nothing.
 int print_dry_run(const spec::Spec& spec);
 // `dtrain run --nnodes N`: this node's part (cmd_run_nodes.cpp). `spec` is the validated job of provider join;
-// `console`: run::node_console_text's filter of this node's lines.
-int run_multi_node(spec::Spec spec, const run::Resolved::MultiNode& node, const std::string& console,
-                   const LaunchFlags& flags);
+// `run` says this node's part (run.multi) and --log-dir; `console`: run::node_console_text's filter of its lines.
+int run_multi_node(spec::Spec spec, const run::Resolved& run, const std::string& console, const LaunchFlags& flags);
 
 // Absolute path of the running dtrain binary (local agents are started from it).
 std::string self_executable();

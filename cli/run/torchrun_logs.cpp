@@ -11,7 +11,7 @@ namespace dtrain::cli::run {
 namespace fs = std::filesystem;
 
 std::string write_torchrun_logs(const std::string& job_dir, const std::string& job_id, const std::string& log_dir,
-                                int redirects, int nproc) {
+                                int redirects, int nproc, int first_rank) {
   std::error_code ec;
   // torchrun names its directory <run id>_<8 random characters> (tempfile.mkdtemp under log_dir).
   static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789_";
@@ -23,8 +23,9 @@ std::string write_torchrun_logs(const std::string& job_dir, const std::string& j
   for (const auto& attempt : fs::directory_iterator(job_dir, ec)) {
     const std::string name = attempt.path().filename().string();
     if (!attempt.is_directory() || name.rfind("attempt_", 0) != 0) continue;
-    for (int rank = 0; rank < nproc; ++rank) {
-      const fs::path dir = run / name / std::to_string(rank);
+    for (int local = 0; local < nproc; ++local) {
+      const int rank = first_rank + local;
+      const fs::path dir = run / name / std::to_string(local);
       fs::create_directories(dir, ec);
       if (ec) return "cannot create " + dir.string() + ": " + ec.message();
       any = true;

@@ -522,12 +522,6 @@ Resolved resolve(const TorchrunArgs& a, const std::vector<std::string>& program,
     }
   }
   if (!a.log_dir.empty()) {
-    if (r.multi) {
-      return fail("dtrain run: --log-dir with --nnodes above 1" +
-                  std::string(a.nnodes.empty() ? " (the Slurm step's node count)" : "") +
-                  ": torchrun's per-node layout is built for one node only so far; each node's logs are in its "
-                  "--logs-dir (<logs dir>/<job id>/attempt_<n>/rank_<r>.log)");
-    }
     if (nodes > 1) {
       return fail("dtrain run: --log-dir lays files out for one node, as torchrun does; with --nodes " +
                   std::to_string(nodes) + " use dtrain's run directory (--logs-dir)");

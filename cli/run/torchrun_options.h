@@ -39,7 +39,8 @@
 //   --role NAME          "default" only: ROLE_NAME is "default" for every dtrain worker.
 //   --log-dir DIR        per-rank files laid out as torchrun 1.13 does (DIR/<run id>_<random>/attempt_<n>/
 //       <local rank>/stdout.log and stderr.log; error.json for a rank that left one), written when the job ends,
-//       besides dtrain's own run directory. One node only for now: refused with --nnodes above 1.
+//       besides dtrain's own run directory. Multi-node: each node lays out its own ranks (local ranks 0..N-1 of
+//       its first round) under its own DIR.
 //       dtrain keeps one log per rank, stdout and stderr together: it goes into stdout.log (--redirects 1 or 3) or
 //       stderr.log (--redirects 2); with 3, stderr.log is left empty.
 //   --redirects 0-3, --tee 0-3   whose output the console shows: a rank is shown unless both its streams are
@@ -143,8 +144,9 @@ Resolved resolve(const TorchrunArgs& args, const std::vector<std::string>& progr
 
 // Lays the per-rank logs of a finished job out as torchrun 1.13 does under `log_dir`:
 // <log_dir>/<job_id>_<random>/attempt_<n>/<local_rank>/{stdout,stderr}.log, from dtrain's
-// <job_dir>/attempt_<n>/rank_<r>.log. Returns "" or what went wrong.
+// <job_dir>/attempt_<n>/rank_<r>.log, where r = first_rank + local rank (a node's ranks: node rank x nproc on).
+// Returns "" or what went wrong.
 std::string write_torchrun_logs(const std::string& job_dir, const std::string& job_id, const std::string& log_dir,
-                                int redirects, int nproc);
+                                int redirects, int nproc, int first_rank = 0);
 
 }  // namespace dtrain::cli::run

@@ -160,7 +160,7 @@ TEST_CASE("multi-node: the endpoint, which node runs the launcher, node ranks, S
   CHECK(has(resolve({"--nnodes", "2", "--rdzv-endpoint", "this-host:4242", "t.py"}).error, "port 4242 is in use"));
   CHECK(resolve({"--nnodes", "2", "--rdzv-endpoint", "other-host:4242", "t.py"}).error.empty());  // not bound here
   CHECK(has(resolve({"--nnodes", "2", "--rdzv-endpoint", "this-host", "t.py"}, 2).error, "--nodes 2 simulates"));
-  CHECK(has(resolve({"--nnodes", "2", "--rdzv-endpoint", "this-host", "--log-dir", "L", "t.py"}).error, "--log-dir"));
+  CHECK(resolve({"--nnodes", "2", "--rdzv-endpoint", "this-host", "--log-dir", "L", "t.py"}).log_dir == "L");
   // --local-ranks-filter gives each node's local ranks.
   CHECK(resolve({"--nnodes", "2", "--rdzv-endpoint", "this-host", "--local-ranks-filter", "0,2", "--nproc-per-node", "3",
                  "t.py"}).console_local_ranks == std::vector<int>{0, 2});
