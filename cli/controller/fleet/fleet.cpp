@@ -28,7 +28,9 @@ Fleet::Fleet(spec::Spec& spec, FleetOptions options, EventQueue& events, Console
       // second was 8,192 messages a second at 4,096 agents), and how soon a silent node is found depends on the
       // timeout alone.
       heartbeat_interval_(std::max(node_timeout_ / 5, milliseconds(100))),
-      next_heartbeat_(clock_->now() + heartbeat_interval_) {}
+      next_heartbeat_(clock_->now() + heartbeat_interval_) {
+  clock_->stalled();   // stalls count from here on
+}
 
 Fleet::~Fleet() = default;
 
@@ -55,7 +57,7 @@ void Fleet::attach(int id, std::shared_ptr<NodeSession> session) {
   grow(static_cast<std::size_t>(id) + 1);
   auto& n = nodes_[static_cast<std::size_t>(id)];
   n.session = std::move(session);
-  n.last_heard = now();
+  n.last_heard = live_now();
   next_silence_check_ = std::min(next_silence_check_, n.last_heard + node_timeout_ + milliseconds(1));
 }
 
@@ -111,7 +113,9 @@ void Fleet::configure(int node) {
   ConfigureNode c;
   c.job_id = job_id_;
   c.node_rank = static_cast<unsigned>(node);
-  c.lease_ms = static_cast<std::uint32_t>(node_timeout_.count());
+  // The lease runs one heartbeat interval past the node timeout: the last heartbeat before the launcher stalls may
+  // be that old, so a launcher stalled for less than node_timeout_s costs no node its workers.
+  c.lease_ms = static_cast<std::uint32_t>((node_timeout_ + heartbeat_interval_).count());
   c.heartbeat_interval_ms = static_cast<std::uint32_t>(heartbeat_interval_.count());
   c.stop_grace_ms = static_cast<std::uint32_t>(spec::duration_ms(spec_.stop.grace_s).count());
   send(node, c);
@@ -164,7 +168,7 @@ void Fleet::on_hello(int node, const AgentHello& hello) {
 void Fleet::on_report(int node, const AgentReport& report) {
   auto& n = nodes_[static_cast<std::size_t>(node)];
   if (n.state == NodeState::lost) return;
-  n.last_heard = now();
+  n.last_heard = live_now();
   if (const auto* hello = std::get_if<AgentHello>(&report)) {
     on_hello(node, *hello);
   } else if (const auto* error = std::get_if<AgentError>(&report)) {

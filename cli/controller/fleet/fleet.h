@@ -25,6 +25,7 @@
 #include "cli/controller/session/node_session.h"
 #include "cli/controller/watch/console.h"
 #include "cli/spec/spec.h"
+#include "common/loop_lag.h"
 #include "common/status.h"
 
 namespace dtrain::controller {
@@ -39,15 +40,25 @@ class FleetListener {
   virtual void on_tick(std::chrono::steady_clock::time_point) {}
 };
 
-// The fleet's time: the steady clock and a blocking wait for the next event; in tests, a scripted clock that
-// jumps to the deadline when no event is queued, so that minutes of node timeouts take no time.
+// The fleet's time: the steady clock, how long the launcher could not run, and a blocking wait for the next event;
+// in tests, a scripted clock that jumps to the deadline when no event is queued, so that minutes of node timeouts
+// take no time, and stalls as a test says.
 class FleetClock {
  public:
   using Clock = std::chrono::steady_clock;
   virtual ~FleetClock() = default;
   virtual Clock::time_point now() const { return Clock::now(); }
+  // How long this process could not run so far (stopped, starved: LoopLag); never decreases. Silence is judged on
+  // now() - stalled().
+  virtual Clock::duration stalled() const {
+    if (!lag_) lag_ = std::make_unique<LoopLag>();
+    return lag_->stalled();
+  }
   // The next event, or nothing once `deadline` passed.
   virtual std::optional<Event> next(EventQueue& events, Clock::time_point deadline) { return events.pop(deadline); }
+
+ private:
+  mutable std::unique_ptr<LoopLag> lag_;   // started by the first stalled(), from the launcher's one thread
 };
 
 class Fleet final : public RoundFleet, public ProviderFleet {
@@ -101,7 +112,7 @@ class Fleet final : public RoundFleet, public ProviderFleet {
   struct Node {
     std::shared_ptr<NodeSession> session;
     spec::NodeInfo info;
-    Clock::time_point last_heard;
+    Clock::time_point last_heard;   // on the live clock (live_now)
     NodeState state = NodeState::connecting;
     std::optional<unsigned> slot;   // ssh/slurm: which host it is (orders node ranks)
   };
@@ -109,12 +120,19 @@ class Fleet final : public RoundFleet, public ProviderFleet {
   // Grows nodes_ to `size` (new nodes are connecting) and keeps in_state_ counting them.
   void grow(std::size_t size);
   void set_state(Node& node, NodeState state);
+  // The steady clock less the time the launcher could not run: node silence is measured on it, so a launcher that
+  // was stopped or starved does not blame its nodes for the messages it did not read meanwhile.
+  Clock::time_point live_now() const { return clock_->now() - clock_->stalled(); }
   bool next_event(Event& event, Clock::time_point deadline);
   void send_heartbeats(Clock::time_point now);
   // Gives up the first node whose agent has been silent longer than the node timeout; true if it did. Looks at the
   // nodes only once the earliest deadline found by its last look has passed (a node's deadline only moves later),
-  // so an event costs O(1) however many nodes there are, and a loss is still found at its deadline.
+  // so an event costs O(1) however many nodes there are, and a loss is still found at its deadline. Silence is
+  // judged fairly: on the live clock, and only once every event queued by the time a node became overdue has been
+  // applied (a drain marker goes through the queue first), so that heartbeats waiting behind a backlog count.
   bool check_silence(Clock::time_point now, Clock::time_point& wake);
+  // Whether `event` is the drain marker check_silence queued; if so, what was queued before it has been applied.
+  bool take_drain_marker(const Event& event);
   void apply(const Event& event);
   void on_session_closed(int node);
   void on_report(int node, const AgentReport& report);
@@ -141,7 +159,10 @@ class Fleet final : public RoundFleet, public ProviderFleet {
   std::chrono::milliseconds node_timeout_;
   std::chrono::milliseconds heartbeat_interval_;
   Clock::time_point next_heartbeat_;
-  Clock::time_point next_silence_check_ = Clock::time_point::max();   // no node's deadline falls before it
+  Clock::time_point next_silence_check_ = Clock::time_point::max();   // live: no node's deadline falls before it
+  bool drain_pending_ = false;          // a drain marker is in the queue; nobody is judged until it comes back
+  Clock::time_point drain_queued_at_;   // live time the pending marker was queued
+  Clock::time_point drained_to_ = Clock::time_point::min();   // live: every event queued before it was applied
   bool shutting_down_ = false;
 };
 

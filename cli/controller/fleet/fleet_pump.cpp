@@ -16,25 +16,58 @@ void Fleet::send_heartbeats(Clock::time_point now) {
   next_heartbeat_ = now + heartbeat_interval_;
 }
 
+namespace {
+
+// check_silence's marker through the event queue: signal 0 is no signal (as for kill(2)), and nothing else queues it.
+Event drain_marker() {
+  Event marker;
+  marker.kind = Event::Kind::signal;
+  marker.signal = 0;
+  return marker;
+}
+
+}  // namespace
+
+bool Fleet::take_drain_marker(const Event& event) {
+  if (event.kind != Event::Kind::signal || event.signal != 0) return false;
+  drain_pending_ = false;
+  drained_to_ = drain_queued_at_;
+  return true;
+}
+
 bool Fleet::check_silence(Clock::time_point now, Clock::time_point& wake) {
   if (shutting_down_) return false;   // the job is ending: a silent node is not lost, it is waited for
-  if (now < next_silence_check_) {
-    wake = std::min(wake, next_silence_check_);
+  const auto live = live_now();
+  // Deadlines are on the live clock, wake-ups on the steady one: a stall in between only makes the fleet look early.
+  const auto wake_at = [&](Clock::time_point live_deadline) {
+    if (live_deadline != Clock::time_point::max()) wake = std::min(wake, now + (live_deadline - live));
+  };
+  if (live < next_silence_check_) {
+    wake_at(next_silence_check_);
     return false;
   }
+  if (drain_pending_) return false;   // the marker is queued: the fleet pops it (and what is before it) at once
   auto earliest = Clock::time_point::max();
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     const auto& n = nodes_[i];
     if (gone(static_cast<int>(i)) || !n.session) continue;
-    if (now - n.last_heard > node_timeout_) {
+    const auto deadline = n.last_heard + node_timeout_;
+    if (live > deadline) {
+      if (drained_to_ <= deadline) {
+        // What arrived since its deadline may be its message: read it all before judging.
+        drain_pending_ = true;
+        drain_queued_at_ = live;
+        events_.push(drain_marker());
+        return false;
+      }
       lose(static_cast<int>(i), "no message from its agent for " + std::to_string(node_timeout_.count()) +
                                     " ms (health.node_timeout_s)");
       return true;
     }
-    earliest = std::min(earliest, n.last_heard + node_timeout_ + milliseconds(1));
+    earliest = std::min(earliest, deadline + milliseconds(1));
   }
   next_silence_check_ = earliest;
-  wake = std::min(wake, earliest);
+  wake_at(earliest);
   return false;
 }
 
@@ -46,6 +79,7 @@ bool Fleet::next_event(Event& event, Clock::time_point deadline) {
     auto wake = std::min({deadline, next_heartbeat_, time + kTickInterval});
     if (check_silence(time, wake)) return false;
     if (auto e = clock_->next(events_, wake)) {
+      if (take_drain_marker(*e)) continue;
       event = std::move(*e);
       return true;
     }
