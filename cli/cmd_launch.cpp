@@ -87,6 +87,8 @@ int print_dry_run(const spec::Spec& input) {
       std::fprintf(stderr, "dtrain: %s\n", e.what());
       return 2;
     }
+    // As the slurm provider does at launch: no nodes.count means the allocation's node count.
+    spec.nodes.min_count = spec.nodes.max_count = count;
   }
   for (int i = 0; i < count; ++i) {
     spec::NodeInfo info;

@@ -7,8 +7,8 @@ a newcomer has them at the repository root:
   dry-run    `dtrain launch --dry-run` plans every example: the rank count its nodes and workers give, and for ssh and
              slurm the agent commands it would run (ssh per host, one srun). Where this machine has no GPU,
              `workers_per_node: gpu` is dry-run as 2 workers (the dry run places ranks by this machine's GPUs); the
-             Slurm template is dry-run as inside a 2-node allocation (SLURM_JOB_NUM_NODES=2, and nodes.count=2: the
-             dry run does not yet take the count from the allocation as a launch does);
+             Slurm template is dry-run as inside a 2-node allocation (SLURM_JOB_NUM_NODES=2: with no nodes.count the
+             dry run takes the allocation's count, as a launch does);
   run        every example with `provider: local` is launched for real (2 ranks, or the quickstart's 2 x 2), after the
              setup lines its header gives (`dtrain-trainer prepare-text ...`) run as written, with dtrain-trainer on
              PATH: it exits 0 and leaves no process behind; a dtrain-trainer job's --metrics file ends at its --steps
@@ -95,7 +95,6 @@ for name, (text, spec) in examples.items():
         workers = 2
     if provider == "slurm":
         env["SLURM_JOB_NUM_NODES"] = "2"
-        args += ["--set", "nodes.count=2"]
     count = {"static": len(nodes.get("agents", [])), "ssh": len(nodes.get("hosts", [])), "slurm": 2}.get(
         provider, str(nodes.get("count", 1)).split(":")[-1])
     dry = subprocess.run([DTRAIN, "launch", "--dry-run", rel] + args, cwd=root, env=env, capture_output=True,
