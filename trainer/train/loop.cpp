@@ -260,13 +260,15 @@ float Training::load_start(bool want_resume, StartPoint& start, std::exception_p
 }
 
 // What the steps use besides the model: the metrics file (rank 0; a resumed run first drops the lines of the steps it
-// repeats), DDP (more than one rank) and the prefetcher from the start's data step.
+// repeats), ZeRO's gradient reports (any world size), DDP (more than one rank) and the prefetcher from the start's data step.
 void Training::prepare_steps(const Start& start) {
   if (rank_ == 0 && !o_.metrics.empty()) {
     if (start.resumed) drop_metrics_after(o_.metrics, start.point.step);
     metrics_ = std::make_unique<MetricsWriter>(o_.metrics);
   }
-  if (world_ > 1 && zero_) {
+  if (zero_) {
+    // ZeRO's engine runs at any world size (one rank holds every shard): backward must report to it, as it does on
+    // more ranks, or its finish_backward refuses the step.
     grads_ready_ = zero_->grads_ready();
   } else if (world_ > 1) {
     ddp_ = start_ddp(o_, *comm_, model_, ddp_comm_dtype_);
