@@ -229,7 +229,8 @@ int Agent::wait_until_done() {
   if (join_failed_) return 1;
   if (terminated_by_ != 0) return 128 + terminated_by_;
   if (options_.job_command) {
-    if (job_exit_code_) return *job_exit_code_;
+    // An exit status is 0-255; anything else from the launcher is a failure, not a wrapped number.
+    if (job_exit_code_) return *job_exit_code_ >= 0 && *job_exit_code_ <= 255 ? *job_exit_code_ : 1;
     std::fprintf(stderr, "dtrain run: the session with the launcher at %s ended without saying how the job ended "
                          "(the launcher died, or the network to it failed): this node's workers were stopped\n",
                  options_.join.c_str());
