@@ -6,22 +6,23 @@ agents (2 nodes x 1 worker, health.node_timeout_s 3), real SIGSTOP and SIGCONT:
             stalls, it found its nodes silent the moment it resumed and failed the job.
   agent     an agent stopped for good is declared lost within node_timeout_s + 1 s of its SIGSTOP (the fair judgement
             still gives up a node that really is silent), and the job fails naming the lost node.
-  lease     an agent stopped for 1.8 s (under its lease) keeps its workers, twice, 9 s into the job (past the agent's
-            default lease of 10 s, once Configure's lease holds in any case). Just before each stop the launcher
-            is held for 1.6 s, so that the agent's last message from the launcher is already 1.6 s old when the agent
-            stops: an agent that counted its own stop as the launcher's silence would wake past its lease every time
-            and stop its workers; the launcher hears the agent again within 2.4 s and loses no node.
+  lease     an agent stopped for 1.8 s (under its lease) keeps its workers, twice, from 9 s after the workers
+            started (past the agent's default lease of 10 s: Configure's lease used to hold only after it). Just
+            before each stop the launcher is held for 1.6 s, so that the agent's last message from the launcher is
+            already 1.6 s old when the agent stops: an agent that counted its own stop as the launcher's silence
+            would wake past its lease (3.4 s > 3 s) every time and stop its workers; the launcher hears the agent
+            again within 2.4 s and loses no node.
 """
 
 import os
 import signal
 import subprocess
+import tempfile
 import threading
 import time
+import uuid
 
 from harness import DTRAIN, check, describe, finish, kill_tagged, tagged_pids, wait_for, wait_no_leaks, write
-import tempfile
-import uuid
 
 NODE_TIMEOUT = 3
 SPEC = """
