@@ -7,7 +7,9 @@ host at (nearly) the same moment, torchrun's way:
                      --redirects 1 --tee 1 --log_dir DIR worker.py   (--redirects/--tee/--log_dir: 1.13's default
                      console handling crashes on Python 3.11)
 The worker is a Python script with no torch import (it prints its RANK and exits), so the comparison is the
-launchers'; torchrun itself imports torch on every host, dtrain does not.
+launchers'; torchrun itself imports torch on every host, dtrain does not. Both launchers' workers run the same
+interpreter, /usr/bin/python3: torchrun uses its own (sys.executable), dtrain runs `python3` from PATH, so /usr/bin
+goes first on PATH (a pyenv shim first on PATH costs seconds per worker start on a loaded machine).
 
 (a) startup: wall time from starting the commands until every host's command exited, and until the first worker line
     (rank=...) appeared on any host's stdout; pairs alternate (dtrain, torchrun, torchrun, dtrain, ...); medians.
@@ -38,7 +40,8 @@ NPROC = 2
 WORKER = r"""
 import os, sys, time
 e = os.environ
-print("rank=%s world=%s host=%s" % (e["RANK"], e["WORLD_SIZE"], os.uname().nodename), flush=True)
+print("rank=%s world=%s host=%s python=%s" % (e["RANK"], e["WORLD_SIZE"], os.uname().nodename, sys.executable),
+      flush=True)
 if e.get("BENCH_FAIL") == "1":
     if e["LOCAL_RANK"] == "0":
         time.sleep(1)
@@ -121,9 +124,9 @@ def one(kind, args, c, work, run_id, fail):
     launches = []
     start = time.time_ns()
     for i in range(args.hosts):
-        env = {}
+        env = {"PATH": "/usr/bin:" + os.environ.get("PATH", "/bin")}
         if fail:
-            env = {"BENCH_FAIL": "1" if i == 1 else "0", "BENCH_T0": t0_file}
+            env.update({"BENCH_FAIL": "1" if i == 1 else "0", "BENCH_T0": t0_file})
         launches.append(Launch(c, i, argv, env, work, os.path.join(work, "%s-%d-h%d" % (kind, run_id, i))))
     deadline = start + int(args.cap_s * 1e9)
     finished = [l.finish(deadline) for l in launches]
