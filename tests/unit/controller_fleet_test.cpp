@@ -1,6 +1,8 @@
 // The Fleet with scripted sessions, provider and clock: which nodes a round gets (join order, slots, nodes.count
 // MIN:MAX), and when a node is given up. The clock jumps to each deadline when no event is queued, so minutes of
-// join and node timeouts take no time.
+// join and node timeouts take no time. Silence is judged fairly: a launcher that could not run (a scripted stall)
+// does not blame its nodes for that time, heartbeats queued behind a backlog count before anyone is judged, and a
+// node that really is silent is still given up at its deadline.
 
 #include <doctest/doctest.h>
 
@@ -18,10 +20,13 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// Time moves only when the test moves it or the queue is empty (then to the fleet's deadline); stalls as scripted.
 class ScriptedClock final : public FleetClock {
  public:
   Clock::time_point time = Clock::time_point() + 1h;
+  Clock::duration stall{0};
   Clock::time_point now() const override { return time; }
+  Clock::duration stalled() const override { return stall; }
   std::optional<Event> next(EventQueue& events, Clock::time_point deadline) override {
     if (auto event = events.pop(Clock::now())) return event;
     if (deadline == Clock::time_point::max()) throw std::logic_error("the fleet waits forever for an empty queue");
@@ -90,7 +95,7 @@ struct Listener final : FleetListener {
   int reports = 0;
   std::vector<std::chrono::steady_clock::time_point> ticks;
   void on_tick(std::chrono::steady_clock::time_point now) override { ticks.push_back(now); }
-  void on_signal(int) override {}
+  void on_signal(int signal) override { CHECK_MESSAGE(signal != 0, "the drain marker reached the listener"); }
   void on_report(int, const AgentReport&) override { ++reports; }
   void on_node_lost(int, const std::string& text) override { lost.push_back(text); }
 };
@@ -133,11 +138,18 @@ struct World {
     h.dtrain_version = "test";
     h.agent_address = "10.0.0." + std::to_string(node + 1) + ":29400";
     h.slot = slot;
+    report(node, h);
+  }
+  void report(int node, AgentReport what) {
     Event event;
     event.kind = Event::Kind::report;
     event.node = node;
-    event.report = h;
+    event.report = std::move(what);
     events.push(std::move(event));
+  }
+  // Pumps until `until` on the scripted clock, or until a node is lost.
+  void pump(FleetClock::Clock::time_point until) {
+    fleet->pump_until([&] { return !listener.lost.empty(); }, until);
   }
   std::vector<int> select(bool first = true) {
     auto selected = fleet->select(first);
@@ -280,4 +292,75 @@ TEST_CASE("fleet: a lost node takes no further part: no commands, its reports dr
   w.fleet->pump_until([] { return false; }, w.clock->now() + 1ms);
   CHECK(w.listener.reports == reports);
   CHECK(w.select(false) == std::vector<int>{0});
+}
+
+// Two nodes (provider join), health.node_timeout_s 10, both said hello and were selected.
+struct TwoNodes : World {
+  TwoNodes() : World("{provider: join, rendezvous: \"127.0.0.1:29999\", count: 2}", 2, false,
+                     "health: {node_timeout_s: 10}\n") {
+    hello(0);
+    hello(1);
+    select();
+  }
+};
+
+TEST_CASE("fleet silence: a launcher that could not run for 3 node timeouts loses no node for it") {
+  TwoNodes f;
+  const auto start = f.clock->now();
+  f.clock->time += 30s;   // stopped (SIGSTOP) for 30 s with node_timeout_s 10
+  f.clock->stall += 30s;
+  f.report(0, AgentAlive{});
+  f.report(1, AgentAlive{});
+  f.pump(f.clock->now() + 1ms);
+  CHECK(f.listener.lost.empty());
+  CHECK_FALSE(f.fleet->gone(0));
+  CHECK_FALSE(f.fleet->gone(1));
+  // Its own time still counts: node 1 says nothing more and is lost 10 s of running time after its message.
+  const auto heard = f.clock->now();
+  while (f.listener.lost.empty() && f.clock->now() < start + 2min) {
+    f.report(0, AgentAlive{});
+    f.pump(f.clock->now() + 1s);
+  }
+  REQUIRE(f.listener.lost.size() == 1);
+  CHECK(f.listener.lost[0] == "node 1 (host1) lost: no message from its agent for 10000 ms (health.node_timeout_s)");
+  CHECK(f.clock->now() - heard >= 10s);
+  CHECK(f.clock->now() - heard <= 11s);
+}
+
+TEST_CASE("fleet silence: a stall while a node is silent moves its deadline by the stall") {
+  TwoNodes f;
+  const auto heard = f.clock->now();
+  f.clock->time += 6s;    // 6 s of running time, then 3 s stalled
+  f.clock->stall += 3s;
+  f.clock->time += 3s;
+  while (f.listener.lost.empty() && f.clock->now() < heard + 1min) {
+    f.report(0, AgentAlive{});
+    f.pump(f.clock->now() + 500ms);
+  }
+  REQUIRE(f.listener.lost.size() == 1);
+  CHECK(f.clock->now() - heard >= 13s);
+  CHECK(f.clock->now() - heard <= 14s);
+}
+
+TEST_CASE("fleet silence: a heartbeat queued behind a backlog counts before anyone is judged") {
+  TwoNodes f;
+  // The launcher was busy for 12 s (no stall: it ran, but not its event loop); meanwhile node 0 sent a backlog
+  // and node 1's heartbeat is the last thing queued.
+  f.clock->time += 12s;
+  for (int i = 0; i < 1000; ++i) f.report(0, AgentAlive{});
+  f.report(1, AgentAlive{});
+  f.pump(f.clock->now() + 1ms);
+  CHECK(f.listener.lost.empty());
+  CHECK_FALSE(f.fleet->gone(1));
+}
+
+TEST_CASE("fleet silence: a node whose message does not come after the backlog is lost once the backlog is read") {
+  TwoNodes f;
+  f.clock->time += 12s;
+  for (int i = 0; i < 100; ++i) f.report(0, AgentAlive{});
+  f.pump(f.clock->now() + 1ms);
+  REQUIRE(f.listener.lost.size() == 1);
+  CHECK(f.listener.lost[0].find("node 1 (host1) lost") == 0);
+  CHECK(f.sessions[1]->cancelled);
+  CHECK_FALSE(f.fleet->gone(0));
 }
