@@ -69,6 +69,15 @@ def tagged_pids(tag):
     return found
 
 
+def argv_of(pid):
+    """The command line of `pid` as a list of bytes; [] when it is gone."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read().split(b"\0")
+    except OSError:
+        return []
+
+
 def describe(pids):
     out = []
     for pid in pids:

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import time
 
-from harness import Run, check, describe, finish, kill_tagged, tagged_pids, wait_no_leaks, write
+from harness import Run, argv_of, check, describe, finish, kill_tagged, tagged_pids, wait_no_leaks, write
 
 
 def run_bytes(args, timeout=60, stdout=subprocess.PIPE, stderr=subprocess.PIPE):
@@ -133,14 +133,10 @@ run.start()
 def agents_and_sleepers(tag):
     agents, sleepers = [], []
     for pid in tagged_pids(tag):
-        try:
-            with open("/proc/%d/cmdline" % pid, "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if len(argv) > 1 and argv[1] == b"agent":
+        argv = argv_of(pid)
+        if argv[1:2] == [b"agent"]:
             agents.append(pid)
-        elif argv[0] == b"sleep":
+        elif argv[:1] == [b"sleep"]:
             sleepers.append(pid)
     return agents, sleepers
 

@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 
-from harness import DTRAIN, check, describe, finish, kill_tagged, tagged_pids, wait_for, wait_no_leaks, write
+from harness import DTRAIN, argv_of, check, describe, finish, kill_tagged, tagged_pids, wait_for, wait_no_leaks, write
 
 NODE_TIMEOUT = 3
 SPEC = """
@@ -67,14 +67,10 @@ class Launch:
         """(agent pids, worker pids) of this launch, each sorted."""
         agents, workers = [], []
         for pid in tagged_pids(self.tag):
-            try:
-                with open("/proc/%d/cmdline" % pid, "rb") as f:
-                    argv = f.read().split(b"\0")
-            except OSError:
-                continue
-            if len(argv) > 1 and argv[1] == b"agent":
+            argv = argv_of(pid)
+            if argv[1:2] == [b"agent"]:
                 agents.append(pid)
-            elif argv[0] == b"/bin/sh" and any(self.done.encode() in a for a in argv):
+            elif argv[:1] == [b"/bin/sh"] and any(self.done.encode() in a for a in argv):
                 workers.append(pid)
         return sorted(agents), sorted(workers)
 

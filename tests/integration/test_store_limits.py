@@ -7,7 +7,7 @@ resident memory (VmHWM) at its end less its resident memory when the worker star
 import os
 import time
 
-from harness import BUILD_DIR, PYTHON, SOURCE_DIR, Run, check, finish, tagged_pids
+from harness import BUILD_DIR, PYTHON, SOURCE_DIR, Run, argv_of, check, finish, tagged_pids
 
 PYTHONPATH = os.path.join(BUILD_DIR, "python") + ":" + os.path.join(SOURCE_DIR, "worker", "python")
 FLOOD = os.path.join(SOURCE_DIR, "tests", "tools", "store_flood.py")
@@ -22,14 +22,6 @@ def memory_kb(pid, field):
     except OSError:
         pass
     return None
-
-
-def argv_of(pid):
-    try:
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            return f.read().split(b"\0")
-    except OSError:
-        return []
 
 
 def flood(name, count, size):
