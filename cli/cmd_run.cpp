@@ -8,7 +8,6 @@
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
-#include <set>
 
 #include "cli/commands.h"
 #include "cli/run/node_console.h"
@@ -35,17 +34,6 @@ std::string name_from_command(const std::string& program) {
   if (name.size() > spec::kMaxNameLength) name.resize(spec::kMaxNameLength);
   while (!name.empty() && name.back() == '-') name.pop_back();
   return name.empty() ? "job" : name;
-}
-
-// The job directories under `logs_dir` whose names start with `prefix` (a job's directory is named by its job id).
-std::set<std::string> job_dirs(const std::string& logs_dir, const std::string& prefix) {
-  std::set<std::string> out;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(logs_dir, ec)) {
-    std::string name = e.path().filename().string();
-    if (name.rfind(prefix, 0) == 0) out.insert(name);
-  }
-  return out;
 }
 
 }  // namespace
@@ -170,15 +158,10 @@ Action add_run_command(CLI::App& app) {
     // --log-dir: torchrun's layout, from the job's directory once the job ended.
     const std::string prefix = spec.name + "-";
     const std::string logs_dir = spec.logs.dir;
-    const auto before = job_dirs(logs_dir, prefix);
+    const auto before = run::job_dirs(logs_dir, prefix);
     const int code = launch_job(std::move(spec), args->flags);
-    for (const auto& id : job_dirs(logs_dir, prefix)) {
-      if (before.count(id)) continue;
-      const std::string job_dir = (std::filesystem::path(logs_dir) / id).string();
-      if (auto why = run::write_torchrun_logs(job_dir, id, r.log_dir, r.redirects, r.nproc); !why.empty()) {
-        std::fprintf(stderr, "dtrain run: --log-dir %s: %s (dtrain's own logs are in %s)\n", r.log_dir.c_str(),
-                     why.c_str(), job_dir.c_str());
-      }
+    for (const auto& id : run::job_dirs(logs_dir, prefix)) {
+      if (!before.count(id)) run::lay_out_torchrun_logs(r, (std::filesystem::path(logs_dir) / id).string(), id, 0);
     }
     return code;
   };

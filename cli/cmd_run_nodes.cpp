@@ -14,7 +14,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
-#include <set>
 #include <utility>
 #include <thread>
 
@@ -75,22 +74,8 @@ void write_node_logs(const run::Resolved& r, const std::string& run_dir, const s
                  r.log_dir.c_str());
     return;
   }
-  const std::string job_dir = (std::filesystem::path(run_dir) / job_id).string();
-  const int first = static_cast<int>(first_rank);
-  if (auto why = run::write_torchrun_logs(job_dir, job_id, r.log_dir, r.redirects, r.nproc, first); !why.empty()) {
-    std::fprintf(stderr, "dtrain run: --log-dir %s: %s (dtrain's own logs are in %s)\n", r.log_dir.c_str(),
-                 why.c_str(), job_dir.c_str());
-  }
-}
-
-// The job directories under `dir` (a job's directory is named by its job id).
-std::set<std::string> job_dirs(const std::string& dir) {
-  std::set<std::string> out;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    if (e.is_directory(ec)) out.insert(e.path().filename().string());
-  }
-  return out;
+  run::lay_out_torchrun_logs(r, (std::filesystem::path(run_dir) / job_id).string(), job_id,
+                             static_cast<int>(first_rank));
 }
 
 int run_launcher_node(spec::Spec spec, const run::Resolved& r, const std::string& console, const LaunchFlags& flags,
@@ -108,7 +93,8 @@ int run_launcher_node(spec::Spec spec, const run::Resolved& r, const std::string
     words.push_back(flags.secret_dir);
   }
   const auto grace = spec::duration_ms(spec.stop.grace_s);
-  const auto before = job_dirs(run_dir);
+  const std::string prefix = spec.name + "-";
+  const auto before = run::job_dirs(run_dir, prefix);
   const pid_t agent = start_own_agent(words);
   if (agent < 0) return 1;
   const int code = launch_job(std::move(spec), flags);
@@ -116,7 +102,7 @@ int run_launcher_node(spec::Spec spec, const run::Resolved& r, const std::string
   if (!r.log_dir.empty()) {
     // The launcher's node is node 0 (the launcher runs on node rank 0, or on the only node with a slot).
     std::string job_id;
-    for (const auto& id : job_dirs(run_dir)) {
+    for (const auto& id : run::job_dirs(run_dir, prefix)) {
       if (!before.count(id)) job_id = id;
     }
     write_node_logs(r, run_dir, job_id, node.node_rank.value_or(0) * static_cast<std::uint32_t>(r.nproc));

@@ -1,5 +1,6 @@
 // --log-dir: a finished job's per-rank logs laid out as torchrun 1.13 lays them out (torchrun_options.h).
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -45,6 +46,23 @@ std::string write_torchrun_logs(const std::string& job_dir, const std::string& j
   }
   if (!any) return "no attempt_<n> directory under " + job_dir;
   return "";
+}
+
+void lay_out_torchrun_logs(const Resolved& r, const std::string& job_dir, const std::string& job_id, int first_rank) {
+  if (auto why = write_torchrun_logs(job_dir, job_id, r.log_dir, r.redirects, r.nproc, first_rank); !why.empty()) {
+    std::fprintf(stderr, "dtrain run: --log-dir %s: %s (dtrain's own logs are in %s)\n", r.log_dir.c_str(),
+                 why.c_str(), job_dir.c_str());
+  }
+}
+
+std::set<std::string> job_dirs(const std::string& dir, const std::string& prefix) {
+  std::set<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && e.is_directory(ec)) out.insert(name);
+  }
+  return out;
 }
 
 }  // namespace dtrain::cli::run

@@ -56,6 +56,7 @@
 
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -148,5 +149,12 @@ Resolved resolve(const TorchrunArgs& args, const std::vector<std::string>& progr
 // Returns "" or what went wrong.
 std::string write_torchrun_logs(const std::string& job_dir, const std::string& job_id, const std::string& log_dir,
                                 int redirects, int nproc, int first_rank = 0);
+// write_torchrun_logs for `r`'s --log-dir, redirects and workers per node, saying on stderr what went wrong (and where
+// dtrain's own logs are).
+void lay_out_torchrun_logs(const Resolved& r, const std::string& job_dir, const std::string& job_id, int first_rank);
+
+// The job directories under `dir` whose names start with `prefix` (a job's directory is named by its job id): taken
+// before and after a launch, they tell which job it ran.
+std::set<std::string> job_dirs(const std::string& dir, const std::string& prefix);
 
 }  // namespace dtrain::cli::run
