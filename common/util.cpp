@@ -67,4 +67,13 @@ void write_whole(std::FILE* to, std::string_view text) {
   }
 }
 
+std::string shell_quote(std::string_view text) {
+  std::string out = "'";
+  for (const char c : text) {
+    if (c == '\'') out += "'\\''";
+    else out += c;
+  }
+  return out + "'";
+}
+
 }  // namespace dtrain

@@ -16,6 +16,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/util.h"
+
 namespace dtrain::cli::run {
 namespace {
 
@@ -36,22 +38,13 @@ std::string first_line_of(const std::string& command) {
   return line;
 }
 
-std::string shell_quoted(const std::string& text) {
-  std::string quoted = "'";
-  for (char c : text) {
-    if (c == '\'') quoted += "'\\''";
-    else quoted += c;
-  }
-  return quoted + "'";
-}
-
 // The allocation's first node (`scontrol show hostnames LIST`), as the address Slurm reaches it at: its NodeAddr
 // (`scontrol -o show node NAME`), which is its name unless slurm.conf says otherwise. "" when it cannot be had.
 std::string first_slurm_host(const std::string& list) {
   if (list.empty()) return "";
-  const std::string name = first_line_of("scontrol show hostnames " + shell_quoted(list));
+  const std::string name = first_line_of("scontrol show hostnames " + shell_quote(list));
   if (name.empty()) return "";
-  const std::string node = first_line_of("scontrol -o show node " + shell_quoted(name));
+  const std::string node = first_line_of("scontrol -o show node " + shell_quote(name));
   const auto at = node.find("NodeAddr=");
   if (at == std::string::npos) return name;
   const auto end = node.find(' ', at);

@@ -29,15 +29,6 @@ std::vector<std::string> agent_words(const RemoteAgentOptions& options, const st
 
 }  // namespace
 
-std::string shell_quote(std::string_view text) {
-  std::string out = "'";
-  for (const char c : text) {
-    if (c == '\'') out += "'\\''";
-    else out += c;
-  }
-  return out + "'";
-}
-
 std::vector<std::vector<std::string>> ssh_agent_commands(const spec::Spec& spec, const RemoteAgentOptions& options) {
   std::vector<std::vector<std::string>> commands;
   for (std::size_t i = 0; i < spec.nodes.hosts.size(); ++i) {

@@ -46,7 +46,4 @@ int slurm_node_count(const spec::Spec& spec);
 // Throws std::runtime_error when none can be found.
 std::string rendezvous_listen_address(const spec::Spec& spec);
 
-// `text` as one word for a POSIX shell: 'text' with each ' written as '\''.
-std::string shell_quote(std::string_view text);
-
 }  // namespace dtrain::controller
