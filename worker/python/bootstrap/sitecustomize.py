@@ -48,7 +48,6 @@ instrumentation turns itself off in this process (the wrappers then only call th
 import functools
 import os
 import sys
-import threading
 import time
 
 
@@ -85,14 +84,18 @@ class _Instrumentation:
     for a report. The first step, the steps of a script that also reports by hand, and steps with CUDA
     measurements go through the reporter on the training thread as well (reported_step)."""
 
-    __slots__ = ("on", "clock", "local", "armed_at", "first_start", "data_wait", "comm_wait", "tokens", "samples",
+    __slots__ = ("on", "clock", "in_step", "in_collective", "armed_at", "first_start", "data_wait", "comm_wait", "tokens", "samples",
                  "forward_samples", "loss", "bucket_launch", "bucket_done", "bucket_event", "device_events", "phase",
                  "done", "previous", "health", "reporter", "cuda", "device_index", "device_total")
 
     def __init__(self):
         self.on = True
         self.clock = time.perf_counter
-        self.local = threading.local()   # in_step, in_collective: re-entry guards, per thread
+        # Re-entry guards: a step or a collective made of others is counted once. They are the process's, not each
+        # thread's (a plain attribute costs a fraction of a threading.local's): a step or a collective that another
+        # thread makes while one runs is not counted (the training thread is the one measured).
+        self.in_step = False
+        self.in_collective = False
         self.armed_at = self.clock()
         self.first_start = None          # when the first step began: its first batch, DDP forward or backward()
         # Running totals since the instrumentation armed:
@@ -240,10 +243,9 @@ def _wrap_step(step):
     def counted_step(*args, **kwargs):
         if not state.on:
             return step(*args, **kwargs)
-        local = state.local
-        if getattr(local, "in_step", False):
+        if state.in_step:
             return step(*args, **kwargs)
-        local.in_step = True
+        state.in_step = True
         state.phase = "optimizer"
         if state.bucket_launch is not None or state.bucket_event is not None:
             try:
@@ -253,7 +255,7 @@ def _wrap_step(step):
         try:
             result = step(*args, **kwargs)
         finally:
-            local.in_step = False
+            state.in_step = False
         try:
             state.step_done()
         except Exception as error:
@@ -399,8 +401,7 @@ def _wrap_collective(fn):
     def timed_collective(*args, **kwargs):
         if not state.on or (kwargs and kwargs.get("async_op")) or (len(args) > position and args[position]):
             return fn(*args, **kwargs)   # off, or async_op=True: it returns at once and is not counted
-        local = state.local
-        if getattr(local, "in_collective", False):
+        if state.in_collective:
             return fn(*args, **kwargs)
         previous = state.phase
         state.phase = phase
@@ -415,12 +416,12 @@ def _wrap_collective(fn):
             except Exception as error:
                 state.fail(error)
                 return fn(*args, **kwargs)
-        local.in_collective = True
+        state.in_collective = True
         began = clock()
         try:
             return fn(*args, **kwargs)
         finally:
-            local.in_collective = False
+            state.in_collective = False
             if start is None:
                 state.comm_wait += clock() - began
             else:
@@ -513,7 +514,11 @@ _PARTS = ((_instrument_optimizers, "torch.optim.Optimizer", "steps"),
 def _arm(torch):
     global _state
     _state = _Instrumentation()
-    _state.cuda = getattr(torch, "cuda", None)
+    # A torch built without CUDA (or ROCm, which torch.cuda also serves) has no device to measure: its wrappers then
+    # skip every device check.
+    version = getattr(torch, "version", None)
+    if getattr(version, "cuda", None) or getattr(version, "hip", None):
+        _state.cuda = getattr(torch, "cuda", None)
     missing = []
     for part, hook, what in _PARTS:
         try:
