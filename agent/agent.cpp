@@ -343,7 +343,7 @@ Status Agent::check_reporter(const std::string& token, const std::string& report
 
 void Agent::forward_report(const v1::WorkerHealth& health) {
   std::lock_guard lock(mutex_);
-  if (outbox_ != nullptr) outbox_->push(wire::to_wire(health, unix_ms()));
+  if (outbox_ != nullptr) outbox_->push_report(wire::to_wire(health, unix_ms()));
 }
 
 Status Agent::serve_session(SessionStream& stream) {
@@ -392,6 +392,7 @@ void Agent::handle(Session& session, const v1::LauncherMessage& message) {
       session.outbox.push(wire::to_wire(runner_->prepare_round(wire::from_wire(message.prepare_round()))));
       break;
     case v1::LauncherMessage::kStartGroup:
+      session.outbox.set_report_window(std::chrono::milliseconds(message.start_group().report_window_ms()));
       if (Status status = runner_->start_group(wire::from_wire(message.start_group())); !status.ok()) {
         session.outbox.push(wire::error_message(status));
       } else if (options_.on_group && message.start_group().workers_size() > 0) {

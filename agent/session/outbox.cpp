@@ -44,6 +44,29 @@ void Outbox::push(v1::AgentMessage message) {
   wake_.notify_one();
 }
 
+void Outbox::push_report(v1::AgentMessage message) {
+  {
+    std::lock_guard lock(mutex_);
+    if (broken_) return;
+    const v1::WorkerReport& report = message.worker_health().report();
+    const auto now = Clock::now();
+    const auto before = steps_forwarded_.find(report.rank());
+    const bool urgent = report_window_.count() == 0 || before == steps_forwarded_.end() || report.exiting() ||
+                        (before->second == 0 && report.steps_done() > 0) || report.steps_done() < before->second;
+    steps_forwarded_[report.rank()] = report.steps_done();
+    if (reports_.empty()) reports_due_ = now + report_window_;
+    if (urgent) reports_due_ = now;
+    reports_[report.rank()] = std::move(message);
+  }
+  wake_.notify_one();
+}
+
+void Outbox::set_report_window(std::chrono::milliseconds window) {
+  std::lock_guard lock(mutex_);
+  report_window_ = window;
+  steps_forwarded_.clear();
+}
+
 void Outbox::set_heartbeat_interval(std::chrono::milliseconds interval) {
   {
     std::lock_guard lock(mutex_);
@@ -54,7 +77,10 @@ void Outbox::set_heartbeat_interval(std::chrono::milliseconds interval) {
 
 void Outbox::flush(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
-  drained_.wait_for(lock, timeout, [this] { return broken_ || (queue_.empty() && !in_flight_); });
+  reports_due_ = Clock::now();   // coalesced reports wait for no window now
+  wake_.notify_one();
+  drained_.wait_for(lock, timeout,
+                    [this] { return broken_ || (queue_.empty() && reports_.empty() && !in_flight_); });
 }
 
 bool Outbox::broken() const {
@@ -62,13 +88,32 @@ bool Outbox::broken() const {
   return broken_;
 }
 
+bool Outbox::wait_for_work(std::unique_lock<std::mutex>& lock) {
+  while (true) {
+    const auto now = Clock::now();
+    if (closing_ || !queue_.empty() || reports_due(now)) return true;
+    const auto heartbeat = last_write_ + heartbeat_interval_;
+    if (now >= heartbeat) return false;
+    wake_.wait_until(lock, reports_.empty() ? heartbeat : std::min(heartbeat, reports_due_));
+  }
+}
+
 void Outbox::run() {
   std::unique_lock lock(mutex_);
   while (true) {
-    bool idle = !wake_.wait_for(lock, heartbeat_interval_, [this] { return closing_ || !queue_.empty(); });
-    if (queue_.empty() && closing_) break;
+    const bool idle = !wait_for_work(lock);
+    if (closing_ && !idle) {
+      reports_due_ = Clock::now();   // closing: what is unsent goes now
+    }
+    if (queue_.empty() && reports_.empty() && closing_) break;
+    // Unsent reports ride with whatever goes now, ahead of it (they were measured before the events behind them).
+    if (!reports_.empty() &&
+        (idle || reports_due(Clock::now()) || (!queue_.empty() && batchable(queue_.front())))) {
+      for (auto it = reports_.rbegin(); it != reports_.rend(); ++it) queue_.push_front(std::move(it->second));
+      reports_.clear();
+    }
     v1::AgentMessage message;
-    if (idle) {
+    if (idle && queue_.empty()) {
       message.mutable_heartbeat()->set_sent_unix_ms(unix_ms());
     } else {
       // What waits behind the first message goes with it (message_batch.h); log lines merge below.
@@ -113,11 +158,13 @@ void Outbox::run() {
     }
     lock.lock();
     in_flight_ = false;
+    last_write_ = Clock::now();
     if (!ok) {
       broken_ = true;
       queue_.clear();
+      reports_.clear();
     }
-    if (queue_.empty()) drained_.notify_all();
+    if (queue_.empty() && reports_.empty()) drained_.notify_all();
     if (broken_ && closing_) break;
     if (broken_) {
       // Nothing more can be sent; wait for the owner to close.

@@ -151,10 +151,14 @@ def scrape_ready():
     code, headers, body = get(base + "/metrics")
     samples, _ = parse_exposition(body) if code == 200 else ({}, {})
     ratios = [v for (n, _), v in samples.items() if n == "dtrain_worker_data_wait_ratio"]
-    return (code, headers, body, samples) if len(ratios) == 4 and all(v > 0 for v in ratios) else None
+    # (Each rank's latest report reaches the launcher within one report window: the agent coalesces them.)
+    steps = [v for (n, _), v in samples.items() if n == "dtrain_worker_step"]
+    return (code, headers, body, samples) if (len(ratios) == 4 and all(v > 0 for v in ratios) and len(steps) == 4
+                                              and all(v >= 3 for v in steps)) else None
 
 
-code, headers, body, samples = wait_for("4 ranks with closed windows in /metrics", scrape_ready, 40) or (0, {}, "", {})
+code, headers, body, samples = wait_for("4 ranks with closed windows and 3 steps in /metrics", scrape_ready,
+                                        40) or (0, {}, "", {})
 check(code == 200, "GET /metrics answers 200")
 check(headers.get("Content-Type", "").startswith("text/plain; version=0.0.4"),
       "the 0.0.4 content type: %s" % headers.get("Content-Type"))

@@ -1,8 +1,11 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "agent/session/message_batch.h"
 #include "agent/session/outbox.h"
@@ -159,4 +162,118 @@ TEST_CASE("a batch holds at most kMaxBatchMessages messages and about kMaxBatchB
   const auto last = agent::take_batch(queue);
   CHECK(last.has_worker_exited());
   CHECK(queue.empty());
+}
+
+namespace {
+
+v1::AgentMessage report(std::uint32_t rank, std::uint64_t steps_done, bool exiting = false) {
+  v1::AgentMessage message;
+  auto* r = message.mutable_worker_health()->mutable_report();
+  r->set_rank(rank);
+  r->set_steps_done(steps_done);
+  r->set_step(steps_done);
+  r->set_exiting(exiting);
+  return message;
+}
+
+// The reports in one write, as (rank, steps_done).
+std::vector<std::pair<std::uint32_t, std::uint64_t>> reports_in(const v1::AgentMessage& m) {
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> out;
+  const auto add = [&](const v1::AgentMessage& one) {
+    if (one.has_worker_health()) out.emplace_back(one.worker_health().report().rank(), one.worker_health().report().steps_done());
+  };
+  if (m.has_batch()) {
+    for (const auto& one : m.batch().messages()) add(one);
+  } else {
+    add(m);
+  }
+  return out;
+}
+
+// Records each write with when it happened.
+class TimedStream final : public agent::SessionStream {
+ public:
+  bool read(v1::LauncherMessage&) override { return false; }
+  bool write(const v1::AgentMessage& message) override {
+    std::lock_guard lock(mutex);
+    written.emplace_back(std::chrono::steady_clock::now(), message);
+    return true;
+  }
+  void cancel() override {}
+  std::string peer() const override { return "test"; }
+  std::vector<std::pair<std::chrono::steady_clock::time_point, v1::AgentMessage>> take() {
+    std::lock_guard lock(mutex);
+    return std::exchange(written, {});
+  }
+  std::mutex mutex;
+  std::vector<std::pair<std::chrono::steady_clock::time_point, v1::AgentMessage>> written;
+};
+
+}  // namespace
+
+TEST_CASE("health reports are coalesced: each rank's latest, one write per window; firsts and last ones go at once") {
+  using namespace std::chrono_literals;
+  TimedStream stream;
+  agent::Outbox outbox(stream, std::chrono::hours(1));
+  outbox.set_report_window(400ms);
+  // A rank's first report and its first counted step go at once (the launcher's start-up check waits for them).
+  for (std::uint32_t rank = 0; rank < 4; ++rank) outbox.push_report(report(rank, 0));
+  for (std::uint32_t rank = 0; rank < 4; ++rank) outbox.push_report(report(rank, 1));
+  std::this_thread::sleep_for(100ms);
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> first;
+  for (const auto& [when, m] : stream.take()) {
+    for (const auto& r : reports_in(m)) first.push_back(r);
+  }
+  // (A first report may have been replaced by its rank's first step while it waited for the write before it.)
+  for (std::uint32_t rank = 0; rank < 4; ++rank) {
+    CHECK(std::count(first.begin(), first.end(), std::make_pair(rank, std::uint64_t{1})) == 1);
+  }
+  // Then 30 reports per rank within one window: one write, each rank's latest.
+  const auto began = std::chrono::steady_clock::now();
+  for (std::uint64_t step = 2; step < 32; ++step) {
+    for (std::uint32_t rank = 0; rank < 4; ++rank) outbox.push_report(report(rank, step));
+    std::this_thread::sleep_for(2ms);
+  }
+  std::this_thread::sleep_for(600ms);
+  auto written = stream.take();
+  REQUIRE(written.size() == 1);
+  CHECK(written[0].first - began >= 350ms);   // it waited for its window
+  CHECK(reports_in(written[0].second) ==
+        std::vector<std::pair<std::uint32_t, std::uint64_t>>{{0, 31}, {1, 31}, {2, 31}, {3, 31}});
+  // Another event takes the unsent reports with it, ahead of it.
+  outbox.push_report(report(1, 40));
+  v1::AgentMessage exited;
+  exited.mutable_worker_exited()->set_rank(3);
+  outbox.push(exited);
+  std::this_thread::sleep_for(100ms);
+  written = stream.take();
+  REQUIRE(written.size() == 1);
+  REQUIRE(written[0].second.has_batch());
+  CHECK(reports_in(written[0].second) == std::vector<std::pair<std::uint32_t, std::uint64_t>>{{1, 40}});
+  CHECK(written[0].second.batch().messages(1).has_worker_exited());
+  // A rank's last report, and one after its step count went back (a restarted worker), go at once.
+  outbox.push_report(report(0, 41, /*exiting=*/true));
+  outbox.push_report(report(3, 0));
+  std::this_thread::sleep_for(100ms);
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> urgent;
+  for (const auto& [when, m] : stream.take()) {
+    for (const auto& r : reports_in(m)) urgent.push_back(r);
+  }
+  CHECK(urgent == std::vector<std::pair<std::uint32_t, std::uint64_t>>{{0, 41}, {3, 0}});
+  // flush() sends what waits without waiting for the window.
+  outbox.push_report(report(1, 41));
+  outbox.flush(std::chrono::seconds(5));
+  written = stream.take();
+  REQUIRE(written.size() == 1);
+  CHECK(reports_in(written[0].second) == std::vector<std::pair<std::uint32_t, std::uint64_t>>{{1, 41}});
+}
+
+TEST_CASE("a report window of 0 sends each report as it arrives") {
+  TimedStream stream;
+  agent::Outbox outbox(stream, std::chrono::hours(1));
+  for (std::uint64_t step = 0; step < 5; ++step) {
+    outbox.push_report(report(0, step));
+    outbox.flush(std::chrono::seconds(5));
+  }
+  CHECK(stream.take().size() == 5);
 }

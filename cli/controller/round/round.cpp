@@ -107,6 +107,8 @@ void Round::start_groups() {
     s.round = setup_.number;
     s.round_token = token_;
     s.instrument_python = setup_.spec->health.instrument == spec::Spec::Health::Instrument::automatic;
+    // The workers' own report interval: each rank's latest report reaches the launcher as often as a worker sends.
+    s.report_window_ms = static_cast<std::uint32_t>(spec::health_interval(setup_.spec->health).count());
   }
   const auto relative = [this](const std::string& path) {
     // Named inside the job's directory: each agent places them under its own run directory (agent/job/run_dir.h).

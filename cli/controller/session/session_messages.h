@@ -229,6 +229,7 @@ struct StartGroup {
   std::string round_token;              // the round's DTRAIN_JOB_TOKEN
   std::vector<WorkerLaunch> workers;
   bool instrument_python = false;       // health.instrument: auto (StartGroup.instrument_python)
+  std::uint32_t report_window_ms = 0;   // the agents coalesce health reports over this (StartGroup.report_window_ms)
 };
 
 struct StopGroup {

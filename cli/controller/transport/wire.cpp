@@ -140,6 +140,7 @@ void fill(v1::LauncherMessage& m, const StartGroup& s) {
   out->set_round(s.round);
   out->set_round_token(s.round_token);
   out->set_instrument_python(s.instrument_python);
+  out->set_report_window_ms(s.report_window_ms);
   const auto shared = shared_env(s.workers);
   out->mutable_common_env()->insert(shared.begin(), shared.end());
   for (const auto& w : s.workers) fill(*out->add_workers(), w, shared);
