@@ -7,7 +7,9 @@
 // from the first dial (all_configured: every hello answered; all_started: every StartGroup received; all_exited:
 // every simulated worker reported its exit; all_closed: every session ended, the job's end), the launcher's CPU
 // seconds at each (--launcher-pid), its peak RSS, the longest launcher silence any healthy agent saw, how long
-// the launcher took to notice each dropped agent, and the stalled agent's fate. Exit 0 when every session ended,
+// the launcher took to notice each dropped agent, and the stalled agent's fate. With --report-hz: when every healthy
+// agent had sent its workers' first reports (all_reporting_ms, and the launcher's CPU then), the reports sent, and
+// the first dial's wall-clock time (t0_unix_ms), to line the launcher's events up with. Exit 0 when every session ended,
 // 1 at the timeout, 2 for a usage error.
 
 #include <sys/resource.h>
@@ -28,6 +30,7 @@
 #include "agent/security/identity.h"
 #include "agent/security/secret.h"
 #include "common/grpc/grpc_options.h"
+#include "common/util.h"
 #include "tests/tools/fleet_sim_agent.h"
 
 namespace dtrain::fleet_sim {
@@ -69,7 +72,7 @@ int usage() {
                "usage: dtrain-fleet-sim --launcher HOST:PORT --agents N [--secret-dir D | --insecure] [--cpus C]\n"
                "       [--run-ms MS] [--exit-code C] [--fail-rank R --fail-code C]\n"
                "       [--drop K --drop-mode cut|silent --drop-after-ms MS] [--stall-agent I]\n"
-               "       [--launcher-pid PID] [--timeout-s S] [--no-batch]\n");
+               "       [--launcher-pid PID] [--timeout-s S] [--no-batch] [--report-hz R] [--straggler-rank K]\n");
   return 2;
 }
 
@@ -100,13 +103,16 @@ bool parse(int argc, char** argv, Options& o) {
     else if (flag == "--stall-agent") o.stall_agent = number;
     else if (flag == "--launcher-pid") o.launcher_pid = number;
     else if (flag == "--timeout-s") o.timeout_s = number;
+    else if (flag == "--report-hz") o.agent.report_hz = std::atof(value.c_str());
+    else if (flag == "--straggler-rank") o.agent.straggler_rank = number;
     else if (flag == "--drop-mode" && (value == "cut" || value == "silent")) {
       o.drop_mode = value == "cut" ? Drop::cut : Drop::silent;
     } else {
       return false;
     }
   }
-  return !o.launcher.empty() && o.agents > 0 && o.stall_agent < o.agents && o.drop < o.agents;
+  return !o.launcher.empty() && o.agents > 0 && o.stall_agent < o.agents && o.drop < o.agents &&
+         o.agent.report_hz >= 0 && o.agent.report_hz <= 1000;
 }
 
 std::shared_ptr<grpc::ChannelCredentials> credentials(const Options& o, grpc::ChannelArguments& args) {
@@ -194,9 +200,12 @@ double ms_since(Clock::time_point t0, Clock::time_point t) {
 
 // `dial`: each side's CPU at the first dial (start-up, and here the agents' channels and credentials).
 void print_report(const Options& o, const std::vector<std::unique_ptr<SimAgent>>& agents, const Phase& dial,
-                  const std::vector<Phase>& phases, Clock::time_point t0, long peak_rss_kib) {
-  std::printf("{\"dial_launcher_cpu_s\": %.3f, \"dial_sim_cpu_s\": %.3f, \"agents\": %d, \"tls\": %s",
-              dial.launcher_cpu_s, dial.sim_cpu_s, o.agents, o.insecure ? "false" : "true");
+                  const std::vector<Phase>& phases, Clock::time_point t0, long peak_rss_kib,
+                  std::optional<Clock::time_point> all_reporting, double reporting_cpu) {
+  std::printf("{\"dial_launcher_cpu_s\": %.3f, \"dial_sim_cpu_s\": %.3f, \"agents\": %d, \"tls\": %s, "
+              "\"t0_unix_ms\": %llu",
+              dial.launcher_cpu_s, dial.sim_cpu_s, o.agents, o.insecure ? "false" : "true",
+              static_cast<unsigned long long>(unix_ms() - static_cast<std::uint64_t>(ms_since(t0, Clock::now()))));
   // The exact moment of each phase is the last agent's own timestamp; `_seen_` is when the poll noticed it.
   for (const auto& p : phases) {
     std::optional<Clock::time_point> last;
@@ -209,6 +218,13 @@ void print_report(const Options& o, const std::vector<std::unique_ptr<SimAgent>>
     }
     std::printf(", \"%s_ms\": %.1f, \"%s_launcher_cpu_s\": %.3f, \"%s_sim_cpu_s\": %.3f", p.name,
                 p.at && last ? ms_since(t0, *last) : -1.0, p.name, p.launcher_cpu_s, p.name, p.sim_cpu_s);
+  }
+  if (o.agent.report_hz > 0) {
+    std::uint64_t reports = 0;
+    for (const auto& a : agents) reports += a->times().reports;
+    std::printf(", \"all_reporting_ms\": %.1f, \"all_reporting_launcher_cpu_s\": %.3f, \"reports\": %llu",
+                all_reporting ? ms_since(t0, *all_reporting) : -1.0, reporting_cpu,
+                static_cast<unsigned long long>(reports));
   }
   double max_gap = 0;
   int lease_lost = 0, goodbyes = 0;
@@ -245,6 +261,8 @@ int run(const Options& o, const grpc::ChannelArguments& args, const std::shared_
                                {"all_closed", SimAgent::kClosed, false, {}}};
   const auto t0 = Clock::now();
   const Phase dial{"dial", 0, false, t0, launcher_cpu_s(o.launcher_pid), own_cpu_s()};
+  std::optional<Clock::time_point> all_reporting;
+  double reporting_cpu = 0;
   const auto deadline = t0 + std::chrono::seconds(o.timeout_s);
   for (auto& a : agents) {
     if (!a->options().stall) a->start();
@@ -268,6 +286,13 @@ int run(const Options& o, const grpc::ChannelArguments& args, const std::shared_
       p.sim_cpu_s = own_cpu_s();
       if (o.launcher_pid > 0) peak_rss = std::max(peak_rss, launcher_peak_rss_kib(o.launcher_pid));
     }
+    if (o.agent.report_hz > 0 && !all_reporting &&
+        std::all_of(agents.begin(), agents.end(), [](const auto& a) {
+          return a->options().drop != Drop::none || a->options().stall || a->times().reported.has_value();
+        })) {
+      all_reporting = now;
+      reporting_cpu = launcher_cpu_s(o.launcher_pid);
+    }
     if (!stall_started && phases[0].at) {
       agents[static_cast<std::size_t>(o.stall_agent)]->start();
       stall_started = true;
@@ -282,7 +307,7 @@ int run(const Options& o, const grpc::ChannelArguments& args, const std::shared_
     return std::all_of(agents.begin(), agents.end(), [](const auto& a) { return a->closed(); });
   };
   while (!all_closed() && Clock::now() < closing) std::this_thread::sleep_for(kTick);
-  print_report(o, agents, dial, phases, t0, peak_rss);
+  print_report(o, agents, dial, phases, t0, peak_rss, all_reporting, reporting_cpu);
   std::fflush(stdout);
   // A session that never closed still has gRPC callbacks to come: its agent must outlive them, so exit here.
   if (!all_closed()) std::_Exit(ended ? 0 : 1);

@@ -214,6 +214,12 @@ void SimAgent::on_start_group(const v1::StartGroup& start, Clock::time_point now
     times_.started = now;
     exit_at_ = now + options_.run;
     if (options_.drop != Drop::none) drop_at_ = now + options_.drop_after;
+    if (options_.report_hz > 0) {
+      report_every_ = std::max<std::chrono::microseconds>(
+          std::chrono::microseconds(static_cast<std::int64_t>(1e6 / options_.report_hz)),
+          milliseconds(start.report_window_ms()));
+      next_report_ = now;
+    }
   }
   for (const auto& w : start.workers()) {
     v1::AgentMessage m;
@@ -222,6 +228,44 @@ void SimAgent::on_start_group(const v1::StartGroup& start, Clock::time_point now
     m.mutable_worker_started()->set_pid(kFirstPid + w.rank());
     send(std::move(m));
   }
+}
+
+void SimAgent::send_reports(Clock::time_point now) {
+  v1::AgentMessage out;
+  {
+    std::lock_guard lock(mutex_);
+    if (!times_.started) return;
+    const double elapsed_ms = std::chrono::duration<double, std::milli>(now - *times_.started).count();
+    const double base_ms = 1000.0 / options_.report_hz;
+    for (const auto& w : workers_) {
+      if (w.exited) continue;
+      const bool straggler = static_cast<int>(w.rank) == options_.straggler_rank;
+      const double step_ms = straggler ? 2 * base_ms : base_ms;
+      const double data_ms = straggler ? 0.6 * step_ms : 0.05 * base_ms;
+      const auto steps = static_cast<std::uint64_t>(elapsed_ms / step_ms);
+      auto* r = out.mutable_batch()->add_messages()->mutable_worker_health();
+      r->set_unix_ms(unix_ms());
+      auto* report = r->mutable_report();
+      report->set_rank(w.rank);
+      report->set_step(steps);
+      report->set_steps_done(steps);
+      if (steps > 0) {
+        report->set_step_ms(step_ms);
+        report->set_data_wait_ms(data_ms);
+        report->set_compute_ms(0.7 * base_ms);
+        report->set_comm_exposed_ms(0.1 * base_ms);
+        report->set_optimizer_ms(step_ms - data_ms - 0.8 * base_ms);
+        report->set_loss(4.0 / (1.0 + 0.01 * static_cast<double>(steps)));
+        report->set_tokens_per_s(8 * 1024 * 1000.0 / step_ms);
+      }
+      report->set_rss_bytes(2ull << 30);
+      report->set_phase("forward");
+    }
+    if (out.batch().messages_size() == 0) return;
+    times_.reports += static_cast<std::uint64_t>(out.batch().messages_size());
+    if (!times_.reported) times_.reported = now;
+  }
+  send(std::move(out));
 }
 
 void SimAgent::on_stop_group(const v1::StopGroup& stop) {
@@ -237,6 +281,7 @@ void SimAgent::exit_workers(int code, int signal, bool stopped_by_agent) {
   {
     std::lock_guard lock(mutex_);
     exit_at_.reset();
+    next_report_.reset();
     round = round_;
     for (auto& w : workers_) {
       if (w.exited) continue;
@@ -264,7 +309,7 @@ void SimAgent::exit_workers(int code, int signal, bool stopped_by_agent) {
 }
 
 void SimAgent::tick(Clock::time_point now) {
-  bool heartbeat = false, exit_now = false, lease_lost = false, configured = false;
+  bool heartbeat = false, exit_now = false, lease_lost = false, configured = false, report = false;
   Drop drop = Drop::none;
   {
     std::lock_guard lock(mutex_);
@@ -279,6 +324,10 @@ void SimAgent::tick(Clock::time_point now) {
       next_heartbeat_ = now + heartbeat_;
     }
     exit_now = exit_at_ && now >= *exit_at_;
+    if (next_report_ && now >= *next_report_ && !exit_now) {
+      report = true;
+      next_report_ = now + report_every_;
+    }
     // A stalled agent reads nothing, so it cannot tell a silent launcher from its own stall.
     if (times_.configured && !options_.stall && !times_.goodbye && lease_.count() > 0) {
       const auto gap = duration_cast<milliseconds>(now - last_heard_);
@@ -298,6 +347,7 @@ void SimAgent::tick(Clock::time_point now) {
     return;
   }
   if (drop == Drop::silent) return;
+  if (report) send_reports(now);
   if (exit_now) exit_workers(options_.exit_code, 0, false);
   if (heartbeat) {
     v1::AgentMessage m;

@@ -13,6 +13,12 @@
 //   Shutdown            -> Goodbye, then the session is ended from this side
 //   launcher silent for lease_ms -> its workers stop by themselves (WorkerExited, SIGTERM), as an agent's do
 //
+//   with report_hz R: every running worker reports R times a second as dtrain-trainer does (one step per report:
+//                          step, step_ms, data wait, compute, exposed communication, optimizer, loss, tokens/s,
+//                          rss), coalesced as an agent's Outbox coalesces them: one write of every worker's latest
+//                          per StartGroup.report_window_ms (or per 1/R s, whichever is longer), the first at once.
+//                          The straggler rank's steps take twice as long, 60% of them data wait.
+//
 // Faults: drop (cut the session, or go silent so that only the launcher's node timeout can tell) drop_after_ms
 // after StartGroup; stall: stop reading the stream after Configure (the launcher's writes to it then back up)
 // while still writing heartbeats and reports.
@@ -50,11 +56,15 @@ struct AgentOptions {
   std::chrono::milliseconds drop_after{0};
   bool stall = false;                  // stop reading after Configure
   bool batch = true;                   // send what waits in one write, as an agent does (false: one by one)
+  double report_hz = 0;                // health reports per worker per second (0: none)
+  int straggler_rank = -1;             // this rank's steps take twice as long (-1: none)
 };
 
 // What the agent saw, on the simulator's clock (nullopt: never happened).
 struct AgentTimes {
   std::optional<Clock::time_point> configured, started, exited, dropped, closed;
+  std::optional<Clock::time_point> reported;      // its workers' first reports went out
+  std::uint64_t reports = 0;                      // worker reports sent
   std::chrono::milliseconds max_launcher_gap{0};  // longest silence of the launcher after Configure
   bool lease_lost = false;                        // the launcher was silent longer than the lease
   bool goodbye = false;                           // the launcher ended the session with Shutdown
@@ -96,6 +106,8 @@ class SimAgent final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::Laun
   // Every still-running worker exits with `code` (or `signal`); then GroupDone unless the agent stopped them.
   void exit_workers(int code, int signal, bool stopped_by_agent);
   void send(v1::AgentMessage message);
+  // Every running worker's report as of `now`, in one Batch.
+  void send_reports(Clock::time_point now);
   void write_next();            // mutex_ held; starts the next queued write unless one is in flight
   // mutex_ held: whether to drop the hold that keeps OnDone away (the stream ended and no write is in flight);
   // the caller calls RemoveHold() after unlocking.
@@ -124,6 +136,8 @@ class SimAgent final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::Laun
   std::vector<Worker> workers_;
   std::optional<Clock::time_point> exit_at_;
   std::optional<Clock::time_point> drop_at_;
+  std::optional<Clock::time_point> next_report_;
+  std::chrono::microseconds report_every_{0};
   AgentTimes times_;
 };
 
