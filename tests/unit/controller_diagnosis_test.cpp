@@ -340,3 +340,25 @@ TEST_CASE("node RAM and device memory are judged side by side; a report's rss re
   h.rss_bytes = 123;
   CHECK(sample_of(h).rss_bytes == 123);
 }
+
+TEST_CASE("a rank at half its peers' step rate is named though its windows never close with theirs") {
+  // Every rank reports once an evaluation (a second); the peers step once a second, rank 5 once every two, 60% of
+  // its step waiting for data. Its windows close at other evaluations than its peers' (3 steps take it 6 s, them 3):
+  // it is judged against every rank's latest window, not only those closed with it.
+  Diagnoser d = placed(1.2, 64);
+  int named = -1;
+  for (int t = 0; t < 30 && named < 0; ++t) {
+    for (unsigned r = 0; r < 64; ++r) {
+      d.add(r, r == 5 ? step(static_cast<std::uint64_t>(t / 2), 1200, 700, 0, 100, 2000)
+                      : step(static_cast<std::uint64_t>(t), 50, 700, 150, 100, 1000));
+    }
+    d.evaluate();
+    if (!of_kind(d, DiagnosisKind::straggler).empty()) named = t;
+  }
+  // Windows of 3 steps would name it at t=16; a window also closes with 2 steps after kMaxWindowEvaluations.
+  CHECK(named == 11);
+  const auto found = of_kind(d, DiagnosisKind::straggler);
+  REQUIRE(found.size() == 1);
+  CHECK(found[0].ranks == std::vector<unsigned>{5});
+  CHECK(found[0].message.find("of its step was data wait") != std::string::npos);
+}

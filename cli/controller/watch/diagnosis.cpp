@@ -106,28 +106,32 @@ std::string Diagnoser::where(unsigned rank) const {
 std::map<unsigned, RankSample> Diagnoser::close_windows() {
   std::map<unsigned, RankSample> out;
   for (auto& [rank, s] : series_) {
-    if (s.open.steps() < kMinWindowSteps) continue;
+    ++s.evaluations;
+    if (s.open.steps() < kMinWindowSteps && (s.open.steps() < 2 || s.evaluations < kMaxWindowEvaluations)) continue;
     s.closed = out[rank] = s.open.take();
+    s.evaluations = 0;
   }
   return out;
 }
 
 void Diagnoser::evaluate() {
-  find_stragglers(close_windows());
+  const std::map<unsigned, RankSample> fresh = close_windows();
   // Every rank's latest window, closed now or before: a rank whose window is still filling keeps its diagnosis.
   std::map<unsigned, RankSample> latest;
   for (const auto& [rank, s] : series_) {
     if (s.closed) latest[rank] = *s.closed;
   }
+  find_stragglers(fresh, latest);
   find_bottlenecks(latest);
   find_full_nodes();
 }
 
-void Diagnoser::find_stragglers(const std::map<unsigned, RankSample>& means) {
-  std::vector<unsigned> ranks;
+void Diagnoser::find_stragglers(const std::map<unsigned, RankSample>& fresh,
+                                const std::map<unsigned, RankSample>& latest) {
+  std::vector<unsigned> ranks;   // every rank with a breakdown: the peers
   std::vector<double> sorted;
   std::vector<double> steps;
-  for (const auto& [rank, m] : means) {
+  for (const auto& [rank, m] : latest) {
     if (!m.has_breakdown()) continue;
     ranks.push_back(rank);
     sorted.push_back(m.own_work_ms());
@@ -137,7 +141,14 @@ void Diagnoser::find_stragglers(const std::map<unsigned, RankSample>& means) {
   std::sort(sorted.begin(), sorted.end());
   // The job's step time: an excess of own work smaller than a share of it is jitter, not what the job waits for.
   const double least_excess = kStragglerExcessShare * median_of(std::move(steps));
-  for (unsigned rank : ranks) {
+  const auto& means = latest;
+  // The peers' breakdown fields, each sorted once per evaluation: a named rank's peers' median is then its field's
+  // median without the rank's own value, as own work's is (no pass over every rank per straggler).
+  constexpr double RankSample::*kFields[] = {&RankSample::data_wait_ms, &RankSample::compute_ms,
+                                             &RankSample::optimizer_ms, &RankSample::step_ms};
+  std::vector<std::vector<double>> fields;
+  for (const auto& [rank, fresh_window] : fresh) {
+    if (!fresh_window.has_breakdown()) continue;
     const RankSample& own = means.at(rank);
     const double work = own.own_work_ms();
     const auto skip = static_cast<std::size_t>(std::lower_bound(sorted.begin(), sorted.end(), work) - sorted.begin());
@@ -146,14 +157,20 @@ void Diagnoser::find_stragglers(const std::map<unsigned, RankSample>& means) {
     s.above = median > 0 && work > ratio_ * median && work - median >= least_excess ? s.above + 1 : 0;
     if (s.above < kStragglerWindows) continue;
     // The peers' typical breakdown, to find the part of the step where this rank loses its time.
-    RankSample peers;
-    for (double RankSample::*field :
-         {&RankSample::data_wait_ms, &RankSample::compute_ms, &RankSample::optimizer_ms, &RankSample::step_ms}) {
-      std::vector<double> values;
-      for (unsigned other : ranks) {
-        if (other != rank) values.push_back(means.at(other).*field);
+    if (fields.empty()) {
+      for (const auto field : kFields) {
+        std::vector<double> values;
+        values.reserve(ranks.size());
+        for (unsigned other : ranks) values.push_back(means.at(other).*field);
+        std::sort(values.begin(), values.end());
+        fields.push_back(std::move(values));
       }
-      peers.*field = median_of(std::move(values));
+    }
+    RankSample peers;
+    for (std::size_t f = 0; f < std::size(kFields); ++f) {
+      const std::vector<double>& values = fields[f];
+      const auto at = std::lower_bound(values.begin(), values.end(), own.*kFields[f]);
+      peers.*kFields[f] = median_without(values, static_cast<std::size_t>(at - values.begin()));
     }
     stragglers_[rank] = straggler(rank, own, peers, work / median - 1);
   }

@@ -77,6 +77,10 @@ class Diagnoser {
   // Steps a window needs before it is closed and compared: enough that one odd step does not decide, few enough
   // that jobs with steps of several seconds are still diagnosed within a minute or two.
   static constexpr std::size_t kMinWindowSteps = 3;
+  // A window also closes with 2 steps once it has been open this many evaluations (about a second each): a rank
+  // twice as slow as its peers fills a window of kMinWindowSteps in twice their time, and would be named only after
+  // three of those.
+  static constexpr int kMaxWindowEvaluations = 4;
   // Evaluations in a row above the ratio (and the excess floor) before a rank is named: one slow window is noise.
   static constexpr int kStragglerWindows = 3;
   // The least excess of a straggler's own work over the median own work, as a share of the median step time: below
@@ -104,11 +108,17 @@ class Diagnoser {
     report::RankWindow open;                   // steps since the last closed window
     std::optional<report::RankSample> closed;  // the means of the last closed window
     int above = 0;                             // closed windows in a row above the ratio
+    int evaluations = 0;                       // evaluations since `open` opened
   };
 
   std::string where(unsigned rank) const;
   std::map<unsigned, report::RankSample> close_windows();
-  void find_stragglers(const std::map<unsigned, report::RankSample>& means);
+  // Judges each rank whose window closed now (`fresh`) against every other rank's latest closed window (`latest`,
+  // which holds the fresh ones too): ranks close their windows at different evaluations (a slower rank's window of
+  // kMinWindowSteps steps takes longer), so comparing only the windows that closed together could miss a straggler
+  // whose windows never close with its peers'.
+  void find_stragglers(const std::map<unsigned, report::RankSample>& fresh,
+                       const std::map<unsigned, report::RankSample>& latest);
   Diagnosis straggler(unsigned rank, const report::RankSample& own, const report::RankSample& peers,
                       double slower) const;
   void find_bottlenecks(const std::map<unsigned, report::RankSample>& means);
