@@ -178,7 +178,10 @@ def run_case(dtrain, sim, kind, n, workers, run_ms, timeout_s=SIM_TIMEOUT_S, nod
     report["launcher_err"] = open(os.path.join(work, "launcher.err")).read()[-3000:]
     if report["code"] != 0 and (kind == "scale" or kind.startswith("plain")):
         sys.stderr.write(report["launcher_err"])
-    shutil.rmtree(work, ignore_errors=True)
+    if os.environ.get("DTRAIN_BENCH_KEEP"):
+        report["work_dir"] = work
+    else:
+        shutil.rmtree(work, ignore_errors=True)
     return report
 
 

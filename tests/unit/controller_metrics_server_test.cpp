@@ -250,3 +250,33 @@ TEST_CASE("stopping the server with a connection open returns at once and closes
   CHECK(closed_within(fd, 1s));
   ::close(fd);
 }
+
+TEST_CASE("metrics are made on demand: a scrape of an old text waits for the launcher's fresh one") {
+  auto server = MetricsServer::listen("127.0.0.1:0");
+  REQUIRE(server.ok());
+  MetricsServer& s = *server.value;
+  const int port = port_of(s);
+  CHECK_FALSE(s.wanted());
+  // Nothing published yet: the scrape asks for a text and gets the one published while it waits.
+  const int fd = connect_to(port);
+  send_all(fd, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  const auto asked = Clock::now();
+  while (!s.wanted() && Clock::now() - asked < 3s) std::this_thread::sleep_for(5ms);
+  REQUIRE(s.wanted());
+  s.publish("dtrain_job_restarts_total 1\n");
+  CHECK_FALSE(s.wanted());
+  const std::string first = read_all(fd);
+  ::close(fd);
+  CHECK(body_of(first) == "dtrain_job_restarts_total 1\n");
+  CHECK(Clock::now() - asked < MetricsServer::kFreshWait);
+  // Within kFresh of a publish, a scrape gets it at once and asks for nothing.
+  CHECK(body_of(scrape(port)) == "dtrain_job_restarts_total 1\n");
+  CHECK_FALSE(s.wanted());
+  // Nobody publishes: after kFreshWait the scrape gets the last text.
+  std::this_thread::sleep_for(MetricsServer::kFresh);
+  const auto began = Clock::now();
+  const std::string stale = scrape(port);
+  CHECK(s.wanted());
+  CHECK(body_of(stale) == "dtrain_job_restarts_total 1\n");
+  CHECK(Clock::now() - began >= MetricsServer::kFreshWait - 50ms);
+}

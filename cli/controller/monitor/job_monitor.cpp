@@ -154,6 +154,7 @@ void JobMonitor::tick(Clock::time_point now) {
     evaluate();
   }
   answer_status_clients();
+  answer_scrapes();
   if (now >= next_health_event_) {
     next_health_event_ = now + kHealthEventInterval;
     health_event();
@@ -176,7 +177,11 @@ void JobMonitor::evaluate() {
     for (unsigned r : d.ranks) key += " " + std::to_string(r);
     if (reported_diagnoses_.insert(key).second) event("diagnosis", to_json(d));
   }
-  if (metrics_) metrics_->publish(format_prometheus(job_metrics(status_->snapshot("running", *diagnoser_, unix_ms()))));
+}
+
+void JobMonitor::answer_scrapes() {
+  if (!metrics_ || !metrics_->wanted()) return;
+  metrics_->publish(format_prometheus(job_metrics(status_->snapshot("running", *diagnoser_, unix_ms()))));
 }
 
 void JobMonitor::answer_status_clients() {

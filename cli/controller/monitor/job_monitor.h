@@ -5,9 +5,10 @@
 // diagnoses (diagnosis.h). The Controller feeds it what it already sees (reports, lost nodes, rounds, the end) and
 // calls tick() from the fleet's pump; it never changes how the job runs.
 //
-//   every kEvaluateInterval   the diagnoser closes a window per rank; new diagnoses go to the event log; /metrics
-//                             (observe.metrics_addr) gets the snapshot's numbers
-//   every tick, when asked    a snapshot for the control socket's waiting client (control_socket.h)
+//   every kEvaluateInterval   the diagnoser closes a window per rank; new diagnoses go to the event log
+//   every tick, when asked    a snapshot for the control socket's waiting client (control_socket.h), and the
+//                             snapshot's numbers for a waiting /metrics scrape (observe.metrics_addr;
+//                             metrics_server.h)
 //   every kFileInterval       status.json is rewritten (temp file + rename: a reader sees a whole snapshot)
 //   every kHealthEventInterval  one "health" event with every rank's latest report (at most kEventRanks ranks)
 //   every samples window      one "samples" event: each rank's steps of the window, compact (report/samples.h);
@@ -75,6 +76,8 @@ class JobMonitor {
   void evaluate();
   // A fresh snapshot for the control socket when a client waits for one (ControlSocket::wanted).
   void answer_status_clients();
+  // Fresh metrics when a scrape waits for them (MetricsServer::wanted).
+  void answer_scrapes();
   void health_event();
   void samples_event(bool force);
   void write_report();

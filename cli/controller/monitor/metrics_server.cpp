@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -147,15 +148,21 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::listen(const std::string& 
     ::close(fd.value);
     return {{StatusCode::internal, "cannot serve metrics on " + address + ": pipe: " + errno_text()}};
   }
+  const int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake < 0) {
+    for (int f : {fd.value, stop[0], stop[1]}) ::close(f);
+    return {{StatusCode::internal, "cannot serve metrics on " + address + ": eventfd: " + errno_text()}};
+  }
   std::unique_ptr<MetricsServer> out(
-      new MetricsServer(fd.value, stop[0], stop[1], numeric_address(fd.value), options));
+      new MetricsServer(fd.value, stop[0], stop[1], wake, numeric_address(fd.value), options));
   out->thread_ = std::thread([s = out.get()] { s->serve(); });
   return {{}, std::move(out)};
 }
 
-MetricsServer::MetricsServer(int listen_fd, int stop_read, int stop_write, std::string address,
+MetricsServer::MetricsServer(int listen_fd, int stop_read, int stop_write, int wake_fd, std::string address,
                              MetricsServerOptions options)
-    : listen_fd_(listen_fd), stop_read_(stop_read), stop_write_(stop_write), address_(std::move(address)),
+    : listen_fd_(listen_fd), stop_read_(stop_read), stop_write_(stop_write), wake_fd_(wake_fd),
+      address_(std::move(address)),
       options_(options), text_(std::make_shared<const std::string>()) {}
 
 MetricsServer::~MetricsServer() {
@@ -164,33 +171,60 @@ MetricsServer::~MetricsServer() {
   }
   if (thread_.joinable()) thread_.join();
   for (const auto& c : connections_) abort_connection(c.fd);
-  for (int fd : {listen_fd_, stop_read_, stop_write_}) ::close(fd);
+  for (int fd : {listen_fd_, stop_read_, stop_write_, wake_fd_}) ::close(fd);
 }
 
 void MetricsServer::publish(std::string text) {
   auto next = std::make_shared<const std::string>(std::move(text));
-  std::lock_guard lock(mutex_);
-  text_ = std::move(next);
+  {
+    std::lock_guard lock(mutex_);
+    text_ = std::move(next);
+    published_at_ = Clock::now();
+    ++generation_;
+    wanted_.store(false, std::memory_order_relaxed);
+  }
+  const std::uint64_t one = 1;
+  while (::write(wake_fd_, &one, sizeof one) < 0 && errno == EINTR) {
+  }
 }
 
 void MetricsServer::serve() {
   std::vector<pollfd> fds;
   while (true) {
-    fds.assign({{stop_read_, POLLIN, 0}, {listen_fd_, POLLIN, 0}});
+    fds.assign({{stop_read_, POLLIN, 0}, {listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}});
     Clock::time_point wake = Clock::now() + std::chrono::hours(1);
     for (const auto& c : connections_) {
-      fds.push_back({c.fd, static_cast<short>(c.answered() ? POLLOUT : POLLIN), 0});
-      wake = std::min(wake, c.deadline);
+      // A waiting scrape is not read from (its request is whole); a hang-up still shows.
+      fds.push_back({c.fd, static_cast<short>(c.waiting ? 0 : c.answered() ? POLLOUT : POLLIN), 0});
+      wake = std::min(wake, c.waiting ? std::min(c.deadline, c.wait_until) : c.deadline);
     }
     if (::poll(fds.data(), fds.size(), ms_until(wake)) < 0 && errno != EINTR) return;
     if (fds[0].revents != 0) return;
+    if (fds[2].revents != 0) {
+      std::uint64_t count = 0;
+      while (::read(wake_fd_, &count, sizeof count) < 0 && errno == EINTR) {
+      }
+    }
+    std::uint64_t generation;
+    {
+      std::lock_guard lock(mutex_);
+      generation = generation_;
+    }
     const auto now = Clock::now();
     std::vector<Connection> open;
     for (std::size_t i = 0; i < connections_.size(); ++i) {
       Connection& c = connections_[i];
-      const short events = fds[i + 2].revents;
-      if (now >= c.deadline) {
+      const short events = fds[i + 3].revents;
+      if (now >= c.deadline || (c.waiting && (events & (POLLHUP | POLLERR)) != 0)) {
         abort_connection(c.fd);
+      } else if (c.waiting) {
+        if (generation == c.generation && now < c.wait_until) {
+          open.push_back(std::move(c));
+        } else if (answer_metrics(c)) {
+          open.push_back(std::move(c));
+        } else {
+          ::close(c.fd);
+        }
       } else if (events == 0 || (c.answered() ? write_response(c) : read_request(c))) {
         open.push_back(std::move(c));
       } else {
@@ -231,7 +265,7 @@ bool MetricsServer::read_request(Connection& c) {
     const bool too_big = c.request.size() > options_.max_request_bytes;
     if (verdict == Verdict::bad_request || head_complete(c.request) || too_big) {
       answer(c);
-      return write_response(c);
+      return c.waiting || write_response(c);
     }
   }
 }
@@ -244,8 +278,16 @@ void MetricsServer::answer(Connection& c) {
     c.head = response_head("431 Request Header Fields Too Large", kErrorContentType, c.body->size());
   } else if (verdict == Verdict::metrics) {
     std::lock_guard lock(mutex_);
-    c.body = text_;
-    c.head = response_head("200 OK", kMetricsContentType, c.body->size());
+    if (Clock::now() - published_at_ < kFresh) {
+      c.body = text_;
+      c.head = response_head("200 OK", kMetricsContentType, c.body->size());
+    } else {
+      c.waiting = true;
+      // (Never more than half the connection's time: the rest is for sending the answer.)
+      c.wait_until = Clock::now() + std::min<Clock::duration>(kFreshWait, options_.connection_deadline / 2);
+      c.generation = generation_;
+      wanted_.store(true, std::memory_order_relaxed);
+    }
   } else if (verdict == Verdict::method_not_allowed) {
     c.body = text("only GET is served\n");
     c.head = response_head("405 Method Not Allowed", kErrorContentType, c.body->size(), "Allow: GET\r\n");
@@ -257,6 +299,16 @@ void MetricsServer::answer(Connection& c) {
     c.head = response_head("400 Bad Request", kErrorContentType, c.body->size());
   }
   c.request.clear();
+}
+
+bool MetricsServer::answer_metrics(Connection& c) {
+  c.waiting = false;
+  {
+    std::lock_guard lock(mutex_);
+    c.body = text_;
+  }
+  c.head = response_head("200 OK", kMetricsContentType, c.body->size());
+  return write_response(c);
 }
 
 bool MetricsServer::write_response(Connection& c) {

@@ -7,6 +7,12 @@
 // its one response (no keep-alive: a scrape every few seconds gains nothing from it, and a connection that ends
 // after one answer cannot be held open by a client).
 //
+// The text is made on demand, as the control socket's snapshot is: a scrape that finds it older than kFresh sets
+// wanted(), the launcher's loop sees that on its next turn (at least once a second) and publishes, and the scrape
+// gets that text; after kFreshWait it gets the last one instead (the loop is busy, or the launcher is ending).
+// Rendering 32,768 ranks' metrics every second whether or not anything scrapes them was the launcher's largest cost
+// at scale.
+//
 // One thread poll()s the listening socket and every connection; nothing blocks it. What a hostile or broken client
 // can take is bounded (MetricsServerOptions): bytes of request, time per connection, connections at once. So a
 // client that sends nothing, sends forever, or never reads its answer costs a file descriptor for a few seconds,
@@ -16,8 +22,10 @@
 // non-loopback address is allowed (a Prometheus server on another host scrapes it) and serves them to anyone who
 // can reach that port, with no TLS or authentication: bind to 127.0.0.1 unless the network is trusted.
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -44,6 +52,11 @@ struct MetricsServerOptions {
 class MetricsServer {
  public:
   using Clock = std::chrono::steady_clock;
+  // A scrape within this of the last publish is answered with it at once.
+  static constexpr std::chrono::milliseconds kFresh{1000};
+  // How long a scrape waits for a fresh publish before it gets the last one (at most half of
+  // MetricsServerOptions::connection_deadline).
+  static constexpr std::chrono::milliseconds kFreshWait{2000};
 
   // Binds `address` (host:port or [ipv6]:port, port 0 = any free one) and starts the serving thread. `address` is
   // the spec's, already checked; a host that does not resolve, or a port in use, is an error naming both.
@@ -55,8 +68,10 @@ class MetricsServer {
 
   // Where it listens, numeric: "127.0.0.1:40123", "[::1]:9400" (the port that port 0 got).
   const std::string& address() const { return address_; }
-  // What the next scrape gets.
+  // What the waiting and the next scrapes get.
   void publish(std::string text);
+  // Whether a scrape waits for a publish newer than the last.
+  bool wanted() const { return wanted_.load(std::memory_order_relaxed); }
 
  private:
   struct Connection {
@@ -66,23 +81,33 @@ class MetricsServer {
     std::string head;                          // the response's status line and headers, once answered
     std::shared_ptr<const std::string> body;   // the response's body
     std::size_t sent = 0;                      // of head + body
+    bool waiting = false;                      // a scrape waiting for a fresh publish ...
+    Clock::time_point wait_until;              // ... at most until then
+    std::uint64_t generation = 0;              // ... newer than this one
     bool answered() const { return !head.empty(); }
   };
 
-  MetricsServer(int listen_fd, int stop_read, int stop_write, std::string address, MetricsServerOptions options);
+  MetricsServer(int listen_fd, int stop_read, int stop_write, int wake_fd, std::string address,
+                MetricsServerOptions options);
   void serve();
   void accept_new();
   // Each returns whether the connection stays open.
   bool read_request(Connection& c);
   bool write_response(Connection& c);
   void answer(Connection& c);
+  // A waiting scrape's answer, once a fresh text was published or its wait ran out; returns whether it stays open.
+  bool answer_metrics(Connection& c);
 
   int listen_fd_, stop_read_, stop_write_;
+  int wake_fd_;   // an eventfd that publish() writes, so waiting scrapes are answered at once
   std::string address_;
   MetricsServerOptions options_;
   std::vector<Connection> connections_;   // the serving thread's own
   std::mutex mutex_;
   std::shared_ptr<const std::string> text_;
+  Clock::time_point published_at_{};   // mutex_
+  std::uint64_t generation_ = 0;       // publishes so far; mutex_
+  std::atomic<bool> wanted_{false};
   std::thread thread_;
 };
 
