@@ -2,6 +2,7 @@
 
 #include "cli/controller/watch/diagnosis.h"
 #include "cli/controller/monitor/job_status.h"
+#include "cli/controller/monitor/job_monitor.h"
 #include "cli/controller/monitor/status_view.h"
 
 using namespace dtrain::controller;
@@ -112,4 +113,14 @@ TEST_CASE("status shows the snapshot's text with control characters escaped, who
 TEST_CASE("status shows a snapshot whose text fields have the wrong type instead of failing") {
   const Json snapshot = {{"job", 7}, {"state", "done"}, {"ranks", Json::array({{{"rank", 0}, {"host", 1}}})}};
   CHECK(render_status(snapshot, "", {false}).find("job ?: done") != std::string::npos);
+}
+
+TEST_CASE("status.json is rewritten every 5 s, and 5 s more per 4,096 ranks") {
+  using dtrain::controller::JobMonitor;
+  using std::chrono::seconds;
+  CHECK(JobMonitor::file_interval(0) == seconds(5));
+  CHECK(JobMonitor::file_interval(8) == seconds(5));
+  CHECK(JobMonitor::file_interval(4096) == seconds(5));
+  CHECK(JobMonitor::file_interval(4097) == seconds(10));
+  CHECK(JobMonitor::file_interval(32768) == seconds(40));
 }

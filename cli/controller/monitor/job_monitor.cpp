@@ -160,7 +160,7 @@ void JobMonitor::tick(Clock::time_point now) {
     health_event();
   }
   if (now >= next_file_) {
-    next_file_ = now + kFileInterval;
+    next_file_ = now + file_interval(status_->rank_count());
     write_snapshot_file("running");
   }
   samples_event(false);

@@ -68,6 +68,7 @@ class JobStatus {
   // The whole snapshot; `state` running, succeeded or failed.
   nlohmann::ordered_json snapshot(const std::string& state, const Diagnoser& diagnoser, std::uint64_t now_ms) const;
   std::vector<unsigned> ranks() const;
+  std::size_t rank_count() const { return rows_.size(); }
 
  private:
   struct Row {
