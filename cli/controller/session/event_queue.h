@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cli/controller/session/session_messages.h"
 
@@ -38,6 +39,17 @@ class EventQueue {
       std::lock_guard lock(mutex_);
       events_.push_back(std::move(event));
     }
+    cv_.notify_one();
+  }
+  // Several events in order, under one lock and with one wake-up: an agent's batch of reports (thousands of agents
+  // each sending one a second) wakes the fleet's thread once, not once per report.
+  void push_all(std::vector<Event>& events) {
+    if (events.empty()) return;
+    {
+      std::lock_guard lock(mutex_);
+      for (auto& e : events) events_.push_back(std::move(e));
+    }
+    events.clear();
     cv_.notify_one();
   }
 

@@ -11,18 +11,21 @@ namespace dtrain::controller {
 // One AgentMessage read from node `node`'s session, as the Events the controller reacts to: one, or one for each
 // message of a Batch, in order. A batch inside a batch is not unpacked (no agent sends one): it is a sign of life.
 inline void push_report(EventQueue& events, int node, const v1::AgentMessage& message) {
-  const auto push = [&](const v1::AgentMessage& one) {
+  const auto event_of = [&](const v1::AgentMessage& one) {
     Event event;
     event.kind = Event::Kind::report;
     event.node = node;
     event.report = wire::from_wire(one);
-    events.push(std::move(event));
+    return event;
   };
   if (!message.has_batch()) {
-    push(message);
+    events.push(event_of(message));
     return;
   }
-  for (const auto& inner : message.batch().messages()) push(inner);
+  std::vector<Event> all;
+  all.reserve(static_cast<std::size_t>(message.batch().messages_size()));
+  for (const auto& inner : message.batch().messages()) all.push_back(event_of(inner));
+  events.push_all(all);
 }
 
 // Node `node`'s session stream ended (nothing more can be read from it).
