@@ -103,57 +103,57 @@ std::string Diagnoser::where(unsigned rank) const {
   return "rank " + std::to_string(rank) + " on node " + std::to_string(it->second.node) + " (" + it->second.host + ")";
 }
 
-std::map<unsigned, RankSample> Diagnoser::close_windows() {
-  std::map<unsigned, RankSample> out;
+std::vector<unsigned> Diagnoser::close_windows() {
+  std::vector<unsigned> out;
   for (auto& [rank, s] : series_) {
     ++s.evaluations;
     if (s.open.steps() < kMinWindowSteps && (s.open.steps() < 2 || s.evaluations < kMaxWindowEvaluations)) continue;
-    s.closed = out[rank] = s.open.take();
+    s.closed = s.open.take();
     s.evaluations = 0;
+    out.push_back(rank);
   }
   return out;
 }
 
 void Diagnoser::evaluate() {
-  const std::map<unsigned, RankSample> fresh = close_windows();
+  const std::vector<unsigned> fresh = close_windows();
   // Every rank's latest window, closed now or before: a rank whose window is still filling keeps its diagnosis.
-  std::map<unsigned, RankSample> latest;
+  Latest latest;
+  latest.reserve(series_.size());
   for (const auto& [rank, s] : series_) {
-    if (s.closed) latest[rank] = *s.closed;
+    if (s.closed) latest.emplace_back(rank, &*s.closed);
   }
   find_stragglers(fresh, latest);
   find_bottlenecks(latest);
   find_full_nodes();
 }
 
-void Diagnoser::find_stragglers(const std::map<unsigned, RankSample>& fresh,
-                                const std::map<unsigned, RankSample>& latest) {
-  std::vector<unsigned> ranks;   // every rank with a breakdown: the peers
+void Diagnoser::find_stragglers(const std::vector<unsigned>& fresh, const Latest& latest) {
+  std::vector<const RankSample*> ranks;   // every rank with a breakdown: the peers
   std::vector<double> sorted;
   std::vector<double> steps;
   for (const auto& [rank, m] : latest) {
-    if (!m.has_breakdown()) continue;
-    ranks.push_back(rank);
-    sorted.push_back(m.own_work_ms());
-    steps.push_back(step_of(m));
+    if (!m->has_breakdown()) continue;
+    ranks.push_back(m);
+    sorted.push_back(m->own_work_ms());
+    steps.push_back(step_of(*m));
   }
   if (ranks.size() < 2) return;
   std::sort(sorted.begin(), sorted.end());
   // The job's step time: an excess of own work smaller than a share of it is jitter, not what the job waits for.
   const double least_excess = kStragglerExcessShare * median_of(std::move(steps));
-  const auto& means = latest;
   // The peers' breakdown fields, each sorted once per evaluation: a named rank's peers' median is then its field's
   // median without the rank's own value, as own work's is (no pass over every rank per straggler).
   constexpr double RankSample::*kFields[] = {&RankSample::data_wait_ms, &RankSample::compute_ms,
                                              &RankSample::optimizer_ms, &RankSample::step_ms};
   std::vector<std::vector<double>> fields;
-  for (const auto& [rank, fresh_window] : fresh) {
-    if (!fresh_window.has_breakdown()) continue;
-    const RankSample& own = means.at(rank);
+  for (unsigned rank : fresh) {
+    Series& s = series_.at(rank);
+    const RankSample& own = *s.closed;
+    if (!own.has_breakdown()) continue;
     const double work = own.own_work_ms();
     const auto skip = static_cast<std::size_t>(std::lower_bound(sorted.begin(), sorted.end(), work) - sorted.begin());
     const double median = median_without(sorted, skip);
-    Series& s = series_[rank];
     s.above = median > 0 && work > ratio_ * median && work - median >= least_excess ? s.above + 1 : 0;
     if (s.above < kStragglerWindows) continue;
     // The peers' typical breakdown, to find the part of the step where this rank loses its time.
@@ -161,7 +161,7 @@ void Diagnoser::find_stragglers(const std::map<unsigned, RankSample>& fresh,
       for (const auto field : kFields) {
         std::vector<double> values;
         values.reserve(ranks.size());
-        for (unsigned other : ranks) values.push_back(means.at(other).*field);
+        for (const RankSample* other : ranks) values.push_back(other->*field);
         std::sort(values.begin(), values.end());
         fields.push_back(std::move(values));
       }
@@ -211,13 +211,13 @@ Diagnosis Diagnoser::straggler(unsigned rank, const RankSample& own, const RankS
   return d;
 }
 
-void Diagnoser::find_bottlenecks(const std::map<unsigned, RankSample>& means) {
+void Diagnoser::find_bottlenecks(const Latest& means) {
   bottlenecks_.clear();
   // Every rank above the share, worst first; the message names the worst.
   const auto above = [&](double limit, const std::function<double(const RankSample&)>& share) {
     std::vector<std::pair<double, unsigned>> found;
     for (const auto& [rank, m] : means) {
-      if (const double s = share(m); s > limit) found.emplace_back(s, rank);
+      if (const double s = share(*m); s > limit) found.emplace_back(s, rank);
     }
     std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     return found;
@@ -261,7 +261,7 @@ void Diagnoser::find_bottlenecks(const std::map<unsigned, RankSample>& means) {
       "shard the model state (ZeRO / FSDP: dtrain-trainer --zero 1..3), use mixed precision (AMP, --precision "
       "bf16), or a smaller micro-batch with gradient accumulation");
   if (!memory.empty()) {
-    const RankSample& m = means.at(memory.front().second);
+    const RankSample& m = *series_.at(memory.front().second).closed;
     bottlenecks_.back().message += " (" + gib(m.device_mem_used_bytes) + " of " + gib(m.device_mem_total_bytes) + ")";
   }
   add(DiagnosisKind::sync, above(kSyncShare, [](const RankSample& m) {
@@ -278,21 +278,31 @@ void Diagnoser::find_full_nodes() {
   struct Node {
     std::uint64_t rss = 0;
     std::string host;
-    std::vector<std::pair<std::uint64_t, unsigned>> ranks;   // (rss, rank)
+    std::vector<std::pair<std::uint64_t, unsigned>> ranks;   // (rss, rank), only for a node found full
   };
+  // The sums first, every evaluation; the ranks only of a node found full (thousands of nodes, rarely one full).
   std::map<unsigned, Node> nodes;
   for (const auto& [rank, bytes] : rss_) {
     const auto place = places_.find(rank);
     if (place == places_.end() || node_ram_.count(place->second.node) == 0) continue;
-    Node& n = nodes[place->second.node];
-    n.rss += bytes;
-    n.host = place->second.host;
-    n.ranks.emplace_back(bytes, rank);
+    nodes[place->second.node].rss += bytes;
+  }
+  for (auto it = nodes.begin(); it != nodes.end();) {
+    const double share = share_of(static_cast<double>(it->second.rss), static_cast<double>(node_ram_.at(it->first)));
+    it = share > kMemoryShare ? std::next(it) : nodes.erase(it);
+  }
+  if (nodes.empty()) return;
+  for (const auto& [rank, bytes] : rss_) {
+    const auto place = places_.find(rank);
+    if (place == places_.end()) continue;
+    if (auto n = nodes.find(place->second.node); n != nodes.end()) {
+      n->second.host = place->second.host;
+      n->second.ranks.emplace_back(bytes, rank);
+    }
   }
   for (auto& [node, n] : nodes) {
     const std::uint64_t ram = node_ram_.at(node);
     const double share = share_of(static_cast<double>(n.rss), static_cast<double>(ram));
-    if (share <= kMemoryShare) continue;
     // Largest first, then by rank.
     std::sort(n.ranks.begin(), n.ranks.end(),
               [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });

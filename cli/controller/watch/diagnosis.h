@@ -112,16 +112,18 @@ class Diagnoser {
   };
 
   std::string where(unsigned rank) const;
-  std::map<unsigned, report::RankSample> close_windows();
+  // Closes the windows that are due; returns their ranks, in order.
+  std::vector<unsigned> close_windows();
   // Judges each rank whose window closed now (`fresh`) against every other rank's latest closed window (`latest`,
   // which holds the fresh ones too): ranks close their windows at different evaluations (a slower rank's window of
   // kMinWindowSteps steps takes longer), so comparing only the windows that closed together could miss a straggler
   // whose windows never close with its peers'.
-  void find_stragglers(const std::map<unsigned, report::RankSample>& fresh,
-                       const std::map<unsigned, report::RankSample>& latest);
+  // Each rank's latest closed window, by rank: pointers into series_, rebuilt by each evaluation (no copies).
+  using Latest = std::vector<std::pair<unsigned, const report::RankSample*>>;
+  void find_stragglers(const std::vector<unsigned>& fresh, const Latest& latest);
   Diagnosis straggler(unsigned rank, const report::RankSample& own, const report::RankSample& peers,
                       double slower) const;
-  void find_bottlenecks(const std::map<unsigned, report::RankSample>& means);
+  void find_bottlenecks(const Latest& means);
   void find_full_nodes();
 
   double ratio_;
