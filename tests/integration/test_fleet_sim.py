@@ -8,6 +8,10 @@ process, each agent a real session; scripts/bench/fleet_scale.py runs the cases)
    every other agent still hears the launcher about once per heartbeat interval (0.6 s) and keeps its lease, and
    the stalled agent is given up after the launcher's stall timeout (10 s) with a reason. A launcher whose writes
    block its event loop would leave every agent without a message for that long.
+4. Every worker reports once a second (dtrain-fleet-sim --report-hz 1, coalesced per agent as an agent's Outbox
+   does) for 20 s, rank 5 twice as slow with 60% data wait: the job succeeds with no node lost, the straggler
+   diagnosis names rank 5 and its data wait within 15 s of every rank reporting, `dtrain status --json` and
+   /metrics answer while it runs, and the report page is written.
 """
 
 import os
@@ -62,5 +66,26 @@ stalled = r.get("stalled") or {}
 check(stalled.get("configured") and stalled.get("closed_after_configure_ms", -1) >= 0,
       "stall: the stalled agent's session ended (%s)" % stalled)
 check(r["code"] != 0, "stall: the job fails after losing the stalled node (exit %d)" % r["code"])
+
+# 4. Health reports from every rank, one straggler.
+report = fleet_scale.run_case(DTRAIN, SIM, "health", AGENTS, WORKERS, 1000, timeout_s=CASE_TIMEOUT_S,
+                              report_hz=1.0, health_run_s=20)
+print("health: %s" % {k: v for k, v in report.items() if k != "launcher_err"}, flush=True)
+check(report["code"] == 0 and report.get("nodes_lost") == 0,
+      "health: the job succeeds with no node lost (exit %d, %s lost): %s" % (
+          report["code"], report.get("nodes_lost"), report["launcher_err"][-500:]))
+check(report.get("reports", 0) >= AGENTS * WORKERS * 15,
+      "health: every rank reported about once a second (%s reports)" % report.get("reports"))
+named = report.get("straggler_ts")
+after = (named - report["t0_unix_ms"] - report.get("all_reporting_ms", 0)) / 1000.0 if named else None
+check(after is not None and after <= 15, "health: the straggler is named within 15 s of every rank reporting (%s s)"
+      % after)
+check("rank 5 " in report.get("straggler_message", "") and "data wait" in report.get("straggler_message", ""),
+      "health: the diagnosis names rank 5 and its data wait: %s" % report.get("straggler_message"))
+check(report.get("status_s") and report.get("metrics_s") and not report.get("probe_errors"),
+      "health: dtrain status --json and /metrics answered while it ran (%s, %s, errors %s)" % (
+          report.get("status_s"), report.get("metrics_s"), report.get("probe_errors")))
+check(report.get("report_page_code") == 0 and report.get("report_page_bytes", 0) > 0,
+      "health: the report page is written (%s bytes)" % report.get("report_page_bytes"))
 
 finish()
