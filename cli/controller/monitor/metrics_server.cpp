@@ -279,8 +279,7 @@ void MetricsServer::answer(Connection& c) {
   } else if (verdict == Verdict::metrics) {
     std::lock_guard lock(mutex_);
     if (Clock::now() - published_at_ < kFresh) {
-      c.body = text_;
-      c.head = response_head("200 OK", kMetricsContentType, c.body->size());
+      give_text(c);
     } else {
       c.waiting = true;
       // (Never more than half the connection's time: the rest is for sending the answer.)
@@ -301,13 +300,17 @@ void MetricsServer::answer(Connection& c) {
   c.request.clear();
 }
 
+void MetricsServer::give_text(Connection& c) {
+  c.body = text_;
+  c.head = response_head("200 OK", kMetricsContentType, c.body->size());
+}
+
 bool MetricsServer::answer_metrics(Connection& c) {
   c.waiting = false;
   {
     std::lock_guard lock(mutex_);
-    c.body = text_;
+    give_text(c);
   }
-  c.head = response_head("200 OK", kMetricsContentType, c.body->size());
   return write_response(c);
 }
 

@@ -95,6 +95,8 @@ class MetricsServer {
   bool read_request(Connection& c);
   bool write_response(Connection& c);
   void answer(Connection& c);
+  // The 200 answer with the latest text; mutex_ held.
+  void give_text(Connection& c);
   // A waiting scrape's answer, once a fresh text was published or its wait ran out; returns whether it stays open.
   bool answer_metrics(Connection& c);
 
