@@ -64,7 +64,7 @@ def scenario_hosts(work):
                               "--run-dir", os.path.join(RUN.dir, "agent-runs-%d" % i)],
                           env={"DTRAIN_TEST_TAG": RUN.tag}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in (0, 1)]
         for i in (0, 1):
-            c.wait_listening(2, c.hosts[i].addr, AGENT_PORT, 10)
+            check(c.wait_listening(2, c.hosts[i].addr, AGENT_PORT, 10), "the agent on host %d listens" % i)
         # Node 0 accepts its agent's port and nothing else, silently.
         ipt = ["iptables", "-w", "5"]
         for rule in (["-A", "INPUT", "-i", "lo", "-j", "ACCEPT"],

@@ -205,9 +205,12 @@ def scenario_elastic(c):
 
 
 def scenario_bad_input(c):
-    busy = c.spawn(0, [PYTHON, "-c", "import socket,time; s=socket.socket(); s.bind(('%s', %d)); s.listen(); "
-                                     "time.sleep(60)" % (c.hosts[0].addr, PORT)])
-    c.wait_listening(1, c.hosts[0].addr, PORT, 10)
+    # SO_REUSEADDR: the earlier scenarios' connections to PORT may still be in TIME_WAIT, which refuses a plain bind.
+    # It does not let dtrain's own listener share the port with this one (that would take SO_REUSEPORT on both).
+    busy = c.spawn(0, [PYTHON, "-c", "import socket,time; s=socket.socket(); "
+                                     "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('%s', %d)); "
+                                     "s.listen(); time.sleep(60)" % (c.hosts[0].addr, PORT)])
+    check(c.wait_listening(1, c.hosts[0].addr, PORT, 10), "the process holding port %d listens" % PORT)
     cases = [
         (0, command(c, 0, "--nnodes", "2", "x.py"), ["--rdzv-endpoint", "port %d" % PORT, "in use"]),
         (1, command(c, 0, "--nnodes", "2", "--node-rank", "0", "x.py"), ["--node-rank 0", "launcher"]),
