@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
+#include <system_error>
 #include <chrono>
 #include <csignal>
 #include <ctime>
@@ -74,6 +76,16 @@ std::string shell_quote(std::string_view text) {
     else out += c;
   }
   return out + "'";
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+void throw_errno(const char* what) { throw std::system_error(errno, std::generic_category(), what); }
+
+void close_fds(std::initializer_list<int> fds) {
+  for (const int fd : fds) {
+    if (fd >= 0) close(fd);
+  }
 }
 
 }  // namespace dtrain

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 
@@ -40,5 +41,14 @@ namespace dtrain {
 // generous: a peer starved of CPU (hundreds of agents on a few cores) must not be declared dead by it.
 inline constexpr int kKeepaliveTimeMs = 10000;
 inline constexpr int kKeepaliveTimeoutMs = 30000;
+
+// strerror(errno) as a string: the text of the error the last failed call left.
+std::string errno_text();
+
+// Throws std::system_error for errno, with `what` saying which call failed.
+[[noreturn]] void throw_errno(const char* what);
+
+// Closes each descriptor that is open (>= 0); errors are ignored (the descriptors are being given up).
+void close_fds(std::initializer_list<int> fds);
 
 }  // namespace dtrain

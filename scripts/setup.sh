@@ -1,24 +1,44 @@
 #!/usr/bin/env bash
-# Installs every Debian package dtrain needs to build and test. Idempotent: packages already present are skipped,
-# and apt runs only when something is missing. Fails loudly (non-zero exit, the package named) on any error.
+# Installs the Debian packages dtrain needs. Idempotent: packages already present are skipped, and apt runs only when
+# something is missing. Fails loudly (non-zero exit, the packages named) on any error.
+#
+#   scripts/setup.sh            what building and running dtrain needs (scripts/quickstart.sh)
+#   scripts/setup.sh --tests    that, plus what only the tests use (scripts/test.sh): doctest, the fuzzing clang,
+#                               Prometheus, Chromium, sshd, Slurm, iptables, ...
 set -euo pipefail
 
+tests=0
+case ${1:-} in
+  "") ;;
+  --tests) tests=1 ;;
+  *) echo "setup: unknown argument '$1' (expected nothing or --tests)" >&2; exit 2 ;;
+esac
+
 packages=(
+  # the build
   build-essential cmake ninja-build pkg-config git
-  libcli11-dev libspdlog-dev libfmt-dev libyaml-cpp-dev doctest-dev nlohmann-json3-dev
+  libcli11-dev libspdlog-dev libfmt-dev libyaml-cpp-dev nlohmann-json3-dev
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libssl-dev libgloo-dev libopenblas-dev
+  # running jobs: PyTorch workers (the quickstart job is one) and the Python store client; /proc readers; gdb for
+  # the stacks of a hung worker
   python3 python3-torch python3-grpcio python3-protobuf
-  procps iproute2 libssl-dev gdb
+  procps iproute2 gdb
+)
+test_packages=(
+  doctest-dev
   # promtool and a Prometheus server for test_metrics_endpoint. On a host with systemd the package also enables its
   # own service on :9090 (`systemctl disable --now prometheus` if that is not wanted).
   prometheus
+  # network-namespace clusters, the ssh and Slurm providers' tests
   iptables iputils-ping util-linux hostname
   openssh-server openssh-client slurm-wlm munge
-  libgloo-dev libopenblas-dev
+  # scripts/fuzz.sh
   clang-14 libfuzzer-14-dev
   # test_report_page renders the job report page in headless Chromium
   chromium fonts-dejavu-core
 )
+[ "$tests" -eq 1 ] && packages+=("${test_packages[@]}")
 
 missing=()
 for p in "${packages[@]}"; do

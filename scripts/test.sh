@@ -5,7 +5,7 @@
 # arguments (e.g. -R spec) skips the fuzzing, and so does DTRAIN_FUZZ_SECONDS=0.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-"$root/scripts/setup.sh"
+"$root/scripts/setup.sh" --tests
 "$root/scripts/build.sh"
 build=${DTRAIN_BUILD_DIR:-$root/build}
 cd "$build"

@@ -13,6 +13,7 @@
 
 #include "agent/security/identity.h"
 #include "common/bounded_file.h"
+#include "common/util.h"
 
 namespace dtrain::agent {
 namespace fs = std::filesystem;
@@ -34,8 +35,6 @@ class Fd {
  private:
   int fd_;
 };
-
-std::string errno_text() { return std::strerror(errno); }
 
 // Creates (if missing) and opens directory `name` under `parent` without following a symlink.
 Result<Fd> open_subdirectory(const Fd& parent, const std::string& name, const std::string& shown,

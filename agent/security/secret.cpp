@@ -14,6 +14,7 @@
 
 #include "agent/security/x509.h"
 #include "common/bounded_file.h"
+#include "common/util.h"
 
 namespace dtrain::security {
 namespace {
@@ -24,8 +25,6 @@ constexpr std::chrono::seconds kCaValidity{std::chrono::hours(24 * 3653)};
 constexpr std::size_t kTokenBytes = 32;
 
 std::string path_in(const std::string& dir, const char* file) { return (fs::path(dir) / file).string(); }
-
-std::string errno_text() { return std::strerror(errno); }
 
 std::string init_hint(const std::string& dir) {
   return "run `dtrain secret init --dir " + dir + "` on one node and copy " + dir +

@@ -18,11 +18,10 @@
 #include <spdlog/spdlog.h>
 
 #include "common/proc_stat.h"
+#include "common/util.h"
 
 namespace dtrain::agent {
 namespace {
-
-std::string errno_text() { return std::strerror(errno); }
 
 // The directory must keep everyone but this user out: that, not the socket's own mode, is what stops other users
 // (connect() needs search permission on every directory of the path).

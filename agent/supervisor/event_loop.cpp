@@ -1,4 +1,5 @@
 #include "agent/supervisor/event_loop.h"
+#include "common/util.h"
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -11,8 +12,6 @@ namespace dtrain::supervisor {
 namespace {
 
 constexpr EventLoop::Token kWakeToken = 0;
-
-[[noreturn]] void throw_errno(const char* what) { throw std::system_error(errno, std::generic_category(), what); }
 
 }  // namespace
 

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "agent/supervisor/supervisor_impl.h"
+#include "common/util.h"
 
 namespace dtrain::supervisor {
 namespace {
@@ -26,8 +27,6 @@ namespace {
 constexpr std::chrono::seconds kSpawnAnswerSlack{10};
 
 std::atomic<bool> g_supervisor_exists{false};
-
-[[noreturn]] void throw_errno(const char* what) { throw std::system_error(errno, std::generic_category(), what); }
 
 }  // namespace
 

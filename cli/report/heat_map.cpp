@@ -9,9 +9,9 @@
 namespace dtrain::report {
 namespace {
 
-constexpr double kLabelWidth = 130;
-constexpr double kPlotWidth = 840;
-constexpr double kTop = 10;
+constexpr double kMapLabelWidth = 130;
+constexpr double kMapPlotWidth = 840;
+constexpr double kMapTop = 10;
 
 // The rank's own part of a step: the step less what it waited for its peers; the step alone when not broken down.
 double own_ms(const RankSample& s) { return s.comm_exposed_ms > 0 ? s.step_ms - s.comm_exposed_ms : s.step_ms; }
@@ -64,10 +64,10 @@ double shade(double value, double median) { return median > 0 ? (value / median 
 std::string legend(double y, double median) {
   std::string out = "<g class=\"legend\">";
   for (int i = 0; i <= 10; ++i) {
-    out += "<rect x=\"" + coord(kLabelWidth + i * 20) + "\" y=\"" + coord(y) + "\" width=\"20\" height=\"10\" fill=\"" +
-           heat_colour(i / 10.0) + "\"/>";
+    out += "<rect x=\"" + coord(kMapLabelWidth + i * 20) + "\" y=\"" + coord(y) +
+           "\" width=\"20\" height=\"10\" fill=\"" + heat_colour(i / 10.0) + "\"/>";
   }
-  out += "<text x=\"" + coord(kLabelWidth + 230) + "\" y=\"" + coord(y + 9) + "\">0.75x to 1.75x the median cell (" +
+  out += "<text x=\"" + coord(kMapLabelWidth + 230) + "\" y=\"" + coord(y + 9) + "\">0.75x to 1.75x the median cell (" +
          pretty(median) + " ms)</text></g>";
   return out;
 }
@@ -81,33 +81,34 @@ std::string heat_map(const RunModel& model, const ChartRows& rows) {
   const double median = median_of(g);
   if (median <= 0) return "";
   const double row_h = std::clamp(600.0 / rows.rows.size(), 3.0, 14.0);
-  const double cell_w = kPlotWidth / g.columns;
-  const double bottom = kTop + row_h * rows.rows.size();
-  std::string out = "<svg class=\"chart heat-map\" width=\"" + coord(kLabelWidth + kPlotWidth + 20) + "\" height=\"" +
-                    coord(bottom + 60) + "\" role=\"img\" aria-label=\"own step time per rank over time\">";
+  const double cell_w = kMapPlotWidth / g.columns;
+  const double bottom = kMapTop + row_h * rows.rows.size();
+  std::string out = "<svg class=\"chart heat-map\" width=\"" + coord(kMapLabelWidth + kMapPlotWidth + 20) +
+                    "\" height=\"" + coord(bottom + 60) +
+                    "\" role=\"img\" aria-label=\"own step time per rank over time\">";
   for (std::size_t r = 0; r < rows.rows.size(); ++r) {
-    const double y = kTop + r * row_h;
+    const double y = kMapTop + r * row_h;
     out += "<g class=\"hm-row\"" + rows.attributes(r) + "><title>" + escape(rows.rows[r].label) + "</title>";
     if (row_h >= 8 || rows.rows[r].straggler) {
-      out += "<text x=\"" + coord(kLabelWidth - 6) + "\" y=\"" + coord(y + std::min(row_h, 11.0) - 1) +
+      out += "<text x=\"" + coord(kMapLabelWidth - 6) + "\" y=\"" + coord(y + std::min(row_h, 11.0) - 1) +
              "\" text-anchor=\"end\" class=\"" + (row_h >= 8 ? "label" : "label small") + "\">" +
              escape(rows.rows[r].label) + "</text>";
     }
     for (std::size_t c = 0; c < g.columns; ++c) {
       const double v = g.at(r, c);
       if (v < 0) continue;
-      out += "<rect x=\"" + coord(kLabelWidth + c * cell_w) + "\" y=\"" + coord(y) + "\" width=\"" +
+      out += "<rect x=\"" + coord(kMapLabelWidth + c * cell_w) + "\" y=\"" + coord(y) + "\" width=\"" +
              coord(cell_w + 0.2) + "\" height=\"" + coord(row_h) + "\" fill=\"" + heat_colour(shade(v, median)) +
              "\"/>";
     }
     if (rows.rows[r].straggler) {
-      out += "<rect class=\"straggler\" x=\"" + coord(kLabelWidth - 1) + "\" y=\"" + coord(y) + "\" width=\"" +
-             coord(kPlotWidth + 2) + "\" height=\"" + coord(row_h) + "\"/>";
+      out += "<rect class=\"straggler\" x=\"" + coord(kMapLabelWidth - 1) + "\" y=\"" + coord(y) + "\" width=\"" +
+             coord(kMapPlotWidth + 2) + "\" height=\"" + coord(row_h) + "\"/>";
     }
     out += "</g>";
   }
-  out += x_axis(Scale{0, span / 1000.0, kLabelWidth, kLabelWidth + kPlotWidth}, bottom, "seconds since the job started",
-                8);
+  out += x_axis(Scale{0, span / 1000.0, kMapLabelWidth, kMapLabelWidth + kMapPlotWidth}, bottom,
+                "seconds since the job started", 8);
   out += legend(bottom + 38, median);
   return out + "</svg>";
 }

@@ -9,7 +9,7 @@
 namespace dtrain::report {
 namespace {
 
-constexpr double kLeft = 70, kWidth = 420, kTop = 10, kHeight = 200;
+constexpr double kChartLeft = 70, kChartWidth = 420, kChartTop = 10, kChartHeight = 200;
 
 struct Point {
   double step = 0, value = 0;
@@ -53,21 +53,22 @@ std::string progress_chart(const RunModel& model, Progress what) {
       hi = std::max(hi, p.value);
     }
   }
-  const Scale x = nice_scale(0, max_step, kLeft, kLeft + kWidth);
-  const Scale y = nice_scale(what == Progress::tokens_per_s ? 0 : lo, hi, kTop + kHeight, kTop);
+  const Scale x = nice_scale(0, max_step, kChartLeft, kChartLeft + kChartWidth);
+  const Scale y = nice_scale(what == Progress::tokens_per_s ? 0 : lo, hi, kChartTop + kChartHeight, kChartTop);
   const char* label = what == Progress::loss ? "loss (mean over ranks)" : "tokens/s (all ranks)";
   std::string out = "<svg class=\"chart progress\" data-chart=\"" +
                     std::string(what == Progress::loss ? "loss" : "tokens_per_s") + "\" width=\"" +
-                    coord(kLeft + kWidth + 100) + "\" height=\"" + coord(kTop + kHeight + 40) + "\" role=\"img\">";
-  out += x_axis(x, kTop + kHeight, "step", 6) + y_axis(y, kLeft, label, 5);
+                    coord(kChartLeft + kChartWidth + 100) + "\" height=\"" + coord(kChartTop + kChartHeight + 40) +
+                    "\" role=\"img\">";
+  out += x_axis(x, kChartTop + kChartHeight, "step", 6) + y_axis(y, kChartLeft, label, 5);
   std::size_t i = 0;
   for (const auto& [round, points] : lines) {
     const char* colour = series_colour(i);
     out += "<polyline class=\"line\" data-round=\"" + std::to_string(round) + "\" stroke=\"" + colour +
            "\" points=\"";
     for (const auto& p : points) out += coord(x(p.step)) + "," + coord(y(p.value)) + " ";
-    out += "\"/><text x=\"" + coord(kLeft + kWidth + 8) + "\" y=\"" + coord(kTop + 12 + 14 * i) + "\" fill=\"" +
-           colour + "\">round " + std::to_string(round) + "</text>";
+    out += "\"/><text x=\"" + coord(kChartLeft + kChartWidth + 8) + "\" y=\"" + coord(kChartTop + 12 + 14 * i) +
+           "\" fill=\"" + colour + "\">round " + std::to_string(round) + "</text>";
     ++i;
   }
   return out + "</svg>";

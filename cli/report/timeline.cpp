@@ -7,7 +7,7 @@
 namespace dtrain::report {
 namespace {
 
-constexpr double kLabelWidth = 130, kPlotWidth = 760, kLane = 22;
+constexpr double kTimelineLabelWidth = 130, kTimelinePlotWidth = 760, kLane = 22;
 
 struct Lane {
   Mark::Kind kind;
@@ -26,7 +26,7 @@ const char* round_colour(const std::string& outcome) {
 }
 
 std::string lane_label(double y, const char* text) {
-  return "<text x=\"" + coord(kLabelWidth - 6) + "\" y=\"" + coord(y + 14) + "\" text-anchor=\"end\">" + text +
+  return "<text x=\"" + coord(kTimelineLabelWidth - 6) + "\" y=\"" + coord(y + 14) + "\" text-anchor=\"end\">" + text +
          "</text>";
 }
 
@@ -87,11 +87,11 @@ std::string mark_list(const RunModel& model) {
 
 std::string timeline(const RunModel& model) {
   const double span = std::max<std::uint64_t>(1, model.end_ms - std::min(model.end_ms, model.start_ms)) / 1000.0;
-  const Scale x{0, span, kLabelWidth, kLabelWidth + kPlotWidth};
+  const Scale x{0, span, kTimelineLabelWidth, kTimelineLabelWidth + kTimelinePlotWidth};
   const double height = kLane * 5;
-  std::string out = "<svg class=\"chart timeline\" width=\"" + coord(kLabelWidth + kPlotWidth + 20) + "\" height=\"" +
-                    coord(height + 40) + "\" role=\"img\">" + rounds_lane(model, x) + mark_lanes(model, x) +
-                    x_axis(x, height, "seconds since the job started", 8) + "</svg>";
+  std::string out = "<svg class=\"chart timeline\" width=\"" + coord(kTimelineLabelWidth + kTimelinePlotWidth + 20) +
+                    "\" height=\"" + coord(height + 40) + "\" role=\"img\">" + rounds_lane(model, x) +
+                    mark_lanes(model, x) + x_axis(x, height, "seconds since the job started", 8) + "</svg>";
   return out + mark_list(model);
 }
 

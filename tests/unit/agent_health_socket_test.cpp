@@ -33,7 +33,7 @@ void send_to(const std::string& path, const std::string& bytes) {
 }
 
 template <class Done>
-bool eventually(Done done) {
+bool eventually_true(Done done) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!done()) {
     if (std::chrono::steady_clock::now() > until) return false;
@@ -149,7 +149,7 @@ TEST_CASE("the socket hands good datagrams to its sink and drops and counts the 
   send_to(socket->path(), std::string(kMaxHealthDatagram + 1, '{'));
   send_to(socket->path(), R"({"rank":3,"token":"forged","report_token":"r3"})");
   for (int i = 0; i < 3; ++i) send_to(socket->path(), kGood);
-  CHECK(eventually([&] { return socket->accepted() == 3; }));
+  CHECK(eventually_true([&] { return socket->accepted() == 3; }));
   CHECK(socket->dropped(HealthSocket::Drop::malformed) == 1);
   CHECK(socket->dropped(HealthSocket::Drop::oversized) == 1);
   CHECK(socket->dropped(HealthSocket::Drop::refused) == 1);

@@ -18,6 +18,7 @@
 #include "dtrain/v1/session.grpc.pb.h"
 #include "dtrain/v1/store.grpc.pb.h"
 #include "tests/unit/temp_dir.h"
+#include "tests/unit/contains.h"
 
 using namespace std::chrono_literals;
 using dtrain::security::ClusterSecret;
@@ -26,9 +27,7 @@ using dtrain::security::Identity;
 namespace {
 
 constexpr char kRoundToken[] = "round-token-0";
-constexpr char kJob[] = "tiny-20261130-120000";
-
-bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
+constexpr char kIdentityJob[] = "tiny-20261130-120000";
 
 struct Cluster {
   TempDir dir{"dtrain-worker-id-test"};
@@ -39,7 +38,7 @@ struct Cluster {
     dtrain::security::init_secret(dir.path, false);
     secret = dtrain::security::load_secret(dir.path);
     launcher = dtrain::security::issue_identity(secret, "launcher");
-    worker = dtrain::security::issue_worker_identity(secret, kJob, "node0");
+    worker = dtrain::security::issue_worker_identity(secret, kIdentityJob, "node0");
   }
   std::shared_ptr<grpc::ChannelCredentials> as_launcher() const {
     return dtrain::security::channel_credentials(secret, launcher);
@@ -127,10 +126,10 @@ TEST_CASE("a worker certificate opens its job's store while the agent runs that 
   SUBCASE("no job on the agent yet") {
     grpc::Status status = set_key(agent.address, cluster.as_worker(), "k");
     CHECK(status.error_code() == grpc::StatusCode::UNAUTHENTICATED);
-    CHECK(contains(status.error_message(), std::string("a worker certificate of job ") + kJob));
+    CHECK(contains(status.error_message(), std::string("a worker certificate of job ") + kIdentityJob));
   }
   SUBCASE("its job runs") {
-    agent.admission->admit(kJob);
+    agent.admission->admit(kIdentityJob);
     grpc::Status status = set_key(agent.address, cluster.as_worker(), "k");
     CHECK_MESSAGE(status.ok(), status.error_message());
     CHECK(agent.has("k"));
@@ -152,7 +151,7 @@ TEST_CASE("a worker certificate opens its job's store while the agent runs that 
 TEST_CASE("a worker certificate never opens a session, with or without the cluster token") {
   Cluster cluster;
   AgentServer agent(cluster);
-  agent.admission->admit(kJob);
+  agent.admission->admit(kIdentityJob);
   SUBCASE("worker certificate alone") {
     grpc::Status status = open_session(agent.address, cluster.as_worker());
     CHECK(status.error_code() == grpc::StatusCode::PERMISSION_DENIED);

@@ -33,14 +33,14 @@ using dtrain::trainer::kernels::half_from_float;
 
 namespace {
 
-constexpr char kToken[] = "comm-half-reduce-scatter-test-token";
+constexpr char kHalfToken[] = "comm-half-reduce-scatter-test-token";
 // 16-bit values in one 1 MiB segment of the Gloo ring.
 constexpr std::size_t kSegmentHalves = (std::size_t{1} << 20) / sizeof(std::uint16_t);
 // Values per rank: one, part of one segment, and three segments of which the last holds 3 values.
 constexpr std::size_t kCounts[] = {1, 12'345, 2 * kSegmentHalves + 3};
 
-struct StoreServer : GlooRanks {
-  StoreServer() : GlooRanks(kToken) {}
+struct HalfStoreServer : GlooRanks {
+  HalfStoreServer() : GlooRanks(kHalfToken) {}
 };
 
 // Rank `rank`'s input at index i (of its whole buffer) as `type`: a sign, a mantissa in [0.5, 1.5) and an exponent
@@ -79,7 +79,7 @@ std::vector<std::uint16_t> inputs(int rank, int size, std::size_t count, Dtype t
 }
 
 // The CommError message `call` throws; fails the test when it throws nothing.
-std::string comm_error_of(const std::function<void()>& call) {
+std::string half_error_of(const std::function<void()>& call) {
   try {
     call();
   } catch (const CommError& error) {
@@ -125,7 +125,7 @@ TEST_CASE("the test's inputs make the ring's order and its per-addition rounding
 }
 
 TEST_CASE("gloo reduce_scatter_half on 1, 2 and 3 ranks, bf16 and fp16, out of and in place: the ring's sums exactly") {
-  StoreServer server;
+  HalfStoreServer server;
   for (int size : {1, 2, 3}) {
     CAPTURE(size);
     on_ranks(server, size, "half/" + std::to_string(size) + "/", [size](int rank, GlooCommunicator& comm) {
@@ -150,7 +150,7 @@ TEST_CASE("gloo reduce_scatter_half on 1, 2 and 3 ranks, bf16 and fp16, out of a
 }
 
 TEST_CASE("gloo reduce_scatter_half counts half the bytes of reduce_scatter, and refuses fp32 before sending") {
-  StoreServer server;
+  HalfStoreServer server;
   const std::size_t count = kCounts[2];
   for (int size : {2, 3}) {
     CAPTURE(size);
@@ -168,7 +168,7 @@ TEST_CASE("gloo reduce_scatter_half counts half the bytes of reduce_scatter, and
       CHECK(half_bytes == static_cast<std::uint64_t>(size - 1) * count * sizeof(std::uint16_t));
 
       before = comm.bytes_sent();
-      const std::string message = comm_error_of(
+      const std::string message = half_error_of(
           [&] { comm.reduce_scatter_half(halves.data(), halves.data() + rank * count, count, Dtype::fp32); });
       CHECK(message.find("gloo reduce_scatter of " + std::to_string(count) + " fp32 values per rank") !=
             std::string::npos);
@@ -181,7 +181,7 @@ TEST_CASE("gloo reduce_scatter_half counts half the bytes of reduce_scatter, and
 }
 
 TEST_CASE("gloo reduce_scatter_half writes half the bytes of reduce_scatter to the sockets") {
-  StoreServer server;
+  HalfStoreServer server;
   constexpr int kSize = 3;
   const std::size_t count = kCounts[2];
   // Each run joins fresh communicators, so both carry the same rendezvous traffic on top of their collective.
@@ -216,7 +216,7 @@ TEST_CASE("local reduce_scatter_half copies the one chunk, leaves it in place, s
   CHECK(in == out);
   CHECK(comm.bytes_sent() == 0);
   const std::string message =
-      comm_error_of([&] { comm.reduce_scatter_half(in.data(), out.data(), in.size(), Dtype::fp32); });
+      half_error_of([&] { comm.reduce_scatter_half(in.data(), out.data(), in.size(), Dtype::fp32); });
   CHECK(message.find("local reduce_scatter of 3 values per rank") != std::string::npos);
   CHECK(message.find("use reduce_scatter() for fp32") != std::string::npos);
 }
@@ -243,7 +243,7 @@ TEST_CASE("a backend without reduce_scatter_half refuses it with a CommError nam
   Fp32OnlyCommunicator comm;
   std::vector<std::uint16_t> in(24), out(12);
   const std::string message =
-      comm_error_of([&] { comm.reduce_scatter_half(in.data(), out.data(), 12, Dtype::fp16); });
+      half_error_of([&] { comm.reduce_scatter_half(in.data(), out.data(), 12, Dtype::fp16); });
   CHECK(message.find("the fp32-only communicator has no 16-bit reduce_scatter (asked for 12 fp16 values per rank)") !=
         std::string::npos);
   CHECK(message.find("use reduce_scatter() on fp32, or the gloo or nccl backend") != std::string::npos);

@@ -25,10 +25,10 @@ namespace kernels = dtrain::trainer::kernels;
 
 namespace {
 
-constexpr char kToken[] = "comm-hier-test-token-round-0";
+constexpr char kHierToken[] = "comm-hier-test-token-round-0";
 
 // Rank r's element i: small integers, so sums over up to 6 ranks are exact in fp32, bf16 and fp16.
-float value(int rank, std::size_t i) { return static_cast<float>((rank * 7 + static_cast<int>(i % 5)) % 11); }
+float hier_value(int rank, std::size_t i) { return static_cast<float>((rank * 7 + static_cast<int>(i % 5)) % 11); }
 
 std::unique_ptr<HierCommunicator> join_hier(GlooRanks& store, int nodes, int local, int rank, const std::string& tag) {
   ShmCommOptions shm;
@@ -44,7 +44,7 @@ std::unique_ptr<HierCommunicator> join_hier(GlooRanks& store, int nodes, int loc
 
 std::vector<float> inputs(int rank, std::size_t count) {
   std::vector<float> data(count);
-  for (std::size_t i = 0; i < count; ++i) data[i] = value(rank, i);
+  for (std::size_t i = 0; i < count; ++i) data[i] = hier_value(rank, i);
   return data;
 }
 
@@ -97,7 +97,7 @@ std::vector<float> run_all(Communicator& comm, kernels::Dtype half) {
 }
 
 void compare_with_gloo(int nodes, int local, kernels::Dtype half) {
-  GlooRanks store(kToken);
+  GlooRanks store(kHierToken);
   const int size = nodes * local;
   const std::string tag = std::to_string(nodes) + "x" + std::to_string(local) + kernels::dtype_name(half);
   std::vector<std::future<std::pair<std::vector<float>, std::vector<float>>>> ranks;

@@ -19,7 +19,7 @@ using dtrain::trainer::RankPlace;
 
 namespace {
 
-constexpr char kToken[] = "comm-layout-test-token";
+constexpr char kLayoutToken[] = "comm-layout-test-token";
 
 // Places of a job whose node n runs sizes[n] ranks, numbered node by node, as a launcher that allows it would.
 std::vector<RankPlace> places(const std::vector<int>& sizes) {
@@ -58,7 +58,7 @@ std::vector<NodeLayout> agree(dtrain::store::testing::InProcessStore& store, con
 }  // namespace
 
 TEST_CASE("node layout: a uniform job of 3 nodes x 2 ranks is agreed with every rank's place") {
-  dtrain::store::testing::InProcessStore store(kToken);
+  dtrain::store::testing::InProcessStore store(kLayoutToken);
   const std::vector<RankPlace> all = places({2, 2, 2});
   const std::vector<NodeLayout> got = agree(store, all, "uniform/");
   for (std::size_t r = 0; r < got.size(); ++r) {
@@ -72,7 +72,7 @@ TEST_CASE("node layout: a uniform job of 3 nodes x 2 ranks is agreed with every 
 
 TEST_CASE("node layout: nodes of 2, 1 and 3 ranks give every rank the same non-uniform verdict") {
   // World 6 over 3 nodes: node 0's 2 ranks fit N x L = W on their own; only the agreement tells them the others don't.
-  dtrain::store::testing::InProcessStore store(kToken);
+  dtrain::store::testing::InProcessStore store(kLayoutToken);
   const std::vector<RankPlace> all = places({2, 1, 3});
   CHECK(all[0].misfit().empty());
   CHECK(all[2].misfit().find("different numbers of ranks") != std::string::npos);
@@ -84,7 +84,7 @@ TEST_CASE("node layout: nodes of 2, 1 and 3 ranks give every rank the same non-u
 
 TEST_CASE("node layout: one rank whose node has no room for shared memory turns it off for every rank") {
   // One rank's own check cannot decide: its node's peers would wait for a segment it never joins.
-  dtrain::store::testing::InProcessStore store(kToken);
+  dtrain::store::testing::InProcessStore store(kLayoutToken);
   std::vector<RankPlace> all = places({2, 2});
   all[3].shm_shortfall = "/dev/shm has 0.9 MiB free (of 1.0 MiB); a segment of 2 ranks reserves 4.0 MiB";
   const std::vector<NodeLayout> got = agree(store, all, "no-shm/");
@@ -116,7 +116,7 @@ TEST_CASE("node layout: misfits a rank sees by itself") {
 }
 
 TEST_CASE("node layout: a rank that never arrives fails the others with a CommError that counts the arrivals") {
-  dtrain::store::testing::InProcessStore store(kToken);
+  dtrain::store::testing::InProcessStore store(kLayoutToken);
   std::vector<RankPlace> all = places({2, 2});
   all.pop_back();
   std::vector<std::future<std::string>> ranks;

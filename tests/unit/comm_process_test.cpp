@@ -29,10 +29,10 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr char kToken[] = "comm-process-test-token-round-0";
+constexpr char kProcessToken[] = "comm-process-test-token-round-0";
 
-struct StoreServer : dtrain::store::testing::InProcessStore {
-  StoreServer() : InProcessStore(kToken) {}
+struct ProcessStoreServer : dtrain::store::testing::InProcessStore {
+  ProcessStoreServer() : InProcessStore(kProcessToken) {}
 };
 
 std::string worker_path() {
@@ -57,7 +57,7 @@ struct Worker {
 // Starts `world` workers with `args`, their output (stdout and stderr) in files; waits for all of them up to
 // `limit`, then kills what is left (and the check on exited_after_s fails). While waiting, calls on_poll (if any)
 // with the workers and the seconds since the start, every 10 ms.
-std::vector<Worker> run_workers(const StoreServer& server, int world, const std::vector<std::string>& args,
+std::vector<Worker> run_workers(const ProcessStoreServer& server, int world, const std::vector<std::string>& args,
                                 std::chrono::milliseconds timeout, std::chrono::seconds limit,
                                 const std::function<void(std::vector<Worker>&, double)>& on_poll = {}) {
   const std::string program = worker_path();
@@ -68,7 +68,7 @@ std::vector<Worker> run_workers(const StoreServer& server, int world, const std:
   for (int rank = 0; rank < world; ++rank) {
     std::vector<std::string> env_text = {
         "RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(world), "DTRAIN_STORE_ADDR=" + server.address,
-        "DTRAIN_JOB_TOKEN=" + std::string(kToken), "MASTER_ADDR=127.0.0.1",
+        "DTRAIN_JOB_TOKEN=" + std::string(kProcessToken), "MASTER_ADDR=127.0.0.1",
         "DTRAIN_COMM_TIMEOUT_MS=" + std::to_string(timeout.count())};
     for (char** entry = environ; *entry != nullptr; ++entry) {
       std::string_view kv(*entry);
@@ -132,7 +132,7 @@ long error_after_ms(const std::string& output) {
 }  // namespace
 
 TEST_CASE("3 worker processes: every collective and a DDP pass give exact results") {
-  StoreServer server;
+  ProcessStoreServer server;
   auto workers = run_workers(server, 3, {"check"}, 30s, 60s);
   for (int rank = 0; rank < 3; ++rank) {
     CAPTURE(rank);
@@ -145,7 +145,7 @@ TEST_CASE("3 worker processes: every collective and a DDP pass give exact result
 }
 
 TEST_CASE("a killed peer makes the others' allreduce fail with CommError, not hang") {
-  StoreServer server;
+  ProcessStoreServer server;
   const auto timeout = 2500ms;
   auto workers = run_workers(server, 3, {"die", "1"}, timeout, 30s);
   CHECK(workers[1].killed_by(SIGKILL));
@@ -163,7 +163,7 @@ TEST_CASE("a killed peer makes the others' allreduce fail with CommError, not ha
 }
 
 TEST_CASE("a peer that stops answering fails the others' allreduce after the timeout") {
-  StoreServer server;
+  ProcessStoreServer server;
   const auto timeout = 2000ms;
   auto workers = run_workers(server, 2, {"stall", "1"}, timeout, 30s);
   const std::string output = workers[0].output();
@@ -177,7 +177,7 @@ TEST_CASE("a peer that stops answering fails the others' allreduce after the tim
 }
 
 TEST_CASE("a peer killed in the middle of back-to-back allreduces fails the others within the timeout") {
-  StoreServer server;
+  ProcessStoreServer server;
   const auto timeout = 2500ms;
   double killed_at = -1;
   const auto kill_rank0_once_looping = [&](std::vector<Worker>& workers, double now) {

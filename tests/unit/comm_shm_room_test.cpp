@@ -15,6 +15,7 @@
 #include "tests/unit/temp_dir.h"
 #include "trainer/comm/communicator.h"
 #include "trainer/comm/shm/segment.h"
+#include "tests/unit/contains.h"
 
 using dtrain::trainer::CommError;
 using dtrain::trainer::Segment;
@@ -46,8 +47,6 @@ class SmallTmpfs {
   bool mounted_ = false;
   std::string why_;
 };
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 SegmentGeometry ranks(int n) {
   SegmentGeometry geometry;

@@ -20,8 +20,8 @@ using Buckets = std::vector<std::pair<std::size_t, std::size_t>>;
 
 namespace {
 
-constexpr std::size_t kMiB = std::size_t{1} << 20;
-constexpr std::size_t kFloatsPerMiB = kMiB / sizeof(float);
+constexpr std::size_t kReducerMiB = std::size_t{1} << 20;
+constexpr std::size_t kFloatsPerMiB = kReducerMiB / sizeof(float);
 
 // Pretends to be one of `world` ranks; records each allreduce as (offset into the gradient buffer, count) and the
 // first value it was given.

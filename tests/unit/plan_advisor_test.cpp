@@ -8,6 +8,7 @@
 #include "cli/plan/recommend.h"
 #include "cli/plan/render.h"
 #include "cli/plan/request.h"
+#include "tests/unit/contains.h"
 
 using namespace dtrain::plan;
 
@@ -32,8 +33,6 @@ std::string refusal(const PlanArgs& args) {
   CHECK(r.status.code() == dtrain::StatusCode::invalid_argument);
   return r.status.message();
 }
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 }  // namespace
 

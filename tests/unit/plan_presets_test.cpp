@@ -12,6 +12,7 @@
 #include "cli/plan/recommend.h"
 #include "cli/plan/request.h"
 #include "cli/plan/trainer_model.h"
+#include "tests/unit/contains.h"
 
 using namespace dtrain::plan;
 
@@ -37,9 +38,7 @@ double gpt2_published_layout(const ModelPreset& p) {
          2 * h;
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-std::string refusal(const PlanArgs& args) {
+std::string preset_refusal(const PlanArgs& args) {
   const auto r = make_request(args);
   CHECK_FALSE(r.ok());
   return r.status.message();
@@ -114,10 +113,10 @@ TEST_CASE("presets: a request for a Llama gets its size and shape and no dtrain-
   CHECK(report.recommendation.trainer_args.empty());
   CHECK(contains(report.recommendation.spec_lines.back(), "dtrain-trainer runs GPT-2 only: run llama3-8b"));
   a.trainer_accounting = true;
-  CHECK(contains(refusal(a), "--trainer-accounting needs dtrain-trainer's model"));
+  CHECK(contains(preset_refusal(a), "--trainer-accounting needs dtrain-trainer's model"));
   a.trainer_accounting = false;
   a.seq_len = 8193;
-  CHECK(contains(refusal(a), "--seq-len 8193 is longer than llama3-8b's 8192 positions"));
+  CHECK(contains(preset_refusal(a), "--seq-len 8193 is longer than llama3-8b's 8192 positions"));
 }
 
 TEST_CASE("presets: a GPT-2 the trainer has no name for gets its shape flags") {
@@ -143,7 +142,7 @@ TEST_CASE("presets: tensor parallelism splits whole key/value heads") {
   a.gpus = 64;
   a.gpus_per_node = 16;
   a.tp = 16;
-  CHECK(contains(refusal(a), "--tp 16 does not divide the 8 key/value heads"));
+  CHECK(contains(preset_refusal(a), "--tp 16 does not divide the 8 key/value heads"));
   a.tp.reset();
   const auto r = make_request(a);
   REQUIRE_MESSAGE(r.ok(), r.status.message());
@@ -157,7 +156,7 @@ TEST_CASE("presets: a wrong name is refused with every known one") {
   PlanArgs a;
   a.model = "llama2-8b";
   a.gpus = 8;
-  const std::string message = refusal(a);
+  const std::string message = preset_refusal(a);
   CHECK(contains(message, "--model: unknown model preset 'llama2-8b'; known presets: "));
   for (const ModelPreset& p : model_presets()) {
     CAPTURE(p.name);

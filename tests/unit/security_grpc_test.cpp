@@ -18,6 +18,7 @@
 #include "agent/store/store.h"
 #include "dtrain/v1/store.grpc.pb.h"
 #include "tests/unit/temp_dir.h"
+#include "tests/unit/contains.h"
 
 using namespace std::chrono_literals;
 using dtrain::security::ClusterSecret;
@@ -31,8 +32,6 @@ constexpr char kRoundToken[] = "round-token-0";
 const std::string kHandshakeFailed =
     " failed: the peer's certificate is not signed by this cluster's CA, has expired, or the peer rejected ours; "
     "check both sides use the same secret dir and the clocks agree";
-
-bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
 
 // A cluster: its secret and a launcher identity derived from it.
 struct Cluster {

@@ -18,6 +18,7 @@
 #include "agent/security/identity.h"
 #include "agent/security/secret.h"
 #include "tests/unit/temp_dir.h"
+#include "tests/unit/contains.h"
 
 using namespace std::chrono_literals;
 using dtrain::security::ClusterSecret;
@@ -26,8 +27,6 @@ using dtrain::security::SecurityError;
 namespace fs = std::filesystem;
 
 namespace {
-
-bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
 
 unsigned mode_of(const std::string& path) {
   struct stat st{};

@@ -11,18 +11,18 @@ using namespace dtrain::spec;
 
 namespace {
 
-constexpr std::string_view kBase = R"(name: base
+constexpr std::string_view kOverrideBase = R"(name: base
 nodes:
   count: 2
 command: [python3, train.py]
 env: {A: "1"}
 )";
 
-Spec with(const std::vector<std::string>& overrides, std::string_view yaml = kBase) {
+Spec with(const std::vector<std::string>& overrides, std::string_view yaml = kOverrideBase) {
   return load_spec_string(yaml, "job.yaml", overrides);
 }
 
-std::vector<std::string> errors_with(const std::vector<std::string>& overrides, std::string_view yaml = kBase) {
+std::vector<std::string> errors_with(const std::vector<std::string>& overrides, std::string_view yaml = kOverrideBase) {
   try {
     with(overrides, yaml);
   } catch (const SpecError& e) {

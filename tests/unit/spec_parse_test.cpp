@@ -30,7 +30,7 @@ std::vector<std::string> errors_of(std::string_view yaml) {
   return {};
 }
 
-std::string only_error(std::string_view yaml) {
+std::string sole_error(std::string_view yaml) {
   const auto errors = errors_of(yaml);
   REQUIRE(errors.size() == 1);
   return errors.front();
@@ -142,19 +142,19 @@ TEST_CASE("static without count takes the number of agents") {
 }
 
 TEST_CASE("unknown key: position of the key, did-you-mean and the allowed keys") {
-  CHECK(only_error("name: x\ncommand: [a]\nnodes:\n  cuont: 2\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnodes:\n  cuont: 2\n") ==
         "job.yaml:4:3: nodes.cuont: unknown key. Did you mean 'nodes.count'? Allowed keys under nodes: provider, "
         "count, agents, hosts, rendezvous, interface, join_timeout_s, ssh_command, srun_command, remote_dtrain, topology");
-  CHECK(only_error("name: x\ncomand: [a]\n") ==
+  CHECK(sole_error("name: x\ncomand: [a]\n") ==
         "job.yaml:2:1: comand: unknown key. Did you mean 'command'? Allowed top-level keys: name, nodes, "
         "workers_per_node, command, shell, env, working_dir, restart, stop, health, logs, nccl, binding, gpu_isolation, observe");
   // A misspelt required key gets its did-you-mean and no "missing required key" on top.
   CHECK(errors_of("nmae: x\ncommand: [a]\n").size() == 1);
   // A key written at the wrong level is found in its section.
-  CHECK(only_error("name: x\ncommand: [a]\ngrace_s: 3\n").starts_with(
+  CHECK(sole_error("name: x\ncommand: [a]\ngrace_s: 3\n").starts_with(
       "job.yaml:3:1: grace_s: unknown key. Did you mean 'stop.grace_s'? Allowed top-level keys: name,"));
   // Nothing close: no suggestion, only the list.
-  CHECK(only_error("name: x\ncommand: [a]\nstop: {zzzzzz: 1}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nstop: {zzzzzz: 1}\n") ==
         "job.yaml:3:8: stop.zzzzzz: unknown key. Allowed keys under stop: grace_s");
 }
 
@@ -178,82 +178,82 @@ TEST_CASE("the diagnostic's fields are 1-based positions, the dotted key and a s
 }
 
 TEST_CASE("wrong types name what was expected and what was found, at the value") {
-  CHECK(only_error("name: x\ncommand: [a]\nrestart:\n  max_restarts: abc\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nrestart:\n  max_restarts: abc\n") ==
         "job.yaml:4:17: restart.max_restarts: expected an integer, got 'abc'.");
-  CHECK(only_error("name: x\ncommand: [a]\nstop: {grace_s: soon}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nstop: {grace_s: soon}\n") ==
         "job.yaml:3:17: stop.grace_s: expected a number of seconds, got 'soon'.");
-  CHECK(only_error("name: x\ncommand: [a]\nshell: yes\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nshell: yes\n") ==
         "job.yaml:3:8: shell: expected true or false, got 'yes'.");
-  CHECK(only_error("name: [a, b]\ncommand: [a]\n") == "job.yaml:1:7: name: expected a string, got a list.");
-  CHECK(only_error("name: x\ncommand: {a: b}\n") ==
+  CHECK(sole_error("name: [a, b]\ncommand: [a]\n") == "job.yaml:1:7: name: expected a string, got a list.");
+  CHECK(sole_error("name: x\ncommand: {a: b}\n") ==
         "job.yaml:2:10: command: expected a list of arguments, got a mapping. Example: command: [python3, train.py]");
-  CHECK(only_error("name: x\ncommand: [a]\nrestart: 3\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nrestart: 3\n") ==
         "job.yaml:3:10: restart: expected a mapping, got '3'. Keys under restart: max_restarts, backoff_s.");
-  CHECK(only_error("name: x\ncommand: [a]\nenv: [A=1]\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nenv: [A=1]\n") ==
         "job.yaml:3:6: env: expected a mapping of variable names to values, got a list. Example: env: "
         "{NCCL_DEBUG: INFO}");
-  CHECK(only_error("name: x\ncommand: [a]\nenv:\n  B:\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nenv:\n  B:\n") ==
         "job.yaml:4:3: env.B: expected a string, got nothing. Write B: \"\" for an empty value.");
-  CHECK(only_error("name: x\ncommand: [a]\nnodes: {count: abc}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnodes: {count: abc}\n") ==
         "job.yaml:3:16: nodes.count: expected an integer or MIN:MAX, got 'abc'. Examples: count: 2, count: 2:4");
-  CHECK(only_error("name: x\ncommand: [a]\nstop: {grace_s: .nan}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nstop: {grace_s: .nan}\n") ==
         "job.yaml:3:17: stop.grace_s: expected a number of seconds, got '.nan' (not a number).");
 }
 
 TEST_CASE("values outside a fixed set suggest the closest one") {
-  CHECK(only_error("name: x\ncommand: [a]\nnodes: {provider: locl}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnodes: {provider: locl}\n") ==
         "job.yaml:3:19: nodes.provider: expected local, static, ssh, slurm or join, got 'locl'. Did you mean 'local'?");
-  CHECK(only_error("name: x\ncommand: [a]\nbinding: autp\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nbinding: autp\n") ==
         "job.yaml:3:10: binding: expected auto or none, got 'autp'. Did you mean 'auto'?");
-  CHECK(only_error("name: x\ncommand: [a]\nworkers_per_node: gpus\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nworkers_per_node: gpus\n") ==
         "job.yaml:3:19: workers_per_node: expected an integer >= 1, gpu or cpu, got 'gpus'. Did you mean 'gpu'?");
-  CHECK(only_error("name: x\ncommand: [a]\nlogs:\n  console: al\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nlogs:\n  console: al\n") ==
         "job.yaml:4:12: logs.console: expected rank0, all, none or a list of ranks, got 'al'. Did you mean 'all'?");
-  CHECK(only_error("name: x\ncommand: [a]\nlogs:\n  console: rank3\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nlogs:\n  console: rank3\n") ==
         "job.yaml:4:12: logs.console: expected rank0, all, none or a list of ranks, got 'rank3'. To show rank 3 "
         "only, write console: [3].");
 }
 
 TEST_CASE("impossible values") {
-  CHECK(only_error("name: x\ncommand: [a]\nnodes:\n  count: -2\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnodes:\n  count: -2\n") ==
         "job.yaml:4:10: nodes.count: must be at least 1, got -2.");
-  CHECK(only_error("name: x\ncommand: [a]\nnodes:\n  provider: slurm\n  count: 3:2\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnodes:\n  provider: slurm\n  count: 3:2\n") ==
         "job.yaml:5:10: nodes.count: minimum 3 is greater than maximum 2. Write MIN:MAX with MIN <= MAX, e.g. 2:3.");
-  CHECK(only_error("name: x\ncommand: [a]\nnodes: {count: 1:4}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnodes: {count: 1:4}\n") ==
         "job.yaml:3:16: nodes.count: a range (MIN:MAX) needs provider static, join, ssh or slurm; provider local has a fixed "
         "number of nodes. Write count: N.");
-  CHECK(only_error("name: x\ncommand: [a]\nstop:\n  grace_s: -1\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nstop:\n  grace_s: -1\n") ==
         "job.yaml:4:12: stop.grace_s: must be >= 0, got -1. Use 0 to turn it off.");
-  CHECK(only_error("name: x\ncommand: [a]\nrestart: {max_restarts: -1}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nrestart: {max_restarts: -1}\n") ==
         "job.yaml:3:25: restart.max_restarts: must be >= 0, got -1.");
-  CHECK(only_error("name: x\ncommand: [a]\nworkers_per_node: 0\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nworkers_per_node: 0\n") ==
         "job.yaml:3:19: workers_per_node: must be at least 1, got 0. Use an integer >= 1, gpu (one per GPU) or cpu "
         "(one per CPU).");
-  CHECK(only_error("name: Tiny_GPT\ncommand: [a]\n") ==
+  CHECK(sole_error("name: Tiny_GPT\ncommand: [a]\n") ==
         "job.yaml:1:7: name: 'Tiny_GPT' is not a valid job name: use lowercase letters, digits and '-'. Did you "
         "mean 'tiny-gpt'?");
-  CHECK(only_error("name: x\ncommand: [a]\nlogs:\n  console: [0, -1]\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nlogs:\n  console: [0, -1]\n") ==
         "job.yaml:4:16: logs.console[1]: ranks are >= 0, got -1.");
-  CHECK(only_error("name: x\ncommand: [a]\nworkers_per_node: 2\nlogs:\n  console: [2]\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nworkers_per_node: 2\nlogs:\n  console: [2]\n") ==
         "job.yaml:5:13: logs.console[0]: rank 2 does not exist: the job has 2 ranks (0-1).");
-  CHECK(only_error("name: x\ncommand: [a]\nenv: {RANK: \"3\"}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nenv: {RANK: \"3\"}\n") ==
         "job.yaml:3:7: env.RANK: RANK is set by dtrain for every worker and cannot be overridden. Remove it; ranks, "
         "sizes and addresses follow from nodes and workers_per_node.");
   for (const char* name : {"DTRAIN_HEALTH_SOCKET", "DTRAIN_STACKS_FILE", "DTRAIN_HEALTH_INTERVAL_MS"}) {
     CAPTURE(name);
-    CHECK(only_error(std::string("name: x\ncommand: [a]\nenv: {") + name + ": \"/tmp/x\"}\n").find(
+    CHECK(sole_error(std::string("name: x\ncommand: [a]\nenv: {") + name + ": \"/tmp/x\"}\n").find(
               std::string(name) + " is set by dtrain for every worker and cannot be overridden") != std::string::npos);
   }
-  CHECK(only_error("name: x\ncommand: [a]\nnccl:\n  env: {NCCL-DEBUG: INFO}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnccl:\n  env: {NCCL-DEBUG: INFO}\n") ==
         "job.yaml:4:9: nccl.env.NCCL-DEBUG: 'NCCL-DEBUG' is not an environment variable name. Use letters, digits "
         "and '_', not starting with a digit.");
 }
 
 TEST_CASE("static provider: agents required, one per node, each host:port") {
-  CHECK(only_error("name: x\ncommand: [a]\nnodes:\n  provider: static\n  count: 2\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnodes:\n  provider: static\n  count: 2\n") ==
         "job.yaml:3:1: nodes.agents: provider static needs the address of every node's agent. Example: agents: "
         "[10.0.0.1:29400, 10.0.0.2:29400]");
-  CHECK(only_error("name: x\ncommand: [a]\nnodes:\n  provider: static\n  count: 2\n  agents: [a:1, b:2, c:3]\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnodes:\n  provider: static\n  count: 2\n  agents: [a:1, b:2, c:3]\n") ==
         "job.yaml:6:11: nodes.agents: 3 agents are listed but nodes.count is 2. List one agent per node, or leave "
         "out count (it defaults to the number of agents).");
   CHECK(errors_of("name: x\ncommand: [a]\nnodes:\n  provider: static\n  agents:\n    - node1\n    - 'n:99999'\n"
@@ -264,21 +264,21 @@ TEST_CASE("static provider: agents required, one per node, each host:port") {
             "job.yaml:7:7: nodes.agents[1]: 'n:99999' has a port outside 1-65535. Write host:port, e.g. node1:29400 "
             "or [fe80::1]:29400.",
             "job.yaml:9:7: nodes.agents[3]: 'node1:80' is listed twice. List each node's agent once."});
-  CHECK(only_error("name: x\ncommand: [a]\nnodes:\n  agents: [a:1]\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnodes:\n  agents: [a:1]\n") ==
         "job.yaml:4:11: nodes.agents: is only for provider static (provider is local). Remove agents, or set "
         "provider: static.");
 }
 
 TEST_CASE("command: empty, string without shell, list with shell") {
-  CHECK(only_error("name: x\ncommand: []\n") ==
+  CHECK(sole_error("name: x\ncommand: []\n") ==
         "job.yaml:2:10: command: is empty. Example: command: [python3, train.py]");
-  CHECK(only_error("name: x\ncommand: python3 train.py --lr 3\n") ==
+  CHECK(sole_error("name: x\ncommand: python3 train.py --lr 3\n") ==
         "job.yaml:2:10: command: a single string needs shell: true. Write it as a list, command: [python3, "
         "train.py, --lr, 3], or add 'shell: true' to run it with /bin/sh -c.");
-  CHECK(only_error("name: x\ncommand: [python3, train.py]\nshell: true\n") ==
+  CHECK(sole_error("name: x\ncommand: [python3, train.py]\nshell: true\n") ==
         "job.yaml:2:10: command: with shell: true, command must be one string, got a list of 2. Write it as one "
         "string: command: \"python3 train.py\"");
-  CHECK(only_error("name: x\ncommand: ['', a]\n") ==
+  CHECK(sole_error("name: x\ncommand: ['', a]\n") ==
         "job.yaml:2:11: command[0]: the program to run is empty. Example: command: [python3, train.py]");
   // A one-element list with shell is the same as the string.
   CHECK(load_spec_string("name: x\ncommand: [echo hi]\nshell: true\n", "j", {}).command.size() == 1);
@@ -323,18 +323,18 @@ restart:
 }
 
 TEST_CASE("repeated keys, non-mapping documents and several documents are refused") {
-  CHECK(only_error("name: x\ncommand: [a]\nname: y\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nname: y\n") ==
         "job.yaml:3:1: name: repeated key; each key may appear once. Remove one of them.");
-  CHECK(only_error("- a\n- b\n") ==
+  CHECK(sole_error("- a\n- b\n") ==
         "job.yaml:1:1: the spec must be a mapping of keys, got a list. Start with e.g. 'name: tiny-gpt' and "
         "'command: [python3, train.py]'.");
-  CHECK(only_error("name: x\ncommand: [a]\n---\nname: y\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\n---\nname: y\n") ==
         "job.yaml:4:1: a spec is one YAML document, this file has 2. Remove the '---' separators, or split the jobs "
         "into separate files.");
 }
 
 TEST_CASE("YAML syntax errors carry their position") {
-  CHECK(only_error("name: x\ncommand: [a]\nnodes:\n  count: 2\n   bad: 3\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnodes:\n  count: 2\n   bad: 3\n") ==
         "job.yaml:5:7: invalid YAML: illegal map value. Check the indentation and quoting here and on the line "
         "before.");
   const auto d = [] {
@@ -421,12 +421,12 @@ TEST_CASE("validate checks a spec built in code, naming its source") {
 }
 
 TEST_CASE("provider join needs a rendezvous address; rendezvous belongs to join only; static may be elastic") {
-  CHECK(only_error("name: x\ncommand: [a]\nnodes: {provider: join, count: 2}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnodes: {provider: join, count: 2}\n") ==
         "job.yaml:3:1: nodes.rendezvous: provider join needs the host:port the launcher listens on for agents. "
         "Example: rendezvous: 10.0.0.1:29500 (agents run `dtrain agent --join 10.0.0.1:29500`)");
-  CHECK(only_error("name: x\ncommand: [a]\nnodes: {provider: join, count: 2, rendezvous: h}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnodes: {provider: join, count: 2, rendezvous: h}\n") ==
         "job.yaml:3:47: nodes.rendezvous: 'h' has no port. Write host:port, e.g. 10.0.0.1:29500.");
-  CHECK(only_error("name: x\ncommand: [a]\nnodes: {count: 2, rendezvous: 'h:1'}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnodes: {count: 2, rendezvous: 'h:1'}\n") ==
         "job.yaml:3:31: nodes.rendezvous: is only for providers join, ssh and slurm (provider is local). Remove "
         "rendezvous, or set provider: join.");
   auto spec = dtrain::spec::load_spec_string(
@@ -438,7 +438,7 @@ TEST_CASE("provider join needs a rendezvous address; rendezvous belongs to join 
   auto elastic = dtrain::spec::load_spec_string(
       "name: x\ncommand: [a]\nnodes: {provider: static, count: '1:2', agents: ['a:1', 'b:2']}\n", "job.yaml", {});
   CHECK(elastic.nodes.min_count == 1);
-  CHECK(only_error("name: x\ncommand: [a]\nnodes: {provider: static, count: '1:3', agents: ['a:1', 'b:2']}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnodes: {provider: static, count: '1:3', agents: ['a:1', 'b:2']}\n") ==
         "job.yaml:3:49: nodes.agents: 2 agents are listed but nodes.count is at most 3. List one agent per node, or "
         "leave out count (it defaults to the number of agents).");
 }
@@ -460,22 +460,22 @@ TEST_CASE("provider ssh: hosts in node-rank order, count from them, ssh command 
   CHECK(alice->port == 2222);
   CHECK_FALSE(dtrain::spec::parse_ssh_host("node 2"));
 
-  CHECK(only_error("name: x\ncommand: [a]\nnodes: {provider: ssh, count: 2}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnodes: {provider: ssh, count: 2}\n") ==
         "job.yaml:3:1: nodes.hosts: provider ssh needs the hosts to start agents on. Example: hosts: [node1, node2] "
         "(the launcher runs `ssh node1 dtrain agent --join ...`)");
-  CHECK(only_error("name: x\ncommand: [a]\nnodes: {provider: ssh, hosts: [a, 'b:99999']}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnodes: {provider: ssh, hosts: [a, 'b:99999']}\n") ==
         "job.yaml:3:35: nodes.hosts[1]: 'b:99999' has an ssh port outside 1-65535. Write host, user@host or "
         "host:ssh_port, e.g. alice@node2:2222.");
-  CHECK(only_error("name: x\ncommand: [a]\nnodes: {provider: ssh, hosts: [a, a]}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnodes: {provider: ssh, hosts: [a, a]}\n") ==
         "job.yaml:3:35: nodes.hosts[1]: 'a' is listed twice. List each host once; run more workers with "
         "workers_per_node.");
-  CHECK(only_error("name: x\ncommand: [a]\nnodes: {provider: ssh, count: 3, hosts: [a, b]}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnodes: {provider: ssh, count: 3, hosts: [a, b]}\n") ==
         "job.yaml:3:41: nodes.hosts: 2 hosts are listed but nodes.count is 3. List one host per node, or leave out "
         "count (it defaults to the number of hosts).");
-  CHECK(only_error("name: x\ncommand: [a]\nnodes: {hosts: [a]}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnodes: {hosts: [a]}\n") ==
         "job.yaml:3:16: nodes.hosts: is only for provider ssh (provider is local). Remove hosts, or set provider: "
         "ssh.");
-  CHECK(only_error("name: x\ncommand: [a]\nnodes: {provider: ssh, hosts: [a], ssh_command: []}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnodes: {provider: ssh, hosts: [a], ssh_command: []}\n") ==
         "job.yaml:3:49: nodes.ssh_command: is empty. Example: ssh_command: [ssh, -o, BatchMode=yes]");
   // Elastic: at most one node per host.
   spec = dtrain::spec::load_spec_string(
@@ -495,7 +495,7 @@ TEST_CASE("provider slurm: no count means the whole allocation; srun command") {
       {});
   CHECK(spec.nodes.max_count == 4);
   CHECK(spec.nodes.srun_command == std::vector<std::string>{"srun", "-p", "gpu"});
-  CHECK(only_error("name: x\ncommand: [a]\nnodes: {remote_dtrain: /x}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnodes: {remote_dtrain: /x}\n") ==
         "job.yaml:3:24: nodes.remote_dtrain: is only for providers ssh and slurm (provider is local). Remove "
         "remote_dtrain.");
 }
@@ -504,19 +504,19 @@ TEST_CASE("limits: counts, world size and name length are bounded, naming the ke
   CHECK(errors_of("name: x\ncommand: [a]\nnodes:\n  count: 65536\nworkers_per_node: 65536\n") ==
         std::vector<std::string>{"job.yaml:4:10: nodes.count: must be at most 4096 nodes, got 65536.",
                                  "job.yaml:5:19: workers_per_node: must be at most 1024, got 65536."});
-  CHECK(only_error("name: x\ncommand: [a]\nnodes: {count: 100000}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnodes: {count: 100000}\n") ==
         "job.yaml:3:16: nodes.count: must be at most 4096 nodes, got 100000.");
-  CHECK(only_error("name: x\ncommand: [a]\nnodes: {provider: join, count: '1:5000', rendezvous: 'h:1'}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnodes: {provider: join, count: '1:5000', rendezvous: 'h:1'}\n") ==
         "job.yaml:3:32: nodes.count: must be at most 4096 nodes, got 5000.");
-  CHECK(only_error("name: x\ncommand: [a]\nworkers_per_node: 2147483647\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nworkers_per_node: 2147483647\n") ==
         "job.yaml:3:19: workers_per_node: must be at most 1024, got 2147483647.");
-  CHECK(only_error("name: x\ncommand: [a]\nnodes: {count: 4096}\nworkers_per_node: 17\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnodes: {count: 4096}\nworkers_per_node: 17\n") ==
         "job.yaml:4:19: workers_per_node: 17 workers on each of 4096 nodes make 69632 ranks; a job has at most "
         "65536. Lower workers_per_node or nodes.count.");
-  CHECK(only_error("name: x\ncommand: [a]\nrestart: {max_restarts: 10001}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nrestart: {max_restarts: 10001}\n") ==
         "job.yaml:3:25: restart.max_restarts: must be at most 10000, got 10001.");
   const std::string long_name(300, 'a');
-  CHECK(only_error("name: " + long_name + "\ncommand: [a]\n") ==
+  CHECK(sole_error("name: " + long_name + "\ncommand: [a]\n") ==
         "job.yaml:1:7: name: is 300 characters long; a job name has at most 128 (it names the job's log directory). "
         "Shorten it, e.g. '" + std::string(32, 'a') + "'.");
   // The largest allowed sizes load.
@@ -529,11 +529,11 @@ TEST_CASE("limits: counts, world size and name length are bounded, naming the ke
 }
 
 TEST_CASE("limits: every duration is at most 7 days, so its milliseconds cannot wrap") {
-  CHECK(only_error("name: x\ncommand: [a]\nstop: {grace_s: 1e300}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nstop: {grace_s: 1e300}\n") ==
         "job.yaml:3:17: stop.grace_s: must be at most 604800 seconds (7 days), got 1e+300. Use 0 to turn it off.");
-  CHECK(only_error("name: x\ncommand: [a]\nstop: {grace_s: 4294967.3}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nstop: {grace_s: 4294967.3}\n") ==
         "job.yaml:3:17: stop.grace_s: must be at most 604800 seconds (7 days), got 4294967.3. Use 0 to turn it off.");
-  CHECK(only_error("name: x\ncommand: [a]\nhealth: {node_timeout_s: 1e20}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nhealth: {node_timeout_s: 1e20}\n") ==
         "job.yaml:3:26: health.node_timeout_s: must be at most 604800 seconds (7 days), got 1e+20. Use 0 to turn it "
         "off.");
   for (const std::string key : {"restart.backoff_s", "health.heartbeat_timeout_s", "health.hang_timeout_s",
@@ -542,11 +542,11 @@ TEST_CASE("limits: every duration is at most 7 days, so its milliseconds cannot 
     const std::string yaml = "name: x\ncommand: [a]\n" + key.substr(0, dot) + ": {" + key.substr(dot + 1) +
                              ": 604801}\n";
     CAPTURE(key);
-    CHECK(only_error(yaml).find(key + ": must be at most 604800 seconds (7 days), got 604801.") != std::string::npos);
+    CHECK(sole_error(yaml).find(key + ": must be at most 604800 seconds (7 days), got 604801.") != std::string::npos);
   }
-  CHECK(only_error("name: x\ncommand: [a]\nnodes: {join_timeout_s: 1e9}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnodes: {join_timeout_s: 1e9}\n") ==
         "job.yaml:3:25: nodes.join_timeout_s: must be at most 604800 seconds (7 days), got 1e+09.");
-  CHECK(only_error("name: x\ncommand: [a]\nnodes: {join_timeout_s: 0}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nnodes: {join_timeout_s: 0}\n") ==
         "job.yaml:3:25: nodes.join_timeout_s: must be > 0, got 0.");
   const Spec week = load_spec_string("name: x\ncommand: [a]\nstop: {grace_s: 604800}\n", "job.yaml", {});
   CHECK(week.stop.grace_s == 604800);
@@ -565,19 +565,19 @@ TEST_CASE("duration_ms: checked conversion, rounded so a positive duration never
 }
 
 TEST_CASE("a NUL byte in an argument, a variable or a path is refused, not cut short") {
-  CHECK(only_error("name: x\ncommand: [a, \"b\\0c\"]\n") ==
+  CHECK(sole_error("name: x\ncommand: [a, \"b\\0c\"]\n") ==
         "job.yaml:2:14: command[1]: contains a NUL byte (\\0), which no argument, variable or path can hold. Remove "
         "the \\0 from the value.");
-  CHECK(only_error("name: x\ncommand: [a]\nenv: {FOO: \"x\\0y\"}\n") ==
+  CHECK(sole_error("name: x\ncommand: [a]\nenv: {FOO: \"x\\0y\"}\n") ==
         "job.yaml:3:7: env.FOO: contains a NUL byte (\\0), which no argument, variable or path can hold. Remove the "
         "\\0 from the value.");
-  CHECK(only_error("name: x\ncommand: [a]\nnccl: {env: {NCCL_DEBUG: \"\\0\"}}\n").starts_with(
+  CHECK(sole_error("name: x\ncommand: [a]\nnccl: {env: {NCCL_DEBUG: \"\\0\"}}\n").starts_with(
       "job.yaml:3:14: nccl.env.NCCL_DEBUG: contains a NUL byte"));
-  CHECK(only_error("name: x\ncommand: [a]\nworking_dir: \"/tmp\\0/x\"\n").starts_with(
+  CHECK(sole_error("name: x\ncommand: [a]\nworking_dir: \"/tmp\\0/x\"\n").starts_with(
       "job.yaml:3:14: working_dir: contains a NUL byte"));
-  CHECK(only_error("name: x\ncommand: [a]\nlogs: {dir: \"runs\\0\"}\n").starts_with(
+  CHECK(sole_error("name: x\ncommand: [a]\nlogs: {dir: \"runs\\0\"}\n").starts_with(
       "job.yaml:3:13: logs.dir: contains a NUL byte"));
-  CHECK(only_error("name: x\ncommand: \"echo \\0\"\nshell: true\n").starts_with("job.yaml:2:10: command"));
+  CHECK(sole_error("name: x\ncommand: \"echo \\0\"\nshell: true\n").starts_with("job.yaml:2:10: command"));
   Spec s;
   s.source = "dtrain run";
   s.name = "run";
@@ -593,8 +593,8 @@ TEST_CASE("a NUL byte in an argument, a variable or a path is refused, not cut s
 TEST_CASE("text on which yaml-cpp's LoadAll never returns is a syntax error") {
   // Found by fuzzing (tests/fuzz/spec_reader.cpp): a ',' where a document starts made YAML::LoadAll add empty
   // documents forever, until the launcher ran out of memory.
-  CHECK(only_error(",") ==
+  CHECK(sole_error(",") ==
         "job.yaml:1:1: invalid YAML: ',' cannot start a document. Check the indentation and quoting here and on the "
         "line before.");
-  CHECK(only_error("name: x\ncommand: [a]\n---\n,\n").starts_with("job.yaml:4:1: invalid YAML: ',' cannot start"));
+  CHECK(sole_error("name: x\ncommand: [a]\n---\n,\n").starts_with("job.yaml:4:1: invalid YAML: ',' cannot start"));
 }

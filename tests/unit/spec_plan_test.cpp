@@ -22,7 +22,7 @@ std::vector<unsigned> range(unsigned from, unsigned to) {
   return out;
 }
 
-NodeInfo node(std::string name, std::string host_id, unsigned ncpus, unsigned gpus = 0) {
+NodeInfo node_info(std::string name, std::string host_id, unsigned ncpus, unsigned gpus = 0) {
   NodeInfo n;
   n.hostname = name;
   n.host_id = std::move(host_id);
@@ -67,7 +67,8 @@ restart: {max_restarts: 3}
 }  // namespace
 
 TEST_CASE("2 nodes x 4 workers: ranks and the complete torchrun-compatible environment") {
-  const Plan plan = make_plan(spec_of(kTwoByFour), {node("node1", "h1", 8), node("node2", "h2", 8)}, round_info());
+  const Plan plan =
+      make_plan(spec_of(kTwoByFour), {node_info("node1", "h1", 8), node_info("node2", "h2", 8)}, round_info());
   CHECK(plan.world_size == 8);
   CHECK(plan.nnodes == 2);
   CHECK(plan.workers_per_node == 4);
@@ -122,7 +123,7 @@ TEST_CASE("a dry run shows what is reserved at launch, and MASTER_ADDR defaults 
   RoundInfo r;
   r.job_id = "job-1";
   r.attempt_dir = "/runs/job-1/attempt_0";
-  const Plan plan = make_plan(spec_of(kTwoByFour), {node("node1", "h1", 8), node("node2", "h2", 8)}, r);
+  const Plan plan = make_plan(spec_of(kTwoByFour), {node_info("node1", "h1", 8), node_info("node2", "h2", 8)}, r);
   const Env& env = plan.workers[5].env;
   CHECK(env.at("MASTER_ADDR") == "10.0.0.1");
   CHECK(env.at("MASTER_PORT") == "<reserved at launch>");
@@ -138,7 +139,7 @@ env: {NCCL_SOCKET_IFNAME: eth9, NCCL_DEBUG: WARN, OMP_NUM_THREADS: "7", TORCH_NC
 nccl:
   env: {NCCL_DEBUG: INFO, NCCL_IB_HCA: "=mlx5_0", NCCL_NET_GDR_LEVEL: PHB}
 )");
-  NodeInfo n = node("node1", "h1", 4);
+  NodeInfo n = node_info("node1", "h1", 4);
   n.tuned_env = {{"NCCL_IB_HCA", "=mlx5_1"}, {"NCCL_MIN_NCHANNELS", "4"}};
   const Plan plan = make_plan(s, {n, n}, round_info());
   const Env& env = plan.workers[1].env;
@@ -155,12 +156,12 @@ nccl:
 }
 
 TEST_CASE("automatic tuning: loopback for local jobs, nodes.interface, nothing with nccl.auto false") {
-  const std::vector<NodeInfo> local = {node("node1", "h", 4)};
+  const std::vector<NodeInfo> local = {node_info("node1", "h", 4)};
   const Env auto_env = make_plan(spec_of("name: j\ncommand: [a]\n"), local, round_info()).workers[0].env;
   CHECK(auto_env.at("NCCL_SOCKET_IFNAME") == "lo");
   CHECK(auto_env.at("GLOO_SOCKET_IFNAME") == "lo");
 
-  NodeInfo tuned = node("node1", "h", 4);
+  NodeInfo tuned = node_info("node1", "h", 4);
   tuned.tuned_env = {{"NCCL_IB_HCA", "=mlx5_0"}};
   const Env off = make_plan(spec_of("name: j\ncommand: [a]\nnccl: {auto: false}\n"), {tuned}, round_info())
                       .workers[0]
@@ -181,7 +182,7 @@ TEST_CASE("automatic tuning: loopback for local jobs, nodes.interface, nothing w
 
 TEST_CASE("deprecated NCCL_ASYNC_ERROR_HANDLING is translated, with a warning") {
   const Plan plan = make_plan(spec_of("name: j\ncommand: [a]\nenv: {NCCL_ASYNC_ERROR_HANDLING: \"0\"}\n"),
-                              {node("node1", "h", 2)}, round_info());
+                              {node_info("node1", "h", 2)}, round_info());
   const Env& env = plan.workers[0].env;
   CHECK(env.count("NCCL_ASYNC_ERROR_HANDLING") == 0);
   CHECK(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "0");
@@ -192,7 +193,7 @@ TEST_CASE("deprecated NCCL_ASYNC_ERROR_HANDLING is translated, with a warning") 
 
   const Plan both = make_plan(spec_of("name: j\ncommand: [a]\nenv: {TORCH_NCCL_ASYNC_ERROR_HANDLING: \"2\"}\n"
                                       "nccl: {env: {NCCL_ASYNC_ERROR_HANDLING: \"0\"}}\n"),
-                              {node("node1", "h", 2)}, round_info());
+                              {node_info("node1", "h", 2)}, round_info());
   CHECK(both.workers[0].env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "2");
   CHECK(both.workers[0].env.count("NCCL_ASYNC_ERROR_HANDLING") == 0);
   CHECK(both.warnings == std::vector<std::string>{
@@ -203,7 +204,7 @@ TEST_CASE("deprecated NCCL_ASYNC_ERROR_HANDLING is translated, with a warning") 
 
 TEST_CASE("deprecated TORCH_NCCL_AVOID_RECORD_STREAMS is kept, with an explanation") {
   const Spec s = spec_of("name: j\ncommand: [a]\nnccl: {env: {TORCH_NCCL_AVOID_RECORD_STREAMS: \"1\"}}\n");
-  const Plan plan = make_plan(s, {node("node1", "h", 2)}, round_info());
+  const Plan plan = make_plan(s, {node_info("node1", "h", 2)}, round_info());
   CHECK(plan.workers[0].env.at("TORCH_NCCL_AVOID_RECORD_STREAMS") == "1");
   REQUIRE(plan.warnings.size() == 1);
   CHECK(plan.warnings[0] ==
@@ -213,7 +214,7 @@ TEST_CASE("deprecated TORCH_NCCL_AVOID_RECORD_STREAMS is kept, with an explanati
 }
 
 TEST_CASE("binding: 8 workers on 2 CPUs are pinned round-robin with OMP_NUM_THREADS=1") {
-  const Plan plan = make_plan(spec_of("name: j\ncommand: [a]\nworkers_per_node: 8\n"), {node("node1", "h", 2)},
+  const Plan plan = make_plan(spec_of("name: j\ncommand: [a]\nworkers_per_node: 8\n"), {node_info("node1", "h", 2)},
                               round_info());
   CHECK(cpus_of(plan) == std::vector<std::vector<unsigned>>{{0}, {1}, {0}, {1}, {0}, {1}, {0}, {1}});
   CHECK(omp_of(plan) == std::vector<std::string>(8, "1"));
@@ -223,7 +224,7 @@ TEST_CASE("binding: 8 workers on 2 CPUs are pinned round-robin with OMP_NUM_THRE
 }
 
 TEST_CASE("binding: 4 workers on 16 CPUs in 2 NUMA nodes get blocks of 4 within a NUMA node") {
-  NodeInfo n = node("node1", "h", 16);
+  NodeInfo n = node_info("node1", "h", 16);
   for (unsigned c = 0; c < 16; ++c) n.cpu_numa.push_back(static_cast<int>(c % 2));  // even CPUs on node 0
   const Plan plan = make_plan(spec_of("name: j\ncommand: [a]\nworkers_per_node: 4\n"), {n}, round_info());
   CHECK(cpus_of(plan) == std::vector<std::vector<unsigned>>{
@@ -233,54 +234,55 @@ TEST_CASE("binding: 4 workers on 16 CPUs in 2 NUMA nodes get blocks of 4 within 
 
 TEST_CASE("binding: two simulated nodes on one host split its CPUs; the remainder goes to the first blocks") {
   const Spec s = spec_of("name: j\nnodes: {count: 2}\ncommand: [a]\nworkers_per_node: 2\n");
-  const Plan plan = make_plan(s, {node("node1", "same", 10), node("node2", "same", 10)}, round_info());
+  const Plan plan = make_plan(s, {node_info("node1", "same", 10), node_info("node2", "same", 10)}, round_info());
   CHECK(cpus_of(plan) == std::vector<std::vector<unsigned>>{{0, 1, 2}, {3, 4, 5}, {6, 7}, {8, 9}});
   CHECK(omp_of(plan) == std::vector<std::string>{"3", "3", "2", "2"});
   // Different machines: each node's workers share only that node's CPUs.
-  const Plan apart = make_plan(s, {node("node1", "h1", 10), node("node2", "h2", 10)}, round_info());
+  const Plan apart = make_plan(s, {node_info("node1", "h1", 10), node_info("node2", "h2", 10)}, round_info());
   CHECK(cpus_of(apart) == std::vector<std::vector<unsigned>>{{0, 1, 2, 3, 4}, {5, 6, 7, 8, 9},
                                                              {0, 1, 2, 3, 4}, {5, 6, 7, 8, 9}});
 }
 
 TEST_CASE("binding none: nobody pinned, OMP_NUM_THREADS is the share of the CPUs") {
   const Spec s = spec_of("name: j\ncommand: [a]\nworkers_per_node: 4\nbinding: none\n");
-  const Plan plan = make_plan(s, {node("node1", "h", 16)}, round_info());
+  const Plan plan = make_plan(s, {node_info("node1", "h", 16)}, round_info());
   CHECK(cpus_of(plan) == std::vector<std::vector<unsigned>>(4));
   CHECK(omp_of(plan) == std::vector<std::string>(4, "4"));
-  const Plan crowded = make_plan(s, {node("node1", "h", 2)}, round_info());
+  const Plan crowded = make_plan(s, {node_info("node1", "h", 2)}, round_info());
   CHECK(omp_of(crowded) == std::vector<std::string>(4, "1"));
 }
 
 TEST_CASE("workers_per_node gpu and cpu resolve per node, and must agree") {
   const Spec gpu = spec_of("name: j\nnodes: {provider: slurm, count: 2}\ncommand: [a]\nworkers_per_node: gpu\n");
-  const Plan plan = make_plan(gpu, {node("node1", "h1", 32, 8), node("node2", "h2", 32, 8)}, round_info());
+  const Plan plan = make_plan(gpu, {node_info("node1", "h1", 32, 8), node_info("node2", "h2", 32, 8)}, round_info());
   CHECK(plan.workers_per_node == 8);
   CHECK(plan.world_size == 16);
   CHECK(plan.workers[9].env.at("LOCAL_WORLD_SIZE") == "8");
   CHECK(plan.workers[9].cpus == std::vector<unsigned>{4, 5, 6, 7});
 
-  CHECK_THROWS_WITH_AS(make_plan(gpu, {node("node1", "h1", 8, 8), node("node2", "h2", 8, 0)}, round_info()),
+  CHECK_THROWS_WITH_AS(make_plan(gpu, {node_info("node1", "h1", 8, 8), node_info("node2", "h2", 8, 0)}, round_info()),
                        "workers_per_node: gpu but node 1 (node2) has no GPU; use an integer", PlanError);
-  CHECK_THROWS_WITH_AS(make_plan(gpu, {node("node1", "h1", 8, 8), node("node2", "h2", 8, 4)}, round_info()),
+  CHECK_THROWS_WITH_AS(make_plan(gpu, {node_info("node1", "h1", 8, 8), node_info("node2", "h2", 8, 4)}, round_info()),
                        "workers_per_node: gpu gives a different number of workers per node (node 0 (node1) has 8 "
                        "GPUs, node 1 (node2) has 4 GPUs); every node must run the same number: use an integer, e.g. "
                        "workers_per_node: 4",
                        PlanError);
 
   const Spec cpu = spec_of("name: j\ncommand: [a]\nworkers_per_node: cpu\n");
-  const Plan per_cpu = make_plan(cpu, {node("node1", "h", 3)}, round_info());
+  const Plan per_cpu = make_plan(cpu, {node_info("node1", "h", 3)}, round_info());
   CHECK(per_cpu.workers_per_node == 3);
   CHECK(cpus_of(per_cpu) == std::vector<std::vector<unsigned>>{{0}, {1}, {2}});
   CHECK(omp_of(per_cpu) == std::vector<std::string>(3, "1"));
 }
 
 TEST_CASE("the number of nodes must match nodes.count") {
-  CHECK_THROWS_WITH_AS(make_plan(spec_of(kTwoByFour), {node("node1", "h1", 8)}, round_info()),
+  CHECK_THROWS_WITH_AS(make_plan(spec_of(kTwoByFour), {node_info("node1", "h1", 8)}, round_info()),
                        "the job needs 2 nodes (nodes.count) but 1 joined", PlanError);
   const Spec elastic = spec_of("name: j\nnodes: {provider: slurm, count: 2:4}\ncommand: [a]\n");
-  CHECK(make_plan(elastic, {node("node1", "h1", 2), node("node2", "h2", 2), node("node3", "h3", 2)}, round_info())
+  CHECK(make_plan(elastic, {node_info("node1", "h1", 2), node_info("node2", "h2", 2), node_info("node3", "h3", 2)},
+                  round_info())
             .nnodes == 3);
-  CHECK_THROWS_WITH_AS(make_plan(elastic, {node("node1", "h1", 2)}, round_info()),
+  CHECK_THROWS_WITH_AS(make_plan(elastic, {node_info("node1", "h1", 2)}, round_info()),
                        "the job needs between 2 and 4 nodes (nodes.count) but 1 joined", PlanError);
 }
 
@@ -289,7 +291,7 @@ TEST_CASE("console filters choose which ranks stream to the launcher") {
     const Spec s = spec_of("name: j\ncommand: [a]\nworkers_per_node: 4\nlogs: {console: " + std::string(console) +
                            "}\n");
     std::vector<unsigned> out;
-    for (const auto& w : make_plan(s, {node("node1", "h", 4)}, round_info()).workers) {
+    for (const auto& w : make_plan(s, {node_info("node1", "h", 4)}, round_info()).workers) {
       CHECK(w.stream_stdout == w.stream_stderr);
       if (w.stream_stdout) out.push_back(w.rank);
     }
@@ -302,7 +304,7 @@ TEST_CASE("console filters choose which ranks stream to the launcher") {
 
   // With a world size known only at plan time, a rank that does not exist is a warning.
   const Spec gpu = spec_of("name: j\ncommand: [a]\nworkers_per_node: gpu\nlogs: {console: [1, 9]}\n");
-  const Plan plan = make_plan(gpu, {node("node1", "h", 4, 2)}, round_info());
+  const Plan plan = make_plan(gpu, {node_info("node1", "h", 4, 2)}, round_info());
   CHECK(plan.workers[1].stream_stdout);
   CHECK(plan.warnings ==
         std::vector<std::string>{"logs.console lists rank 9, but the job has 2 ranks; it is ignored"});
@@ -310,14 +312,14 @@ TEST_CASE("console filters choose which ranks stream to the launcher") {
 
 TEST_CASE("shell: true runs the string through /bin/sh -c; working_dir is passed as given") {
   const Spec s = spec_of("name: j\ncommand: \"python3 train.py | tee out\"\nshell: true\nworking_dir: /work/x\n");
-  const WorkerPlan w = make_plan(s, {node("node1", "h", 2)}, round_info()).workers[0];
+  const WorkerPlan w = make_plan(s, {node_info("node1", "h", 2)}, round_info()).workers[0];
   CHECK(w.argv == std::vector<std::string>{"/bin/sh", "-c", "python3 train.py | tee out"});
   CHECK(w.working_dir == "/work/x");
 }
 
 TEST_CASE("render_plan: one block per rank with its placement, argv and full sorted env") {
   const Spec s = spec_of(kTwoByFour);
-  const Plan plan = make_plan(s, {node("node1", "h1", 8), node("node2", "h2", 8)}, round_info());
+  const Plan plan = make_plan(s, {node_info("node1", "h1", 8), node_info("node2", "h2", 8)}, round_info());
   const std::string text = render_plan(s, plan);
   CHECK(text.starts_with("job job: 2 nodes x 4 workers = 8 ranks (provider static, binding auto, max restarts 3)\n"));
   for (const auto& w : plan.workers) {
@@ -352,7 +354,7 @@ TEST_CASE("render_plan quotes arguments for the shell and lists the warnings") {
                          "env: {NCCL_ASYNC_ERROR_HANDLING: \"1\"}\n");
   RoundInfo dry;
   dry.job_id = "j-1";
-  const std::string text = render_plan(s, make_plan(s, {node("node1", "h", 2)}, dry));
+  const std::string text = render_plan(s, make_plan(s, {node_info("node1", "h", 2)}, dry));
   CHECK(text.find("  argv:        python3 -c 'print('\\''hi there'\\'')'\n") != std::string::npos);
   CHECK(text.find("\nwarning: env: NCCL_ASYNC_ERROR_HANDLING is deprecated") != std::string::npos);
   CHECK(text.find("\nwarning: host node1: 3 workers share 2 CPUs") != std::string::npos);
@@ -364,11 +366,11 @@ TEST_CASE("sizes are checked in 64 bits: a plan that would wrap or exceed the li
   // 65536 x 65536 wrapped to 0 ranks in 32 bits; the spec would be refused by validate, make_plan refuses it too.
   Spec spec = spec_of("name: x\ncommand: [a]\n");
   spec.workers_per_node.count = 65536;
-  CHECK_THROWS_WITH_AS(make_plan(spec, {node("node1", "h1", 2)}, round_info()),
+  CHECK_THROWS_WITH_AS(make_plan(spec, {node_info("node1", "h1", 2)}, round_info()),
                        "workers_per_node must be 1 to 1024, got 65536", PlanError);
   // gpu/cpu resolve on the nodes: a node with more CPUs than a node may run workers.
   Spec cpu = spec_of("name: x\ncommand: [a]\nworkers_per_node: cpu\n");
-  CHECK_THROWS_WITH_AS(make_plan(cpu, {node("node1", "h1", 2000)}, round_info()),
+  CHECK_THROWS_WITH_AS(make_plan(cpu, {node_info("node1", "h1", 2000)}, round_info()),
                        "workers_per_node: cpu gives 2000 workers on node 0 (node1); a node runs at most 1024: use an "
                        "integer", PlanError);
   // 1024 per node on 65 nodes is more ranks than a job may have.
@@ -378,7 +380,9 @@ TEST_CASE("sizes are checked in 64 bits: a plan that would wrap or exceed the li
     return list;
   }() + "]}\nworkers_per_node: gpu\n");
   std::vector<NodeInfo> nodes;
-  for (int i = 0; i < 65; ++i) nodes.push_back(node("node" + std::to_string(i % 10), "h" + std::to_string(i), 1, 1024));
+  for (int i = 0; i < 65; ++i) {
+    nodes.push_back(node_info("node" + std::to_string(i % 10), "h" + std::to_string(i), 1, 1024));
+  }
   CHECK_THROWS_WITH_AS(make_plan(gpu, nodes, round_info()),
                        "1024 workers on each of 65 nodes make 66560 ranks; a job has at most 65536: lower "
                        "workers_per_node or nodes.count", PlanError);

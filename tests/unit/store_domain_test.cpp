@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "agent/store/store.h"
+#include "tests/unit/contains.h"
 
 using namespace std::chrono_literals;
 using dtrain::store::Result;
@@ -44,8 +45,6 @@ template <class T>
 bool ready(std::future<T>& future, std::chrono::milliseconds within = 0ms) {
   return future.wait_for(within) == std::future_status::ready;
 }
-
-bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
 
 struct Fixture {
   Store store;

@@ -19,6 +19,7 @@
 #include "agent/store/testing/in_process_store.h"
 #include "dtrain/v1/store.grpc.pb.h"
 #include "tests/unit/eventually.h"
+#include "tests/unit/contains.h"
 
 using namespace std::chrono_literals;
 using dtrain::store::StoreClient;
@@ -28,9 +29,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr char kToken[] = "0123456789abcdef-round-0";
-
-bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
+constexpr char kGrpcToken[] = "0123456789abcdef-round-0";
 
 int process_threads() {
   std::ifstream status("/proc/self/status");
@@ -42,9 +41,11 @@ int process_threads() {
 }
 
 struct Server : dtrain::store::testing::InProcessStore {
-  explicit Server(dtrain::store::StoreLimits limits = {}) : InProcessStore(kToken, limits) {}
+  explicit Server(dtrain::store::StoreLimits limits = {}) : InProcessStore(kGrpcToken, limits) {}
 
-  StoreClient client(std::string token = kToken) { return StoreClient(address, std::move(token), {2000ms, 10000ms}); }
+  StoreClient client(std::string token = kGrpcToken) {
+    return StoreClient(address, std::move(token), {2000ms, 10000ms});
+  }
 
   std::unique_ptr<dtrain::v1::Store::Stub> stub() {
     return dtrain::v1::Store::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
@@ -106,7 +107,7 @@ TEST_CASE("a wrong or missing token is refused without revealing the right one")
   CHECK(contains(error.what(), "store set 'k' was refused by the store at " + server.address));
   CHECK(contains(error.what(), "matches no open round"));
   CHECK(contains(error.what(), "DTRAIN_JOB_TOKEN"));
-  CHECK_FALSE(contains(error.what(), kToken));
+  CHECK_FALSE(contains(error.what(), kGrpcToken));
   CHECK(server.client().num_keys() == 0);
 
   auto stub = server.stub();
@@ -163,7 +164,7 @@ TEST_CASE("200 blocked gets are served without a thread each") {
   int threads_before = process_threads();
   for (int i = 0; i < kCalls; ++i) {
     auto call = std::make_unique<Pending>();
-    call->context.AddMetadata("dtrain-token", kToken);
+    call->context.AddMetadata("dtrain-token", kGrpcToken);
     call->context.set_deadline(std::chrono::system_clock::now() + 60s);
     call->request.set_key("go");
     call->request.set_timeout_ms(30000);
@@ -215,7 +216,7 @@ TEST_CASE("a client that gives up cancels its waiter on the server") {
   Server server;
   auto stub = server.stub();
   grpc::ClientContext context;
-  context.AddMetadata("dtrain-token", kToken);
+  context.AddMetadata("dtrain-token", kGrpcToken);
   context.set_deadline(std::chrono::system_clock::now() + 300ms);
   dtrain::v1::GetRequest request;
   request.set_key("never");
@@ -231,7 +232,7 @@ TEST_CASE("ending the round fails a blocked get with a clear error") {
   StoreClient client = server.client();
   auto blocked = std::async(std::launch::async, [&] { return store_error([&] { client.get("k", 20000ms); }); });
   REQUIRE(eventually([&] { return server.store.pending_waiters() == 1; }));
-  server.store.drop_namespace(kToken);
+  server.store.drop_namespace(kGrpcToken);
   REQUIRE(blocked.wait_for(10s) == std::future_status::ready);
   StoreError error = blocked.get();
   CHECK(error.kind() == StoreError::Kind::closed);
@@ -264,7 +265,7 @@ TEST_CASE("limits are enforced and named") {
 
   auto stub = server.stub();
   grpc::ClientContext context;
-  context.AddMetadata("dtrain-token", kToken);
+  context.AddMetadata("dtrain-token", kGrpcToken);
   dtrain::v1::WaitRequest request;
   request.add_keys("k");
   request.set_timeout_ms(3'600'001);
@@ -277,21 +278,21 @@ TEST_CASE("limits are enforced and named") {
 TEST_CASE("an unreachable store and a missing environment are reported with the fix") {
   Server server;  // holds a port; the client dials a closed one
   Clock::time_point start = Clock::now();
-  StoreError unreachable = store_error([] { StoreClient("127.0.0.1:1", kToken, {300ms, 1000ms}); });
+  StoreError unreachable = store_error([] { StoreClient("127.0.0.1:1", kGrpcToken, {300ms, 1000ms}); });
   CHECK(unreachable.kind() == StoreError::Kind::unreachable);
   CHECK(contains(unreachable.what(), "cannot reach the store at 127.0.0.1:1 within 300 ms"));
   CHECK(contains(unreachable.what(), "DTRAIN_STORE_ADDR"));
   CHECK(Clock::now() - start < 5s);
 
   ::unsetenv("DTRAIN_STORE_ADDR");
-  ::setenv("DTRAIN_JOB_TOKEN", kToken, 1);
+  ::setenv("DTRAIN_JOB_TOKEN", kGrpcToken, 1);
   StoreError missing = store_error([] { StoreClient::from_env(); });
   CHECK(contains(missing.what(), "DTRAIN_STORE_ADDR is not set"));
 
   ::setenv("DTRAIN_STORE_ADDR", server.address.c_str(), 1);
   StoreClient client = StoreClient::from_env({2000ms, 2000ms});
   client.set("from-env", "1");
-  CHECK(server.store.num_keys(kToken).value == 1);
+  CHECK(server.store.num_keys(kGrpcToken).value == 1);
   ::unsetenv("DTRAIN_STORE_ADDR");
   ::unsetenv("DTRAIN_JOB_TOKEN");
 }
@@ -331,7 +332,7 @@ TEST_CASE("a full store refuses with RESOURCE_EXHAUSTED, naming the limit and wh
   // The wire status itself, as any other client (the Python one, a raw stub) sees it.
   auto stub = server.stub();
   grpc::ClientContext context;
-  context.AddMetadata("dtrain-token", kToken);
+  context.AddMetadata("dtrain-token", kGrpcToken);
   dtrain::v1::SetRequest request;
   request.set_key("one-more");
   request.set_value("v");

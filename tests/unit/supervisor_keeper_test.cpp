@@ -24,6 +24,7 @@
 #include "agent/supervisor/testing/event_recorder.h"
 #include "tests/unit/eventually.h"
 #include "tests/unit/read_file.h"
+#include "tests/unit/parent_of.h"
 
 using namespace dtrain::supervisor;
 using namespace std::chrono_literals;
@@ -37,11 +38,6 @@ namespace {
 bool alive(pid_t pid) {
   const auto stat = read_process_stat(pid);
   return stat && stat->state != 'Z';
-}
-
-pid_t parent_of(pid_t pid) {
-  const auto stat = read_process_stat(pid);
-  return stat ? stat->ppid : 0;
 }
 
 bool is_sleep(pid_t pid) { return read_file("/proc/" + std::to_string(pid) + "/cmdline").rfind("sleep", 0) == 0; }

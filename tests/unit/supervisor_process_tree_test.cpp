@@ -8,6 +8,7 @@
 
 #include "agent/supervisor/process_tree.h"
 #include "agent/supervisor/testing/event_recorder.h"
+#include "tests/unit/parent_of.h"
 
 using namespace dtrain::supervisor;
 
@@ -15,11 +16,6 @@ namespace {
 
 bool contains(const std::vector<pid_t>& pids, pid_t pid) {
   return std::find(pids.begin(), pids.end(), pid) != pids.end();
-}
-
-pid_t parent_of(pid_t pid) {
-  const auto stat = read_process_stat(pid);
-  return stat ? stat->ppid : 0;
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "agent/supervisor/testing/event_recorder.h"
 #include "tests/unit/eventually.h"
+#include "tests/unit/parent_of.h"
 
 using namespace dtrain::supervisor;
 using namespace std::chrono_literals;
@@ -27,11 +28,6 @@ pid_t printed_pid(EventRecorder& recorder, std::uint64_t id, const std::string& 
 }
 
 bool exists(pid_t pid) { return read_process_stat(pid).has_value(); }
-
-pid_t parent_of(pid_t pid) {
-  const auto stat = read_process_stat(pid);
-  return stat ? stat->ppid : 0;
-}
 
 pid_t session_of(pid_t pid) {
   const auto stat = read_process_stat(pid);

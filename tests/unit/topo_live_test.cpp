@@ -24,7 +24,7 @@ std::string bdf(unsigned bus, unsigned dev = 0, unsigned fn = 0) {
   return text;
 }
 
-std::string fixture(const std::string& name) {
+std::string live_fixture(const std::string& name) {
   std::ifstream in(std::string(DTRAIN_TOPO_FIXTURES) + "/" + name);
   std::stringstream text;
   text << in.rdbuf();
@@ -85,7 +85,7 @@ struct HgxBox {
 TEST_CASE("8-GPU NVSwitch box: the live matrix equals nvidia-smi's, cell by cell") {
   HgxBox box;
   Matrix live = build_matrix(box.scan(), box.nvml);
-  Matrix reference = parse_nvidia_smi_topo(fixture("hgx_h100_8gpu_8nic.txt"));
+  Matrix reference = parse_nvidia_smi_topo(live_fixture("hgx_h100_8gpu_8nic.txt"));
   REQUIRE(live.size() == reference.size());
   CHECK(live.gpus == reference.gpus);
   CHECK(live.nic_labels == reference.nic_labels);

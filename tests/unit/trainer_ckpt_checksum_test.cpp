@@ -19,6 +19,7 @@
 #include "trainer/ckpt/crc32c.h"
 #include "trainer/ckpt/model_file.h"
 #include "trainer/ckpt/state_file.h"
+#include "tests/unit/contains.h"
 
 using namespace dtrain::trainer;
 namespace fs = std::filesystem;
@@ -46,8 +47,6 @@ std::string error_of(const std::function<void()>& action) {
   }
   return "";
 }
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 constexpr std::size_t kParams = 1000;
 

@@ -36,12 +36,12 @@ std::vector<float> random_floats(std::size_t n, unsigned seed) {
   return out;
 }
 
-std::string read_all(const std::string& path) {
+std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), {}};
 }
 
-std::string error_of(const std::function<void()>& action) {
+std::string files_error_of(const std::function<void()>& action) {
   try {
     action();
   } catch (const CheckpointError& e) {
@@ -66,7 +66,7 @@ TEST_CASE("an llm.c model file round-trips bit for bit with llm.c's header") {
   std::string path = dir.file("model.bin");
   write_model_file(path, config, params.data(), params.size());
 
-  std::string bytes = read_all(path);
+  std::string bytes = read_bytes(path);
   REQUIRE(bytes.size() == 1024 + 4 * params.size());
   std::vector<std::int32_t> header(256);
   std::memcpy(header.data(), bytes.data(), 1024);
@@ -98,12 +98,12 @@ TEST_CASE("model files of another shape, size, format or version are refused wit
 
   GptConfig other = config;
   other.num_layers = 3;
-  std::string message = error_of([&] { read_model_file(path, other, out.data(), out.size()); });
+  std::string message = files_error_of([&] { read_model_file(path, other, out.data(), out.size()); });
   CHECK(message.find("L=2") != std::string::npos);
   CHECK(message.find("L=3") != std::string::npos);
   CHECK(message.find("--model") != std::string::npos);
 
-  CHECK(error_of([&] { read_model_file(path, config, out.data(), 99); }).find("truncated") != std::string::npos);
+  CHECK(files_error_of([&] { read_model_file(path, config, out.data(), 99); }).find("truncated") != std::string::npos);
 
   std::string bf16 = dir.file("bf16.bin");
   fs::copy_file(path, bf16);
@@ -113,7 +113,7 @@ TEST_CASE("model files of another shape, size, format or version are refused wit
     f.seekp(4);
     f.write(reinterpret_cast<const char*>(&five), 4);
   }
-  CHECK(error_of([&] { read_model_header(bf16); }).find("bf16") != std::string::npos);
+  CHECK(files_error_of([&] { read_model_header(bf16); }).find("bf16") != std::string::npos);
 
   std::string shard = dir.file("shard.bin");
   {
@@ -122,8 +122,8 @@ TEST_CASE("model files of another shape, size, format or version are refused wit
     header[0] = 20240520;
     f.write(reinterpret_cast<const char*>(header.data()), 1024);
   }
-  CHECK(error_of([&] { read_model_header(shard); }).find("--data") != std::string::npos);
-  CHECK(error_of([&] { read_model_header(dir.file("missing.bin")); }).find("cannot open") != std::string::npos);
+  CHECK(files_error_of([&] { read_model_header(shard); }).find("--data") != std::string::npos);
+  CHECK(files_error_of([&] { read_model_header(dir.file("missing.bin")); }).find("cannot open") != std::string::npos);
 }
 
 TEST_CASE("a state file round-trips, and damage is detected by its size or its checksum") {
@@ -160,7 +160,7 @@ TEST_CASE("a state file round-trips, and damage is detected by its size or its c
   CHECK(m2 == m);
   CHECK(v2 == v);
 
-  CHECK(error_of([&] { read_state_file(path, m2.data(), v2.data(), 778); }).find("778") != std::string::npos);
+  CHECK(files_error_of([&] { read_state_file(path, m2.data(), v2.data(), 778); }).find("778") != std::string::npos);
 
   std::string flipped = dir.file("flipped.bin");
   fs::copy_file(path, flipped);
@@ -174,17 +174,17 @@ TEST_CASE("a state file round-trips, and damage is detected by its size or its c
     f.write(&c, 1);
   }
   CHECK_NOTHROW(read_state_header(flipped));
-  CHECK(error_of([&] { read_state_file(flipped, m2.data(), v2.data(), 777); }).find("checksum") !=
+  CHECK(files_error_of([&] { read_state_file(flipped, m2.data(), v2.data(), 777); }).find("checksum") !=
         std::string::npos);
 
   std::string cut = dir.file("cut.bin");
   fs::copy_file(path, cut);
   fs::resize_file(cut, fs::file_size(path) - 8);
-  CHECK(error_of([&] { read_state_header(cut); }).find("truncated") != std::string::npos);
+  CHECK(files_error_of([&] { read_state_header(cut); }).find("truncated") != std::string::npos);
 
   std::string model = dir.file("model.bin");
   write_model_file(model, small_gpt_config(), m.data(), m.size());
-  CHECK(error_of([&] { read_state_header(model); }).find("not a dtrain-trainer state file") != std::string::npos);
+  CHECK(files_error_of([&] { read_state_header(model); }).find("not a dtrain-trainer state file") != std::string::npos);
 }
 
 TEST_CASE("a state file whose parameter count would overflow the size check is refused") {
@@ -205,7 +205,7 @@ TEST_CASE("a state file whose parameter count would overflow the size check is r
       f.seekp(64 + 3 * 8);  // words[3]: num_params
       f.write(reinterpret_cast<const char*>(&claimed), sizeof claimed);
     }
-    CHECK(error_of([&] { read_state_header(path); }).find("truncated or damaged") != std::string::npos);
+    CHECK(files_error_of([&] { read_state_header(path); }).find("truncated or damaged") != std::string::npos);
   }
 }
 
@@ -216,19 +216,19 @@ TEST_CASE("an atomic file is invisible until commit and leaves nothing behind wh
   {
     AtomicFile file(path);
     file.write("new contents", 12);
-    CHECK(read_all(path) == "old");
+    CHECK(read_bytes(path) == "old");
     CHECK(fs::exists(file.temp_path()));
   }
-  CHECK(read_all(path) == "old");
+  CHECK(read_bytes(path) == "old");
   CHECK(names_in(dir) == std::vector<std::string>{"target.bin"});
   {
     AtomicFile file(path);
     file.write("new contents", 12);
     file.commit();
   }
-  CHECK(read_all(path) == "new contents");
+  CHECK(read_bytes(path) == "new contents");
   CHECK(names_in(dir) == std::vector<std::string>{"target.bin"});
-  CHECK(error_of([&] { AtomicFile f(dir.file("no/such/dir/x.bin")); }).find("checkpoint directory") !=
+  CHECK(files_error_of([&] { AtomicFile f(dir.file("no/such/dir/x.bin")); }).find("checkpoint directory") !=
         std::string::npos);
 }
 
@@ -238,7 +238,7 @@ TEST_CASE("a writer killed in the middle of a checkpoint leaves the previous fil
   auto old_params = random_floats(1 << 20, 5);
   std::string path = dir.file("model_1.bin");
   write_model_file(path, config, old_params.data(), old_params.size());
-  const std::string before = read_all(path);
+  const std::string before = read_bytes(path);
 
   int ready[2];
   REQUIRE(::pipe(ready) == 0);
@@ -263,7 +263,7 @@ TEST_CASE("a writer killed in the middle of a checkpoint leaves the previous fil
   ::waitpid(child, &status, 0);
   CHECK(WIFSIGNALED(status));
 
-  CHECK(read_all(path) == before);
+  CHECK(read_bytes(path) == before);
   std::vector<float> back(old_params.size());
   read_model_file(path, config, back.data(), back.size());
   CHECK(back == old_params);

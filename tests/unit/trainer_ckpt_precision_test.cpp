@@ -20,9 +20,9 @@ using namespace dtrain::trainer;
 
 namespace {
 
-constexpr std::size_t kParams = 300;
+constexpr std::size_t kPrecisionParams = 300;
 
-std::vector<float> ramp(std::size_t n, float scale) {
+std::vector<float> precision_ramp(std::size_t n, float scale) {
   std::vector<float> out(n);
   for (std::size_t i = 0; i < n; ++i) out[i] = scale * static_cast<float>(i % 31) - 0.5f;
   return out;
@@ -38,7 +38,7 @@ TrainState small_state(std::uint64_t step) {
   state.seq_len = 16;
   state.world_size = 2;
   state.grad_accum = 1;
-  state.num_params = kParams;
+  state.num_params = kPrecisionParams;
   state.model_crc = 0x01020304u;
   return state;
 }
@@ -69,12 +69,12 @@ void write_old_state_file(const std::string& path, const TrainState& s, const st
   words[2] = s.seed;
   words[3] = s.num_params;
   words[4] = *s.model_crc;
-  std::vector<unsigned char> bytes(sizeof(ints) + sizeof(words) + 2 * kParams * sizeof(float));
+  std::vector<unsigned char> bytes(sizeof(ints) + sizeof(words) + 2 * kPrecisionParams * sizeof(float));
   unsigned char* p = bytes.data();
   std::memcpy(p, ints.data(), sizeof(ints));
   std::memcpy(p + sizeof(ints), words.data(), sizeof(words));
-  std::memcpy(p + 256, m.data(), kParams * sizeof(float));
-  std::memcpy(p + 256 + kParams * sizeof(float), v.data(), kParams * sizeof(float));
+  std::memcpy(p + 256, m.data(), kPrecisionParams * sizeof(float));
+  std::memcpy(p + 256 + kPrecisionParams * sizeof(float), v.data(), kPrecisionParams * sizeof(float));
   const std::uint64_t checksum = fnv1a_words(bytes);
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
@@ -85,14 +85,14 @@ void write_old_state_file(const std::string& path, const TrainState& s, const st
 
 TEST_CASE("fp16's precision state round-trips exactly, beside the rest of the state") {
   TempDir dir{"trainer-ckpt-precision"};
-  auto m = ramp(kParams, 0.01f), v = ramp(kParams, 0.02f);
+  auto m = precision_ramp(kPrecisionParams, 0.01f), v = precision_ramp(kPrecisionParams, 0.02f);
   TrainState state = small_state(12);
   // A scale that is not a power of two checks that the float's bits are stored, not a rounded value.
   state.precision = PrecisionState{.adam_steps = 9, .loss_scale = 0.15625f * 3.0f, .growth_tracker = 5};
   write_state_file(dir.file("state.bin"), state, m.data(), v.data());
 
-  std::vector<float> m2(kParams), v2(kParams);
-  const TrainState back = read_state_file(dir.file("state.bin"), m2.data(), v2.data(), kParams);
+  std::vector<float> m2(kPrecisionParams), v2(kPrecisionParams);
+  const TrainState back = read_state_file(dir.file("state.bin"), m2.data(), v2.data(), kPrecisionParams);
   REQUIRE(back.precision.has_value());
   CHECK(back.precision->adam_steps == 9);
   CHECK(back.precision->loss_scale == 0.15625f * 3.0f);
@@ -113,17 +113,17 @@ TEST_CASE("fp16's precision state round-trips exactly, beside the rest of the st
   // A run without loss scaling writes none, and reads none back.
   state.precision.reset();
   write_state_file(dir.file("none.bin"), state, m.data(), v.data());
-  CHECK_FALSE(read_state_file(dir.file("none.bin"), m2.data(), v2.data(), kParams).precision.has_value());
+  CHECK_FALSE(read_state_file(dir.file("none.bin"), m2.data(), v2.data(), kPrecisionParams).precision.has_value());
 }
 
 TEST_CASE("a state file written before the precision fields existed loads, with no precision state") {
   TempDir dir{"trainer-ckpt-precision-old"};
-  auto m = ramp(kParams, 0.03f), v = ramp(kParams, 0.04f);
+  auto m = precision_ramp(kPrecisionParams, 0.03f), v = precision_ramp(kPrecisionParams, 0.04f);
   const TrainState state = small_state(40);
   write_old_state_file(dir.file("old.bin"), state, m, v);
 
-  std::vector<float> m2(kParams), v2(kParams);
-  const TrainState back = read_state_file(dir.file("old.bin"), m2.data(), v2.data(), kParams);
+  std::vector<float> m2(kPrecisionParams), v2(kPrecisionParams);
+  const TrainState back = read_state_file(dir.file("old.bin"), m2.data(), v2.data(), kPrecisionParams);
   CHECK_FALSE(back.precision.has_value());
   CHECK(back.step == 40);
   CHECK(back.world_size == 2);
@@ -140,7 +140,7 @@ TEST_CASE("a state file written before the precision fields existed loads, with 
 
 TEST_CASE("the checksum covers the precision fields: a flipped bit in any of them is refused") {
   TempDir dir{"trainer-ckpt-precision-crc"};
-  auto m = ramp(kParams, 0.05f), v = ramp(kParams, 0.06f);
+  auto m = precision_ramp(kPrecisionParams, 0.05f), v = precision_ramp(kPrecisionParams, 0.06f);
   TrainState state = small_state(8);
   state.precision = PrecisionState{.adam_steps = 6, .loss_scale = 32768.0f, .growth_tracker = 2};
   // Byte offsets in the header (state_file.h): has_precision is int32 #13, growth_tracker #14; adam_steps is
@@ -151,8 +151,8 @@ TEST_CASE("the checksum covers the precision fields: a flipped bit in any of the
     const std::string path = dir.file("state_" + std::to_string(offset) + ".bin");
     write_state_file(path, state, m.data(), v.data());
     flip_bit(path, offset, 0x01);
-    std::vector<float> m2(kParams), v2(kParams);
-    CHECK_THROWS_WITH_AS(read_state_file(path, m2.data(), v2.data(), kParams),
+    std::vector<float> m2(kPrecisionParams), v2(kPrecisionParams);
+    CHECK_THROWS_WITH_AS(read_state_file(path, m2.data(), v2.data(), kPrecisionParams),
                          doctest::Contains("checksum mismatch"), CheckpointError);
   }
 }

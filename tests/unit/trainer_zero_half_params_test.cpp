@@ -45,7 +45,7 @@ class HalfRecordingCommunicator : public Communicator {
   int gathers = 0;
 };
 
-std::vector<std::int32_t> tokens(int count, int salt) {
+std::vector<std::int32_t> half_tokens(int count, int salt) {
   std::vector<std::int32_t> out(static_cast<std::size_t>(count));
   for (int i = 0; i < count; ++i) out[static_cast<std::size_t>(i)] = (i * 37 + salt * 11) % 200;
   return out;
@@ -150,7 +150,7 @@ TEST_CASE("on one rank, --zero 3 bf16 computes what a bf16 model computes from t
   zero.shard_params();
   zero.refresh_working_params();
 
-  const auto in = tokens(16, 1), out = tokens(16, 2);
+  const auto in = half_tokens(16, 1), out = half_tokens(16, 2);
   const float expected = plain.forward(in.data(), out.data(), 2, 8);
   plain.zero_grad();
   plain.backward(1.0f, {});

@@ -53,12 +53,12 @@ struct Cluster {
   const ClusterOptions& options;
 };
 
-using Row = CheckRow<Cluster>;
+using ClusterRow = CheckRow<Cluster>;
 
 // cluster.master_port, cluster.agents: the connections each node made to `what`, as its `field` lists them.
-Row reach_row(const std::string& id, std::vector<Reach> NodeFindings::*field, const std::string& what,
+ClusterRow reach_row(const std::string& id, std::vector<Reach> NodeFindings::*field, const std::string& what,
               const std::string& fix) {
-  Row row{id, {}, {}, "", fix};
+  ClusterRow row{id, {}, {}, "", fix};
   row.skip = [field, what](const Cluster& c) -> std::optional<std::string> {
     bool tried = std::any_of(c.nodes.begin(), c.nodes.end(), [&](const NodeFindings& n) { return !(n.*field).empty(); });
     if (!tried) return "only one node: no " + what + " to reach";
@@ -163,8 +163,8 @@ Finding interface(const Cluster& c) {
   return {Status::pass, wanted + " has an IPv4 address on every node"};
 }
 
-const std::vector<Row>& cluster_rows() {
-  static const std::vector<Row> rows = {
+const std::vector<ClusterRow>& cluster_rows() {
+  static const std::vector<ClusterRow> rows = {
       {"cluster.answered", {}, answered, "", "check those agents' logs; the node checks of the others are below"},
       {"cluster.dtrain_version", {}, dtrain_version, "",
        "install the same dtrain on every node (the session protocol may differ between versions)"},

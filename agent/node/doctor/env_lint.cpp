@@ -64,13 +64,13 @@ struct Environment {
   }
 };
 
-using Row = CheckRow<Environment>;
+using EnvRow = CheckRow<Environment>;
 // What a variable's value is wrong for, or nullopt when it is fine.
 using Lint = std::function<std::optional<Finding>(const std::string& value, const Environment& environment)>;
 
 // The row env.<variable>: silent while the variable is unset.
-Row variable_row(const std::string& variable, Lint lint, std::string warn_fix = "", std::string fail_fix = "") {
-  Row row{"env." + variable, {}, {}, std::move(warn_fix), std::move(fail_fix)};
+EnvRow variable_row(const std::string& variable, Lint lint, std::string warn_fix = "", std::string fail_fix = "") {
+  EnvRow row{"env." + variable, {}, {}, std::move(warn_fix), std::move(fail_fix)};
   row.evaluate = [variable, lint = std::move(lint)](const Environment& e) -> std::optional<Finding> {
     const std::string* value = e.get(variable);
     if (!value) return std::nullopt;
@@ -79,7 +79,7 @@ Row variable_row(const std::string& variable, Lint lint, std::string warn_fix = 
   return row;
 }
 
-Row renamed_row(const Renamed& r) {
+EnvRow renamed_row(const Renamed& r) {
   return variable_row(r.old_name, [r](const std::string& old_value, const Environment& e) -> std::optional<Finding> {
     const std::string* new_value = e.get(r.new_name);
     return Finding{Status::warn,
@@ -90,7 +90,7 @@ Row renamed_row(const Renamed& r) {
   });
 }
 
-Row switch_row(const Switch& s) {
+EnvRow switch_row(const Switch& s) {
   return variable_row(
       s.name,
       [s](const std::string& v, const Environment&) -> std::optional<Finding> {
@@ -144,9 +144,9 @@ std::optional<Finding> nccl_socket_ifname(const std::string& v, const Environmen
                                    join_list(e.interfaces) + ")"};
 }
 
-const std::vector<Row>& env_rows() {
-  static const std::vector<Row> rows = [] {
-    std::vector<Row> rows;
+const std::vector<EnvRow>& env_rows() {
+  static const std::vector<EnvRow> rows = [] {
+    std::vector<EnvRow> rows;
     for (const auto& r : kRenamed) rows.push_back(renamed_row(r));
     rows.push_back(variable_row("TORCH_NCCL_AVOID_RECORD_STREAMS", avoid_record_streams,
                                 "unset TORCH_NCCL_AVOID_RECORD_STREAMS"));

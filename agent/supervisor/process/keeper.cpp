@@ -15,7 +15,7 @@
 namespace dtrain::supervisor {
 namespace {
 
-constexpr char kName[] = "dtrain-keeper";
+constexpr char kKeeperName[] = "dtrain-keeper";
 
 std::int64_t now_ms() {
   timespec ts{};
@@ -144,7 +144,7 @@ void name_process(const char* name) {
 
 int become_keeper(pid_t agent) {
   if (setpgid(0, 0) != 0) return errno;
-  name_process(kName);
+  name_process(kKeeperName);
   if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) return errno;
   if (prctl(PR_SET_PDEATHSIG, kKeeperOrphanSignal) != 0) return errno;
   // The agent may have died before prctl: then nobody would ever send the signal.

@@ -19,11 +19,12 @@
 
 #include "agent/supervisor/process/keeper.h"
 #include "agent/supervisor/output/record_pipe.h"
+#include "common/util.h"
 
 namespace dtrain::supervisor {
 namespace {
 
-constexpr char kName[] = "dtrain-pidns";
+constexpr char kHolderName[] = "dtrain-pidns";
 // How long create_pid_namespace waits for the holder to mount its /proc: a fork and two mounts.
 constexpr std::chrono::seconds kSetupTimeout{5};
 // The holder's descriptors once it has closed everything of ours: the lifeline's read end and the setup report.
@@ -52,7 +53,7 @@ void reap_all() {
     [[maybe_unused]] const ssize_t n = write(report, &r, sizeof r);
     _exit(1);
   };
-  name_process(kName);
+  name_process(kHolderName);
   // Nothing of the agent's stays open here (its sockets, workers' pipes): only the lifeline and the report.
   if (dup2(lifeline, kLifelineFd) < 0 || dup2(report, kReportFd) < 0) fail(HolderStep::kDescriptors);
   report = kReportFd;
@@ -124,12 +125,6 @@ Status await_holder(int report_fd) {
   return {StatusCode::internal, "the PID namespace's holder could not " + describe_step(report)};
 }
 
-void close_all(std::initializer_list<int> fds) {
-  for (const int fd : fds) {
-    if (fd >= 0) close(fd);
-  }
-}
-
 }  // namespace
 
 Result<PidNamespace> create_pid_namespace() {
@@ -137,7 +132,7 @@ Result<PidNamespace> create_pid_namespace() {
   if (pipe2(lifeline, O_CLOEXEC) != 0 || pipe2(report, O_CLOEXEC) != 0) {
     const Status failed{StatusCode::internal, std::string("cannot create a PID namespace: pipe: ") +
                                                   std::strerror(errno)};
-    close_all({lifeline[0], lifeline[1], report[0], report[1]});
+    close_fds({lifeline[0], lifeline[1], report[0], report[1]});
     return {failed};
   }
   sigset_t all, previous;
@@ -153,9 +148,9 @@ Result<PidNamespace> create_pid_namespace() {
   }
   const int clone_errno = errno;
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-  close_all({lifeline[0], report[1]});
+  close_fds({lifeline[0], report[1]});
   if (holder < 0) {
-    close_all({lifeline[1], report[0]});
+    close_fds({lifeline[1], report[0]});
     if (clone_errno == EPERM) {
       return {{StatusCode::permission_denied,
                "no PID namespace for the workers: creating one needs CAP_SYS_ADMIN (run the agent as root); "
@@ -186,7 +181,7 @@ Result<PidNamespace> create_pid_namespace() {
 
 void close_pid_namespace(PidNamespace& ns) {
   if (ns.holder > 0) kill(ns.holder, SIGKILL);
-  close_all({ns.lifeline, ns.pid_ns, ns.mnt_ns});
+  close_fds({ns.lifeline, ns.pid_ns, ns.mnt_ns});
   ns = PidNamespace{};
 }
 

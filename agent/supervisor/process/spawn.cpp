@@ -17,6 +17,7 @@
 
 #include "agent/supervisor/process/keeper.h"
 #include "agent/supervisor/output/record_pipe.h"
+#include "common/util.h"
 
 extern char** environ;
 
@@ -159,12 +160,6 @@ int above_stdio(int fd) { return fd > 2 ? fd : fcntl(fd, F_DUPFD_CLOEXEC, 3); }
   keep(worker, KeeperPlan{agent, plan.parent_death_signal, plan.orphan_grace, records});
 }
 
-void close_all(std::initializer_list<int> fds) {
-  for (const int fd : fds) {
-    if (fd >= 0) close(fd);
-  }
-}
-
 // The keeper's first record, or why there is none within kKeeperReportTimeout.
 Result<pid_t> await_worker_pid(int keeper_fd, const LaunchPlan& plan) {
   const auto deadline = std::chrono::steady_clock::now() + kKeeperReportTimeout;
@@ -270,7 +265,7 @@ Result<ForkedKeeper> fork_keeper(const LaunchPlan& plan) {
   const auto fail = [&](const char* what) -> Result<ForkedKeeper> {
     Status failed{StatusCode::internal,
                   std::string("cannot start '") + plan.program + "': " + what + ": " + std::strerror(errno)};
-    close_all({out[0], out[1], err[0], err[1], report[0], report[1], status[0], status[1]});
+    close_fds({out[0], out[1], err[0], err[1], report[0], report[1], status[0], status[1]});
     return {std::move(failed)};
   };
   if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 || pipe2(report, O_CLOEXEC) != 0 ||
@@ -301,7 +296,7 @@ Result<ForkedKeeper> fork_keeper(const LaunchPlan& plan) {
   }
   const int fork_errno = errno;
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-  close_all({null_fd, out[1], err[1], report[1], status[1]});
+  close_fds({null_fd, out[1], err[1], report[1], status[1]});
   out[1] = err[1] = report[1] = status[1] = -1;
   if (keeper < 0) {
     errno = fork_errno;
@@ -319,7 +314,7 @@ Result<LaunchedChild> await_keeper(const ForkedKeeper& forked, const LaunchPlan&
   if (!failed.ok()) {
     // Our own unreaped child, so the pid is still the keeper's; the supervisor reaps it like any stray child.
     kill(forked.keeper, SIGKILL);
-    close_all({forked.stdout_fd, forked.stderr_fd, forked.report_fd, forked.keeper_fd});
+    close_fds({forked.stdout_fd, forked.stderr_fd, forked.report_fd, forked.keeper_fd});
     return {std::move(failed)};
   }
   return {{}, LaunchedChild{worker.value, forked.keeper, forked.stdout_fd, forked.stderr_fd, forked.report_fd,

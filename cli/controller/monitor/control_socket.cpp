@@ -1,4 +1,5 @@
 #include "cli/controller/monitor/control_socket.h"
+#include "common/util.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -23,8 +24,6 @@ using Clock = std::chrono::steady_clock;
 
 // A snapshot is a few hundred bytes per rank; 65,536 ranks stay far below this. More is not a snapshot.
 constexpr std::size_t kMaxSnapshotBytes = 256u << 20;
-
-std::string errno_text() { return std::strerror(errno); }
 
 sockaddr_un address_in(int dir_fd, const std::string& name) {
   sockaddr_un a{};

@@ -1,4 +1,5 @@
 #include "cli/controller/monitor/metrics_server.h"
+#include "common/util.h"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -23,8 +24,6 @@ constexpr const char* kErrorContentType = "text/plain; charset=utf-8";
 constexpr int kBacklog = 16;
 // Connections accepted per turn of the loop: a flood of connects cannot keep the thread from the open ones.
 constexpr int kAcceptsPerTurn = 16;
-
-std::string errno_text() { return std::strerror(errno); }
 
 // "host" and "port" of host:port or [ipv6]:port (checked by the spec).
 std::pair<std::string, std::string> split_address(const std::string& address) {

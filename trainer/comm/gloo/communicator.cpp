@@ -34,7 +34,7 @@ constexpr uint8_t kReduceScatterSlotPrefix = 0x40;
 constexpr std::size_t kSegmentBytes = std::size_t{1} << 20;
 
 // gloo's reduce-function signature; out may alias a or b.
-void sum_floats(void* out, const void* a, const void* b, std::size_t n) {
+void gloo_sum_floats(void* out, const void* a, const void* b, std::size_t n) {
   float* c = static_cast<float*>(out);
   const float* x = static_cast<const float*>(a);
   const float* y = static_cast<const float*>(b);
@@ -42,11 +42,11 @@ void sum_floats(void* out, const void* a, const void* b, std::size_t n) {
 }
 
 // 16-bit sums for gloo's reduce function (one per type: the signature has no room for it); out may alias a or b.
-void sum_bf16(void* out, const void* a, const void* b, std::size_t n) {
+void gloo_sum_bf16(void* out, const void* a, const void* b, std::size_t n) {
   kernels::add_half(static_cast<std::uint16_t*>(out), static_cast<const std::uint16_t*>(a),
                     static_cast<const std::uint16_t*>(b), n, kernels::Dtype::bf16);
 }
-void sum_fp16(void* out, const void* a, const void* b, std::size_t n) {
+void gloo_sum_fp16(void* out, const void* a, const void* b, std::size_t n) {
   kernels::add_half(static_cast<std::uint16_t*>(out), static_cast<const std::uint16_t*>(a),
                     static_cast<const std::uint16_t*>(b), n, kernels::Dtype::fp16);
 }
@@ -56,11 +56,11 @@ struct RingSum {
   std::size_t element_bytes;
   void (*add)(void* out, const void* a, const void* b, std::size_t n);
 };
-constexpr RingSum kFloatSum{sizeof(float), &sum_floats};
-constexpr RingSum kBf16Sum{sizeof(std::uint16_t), &sum_bf16};
-constexpr RingSum kFp16Sum{sizeof(std::uint16_t), &sum_fp16};
+constexpr RingSum kFloatSum{sizeof(float), &gloo_sum_floats};
+constexpr RingSum kBf16Sum{sizeof(std::uint16_t), &gloo_sum_bf16};
+constexpr RingSum kFp16Sum{sizeof(std::uint16_t), &gloo_sum_fp16};
 
-std::atomic<int> communicators_created{0};
+std::atomic<int> gloo_communicators_created{0};
 
 // A write to a socket whose peer is gone raises SIGPIPE, which kills the process by default, and gloo writes with
 // writev (no MSG_NOSIGNAL). While this is alive, SIGPIPE is blocked on the calling thread, and threads started
@@ -246,7 +246,7 @@ std::unique_ptr<GlooCommunicator> GlooCommunicator::from_env(int rank, int size,
   GlooCommOptions gloo;
   gloo.rank = rank;
   gloo.size = size;
-  gloo.prefix = "dtrain/gloo/" + std::to_string(communicators_created.fetch_add(1)) + "/" + group;
+  gloo.prefix = "dtrain/gloo/" + std::to_string(gloo_communicators_created.fetch_add(1)) + "/" + group;
   gloo.interface = network.interface;
   gloo.hostname = network.hostname;
   gloo.timeout = options.timeout;
@@ -269,7 +269,7 @@ std::shared_ptr<Work> GlooCommunicator::allreduce(float* data, std::size_t count
     if (count == 0 || impl_->options.size == 1) return;
     gloo::AllreduceOptions opts(impl_->context);
     opts.setOutput(data, count);
-    opts.setReduceFunction(&sum_floats);
+    opts.setReduceFunction(&gloo_sum_floats);
     opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
     opts.setTag(tag);
     opts.setTimeout(impl_->options.timeout);
@@ -286,7 +286,7 @@ std::shared_ptr<Work> GlooCommunicator::allreduce_half(std::uint16_t* data, std:
     if (count == 0 || impl_->options.size == 1) return;
     gloo::AllreduceOptions opts(impl_->context);
     opts.setOutput(data, count);
-    opts.setReduceFunction(type == kernels::Dtype::bf16 ? &sum_bf16 : &sum_fp16);
+    opts.setReduceFunction(type == kernels::Dtype::bf16 ? &gloo_sum_bf16 : &gloo_sum_fp16);
     opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
     opts.setTag(tag);
     opts.setTimeout(impl_->options.timeout);

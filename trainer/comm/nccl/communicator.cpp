@@ -20,7 +20,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::atomic<int> communicators_created{0};
+std::atomic<int> nccl_communicators_created{0};
 
 // NCCL's element type for a 16-bit `type` (bf16 needs NCCL >= 2.10).
 ncclDataType_t nccl_half_type(kernels::Dtype type) {
@@ -97,7 +97,7 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::from_env(int rank, int size,
   nccl.rank = rank;
   nccl.size = size;
   nccl.device = device;
-  nccl.key = "nccl/" + std::to_string(communicators_created.fetch_add(1));
+  nccl.key = "nccl/" + std::to_string(nccl_communicators_created.fetch_add(1));
   nccl.timeout = options.timeout;
   return std::make_unique<NcclCommunicator>(std::move(store), nccl);
 }

@@ -10,17 +10,17 @@
 namespace dtrain::trainer {
 namespace {
 
-constexpr std::size_t kPage = 4096;
+constexpr std::size_t kArenaPage = 4096;
 
 }  // namespace
 
 Arena::Arena(int fd, std::byte* base, std::size_t offset, std::size_t bytes)
-    : fd_(fd), base_(base), offset_(offset), bytes_(bytes / kPage * kPage) {
+    : fd_(fd), base_(base), offset_(offset), bytes_(bytes / kArenaPage * kArenaPage) {
   if (bytes_ > 0) free_[offset_] = bytes_;
 }
 
 void* Arena::allocate(std::size_t bytes) {
-  const std::size_t size = (bytes + kPage - 1) / kPage * kPage;
+  const std::size_t size = (bytes + kArenaPage - 1) / kArenaPage * kArenaPage;
   std::lock_guard lock(mutex_);
   for (auto it = free_.begin(); it != free_.end(); ++it) {
     if (it->second < size) continue;

@@ -22,7 +22,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::atomic<int> communicators_created{0};
+std::atomic<int> shm_communicators_created{0};
 
 std::unique_ptr<Segment> create_or_open(const ShmCommOptions& options, Clock::time_point deadline) {
   if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
@@ -88,7 +88,7 @@ std::unique_ptr<ShmCommunicator> ShmCommunicator::from_env(int rank, int size, c
     throw CommError("shm communicator (rank " + std::to_string(rank) + "): DTRAIN_JOB_ID='" + job +
                     "' cannot name a segment; start workers with dtrain run/launch, which sets it");
   }
-  const int index = communicators_created.fetch_add(1);
+  const int index = shm_communicators_created.fetch_add(1);
   const int node = launcher_int("DTRAIN_NODE_RANK", 0);
   // One key per node: every node's rank 0 publishes its own segment's nonce.
   const std::string key = "dtrain/shm/" + std::to_string(index) + "/node" + std::to_string(node) + "/nonce";

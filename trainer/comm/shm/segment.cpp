@@ -14,6 +14,7 @@
 
 #include "trainer/comm/communicator.h"
 #include "trainer/comm/describe.h"
+#include "common/util.h"
 
 namespace dtrain::trainer {
 namespace {
@@ -35,22 +36,20 @@ struct Header {
   std::atomic<std::uint32_t> joined;  // ranks that have joined (shm/sync.h)
 };
 
-std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+std::size_t round_up_to(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
 std::size_t slots_offset() { return kPage; }
 std::size_t staging_offset(const SegmentGeometry& g) {
-  return slots_offset() + round_up(sizeof(RankSlot) * static_cast<std::size_t>(g.ranks), kPage);
+  return slots_offset() + round_up_to(sizeof(RankSlot) * static_cast<std::size_t>(g.ranks), kPage);
 }
 std::size_t arenas_offset(const SegmentGeometry& g) {
-  return staging_offset(g) + round_up(2 * g.chunk_bytes * static_cast<std::size_t>(g.ranks), kPage);
+  return staging_offset(g) + round_up_to(2 * g.chunk_bytes * static_cast<std::size_t>(g.ranks), kPage);
 }
 std::size_t total_bytes(const SegmentGeometry& g) {
-  return arenas_offset(g) + round_up(g.arena_bytes, kPage) * static_cast<std::size_t>(g.ranks);
+  return arenas_offset(g) + round_up_to(g.arena_bytes, kPage) * static_cast<std::size_t>(g.ranks);
 }
 
 std::string where(const std::string& name) { return shm_segment_dir() + "/" + name; }
-
-std::string errno_text() { return std::strerror(errno); }
 
 // shm_open and shm_unlink on the segment directory: glibc's shm_open is this open() on /dev/shm.
 int open_segment(const std::string& name, int flags, mode_t mode) {
@@ -192,7 +191,7 @@ std::byte* Segment::staging(int rank, int which) const {
 }
 
 std::size_t Segment::arena_offset(int rank) const {
-  return arenas_offset(geometry_) + round_up(geometry_.arena_bytes, kPage) * static_cast<std::size_t>(rank);
+  return arenas_offset(geometry_) + round_up_to(geometry_.arena_bytes, kPage) * static_cast<std::size_t>(rank);
 }
 
 std::size_t Segment::arena_offset_of(int rank, const void* data, std::size_t bytes) const {
