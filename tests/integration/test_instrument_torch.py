@@ -33,12 +33,16 @@ PyTorch (Debian's 1.13 under /usr/bin/python3):
   no torch  a Python program that never imports torch runs unchanged (its output, no torch imported, the user's
             sitecustomize ran), and a program that is not Python (/bin/sh) gets no bootstrap on its PYTHONPATH;
   dtrain run  `--instrument off` sees no steps where the default (auto) sees them all; `--instrument sometimes` is
-            refused with exit 2."""
+            refused with exit 2.
+
+Run with no argument, every case but reducer (integration.instrument_torch, beside other tests); with `--only reducer`,
+that case alone (integration.instrument_reducer, with nothing else running: it compares parts of a step's time)."""
 
 import json
 import os
 import re
 import subprocess
+import sys
 
 from harness import PYTHON, SOURCE_DIR, Run, check, finish, status_json, write
 
@@ -294,6 +298,31 @@ def check_counted(run, what):
     run.assert_no_leaks()
 
 
+if sys.argv[1:] not in ([], ["--only", "reducer"]):
+    sys.exit("usage: test_instrument_torch.py [--only reducer]")
+ONLY_REDUCER = sys.argv[1:] == ["--only", "reducer"]
+
+
+def reducer_case():
+    """DDP's gradient reduction is exposed communication; the script's own hooks still run."""
+    run = launch("instrument-reducer", 2,
+                 lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, "reducer.py"), REDUCER)))
+    check(run.code == 0, "reducer: the job succeeds, got %s" % run.code)
+    check("rank 0 own hook calls 9" in run.out and "rank 1 own hook calls 10" in run.out,
+          "reducer: each rank's own hook ran once per bucket from its registration (rank 0: 9, rank 1: 10)")
+    ranks = ranks_of(run)
+    waited, fast = ranks.get(0, {}), ranks.get(1, {})
+    check(waited.get("step") == 10 and waited.get("comm_exposed_ratio", 0) >= 0.5,
+          "reducer: rank 0 waited over half its steps in DDP's reduction: %s" % waited)
+    check(fast.get("comm_exposed_ratio", 1) < 0.2,
+          "reducer: rank 1 (the slow one) waited little: %s" % fast)
+    run.assert_no_leaks()
+
+
+if ONLY_REDUCER:
+    reducer_case()
+    finish()
+
 # ---- auto: the script as a path, and as -m module
 run = launch("instrument-auto", 2, lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, "ddp_job.py"), DDP)))
 check_counted(run, "script")
@@ -323,19 +352,6 @@ check(len(said) == 2, "fault: said once per rank (%d times)" % len(said))
 faulted = re.findall(r"rank \d trained %d steps, loss ([\d.]+)" % STEPS, run.out)
 check(sorted(faulted) == sorted(losses) and len(losses) == 2,
       "fault: the same losses as with instrument off: %s vs %s" % (faulted, losses))
-run.assert_no_leaks()
-
-# ---- reducer: DDP's gradient reduction is exposed communication; the script's own hooks still run
-run = launch("instrument-reducer", 2, lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, "reducer.py"), REDUCER)))
-check(run.code == 0, "reducer: the job succeeds, got %s" % run.code)
-check("rank 0 own hook calls 9" in run.out and "rank 1 own hook calls 10" in run.out,
-      "reducer: each rank's own hook ran once per bucket from its registration (rank 0: 9, rank 1: 10)")
-ranks = ranks_of(run)
-waited, fast = ranks.get(0, {}), ranks.get(1, {})
-check(waited.get("step") == 10 and waited.get("comm_exposed_ratio", 0) >= 0.5,
-      "reducer: rank 0 waited over half its steps in DDP's reduction: %s" % waited)
-check(fast.get("comm_exposed_ratio", 1) < 0.2,
-      "reducer: rank 1 (the slow one) waited little: %s" % fast)
 run.assert_no_leaks()
 
 # ---- sigterm: the last step is sent when the launcher stops a rank

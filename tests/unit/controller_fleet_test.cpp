@@ -294,6 +294,8 @@ TEST_CASE("fleet: a lost node takes no further part: no commands, its reports dr
   CHECK(w.select(false) == std::vector<int>{0});
 }
 
+namespace {
+
 // Two nodes (provider join), health.node_timeout_s 10, both said hello and were selected.
 struct TwoNodes : World {
   TwoNodes() : World("{provider: join, rendezvous: \"127.0.0.1:29999\", count: 2}", 2, false,
@@ -303,6 +305,8 @@ struct TwoNodes : World {
     select();
   }
 };
+
+}  // namespace
 
 TEST_CASE("fleet silence: a launcher that could not run for 3 node timeouts loses no node for it") {
   TwoNodes f;

@@ -28,16 +28,16 @@ cuda::GemmInput gemm_input(Dtype type, const char* where) {
   return half_of(type, where) == cuda::Half::bf16 ? cuda::GemmInput::bf16 : cuda::GemmInput::fp16;
 }
 
-// The values that return to the host, in one small device allocation.
-struct Results {
-  double sum_squares;
-  float mean_loss;
-  int non_finite;
-};
-
 }  // namespace
 
 struct CudaBackend::Device {
+  // The values that return to the host, in one small device allocation.
+  struct Results {
+    double sum_squares;
+    float mean_loss;
+    int non_finite;
+  };
+
   explicit Device(cudaStream_t stream) : blas(stream) {}
   cuda::BlasLt blas;
   Results* results = nullptr;  // device
@@ -51,7 +51,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   stream_ = stream;
   state_ = std::make_unique<Device>(stream);
-  check(cudaMalloc(reinterpret_cast<void**>(&state_->results), sizeof(Results)), "cudaMalloc of the results");
+  check(cudaMalloc(reinterpret_cast<void**>(&state_->results), sizeof(Device::Results)), "cudaMalloc of the results");
 }
 
 CudaBackend::~CudaBackend() {
