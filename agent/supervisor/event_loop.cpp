@@ -1,5 +1,4 @@
 #include "agent/supervisor/event_loop.h"
-#include "common/util.h"
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -7,6 +6,8 @@
 
 #include <cerrno>
 #include <system_error>
+
+#include "common/util.h"
 
 namespace dtrain::supervisor {
 namespace {
