@@ -16,14 +16,14 @@ using dtrain::agent::read_placed_file;
 
 namespace {
 
-constexpr char kJob[] = "tiny-20261130-120000";
+constexpr char kRunDirJob[] = "tiny-20261130-120000";
 
 std::string refusal(const JobFiles& files, const std::string& name) {
   return files.place(name, "rank 0's error_file").status.message();
 }
 
 JobFiles job_files(const std::string& run_dir) {
-  const auto files = JobFiles::for_job(run_dir, kJob);
+  const auto files = JobFiles::for_job(run_dir, kRunDirJob);
   REQUIRE(files.ok());
   return files.value;
 }
@@ -33,7 +33,7 @@ JobFiles job_files(const std::string& run_dir) {
 TEST_CASE("names inside the job's directory are placed there, with their directories created") {
   TempDir run("dtrain-run-dir-test");
   const JobFiles files = job_files(run.path);
-  CHECK(files.dir() == run.path + "/" + kJob);
+  CHECK(files.dir() == run.path + "/" + kRunDirJob);
   CHECK(files.place("attempt_0/rank_2.log", "rank 2's log_path").value == files.dir() + "/attempt_0/rank_2.log");
   CHECK(std::filesystem::is_directory(files.dir() + "/attempt_0"));
   // An absolute name inside the job's directory is the same file (launchers of provider local see that path).
@@ -45,7 +45,7 @@ TEST_CASE("names outside the job's directory are refused with what is allowed") 
   TempDir run("dtrain-run-dir-test");
   const JobFiles files = job_files(run.path);
   const std::vector<std::string> names = {"/etc/shadow", "../other-job/rank_0.log", "attempt_0/../../x", "/", "", ".",
-                                         run.path + "/" + kJob, run.path + "/" + kJob + "-evil/rank_0.log"};
+                                         run.path + "/" + kRunDirJob, run.path + "/" + kRunDirJob + "-evil/rank_0.log"};
   for (const std::string& name : names) {
     const std::string why = refusal(files, name);
     CHECK_MESSAGE(why.find("rank 0's error_file '" + name + "' is outside this job's directory") == 0, why);
