@@ -80,10 +80,13 @@ while time.monotonic() < deadline and not killed:
     seen = segments("shm-sweep")
     if seen:
         for pid in tagged_pids(run.tag):
-            with open("/proc/%d/cmdline" % pid, "rb") as f:
-                if b"bench\0allreduce" in f.read():
-                    os.kill(pid, signal.SIGKILL)
-                    killed = True
+            try:  # a process listed a moment ago (a keeper, an sh about to exec) may be gone by now
+                with open("/proc/%d/cmdline" % pid, "rb") as f:
+                    if b"bench\0allreduce" in f.read():
+                        os.kill(pid, signal.SIGKILL)
+                        killed = True
+            except (FileNotFoundError, ProcessLookupError):
+                continue
     time.sleep(0.02)
 run.wait()
 run.show()
