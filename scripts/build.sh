@@ -6,8 +6,8 @@
 #                                and the Python helpers in <build>/share/dtrain/python; no test-only package is needed
 #                                (scripts/quickstart.sh)
 #
-# DTRAIN_BUILD_TYPE (default RelWithDebInfo), DTRAIN_JOBS (default: the CPU count) and DTRAIN_DEBUG_INFO (lines or
-# full, see CMakeLists.txt) are passed on.
+# DTRAIN_BUILD_TYPE (default RelWithDebInfo) and DTRAIN_JOBS (default: the CPU count) are passed on; the build's own
+# options (DTRAIN_DEBUG_INFO, DTRAIN_UNITY_BUILD, ...) are CMake's: `cmake -B build -D...` once, and they stay.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${DTRAIN_BUILD_DIR:-$root/build}
@@ -19,7 +19,6 @@ case ${1:-} in
   *) echo "build: unknown argument '$1' (expected nothing or --product)" >&2; exit 2 ;;
 esac
 options=(-DCMAKE_BUILD_TYPE="${DTRAIN_BUILD_TYPE:-RelWithDebInfo}" -DDTRAIN_TESTS=$tests)
-[[ -n ${DTRAIN_DEBUG_INFO:-} ]] && options+=(-DDTRAIN_DEBUG_INFO="$DTRAIN_DEBUG_INFO")
 cmake -S "$root" -B "$build" -G Ninja "${options[@]}" >/dev/null
 cmake --build "$build" -j "${DTRAIN_JOBS:-$(nproc)}" "${targets[@]}"
 echo "build: $build/bin/dtrain"
