@@ -123,7 +123,11 @@ int Agent::run() {
     options_.one_shot = true;
     join.emplace(JoinTarget{options_.join, options_.join_timeout, session_transport(options_.join, options_.insecure),
                             credentials.join},
-                 [this](SessionStream& stream) { return serve_session(stream); });
+                 [this](SessionStream& stream) {
+                   Served served;
+                   served.status = serve_session(stream, &served.answered);
+                   return served;
+                 });
     joiner = std::thread([this, &join] {
       const Status status = join->run();
       if (!status.ok()) spdlog::error("{}", status.message());
@@ -346,7 +350,7 @@ void Agent::forward_report(const v1::WorkerHealth& health) {
   if (outbox_ != nullptr) outbox_->push_report(wire::to_wire(health, unix_ms()));
 }
 
-Status Agent::serve_session(SessionStream& stream) {
+Status Agent::serve_session(SessionStream& stream, bool* answered) {
   if (Status refused = open_session(stream); !refused.ok()) return refused;
   spdlog::info("session opened by {}", stream.peer());
   Session session(stream, options_);
@@ -364,6 +368,7 @@ Status Agent::serve_session(SessionStream& stream) {
     session.lease.heard();
     handle(session, message);
   }
+  if (answered) *answered = !session.job_id.empty();
   return close_session(session);
 }
 
@@ -464,7 +469,9 @@ Status Agent::close_session(Session& session) {
   {
     std::lock_guard lock(mutex_);
     session_ = nullptr;
-    session_ended_ = true;
+    // A joined agent whose hello was never answered dials again (JoinClient::run): its session is not over until
+    // the joiner says so.
+    if (options_.join.empty() || !session.job_id.empty()) session_ended_ = true;
   }
   changed_.notify_all();
   return status;

@@ -88,8 +88,9 @@ class Agent {
   int run();
 
   // Serves one session to its end; used by whichever service carried it in. Ok after the launcher's Shutdown;
-  // otherwise why the session was refused or ended (unavailable).
-  Status serve_session(SessionStream& stream);
+  // otherwise why the session was refused or ended (unavailable). `answered`, when given, says whether the launcher
+  // answered the hello (sent Configure): a joined agent whose session ended unanswered dials again (JoinClient).
+  Status serve_session(SessionStream& stream, bool* answered = nullptr);
 
   // Whether a health report may speak for `rank`: `token` must be the current round's job token and `report_token`
   // that rank's own DTRAIN_REPORT_TOKEN (JobRunner::check_reporter). Ok when it may; else permission_denied saying

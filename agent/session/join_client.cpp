@@ -1,6 +1,10 @@
 #include "agent/session/join_client.h"
 
+#include <algorithm>
+#include <thread>
+
 #include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
 
 #include "agent/security/credentials.h"
 #include "common/deadline_guard.h"
@@ -21,6 +25,8 @@ constexpr int kMaxReconnectBackoffMs = 1000;
 constexpr int kConnectAttemptMs = 20000;
 // One connection attempt's wait; between attempts stop() is noticed, so this bounds how late.
 constexpr std::chrono::seconds kConnectAttempt{1};
+// How often a wait between dials looks at stop().
+constexpr std::chrono::milliseconds kStopPoll{50};
 // The session already failed: a launcher that does not complete the call must not hold this agent longer.
 constexpr std::chrono::seconds kFinishTimeout{2};
 
@@ -64,9 +70,9 @@ Status JoinClient::run() {
     grpc::ClientContext context;
     auto stream = stub->Join(&context);
     ClientSessionStream session(context, *stream, target_.launcher);
-    joined_ = true;
-    Status served = serve_(session);
-    if (served.ok()) {
+    const Served served = serve_(session);
+    if (served.answered) joined_ = true;
+    if (served.status.ok()) {
       // Clean goodbye: nothing more to hear from the launcher, which may already be gone; do not wait for its
       // final status.
       context.TryCancel();
@@ -83,7 +89,12 @@ Status JoinClient::run() {
               "the launcher at " + target_.launcher + " ended the session: " +
                   security::explain_connect_failure(target_.launcher, status, target_.transport)};
     }
-    return served;
+    if (served.answered || stopped_) return served.status;
+    last_error = "it ended the session before answering this agent's hello";
+    spdlog::warn("the launcher at {} ended the session before answering this agent's hello; dialing again in {} ms",
+                 target_.launcher, kRedialWait.count());
+    const auto until = std::min(deadline, std::chrono::steady_clock::now() + kRedialWait);
+    while (!stopped_ && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(kStopPoll);
   }
   return {StatusCode::deadline_exceeded,
           "could not join the launcher at " + target_.launcher + " within " +

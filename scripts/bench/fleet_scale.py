@@ -189,7 +189,8 @@ def run_case(dtrain, sim, kind, n, workers, run_ms, timeout_s=SIM_TIMEOUT_S, nod
                 report["nodes_lost"] = sum(1 for line in f if '"node_lost"' in line)
     report.update(sim_code=sim_code, node_timeout_s=node_timeout_s, kind=kind, n=n, ranks=n * workers, code=os.waitstatus_to_exitcode(status), launcher_wall_s=wall,
                   launcher_cpu_s=usage.ru_utime + usage.ru_stime, launcher_rss_mib=usage.ru_maxrss / 1024.0)
-    report["launcher_err"] = open(os.path.join(work, "launcher.err")).read()[-3000:]
+    err = open(os.path.join(work, "launcher.err")).read()
+    report["launcher_err"], report["lost_lines"] = err[-3000:], err.count(" lost: ")
     if report["code"] != 0 and (kind == "scale" or kind.startswith("plain")):
         sys.stderr.write(report["launcher_err"])
     if os.environ.get("DTRAIN_BENCH_KEEP"):
@@ -197,6 +198,19 @@ def run_case(dtrain, sim, kind, n, workers, run_ms, timeout_s=SIM_TIMEOUT_S, nod
     else:
         shutil.rmtree(work, ignore_errors=True)
     return report
+
+
+def start_burners(count):
+    """`count` CPU-bound processes (busy loops, each ended after SIM_TIMEOUT_S at the latest) at the launcher's and
+    the simulator's priority."""
+    return [subprocess.Popen(["timeout", str(SIM_TIMEOUT_S), "sh", "-c", "while :; do :; done"],
+                             start_new_session=True) for _ in range(count)]
+
+
+def stop_burners(burners):
+    for b in burners:
+        os.killpg(b.pid, 9)
+        b.wait()
 
 
 def seconds(report, phase):
@@ -261,6 +275,8 @@ def main():
     parser.add_argument("--json", help="also write every report to this file")
     parser.add_argument("--report-hz", type=float, default=1.0, help="health cases: reports per rank per second")
     parser.add_argument("--health-run-s", type=int, default=40, help="health cases: how long the workers report")
+    parser.add_argument("--burners", type=int, default=0,
+                        help="CPU-bound processes competing for the CPUs during each case (a loaded machine)")
     parser.add_argument("--node-timeout-s", type=int,
                         help="health.node_timeout_s for every case (default: 5 for lost and cut, 3 for stall, else 30)")
     args = parser.parse_args()
@@ -272,17 +288,25 @@ def main():
     reports = []
     for case in args.cases.split(","):
         kind, n = case.split(":")
-        r = run_case(args.dtrain, args.sim, kind, int(n), args.workers, args.run_ms,
-                     node_timeout_s=args.node_timeout_s, report_hz=args.report_hz, health_run_s=args.health_run_s)
+        burners = start_burners(args.burners)
+        try:
+            r = run_case(args.dtrain, args.sim, kind, int(n), args.workers, args.run_ms,
+                         node_timeout_s=args.node_timeout_s, report_hz=args.report_hz, health_run_s=args.health_run_s)
+        finally:
+            stop_burners(burners)
+        r["burners"] = args.burners
         reports.append(r)
         notes = ""
+        if r["burners"]:
+            notes = "%d CPU-bound processes alongside: nodes lost %d, the simulator's heartbeats at most %s ms late, its writes at most %s ms; " % (
+                r["burners"], r["lost_lines"], r.get("healthy_max_heartbeat_late_ms"), r.get("healthy_max_write_delay_ms"))
         if kind == "cut":
-            notes = "job ended %s s after the first dial (the cut 2 s after StartGroup)" % seconds(r, "all_closed")
+            notes += "job ended %s s after the first dial (the cut 2 s after StartGroup)" % seconds(r, "all_closed")
         if kind == "lost":
-            notes = "lost agent given up %s ms after it went silent (node_timeout_s %d)" % (
+            notes += "lost agent given up %s ms after it went silent (node_timeout_s %d)" % (
                 r.get("drop_detect_ms"), r["node_timeout_s"])
         if kind == "stall":
-            notes = "others' longest launcher silence %s ms, leases lost %s; stalled agent: %s" % (
+            notes += "others' longest launcher silence %s ms, leases lost %s; stalled agent: %s" % (
                 r.get("healthy_max_launcher_gap_ms"), r.get("healthy_lease_lost"), json.dumps(r.get("stalled")))
         print("| %s | %d | %d | %d | %s | %s | %s | %s | %.2f | %.2f | %.0f | %.2f | %s |" % (
             kind, r["n"], r["ranks"], r["code"], seconds(r, "all_configured"), seconds(r, "all_started"),

@@ -12,6 +12,9 @@ process, each agent a real session; scripts/bench/fleet_scale.py runs the cases)
    does) for 20 s, rank 5 twice as slow with 60% data wait: the job succeeds with no node lost, the straggler
    diagnosis names rank 5 and its data wait within 15 s of every rank reporting, `dtrain status --json` and
    /metrics answer while it runs, and the report page is written.
+5. A loaded join: 256 agents join while 4 CPU-bound processes compete for the machine's cores
+   (health.node_timeout_s 3): no node is lost and the job succeeds (scripts/bench/fleet_scale.py --burners 4 runs
+   it at 1,024).
 """
 
 import os
@@ -29,7 +32,7 @@ WORKERS = 8
 CASE_TIMEOUT_S = 60
 
 if not os.access(SIM, os.X_OK):
-    print("SKIP: %s is not built (dbuild dtrain-fleet-sim)" % SIM)
+    print("SKIP: %s is not built (scripts/build.sh builds it)" % SIM)
     sys.exit(77)
 
 
@@ -87,5 +90,20 @@ check(report.get("status_s") and report.get("metrics_s") and not report.get("pro
           report.get("status_s"), report.get("metrics_s"), report.get("probe_errors")))
 check(report.get("report_page_code") == 0 and report.get("report_page_bytes", 0) > 0,
       "health: the report page is written (%s bytes)" % report.get("report_page_bytes"))
+
+# 5. A loaded join.
+LOADED_AGENTS = 256
+burners = fleet_scale.start_burners(4)
+try:
+    r = fleet_scale.run_case(DTRAIN, SIM, "scale", LOADED_AGENTS, WORKERS, 1000, node_timeout_s=3,
+                             timeout_s=CASE_TIMEOUT_S)
+finally:
+    fleet_scale.stop_burners(burners)
+print("loaded join: %s" % {k: v for k, v in r.items() if k != "launcher_err"}, flush=True)
+check(r["code"] == 0 and r.get("lost_lines") == 0,
+      "loaded join: the job succeeds with no node lost (exit %d, %s lost): %s" % (
+          r["code"], r.get("lost_lines"), r["launcher_err"][-500:]))
+check(r.get("goodbyes") == LOADED_AGENTS, "loaded join: every agent got Shutdown (%s of %d)" % (
+    r.get("goodbyes"), LOADED_AGENTS))
 
 finish()

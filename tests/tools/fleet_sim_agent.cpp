@@ -82,6 +82,7 @@ AgentTimes SimAgent::times() const {
 void SimAgent::send(v1::AgentMessage message) {
   std::lock_guard lock(mutex_);
   if (silent_ || ended_) return;
+  if (outbox_.empty()) oldest_queued_ = Clock::now();
   outbox_.push_back(std::move(message));
   write_next();
 }
@@ -89,12 +90,15 @@ void SimAgent::send(v1::AgentMessage message) {
 void SimAgent::write_next() {
   if (writing_ || ended_ || outbox_.empty()) return;
   writing_ = true;
+  writing_since_ = oldest_queued_.value_or(Clock::now());
+  oldest_queued_.reset();
   // As an agent's Outbox does: what waits goes in one write (a group's WorkerStarted, its exits and GroupDone).
   if (options_.batch) {
     writing_message_ = agent::take_batch(outbox_);
   } else {
     writing_message_ = std::move(outbox_.front());
     outbox_.pop_front();
+    if (!outbox_.empty()) oldest_queued_ = Clock::now();   // about: one by one, the rest waited as long or less
   }
   StartWrite(&writing_message_);
 }
@@ -111,6 +115,7 @@ void SimAgent::OnWriteDone(bool ok) {
     std::lock_guard lock(mutex_);
     writing_ = false;
     if (!ok) ended_ = true;
+    times_.max_write_delay = std::max(times_.max_write_delay, duration_cast<milliseconds>(Clock::now() - writing_since_));
     cancel = cancel_after_write_ && outbox_.empty();
     write_next();
     release = release_if_idle();
@@ -173,6 +178,7 @@ void SimAgent::handle(const v1::LauncherMessage& message, Clock::time_point now)
       heartbeat_ = milliseconds(message.configure().heartbeat_interval_ms());
       lease_ = milliseconds(message.configure().lease_ms());
       next_heartbeat_ = now + heartbeat_;
+      last_heartbeat_ = now;   // the first heartbeat is late if it does not go out one interval after Configure
       times_.configured = now;
       return;
     }
@@ -322,6 +328,11 @@ void SimAgent::tick(Clock::time_point now) {
     if (times_.configured && heartbeat_.count() > 0 && now >= next_heartbeat_) {
       heartbeat = true;
       next_heartbeat_ = now + heartbeat_;
+      if (last_heartbeat_) {
+        const auto late = duration_cast<milliseconds>(now - *last_heartbeat_) - heartbeat_;
+        times_.max_heartbeat_late = std::max(times_.max_heartbeat_late, late);
+      }
+      last_heartbeat_ = now;
     }
     exit_now = exit_at_ && now >= *exit_at_;
     if (next_report_ && now >= *next_report_ && !exit_now) {

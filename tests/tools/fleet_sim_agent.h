@@ -66,6 +66,12 @@ struct AgentTimes {
   std::optional<Clock::time_point> reported;      // its workers' first reports went out
   std::uint64_t reports = 0;                      // worker reports sent
   std::chrono::milliseconds max_launcher_gap{0};  // longest silence of the launcher after Configure
+  // Longest time between two of its own heartbeats, less the interval: how late this process sent one (a starved
+  // simulator is a silent agent, whatever the launcher does).
+  std::chrono::milliseconds max_heartbeat_late{0};
+  // Longest time from a message's send() to the end of the write that carried it: how long this process's own
+  // gRPC threads kept what it had to say.
+  std::chrono::milliseconds max_write_delay{0};
   bool lease_lost = false;                        // the launcher was silent longer than the lease
   bool goodbye = false;                           // the launcher ended the session with Shutdown
   std::string end;                                // how the stream ended, for the report
@@ -132,6 +138,9 @@ class SimAgent final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::Laun
   std::chrono::milliseconds lease_{0};
   Clock::time_point last_heard_;
   Clock::time_point next_heartbeat_;
+  std::optional<Clock::time_point> last_heartbeat_;
+  std::optional<Clock::time_point> oldest_queued_;   // when the oldest message in outbox_ was queued
+  Clock::time_point writing_since_;                  // when the oldest message in the write in flight was queued
   std::uint32_t round_ = 0;
   std::vector<Worker> workers_;
   std::optional<Clock::time_point> exit_at_;

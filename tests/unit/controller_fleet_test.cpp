@@ -27,6 +27,10 @@ class ScriptedClock final : public FleetClock {
   Clock::duration stall{0};
   Clock::time_point now() const override { return time; }
   Clock::duration stalled() const override { return stall; }
+  std::uint64_t unix_ms() const override {
+    return 1'800'000'000'000ULL +
+           static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(time.time_since_epoch()).count());
+  }
   std::optional<Event> next(EventQueue& events, Clock::time_point deadline) override {
     if (auto event = events.pop(Clock::now())) return event;
     if (deadline == Clock::time_point::max()) throw std::logic_error("the fleet waits forever for an empty queue");
@@ -146,6 +150,11 @@ struct World {
     event.node = node;
     event.report = std::move(what);
     events.push(std::move(event));
+  }
+  // A heartbeat of node `node` read `late` after it was sent, by a clock `ahead` of the launcher's.
+  void beat(int node, std::chrono::milliseconds late, std::chrono::milliseconds ahead = {}) {
+    report(node, AgentAlive{static_cast<std::uint64_t>(static_cast<std::int64_t>(clock->unix_ms()) - late.count() +
+                                                       ahead.count())});
   }
   // Pumps until `until` on the scripted clock, or until a node is lost.
   void pump(FleetClock::Clock::time_point until) {
@@ -367,4 +376,73 @@ TEST_CASE("fleet silence: a node whose message does not come after the backlog i
   CHECK(f.listener.lost[0].find("node 1 (host1) lost") == 0);
   CHECK(f.sessions[1]->cancelled);
   CHECK_FALSE(f.fleet->gone(0));
+}
+
+TEST_CASE("fleet silence: while the launcher reads every agent late, a silent node's deadline moves by that lag") {
+  TwoNodes f;
+  const auto heard = f.clock->now();
+  f.beat(0, 0ms);   // node 0's best: read at once
+  f.pump(f.clock->now() + 1ms);
+  while (f.listener.lost.empty() && f.clock->now() < heard + 1min) {
+    f.beat(0, 4000ms);   // from now on the launcher reads node 0's heartbeats 4 s after they were sent
+    f.pump(f.clock->now() + 1s);
+  }
+  REQUIRE(f.listener.lost.size() == 1);
+  CHECK(f.listener.lost[0] == "node 1 (host1) lost: no message from its agent for 10000 ms (health.node_timeout_s), "
+                              "and 4000 ms more while the launcher read its agents that late");
+  CHECK(f.clock->now() - heard >= 14s);
+  CHECK(f.clock->now() - heard <= 15s);
+}
+
+TEST_CASE("fleet silence: one slow agent, or one whose clock is an hour off, moves no other node's deadline") {
+  World w("{provider: join, rendezvous: \"127.0.0.1:29999\", count: 3}", 3, false, "health: {node_timeout_s: 10}\n");
+  w.hello(0);
+  w.hello(1);
+  w.hello(2);
+  CHECK(w.select() == std::vector<int>{0, 1, 2});
+  const auto heard = w.clock->now();
+  w.beat(0, 0ms, 1h);
+  w.beat(2, 0ms);
+  w.pump(w.clock->now() + 1ms);
+  while (w.listener.lost.empty() && w.clock->now() < heard + 1min) {
+    w.beat(0, 0ms, 1h);   // read on time, by a clock an hour ahead
+    w.beat(2, 4000ms);    // its own messages 4 s late (a slow agent or link)
+    w.pump(w.clock->now() + 1s);
+  }
+  REQUIRE(w.listener.lost.size() == 1);
+  CHECK(w.listener.lost[0] == "node 1 (host1) lost: no message from its agent for 10000 ms (health.node_timeout_s)");
+  CHECK(w.clock->now() - heard >= 10s);
+  CHECK(w.clock->now() - heard <= 11s);
+}
+
+TEST_CASE("read lag: each second's median, the largest of the horizon, capped by it and forgotten after it") {
+  using std::chrono::milliseconds;
+  ReadLag lag(10s);
+  const auto t0 = ReadLag::Clock::time_point() + 1h;
+  const std::uint64_t u0 = 1'800'000'000'000ULL;
+  CHECK(lag.lag(t0) == 0ms);
+  // Floors: every node's first heartbeat read on time, whatever its clock's offset.
+  lag.sample(0, u0, u0, t0);
+  lag.sample(1, u0 + 3'600'000, u0, t0);
+  lag.sample(2, u0 - 50, u0, t0);
+  CHECK(lag.lag(t0) == 0ms);
+  // The next second: nodes 0 and 1 read 2 s late, node 2 9 s late: the median is 2 s.
+  const auto t1 = t0 + 1500ms;
+  lag.sample(0, u0 + 1000, u0 + 3000, t1);
+  lag.sample(1, u0 + 3'600'000 + 1000, u0 + 3000, t1);
+  lag.sample(2, u0 - 50 + 1000, u0 + 10'000, t1);
+  CHECK(lag.lag(t1) == 2000ms);
+  // Later seconds read on time: the 2 s stays the largest for the horizon, then is forgotten.
+  for (int s = 3; s <= 14; ++s) {
+    const auto t = t0 + std::chrono::seconds(s);
+    const std::uint64_t u = u0 + static_cast<std::uint64_t>(s) * 1000;
+    lag.sample(0, u, u, t);
+    lag.sample(1, u + 3'600'000, u, t);
+    CHECK(lag.lag(t) == (s <= 12 ? 2000ms : 0ms));   // its second ended at 2.5 s
+  }
+  // A lag longer than the horizon counts as the horizon; a heartbeat without a send time is no sample.
+  const auto t2 = t0 + 20s;
+  lag.sample(0, u0 + 1000, u0 + 60'000, t2);
+  lag.sample(1, 0, u0 + 60'000, t2);
+  CHECK(lag.lag(t2) == 10s);
 }

@@ -28,11 +28,14 @@ Fleet::Fleet(spec::Spec& spec, FleetOptions options, EventQueue& events, Console
       // second was 8,192 messages a second at 4,096 agents), and how soon a silent node is found depends on the
       // timeout alone.
       heartbeat_interval_(std::max(node_timeout_ / 5, milliseconds(100))),
-      next_heartbeat_(clock_->now() + heartbeat_interval_) {
+      next_heartbeat_(clock_->now() + heartbeat_interval_),
+      read_lag_(node_timeout_) {
   clock_->stalled();   // stalls count from here on
 }
 
 Fleet::~Fleet() = default;
+
+std::uint64_t FleetClock::unix_ms() const { return dtrain::unix_ms(); }
 
 void Fleet::set_job(std::string job_id, std::string job_dir) {
   job_id_ = std::move(job_id);
@@ -180,7 +183,9 @@ void Fleet::on_report(int node, const AgentReport& report) {
     console_.note("node " + std::to_string(node) + " (" + n.info.hostname + ") was interrupted by " +
                   (name ? std::string(name) : "signal " + std::to_string(signal)) + ": stopping the job");
     listener_.on_signal(signal);
-  } else if (!std::holds_alternative<AgentAlive>(report)) {
+  } else if (const auto* alive = std::get_if<AgentAlive>(&report)) {
+    read_lag_.sample(node, alive->sent_unix_ms, clock_->unix_ms(), n.last_heard);
+  } else {
     listener_.on_report(node, report);
   }
 }

@@ -9,12 +9,14 @@
 
 #include <array>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "cli/controller/fleet/read_lag.h"
 #include "cli/controller/providers/provider.h"
 #include "cli/controller/providers/provider_fleet.h"
 #include "cli/controller/round/interrupts.h"
@@ -48,6 +50,8 @@ class FleetClock {
   using Clock = std::chrono::steady_clock;
   virtual ~FleetClock() = default;
   virtual Clock::time_point now() const { return Clock::now(); }
+  // The wall clock, in ms since the epoch: agents stamp their heartbeats with theirs (ReadLag).
+  virtual std::uint64_t unix_ms() const;
   // How long this process could not run so far (stopped, starved: LoopLag); never decreases. Silence is judged on
   // now() - stalled().
   virtual Clock::duration stalled() const {
@@ -163,6 +167,7 @@ class Fleet final : public RoundFleet, public ProviderFleet {
   bool drain_pending_ = false;          // a drain marker is in the queue; nobody is judged until it comes back
   Clock::time_point drain_queued_at_;   // live time the pending marker was queued
   Clock::time_point drained_to_ = Clock::time_point::min();   // live: every event queued before it was applied
+  ReadLag read_lag_;                    // how late the launcher reads its agents; silence deadlines move by it
   bool shutting_down_ = false;
 };
 

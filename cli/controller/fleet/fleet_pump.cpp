@@ -18,6 +18,9 @@ void Fleet::send_heartbeats(Clock::time_point now) {
 
 namespace {
 
+// Below this a read lag is ordinary scheduling: it still moves deadlines, but a loss's message does not mention it.
+constexpr milliseconds kNotableLag{100};
+
 // check_silence's marker through the event queue: signal 0 is no signal (as for kill(2)), and nothing else queues it.
 Event drain_marker() {
   Event marker;
@@ -47,11 +50,13 @@ bool Fleet::check_silence(Clock::time_point now, Clock::time_point& wake) {
     return false;
   }
   if (drain_pending_) return false;   // the marker is queued: the fleet pops it (and what is before it) at once
+  // Read late, judge late: what the launcher has not read yet may be a node's heartbeat (fleet/read_lag.h).
+  const auto late = read_lag_.lag(live);
   auto earliest = Clock::time_point::max();
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     const auto& n = nodes_[i];
     if (gone(static_cast<int>(i)) || !n.session) continue;
-    const auto deadline = n.last_heard + node_timeout_;
+    const auto deadline = n.last_heard + node_timeout_ + late;
     if (live > deadline) {
       if (drained_to_ <= deadline) {
         // What arrived since its deadline may be its message: read it all before judging.
@@ -60,8 +65,12 @@ bool Fleet::check_silence(Clock::time_point now, Clock::time_point& wake) {
         events_.push(drain_marker());
         return false;
       }
-      lose(static_cast<int>(i), "no message from its agent for " + std::to_string(node_timeout_.count()) +
-                                    " ms (health.node_timeout_s)");
+      std::string why = "no message from its agent for " + std::to_string(node_timeout_.count()) +
+                        " ms (health.node_timeout_s)";
+      if (late >= kNotableLag) {
+        why += ", and " + std::to_string(late.count()) + " ms more while the launcher read its agents that late";
+      }
+      lose(static_cast<int>(i), why);
       return true;
     }
     earliest = std::min(earliest, deadline + milliseconds(1));
