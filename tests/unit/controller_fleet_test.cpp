@@ -151,6 +151,15 @@ struct World {
     event.report = std::move(what);
     events.push(std::move(event));
   }
+  // What the console said so far.
+  std::string console_text() const {
+    std::fflush(console_file);
+    std::rewind(console_file);
+    std::string text;
+    char buffer[4096];
+    while (std::size_t n = std::fread(buffer, 1, sizeof buffer, console_file)) text.append(buffer, n);
+    return text;
+  }
   // A heartbeat of node `node` read `late` after it was sent, by a clock `ahead` of the launcher's.
   void beat(int node, std::chrono::milliseconds late, std::chrono::milliseconds ahead = {}) {
     report(node, AgentAlive{static_cast<std::uint64_t>(static_cast<std::int64_t>(clock->unix_ms()) - late.count() +
@@ -390,6 +399,8 @@ TEST_CASE("fleet silence: while the launcher reads every agent late, a silent no
   REQUIRE(f.listener.lost.size() == 1);
   CHECK(f.listener.lost[0] == "node 1 (host1) lost: no message from its agent for 10000 ms (health.node_timeout_s), "
                               "and 4000 ms more while the launcher read its agents that late");
+  CHECK(f.console_text().find("the launcher reads its agents' heartbeats 4000 ms late (its own backlog, or a loaded "
+                              "machine): silence deadlines move by that much") != std::string::npos);
   CHECK(f.clock->now() - heard >= 14s);
   CHECK(f.clock->now() - heard <= 15s);
 }

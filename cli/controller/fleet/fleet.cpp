@@ -184,9 +184,22 @@ void Fleet::on_report(int node, const AgentReport& report) {
                   (name ? std::string(name) : "signal " + std::to_string(signal)) + ": stopping the job");
     listener_.on_signal(signal);
   } else if (const auto* alive = std::get_if<AgentAlive>(&report)) {
-    read_lag_.sample(node, alive->sent_unix_ms, clock_->unix_ms(), n.last_heard);
+    if (const auto second = read_lag_.sample(node, alive->sent_unix_ms, clock_->unix_ms(), n.last_heard)) {
+      say_read_lag(*second);
+    }
   } else {
     listener_.on_report(node, report);
+  }
+}
+
+void Fleet::say_read_lag(milliseconds second) {
+  if (!reading_late_ && second >= kSayReadLag) {
+    reading_late_ = true;
+    console_.note("the launcher reads its agents' heartbeats " + std::to_string(second.count()) +
+                  " ms late (its own backlog, or a loaded machine): silence deadlines move by that much");
+  } else if (reading_late_ && second < kSayReadLag / 10) {
+    reading_late_ = false;
+    console_.note("the launcher reads its agents' heartbeats on time again");
   }
 }
 

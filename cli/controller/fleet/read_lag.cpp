@@ -9,24 +9,29 @@ namespace {
 constexpr std::int64_t kNoFloor = std::numeric_limits<std::int64_t>::max();
 }
 
-void ReadLag::sample(int node, std::uint64_t sent_unix_ms, std::uint64_t applied_unix_ms, Clock::time_point now) {
-  if (node < 0 || sent_unix_ms == 0) return;
-  roll(now);
+std::optional<std::chrono::milliseconds> ReadLag::sample(int node, std::uint64_t sent_unix_ms,
+                                                        std::uint64_t applied_unix_ms, Clock::time_point now) {
+  if (node < 0 || sent_unix_ms == 0) return std::nullopt;
+  auto closed = roll(now);
   const auto index = static_cast<std::size_t>(node);
   if (index >= floors_.size()) floors_.resize(index + 1, kNoFloor);
   const auto transit = static_cast<std::int64_t>(applied_unix_ms) - static_cast<std::int64_t>(sent_unix_ms);
   floors_[index] = std::min(floors_[index], transit);
   current_.push_back(transit - floors_[index]);
+  return closed;
 }
 
-void ReadLag::roll(Clock::time_point now) {
-  if (now < window_end_) return;
+std::optional<std::chrono::milliseconds> ReadLag::roll(Clock::time_point now) {
+  if (now < window_end_) return std::nullopt;
+  std::optional<std::chrono::milliseconds> closed;
   if (!current_.empty()) {
-    seconds_.push_back({window_end_, median(current_)});
+    closed = median(current_);
+    seconds_.push_back({window_end_, *closed});
     current_.clear();
   }
   window_end_ = now + kWindow;
   while (!seconds_.empty() && seconds_.front().end + horizon_ < now) seconds_.pop_front();
+  return closed;
 }
 
 std::chrono::milliseconds ReadLag::median(std::vector<std::int64_t>& samples) const {

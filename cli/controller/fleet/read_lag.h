@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <vector>
 
 namespace dtrain::controller {
@@ -38,8 +39,10 @@ class ReadLag {
   explicit ReadLag(std::chrono::milliseconds horizon) : horizon_(horizon) {}
 
   // Node `node`'s heartbeat sent at `sent_unix_ms` (its clock) was applied at `applied_unix_ms` (the launcher's),
-  // `now` on the live clock. A sent time of 0 (an agent that does not stamp its heartbeats) is no sample.
-  void sample(int node, std::uint64_t sent_unix_ms, std::uint64_t applied_unix_ms, Clock::time_point now);
+  // `now` on the live clock. A sent time of 0 (an agent that does not stamp its heartbeats) is no sample. Returns the
+  // lag of the second this sample closed, if it closed one (once a second at most: for saying so when it is large).
+  std::optional<std::chrono::milliseconds> sample(int node, std::uint64_t sent_unix_ms, std::uint64_t applied_unix_ms,
+                                                  Clock::time_point now);
   // The largest per-second median of the last `horizon`, the current second's included; at most `horizon`.
   std::chrono::milliseconds lag(Clock::time_point now);
 
@@ -48,8 +51,8 @@ class ReadLag {
     Clock::time_point end;
     std::chrono::milliseconds lag;
   };
-  // Closes the current window if `now` is past its end.
-  void roll(Clock::time_point now);
+  // Closes the current window if `now` is past its end; returns its lag if it had samples.
+  std::optional<std::chrono::milliseconds> roll(Clock::time_point now);
   std::chrono::milliseconds median(std::vector<std::int64_t>& samples) const;
 
   std::chrono::milliseconds horizon_;
