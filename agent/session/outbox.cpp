@@ -149,6 +149,7 @@ void Outbox::run() {
     }
     in_flight_ = true;
     lock.unlock();
+    message.set_sent_unix_ms(unix_ms());   // the launcher measures how late it reads on this (its ReadLag)
     bool ok;
     {
       // A write blocks while the launcher does not read (HTTP/2 flow control): a launcher that stalls this long is

@@ -82,7 +82,13 @@ AgentTimes SimAgent::times() const {
 void SimAgent::send(v1::AgentMessage message) {
   std::lock_guard lock(mutex_);
   if (silent_ || ended_) return;
-  if (outbox_.empty()) oldest_queued_ = Clock::now();
+  const auto now = Clock::now();
+  if (outbox_.empty()) oldest_queued_ = now;
+  // As an agent's Outbox: a heartbeat goes out only when nothing else did for the interval.
+  if (heartbeat_.count() > 0) {
+    next_heartbeat_ = now + heartbeat_;
+    last_sent_ = now;
+  }
   outbox_.push_back(std::move(message));
   write_next();
 }
@@ -100,6 +106,7 @@ void SimAgent::write_next() {
     outbox_.pop_front();
     if (!outbox_.empty()) oldest_queued_ = Clock::now();   // about: one by one, the rest waited as long or less
   }
+  writing_message_.set_sent_unix_ms(unix_ms());
   StartWrite(&writing_message_);
 }
 
@@ -178,7 +185,7 @@ void SimAgent::handle(const v1::LauncherMessage& message, Clock::time_point now)
       heartbeat_ = milliseconds(message.configure().heartbeat_interval_ms());
       lease_ = milliseconds(message.configure().lease_ms());
       next_heartbeat_ = now + heartbeat_;
-      last_heartbeat_ = now;   // the first heartbeat is late if it does not go out one interval after Configure
+      last_sent_ = now;   // the first heartbeat is late if it does not go out one interval after Configure
       times_.configured = now;
       return;
     }
@@ -328,11 +335,11 @@ void SimAgent::tick(Clock::time_point now) {
     if (times_.configured && heartbeat_.count() > 0 && now >= next_heartbeat_) {
       heartbeat = true;
       next_heartbeat_ = now + heartbeat_;
-      if (last_heartbeat_) {
-        const auto late = duration_cast<milliseconds>(now - *last_heartbeat_) - heartbeat_;
+      if (last_sent_) {
+        const auto late = duration_cast<milliseconds>(now - *last_sent_) - heartbeat_;
         times_.max_heartbeat_late = std::max(times_.max_heartbeat_late, late);
       }
-      last_heartbeat_ = now;
+      last_sent_ = now;
     }
     exit_now = exit_at_ && now >= *exit_at_;
     if (next_report_ && now >= *next_report_ && !exit_now) {

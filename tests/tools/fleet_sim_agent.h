@@ -66,8 +66,8 @@ struct AgentTimes {
   std::optional<Clock::time_point> reported;      // its workers' first reports went out
   std::uint64_t reports = 0;                      // worker reports sent
   std::chrono::milliseconds max_launcher_gap{0};  // longest silence of the launcher after Configure
-  // Longest time between two of its own heartbeats, less the interval: how late this process sent one (a starved
-  // simulator is a silent agent, whatever the launcher does).
+  // Longest time it sent nothing, less its heartbeat interval: how late this process was with a heartbeat (a
+  // starved simulator is a silent agent, whatever the launcher does).
   std::chrono::milliseconds max_heartbeat_late{0};
   // Longest time from a message's send() to the end of the write that carried it: how long this process's own
   // gRPC threads kept what it had to say.
@@ -138,7 +138,7 @@ class SimAgent final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::Laun
   std::chrono::milliseconds lease_{0};
   Clock::time_point last_heard_;
   Clock::time_point next_heartbeat_;
-  std::optional<Clock::time_point> last_heartbeat_;
+  std::optional<Clock::time_point> last_sent_;      // anything (after Configure): a heartbeat is due an interval later
   std::optional<Clock::time_point> oldest_queued_;   // when the oldest message in outbox_ was queued
   Clock::time_point writing_since_;                  // when the oldest message in the write in flight was queued
   std::uint32_t round_ = 0;

@@ -162,8 +162,13 @@ struct World {
   }
   // A heartbeat of node `node` read `late` after it was sent, by a clock `ahead` of the launcher's.
   void beat(int node, std::chrono::milliseconds late, std::chrono::milliseconds ahead = {}) {
-    report(node, AgentAlive{static_cast<std::uint64_t>(static_cast<std::int64_t>(clock->unix_ms()) - late.count() +
-                                                       ahead.count())});
+    Event event;
+    event.kind = Event::Kind::report;
+    event.node = node;
+    event.report = AgentAlive{};
+    event.sent_unix_ms =
+        static_cast<std::uint64_t>(static_cast<std::int64_t>(clock->unix_ms()) - late.count() + ahead.count());
+    events.push(std::move(event));
   }
   // Pumps until `until` on the scripted clock, or until a node is lost.
   void pump(FleetClock::Clock::time_point until) {

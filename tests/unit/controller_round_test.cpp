@@ -174,7 +174,13 @@ TEST_CASE("round: every worker exits 0 on every node -> success, and no StopGrou
       s.report(node, GroupDone{0});
     }
   };
+  std::vector<std::uint32_t> windows;
+  s.fleet.on_send = [&, answer = s.fleet.on_send](int node, const Command& command) {
+    if (const auto* start = std::get_if<StartGroup>(&command)) windows.push_back(start->report_window_ms);
+    answer(node, command);
+  };
   CHECK(s.round.run() == Round::Outcome::success);
+  CHECK(windows == std::vector<std::uint32_t>{1000, 1000});   // two nodes: the workers' own interval
   CHECK(s.round.ranks() == 4);
   CHECK(s.fleet.sent_to<PrepareRound>() == std::vector<int>{0});
   CHECK(s.fleet.sent_to<StartGroup>() == std::vector<int>{0, 1});
@@ -691,4 +697,19 @@ TEST_CASE("round: a node that never sends its evidence holds the stop for Timeou
   CHECK(s.round.root_cause()->rank == 1);
   REQUIRE(s.round.root_cause()->stacks);   // node 0's answer came
   CHECK(s.fleet.losses.empty());
+}
+
+TEST_CASE("round: the agents' report window is the workers' interval, stretched with the fleet, capped") {
+  using namespace std::chrono_literals;
+  dtrain::spec::Spec::Health h;   // heartbeat_timeout_s 30: the workers report every second
+  CHECK(report_window(h, 2) == 1000ms);
+  CHECK(report_window(h, 2048) == 1000ms);
+  CHECK(report_window(h, 4096) == 2000ms);
+  CHECK(report_window(h, 10000) == 4882ms);
+  CHECK(report_window(h, 32768) == 6000ms);   // a fifth of heartbeat_timeout_s
+  h.heartbeat_timeout_s = 2;                  // the workers report every 400 ms, and windows stay at that
+  CHECK(report_window(h, 4096) == 400ms);
+  h.heartbeat_timeout_s = 0;                  // no heartbeat check: 1 s, at most 5 s
+  CHECK(report_window(h, 4096) == 2000ms);
+  CHECK(report_window(h, 32768) == 5000ms);
 }

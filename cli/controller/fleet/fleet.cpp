@@ -183,11 +183,7 @@ void Fleet::on_report(int node, const AgentReport& report) {
     console_.note("node " + std::to_string(node) + " (" + n.info.hostname + ") was interrupted by " +
                   (name ? std::string(name) : "signal " + std::to_string(signal)) + ": stopping the job");
     listener_.on_signal(signal);
-  } else if (const auto* alive = std::get_if<AgentAlive>(&report)) {
-    if (const auto second = read_lag_.sample(node, alive->sent_unix_ms, clock_->unix_ms(), n.last_heard)) {
-      say_read_lag(*second);
-    }
-  } else {
+  } else if (!std::holds_alternative<AgentAlive>(report)) {
     listener_.on_report(node, report);
   }
 }
@@ -223,7 +219,14 @@ void Fleet::apply(const Event& event) {
       return;
     case Event::Kind::joined: provider_->on_joined(*this, event); return;
     case Event::Kind::session_closed: on_session_closed(event.node); return;
-    case Event::Kind::report: on_report(event.node, event.report); return;
+    case Event::Kind::report:
+      if (event.sent_unix_ms != 0 && !gone(event.node)) {
+        if (const auto second = read_lag_.sample(event.node, event.sent_unix_ms, clock_->unix_ms(), live_now())) {
+          say_read_lag(*second);
+        }
+      }
+      on_report(event.node, event.report);
+      return;
   }
 }
 

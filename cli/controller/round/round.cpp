@@ -101,14 +101,22 @@ void Round::plan_workers() {
   }
 }
 
+std::chrono::milliseconds report_window(const spec::Spec::Health& health, std::size_t nodes) {
+  using std::chrono::milliseconds;
+  const milliseconds interval = spec::health_interval(health);
+  const milliseconds timeout = spec::duration_ms(health.heartbeat_timeout_s);
+  const milliseconds cap = std::max(interval, timeout.count() > 0 ? timeout / 5 : milliseconds(5000));
+  const milliseconds spread(static_cast<long long>(nodes) * 1000 / kAgentReportsPerSecond);
+  return std::clamp(spread, interval, cap);
+}
+
 void Round::start_groups() {
   std::vector<StartGroup> starts(setup_.nodes.size());
   for (auto& s : starts) {
     s.round = setup_.number;
     s.round_token = token_;
     s.instrument_python = setup_.spec->health.instrument == spec::Spec::Health::Instrument::automatic;
-    // The workers' own report interval: each rank's latest report reaches the launcher as often as a worker sends.
-    s.report_window_ms = static_cast<std::uint32_t>(spec::health_interval(setup_.spec->health).count());
+    s.report_window_ms = static_cast<std::uint32_t>(report_window(setup_.spec->health, setup_.nodes.size()).count());
   }
   const auto relative = [this](const std::string& path) {
     // Named inside the job's directory: each agent places them under its own run directory (agent/job/run_dir.h).

@@ -35,6 +35,18 @@
 
 namespace dtrain::controller {
 
+// How many coalesced report messages a second the launcher is sized for: each costs it about 85 us of CPU plus 14 us
+// per rank report inside (BENCHMARKS.md, "Health from 32,768 ranks"), so 2,048 agents reporting once a second take
+// about a third of a core.
+inline constexpr int kAgentReportsPerSecond = 2048;
+
+// The agents' report window (StartGroup.report_window_ms) for a round of `nodes` nodes: the workers' own interval
+// (spec::health_interval), stretched so that the launcher hears at most kAgentReportsPerSecond coalesced messages a
+// second (4,096 nodes: 2 s), and never past a fifth of health.heartbeat_timeout_s (5 s when that check is off), so
+// that four late windows in a row still do not fail a live worker. What must be seen at once (a rank's first
+// report, its first step, its last) goes at once whatever the window (agent/session/outbox.h).
+std::chrono::milliseconds report_window(const spec::Spec::Health& health, std::size_t nodes);
+
 // What a round needs from the fleet: the launcher's Fleet, or a scripted one in tests.
 class RoundFleet {
  public:

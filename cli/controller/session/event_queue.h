@@ -31,6 +31,9 @@ struct Event {
   std::string text;
   bool is_stderr = false;
   int signal = 0;
+  // report: when the agent wrote the message that carried it (its wall clock; 0 when it did not say, and on all but
+  // the first report of a batch): ReadLag's sample.
+  std::uint64_t sent_unix_ms = 0;
 };
 
 class EventQueue {

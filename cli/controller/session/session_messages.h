@@ -189,9 +189,7 @@ struct AgentInterrupt {
   int signal = 0;
 };
 
-struct AgentAlive {
-  std::uint64_t sent_unix_ms = 0;   // a heartbeat: when the agent sent it (its wall clock); 0 for anything else
-};
+struct AgentAlive {};
 
 using AgentReport = std::variant<AgentHello, RoundPrepared, WorkerStarted, WorkerExit, LogLines, GroupDone,
                                  GroupStopped, WorkerHealth, WorkerSample, LogWriteFailed, AgentError, ProbeResult,

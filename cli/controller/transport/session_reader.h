@@ -18,13 +18,20 @@ inline void push_report(EventQueue& events, int node, const v1::AgentMessage& me
     event.report = wire::from_wire(one);
     return event;
   };
+  // An agent older than AgentMessage.sent_unix_ms stamps its heartbeats alone.
+  const std::uint64_t sent = message.sent_unix_ms() != 0 ? message.sent_unix_ms()
+                             : message.has_heartbeat()   ? message.heartbeat().sent_unix_ms()
+                                                         : 0;
   if (!message.has_batch()) {
-    events.push(event_of(message));
+    Event event = event_of(message);
+    event.sent_unix_ms = sent;
+    events.push(std::move(event));
     return;
   }
   std::vector<Event> all;
   all.reserve(static_cast<std::size_t>(message.batch().messages_size()));
   for (const auto& inner : message.batch().messages()) all.push_back(event_of(inner));
+  if (!all.empty()) all.front().sent_unix_ms = sent;
   events.push_all(all);
 }
 

@@ -202,7 +202,7 @@ AgentReport from_wire(const v1::AgentMessage& m) {
     case v1::AgentMessage::kProbeResult: return probe_of(m.probe_result());
     case v1::AgentMessage::kEvidence: return evidence_of(m.evidence());
     case v1::AgentMessage::kInterrupt: return AgentInterrupt{m.interrupt().signal()};
-    case v1::AgentMessage::kHeartbeat: return AgentAlive{m.heartbeat().sent_unix_ms()};
+    case v1::AgentMessage::kHeartbeat:
     case v1::AgentMessage::kGoodbye:
     case v1::AgentMessage::kBatch:   // unpacked by push_report; one inside another is only a sign of life
     case v1::AgentMessage::BODY_NOT_SET: break;
