@@ -1,5 +1,7 @@
 #include "common/loop_lag.h"
 
+#include <pthread.h>
+
 #include "common/stop_thread.h"
 
 namespace dtrain {
@@ -26,6 +28,8 @@ LoopLag::Clock::time_point LoopLag::live_now() const {
 }
 
 void LoopLag::run() {
+  // Named, so that its cost can be read per thread (scripts/bench/idle_cost.py).
+  pthread_setname_np(pthread_self(), "dtrain-looplag");
   std::unique_lock lock(mutex_);
   while (!done_) {
     wake_.wait_until(lock, last_turn_ + period_, [this] { return done_; });
