@@ -241,4 +241,5 @@ for step, (x, y) in enumerate(health.timed(batches())):
     if step + 1 == 200:   # the same number of steps on every rank: each step's allreduce needs them all
         break
 time.sleep(1.5)   # a heartbeat carries the last step
+dist.destroy_process_group()   # without it, torch 1.13's gloo may abort the process at exit
 """

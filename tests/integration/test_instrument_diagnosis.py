@@ -61,6 +61,7 @@ for x, y in DataLoader(Samples(), batch_size=BATCH):
     opt.step()
     steps += 1
 print("rank %%d ran %%d optimizer steps, last loss %%.4f" %% (rank, steps, float(loss)), flush=True)
+dist.destroy_process_group()   # without it, torch 1.13's gloo may abort the process at exit
 """ % (STEPS, SLOW_RANK)
 
 SPEC = """

@@ -88,6 +88,7 @@ for i, (x, y) in enumerate(loader):
     dist.all_reduce(mean)
 print("rank %%d trained %%d steps, loss %%.6f, own last loss %%.6f" %% (rank, (i + 1) // MICRO,
       float(mean) / dist.get_world_size(), float(loss)), flush=True)
+dist.destroy_process_group()   # without it, torch 1.13's gloo may abort the process at exit
 """ % STEPS
 
 USER_SITECUSTOMIZE = r"""

@@ -404,7 +404,7 @@ TEST_CASE("fleet silence: while the launcher reads every agent late, a silent no
   REQUIRE(f.listener.lost.size() == 1);
   CHECK(f.listener.lost[0] == "node 1 (host1) lost: no message from its agent for 10000 ms (health.node_timeout_s), "
                               "and 4000 ms more while the launcher read its agents that late");
-  CHECK(f.console_text().find("the launcher reads its agents' heartbeats 4000 ms late (its own backlog, or a loaded "
+  CHECK(f.console_text().find("the launcher reads its agents' messages 4000 ms late (its own backlog, or a loaded "
                               "machine): silence deadlines move by that much") != std::string::npos);
   CHECK(f.clock->now() - heard >= 14s);
   CHECK(f.clock->now() - heard <= 15s);

@@ -191,11 +191,11 @@ void Fleet::on_report(int node, const AgentReport& report) {
 void Fleet::say_read_lag(milliseconds second) {
   if (!reading_late_ && second >= kSayReadLag) {
     reading_late_ = true;
-    console_.note("the launcher reads its agents' heartbeats " + std::to_string(second.count()) +
+    console_.note("the launcher reads its agents' messages " + std::to_string(second.count()) +
                   " ms late (its own backlog, or a loaded machine): silence deadlines move by that much");
   } else if (reading_late_ && second < kSayReadLag / 10) {
     reading_late_ = false;
-    console_.note("the launcher reads its agents' heartbeats on time again");
+    console_.note("the launcher reads its agents' messages on time again");
   }
 }
 

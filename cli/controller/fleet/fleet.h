@@ -50,7 +50,7 @@ class FleetClock {
   using Clock = std::chrono::steady_clock;
   virtual ~FleetClock() = default;
   virtual Clock::time_point now() const { return Clock::now(); }
-  // The wall clock, in ms since the epoch: agents stamp their heartbeats with theirs (ReadLag).
+  // The wall clock, in ms since the epoch: agents stamp their messages with theirs (ReadLag).
   virtual std::uint64_t unix_ms() const;
   // How long this process could not run so far (stopped, starved: LoopLag); never decreases. Silence is judged on
   // now() - stalled().

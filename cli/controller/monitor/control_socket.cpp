@@ -3,7 +3,6 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -134,20 +133,22 @@ Result<std::unique_ptr<ControlSocket>> ControlSocket::listen(const std::string& 
     ::unlinkat(dir_fd.fd, kControlSocketName, 0);
     return fail("listen");
   }
-  const int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake < 0) {
+  auto snapshot = OnDemandText::create("{}");
+  if (!snapshot.ok()) {
     ::unlinkat(dir_fd.fd, kControlSocketName, 0);
     for (int fd : stop) ::close(fd);
     return fail("eventfd");
   }
-  std::unique_ptr<ControlSocket> out(new ControlSocket(dir_fd.release(), sock.release(), stop[0], stop[1], wake));
+  std::unique_ptr<ControlSocket> out(
+      new ControlSocket(dir_fd.release(), sock.release(), stop[0], stop[1], std::move(snapshot.value)));
   out->thread_ = std::thread([s = out.get()] { s->serve(); });
   return {{}, std::move(out)};
 }
 
-ControlSocket::ControlSocket(int dir_fd, int listen_fd, int stop_read, int stop_write, int wake_fd)
-    : dir_fd_(dir_fd), listen_fd_(listen_fd), stop_read_(stop_read), stop_write_(stop_write), wake_fd_(wake_fd),
-      snapshot_(std::make_shared<const std::string>("{}")) {}
+ControlSocket::ControlSocket(int dir_fd, int listen_fd, int stop_read, int stop_write,
+                             std::unique_ptr<OnDemandText> snapshot)
+    : dir_fd_(dir_fd), listen_fd_(listen_fd), stop_read_(stop_read), stop_write_(stop_write),
+      snapshot_(std::move(snapshot)) {}
 
 ControlSocket::~ControlSocket() {
   const char byte = 0;
@@ -155,27 +156,14 @@ ControlSocket::~ControlSocket() {
   }
   if (thread_.joinable()) thread_.join();
   ::unlinkat(dir_fd_, kControlSocketName, 0);
-  for (int fd : {listen_fd_, stop_read_, stop_write_, wake_fd_, dir_fd_}) ::close(fd);
-}
-
-void ControlSocket::publish(std::string snapshot) {
-  auto next = std::make_shared<const std::string>(std::move(snapshot));
-  {
-    std::lock_guard lock(mutex_);
-    snapshot_ = std::move(next);
-    ++generation_;
-    wanted_.store(false, std::memory_order_relaxed);
-  }
-  const std::uint64_t one = 1;
-  while (::write(wake_fd_, &one, sizeof one) < 0 && errno == EINTR) {
-  }
+  for (int fd : {listen_fd_, stop_read_, stop_write_, dir_fd_}) ::close(fd);
 }
 
 // One connected client: waiting for a snapshot (none yet), then being sent it until `deadline`.
 struct ControlSocket::Client {
   int fd = -1;
   Clock::time_point connected;
-  std::uint64_t seen = 0;                         // the publishes when it connected: it wants a later one
+  std::uint64_t asked = 0;                        // OnDemandText::ask's answer: it wants a later snapshot
   std::shared_ptr<const std::string> snapshot;    // set once it has one to get
   std::size_t sent = 0;
   Clock::time_point deadline;                     // kFreshWait after connecting, then kClientBudget for sending
@@ -207,27 +195,25 @@ void ControlSocket::accept_clients(std::vector<Client>& clients) {
       continue;
     }
     const auto now = Clock::now();
-    std::lock_guard lock(mutex_);
-    clients.push_back({fd, now, generation_, nullptr, 0, now + kFreshWait});
-    wanted_.store(true, std::memory_order_relaxed);
+    clients.push_back({fd, now, snapshot_->ask(), nullptr, 0, now + kFreshWait});
   }
 }
 
 void ControlSocket::hand_out_snapshots(std::vector<Client>& clients) {
   const auto now = Clock::now();
-  std::lock_guard lock(mutex_);
   bool waiting = false;
   for (auto& c : clients) {
     if (c.snapshot) continue;
-    if (generation_ != c.seen || now >= c.deadline) {
-      c.snapshot = snapshot_;
+    c.snapshot = snapshot_->newer_than(c.asked);
+    if (!c.snapshot && now >= c.deadline) c.snapshot = snapshot_->latest();
+    if (c.snapshot) {
       c.deadline = now + kClientBudget;
     } else {
       waiting = true;
     }
   }
   // A publish that answered earlier clients cleared the wish; later ones still wait for theirs.
-  if (waiting) wanted_.store(true, std::memory_order_relaxed);
+  if (waiting) snapshot_->ask_again();
 }
 
 void ControlSocket::serve() {
@@ -235,7 +221,7 @@ void ControlSocket::serve() {
   std::vector<pollfd> fds;
   for (;;) {
     // stop, wake, then the listening socket while there is room, then every client with a snapshot to send.
-    fds.assign({{stop_read_, POLLIN, 0}, {wake_fd_, POLLIN, 0}, {-1, POLLIN, 0}});
+    fds.assign({{stop_read_, POLLIN, 0}, {snapshot_->wake_fd(), POLLIN, 0}, {-1, POLLIN, 0}});
     if (clients.size() < kMaxClients) fds[2].fd = listen_fd_;
     auto next = Clock::time_point::max();
     for (const auto& c : clients) {
@@ -245,11 +231,7 @@ void ControlSocket::serve() {
     const int timeout = next == Clock::time_point::max() ? -1 : ms_left(next);
     if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) break;
     if (fds[0].revents != 0) break;
-    if (fds[1].revents != 0) {
-      std::uint64_t count = 0;
-      while (::read(wake_fd_, &count, sizeof count) < 0 && errno == EINTR) {
-      }
-    }
+    if (fds[1].revents != 0) snapshot_->clear_wake();
     if (fds[2].revents != 0) accept_clients(clients);
     hand_out_snapshots(clients);
     const auto now = Clock::now();

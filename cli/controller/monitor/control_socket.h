@@ -7,10 +7,9 @@
 // kMaxClients are served together and more wait in the listen queue (kBacklog), and a client of another user is
 // closed at once. Thirty clients that connect and never read delay nobody.
 //
-// Snapshots are made on demand: a connection sets wanted(), the launcher's loop sees it on its next turn (at least
-// once a second) and publishes, and the client gets that snapshot; within kFreshWait it gets the last one instead
-// (the loop is busy, or the launcher is ending). A snapshot of 32,768 ranks is megabytes of JSON: made every second
-// whether or not anybody asked, it was 12% of the launcher's CPU at 4,096 agents.
+// Snapshots are made on demand (on_demand.h): a connection asks, the launcher's loop publishes on its next turn, and
+// the client gets that snapshot, or the last one after kFreshWait. Made every second whether or not anybody asked,
+// the snapshot of 32,768 ranks was 12% of the launcher's CPU at 4,096 agents.
 //
 // Security: the socket file is mode 0600 (bound under a temporary name, chmod'ed, then renamed into place) and
 // every connection's peer credentials (SO_PEERCRED) must show the launcher's own uid: a snapshot names hosts, pids
@@ -18,15 +17,13 @@
 //
 // Paths go through /proc/self/fd/<dir fd>/control.sock, so a run directory deeper than sun_path's 108 bytes works.
 
-#include <atomic>
 #include <chrono>
-#include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cli/controller/monitor/on_demand.h"
 #include "common/status.h"
 
 namespace dtrain::controller {
@@ -54,13 +51,13 @@ class ControlSocket {
   ControlSocket& operator=(const ControlSocket&) = delete;
 
   // Whether a client waits for a snapshot newer than the last publish.
-  bool wanted() const { return wanted_.load(std::memory_order_relaxed); }
+  bool wanted() const { return snapshot_->wanted(); }
   // What the waiting client, and the next ones, get.
-  void publish(std::string snapshot);
+  void publish(std::string snapshot) { snapshot_->publish(std::move(snapshot)); }
 
  private:
   struct Client;
-  ControlSocket(int dir_fd, int listen_fd, int stop_read, int stop_write, int wake_fd);
+  ControlSocket(int dir_fd, int listen_fd, int stop_read, int stop_write, std::unique_ptr<OnDemandText> snapshot);
   void serve();
   // Accepts what waits in the queue while there is room; clients of another user are closed at once.
   void accept_clients(std::vector<Client>& clients);
@@ -68,11 +65,7 @@ class ControlSocket {
   void hand_out_snapshots(std::vector<Client>& clients);
 
   int dir_fd_, listen_fd_, stop_read_, stop_write_;
-  int wake_fd_;  // an eventfd that publish() writes, so the serving thread hands the snapshot out at once
-  std::mutex mutex_;
-  std::shared_ptr<const std::string> snapshot_;
-  std::uint64_t generation_ = 0;   // publishes so far
-  std::atomic<bool> wanted_{false};
+  std::unique_ptr<OnDemandText> snapshot_;
   std::thread thread_;
 };
 

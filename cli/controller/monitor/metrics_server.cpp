@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -147,22 +146,21 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::listen(const std::string& 
     ::close(fd.value);
     return {{StatusCode::internal, "cannot serve metrics on " + address + ": pipe: " + errno_text()}};
   }
-  const int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake < 0) {
+  auto text = OnDemandText::create("");
+  if (!text.ok()) {
     for (int f : {fd.value, stop[0], stop[1]}) ::close(f);
-    return {{StatusCode::internal, "cannot serve metrics on " + address + ": eventfd: " + errno_text()}};
+    return {{StatusCode::internal, "cannot serve metrics on " + address + ": " + text.status.message()}};
   }
   std::unique_ptr<MetricsServer> out(
-      new MetricsServer(fd.value, stop[0], stop[1], wake, numeric_address(fd.value), options));
+      new MetricsServer(fd.value, stop[0], stop[1], std::move(text.value), numeric_address(fd.value), options));
   out->thread_ = std::thread([s = out.get()] { s->serve(); });
   return {{}, std::move(out)};
 }
 
-MetricsServer::MetricsServer(int listen_fd, int stop_read, int stop_write, int wake_fd, std::string address,
-                             MetricsServerOptions options)
-    : listen_fd_(listen_fd), stop_read_(stop_read), stop_write_(stop_write), wake_fd_(wake_fd),
-      address_(std::move(address)),
-      options_(options), text_(std::make_shared<const std::string>()) {}
+MetricsServer::MetricsServer(int listen_fd, int stop_read, int stop_write, std::unique_ptr<OnDemandText> text,
+                             std::string address, MetricsServerOptions options)
+    : listen_fd_(listen_fd), stop_read_(stop_read), stop_write_(stop_write), text_(std::move(text)),
+      address_(std::move(address)), options_(options) {}
 
 MetricsServer::~MetricsServer() {
   const char byte = 0;
@@ -170,27 +168,13 @@ MetricsServer::~MetricsServer() {
   }
   if (thread_.joinable()) thread_.join();
   for (const auto& c : connections_) abort_connection(c.fd);
-  for (int fd : {listen_fd_, stop_read_, stop_write_, wake_fd_}) ::close(fd);
-}
-
-void MetricsServer::publish(std::string text) {
-  auto next = std::make_shared<const std::string>(std::move(text));
-  {
-    std::lock_guard lock(mutex_);
-    text_ = std::move(next);
-    published_at_ = Clock::now();
-    ++generation_;
-    wanted_.store(false, std::memory_order_relaxed);
-  }
-  const std::uint64_t one = 1;
-  while (::write(wake_fd_, &one, sizeof one) < 0 && errno == EINTR) {
-  }
+  for (int fd : {listen_fd_, stop_read_, stop_write_}) ::close(fd);
 }
 
 void MetricsServer::serve() {
   std::vector<pollfd> fds;
   while (true) {
-    fds.assign({{stop_read_, POLLIN, 0}, {listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}});
+    fds.assign({{stop_read_, POLLIN, 0}, {listen_fd_, POLLIN, 0}, {text_->wake_fd(), POLLIN, 0}});
     Clock::time_point wake = Clock::now() + std::chrono::hours(1);
     for (const auto& c : connections_) {
       // A waiting scrape is not read from (its request is whole); a hang-up still shows.
@@ -199,16 +183,7 @@ void MetricsServer::serve() {
     }
     if (::poll(fds.data(), fds.size(), ms_until(wake)) < 0 && errno != EINTR) return;
     if (fds[0].revents != 0) return;
-    if (fds[2].revents != 0) {
-      std::uint64_t count = 0;
-      while (::read(wake_fd_, &count, sizeof count) < 0 && errno == EINTR) {
-      }
-    }
-    std::uint64_t generation;
-    {
-      std::lock_guard lock(mutex_);
-      generation = generation_;
-    }
+    if (fds[2].revents != 0) text_->clear_wake();
     const auto now = Clock::now();
     std::vector<Connection> open;
     for (std::size_t i = 0; i < connections_.size(); ++i) {
@@ -217,9 +192,10 @@ void MetricsServer::serve() {
       if (now >= c.deadline || (c.waiting && (events & (POLLHUP | POLLERR)) != 0)) {
         abort_connection(c.fd);
       } else if (c.waiting) {
-        if (generation == c.generation && now < c.wait_until) {
+        OnDemandText::Text text = text_->newer_than(c.asked);
+        if (!text && now < c.wait_until) {
           open.push_back(std::move(c));
-        } else if (answer_metrics(c)) {
+        } else if (answer_metrics(c, text ? std::move(text) : text_->latest())) {
           open.push_back(std::move(c));
         } else {
           ::close(c.fd);
@@ -276,15 +252,13 @@ void MetricsServer::answer(Connection& c) {
     c.body = text("request head over " + std::to_string(options_.max_request_bytes) + " bytes\n");
     c.head = response_head("431 Request Header Fields Too Large", kErrorContentType, c.body->size());
   } else if (verdict == Verdict::metrics) {
-    std::lock_guard lock(mutex_);
-    if (Clock::now() - published_at_ < kFresh) {
-      give_text(c);
+    if (text_->younger_than(kFresh)) {
+      give_text(c, text_->latest());
     } else {
       c.waiting = true;
       // (Never more than half the connection's time: the rest is for sending the answer.)
       c.wait_until = Clock::now() + std::min<Clock::duration>(kFreshWait, options_.connection_deadline / 2);
-      c.generation = generation_;
-      wanted_.store(true, std::memory_order_relaxed);
+      c.asked = text_->ask();
     }
   } else if (verdict == Verdict::method_not_allowed) {
     c.body = text("only GET is served\n");
@@ -299,17 +273,14 @@ void MetricsServer::answer(Connection& c) {
   c.request.clear();
 }
 
-void MetricsServer::give_text(Connection& c) {
-  c.body = text_;
+void MetricsServer::give_text(Connection& c, OnDemandText::Text text) {
+  c.body = std::move(text);
   c.head = response_head("200 OK", kMetricsContentType, c.body->size());
 }
 
-bool MetricsServer::answer_metrics(Connection& c) {
+bool MetricsServer::answer_metrics(Connection& c, OnDemandText::Text text) {
   c.waiting = false;
-  {
-    std::lock_guard lock(mutex_);
-    give_text(c);
-  }
+  give_text(c, std::move(text));
   return write_response(c);
 }
 

@@ -7,11 +7,10 @@
 // its one response (no keep-alive: a scrape every few seconds gains nothing from it, and a connection that ends
 // after one answer cannot be held open by a client).
 //
-// The text is made on demand, as the control socket's snapshot is: a scrape that finds it older than kFresh sets
-// wanted(), the launcher's loop sees that on its next turn (at least once a second) and publishes, and the scrape
-// gets that text; after kFreshWait it gets the last one instead (the loop is busy, or the launcher is ending).
-// Rendering 32,768 ranks' metrics every second whether or not anything scrapes them was the launcher's largest cost
-// at scale.
+// The text is made on demand (on_demand.h), as the control socket's snapshot is: a scrape that finds it older than
+// kFresh asks, the launcher's loop publishes on its next turn, and the scrape gets that text, or the last one after
+// kFreshWait. Rendering 32,768 ranks' metrics every second whether or not anything scrapes them was the launcher's
+// largest cost at scale.
 //
 // One thread poll()s the listening socket and every connection; nothing blocks it. What a hostile or broken client
 // can take is bounded (MetricsServerOptions): bytes of request, time per connection, connections at once. So a
@@ -22,16 +21,15 @@
 // non-loopback address is allowed (a Prometheus server on another host scrapes it) and serves them to anyone who
 // can reach that port, with no TLS or authentication: bind to 127.0.0.1 unless the network is trusted.
 
-#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cli/controller/monitor/on_demand.h"
 #include "common/status.h"
 
 namespace dtrain::controller {
@@ -69,9 +67,9 @@ class MetricsServer {
   // Where it listens, numeric: "127.0.0.1:40123", "[::1]:9400" (the port that port 0 got).
   const std::string& address() const { return address_; }
   // What the waiting and the next scrapes get.
-  void publish(std::string text);
+  void publish(std::string text) { text_->publish(std::move(text)); }
   // Whether a scrape waits for a publish newer than the last.
-  bool wanted() const { return wanted_.load(std::memory_order_relaxed); }
+  bool wanted() const { return text_->wanted(); }
 
  private:
   struct Connection {
@@ -83,11 +81,11 @@ class MetricsServer {
     std::size_t sent = 0;                      // of head + body
     bool waiting = false;                      // a scrape waiting for a fresh publish ...
     Clock::time_point wait_until;              // ... at most until then
-    std::uint64_t generation = 0;              // ... newer than this one
+    std::uint64_t asked = 0;                   // ... newer than this (OnDemandText::ask)
     bool answered() const { return !head.empty(); }
   };
 
-  MetricsServer(int listen_fd, int stop_read, int stop_write, int wake_fd, std::string address,
+  MetricsServer(int listen_fd, int stop_read, int stop_write, std::unique_ptr<OnDemandText> text, std::string address,
                 MetricsServerOptions options);
   void serve();
   void accept_new();
@@ -95,21 +93,16 @@ class MetricsServer {
   bool read_request(Connection& c);
   bool write_response(Connection& c);
   void answer(Connection& c);
-  // The 200 answer with the latest text; mutex_ held.
-  void give_text(Connection& c);
+  // The 200 answer with `text`.
+  void give_text(Connection& c, OnDemandText::Text text);
   // A waiting scrape's answer, once a fresh text was published or its wait ran out; returns whether it stays open.
-  bool answer_metrics(Connection& c);
+  bool answer_metrics(Connection& c, OnDemandText::Text text);
 
   int listen_fd_, stop_read_, stop_write_;
-  int wake_fd_;   // an eventfd that publish() writes, so waiting scrapes are answered at once
+  std::unique_ptr<OnDemandText> text_;
   std::string address_;
   MetricsServerOptions options_;
   std::vector<Connection> connections_;   // the serving thread's own
-  std::mutex mutex_;
-  std::shared_ptr<const std::string> text_;
-  Clock::time_point published_at_{};   // mutex_
-  std::uint64_t generation_ = 0;       // publishes so far; mutex_
-  std::atomic<bool> wanted_{false};
   std::thread thread_;
 };
 
