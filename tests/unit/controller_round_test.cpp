@@ -368,7 +368,7 @@ void answer_evidence(Scenario& s, RoundFleet::Clock::time_point& asked_at,
     Evidence e{ask->round, {}};
     for (unsigned rank : {2u * node, 2u * node + 1}) {
       e.ranks.push_back({rank, "/runs/job-1/attempt_0/stacks/rank_" + std::to_string(rank) + ".txt",
-                         {"#0  0x1 in poll ()", "#1  0x2 in wait_for_peer ()"}, ""});
+                         {"#0  0x1 in poll ()", "#1  0x2 in wait_for_peer ()"}, "", std::nullopt});
     }
     s.report(node, e);
   };

@@ -256,7 +256,7 @@ TEST_CASE("bytes that are not UTF-8 still render as JSON (U+FFFD), not as an exc
   std::string json;
   REQUIRE_NOTHROW(json = render_json(r));
   CHECK(json.find("mlx5_\xef\xbf\xbd") != std::string::npos);
-  CHECK_NOTHROW((void)nlohmann::json::parse(json));
+  CHECK(nlohmann::json::accept(json));
 }
 
 TEST_CASE("cpu shares keep hyperthread siblings together and cover every CPU once") {
