@@ -298,8 +298,10 @@ def main():
         reports.append(r)
         notes = ""
         if r["burners"]:
-            notes = "%d CPU-bound processes alongside: nodes lost %d, the simulator's heartbeats at most %s ms late, its writes at most %s ms; " % (
-                r["burners"], r["lost_lines"], r.get("healthy_max_heartbeat_late_ms"), r.get("healthy_max_write_delay_ms"))
+            notes = ("%d CPU-bound processes alongside: nodes lost %d, the simulator's heartbeats at most %s ms late, "
+                     "its writes at most %s ms; " % (r["burners"], r["lost_lines"],
+                                                      r.get("healthy_max_heartbeat_late_ms"),
+                                                      r.get("healthy_max_write_delay_ms")))
         if kind == "cut":
             notes += "job ended %s s after the first dial (the cut 2 s after StartGroup)" % seconds(r, "all_closed")
         if kind == "lost":

@@ -248,8 +248,10 @@ void print_report(const Options& o, const std::vector<std::unique_ptr<SimAgent>>
   }
   const double sim_cpu = own_cpu_s();
   std::printf(", \"launcher_peak_rss_kib\": %ld, \"healthy_max_launcher_gap_ms\": %.0f, \"healthy_lease_lost\": %d, "
-              "\"healthy_max_heartbeat_late_ms\": %.0f, \"healthy_max_write_delay_ms\": %.0f, \"goodbyes\": %d, \"drop_detect_ms\": [%s], \"stalled\": %s, \"sim_cpu_s\": %.3f}\n",
-              peak_rss_kib, max_gap, lease_lost, max_late, max_write, goodbyes, dropped.c_str(), stalled.c_str(), sim_cpu);
+              "\"healthy_max_heartbeat_late_ms\": %.0f, \"healthy_max_write_delay_ms\": %.0f, \"goodbyes\": %d, "
+              "\"drop_detect_ms\": [%s], \"stalled\": %s, \"sim_cpu_s\": %.3f}\n",
+              peak_rss_kib, max_gap, lease_lost, max_late, max_write, goodbyes, dropped.c_str(), stalled.c_str(),
+              sim_cpu);
 }
 
 // Ticks every agent until every session ended or the timeout; the stalled agent dials once every other agent was

@@ -122,7 +122,8 @@ void SimAgent::OnWriteDone(bool ok) {
     std::lock_guard lock(mutex_);
     writing_ = false;
     if (!ok) ended_ = true;
-    times_.max_write_delay = std::max(times_.max_write_delay, duration_cast<milliseconds>(Clock::now() - writing_since_));
+    times_.max_write_delay =
+        std::max(times_.max_write_delay, duration_cast<milliseconds>(Clock::now() - writing_since_));
     cancel = cancel_after_write_ && outbox_.empty();
     write_next();
     release = release_if_idle();

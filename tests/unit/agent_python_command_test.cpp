@@ -64,7 +64,8 @@ TEST_CASE("PYTHONPATH: the helper's directory, the bootstrap's only for Python w
   CHECK(worker_python_path(dirs, true, python, "") == "/share/python:/share/python/bootstrap");
   CHECK(worker_python_path(dirs, false, python, "/user") == "/share/python:/user");
   CHECK(worker_python_path(dirs, true, trainer, "/user") == "/share/python:/user");
-  CHECK(worker_python_path({.helper = "/share/python", .bootstrap = ""}, true, python, "/user") == "/share/python:/user");
+  const PythonDirs helper_only{.helper = "/share/python", .bootstrap = ""};
+  CHECK(worker_python_path(helper_only, true, python, "/user") == "/share/python:/user");
   CHECK(worker_python_path({}, true, python, "/user") == "/user");
   CHECK(worker_python_path({}, true, python, "").empty());
 }

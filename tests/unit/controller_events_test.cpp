@@ -121,6 +121,31 @@ TEST_CASE("control socket: a client that connects and never reads does not hold 
   CHECK(took < 2 * ControlSocket::kFreshWait + ControlSocket::kClientBudget + 2s);
 }
 
+TEST_CASE("control socket: a client that reads slowly but steadily gets the whole snapshot") {
+  TempDir dir("control-slow");
+  auto socket = ControlSocket::listen(dir.path);
+  REQUIRE(socket.ok());
+  const std::size_t size = 4 << 20;
+  socket.value->publish(std::string(size, 'x'));
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  const std::string path = dir.file(kControlSocketName);
+  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  // 256 KiB every 100 ms: 1.6 s in all, longer than kClientBudget, but never that long without reading.
+  std::vector<char> chunk(256 << 10);
+  std::size_t got = 0;
+  while (true) {
+    const ssize_t n = ::recv(fd, chunk.data(), chunk.size(), MSG_WAITALL);
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+    std::this_thread::sleep_for(100ms);
+  }
+  ::close(fd);
+  CHECK(got == size);
+}
+
 TEST_CASE("control socket: 30 clients that never read, with a 64 MiB snapshot, do not hold up the next one") {
   TempDir dir("control-idle");
   auto socket = ControlSocket::listen(dir.path);

@@ -28,8 +28,8 @@ class ScriptedClock final : public FleetClock {
   Clock::time_point now() const override { return time; }
   Clock::duration stalled() const override { return stall; }
   std::uint64_t unix_ms() const override {
-    return 1'800'000'000'000ULL +
-           static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(time.time_since_epoch()).count());
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(time.time_since_epoch()).count();
+    return 1'800'000'000'000ULL + static_cast<std::uint64_t>(ms);
   }
   std::optional<Event> next(EventQueue& events, Clock::time_point deadline) override {
     if (auto event = events.pop(Clock::now())) return event;

@@ -12,11 +12,12 @@
 // older agent stamps its heartbeats alone). Its transit, the launcher's wall clock when the fleet applies it less
 // that time, is the network plus the launcher's own backlog (socket buffers, gRPC's threads, the event queue). Two
 // hosts' clocks differ by an offset, so each node's transit counts from the least it has been (its floor): what is
-// left is how late this message was read compared with that node's best. The launcher's backlog delays every node's messages alike, one slow agent or link only its own: each second
-// of samples gives one lag, their median, and the read lag is the largest of the last `horizon` (the node timeout)
-// of them, so a backlog that is being worked off still counts for as long as a deadline it delayed can be pending.
+// left is how late this message was read compared with that node's best. The launcher's backlog delays every node's
+// messages alike, one slow agent or link only its own: each second of samples gives one lag, their lower median, and
+// the read lag is the largest of the last `horizon` (the node timeout) of them, so a backlog that is being worked off
+// still counts for as long as a deadline it delayed can be pending.
 //
-// Silence deadlines move by read_lag() (fleet/fleet_pump.cpp), at most by one node timeout: a node that really is
+// Silence deadlines move by lag() (fleet/fleet_pump.cpp), at most by one node timeout: a node that really is
 // silent while every other is read on time is still given up at its deadline, and one that is silent while the
 // launcher is behind is given up at most one node timeout later than that.
 

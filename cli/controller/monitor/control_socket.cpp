@@ -166,14 +166,17 @@ struct ControlSocket::Client {
   std::uint64_t asked = 0;                        // OnDemandText::ask's answer: it wants a later snapshot
   std::shared_ptr<const std::string> snapshot;    // set once it has one to get
   std::size_t sent = 0;
-  Clock::time_point deadline;                     // kFreshWait after connecting, then kClientBudget for sending
+  Clock::time_point deadline;                     // kFreshWait after connecting, then kClientBudget past its last read
 
-  // Writes what the socket takes now; true once the client is done with (all sent, gone, or out of time).
+  // Writes what the socket takes now; true once the client is done with (all sent, gone, or out of time). A client
+  // that reads keeps its slot however slowly it reads (a loaded machine); one that stops is cut off kClientBudget
+  // after the last bytes it took.
   bool send_some(Clock::time_point now) {
     while (sent < snapshot->size()) {
       const ssize_t n = ::send(fd, snapshot->data() + sent, snapshot->size() - sent, MSG_NOSIGNAL);
       if (n > 0) {
         sent += static_cast<std::size_t>(n);
+        deadline = now + kClientBudget;
       } else if (n < 0 && errno == EINTR) {
         continue;
       } else {

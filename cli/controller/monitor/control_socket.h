@@ -3,7 +3,7 @@
 // The running launcher's control socket, <run dir>/control.sock: `dtrain status` connects, the launcher writes its
 // status snapshot (job_status.h's JSON) and closes. Nothing is read from a client, so no request can be malformed,
 // large or slow. One thread serves every client at once without blocking on any of them (non-blocking accept and
-// writes under one poll): a client that does not read is cut off kClientBudget after its snapshot was ready, up to
+// writes under one poll): a client that stops reading is cut off kClientBudget after it last read, up to
 // kMaxClients are served together and more wait in the listen queue (kBacklog), and a client of another user is
 // closed at once. Thirty clients that connect and never read delay nobody.
 //
