@@ -29,22 +29,23 @@ TEST_CASE("on demand: nothing is made until a reader asks; a publish answers tho
   CHECK_FALSE(text.younger_than(1h));
   const auto first = text.ask();
   CHECK(text.wanted());
-  CHECK(text.newer_than(first) == nullptr);
+  CHECK(text.for_reader(first, false) == nullptr);
   CHECK_FALSE(readable(text.wake_fd()));
   text.publish("one");
   CHECK_FALSE(text.wanted());
   CHECK(readable(text.wake_fd()));
   text.clear_wake();
   CHECK_FALSE(readable(text.wake_fd()));
-  REQUIRE(text.newer_than(first) != nullptr);
-  CHECK(*text.newer_than(first) == "one");
+  REQUIRE(text.for_reader(first, false) != nullptr);
+  CHECK(*text.for_reader(first, false) == "one");
   CHECK(text.younger_than(1h));
   // A reader that asks now waits for the next publish, and a reader still waiting asks again.
   const auto second = text.ask();
-  CHECK(text.newer_than(second) == nullptr);
+  CHECK(text.for_reader(second, false) == nullptr);
+  CHECK(*text.for_reader(second, true) == "one");   // waited long enough: the last one
   text.publish("two");
   text.ask_again();
   CHECK(text.wanted());
-  CHECK(*text.newer_than(second) == "two");
+  CHECK(*text.for_reader(second, false) == "two");
   CHECK(*text.latest() == "two");
 }

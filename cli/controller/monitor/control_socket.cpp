@@ -207,8 +207,7 @@ void ControlSocket::hand_out_snapshots(std::vector<Client>& clients) {
   bool waiting = false;
   for (auto& c : clients) {
     if (c.snapshot) continue;
-    c.snapshot = snapshot_->newer_than(c.asked);
-    if (!c.snapshot && now >= c.deadline) c.snapshot = snapshot_->latest();
+    c.snapshot = snapshot_->for_reader(c.asked, now >= c.deadline);
     if (c.snapshot) {
       c.deadline = now + kClientBudget;
     } else {

@@ -192,10 +192,10 @@ void MetricsServer::serve() {
       if (now >= c.deadline || (c.waiting && (events & (POLLHUP | POLLERR)) != 0)) {
         abort_connection(c.fd);
       } else if (c.waiting) {
-        OnDemandText::Text text = text_->newer_than(c.asked);
-        if (!text && now < c.wait_until) {
+        OnDemandText::Text text = text_->for_reader(c.asked, now >= c.wait_until);
+        if (!text) {
           open.push_back(std::move(c));
-        } else if (answer_metrics(c, text ? std::move(text) : text_->latest())) {
+        } else if (answer_metrics(c, std::move(text))) {
           open.push_back(std::move(c));
         } else {
           ::close(c.fd);

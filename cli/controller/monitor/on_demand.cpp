@@ -48,9 +48,9 @@ std::uint64_t OnDemandText::ask() {
 
 void OnDemandText::ask_again() { wanted_.store(true, std::memory_order_relaxed); }
 
-OnDemandText::Text OnDemandText::newer_than(std::uint64_t asked) const {
+OnDemandText::Text OnDemandText::for_reader(std::uint64_t asked, bool waited) const {
   std::lock_guard lock(mutex_);
-  return generation_ != asked ? text_ : nullptr;
+  return generation_ != asked || waited ? text_ : nullptr;
 }
 
 OnDemandText::Text OnDemandText::latest() const {

@@ -40,12 +40,13 @@ class OnDemandText {
   // The serving thread. Readable after a publish; poll it, then clear_wake().
   int wake_fd() const { return wake_fd_; }
   void clear_wake();
-  // A reader arrived: asks the loop for a text and returns what the reader must see passed (give it to newer_than).
+  // A reader arrived: asks the loop for a text and returns what the reader must see passed (give it to for_reader).
   std::uint64_t ask();
   // Readers still wait after a publish answered earlier ones (and cleared the wish): ask again.
   void ask_again();
-  // A text published after ask() returned `asked`, or nullptr when none was yet.
-  Text newer_than(std::uint64_t asked) const;
+  // What a reader that asked (ask() returned `asked`) gets now: a text published since, else the last one once it has
+  // waited long enough (`waited`), else nullptr (it waits on).
+  Text for_reader(std::uint64_t asked, bool waited) const;
   // The last text published (or the initial one).
   Text latest() const;
   // Whether the last publish is younger than `age`.
