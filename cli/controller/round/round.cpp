@@ -111,13 +111,14 @@ std::chrono::milliseconds report_window(const spec::Spec::Health& health, std::s
 }
 
 void Round::start_groups() {
-  std::vector<StartGroup> starts(setup_.nodes.size());
-  for (auto& s : starts) {
-    s.round = setup_.number;
-    s.round_token = token_;
-    s.instrument_python = setup_.spec->health.instrument == spec::Spec::Health::Instrument::automatic;
-    s.report_window_ms = static_cast<std::uint32_t>(report_window(setup_.spec->health, setup_.nodes.size()).count());
-  }
+  // What every node's StartGroup shares, made once.
+  StartGroup common;
+  common.round = setup_.number;
+  common.round_token = token_;
+  common.instrument_python = setup_.spec->health.instrument == spec::Spec::Health::Instrument::automatic;
+  common.report_window_ms =
+      static_cast<std::uint32_t>(report_window(setup_.spec->health, setup_.nodes.size()).count());
+  std::vector<StartGroup> starts(setup_.nodes.size(), common);
   const auto relative = [this](const std::string& path) {
     // Named inside the job's directory: each agent places them under its own run directory (agent/job/run_dir.h).
     return std::filesystem::path(path).lexically_relative(setup_.job_dir).string();
