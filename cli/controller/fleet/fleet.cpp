@@ -193,7 +193,7 @@ void Fleet::say_read_lag(milliseconds second) {
     reading_late_ = true;
     console_.note("the launcher reads its agents' messages " + std::to_string(second.count()) +
                   " ms late (its own backlog, or a loaded machine): silence deadlines move by that much");
-  } else if (reading_late_ && second < kSayReadLag / 10) {
+  } else if (reading_late_ && second < kOrdinaryLag) {
     reading_late_ = false;
     console_.note("the launcher reads its agents' messages on time again");
   }

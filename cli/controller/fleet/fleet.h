@@ -139,7 +139,7 @@ class Fleet final : public RoundFleet, public ProviderFleet {
   bool take_drain_marker(const Event& event);
   void apply(const Event& event);
   void on_session_closed(int node);
-  // Says so when a second's read lag reaches kSayReadLag, and again when it is back under a tenth of that.
+  // Says so when a second's read lag reaches kSayReadLag, and again when it is back under kOrdinaryLag.
   void say_read_lag(std::chrono::milliseconds second);
   void on_report(int node, const AgentReport& report);
   void on_hello(int node, const AgentHello& hello);
@@ -171,6 +171,9 @@ class Fleet final : public RoundFleet, public ProviderFleet {
   Clock::time_point drained_to_ = Clock::time_point::min();   // live: every event queued before it was applied
   ReadLag read_lag_;                    // how late the launcher reads its agents; silence deadlines move by it
   static constexpr std::chrono::milliseconds kSayReadLag{1000};
+  // Below this a read lag is ordinary scheduling: it still moves deadlines, but a loss's message does not mention it,
+  // and the console's "reads late" ends when the lag is back under it.
+  static constexpr std::chrono::milliseconds kOrdinaryLag{100};
   bool reading_late_ = false;           // the console was told that the launcher reads late
   bool shutting_down_ = false;
 };

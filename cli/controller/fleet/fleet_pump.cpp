@@ -18,9 +18,6 @@ void Fleet::send_heartbeats(Clock::time_point now) {
 
 namespace {
 
-// Below this a read lag is ordinary scheduling: it still moves deadlines, but a loss's message does not mention it.
-constexpr milliseconds kNotableLag{100};
-
 // check_silence's marker through the event queue: signal 0 is no signal (as for kill(2)), and nothing else queues it.
 Event drain_marker() {
   Event marker;
@@ -67,7 +64,7 @@ bool Fleet::check_silence(Clock::time_point now, Clock::time_point& wake) {
       }
       std::string why = "no message from its agent for " + std::to_string(node_timeout_.count()) +
                         " ms (health.node_timeout_s)";
-      if (late >= kNotableLag) {
+      if (late >= kOrdinaryLag) {
         why += ", and " + std::to_string(late.count()) + " ms more while the launcher read its agents that late";
       }
       lose(static_cast<int>(i), why);

@@ -6,8 +6,17 @@
 namespace dtrain::controller {
 
 namespace {
+
 constexpr std::int64_t kNoFloor = std::numeric_limits<std::int64_t>::max();
+
+// The lower median: of two nodes, the one read on time says what the launcher's own lag is. Reorders `samples`.
+std::chrono::milliseconds lower_median(std::vector<std::int64_t>& samples) {
+  const auto middle = samples.begin() + static_cast<std::ptrdiff_t>((samples.size() - 1) / 2);
+  std::nth_element(samples.begin(), middle, samples.end());
+  return std::chrono::milliseconds(*middle);
 }
+
+}  // namespace
 
 std::optional<std::chrono::milliseconds> ReadLag::sample(int node, std::uint64_t sent_unix_ms,
                                                         std::uint64_t applied_unix_ms, Clock::time_point now) {
@@ -25,7 +34,7 @@ std::optional<std::chrono::milliseconds> ReadLag::roll(Clock::time_point now) {
   if (now < window_end_) return std::nullopt;
   std::optional<std::chrono::milliseconds> closed;
   if (!current_.empty()) {
-    closed = median(current_);
+    closed = lower_median(current_);
     seconds_.push_back({window_end_, *closed});
     current_.clear();
   }
@@ -34,20 +43,13 @@ std::optional<std::chrono::milliseconds> ReadLag::roll(Clock::time_point now) {
   return closed;
 }
 
-std::chrono::milliseconds ReadLag::median(std::vector<std::int64_t>& samples) const {
-  // The lower median: of two nodes, the one read on time says what the launcher's own lag is.
-  const auto middle = samples.begin() + static_cast<std::ptrdiff_t>((samples.size() - 1) / 2);
-  std::nth_element(samples.begin(), middle, samples.end());
-  return std::chrono::milliseconds(*middle);
-}
-
 std::chrono::milliseconds ReadLag::lag(Clock::time_point now) {
   roll(now);
   std::chrono::milliseconds largest{0};
   for (const auto& s : seconds_) largest = std::max(largest, s.lag);
   if (!current_.empty()) {
     std::vector<std::int64_t> copy = current_;
-    largest = std::max(largest, median(copy));
+    largest = std::max(largest, lower_median(copy));
   }
   return std::min(largest, horizon_);
 }

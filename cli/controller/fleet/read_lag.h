@@ -53,7 +53,6 @@ class ReadLag {
   };
   // Closes the current window if `now` is past its end; returns its lag if it had samples.
   std::optional<std::chrono::milliseconds> roll(Clock::time_point now);
-  std::chrono::milliseconds median(std::vector<std::int64_t>& samples) const;
 
   std::chrono::milliseconds horizon_;
   std::vector<std::int64_t> floors_;       // by node: its least transit so far (kNoFloor: none yet)
