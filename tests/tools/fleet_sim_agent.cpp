@@ -85,10 +85,7 @@ void SimAgent::send(v1::AgentMessage message) {
   const auto now = Clock::now();
   if (outbox_.empty()) oldest_queued_ = now;
   // As an agent's Outbox: a heartbeat goes out only when nothing else did for the interval.
-  if (heartbeat_.count() > 0) {
-    next_heartbeat_ = now + heartbeat_;
-    last_sent_ = now;
-  }
+  if (heartbeat_.count() > 0) last_sent_ = now;
   outbox_.push_back(std::move(message));
   write_next();
 }
@@ -185,7 +182,6 @@ void SimAgent::handle(const v1::LauncherMessage& message, Clock::time_point now)
       std::lock_guard lock(mutex_);
       heartbeat_ = milliseconds(message.configure().heartbeat_interval_ms());
       lease_ = milliseconds(message.configure().lease_ms());
-      next_heartbeat_ = now + heartbeat_;
       last_sent_ = now;   // the first heartbeat is late if it does not go out one interval after Configure
       times_.configured = now;
       return;
@@ -333,13 +329,10 @@ void SimAgent::tick(Clock::time_point now) {
       drop_at_.reset();
       times_.dropped = now;
     }
-    if (times_.configured && heartbeat_.count() > 0 && now >= next_heartbeat_) {
+    if (times_.configured && heartbeat_.count() > 0 && now >= last_sent_ + heartbeat_) {
       heartbeat = true;
-      next_heartbeat_ = now + heartbeat_;
-      if (last_sent_) {
-        const auto late = duration_cast<milliseconds>(now - *last_sent_) - heartbeat_;
-        times_.max_heartbeat_late = std::max(times_.max_heartbeat_late, late);
-      }
+      const auto late = duration_cast<milliseconds>(now - last_sent_) - heartbeat_;
+      times_.max_heartbeat_late = std::max(times_.max_heartbeat_late, late);
       last_sent_ = now;
     }
     exit_now = exit_at_ && now >= *exit_at_;

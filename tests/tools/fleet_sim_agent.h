@@ -137,8 +137,7 @@ class SimAgent final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::Laun
   std::chrono::milliseconds heartbeat_{0};
   std::chrono::milliseconds lease_{0};
   Clock::time_point last_heard_;
-  Clock::time_point next_heartbeat_;
-  std::optional<Clock::time_point> last_sent_;      // anything (after Configure): a heartbeat is due an interval later
+  Clock::time_point last_sent_;   // anything, from Configure on: a heartbeat is due an interval after it
   std::optional<Clock::time_point> oldest_queued_;   // when the oldest message in outbox_ was queued
   Clock::time_point writing_since_;                  // when the oldest message in the write in flight was queued
   std::uint32_t round_ = 0;
