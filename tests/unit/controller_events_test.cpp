@@ -31,6 +31,22 @@ std::vector<nlohmann::ordered_json> lines_of(const std::string& path) {
   return out;
 }
 
+sockaddr_un unix_address(const std::string& path) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+  return a;
+}
+
+// A client of the Unix socket at `path` that has read nothing yet; -1 when it could not connect.
+int connect_to(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  const sockaddr_un a = unix_address(path);
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) return fd;
+  ::close(fd);
+  return -1;
+}
+
 }  // namespace
 
 TEST_CASE("event log: one JSON object per line with ts and event first, appended, bytes that are not UTF-8 replaced") {
@@ -106,12 +122,8 @@ TEST_CASE("control socket: a client that connects and never reads does not hold 
   REQUIRE(socket.ok());
   // A snapshot far larger than the socket's buffers: the stuck client's write blocks until its budget runs out.
   socket.value->publish(std::string(64 << 20, 'x'));
-  const int stuck = ::socket(AF_UNIX, SOCK_STREAM, 0);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  const std::string path = dir.file(kControlSocketName);
-  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
-  REQUIRE(::connect(stuck, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  const int stuck = connect_to(dir.file(kControlSocketName));
+  REQUIRE(stuck >= 0);
   const auto began = std::chrono::steady_clock::now();
   auto answer = read_control_socket(dir.path, 5s);
   const auto took = std::chrono::steady_clock::now() - began;
@@ -127,12 +139,8 @@ TEST_CASE("control socket: a client that reads slowly but steadily gets the whol
   REQUIRE(socket.ok());
   const std::size_t size = 4 << 20;
   socket.value->publish(std::string(size, 'x'));
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  const std::string path = dir.file(kControlSocketName);
-  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  const int fd = connect_to(dir.file(kControlSocketName));
+  REQUIRE(fd >= 0);
   // 256 KiB every 100 ms: 1.6 s in all, longer than kClientBudget, but never that long without reading.
   std::vector<char> chunk(256 << 10);
   std::size_t got = 0;
@@ -154,11 +162,8 @@ TEST_CASE("control socket: 30 clients that never read, with a 64 MiB snapshot, d
   const std::string path = dir.file(kControlSocketName);
   std::vector<int> idle;
   for (int i = 0; i < 30; ++i) {
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
-    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    const int fd = connect_to(path);
+    REQUIRE(fd >= 0);
     idle.push_back(fd);
   }
   // Served one after another, each idle client would take its kClientBudget: 30 s before the next.
@@ -178,10 +183,8 @@ TEST_CASE("control socket: what each failure to connect means for the launcher")
   CHECK(gone.status.message().find("the launcher has ended, or never started") != std::string::npos);
   // A socket file nobody listens on: what a SIGKILLed launcher leaves.
   const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", dir.file(kControlSocketName).c_str());
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  const sockaddr_un a = unix_address(dir.file(kControlSocketName));
+  REQUIRE(::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0);
   ::close(fd);
   auto dead = read_control_socket(dir.path, 1s);
   CHECK(dead.status.code() == dtrain::StatusCode::unavailable);

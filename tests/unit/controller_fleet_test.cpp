@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -174,6 +175,14 @@ struct World {
   void pump(FleetClock::Clock::time_point until) {
     fleet->pump_until([&] { return !listener.lost.empty(); }, until);
   }
+  // Until a node is lost or `until`: `alive()` (what the nodes still heard from say), then `step` of pumping.
+  void pump_until_lost(FleetClock::Clock::time_point until, const std::function<void()>& alive,
+                       FleetClock::Clock::duration step = std::chrono::seconds(1)) {
+    while (listener.lost.empty() && clock->now() < until) {
+      alive();
+      pump(clock->now() + step);
+    }
+  }
   std::vector<int> select(bool first = true) {
     auto selected = fleet->select(first);
     REQUIRE_MESSAGE(selected.ok(), selected.status.message());
@@ -251,15 +260,7 @@ TEST_CASE("fleet: an agent silent for health.node_timeout_s is lost, and its ses
   w.hello(1);
   CHECK(w.select() == std::vector<int>{0, 1});
   // Node 0 keeps answering; node 1 says nothing more.
-  const auto until = w.clock->now() + 30s;
-  while (w.clock->now() < until && w.listener.lost.empty()) {
-    Event beat;
-    beat.kind = Event::Kind::report;
-    beat.node = 0;
-    beat.report = AgentAlive{};
-    w.events.push(beat);
-    w.fleet->pump_until([&] { return !w.listener.lost.empty(); }, w.clock->now() + 1s);
-  }
+  w.pump_until_lost(w.clock->now() + 30s, [&] { w.report(0, AgentAlive{}); });
   REQUIRE(w.listener.lost.size() == 1);
   CHECK(w.listener.lost[0] == "node 1 (host1) lost: no message from its agent for 10000 ms (health.node_timeout_s)");
   CHECK(w.fleet->state(0) == NodeState::ready);
@@ -344,10 +345,7 @@ TEST_CASE("fleet silence: a launcher that could not run for 3 node timeouts lose
   CHECK_FALSE(f.fleet->gone(1));
   // Its own time still counts: node 1 says nothing more and is lost 10 s of running time after its message.
   const auto heard = f.clock->now();
-  while (f.listener.lost.empty() && f.clock->now() < start + 2min) {
-    f.report(0, AgentAlive{});
-    f.pump(f.clock->now() + 1s);
-  }
+  f.pump_until_lost(start + 2min, [&] { f.report(0, AgentAlive{}); });
   REQUIRE(f.listener.lost.size() == 1);
   CHECK(f.listener.lost[0] == "node 1 (host1) lost: no message from its agent for 10000 ms (health.node_timeout_s)");
   CHECK(f.clock->now() - heard >= 10s);
@@ -360,10 +358,7 @@ TEST_CASE("fleet silence: a stall while a node is silent moves its deadline by t
   f.clock->time += 6s;    // 6 s of running time, then 3 s stalled
   f.clock->stall += 3s;
   f.clock->time += 3s;
-  while (f.listener.lost.empty() && f.clock->now() < heard + 1min) {
-    f.report(0, AgentAlive{});
-    f.pump(f.clock->now() + 500ms);
-  }
+  f.pump_until_lost(heard + 1min, [&] { f.report(0, AgentAlive{}); }, 500ms);
   REQUIRE(f.listener.lost.size() == 1);
   CHECK(f.clock->now() - heard >= 13s);
   CHECK(f.clock->now() - heard <= 14s);
@@ -397,10 +392,8 @@ TEST_CASE("fleet silence: while the launcher reads every agent late, a silent no
   const auto heard = f.clock->now();
   f.beat(0, 0ms);   // node 0's best: read at once
   f.pump(f.clock->now() + 1ms);
-  while (f.listener.lost.empty() && f.clock->now() < heard + 1min) {
-    f.beat(0, 4000ms);   // from now on the launcher reads node 0's heartbeats 4 s after they were sent
-    f.pump(f.clock->now() + 1s);
-  }
+  // From now on the launcher reads node 0's heartbeats 4 s after they were sent.
+  f.pump_until_lost(heard + 1min, [&] { f.beat(0, 4000ms); });
   REQUIRE(f.listener.lost.size() == 1);
   CHECK(f.listener.lost[0] == "node 1 (host1) lost: no message from its agent for 10000 ms (health.node_timeout_s), "
                               "and 4000 ms more while the launcher read its agents that late");
@@ -420,11 +413,10 @@ TEST_CASE("fleet silence: one slow agent, or one whose clock is an hour off, mov
   w.beat(0, 0ms, 1h);
   w.beat(2, 0ms);
   w.pump(w.clock->now() + 1ms);
-  while (w.listener.lost.empty() && w.clock->now() < heard + 1min) {
+  w.pump_until_lost(heard + 1min, [&] {
     w.beat(0, 0ms, 1h);   // read on time, by a clock an hour ahead
     w.beat(2, 4000ms);    // its own messages 4 s late (a slow agent or link)
-    w.pump(w.clock->now() + 1s);
-  }
+  });
   REQUIRE(w.listener.lost.size() == 1);
   CHECK(w.listener.lost[0] == "node 1 (host1) lost: no message from its agent for 10000 ms (health.node_timeout_s)");
   CHECK(w.clock->now() - heard >= 10s);
