@@ -229,7 +229,8 @@ health.report(loss=cpu)
 print("captured", captured, "every", health._reporter.loss_every, "interval", health._reporter.interval,
       "cpu pending", health._reporter.pending_loss[0].step)
 """
-env = dict(env, DTRAIN_HEALTH_LOSS_EVERY="3")
+# (TMPDIR: the script's socket directory goes with this test's scratch directory.)
+env = dict(env, DTRAIN_HEALTH_LOSS_EVERY="3", TMPDIR=tempfile.gettempdir())
 done = subprocess.run([PYTHON, "-c", LOSS_EVERY], env=env, capture_output=True, text=True, timeout=60)
 check(done.returncode == 0 and "captured [0, 3, 6, 9] every 3 interval 1.0 cpu pending 7" in done.stdout,
       "a device loss is captured every 3 steps, a CPU loss left to the sender: %s %s" % (done.stdout, done.stderr))

@@ -16,6 +16,9 @@ import tempfile
 import time
 import uuid
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+import scratch  # noqa: E402
+
 BUILD_DIR = os.environ.get("DTRAIN_BUILD_DIR") or os.path.join(os.path.dirname(__file__), "..", "..", "build")
 DTRAIN = os.environ.get("DTRAIN_BIN") or os.path.join(BUILD_DIR, "bin", "dtrain")
 TRAINER = os.path.join(BUILD_DIR, "bin", "dtrain-trainer")
@@ -48,6 +51,7 @@ def finish():
         print(f"{len(failures)} check(s) failed", flush=True)
         sys.exit(1)
     print("all checks passed", flush=True)
+    scratch.passed()
     sys.exit(0)
 
 
