@@ -20,6 +20,8 @@ packages=(
   libcli11-dev libspdlog-dev libfmt-dev libyaml-cpp-dev nlohmann-json3-dev
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libssl-dev libgloo-dev libopenblas-dev
+  # the PyTorch bootstrap's wrappers in C (worker/python/bootstrap/hooks.c), for Debian's python3
+  python3-dev
   # running jobs: PyTorch workers (the quickstart job is one) and the Python store client; /proc readers; gdb for
   # the stacks of a hung worker
   python3 python3-torch python3-grpcio python3-protobuf

@@ -15,19 +15,24 @@ of this shared machine hits both alike, and reports medians.
        all_reduce  dist.all_reduce (blocking) of a 1-element tensor on the 1-rank gloo group
        loop        one training step of all of them: next(), a Linear(8, 1) forward and loss, zero_grad(),
                    backward(), all_reduce() of a 1-element tensor, step() (whose report reads the loss)
-   armed    PYTHONPATH=worker/python/bootstrap:worker/python, DTRAIN_HEALTH_SOCKET naming a datagram socket this
-            script binds and drains, RANK=0, tokens, DTRAIN_HEALTH_INTERVAL_MS=100 (the shortest dtrain gives, so
-            the reporter's thread sends most often): what a worker under `health.instrument: auto` gets
-   unarmed  the same without the bootstrap's directory on PYTHONPATH: what `health.instrument: off` gives
-   --repeats pairs of interpreters; each pair runs --bursts rounds of every kind, the armed and the unarmed burst of
-   a kind back to back (which goes first alternates), so a burst of load from elsewhere on the machine lands on both
-   or is an outlier the median drops. The loop, whose cost is the one that matters, runs --loop-pairs pairs of
-   shorter bursts (--loop-calls steps) in each round. Cost = the median over all pairs of bursts of
-   (armed - unarmed) / calls, with its quartiles, in wall time and in CPU time of the whole interpreter (all its
-   threads: gloo's and the reporter's; time.process_time, which other jobs taking turns on the CPU move less), and
-   per wrapped call (the loop makes four); target: at most 2 us per wrapped call. An armed interpreter that sent no
-   report of a counted step, an unarmed one that sent any, or one whose stderr says the instrumentation turned
-   itself off, stops the benchmark.
+   three cases, each a fresh interpreter:
+   c        PYTHONPATH=<the build's share/dtrain/python/bootstrap, beside --dtrain>:worker/python,
+            DTRAIN_HEALTH_SOCKET naming a datagram socket this script binds and drains, RANK=0, tokens,
+            DTRAIN_HEALTH_INTERVAL_MS=100 (the shortest dtrain gives, so the reporter's thread sends most often): what a
+            worker under `health.instrument: auto` gets, with the bootstrap's C wrappers (_dtrain_hooks, which the
+            build puts there)
+   python   the same with the source tree's worker/python/bootstrap, which holds sitecustomize.py alone: the
+            bootstrap's Python wrappers, what an interpreter other than the one dtrain was built for gets
+   unarmed  the same without a bootstrap directory on PYTHONPATH: what `health.instrument: off` gives
+   --repeats sets of three interpreters; each set runs --bursts rounds of every kind, the three bursts of a kind back
+   to back (which goes first rotates), so a burst of load from elsewhere on the machine lands on all or is an
+   outlier the median drops. The loop, whose cost is the one that matters, runs --loop-pairs shorter bursts
+   (--loop-calls steps) of each case in each round. Cost = the median over all bursts of (armed - unarmed) / calls,
+   with its quartiles, in wall time and in CPU time of the whole interpreter (all its threads: gloo's and the
+   reporter's; time.process_time, which other jobs taking turns on the CPU move less), and per wrapped call (the
+   loop makes four); target: at most 2 us per wrapped call. An armed interpreter that armed the other wrappers (or
+   none), that sent no report of a counted step, an unarmed one that sent any, or one whose stderr says the
+   instrumentation turned itself off, stops the benchmark.
 
 2. Steps/s of configs/ddp_toy.py (2-rank gloo DDP, AdamW), run unchanged under the real launcher:
        dtrain run -n 2 --instrument auto|off -- /usr/bin/python3 configs/ddp_toy.py --steps STEPS
@@ -66,6 +71,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -133,7 +139,8 @@ def run_loop(it):
 kinds = {"step": run_step, "backward": run_backward, "next": run_next, "all_reduce": run_all_reduce,
          "loop": run_loop}
 clock, cpu_clock = time.perf_counter, time.process_time
-print("ready", flush=True)
+# Which wrappers armed: the C ones (_dtrain_hooks.Hook), the Python ones (function), or none.
+print("ready", type(torch.Tensor.backward).__name__, flush=True)
 for line in sys.stdin:   # "KIND CALLS": one burst, answered with its wall and CPU seconds; end of input: done
     name, calls = line.split()
     call, calls = kinds[name], int(calls)
@@ -201,21 +208,41 @@ def clean_env():
     return {k: v for k, v in os.environ.items() if not k.startswith("DTRAIN_") and k not in drop}
 
 
-class Interpreter:
-    """One fresh /usr/bin/python3 running CALLS, armed or not, with its own report sink."""
+# Part 1's cases: each one's bootstrap directory (None: not armed), and the type torch.Tensor.backward then has.
+CASES = ("unarmed", "python", "c")
+BACKWARD_TYPE = {"unarmed": "function", "python": "function", "c": "Hook"}
 
-    def __init__(self, work, armed, index, cpu):
-        self.armed = armed
-        self.tag = "%s-%d" % ("armed" if armed else "unarmed", index)
+
+def bootstrap_dirs(dtrain):
+    """Part 1's bootstrap directory per case: the source tree's (sitecustomize.py alone: the Python wrappers) and the
+    build's beside --dtrain (with _dtrain_hooks, the C wrappers, which the build makes there)."""
+    built = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(dtrain))), "share", "dtrain", "python",
+                         "bootstrap")
+    return {"unarmed": None, "python": BOOTSTRAP_DIR, "c": built}
+
+
+class Interpreter:
+    """One fresh /usr/bin/python3 running CALLS in one of CASES, with its own report sink."""
+
+    def __init__(self, work, case, bootstrap, index, cpu):
+        self.armed = bootstrap is not None
+        self.case = case
+        self.bootstrap = bootstrap
+        self.tag = "%s-%d" % (case, index)
         self.sink = Sink(os.path.join(work, self.tag + ".sock"))
-        path = [BOOTSTRAP_DIR, HELPER_DIR] if armed else [HELPER_DIR]
+        path = [bootstrap, HELPER_DIR] if self.armed else [HELPER_DIR]
         env = dict(clean_env(), PYTHONPATH=os.pathsep.join(path), DTRAIN_HEALTH_SOCKET=self.sink.path, RANK="0",
                    DTRAIN_JOB_TOKEN="t", DTRAIN_REPORT_TOKEN="r", DTRAIN_HEALTH_INTERVAL_MS="100")
         self.stderr = open(os.path.join(work, self.tag + ".stderr"), "w+")
         self.proc = subprocess.Popen([PYTHON, "-c", CALLS, os.path.join(work, self.tag + ".store"), str(cpu)],
                                      env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
                                      text=True, bufsize=1)
-        self._answer("start-up")
+        ready = self._answer("start-up").split()
+        if ready[1:] != [BACKWARD_TYPE[case]]:
+            self.proc.kill()
+            raise RuntimeError("the %s timing interpreter armed the wrong wrappers: torch.Tensor.backward is a %s, not "
+                               "a %s (the C ones are built into %s by the dtrain target)" % (
+                                   self.tag, " ".join(ready[1:]), BACKWARD_TYPE[case], bootstrap))
 
     def _answer(self, what):
         watchdog = threading.Timer(BURST_TIMEOUT_S, self.proc.kill)
@@ -255,7 +282,7 @@ class Interpreter:
         if self.armed and self.sink.max_steps == 0:
             raise RuntimeError("the %s timing interpreter sent no report of a counted step to %s (%d datagrams): the "
                                "bootstrap did not arm; check that %s/sitecustomize.py is importable" % (
-                                   self.tag, self.sink.path, self.sink.reports, BOOTSTRAP_DIR))
+                                   self.tag, self.sink.path, self.sink.reports, self.bootstrap))
         if not self.armed and self.sink.reports:
             raise RuntimeError("the %s timing interpreter sent %d reports without the bootstrap on PYTHONPATH: the "
                                "baseline is instrumented after all (a sitecustomize elsewhere on the path?)" % (
@@ -271,47 +298,56 @@ def quartiles(values):
 def per_call(args, work):
     calls = {kind: args.loop_calls if kind == "loop" else args.calls for kind in KINDS}
     rounds = {kind: args.loop_pairs if kind == "loop" else 1 for kind in KINDS}
-    # Per kind and case, the bursts' seconds per call; per kind, armed - unarmed of two bursts next to each other in
-    # time, per call: in wall time, and in CPU time of the whole interpreter (all its threads: gloo's, the reporter's),
-    # which another job taking turns on the CPU moves much less.
-    seconds = {case: {kind: [] for kind in KINDS} for case in ("unarmed", "armed")}
-    deltas = {kind: [] for kind in KINDS}
-    cpu_deltas = {kind: [] for kind in KINDS}
+    dirs = bootstrap_dirs(args.dtrain)
+    armed = [case for case in CASES if dirs[case] is not None]
+    # Per kind and case, the bursts' seconds per call; per armed case and kind, its burst - the unarmed one next to it
+    # in time, per call: in wall time, and in CPU time of the whole interpreter (all its threads: gloo's, the
+    # reporter's), which another job taking turns on the CPU moves much less.
+    seconds = {case: {kind: [] for kind in KINDS} for case in CASES}
+    deltas = {case: {kind: [] for kind in KINDS} for case in armed}
+    cpu_deltas = {case: {kind: [] for kind in KINDS} for case in armed}
     for index in range(args.repeats):
-        pair = {"unarmed": Interpreter(work, False, index, args.cpu),
-                "armed": Interpreter(work, True, index, args.cpu)}
-        first = len(deltas["loop"])
+        interpreters = {case: Interpreter(work, case, dirs[case], index, args.cpu) for case in CASES}
+        first = len(cpu_deltas["c"]["loop"])
+        turn = 0
         for burst in range(args.bursts):
             for kind in KINDS:
-                for again in range(rounds[kind]):
-                    order = ("unarmed", "armed") if (burst + again) % 2 == 0 else ("armed", "unarmed")
-                    took = {case: pair[case].burst(kind, calls[kind]) for case in order}
+                for _ in range(rounds[kind]):
+                    # The three bursts back to back, in an order that rotates, so each case goes first as often.
+                    order = CASES[turn % 3:] + CASES[:turn % 3]
+                    turn += 1
+                    took = {case: interpreters[case].burst(kind, calls[kind]) for case in order}
                     for case in order:
                         seconds[case][kind].append(took[case][0] / calls[kind])
-                    deltas[kind].append((took["armed"][0] - took["unarmed"][0]) / calls[kind])
-                    cpu_deltas[kind].append((took["armed"][1] - took["unarmed"][1]) / calls[kind])
-        for interpreter in pair.values():
+                    for case in armed:
+                        deltas[case][kind].append((took[case][0] - took["unarmed"][0]) / calls[kind])
+                        cpu_deltas[case][kind].append((took[case][1] - took["unarmed"][1]) / calls[kind])
+        for interpreter in interpreters.values():
             interpreter.close()
-        print("interpreter pair %d: %s; loop in CPU time %+.2f us" % (index + 1, "  ".join(
-            "%s %+.2f us" % (kind, statistics.median(deltas[kind][-args.bursts * rounds[kind]:]) * 1e6)
-            for kind in KINDS), statistics.median(cpu_deltas["loop"][first:]) * 1e6), flush=True)
+        print("interpreter set %d: %s" % (index + 1, ";  ".join(
+            "%s: %s, loop in CPU time %+.2f us" % (case, "  ".join(
+                "%s %+.2f us" % (kind, statistics.median(deltas[case][kind][-args.bursts * rounds[kind]:]) * 1e6)
+                for kind in KINDS), statistics.median(cpu_deltas[case]["loop"][first:]) * 1e6) for case in armed)),
+            flush=True)
     print()
-    print("Per call: bursts of %d calls (the loop: %d steps, %d pairs of bursts per round), %d rounds of every kind "
-          "in each of %d interpreter pairs; medians, and the quartiles of the pairs' armed - unarmed" % (
+    print("Per call: bursts of %d calls (the loop: %d steps, %d bursts per case per round), %d rounds of every kind in "
+          "each of %d sets of three interpreters (unarmed; the Python wrappers; the C wrappers); medians, and the "
+          "quartiles of the pairs' armed - unarmed" % (
               args.calls, args.loop_calls, args.loop_pairs, args.bursts, args.repeats))
-    print("| call | wrapped calls | unarmed (us) | armed (us) | cost (us) | cost quartiles (us) | cost, CPU time (us) "
-          "| per wrapped call (us) | per wrapped call, CPU time (us) | target <= 2 us |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    print("| call | wrappers | wrapped calls | unarmed (us) | armed (us) | cost (us) | cost quartiles (us) "
+          "| cost, CPU time (us) | per wrapped call (us) | per wrapped call, CPU time (us) | target <= 2 us |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for kind in KINDS:
-        off = statistics.median(seconds["unarmed"][kind]) * 1e6
-        on = statistics.median(seconds["armed"][kind]) * 1e6
-        low, cost, high = (q * 1e6 for q in quartiles(deltas[kind]))
-        cpu_cost = statistics.median(cpu_deltas[kind]) * 1e6
-        each, cpu_each = cost / WRAPPED[kind], cpu_cost / WRAPPED[kind]
-        print("| %s | %d | %.2f | %.2f | %.2f | %.2f to %.2f | %.2f | %.2f | %.2f | %s |" % (
-            kind, WRAPPED[kind], off, on, cost, low, high, cpu_cost, each, cpu_each,
-            "met" if max(each, cpu_each) <= 2.0 else "met in %s time" % ("wall" if each <= 2.0 else "CPU")
-            if min(each, cpu_each) <= 2.0 else "MISSED"))
+        for case in armed:
+            off = statistics.median(seconds["unarmed"][kind]) * 1e6
+            on = statistics.median(seconds[case][kind]) * 1e6
+            low, cost, high = (q * 1e6 for q in quartiles(deltas[case][kind]))
+            cpu_cost = statistics.median(cpu_deltas[case][kind]) * 1e6
+            each, cpu_each = cost / WRAPPED[kind], cpu_cost / WRAPPED[kind]
+            print("| %s | %s | %d | %.2f | %.2f | %.2f | %.2f to %.2f | %.2f | %.2f | %.2f | %s |" % (
+                kind, "C" if case == "c" else "Python", WRAPPED[kind], off, on, cost, low, high, cpu_cost, each,
+                cpu_each, "met" if max(each, cpu_each) <= 2.0 else "met in %s time" % (
+                    "wall" if each <= 2.0 else "CPU") if min(each, cpu_each) <= 2.0 else "MISSED"))
 
 
 STEP_LINE = re.compile(r"^\[0\] step\s+(\d+) ")
@@ -522,8 +558,8 @@ def main():
     parser.add_argument("--bursts", type=int, default=20, help="rounds of bursts of each kind per interpreter (part 1)")
     parser.add_argument("--loop-calls", type=int, default=200, help="loop steps per burst (part 1)")
     parser.add_argument("--loop-pairs", type=int, default=5,
-                        help="pairs of loop bursts (armed, unarmed) per round (part 1)")
-    parser.add_argument("--repeats", type=int, default=3, help="interpreter pairs (part 1)")
+                        help="loop bursts of each case per round (part 1)")
+    parser.add_argument("--repeats", type=int, default=3, help="sets of three interpreters (part 1)")
     parser.add_argument("--cpu", type=int, default=max(os.sched_getaffinity(0)),
                         help="the CPU both timing interpreters are bound to (part 1)")
     parser.add_argument("--pairs", type=int, default=5, help="auto/off pairs of dtrain runs (part 2)")
@@ -534,7 +570,7 @@ def main():
     parser.add_argument("--block-pairs", type=int, default=200, help="pairs of blocks, off and on (part 3)")
     parser.add_argument("--only", choices=("calls", "steps", "blocks"))
     args = parser.parse_args()
-    if args.only in (None, "steps", "blocks") and not os.access(args.dtrain, os.X_OK):
+    if not os.access(args.dtrain, os.X_OK):
         sys.exit("instrument_cost: %s is not an executable dtrain; build it (scripts/build.sh) or pass --dtrain"
                  % args.dtrain)
     if args.window <= 0 or args.window % 10 or args.warmup % 10 or args.steps <= args.warmup + 2 * args.window:
@@ -551,6 +587,7 @@ def main():
     if args.only in (None, "blocks"):
         toy_blocks(args, work)
     print("load average at the end: %.2f %.2f %.2f" % os.getloadavg())
+    shutil.rmtree(work, ignore_errors=True)   # (kept when a part failed: its logs are there)
 
 
 def cpu_model():

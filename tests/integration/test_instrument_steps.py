@@ -1,6 +1,9 @@
 """The PyTorch bootstrap's steps as its reports carry them, without a launcher: a real /usr/bin/python3 with Debian's
-torch, worker/python/bootstrap and worker/python on PYTHONPATH as an agent gives them, and a datagram socket this test
-binds where the agent's would be (every report it sends is kept). The training thread keeps running totals only; the
+torch, a bootstrap directory and worker/python on PYTHONPATH as an agent gives them, and a datagram socket this test
+binds where the agent's would be (every report it sends is kept). Every case runs twice: with the build's bootstrap
+directory (share/dtrain/python/bootstrap, whose _dtrain_hooks gives the C wrappers, as every worker of this
+interpreter gets them) and with the source tree's (sitecustomize.py alone: the Python wrappers, what another
+interpreter gets); the script checks which ones armed. The training thread keeps running totals only; the
 reporter's thread turns the last two steps' totals into a step's numbers when it sends, so these check that what it
 sends is the last step's own, not a sum or a mean:
   steps     a loop of 12 optimizer steps (a DataLoader of 4 x 8 int64 token ids, a Linear, backward(), a blocking
@@ -23,7 +26,7 @@ import tempfile
 import threading
 import time
 
-from harness import PYTHON, SOURCE_DIR, check, finish
+from harness import BUILD_DIR, PYTHON, SOURCE_DIR, check, finish
 
 SCRIPT = r"""
 import os, sys, time
@@ -58,7 +61,10 @@ def all_reduce(step):
         dist.all_reduce(one)
 
 
-mode = sys.argv[2]
+mode, wrappers = sys.argv[2], sys.argv[3]
+armed = type(torch.Tensor.backward).__name__
+if armed != {"c": "Hook", "python": "function"}[wrappers]:
+    sys.exit("the %s wrappers were meant to arm, but torch.Tensor.backward is a %s" % (wrappers, armed))
 for step, batch in enumerate(torch.utils.data.DataLoader(Tokens(), batch_size=4)):
     loss = model(batch.float()).pow(2).mean()
     opt.zero_grad()
@@ -101,53 +107,66 @@ class Sink:
         self.sock.close()
 
 
-def run(work, mode):
-    sink = Sink(os.path.join(work, mode + ".sock"))
+BOOTSTRAP = {"c": os.path.join(BUILD_DIR, "share", "dtrain", "python", "bootstrap"),
+             "python": os.path.join(SOURCE_DIR, "worker", "python", "bootstrap")}
+
+
+def run(work, mode, wrappers):
+    name = "%s-%s" % (wrappers, mode)
+    sink = Sink(os.path.join(work, name + ".sock"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("DTRAIN_") and k not in ("RANK", "PYTHONPATH")}
-    env.update(PYTHONPATH=os.pathsep.join([os.path.join(SOURCE_DIR, "worker", "python", "bootstrap"),
-                                           os.path.join(SOURCE_DIR, "worker", "python")]),
-               DTRAIN_HEALTH_SOCKET=os.path.join(work, mode + ".sock"), RANK="0", DTRAIN_JOB_TOKEN="t",
+    env.update(PYTHONPATH=os.pathsep.join([BOOTSTRAP[wrappers], os.path.join(SOURCE_DIR, "worker", "python")]),
+               DTRAIN_HEALTH_SOCKET=os.path.join(work, name + ".sock"), RANK="0", DTRAIN_JOB_TOKEN="t",
                DTRAIN_REPORT_TOKEN="r", DTRAIN_HEALTH_INTERVAL_MS="1000")
     began = time.monotonic()
-    done = subprocess.run([PYTHON, "-c", SCRIPT, os.path.join(work, mode + ".store"), mode], env=env,
+    done = subprocess.run([PYTHON, "-c", SCRIPT, os.path.join(work, name + ".store"), mode, wrappers], env=env,
                           capture_output=True, text=True, timeout=120)
     sink.close()
     check(done.returncode == 0 and "dtrain:" not in done.stderr,
-          "%s: the script ran with the instrumentation on: exit %d, %s" % (mode, done.returncode, done.stderr[-2000:]))
+          "%s: the script ran with the instrumentation on: exit %d, %s" % (name, done.returncode, done.stderr[-2000:]))
     return began, sink.reports, done.stdout
 
 
+def cases(work, wrappers):
+    def expect(condition, message):
+        return check(condition, "%s wrappers, %s" % (wrappers, message))
+
+    # ---- steps, first, exit
+    began, reports, out = run(work, "plain", wrappers)
+    last = reports[-1][1] if reports else {}
+    print("last report:", json.dumps(last, sort_keys=True), flush=True)
+    expect(last.get("step") == 12 and last.get("steps_done") == 12 and last.get("exiting") is True,
+          "exit: the last report is the exiting one at step 12: %s" % last)
+    expect(110 <= last.get("data_wait_ms", 0) < 200,
+          "steps: data wait is step 12's (120 ms in its DataLoader), not the 12 steps' sum (230 ms): %s" % last)
+    expect(40 <= last.get("comm_exposed_ms", 0) < 110,
+          "steps: exposed communication is step 12's (60 ms in all_reduce), not the 12 steps' sum (170 ms): %s" % last)
+    expect(last.get("step_ms", 0) >= last.get("data_wait_ms", 0) + last.get("comm_exposed_ms", 0) and
+          last.get("step_ms", 0) < 900, "steps: step 12's time holds its data wait and communication: %s" % last)
+    step_s = last.get("step_ms", 0) / 1000
+    expect(abs(last.get("tokens_per_s", 0) * step_s - 32) < 0.01 and abs(last.get("samples_per_s", 0) * step_s - 4) < 0.01,
+          "steps: 4 x 8 token ids and 4 samples per step: %s" % last)
+    loss = [line.split()[1] for line in out.splitlines() if line.startswith("loss ")]
+    expect(loss and last.get("loss") is not None and abs(last["loss"] - float(loss[0])) < 1e-6,
+          "steps: the loss is step 12's backward(): %s vs %s" % (last.get("loss"), loss))
+    expect(last.get("phase") == "data",
+          "steps: the phase is data (the loop's last next(), which ended the DataLoader): %s" % last.get("phase"))
+    sent = [(round(at - began, 2), report.get("step"), report.get("exiting", False)) for at, report in reports]
+    expect(any(step == 1 and not exiting for _, step, exiting in sent),
+          "first: step 1 was sent at once (the script sleeps 0.5 s after it, the interval is 1 s): %s" % sent)
+
+    # ---- by hand
+    began, reports, out = run(work, "by-hand", wrappers)
+    last = reports[-1][1] if reports else {}
+    step_s = last.get("step_ms", 0) / 1000
+    expect(last.get("step") == 12 and abs(last.get("tokens_per_s", 0) * step_s - 100) < 0.01,
+          "by hand: the script's own 100 tokens per step win over the DataLoader's 32: %s" % last)
+
+
 work = tempfile.mkdtemp(prefix="dtrain-it-steps-")
-
-# ---- steps, first, exit
-began, reports, out = run(work, "plain")
-last = reports[-1][1] if reports else {}
-print("last report:", json.dumps(last, sort_keys=True), flush=True)
-check(last.get("step") == 12 and last.get("steps_done") == 12 and last.get("exiting") is True,
-      "exit: the last report is the exiting one at step 12: %s" % last)
-check(110 <= last.get("data_wait_ms", 0) < 200,
-      "steps: data wait is step 12's (120 ms in its DataLoader), not the 12 steps' sum (230 ms): %s" % last)
-check(40 <= last.get("comm_exposed_ms", 0) < 110,
-      "steps: exposed communication is step 12's (60 ms in all_reduce), not the 12 steps' sum (170 ms): %s" % last)
-check(last.get("step_ms", 0) >= last.get("data_wait_ms", 0) + last.get("comm_exposed_ms", 0) and
-      last.get("step_ms", 0) < 900, "steps: step 12's time holds its data wait and communication: %s" % last)
-step_s = last.get("step_ms", 0) / 1000
-check(abs(last.get("tokens_per_s", 0) * step_s - 32) < 0.01 and abs(last.get("samples_per_s", 0) * step_s - 4) < 0.01,
-      "steps: 4 x 8 token ids and 4 samples per step: %s" % last)
-loss = [line.split()[1] for line in out.splitlines() if line.startswith("loss ")]
-check(loss and last.get("loss") is not None and abs(last["loss"] - float(loss[0])) < 1e-6,
-      "steps: the loss is step 12's backward(): %s vs %s" % (last.get("loss"), loss))
-check(last.get("phase") == "data",
-      "steps: the phase is data (the loop's last next(), which ended the DataLoader): %s" % last.get("phase"))
-sent = [(round(at - began, 2), report.get("step"), report.get("exiting", False)) for at, report in reports]
-check(any(step == 1 and not exiting for _, step, exiting in sent),
-      "first: step 1 was sent at once (the script sleeps 0.5 s after it, the interval is 1 s): %s" % sent)
-
-# ---- by hand
-began, reports, out = run(work, "by-hand")
-last = reports[-1][1] if reports else {}
-step_s = last.get("step_ms", 0) / 1000
-check(last.get("step") == 12 and abs(last.get("tokens_per_s", 0) * step_s - 100) < 0.01,
-      "by hand: the script's own 100 tokens per step win over the DataLoader's 32: %s" % last)
-
+check(any(name.startswith("_dtrain_hooks.") for name in os.listdir(BOOTSTRAP["c"])),
+      "the build put the bootstrap's C wrappers (_dtrain_hooks) in %s (python3-dev missing?)" % BOOTSTRAP["c"])
+for wrappers in ("c", "python"):
+    print("---- the %s wrappers" % wrappers, flush=True)
+    cases(work, wrappers)
 finish()

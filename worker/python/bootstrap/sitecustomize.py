@@ -41,6 +41,13 @@ never judged by the launcher's start-up or heartbeat checks. A script that uses 
 itself is counted by those alone (explicit use wins). A torch without one of these hooks gets one line on rank 0
 naming what is not measured.
 
+The wrappers are in C (hooks.c, the module _dtrain_hooks, which the build puts beside this file) for the interpreter
+dtrain was built with (DTRAIN_HOOKS_PYTHON, Debian's /usr/bin/python3 by default): 1.6-1.9 us a wrapped call in a
+training loop, against 2.6-2.9 us for the Python wrappers below (BENCHMARKS.md), which any other interpreter gets (the
+extension's file name carries its ABI tag, so no other version loads it) and which do the same work: the measurements
+are the same.
+A CUDA torch gets the Python wrapper for collectives (its CUDA events).
+
 An exception inside the instrumentation never reaches the program: it is reported once on stderr and the
 instrumentation turns itself off in this process (the wrappers then only call through).
 """
@@ -75,6 +82,12 @@ def _load_theirs():
     spec.loader.exec_module(module)
 
 
+# What the wrappers write: with _dtrain_hooks, C members of its State, the base of _over_hooks's class.
+_COUNTERS = ("on", "in_step", "in_collective", "data_wait", "comm_wait", "tokens", "samples", "forward_samples",
+             "phase", "first_start", "loss", "bucket_launch", "bucket_done", "bucket_event", "done", "previous",
+             "reporter", "device_events")
+
+
 class _Instrumentation:
     """What one armed process measures, and the switch that turns it all off.
 
@@ -84,9 +97,7 @@ class _Instrumentation:
     for a report. The first step, the steps of a script that also reports by hand, and steps with CUDA
     measurements go through the reporter on the training thread as well (reported_step)."""
 
-    __slots__ = ("on", "clock", "in_step", "in_collective", "armed_at", "first_start", "data_wait", "comm_wait", "tokens", "samples",
-                 "forward_samples", "loss", "bucket_launch", "bucket_done", "bucket_event", "device_events", "phase",
-                 "done", "previous", "health", "reporter", "cuda", "device_index", "device_total")
+    __slots__ = _COUNTERS + ("clock", "armed_at", "health", "cuda", "device_index", "device_total")
 
     def __init__(self):
         self.on = True
@@ -234,11 +245,36 @@ class _Instrumentation:
         return None, None
 
 
+def _load_hooks():
+    """_dtrain_hooks (hooks.c): the wrappers in C, built beside this file for the interpreter dtrain was built with.
+    None for any other interpreter, or where it was not built: the Python wrappers below then do the same work (about
+    2.6-2.9 us a wrapped call in a training loop, against 1.6-1.9)."""
+    try:
+        import _dtrain_hooks
+        return _dtrain_hooks
+    except Exception:
+        return None
+
+
+def _over_hooks(hooks):
+    """_Instrumentation with the counters in C: its methods over hooks.State, whose members replace _COUNTERS."""
+    body = {name: value for name, value in vars(_Instrumentation).items()
+            if name not in _Instrumentation.__slots__ and name not in ("__slots__", "__dict__", "__weakref__")}
+    body["__slots__"] = tuple(name for name in _Instrumentation.__slots__ if name not in _COUNTERS)
+    return type("_Instrumentation", (hooks.State,), body)
+
+
 _state = None
+_hooks = None
 
 
 def _wrap_step(step):
     state = _state
+    if _hooks is not None:
+        counted = _hooks.Hook(_hooks.KIND_STEP, step, state)
+        functools.update_wrapper(counted, step)
+        counted._dtrain_counted = True
+        return counted
 
     def counted_step(*args, **kwargs):
         if not state.on:
@@ -311,6 +347,9 @@ def _instrument_backward(torch):
     tensor = torch.Tensor
     backward = tensor.backward
     state = _state
+    if _hooks is not None:
+        tensor.backward = functools.update_wrapper(_hooks.Hook(_hooks.KIND_BACKWARD, backward, state), backward)
+        return
 
     def noting_backward(self, *args, **kwargs):
         if not state.on:
@@ -342,6 +381,12 @@ def _instrument_data_loaders(torch):
     clock = state.clock
     tensor = torch.Tensor
     token_dtypes = _token_dtypes(torch)
+    if _hooks is not None:
+        timed = _hooks.Hook(_hooks.KIND_NEXT, next_item, state, first_tensor=functools.partial(_first_tensor, torch),
+                            tensor_type=tensor, token_dtypes=token_dtypes)
+        timed.__wrapped__ = next_item
+        iterator.__next__ = timed
+        return
 
     def timed_next(self):
         if not state.on:
@@ -391,6 +436,10 @@ def _wrap_collective(fn):
         position = sys.maxsize   # (never async)
 
     phase = "torch.distributed." + fn.__name__
+    if _hooks is not None and cuda is None:
+        # (A torch with CUDA gets the Python wrapper below: its CUDA events.)
+        return functools.update_wrapper(_hooks.Hook(_hooks.KIND_COLLECTIVE, fn, state, phase=phase,
+                                                    async_position=position), fn)
 
     def on_device(args):
         first = args[0] if args else None
@@ -470,6 +519,9 @@ def _instrument_ddp(torch):
         state.bucket_launch = clock()
         state.bucket_done = None
 
+    if _hooks is not None:
+        gradient_ready = state.gradient_ready   # (the same, in C)
+
     def gradient_ready_on_device(grad):
         if state.on:
             try:
@@ -512,8 +564,9 @@ _PARTS = ((_instrument_optimizers, "torch.optim.Optimizer", "steps"),
 
 
 def _arm(torch):
-    global _state
-    _state = _Instrumentation()
+    global _state, _hooks
+    _hooks = _load_hooks()
+    _state = (_over_hooks(_hooks) if _hooks is not None else _Instrumentation)()
     # A torch built without CUDA (or ROCm, which torch.cuda also serves) has no device to measure: its wrappers then
     # skip every device check.
     version = getattr(torch, "version", None)
