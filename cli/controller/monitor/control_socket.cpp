@@ -110,34 +110,37 @@ Status connect_within(int dir_fd, const std::string& dir, const std::string& whe
 }  // namespace
 
 Result<std::unique_ptr<ControlSocket>> ControlSocket::listen(const std::string& dir) {
-  const auto fail = [&](const std::string& what) -> Result<std::unique_ptr<ControlSocket>> {
-    return {{StatusCode::internal, "cannot serve the control socket in " + dir + " (" + what + "): " + errno_text() +
+  // `cause` is read before any clean-up, which may set errno again.
+  const auto fail = [&](const std::string& what, const std::string& cause) -> Result<std::unique_ptr<ControlSocket>> {
+    return {{StatusCode::internal, "cannot serve the control socket in " + dir + " (" + what + "): " + cause +
                                        "; `dtrain status` will read the snapshot file instead"}};
   };
   Fd dir_fd{::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)};
-  if (dir_fd.fd < 0) return fail("open");
+  if (dir_fd.fd < 0) return fail("open", errno_text());
   Fd sock{::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)};
-  if (sock.fd < 0) return fail("socket");
+  if (sock.fd < 0) return fail("socket", errno_text());
   const std::string temp = "." + std::string(kControlSocketName) + "." + std::to_string(::getpid());
   ::unlinkat(dir_fd.fd, temp.c_str(), 0);
   const sockaddr_un a = address_in(dir_fd.fd, temp);
-  if (::bind(sock.fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) return fail("bind");
+  if (::bind(sock.fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) return fail("bind", errno_text());
   // Owner only before the name a client looks for exists.
   if (::fchmodat(dir_fd.fd, temp.c_str(), 0600, 0) != 0 ||
       ::renameat(dir_fd.fd, temp.c_str(), dir_fd.fd, kControlSocketName) != 0) {
+    const std::string cause = errno_text();
     ::unlinkat(dir_fd.fd, temp.c_str(), 0);
-    return fail("chmod and rename");
+    return fail("chmod and rename", cause);
   }
   int stop[2];
   if (::listen(sock.fd, kBacklog) != 0 || ::pipe2(stop, O_CLOEXEC) != 0) {
+    const std::string cause = errno_text();
     ::unlinkat(dir_fd.fd, kControlSocketName, 0);
-    return fail("listen");
+    return fail("listen", cause);
   }
   auto snapshot = OnDemandText::create("{}");
   if (!snapshot.ok()) {
     ::unlinkat(dir_fd.fd, kControlSocketName, 0);
     for (int fd : stop) ::close(fd);
-    return fail("eventfd");
+    return fail("its wake-up", snapshot.status.message());
   }
   std::unique_ptr<ControlSocket> out(
       new ControlSocket(dir_fd.release(), sock.release(), stop[0], stop[1], std::move(snapshot.value)));
