@@ -45,8 +45,7 @@ The wrappers are in C (hooks.c, the module _dtrain_hooks, which the build puts b
 dtrain was built with (DTRAIN_HOOKS_PYTHON, Debian's /usr/bin/python3 by default): 1.6-1.9 us a wrapped call in a
 training loop, against 2.6-2.9 us for the Python wrappers below (BENCHMARKS.md), which any other interpreter gets (the
 extension's file name carries its ABI tag, so no other version loads it) and which do the same work: the measurements
-are the same.
-A CUDA torch gets the Python wrapper for collectives (its CUDA events).
+are the same. A torch with CUDA gets the Python wrapper for collectives (its CUDA events) either way.
 
 An exception inside the instrumentation never reaches the program: it is reported once on stderr and the
 instrumentation turns itself off in this process (the wrappers then only call through).
