@@ -392,12 +392,17 @@ static PyObject* hook_next(Hook* self, PyObject* const* args, size_t nargsf, PyO
   PyObject* batch = call_through(self, args, nargsf, kwnames);
   state->data_wait += now() - began;
   if (is_none(state->first_start)) {
+    /* (Also when next() raised, StopIteration included, as the Python wrapper's finally does; its error is kept.) */
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
     PyObject* start = PyFloat_FromDouble(began);
-    if (start == NULL) {
+    if (start != NULL) Py_XSETREF(state->first_start, start);
+    if (type != NULL) {
+      PyErr_Restore(type, value, traceback);
+    } else if (start == NULL) {
       Py_XDECREF(batch);
       return NULL;
     }
-    Py_XSETREF(state->first_start, start);
   }
   if (batch == NULL) return NULL;
   put(&state->phase, s_forward);
