@@ -11,8 +11,8 @@
    State    the counters the wrappers add to (on, in_step, in_collective, phase, data_wait, comm_wait, tokens,
             samples, forward_samples, first_start, loss, bucket_launch, bucket_done, bucket_event, done, previous,
             reporter, device_events): a base class whose fields are C members, so that sitecustomize's
-            _Instrumentation (its subclass, which adds the rest and all the logic that runs once a step or less) and
-            dtrain_health's sender thread read and write them as attributes.
+            _Instrumentation (its subclass, which adds the rest and all the logic that runs once a step or less, and
+            whose __init__ sets every field) and dtrain_health's sender thread read and write them as attributes.
             gradient_ready(grad): the DDP parameter hook (bucket_launch = now, bucket_done = None).
    Hook     Hook(kind, function, state[, phase, async_position, first_tensor, tensor_type, token_dtypes]): a
             callable that wraps `function` as sitecustomize's Python wrapper of that kind does (see there for what
@@ -59,7 +59,6 @@ static PyObject* s_data;
 static PyObject* s_forward;
 static PyObject* s_backward;
 static PyObject* s_optimizer;
-static PyObject* s_empty;
 static PyObject* s_fail;
 static PyObject* s_step_done;
 static PyObject* s_backward_done;
@@ -110,22 +109,6 @@ static void call_method(State* state, PyObject* name) {
   Py_XDECREF(result);
 }
 
-static void State_dealloc(State* self) {
-  PyObject_GC_UnTrack(self);
-  Py_CLEAR(self->phase);
-  Py_CLEAR(self->first_start);
-  Py_CLEAR(self->loss);
-  Py_CLEAR(self->bucket_launch);
-  Py_CLEAR(self->bucket_done);
-  Py_CLEAR(self->bucket_event);
-  Py_CLEAR(self->done);
-  Py_CLEAR(self->previous);
-  Py_CLEAR(self->reporter);
-  Py_CLEAR(self->device_events);
-  /* (A subclass's type is released by its own dealloc, subtype_dealloc, since this base is static.) */
-  Py_TYPE(self)->tp_free((PyObject*)self);
-}
-
 static int State_traverse(State* self, visitproc visit, void* arg) {
   Py_VISIT(self->loss);
   Py_VISIT(self->bucket_event);
@@ -146,23 +129,16 @@ static int State_clear(State* self) {
   return 0;
 }
 
-static int State_init(State* self, PyObject* args, PyObject* kwargs) {
-  (void)args;
-  (void)kwargs;
-  self->on = 1;
-  put(&self->phase, s_empty);
-  put(&self->first_start, Py_None);
-  put(&self->loss, Py_None);
-  put(&self->bucket_launch, Py_None);
-  put(&self->bucket_done, Py_None);
-  put(&self->bucket_event, Py_None);
-  put(&self->done, Py_None);
-  put(&self->previous, Py_None);
-  put(&self->reporter, Py_None);
-  PyObject* events = PyList_New(0);
-  if (events == NULL) return -1;
-  Py_XSETREF(self->device_events, events);
-  return 0;
+static void State_dealloc(State* self) {
+  PyObject_GC_UnTrack(self);
+  State_clear(self);
+  /* (Strings, floats and None: nothing the collector follows.) */
+  Py_CLEAR(self->phase);
+  Py_CLEAR(self->first_start);
+  Py_CLEAR(self->bucket_launch);
+  Py_CLEAR(self->bucket_done);
+  /* (A subclass's type is released by its own dealloc, subtype_dealloc, since this base is static.) */
+  Py_TYPE(self)->tp_free((PyObject*)self);
 }
 
 /* DDP's parameter hook (sitecustomize's _instrument_ddp): the gradient of one parameter is ready, so DDP may have
@@ -208,7 +184,6 @@ static PyTypeObject StateType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "The counters of the PyTorch bootstrap's wrappers (see the module's docstring).",
     .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)State_init,
     .tp_dealloc = (destructor)State_dealloc,
     .tp_traverse = (traverseproc)State_traverse,
     .tp_clear = (inquiry)State_clear,
@@ -566,7 +541,7 @@ static int intern(PyObject** slot, const char* text) {
 
 PyMODINIT_FUNC PyInit__dtrain_hooks(void) {
   if (intern(&s_data, "data") < 0 || intern(&s_forward, "forward") < 0 || intern(&s_backward, "backward") < 0 ||
-      intern(&s_optimizer, "optimizer") < 0 || intern(&s_empty, "") < 0 || intern(&s_fail, "fail") < 0 ||
+      intern(&s_optimizer, "optimizer") < 0 || intern(&s_fail, "fail") < 0 ||
       intern(&s_step_done, "step_done") < 0 || intern(&s_backward_done, "backward_done") < 0 ||
       intern(&s_ndim, "ndim") < 0 || intern(&s_by_hand, "by_hand") < 0 || intern(&s_is_cpu, "is_cpu") < 0 || intern(&s_shape, "shape") < 0 || intern(&s_dtype, "dtype") < 0 ||
       intern(&s_async_op, "async_op") < 0 || intern(&s_input_ids, "input_ids") < 0)
