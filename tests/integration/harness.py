@@ -20,6 +20,13 @@ DTRAIN = os.environ.get("DTRAIN_BIN") or os.path.join(
 BUILD_DIR = os.path.dirname(os.path.dirname(os.path.abspath(DTRAIN)))
 SOURCE_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PYTHON = "/usr/bin/python3"
+HELPER_DIR = os.path.join(SOURCE_DIR, "worker", "python")
+# The PyTorch bootstrap's directories, by the wrappers they arm: the build's holds _dtrain_hooks (the C wrappers, what
+# every worker of /usr/bin/python3 gets from its agent), the source tree's sitecustomize.py alone (the Python ones,
+# what any other interpreter gets). WRAPPER_TYPE: what torch.Tensor.backward is once each has armed.
+BOOTSTRAP_DIRS = {"C": os.path.join(BUILD_DIR, "share", "dtrain", "python", "bootstrap"),
+                  "Python": os.path.join(HELPER_DIR, "bootstrap")}
+WRAPPER_TYPE = {"C": "Hook", "Python": "function"}
 
 failures = []
 
@@ -30,6 +37,16 @@ def check(condition, message):
         failures.append(message)
         print("FAIL: " + message, flush=True)
     return condition
+
+
+def health_env(socket_path, path, **extra):
+    """The environment a worker's agent gives it for health reports, without an agent: this process's, less its
+    DTRAIN_*, RANK and PYTHONPATH, with PYTHONPATH `path` (a list of directories), rank 0, tokens and the health
+    socket `socket_path`; `extra` on top."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DTRAIN_") and k not in ("RANK", "PYTHONPATH")}
+    env.update(PYTHONPATH=os.pathsep.join(path), DTRAIN_HEALTH_SOCKET=socket_path, RANK="0", DTRAIN_JOB_TOKEN="t",
+               DTRAIN_REPORT_TOKEN="r", **extra)
+    return env
 
 
 def status_json(run, *args):

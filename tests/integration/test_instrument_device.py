@@ -20,7 +20,7 @@ import os
 import subprocess
 import tempfile
 
-from harness import BUILD_DIR, PYTHON, SOURCE_DIR, check, finish
+from harness import BOOTSTRAP_DIRS, HELPER_DIR, PYTHON, WRAPPER_TYPE, check, finish, health_env
 
 SCRIPT = r"""
 import importlib.util, json, sys, types
@@ -99,15 +99,10 @@ print(json.dumps({"wrappers": type(torch.Tensor.backward).__name__, "reports": r
 dist.destroy_process_group()
 """
 
-BOOTSTRAP = {"Hook": os.path.join(BUILD_DIR, "share", "dtrain", "python", "bootstrap"),
-             "function": os.path.join(SOURCE_DIR, "worker", "python", "bootstrap")}
-
 work = tempfile.mkdtemp(prefix="dtrain-it-device-")
-for kind, bootstrap in BOOTSTRAP.items():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DTRAIN_") and k not in ("RANK", "PYTHONPATH")}
-    env.update(PYTHONPATH=os.path.join(SOURCE_DIR, "worker", "python"),
-               DTRAIN_HEALTH_SOCKET=os.path.join(work, kind + ".sock"), RANK="0", DTRAIN_JOB_TOKEN="t",
-               DTRAIN_REPORT_TOKEN="r", DTRAIN_HEALTH_LOSS_EVERY="2", DTRAIN_HEALTH_INTERVAL_MS="60000")
+for kind, bootstrap in BOOTSTRAP_DIRS.items():
+    env = health_env(os.path.join(work, kind + ".sock"), [HELPER_DIR], DTRAIN_HEALTH_LOSS_EVERY="2",
+                     DTRAIN_HEALTH_INTERVAL_MS="60000")
     done = subprocess.run([PYTHON, "-c", SCRIPT, os.path.join(work, kind + ".store"), bootstrap], env=env,
                           capture_output=True, text=True, timeout=120)
     print("--- %s: exit %d\n%s%s" % (kind, done.returncode, done.stdout[-4000:], done.stderr[-3000:]), flush=True)
@@ -120,7 +115,7 @@ for kind, bootstrap in BOOTSTRAP.items():
     def expect(condition, message):
         return check(condition, "%s wrappers, %s" % (kind, message))
 
-    expect(result["wrappers"] == kind, "armed: torch.Tensor.backward is a %s" % result["wrappers"])
+    expect(result["wrappers"] == WRAPPER_TYPE[kind], "armed: torch.Tensor.backward is a %s" % result["wrappers"])
     expect(result["cuda_seen"] and result["on"] and "dtrain:" not in done.stderr,
            "the stand-in torch.cuda was taken and the instrumentation stayed on: %s" % done.stderr[-2000:])
     expect(result["syncs"] == 0, "nothing called synchronize(): %d calls" % result["syncs"])

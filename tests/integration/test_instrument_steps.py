@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 
-from harness import BUILD_DIR, PYTHON, SOURCE_DIR, check, finish
+from harness import BOOTSTRAP_DIRS, HELPER_DIR, PYTHON, WRAPPER_TYPE, check, finish, health_env
 
 SCRIPT = r"""
 import os, sys, time
@@ -61,9 +61,9 @@ def all_reduce(step):
         dist.all_reduce(one)
 
 
-mode, wrappers = sys.argv[2], sys.argv[3]
+mode, wrappers, meant = sys.argv[2], sys.argv[3], sys.argv[4]
 armed = type(torch.Tensor.backward).__name__
-if armed != {"c": "Hook", "python": "function"}[wrappers]:
+if armed != meant:
     sys.exit("the %s wrappers were meant to arm, but torch.Tensor.backward is a %s" % (wrappers, armed))
 for step, batch in enumerate(torch.utils.data.DataLoader(Tokens(), batch_size=4)):
     loss = model(batch.float()).pow(2).mean()
@@ -107,20 +107,14 @@ class Sink:
         self.sock.close()
 
 
-BOOTSTRAP = {"c": os.path.join(BUILD_DIR, "share", "dtrain", "python", "bootstrap"),
-             "python": os.path.join(SOURCE_DIR, "worker", "python", "bootstrap")}
-
-
 def run(work, mode, wrappers):
     name = "%s-%s" % (wrappers, mode)
     sink = Sink(os.path.join(work, name + ".sock"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DTRAIN_") and k not in ("RANK", "PYTHONPATH")}
-    env.update(PYTHONPATH=os.pathsep.join([BOOTSTRAP[wrappers], os.path.join(SOURCE_DIR, "worker", "python")]),
-               DTRAIN_HEALTH_SOCKET=os.path.join(work, name + ".sock"), RANK="0", DTRAIN_JOB_TOKEN="t",
-               DTRAIN_REPORT_TOKEN="r", DTRAIN_HEALTH_INTERVAL_MS="1000")
+    env = health_env(os.path.join(work, name + ".sock"), [BOOTSTRAP_DIRS[wrappers], HELPER_DIR],
+                     DTRAIN_HEALTH_INTERVAL_MS="1000")
     began = time.monotonic()
-    done = subprocess.run([PYTHON, "-c", SCRIPT, os.path.join(work, name + ".store"), mode, wrappers], env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run([PYTHON, "-c", SCRIPT, os.path.join(work, name + ".store"), mode, wrappers,
+                           WRAPPER_TYPE[wrappers]], env=env, capture_output=True, text=True, timeout=120)
     sink.close()
     check(done.returncode == 0 and "dtrain:" not in done.stderr,
           "%s: the script ran with the instrumentation on: exit %d, %s" % (name, done.returncode, done.stderr[-2000:]))
@@ -164,9 +158,9 @@ def cases(work, wrappers):
 
 
 work = tempfile.mkdtemp(prefix="dtrain-it-steps-")
-check(any(name.startswith("_dtrain_hooks.") for name in os.listdir(BOOTSTRAP["c"])),
-      "the build put the bootstrap's C wrappers (_dtrain_hooks) in %s (python3-dev missing?)" % BOOTSTRAP["c"])
-for wrappers in ("c", "python"):
+check(any(name.startswith("_dtrain_hooks.") for name in os.listdir(BOOTSTRAP_DIRS["C"])),
+      "the build put the bootstrap's C wrappers (_dtrain_hooks) in %s (python3-dev missing?)" % BOOTSTRAP_DIRS["C"])
+for wrappers in BOOTSTRAP_DIRS:
     print("---- the %s wrappers" % wrappers, flush=True)
     cases(work, wrappers)
 finish()

@@ -21,7 +21,7 @@ import socket
 import subprocess
 import tempfile
 
-from harness import BUILD_DIR, PYTHON, SOURCE_DIR, check, finish
+from harness import BOOTSTRAP_DIRS, HELPER_DIR, PYTHON, WRAPPER_TYPE, check, finish, health_env
 
 SCRIPT = r"""
 import gc, json, sys
@@ -106,18 +106,13 @@ EXPECTED = {"tokens": 4 * 32 + 24 + 8, "samples": 4 * 4 + 3 + 1 + 5 + 6, "steps"
             "boom": "the optimizer's own error", "steps_after_boom": 1, "steps_after_nested": 2, "async_wait": 0.0,
             "blocking_wait": True, "phase_after_collective": "mine", "after_backward": "backward",
             "loss_is_last": True, "bound": [True, True], "on": True, "phases_after_next": ["forward"] * 10}
-BOOTSTRAP = {"Hook": os.path.join(BUILD_DIR, "share", "dtrain", "python", "bootstrap"),
-             "function": os.path.join(SOURCE_DIR, "worker", "python", "bootstrap")}
 
 work = tempfile.mkdtemp(prefix="dtrain-it-wrappers-")
 results = {}
-for kind, bootstrap in BOOTSTRAP.items():
+for kind, bootstrap in BOOTSTRAP_DIRS.items():
     sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sink.bind(os.path.join(work, kind + ".sock"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DTRAIN_") and k not in ("RANK", "PYTHONPATH")}
-    env.update(PYTHONPATH=os.pathsep.join([bootstrap, os.path.join(SOURCE_DIR, "worker", "python")]),
-               DTRAIN_HEALTH_SOCKET=os.path.join(work, kind + ".sock"), RANK="0", DTRAIN_JOB_TOKEN="t",
-               DTRAIN_REPORT_TOKEN="r")
+    env = health_env(os.path.join(work, kind + ".sock"), [bootstrap, HELPER_DIR])
     done = subprocess.run([PYTHON, "-c", SCRIPT, os.path.join(work, kind + ".store")], env=env, capture_output=True,
                           text=True, timeout=120)
     sink.close()
@@ -126,13 +121,14 @@ for kind, bootstrap in BOOTSTRAP.items():
     if not check(done.returncode == 0 and lines, "%s: the script ran" % kind):
         continue
     result = json.loads(lines[-1])
-    check(result["wrappers"] == kind, "the %s wrappers armed, not the %s ones" % (kind, result["wrappers"]))
+    check(result["wrappers"] == WRAPPER_TYPE[kind], "the %s wrappers armed: torch.Tensor.backward is a %s" % (
+        kind, result["wrappers"]))
     check("dtrain:" not in done.stderr, "%s: the instrumentation did not turn itself off: %s" % (kind, done.stderr))
     results[kind] = result["counts"]
     for name, value in EXPECTED.items():
         check(results[kind].get(name) == value, "%s wrappers, %s: %r, expected %r" % (
             kind, name, results[kind].get(name), value))
 if len(results) == 2:
-    check(results["Hook"] == results["function"], "the C and the Python wrappers count the same: %s vs %s" % (
-        results["Hook"], results["function"]))
+    check(results["C"] == results["Python"], "the C and the Python wrappers count the same: %s vs %s" % (
+        results["C"], results["Python"]))
 finish()
