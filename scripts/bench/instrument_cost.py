@@ -226,7 +226,6 @@ class Interpreter:
 
     def __init__(self, work, case, bootstrap, index, cpu):
         self.armed = bootstrap is not None
-        self.case = case
         self.bootstrap = bootstrap
         self.tag = "%s-%d" % (case, index)
         self.sink = Sink(os.path.join(work, self.tag + ".sock"))
