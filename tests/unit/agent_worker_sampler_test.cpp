@@ -5,6 +5,7 @@
 
 #include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -79,10 +80,17 @@ TEST_CASE("this process: running, its threads counted, its CPU time growing") {
   helper.join();
   REQUIRE(with_helper.ok());
   CHECK(with_helper.value.threads >= 2);
-  // Busy for a quarter second of CPU; the kernel counts in ticks (10 ms at 100 Hz).
-  const auto until = std::chrono::steady_clock::now() + 250ms;
+  // Busy for a quarter second of this thread's CPU time (on a loaded machine 250 ms of wall time gave it 40 ms), at
+  // most 10 s of wall time; the kernel counts in ticks (10 ms at 100 Hz).
+  const auto cpu_now = [] {
+    timespec t{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+  };
+  const double cpu_until = cpu_now() + 0.25;
+  const auto give_up = std::chrono::steady_clock::now() + 10s;
   volatile unsigned long spin = 0;
-  while (std::chrono::steady_clock::now() < until) spin = spin + 1;
+  while (cpu_now() < cpu_until && std::chrono::steady_clock::now() < give_up) spin = spin + 1;
   const auto after = sample_process(::getpid());
   REQUIRE(after.ok());
   CHECK(after.value.cpu_seconds >= before.value.cpu_seconds + 0.1);
