@@ -15,8 +15,12 @@ process, each agent a real session; scripts/bench/fleet_scale.py runs the cases)
 5. A loaded join: 256 agents join while 4 CPU-bound processes compete for the machine's cores
    (health.node_timeout_s 3): no node is lost and the job succeeds (scripts/bench/fleet_scale.py --burners 4 runs
    it at 1,024).
+Cases 2, 3 and 4 run at the same time, each with its own launcher and simulator: they spend their time waiting out
+timeouts and report intervals (a few percent of a core each), and the test runs alone (tests/integration/
+CMakeLists.txt).
 """
 
+import concurrent.futures
 import os
 import sys
 
@@ -36,8 +40,12 @@ if not os.access(SIM, os.X_OK):
     sys.exit(77)
 
 
-def case(kind):
-    report = fleet_scale.run_case(DTRAIN, SIM, kind, AGENTS, WORKERS, 1000, timeout_s=CASE_TIMEOUT_S)
+def run(kind):
+    return fleet_scale.run_case(DTRAIN, SIM, kind, AGENTS, WORKERS, 1000, timeout_s=CASE_TIMEOUT_S)
+
+
+def case(kind, report=None):
+    report = report or run(kind)
     summary = {k: v for k, v in report.items() if k != "launcher_err"}
     print("%s: %s" % (kind, summary), flush=True)
     check(report.get("sim_code") == 0, "%s: every session ended before the simulator's timeout" % kind)
@@ -51,8 +59,15 @@ check(r["code"] == 0, "scale: the job succeeds (exit %d): %s" % (r["code"], r["l
 check(r.get("goodbyes") == AGENTS, "scale: every agent got Shutdown (%s of %d)" % (r.get("goodbyes"), AGENTS))
 check(r.get("all_exited_ms", -1) >= 0, "scale: every worker's exit reached the launcher")
 
+# 2, 3 and 4 at once.
+with concurrent.futures.ThreadPoolExecutor(3) as pool:
+    lost = pool.submit(run, "lost")
+    stall = pool.submit(run, "stall")
+    health = pool.submit(fleet_scale.run_case, DTRAIN, SIM, "health", AGENTS, WORKERS, 1000, timeout_s=CASE_TIMEOUT_S,
+                         report_hz=1.0, health_run_s=20)
+
 # 2. A silent agent.
-r = case("lost")
+r = case("lost", lost.result())
 check(r["code"] != 0, "lost: the job fails after losing a node (exit %d)" % r["code"])
 detect = r.get("drop_detect_ms") or [-1]
 check(0 <= detect[0] <= 6000, "lost: the silent agent is given up within node_timeout_s + 1 s (%.0f ms)" % detect[0])
@@ -60,7 +75,7 @@ check("no message from its agent for 5000 ms (health.node_timeout_s)" in r["laun
       "lost: the launcher says why it gave the node up: " + r["launcher_err"][-500:])
 
 # 3. A stalled agent.
-r = case("stall")
+r = case("stall", stall.result())
 gap = r.get("healthy_max_launcher_gap_ms", -1)
 check(0 < gap < 2000, "stall: healthy agents heard the launcher at least every 2 s (longest silence %s ms)" % gap)
 check("did not read its stream for 10000 ms" in r["launcher_err"],
@@ -71,8 +86,7 @@ check(stalled.get("configured") and stalled.get("closed_after_configure_ms", -1)
 check(r["code"] != 0, "stall: the job fails after losing the stalled node (exit %d)" % r["code"])
 
 # 4. Health reports from every rank, one straggler.
-report = fleet_scale.run_case(DTRAIN, SIM, "health", AGENTS, WORKERS, 1000, timeout_s=CASE_TIMEOUT_S,
-                              report_hz=1.0, health_run_s=20)
+report = health.result()
 print("health: %s" % {k: v for k, v in report.items() if k != "launcher_err"}, flush=True)
 check(report["code"] == 0 and report.get("nodes_lost") == 0,
       "health: the job succeeds with no node lost (exit %d, %s lost): %s" % (
