@@ -40,12 +40,11 @@ if not os.access(SIM, os.X_OK):
     sys.exit(77)
 
 
-def run(kind):
-    return fleet_scale.run_case(DTRAIN, SIM, kind, AGENTS, WORKERS, 1000, timeout_s=CASE_TIMEOUT_S)
+def run(kind, **options):
+    return fleet_scale.run_case(DTRAIN, SIM, kind, AGENTS, WORKERS, 1000, timeout_s=CASE_TIMEOUT_S, **options)
 
 
-def case(kind, report=None):
-    report = report or run(kind)
+def case(kind, report):
     summary = {k: v for k, v in report.items() if k != "launcher_err"}
     print("%s: %s" % (kind, summary), flush=True)
     check(report.get("sim_code") == 0, "%s: every session ended before the simulator's timeout" % kind)
@@ -54,7 +53,7 @@ def case(kind, report=None):
 
 
 # 1. Success.
-r = case("scale")
+r = case("scale", run("scale"))
 check(r["code"] == 0, "scale: the job succeeds (exit %d): %s" % (r["code"], r["launcher_err"][-500:]))
 check(r.get("goodbyes") == AGENTS, "scale: every agent got Shutdown (%s of %d)" % (r.get("goodbyes"), AGENTS))
 check(r.get("all_exited_ms", -1) >= 0, "scale: every worker's exit reached the launcher")
@@ -63,8 +62,7 @@ check(r.get("all_exited_ms", -1) >= 0, "scale: every worker's exit reached the l
 with concurrent.futures.ThreadPoolExecutor(3) as pool:
     lost = pool.submit(run, "lost")
     stall = pool.submit(run, "stall")
-    health = pool.submit(fleet_scale.run_case, DTRAIN, SIM, "health", AGENTS, WORKERS, 1000, timeout_s=CASE_TIMEOUT_S,
-                         report_hz=1.0, health_run_s=20)
+    health = pool.submit(run, "health", report_hz=1.0, health_run_s=20)
 
 # 2. A silent agent.
 r = case("lost", lost.result())
