@@ -249,6 +249,7 @@ void Agent::shut_down(Servers& servers) {
   // launcher that has not hung up yet) instead of waiting for it.
   store_.shutdown();
   servers.session_socket.reset();
+  runner_->set_before_exit({});   // it drains the health socket
   servers.health_socket.reset();   // its thread calls into runner_
   if (servers.session_server) servers.session_server->Shutdown(std::chrono::system_clock::now());
   servers.server->Shutdown(std::chrono::system_clock::now());

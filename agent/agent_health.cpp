@@ -49,6 +49,7 @@ std::unique_ptr<HealthSocket> Agent::start_health_socket() {
   }
   runner_->set_worker_env(std::move(env));
   runner_->set_python_dirs(python_dirs());
+  if (socket) runner_->set_before_exit([raw = socket.get()] { raw->drain(); });
   return socket;
 }
 

@@ -118,6 +118,11 @@ void JobRunner::set_emit(Emit emit) {
   emit_ = std::move(emit);
 }
 
+void JobRunner::set_before_exit(BeforeExit before_exit) {
+  std::lock_guard lock(mutex_);
+  before_exit_ = std::move(before_exit);
+}
+
 void JobRunner::set_console(Console console) {
   std::lock_guard lock(mutex_);
   console_ = std::move(console);
@@ -382,6 +387,12 @@ void JobRunner::on_exited(const supervisor::ProcessExit& exit) {
   std::string error_file;
   std::string log_path;
   bool group_done = false;
+  BeforeExit before_exit;
+  {
+    std::lock_guard lock(mutex_);
+    before_exit = before_exit_;
+  }
+  if (before_exit) before_exit();
   {
     std::lock_guard lock(mutex_);
     if (round == round_) {

@@ -50,6 +50,12 @@ class JobRunner {
   // thread (and from start_group's), so it must not block.
   void set_emit(Emit emit);
 
+  // Called on the supervisor's thread when a worker of the round has been reaped, before its WorkerExited is emitted
+  // (null: nothing). The agent drains the health socket there (HealthSocket::drain): a worker's last report, sent
+  // just before it died, then reaches the launcher ahead of its exit.
+  using BeforeExit = std::function<void()>;
+  void set_before_exit(BeforeExit before_exit);
+
   // Which workers' output lines this process writes on its own stdout/stderr as "[rank] line" (AgentOptions::console,
   // `dtrain run` on a node of a multi-node job); null: none. Independent of what goes to the launcher.
   using Console = std::function<bool(std::uint32_t rank, std::uint32_t local_rank)>;
@@ -139,6 +145,7 @@ class JobRunner {
   mutable std::mutex mutex_;
   Emit emit_;
   Console console_;
+  BeforeExit before_exit_;
   std::string store_token_;   // namespace this node's store opened (node 0)
   std::string round_token_;   // the running round's token, from StartGroup
   std::uint32_t round_ = 0;

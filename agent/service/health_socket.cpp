@@ -173,7 +173,6 @@ HealthSocket::~HealthSocket() {
 }
 
 void HealthSocket::run() {
-  std::array<char, kMaxHealthDatagram + 1> buffer;
   pollfd watched[2] = {{fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
   while (true) {
     // No timeout: the destructor's eventfd write is the one way out, and datagrams wake it otherwise.
@@ -182,12 +181,23 @@ void HealthSocket::run() {
       return;
     }
     if (watched[1].revents != 0) return;
-    pid_t sender = 0;
-    ssize_t size;
-    while ((size = receive(fd_, buffer, sender)) >= 0) {
-      const bool truncated = static_cast<std::size_t>(size) > kMaxHealthDatagram;
-      take(std::string_view(buffer.data(), truncated ? 0 : static_cast<std::size_t>(size)), truncated, sender);
-    }
+    std::lock_guard lock(receiving_);
+    receive_queued();
+  }
+}
+
+void HealthSocket::drain() {
+  std::lock_guard lock(receiving_);
+  receive_queued();
+}
+
+void HealthSocket::receive_queued() {
+  pid_t sender = 0;
+  ssize_t size;
+  // Bounded, so that a worker sending without pause cannot hold drain()'s caller (the supervisor's thread) for ever.
+  for (std::size_t n = 0; n < kMaxBatch && (size = receive(fd_, buffer_, sender)) >= 0; ++n) {
+    const bool truncated = static_cast<std::size_t>(size) > kMaxHealthDatagram;
+    take(std::string_view(buffer_.data(), truncated ? 0 : static_cast<std::size_t>(size)), truncated, sender);
   }
 }
 

@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -54,7 +55,8 @@ Result<HealthDatagram> parse_health_datagram(std::string_view bytes);
 
 class HealthSocket {
  public:
-  // Gets each parsed datagram on the receiver's thread; a failure drops it (counted, logged as `refused`).
+  // Gets each parsed datagram on the receiver's thread, or on drain()'s caller's, one at a time; a failure drops it
+  // (counted, logged as `refused`).
   using Sink = std::function<Status(const HealthDatagram&)>;
 
   enum class Drop {
@@ -65,6 +67,9 @@ class HealthSocket {
   // The first drop of each kind is logged, then every kLogEvery-th: a worker that sends garbage in a loop must not
   // flood the agent's log.
   static constexpr std::uint64_t kLogEvery = 1000;
+  // The most datagrams one pass reads (the receiver's, or drain()'s) before it lets go of the socket. Far more than
+  // the kernel queues (net.unix.max_dgram_qlen, 10 by default, before senders wait), so a drain takes all of it.
+  static constexpr std::size_t kMaxBatch = 512;
 
   // Binds a datagram socket at `path` (removing a stale one there) and starts the receiver. Throws
   // std::runtime_error naming the path when it cannot (too long for a socket address, a directory not writable).
@@ -75,12 +80,18 @@ class HealthSocket {
   ~HealthSocket();
 
   const std::string& path() const { return path_; }
+  // Takes the datagrams queued on the socket now (up to kMaxBatch), and returns once each was handed to the Sink,
+  // including those the receiver's thread is handing over at the call. The agent calls it before it says a worker exited: the report a
+  // worker sent just before it died (its last step, on SIGTERM) is in the queue by then, and must reach the launcher
+  // ahead of the exit, not after the job has ended.
+  void drain();
   // Datagrams accepted by the Sink, and dropped of each kind, so far.
   std::uint64_t accepted() const { return accepted_.load(); }
   std::uint64_t dropped(Drop kind) const { return dropped_[static_cast<std::size_t>(kind)].load(); }
 
  private:
   void run();
+  void receive_queued();   // with receiving_ held
   void take(std::string_view bytes, bool truncated, pid_t sender);
   void drop(Drop kind, const std::string& why);
 
@@ -90,6 +101,8 @@ class HealthSocket {
   int stop_fd_ = -1;   // an eventfd: written once to end run()
   std::atomic<std::uint64_t> accepted_{0};
   std::array<std::atomic<std::uint64_t>, 3> dropped_{};
+  std::mutex receiving_;   // held while datagrams are read and handed to the Sink: by run() and by drain()
+  std::array<char, kMaxHealthDatagram + 1> buffer_{};   // under receiving_
   std::thread thread_;
 };
 

@@ -4,7 +4,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -164,6 +166,55 @@ TEST_CASE("the socket hands good datagrams to its sink and drops and counts the 
   const std::string path = socket->path();
   socket.reset();
   CHECK(!std::filesystem::exists(path));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("drain() returns once what was queued, and what the receiver was handing over, reached the sink") {
+  const std::string dir = std::filesystem::temp_directory_path() / ("dtrain-hs-drain-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<std::uint64_t> steps;
+  bool in_first = false;
+  bool release = false;
+  auto socket = std::make_unique<HealthSocket>(dir + "/socket", [&](const HealthDatagram& d) -> Status {
+    std::unique_lock lock(mutex);
+    if (d.report.step() == 1) {   // the receiver's thread holds the first one until the test lets it go
+      in_first = true;
+      changed.notify_all();
+      changed.wait(lock, [&] { return release; });
+    }
+    steps.push_back(d.report.step());
+    return {};
+  });
+  const auto report = [](int step) {
+    return R"({"rank":3,"token":"job","report_token":"r3","step":)" + std::to_string(step) + "}";
+  };
+  send_to(socket->path(), report(1));
+  {
+    std::unique_lock lock(mutex);
+    REQUIRE(changed.wait_for(lock, std::chrono::seconds(10), [&] { return in_first; }));
+  }
+  send_to(socket->path(), report(2));
+  send_to(socket->path(), report(3));
+  std::atomic<bool> drained{false};
+  std::vector<std::uint64_t> at_return;
+  std::thread drainer([&] {
+    socket->drain();
+    std::lock_guard lock(mutex);
+    at_return = steps;
+    drained = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK_FALSE(drained.load());   // it waits for the datagram the receiver is handing over
+  {
+    std::lock_guard lock(mutex);
+    release = true;
+  }
+  changed.notify_all();
+  drainer.join();
+  CHECK(at_return == std::vector<std::uint64_t>{1, 2, 3});
+  socket.reset();
   std::filesystem::remove_all(dir);
 }
 

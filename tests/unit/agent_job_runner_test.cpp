@@ -155,6 +155,21 @@ TEST_CASE("a group whose workers exit by themselves is done, and the next round 
   CHECK(f.runner.state() == RoundState::stopped);
 }
 
+TEST_CASE("the before-exit hook runs for each reaped worker before its WorkerExited is emitted") {
+  Fixture f;
+  std::mutex mutex;
+  std::vector<std::size_t> exits_seen;   // how many WorkerExited had been emitted at each call
+  f.runner.set_before_exit([&] {
+    std::lock_guard lock(mutex);
+    exits_seen.push_back(f.events.all<WorkerExited>().size());
+  });
+  REQUIRE(f.runner.start_group(GroupSpec{1, {shell(0, "exit 0"), shell(1, "sleep 0.2")}, "token-1"}).ok());
+  REQUIRE(f.events.arrives<GroupDone>());
+  std::lock_guard lock(mutex);
+  CHECK(exits_seen == std::vector<std::size_t>{0, 1});
+  CHECK(f.events.all<WorkerExited>().size() == 2);
+}
+
 TEST_CASE("start_group while a group runs is refused; stop_group ends it as stopped, not done") {
   Fixture f;
   REQUIRE(f.runner.start_group(GroupSpec{1, {shell(0, "sleep 30")}, "token-1"}).ok());
