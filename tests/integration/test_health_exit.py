@@ -1,8 +1,8 @@
 """A rank's teardown after its last health report is not a dead rank (real agents, the real datagram socket, plain
 Python workers, no PyTorch needed): 2 ranks on one node import dtrain_health, make 6 and 4 steps under
 `with dtrain_health.step():`, and then linger 4 s in the interpreter's finalization (an object's __del__ that sleeps,
-as a PyTorch process's gloo groups and DDP reducers are torn down there), after dtrain_health sent its last report at
-exit and after finalization stopped its reporter's thread; health.heartbeat_timeout_s is 2.
+as a PyTorch process's gloo groups and DDP reducers are torn down there), after dtrain_health stopped its reporter's
+thread and sent its last report at exit; health.heartbeat_timeout_s is 2.
   exiting   the last report says "exiting": the launcher stops its health checks of the rank and judges its exit
             alone: the job succeeds (exit 0), both teardowns ran to their end, no rank is reported as stopped
             reporting health or killed by a signal, and `dtrain status --json` shows each rank exited at its own
@@ -18,8 +18,8 @@ exit and after finalization stopped its reporter's thread; health.heartbeat_time
             log has the health_check_failed, rank 0's teardown completed and rank 1's was cut short; the job ends in
             well under the 60 s (without the check it would wait them out and exit 0). The exiting case above runs
             with the default exit_timeout_s (120): 4 s of teardown pass.
-(A 4 s sleep in an atexit handler would not do: atexit runs before finalization stops the reporter's thread, which
-keeps heartbeating through it.)"""
+(A 4 s sleep in an atexit handler would not do: one registered after the import runs before dtrain_health's, while
+the reporter's thread still heartbeats.)"""
 
 import glob
 import json

@@ -13,12 +13,16 @@
   loss every with DTRAIN_HEALTH_LOSS_EVERY=3, a loss on a device (a stand-in tensor whose device is not the CPU) is
             captured at steps 0, 3, 6 and 9 of 10 only, each read once its value exists (its item() is never called
             inside a step); a CPU loss is read by the sender, never at step(); a malformed
-            DTRAIN_HEALTH_LOSS_EVERY or DTRAIN_HEALTH_INTERVAL_MS is said once on stderr and the default used."""
+            DTRAIN_HEALTH_LOSS_EVERY or DTRAIN_HEALTH_INTERVAL_MS is said once on stderr and the default used;
+  in torch  a process exits while the helper's sender thread is inside torch code that released the GIL (a loss whose
+            read runs a matmul): 3 times, it exits 0 (not SIGABRT, "terminate called without an active exception",
+            which it did before the sender's thread was stopped at exit) and its last report, exiting, has the loss."""
 
 import glob
 import json
 import os
 import re
+import socket
 import subprocess
 import tempfile
 
@@ -240,5 +244,54 @@ check(done.returncode == 0 and "every 10 interval 1.0" in done.stdout and
       done.stderr.count("DTRAIN_HEALTH_LOSS_EVERY='ten' is not a positive integer; using 10") == 1 and
       done.stderr.count("DTRAIN_HEALTH_INTERVAL_MS='-5' is not a positive integer; using 1000") == 1,
       "malformed variables are said once and the defaults used: %s %s" % (done.stdout, done.stderr))
+
+# ---- exit while the sender runs torch code: the process exits 0 and its last report goes out
+# At exit the interpreter ends daemon threads where they next take the GIL; one inside torch code that released it
+# (a loss's item()) unwinds through C++ and aborts ("terminate called without an active exception"). The helper's
+# sender thread must be stopped before that.
+IN_TORCH = r"""
+import threading
+import torch
+import dtrain_health as health
+big = torch.ones(2000, 2000)
+started = threading.Event()
+class SlowLoss:   # a CPU loss whose read runs torch code without the GIL, as a tensor's item() does, only longer
+    device = type("D", (), {"type": "cpu"})()
+    requires_grad = False
+    def detach(self):
+        return self
+    def item(self):
+        started.set()
+        torch.mm(big, big)
+        return 2.5
+with health.step():
+    health.report(loss=SlowLoss())
+health._reporter.wake.set()
+assert started.wait(30), "the sender never read the loss"
+print("exiting while the sender is in torch", flush=True)
+"""
+with tempfile.TemporaryDirectory() as scratch:
+    path = os.path.join(scratch, "health.sock")
+    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sink.bind(path)
+    sink.setblocking(False)
+    # (A long interval: the few datagrams sent fit the socket's queue, which this test reads only at the end.)
+    in_torch_env = {k: v for k, v in env.items() if k != "DTRAIN_HEALTH_LOSS_EVERY"}
+    in_torch_env.update(DTRAIN_HEALTH_SOCKET=path, DTRAIN_HEALTH_INTERVAL_MS="60000")
+    results = []
+    for attempt in range(3):
+        done = subprocess.run([PYTHON, "-c", IN_TORCH], env=in_torch_env, capture_output=True, text=True, timeout=120)
+        reports = []
+        while True:
+            try:
+                reports.append(json.loads(sink.recv(8192)))
+            except BlockingIOError:
+                break
+        results.append((done.returncode, done.stderr.strip()[-300:], reports[-1] if reports else None))
+    sink.close()
+for code, err, last in results:
+    check(code == 0 and last is not None and last.get("exiting") is True and last.get("loss") == 2.5,
+          "exiting while the sender runs torch code: exit 0 and a last report with the loss: %s %s %s"
+          % (code, err, last))
 
 finish()

@@ -22,7 +22,9 @@ totals, which the sending thread turns into the step's times and rates), and a d
 import, after the first step, and every DTRAIN_HEALTH_INTERVAL_MS (a heartbeat: a long step is not a dead worker).
 Sends never block (a full socket drops the datagram; the next one carries the same state). The last state is sent
 once more when the process exits normally or by an exception (atexit), or on SIGTERM (how dtrain stops a worker), so a
-short job's last step is not lost. For SIGTERM, when the script has no handler of its own at import, the module
+short job's last step is not lost. At exit the sending thread is stopped first (joined, for at most 2 s): the
+interpreter would otherwise end it wherever it next takes the GIL, and inside torch code that released it (reading a
+loss tensor) that unwinds through C++ and aborts the process ("terminate called without an active exception"). For SIGTERM, when the script has no handler of its own at import, the module
 installs one that sends and then dies of SIGTERM as before; a thread woken by the signal (signal.set_wakeup_fd, when
 nothing else holds it) does the same while the main thread is blocked in native code (a collective), so stopping a rank
 takes no longer than it did. A handler the script installs later replaces it, and then the script decides. Forked
@@ -62,6 +64,7 @@ __all__ = ["timed", "step", "report", "phase", "watch", "enabled"]
 
 # How often the latest state is resent when DTRAIN_HEALTH_INTERVAL_MS is not set: the longest interval dtrain gives.
 _DEFAULT_INTERVAL_S = 1.0
+_EXIT_JOIN_S = 2.0     # how long exit waits for the sender's thread to end (it never blocks: a send or a loss read)
 # The agent cuts a phase at 128 bytes; sending more only costs bytes.
 _MAX_PHASE_CHARS = 128
 # A loss on a device is read at most every this many steps when DTRAIN_HEALTH_LOSS_EVERY is not set.
@@ -137,6 +140,7 @@ class _Reporter:
         self.dump_signal = 0
         self.stacks = None
         self.wake = threading.Event()
+        self.stopping = False            # set at exit: the sender's thread ends (_last_send)
         self._register_dump(env.get("DTRAIN_STACKS_FILE", ""))
         self.thread = threading.Thread(target=self._run, name="dtrain-health", daemon=True)
         self.thread.start()
@@ -147,6 +151,10 @@ class _Reporter:
     def _last_send(self):
         # A child forked from this process (a DataLoader worker) inherits the handler, not the rank.
         if os.getpid() == self.pid:
+            self.stopping = True   # the sender's thread ends before the interpreter does (the module's docstring)
+            self.wake.set()
+            if self.thread is not threading.current_thread():
+                self.thread.join(_EXIT_JOIN_S)
             self.send(final=True)
 
     def _catch_term(self):
@@ -283,7 +291,7 @@ class _Reporter:
             self.dropped += 1
 
     def _run(self):
-        while True:
+        while not self.stopping:
             self.send()
             self.wake.wait(self.interval)
             self.wake.clear()
