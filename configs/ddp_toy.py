@@ -26,6 +26,10 @@ def main():
         opt.step()
         if rank == 0 and (step % 10 == 0 or step == args.steps - 1):
             print(f"step {step:3d} loss {loss.item():.4f} (world {world}, node {os.environ['GROUP_RANK']})", flush=True)
+    # torch 1.13: DDP (and ZeroRedundancyOptimizer) keep the process group alive past destroy_process_group(), and
+    # gloo's threads left to the interpreter's teardown may abort the process ("terminate called without an active
+    # exception"): drop them first, so its threads end here.
+    del model
     dist.destroy_process_group()
 
 

@@ -73,6 +73,10 @@ def main():
         if rank == 0:
             print(f"epoch {epoch} mean loss {total.item() / (batches * world):.4f} "
                   f"({batches} batches of {args.batch_size} per rank, world {world})", flush=True)
+    # torch 1.13: DDP (and ZeroRedundancyOptimizer) keep the process group alive past destroy_process_group(), and
+    # gloo's threads left to the interpreter's teardown may abort the process ("terminate called without an active
+    # exception"): drop them first, so its threads end here.
+    del model
     dist.destroy_process_group()
 
 

@@ -512,6 +512,10 @@ for pair in range(args.pairs):
         print("block pair %d %.9f %.9f %.9f %.9f" % (pair, took[False][0], took[True][0], took[False][1],
                                                       took[True][1]), flush=True)
 state.on = True
+# torch 1.13: DDP (and ZeroRedundancyOptimizer) keep the process group alive past destroy_process_group(), and
+# gloo's threads left to the interpreter's teardown may abort the process ("terminate called without an active
+# exception"): drop them first, so its threads end here.
+del model
 dist.destroy_process_group()
 """
 BLOCK_LINE = re.compile(r"^\[0\] block pair (\d+) (\S+) (\S+) (\S+) (\S+)")

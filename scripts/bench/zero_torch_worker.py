@@ -61,6 +61,10 @@ def main():
         with open(args.out, "w") as f:
             f.write(json.dumps({"torch": torch.__version__, "world": world, "step_ms": times,
                                 "loss": loss.item()}) + "\n")
+    # torch 1.13: DDP (and ZeroRedundancyOptimizer) keep the process group alive past destroy_process_group(), and
+    # gloo's threads left to the interpreter's teardown may abort the process ("terminate called without an active
+    # exception"): drop them first, so its threads end here.
+    del ddp, opt
     dist.destroy_process_group()
 
 

@@ -261,5 +261,9 @@ for step, (x, y) in enumerate(health.timed(batches())):
     if step + 1 == 200:   # the same number of steps on every rank: each step's allreduce needs them all
         break
 time.sleep(1.5)   # a heartbeat carries the last step
-dist.destroy_process_group()   # without it, torch 1.13's gloo may abort the process at exit
+# torch 1.13: DDP (and ZeroRedundancyOptimizer) keep the process group alive past destroy_process_group(), and
+# gloo's threads left to the interpreter's teardown may abort the process ("terminate called without an active
+# exception"): drop them first, so its threads end here.
+del model
+dist.destroy_process_group()
 """

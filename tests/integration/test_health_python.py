@@ -78,6 +78,11 @@ health.phase("done training")
 time.sleep(1.5)   # a heartbeat carries the last step
 if rank == 1:
     print("rank 1 fails on purpose, loss %.6f" % float(loss), flush=True)
+    # torch 1.13: DDP (and ZeroRedundancyOptimizer) keep the process group alive past destroy_process_group(), and
+    # gloo's threads left to the interpreter's teardown may abort the process ("terminate called without an active
+    # exception"): drop them first, so its threads end here.
+    del model, opt
+    dist.destroy_process_group()
     sys.exit(3)
 time.sleep(300)
 """

@@ -61,7 +61,11 @@ for x, y in DataLoader(Samples(), batch_size=BATCH):
     opt.step()
     steps += 1
 print("rank %%d ran %%d optimizer steps, last loss %%.4f" %% (rank, steps, float(loss)), flush=True)
-dist.destroy_process_group()   # without it, torch 1.13's gloo may abort the process at exit
+# torch 1.13: DDP (and ZeroRedundancyOptimizer) keep the process group alive past destroy_process_group(), and
+# gloo's threads left to the interpreter's teardown may abort the process ("terminate called without an active
+# exception"): drop them first, so its threads end here.
+del model
+dist.destroy_process_group()
 """ % (STEPS, SLOW_RANK)
 
 SPEC = """

@@ -77,7 +77,7 @@ for step, batch in enumerate(torch.utils.data.DataLoader(Tokens(), batch_size=4)
     if step == 0:
         time.sleep(0.5)   # the first step's report must come now, not at the next 1 s resend
 print("loss %.9f" % float(loss), flush=True)
-dist.destroy_process_group()   # without it, torch 1.13's gloo may abort the process at exit
+dist.destroy_process_group()   # the process group's gloo threads end here, not in the interpreter's teardown
 """
 
 

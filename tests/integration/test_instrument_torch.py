@@ -88,7 +88,11 @@ for i, (x, y) in enumerate(loader):
     dist.all_reduce(mean)
 print("rank %%d trained %%d steps, loss %%.6f, own last loss %%.6f" %% (rank, (i + 1) // MICRO,
       float(mean) / dist.get_world_size(), float(loss)), flush=True)
-dist.destroy_process_group()   # without it, torch 1.13's gloo may abort the process at exit
+# torch 1.13: DDP (and ZeroRedundancyOptimizer) keep the process group alive past destroy_process_group(), and
+# gloo's threads left to the interpreter's teardown may abort the process ("terminate called without an active
+# exception"): drop them first, so its threads end here.
+del model, opt
+dist.destroy_process_group()
 """ % STEPS
 
 USER_SITECUSTOMIZE = r"""

@@ -33,6 +33,10 @@ digest = hashlib.sha256(flat.numpy().tobytes()).hexdigest()
 with open(os.path.join(sys.argv[1], "params_%d" % rank), "w") as f:
     f.write("%s %s %s\n" % (digest, moved, os.environ["GROUP_RANK"]))
 print("rank", rank, "loss", float(loss))
+# torch 1.13: DDP (and ZeroRedundancyOptimizer) keep the process group alive past destroy_process_group(), and
+# gloo's threads left to the interpreter's teardown may abort the process ("terminate called without an active
+# exception"): drop them first, so its threads end here.
+del ddp
 dist.destroy_process_group()
 """
 
