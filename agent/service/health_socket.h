@@ -81,9 +81,9 @@ class HealthSocket {
 
   const std::string& path() const { return path_; }
   // Takes the datagrams queued on the socket now (up to kMaxBatch), and returns once each was handed to the Sink,
-  // including those the receiver's thread is handing over at the call. The agent calls it before it says a worker exited: the report a
-  // worker sent just before it died (its last step, on SIGTERM) is in the queue by then, and must reach the launcher
-  // ahead of the exit, not after the job has ended.
+  // including those the receiver's thread is handing over at the call. The agent calls it before it says a worker
+  // exited: the report a worker sent just before it died (its last step, on SIGTERM) is in the queue by then, and
+  // must reach the launcher ahead of the exit, not after the job has ended.
   void drain();
   // Datagrams accepted by the Sink, and dropped of each kind, so far.
   std::uint64_t accepted() const { return accepted_.load(); }

@@ -24,11 +24,11 @@ Sends never block (a full socket drops the datagram; the next one carries the sa
 once more when the process exits normally or by an exception (atexit), or on SIGTERM (how dtrain stops a worker), so a
 short job's last step is not lost. At exit the sending thread is stopped first (joined, for at most 2 s): the
 interpreter would otherwise end it wherever it next takes the GIL, and inside torch code that released it (reading a
-loss tensor) that unwinds through C++ and aborts the process ("terminate called without an active exception"). For SIGTERM, when the script has no handler of its own at import, the module
-installs one that sends and then dies of SIGTERM as before; a thread woken by the signal (signal.set_wakeup_fd, when
-nothing else holds it) does the same while the main thread is blocked in native code (a collective), so stopping a rank
-takes no longer than it did. A handler the script installs later replaces it, and then the script decides. Forked
-children (DataLoader workers) drop both.
+loss tensor) that unwinds through C++ and aborts the process ("terminate called without an active exception"). For
+SIGTERM, when the script has no handler of its own at import, the module installs one that sends and then dies of
+SIGTERM as before; a thread woken by the signal (signal.set_wakeup_fd, when nothing else holds it) does the same while
+the main thread is blocked in native code (a collective), so stopping a rank takes no longer than it did. A handler the
+script installs later replaces it, and then the script decides. Forked children (DataLoader workers) drop both.
 
 Environment (malformed values are said once on stderr and the default is used: a report setting never stops a job):
     DTRAIN_HEALTH_INTERVAL_MS   the resend interval (set by the agent; default 1000)
