@@ -132,6 +132,10 @@ Result<HealthDatagram> parse_health_datagram(std::string_view bytes) {
     if (!exiting->is_boolean()) return {wrong_type("exiting", "a boolean (true or false)")};
     out.report.set_exiting(exiting->get<bool>());
   }
+  if (const auto quiet = object.find("quiet"); quiet != object.end()) {
+    if (!quiet->is_boolean()) return {wrong_type("quiet", "a boolean (true or false)")};
+    out.report.set_quiet(quiet->get<bool>());
+  }
   return {{}, std::move(out)};
 }
 

@@ -8,7 +8,8 @@
 //    "data_wait_ms": 3.1, "compute_ms": 80.0, "comm_exposed_ms": 12.1, "device_mem_used_bytes": 2147483648,
 //    "device_mem_peak_bytes": 1610612736, "phase": "forward", "dump_signal": 12}
 //
-// and, in the last report of a process that has finished and is exiting, "exiting": true (a JSON boolean).
+// and, in the last report of a process that has finished and is exiting, "exiting": true (a JSON boolean); in a
+// report sent as the process enters a call that keeps its reporter from running (report.proto), "quiet": true.
 //
 // The field names are WorkerReport's (report.proto). rank is required, and the tokens (a datagram without them is
 // refused by the token check); every other field is optional (absent: 0, as in a gRPC report), and

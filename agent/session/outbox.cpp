@@ -52,6 +52,7 @@ void Outbox::push_report(v1::AgentMessage message) {
     const auto now = Clock::now();
     const auto before = steps_forwarded_.find(report.rank());
     const bool urgent = report_window_.count() == 0 || before == steps_forwarded_.end() || report.exiting() ||
+                        report.quiet() ||
                         (before->second == 0 && report.steps_done() > 0) || report.steps_done() < before->second;
     steps_forwarded_[report.rank()] = report.steps_done();
     if (reports_.empty()) reports_due_ = now + report_window_;

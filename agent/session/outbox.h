@@ -11,8 +11,9 @@
 // with whatever else the agent sends. A report that replaces an unsent one of its rank replaces it whole: the
 // reports carry the last step's values, so the launcher sees each rank's latest every window, as it would from a
 // worker reporting once a window. What the launcher must see at once goes at once: a rank's first report of the
-// round (the start-up check), its first counted step, a report after its step count went back (a restart), and its
-// last one (`exiting`). A window of 0 sends every report as it arrives.
+// round (the start-up check), its first counted step, a report after its step count went back (a restart), one
+// that says `quiet` (its heartbeats stop next), and its last one (`exiting`). A window of 0 sends every report as it
+// arrives.
 
 #include <chrono>
 #include <condition_variable>

@@ -89,6 +89,19 @@ TEST_CASE("\"exiting\": true marks a process's last report; false or absent does
   CHECK_FALSE(not_last.value.report.exiting());
 }
 
+TEST_CASE("\"quiet\": true marks a report sent as the process enters a call that stops its reporter") {
+  const Result<HealthDatagram> quiet = parse_health_datagram(R"({"rank":2,"phase":"init","quiet":true})");
+  REQUIRE(quiet.ok());
+  CHECK(quiet.value.report.quiet());
+  CHECK_FALSE(quiet.value.report.exiting());
+  const Result<HealthDatagram> loud = parse_health_datagram(R"({"rank":2,"quiet":false})");
+  REQUIRE(loud.ok());
+  CHECK_FALSE(loud.value.report.quiet());
+  const Result<HealthDatagram> absent = parse_health_datagram(R"({"rank":2})");
+  REQUIRE(absent.ok());
+  CHECK_FALSE(absent.value.report.quiet());
+}
+
 TEST_CASE("datagrams that are not reports are refused with what is wrong") {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"{not json", "not JSON"},
@@ -107,6 +120,8 @@ TEST_CASE("datagrams that are not reports are refused with what is wrong") {
       {R"({"rank":1,"exiting":1})", "field \"exiting\" is not a boolean"},
       {R"({"rank":1,"exiting":"true"})", "field \"exiting\" is not a boolean"},
       {R"({"rank":1,"exiting":null})", "field \"exiting\" is not a boolean"},
+      {R"({"rank":1,"quiet":1})", "field \"quiet\" is not a boolean"},
+      {R"({"rank":1,"quiet":"true"})", "field \"quiet\" is not a boolean"},
       {R"({"rank":1,"loss":NaN})", "not JSON"},
   };
   for (const auto& [bytes, named] : cases) {

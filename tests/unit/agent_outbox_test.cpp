@@ -166,13 +166,14 @@ TEST_CASE("a batch holds at most kMaxBatchMessages messages and about kMaxBatchB
 
 namespace {
 
-v1::AgentMessage report(std::uint32_t rank, std::uint64_t steps_done, bool exiting = false) {
+v1::AgentMessage report(std::uint32_t rank, std::uint64_t steps_done, bool exiting = false, bool quiet = false) {
   v1::AgentMessage message;
   auto* r = message.mutable_worker_health()->mutable_report();
   r->set_rank(rank);
   r->set_steps_done(steps_done);
   r->set_step(steps_done);
   r->set_exiting(exiting);
+  r->set_quiet(quiet);
   return message;
 }
 
@@ -260,6 +261,12 @@ TEST_CASE("health reports are coalesced: each rank's latest, one write per windo
     for (const auto& r : reports_in(m)) urgent.push_back(r);
   }
   CHECK(urgent == std::vector<std::pair<std::uint32_t, std::uint64_t>>{{0, 41}, {3, 0}});
+  // So does one that says quiet (its process's heartbeats stop next), alone.
+  outbox.push_report(report(2, 31, /*exiting=*/false, /*quiet=*/true));
+  std::this_thread::sleep_for(100ms);
+  written = stream.take();
+  REQUIRE(written.size() == 1);
+  CHECK(reports_in(written[0].second) == std::vector<std::pair<std::uint32_t, std::uint64_t>>{{2, 31}});
   // flush() sends what waits without waiting for the window.
   outbox.push_report(report(1, 41));
   outbox.flush(std::chrono::seconds(5));

@@ -222,5 +222,5 @@ TEST_CASE("health_of carries every field of WorkerReport inside WorkerHealth, an
       default: CHECK(h->GetString(health, g) == reflection->GetString(report, f)); break;
     }
   }
-  CHECK(shared == 25);
+  CHECK(shared == 26);
 }

@@ -553,6 +553,55 @@ void silent_teardown(Scenario& s, bool says_exiting) {
 
 }  // namespace
 
+TEST_CASE("round: a rank silent after a report that says quiet is not judged by its heartbeat until a report without "
+          "it; without quiet the same silence fails it") {
+  for (const bool says_quiet : {true, false}) {
+    CAPTURE(says_quiet);
+    Scenario s(0, "health: {heartbeat_timeout_s: 30, startup_timeout_s: 600}\n");
+    RoundFleet::Clock::time_point asked_at{};
+    answer_evidence(s, asked_at);
+    s.fleet.on_send = [&, answer = s.fleet.on_send](int node, const Command& command) {
+      answer(node, command);
+      if (std::holds_alternative<StartGroup>(command) && node == 1) {
+        WorkerHealth entering = health(2, 0, 0);   // init_process_group, waiting 60 s for a late peer
+        entering.quiet = says_quiet;
+        s.report(1, entering);
+        s.pass(60s);
+        s.report(1, health(2, 0, 0));              // it returned; then nothing more (SIGSTOPped, say)
+      }
+    };
+    const auto start = s.fleet.now();
+    CHECK(s.round.run() == Round::Outcome::worker_failed);
+    REQUIRE(s.round.root_cause());
+    CHECK(s.round.root_cause()->rank == 2);
+    CHECK(s.round.root_cause()->health_failure.find("stopped reporting health 30.0 s ago") == 0);
+    const auto due = says_quiet ? 90s : 30s;   // from the report after the quiet call, or from the first
+    CHECK(asked_at - start >= due);
+    CHECK(asked_at - start < due + 20ms);
+  }
+}
+
+TEST_CASE("round: a quiet call that never returns fails the rank by the start-up check") {
+  Scenario s(0, "health: {heartbeat_timeout_s: 30, startup_timeout_s: 100}\n");
+  RoundFleet::Clock::time_point asked_at{};
+  answer_evidence(s, asked_at);
+  s.fleet.on_send = [&, answer = s.fleet.on_send](int node, const Command& command) {
+    answer(node, command);
+    if (std::holds_alternative<StartGroup>(command) && node == 1) {
+      WorkerHealth entering = health(3, 0, 0);
+      entering.quiet = true;
+      s.report(1, entering);
+    }
+  };
+  const auto start = s.fleet.now();
+  CHECK(s.round.run() == Round::Outcome::worker_failed);
+  REQUIRE(s.round.root_cause());
+  CHECK(s.round.root_cause()->rank == 3);
+  CHECK(s.round.root_cause()->health_failure.find("made no first step 100.0 s after it started") == 0);
+  CHECK(asked_at - start >= 100s);
+  CHECK(asked_at - start < 100s + 20ms);
+}
+
 TEST_CASE("round: after a report that says exiting, no silence fails the rank (exit_timeout_s 0: teardown unchecked); "
           "without it, the heartbeat check does") {
   for (const bool says_exiting : {true, false}) {

@@ -44,6 +44,13 @@ A step's times, in milliseconds of wall time:
                       bootstrap counts add the wall time of blocking torch.distributed collectives
     compute_ms        step_ms - data_wait_ms - comm_exposed_ms
 
+A call that holds the interpreter lock while it waits stops the sending thread too, and a rank silent longer than
+health.heartbeat_timeout_s fails the job as a stopped process. torch 1.13's init_process_group is one: it holds the
+lock for as long as it waits for its peers (measured: a peer 6 s late, no other thread of the waiting rank ran for
+6 s). With health.instrument: auto (the default) dtrain's PyTorch bootstrap runs it through _Reporter.wait_quietly(),
+whose report says `quiet`, and the launcher then judges the rank by the start-up and hang checks alone until it
+returns. With health.instrument: off nothing does; import this module after init_process_group there.
+
 Stacks: when DTRAIN_STACKS_FILE is set, faulthandler writes every thread's Python stack to it (appending) on
 SIGUSR2 (SIGUSR1 when the script handles SIGUSR2 itself; none when it handles both), and the reports announce that
 signal (dump_signal), so the agent asks for the Python stacks of a hung rank before it stops the round.
@@ -136,6 +143,7 @@ class _Reporter:
         self.pending_loss = None         # (tensor, ready event or None): a device loss not read yet
         self.loss_taken = None           # steps_done when a device loss was last captured
         self.phase = ""
+        self.quiet = False               # inside wait_quietly(): reports say so
         self.last = {}                   # the last step's numbers, replaced whole (the sender reads it unlocked)
         self.dump_signal = 0
         self.stacks = None
@@ -265,6 +273,8 @@ class _Reporter:
             pass
         if final:   # the process is exiting: the launcher stops its health checks and judges its exit alone
             body["exiting"] = True
+        elif self.quiet:   # the sender cannot run until a call returns: no heartbeat check meanwhile
+            body["quiet"] = True
         return json.dumps(body, separators=(",", ":")).encode()
 
     def _read_loss(self):
@@ -289,6 +299,26 @@ class _Reporter:
             self.sock.sendto(self.message(final), self.path)
         except OSError:
             self.dropped += 1
+
+    def wait_quietly(self, name, call, *args, **kwargs):
+        """Returns call(*args, **kwargs), a call that holds the interpreter lock while it waits, so that the sender's
+        thread cannot resend a heartbeat until it returns (torch 1.13's init_process_group, for as long as it waits for
+        late peers). A report that says `quiet` goes
+        first, from this thread, and the launcher does not judge the rank by its heartbeat until the next report
+        without it, sent from here once the call returns or raises. The phase is `name` meanwhile, unless the script
+        names its own phases."""
+        previous = self.phase
+        if not self.explicit_phase:
+            self.phase = name
+        self.quiet = True
+        self.send()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            self.quiet = False
+            if not self.explicit_phase:
+                self.phase = previous
+            self.send()
 
     def _run(self):
         while not self.stopping:

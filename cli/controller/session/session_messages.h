@@ -123,6 +123,7 @@ struct WorkerHealth {
   double loss_scale = 0;                // fp16
   std::uint32_t dump_signal = 0;        // the signal that makes it write its stacks to DTRAIN_STACKS_FILE; 0 = none
   bool exiting = false;                 // its last report: the process finished and is exiting (report.proto)
+  bool quiet = false;                   // in a call that keeps its reporter from running (report.proto)
 };
 
 // What a worker's agent saw of it in /proc (every ~1 s, with no help from the worker).

@@ -58,7 +58,8 @@ WorkerHealth health_of(const v1::WorkerHealth& h) {
           .mem_params_bytes = r.mem_params_bytes(), .mem_grads_bytes = r.mem_grads_bytes(),
           .mem_optim_bytes = r.mem_optim_bytes(), .mem_activations_bytes = r.mem_activations_bytes(),
           .mem_gathered_peak_bytes = r.mem_gathered_peak_bytes(), .comm_bytes = r.comm_bytes(),
-          .loss_scale = r.loss_scale(), .dump_signal = r.dump_signal(), .exiting = r.exiting()};
+          .loss_scale = r.loss_scale(), .dump_signal = r.dump_signal(), .exiting = r.exiting(),
+          .quiet = r.quiet()};
 }
 
 // The state is one letter; an agent that sent none (or more) gets '?', which no kernel uses.

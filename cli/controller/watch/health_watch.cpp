@@ -46,6 +46,7 @@ void HealthWatch::reported(const WorkerHealth& h, Clock::time_point now) {
   w.last_report = now;
   w.step = h.step;
   w.steps_done = h.steps_done;
+  w.quiet = h.quiet;
   if (moved || (!w.progress_at && h.step != w.first_step)) w.progress_at = now;
   // For good, from the first: the reporter's thread may still send a heartbeat after the last report, until the
   // process stops it.
@@ -65,7 +66,7 @@ std::optional<HealthWatch::Due> HealthWatch::due(const Worker& w) const {
   const auto consider = [&first](Clock::time_point at, HealthFailure::Check check) {
     if (!first || at < first->at) first = Due{at, check};
   };
-  if (heartbeat_.count() > 0) consider(*w.last_report + heartbeat_, HealthFailure::Check::heartbeat);
+  if (heartbeat_.count() > 0 && !w.quiet) consider(*w.last_report + heartbeat_, HealthFailure::Check::heartbeat);
   if (hang_.count() > 0 && w.progress_at) consider(*w.progress_at + hang_, HealthFailure::Check::hang);
   if (startup_.count() > 0 && !w.progress_at) consider(w.started_at + startup_, HealthFailure::Check::startup);
   return first;

@@ -4,7 +4,8 @@
 //
 //   heartbeat  health.heartbeat_timeout_s  a worker that reported once and then sent nothing this long: its
 //                                          process is stopped or wedged (reporters resend the latest report every
-//                                          DTRAIN_HEALTH_INTERVAL_MS, so a slow step still heartbeats)
+//                                          DTRAIN_HEALTH_INTERVAL_MS, so a slow step still heartbeats); not while
+//                                          its latest report says `quiet` (below)
 //   hang       health.hang_timeout_s       a worker whose step did not move this long, from its first step on
 //   startup    health.startup_timeout_s    a worker that reported but made no first step this long after it
 //                                          started (imports, data, communicator init)
@@ -26,6 +27,12 @@
 // 1.13 can deadlock at exit, a gloo thread waiting for the GIL) fails the round, its stacks collected like a hang's,
 // rather than leaving a job whose other ranks all finished waiting for ever. A later report of that process (its
 // reporter's thread runs until finalization stops it) re-arms nothing and does not move that deadline.
+//
+// A report that says `quiet` was sent as its process entered a call that keeps its reporter from running until it
+// returns (a Python reporter's thread needs the interpreter lock, and torch 1.13's init_process_group holds it for as
+// long as it waits for late peers). Its silence after that report is not a stopped process: the heartbeat check is
+// off for the worker until a report without `quiet` comes. The start-up check (no first step yet) and the hang check
+// still apply, so a call that never returns still fails the round.
 
 #include <chrono>
 #include <cstdint>
@@ -73,6 +80,7 @@ class HealthWatch {
     std::optional<Clock::time_point> exiting_since;
     Clock::time_point started_at;
     std::optional<Clock::time_point> last_report;
+    bool quiet = false;                         // its latest report said `quiet`: no heartbeat check
     std::uint64_t first_step = 0;               // the step of its first report
     std::uint64_t step = 0;
     std::uint64_t steps_done = 0;

@@ -39,7 +39,9 @@ and reports them through dtrain_health (its reporter, socket and thread; see tha
 reporter starts at the first optimizer step, so a torch program that never steps an optimizer sends nothing and is
 never judged by the launcher's start-up or heartbeat checks. A script that uses dtrain_health's step() or timed()
 itself is counted by those alone (explicit use wins). A torch without one of these hooks gets one line on rank 0
-naming what is not measured.
+naming what is not measured. Armed, it also passes init_process_group through dtrain_health's wait_quietly() once
+the script reports, since that call keeps the reporter's thread from heartbeating while it waits for late peers
+(_wrap_init_process_group).
 
 The wrappers are in C (hooks.c, the module _dtrain_hooks, which the build puts beside this file) for the interpreter
 dtrain was built with (DTRAIN_HOOKS_PYTHON, Debian's /usr/bin/python3 by default): 1.6-1.9 us a wrapped call in a
@@ -484,11 +486,34 @@ def _wrap_collective(fn):
     return functools.update_wrapper(timed_collective, fn)
 
 
+def _wrap_init_process_group(fn):
+    """init_process_group holds the interpreter lock while it waits for late peers (torch 1.13: in the TCPStore's
+    connect and the store barrier, the whole wait), so dtrain_health's sender cannot heartbeat through it. Once the
+    script reports (dtrain_health imported: its reporter runs), the call goes through the reporter's wait_quietly(),
+    whose reports tell the launcher not to judge the rank by its heartbeat meanwhile. Before that nothing is sent and
+    nothing is judged, and the call is only passed through."""
+    state = _state
+
+    def init_process_group(*args, **kwargs):
+        reporter = getattr(sys.modules.get("dtrain_health"), "_reporter", None)
+        if reporter is None or not state.on:
+            return fn(*args, **kwargs)
+        return reporter.wait_quietly("torch.distributed.init_process_group", fn, *args, **kwargs)
+
+    return functools.update_wrapper(init_process_group, fn)
+
+
 def _instrument_collectives(torch):
     dist = torch.distributed
     if not dist.is_available():
         return
     c10d = dist.distributed_c10d
+    init = getattr(c10d, "init_process_group", None)
+    if callable(init):
+        wrapped = _wrap_init_process_group(init)
+        c10d.init_process_group = wrapped
+        if getattr(dist, "init_process_group", None) is init:
+            dist.init_process_group = wrapped
     for name in _COLLECTIVES:
         fn = getattr(c10d, name, None)
         if not callable(fn):
