@@ -83,6 +83,8 @@ run = launch("off")
 check(run.code == 124, "without the bootstrap the same wait fails the heartbeat check -> 124, got %s" % run.code)
 check(re.search(r"rank 0 stopped reporting health [2-9]\.\d s ago", run.err),
       "the heartbeat check names rank 0, the one waiting in init_process_group")
+check("as torch 1.13's init_process_group does while it waits for a late peer" in run.err,
+      "the message names the call that can silence a Python reporter")
 run.assert_no_leaks()
 
 finish()

@@ -103,7 +103,8 @@ std::string HealthWatch::describe(const Due& due, const Worker& w, Clock::time_p
     case HealthFailure::Check::heartbeat:
       return "stopped reporting health " + seconds(now - *w.last_report) + " ago (health.heartbeat_timeout_s: " +
              setting(heartbeat_) + "): its process is stopped or wedged, since its reporter resends a heartbeat " +
-             "even while a step runs";
+             "even while a step runs (a Python reporter also stops inside a call that holds the interpreter lock, " +
+             "as torch 1.13's init_process_group does while it waits for a late peer; its stacks show where)";
     case HealthFailure::Check::hang:
       return "made no step progress for " + seconds(now - *w.progress_at) + " (stuck at step " +
              std::to_string(w.step) + "; health.hang_timeout_s: " + setting(hang_) +
