@@ -67,6 +67,15 @@ Result<std::uint64_t> count_member(const Json& object, const char* name) {
   return {{}, it->get<std::uint64_t>()};
 }
 
+// A JSON boolean only, false when absent (a 1 or "true" is a sender's mistake, refused like any field of the wrong
+// type, not guessed at).
+Result<bool> flag_member(const Json& object, const char* name) {
+  const auto it = object.find(name);
+  if (it == object.end()) return {{}, false};
+  if (!it->is_boolean()) return {wrong_type(name, "a boolean (true or false)")};
+  return {{}, it->get<bool>()};
+}
+
 // Reads a `fd`'s datagram into `buffer`; its size (the whole datagram's, which may exceed the buffer: MSG_TRUNC),
 // and the sender's pid from its credentials. -1 with errno on failure.
 ssize_t receive(int fd, std::array<char, kMaxHealthDatagram + 1>& buffer, pid_t& sender) {
@@ -126,16 +135,13 @@ Result<HealthDatagram> parse_health_datagram(std::string_view bytes) {
   if (!signal.ok()) return {signal.status};
   if (signal.value > UINT32_MAX) return {wrong_type("dump_signal", "a signal number")};
   out.report.set_dump_signal(static_cast<std::uint32_t>(signal.value));
-  // The last report of a process that is exiting: a JSON boolean only (a 1 or "true" is a sender's mistake, refused
-  // like any field of the wrong type, not guessed at).
-  if (const auto exiting = object.find("exiting"); exiting != object.end()) {
-    if (!exiting->is_boolean()) return {wrong_type("exiting", "a boolean (true or false)")};
-    out.report.set_exiting(exiting->get<bool>());
-  }
-  if (const auto quiet = object.find("quiet"); quiet != object.end()) {
-    if (!quiet->is_boolean()) return {wrong_type("quiet", "a boolean (true or false)")};
-    out.report.set_quiet(quiet->get<bool>());
-  }
+  // The last report of a process that is exiting; one sent as it enters a call that keeps its reporter from running.
+  const Result<bool> exiting = flag_member(object, "exiting");
+  if (!exiting.ok()) return {exiting.status};
+  out.report.set_exiting(exiting.value);
+  const Result<bool> quiet = flag_member(object, "quiet");
+  if (!quiet.ok()) return {quiet.status};
+  out.report.set_quiet(quiet.value);
   return {{}, std::move(out)};
 }
 

@@ -303,10 +303,9 @@ class _Reporter:
     def wait_quietly(self, name, call, *args, **kwargs):
         """Returns call(*args, **kwargs), a call that holds the interpreter lock while it waits, so that the sender's
         thread cannot resend a heartbeat until it returns (torch 1.13's init_process_group, for as long as it waits for
-        late peers). A report that says `quiet` goes
-        first, from this thread, and the launcher does not judge the rank by its heartbeat until the next report
-        without it, sent from here once the call returns or raises. The phase is `name` meanwhile, unless the script
-        names its own phases."""
+        late peers). A report that says `quiet` goes first, from this thread, and the launcher does not judge the rank
+        by its heartbeat until the next report without it, sent from here once the call returns or raises. The phase
+        is `name` meanwhile, unless the script names its own phases."""
         previous = self.phase
         if not self.explicit_phase:
             self.phase = name

@@ -508,21 +508,20 @@ def _instrument_collectives(torch):
     if not dist.is_available():
         return
     c10d = dist.distributed_c10d
-    init = getattr(c10d, "init_process_group", None)
-    if callable(init):
-        wrapped = _wrap_init_process_group(init)
-        c10d.init_process_group = wrapped
-        if getattr(dist, "init_process_group", None) is init:
-            dist.init_process_group = wrapped
-    for name in _COLLECTIVES:
+
+    def replace(name, wrap):
         fn = getattr(c10d, name, None)
         if not callable(fn):
-            continue
-        wrapped = _wrap_collective(fn)
+            return
+        wrapped = wrap(fn)
         setattr(c10d, name, wrapped)
         # torch.distributed re-exports them: the script calls that name, torch's own modules either.
         if getattr(dist, name, None) is fn:
             setattr(dist, name, wrapped)
+
+    replace("init_process_group", _wrap_init_process_group)
+    for name in _COLLECTIVES:
+        replace(name, _wrap_collective)
 
 
 def _instrument_ddp(torch):
