@@ -58,6 +58,7 @@ Status Agent::accept_datagram(const HealthDatagram& datagram) {
   if (Status refused = check_reporter(datagram.token, datagram.report_token, report.rank()); !refused.ok()) {
     return refused;
   }
+  if (Status other = runner_->check_sender(report.rank(), datagram.sender); !other.ok()) return other;
   if (Status implausible = check_report_values(report); !implausible.ok()) return implausible;
   runner_->note_dump_signal(report.rank(), datagram.sender, report.dump_signal());
   forward_report(wire::health_of(report));

@@ -317,6 +317,18 @@ Status JobRunner::check_reporter(std::uint32_t rank, const std::string& report_t
   return {};
 }
 
+Status JobRunner::check_sender(std::uint32_t rank, pid_t sender) const {
+  std::lock_guard lock(mutex_);
+  const auto it = workers_.find(rank);
+  const pid_t worker = it == workers_.end() ? 0 : it->second.pid;
+  if (worker != 0 && worker == sender) return {};
+  return {StatusCode::failed_precondition,
+          "sent by pid " + std::to_string(sender) + ", not by rank " + std::to_string(rank) + "'s worker process (pid " +
+              std::to_string(worker) + "): only the process the agent started reports for its rank, not its " +
+              "children (DataLoader workers, subprocesses); a wrapper script should end with `exec` so that its " +
+              "program is that process"};
+}
+
 std::string JobRunner::current_token() const {
   std::lock_guard lock(mutex_);
   return round_token_;

@@ -95,6 +95,12 @@ class JobRunner {
   // RANK. The workers of one uid on a node trust each other, as processes of one user do.
   Status check_reporter(std::uint32_t rank, const std::string& report_token) const;
 
+  // Whether a datagram for `rank` may speak for it: only the worker process this runner started does (`sender`, the
+  // kernel's SO_PASSCRED pid), never a process that inherited its environment (a DataLoader worker started with
+  // spawn, a subprocess, a wrapper's child). failed_precondition naming both pids otherwise, and while the worker's
+  // pid is not known yet.
+  Status check_sender(std::uint32_t rank, pid_t sender) const;
+
   // The token of the current round (worker reports must carry it).
   std::string current_token() const;
 

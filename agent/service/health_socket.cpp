@@ -223,14 +223,15 @@ void HealthSocket::take(std::string_view bytes, bool truncated, pid_t sender) {
   }
   parsed.value.sender = sender;
   if (Status refused = sink_(parsed.value); !refused.ok()) {
-    drop(Drop::refused, "rank " + std::to_string(parsed.value.report.rank()) + ": " + refused.message());
+    const Drop kind = refused.code() == StatusCode::failed_precondition ? Drop::other_process : Drop::refused;
+    drop(kind, "rank " + std::to_string(parsed.value.report.rank()) + ": " + refused.message());
     return;
   }
   ++accepted_;
 }
 
 void HealthSocket::drop(Drop kind, const std::string& why) {
-  static constexpr const char* kNames[] = {"malformed", "oversized", "refused"};
+  static constexpr const char* kNames[] = {"malformed", "oversized", "refused", "from another process"};
   const std::uint64_t count = ++dropped_[static_cast<std::size_t>(kind)];
   if (count % kLogEvery == 1) {
     spdlog::warn("health socket {}: dropped a datagram ({}: {}); {} of that kind so far (logged once per {})", path_,

@@ -57,13 +57,14 @@ Result<HealthDatagram> parse_health_datagram(std::string_view bytes);
 class HealthSocket {
  public:
   // Gets each parsed datagram on the receiver's thread, or on drain()'s caller's, one at a time; a failure drops it
-  // (counted, logged as `refused`).
+  // (counted, logged as `refused`, or as `other_process` when it is failed_precondition).
   using Sink = std::function<Status(const HealthDatagram&)>;
 
   enum class Drop {
     malformed,   // not a report (parse_health_datagram refused it)
     oversized,   // over kMaxHealthDatagram
     refused,     // the Sink refused it: wrong token, not a worker of this round, a value out of bounds
+    other_process,   // the Sink refused it as failed_precondition: sent by a process that is not the rank's worker
   };
   // The first drop of each kind is logged, then every kLogEvery-th: a worker that sends garbage in a loop must not
   // flood the agent's log.
@@ -101,7 +102,7 @@ class HealthSocket {
   int fd_ = -1;
   int stop_fd_ = -1;   // an eventfd: written once to end run()
   std::atomic<std::uint64_t> accepted_{0};
-  std::array<std::atomic<std::uint64_t>, 3> dropped_{};
+  std::array<std::atomic<std::uint64_t>, 4> dropped_{};
   std::mutex receiving_;   // held while datagrams are read and handed to the Sink: by run() and by drain()
   std::array<char, kMaxHealthDatagram + 1> buffer_{};   // under receiving_
   std::thread thread_;

@@ -158,6 +158,7 @@ TEST_CASE("the socket hands good datagrams to its sink and drops and counts the 
   std::vector<HealthDatagram> got;
   auto socket = std::make_unique<HealthSocket>(dir + "/socket", [&](const HealthDatagram& d) -> Status {
     if (d.token != "job") return {StatusCode::permission_denied, "not this round's token"};
+    if (d.report.rank() == 4) return {StatusCode::failed_precondition, "sent by another process"};
     std::lock_guard lock(mutex);
     got.push_back(d);
     return {};
@@ -165,11 +166,14 @@ TEST_CASE("the socket hands good datagrams to its sink and drops and counts the 
   send_to(socket->path(), "garbage");
   send_to(socket->path(), std::string(kMaxHealthDatagram + 1, '{'));
   send_to(socket->path(), R"({"rank":3,"token":"forged","report_token":"r3"})");
+  send_to(socket->path(), R"({"rank":4,"token":"job","report_token":"r4"})");
+  send_to(socket->path(), R"({"rank":4,"token":"job","report_token":"r4"})");
   for (int i = 0; i < 3; ++i) send_to(socket->path(), kGood);
   CHECK(eventually_true([&] { return socket->accepted() == 3; }));
   CHECK(socket->dropped(HealthSocket::Drop::malformed) == 1);
   CHECK(socket->dropped(HealthSocket::Drop::oversized) == 1);
   CHECK(socket->dropped(HealthSocket::Drop::refused) == 1);
+  CHECK(socket->dropped(HealthSocket::Drop::other_process) == 2);   // counted apart from forged tokens
   {
     std::lock_guard lock(mutex);
     REQUIRE(got.size() == 3);

@@ -238,3 +238,19 @@ TEST_CASE("streamed output reaches the events, and a report counts only with the
   CHECK(stranger.code() == StatusCode::permission_denied);
   CHECK(stranger.message() == "rank 7 is not a worker of this node in this round");
 }
+
+TEST_CASE("only the worker process itself speaks for its rank: its pid, not its child's or a stranger's") {
+  Fixture f;
+  REQUIRE(f.runner.start_group(GroupSpec{1, {shell(0, "sleep 30")}, "token-1"}).ok());
+  REQUIRE(f.events.arrives<WorkerStarted>());
+  const pid_t worker = f.events.all<WorkerStarted>().front().pid;
+  CHECK(f.runner.check_sender(0, worker).ok());
+  const dtrain::Status child = f.runner.check_sender(0, worker + 1);
+  CHECK(child.code() == StatusCode::failed_precondition);
+  CHECK(child.message().find("sent by pid " + std::to_string(worker + 1) + ", not by rank 0's worker process (pid " +
+                             std::to_string(worker) + ")") == 0);
+  CHECK(f.runner.check_sender(0, 0).code() == StatusCode::failed_precondition);   // no credentials
+  CHECK(f.runner.check_sender(3, worker).code() == StatusCode::failed_precondition);   // not a rank of this node
+  f.runner.stop_group(1, 0ms);
+  REQUIRE(f.events.arrives<GroupStopped>());
+}

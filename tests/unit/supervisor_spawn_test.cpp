@@ -324,3 +324,24 @@ TEST_CASE("spawn: a batch whose keepers are all forked first starts every good s
   }
   CHECK(supervisor.running() == 0);
 }
+
+TEST_CASE("spawn: DTRAIN_WORKER_PID is the worker's own pid as it sees it, over the spec's, and not its children's") {
+  EventRecorder recorder;
+  Supervisor supervisor(recorder.events());
+  // $$ is the shell's pid as the shell sees it; the inner shell is a child that inherits the variable.
+  ProcessSpec spec = command(1, {"sh", "-c", "echo $$ $DTRAIN_WORKER_PID; sh -c 'echo $$ $DTRAIN_WORKER_PID'"});
+  spec.env["DTRAIN_WORKER_PID"] = "1";   // a spec cannot choose it
+  supervisor.spawn({spec});
+  REQUIRE(recorder.wait_exit(1));
+  const auto lines = recorder.texts(1, false);
+  REQUIRE(lines.size() == 2);
+  const auto words = [](const std::string& line) {
+    const auto space = line.find(' ');
+    return std::make_pair(line.substr(0, space), line.substr(space + 1));
+  };
+  const auto [worker_pid, worker_env] = words(lines[0]);
+  const auto [child_pid, child_env] = words(lines[1]);
+  CHECK(worker_env == worker_pid);
+  CHECK(child_env == worker_pid);   // inherited unchanged
+  CHECK(child_pid != worker_pid);   // so the child can tell it is not the worker
+}

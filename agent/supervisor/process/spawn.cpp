@@ -30,6 +30,31 @@ constexpr unsigned CLOSE_RANGE_CLOEXEC = 1U << 2;
 
 constexpr const char* kDefaultPath = "/usr/local/bin:/usr/bin:/bin";
 
+// Every worker gets DTRAIN_WORKER_PID, its own pid as it sees it (getpid(), in the supervisor's PID namespace when
+// there is one): the Python health helper and the bootstrap report only from the process whose pid it is, never from
+// the children that inherit the variable (DataLoader workers, subprocesses). The entry is reserved in the parent,
+// filled in by the child between fork and exec (no allocation there), and replaces any value the spec gave.
+constexpr std::string_view kWorkerPidKey = "DTRAIN_WORKER_PID=";
+constexpr std::size_t kPidDigits = 20;  // room for any pid_t
+struct WorkerPidEntry {
+  char text[kWorkerPidKey.size() + kPidDigits + 1] = {};
+  WorkerPidEntry() { std::memcpy(text, kWorkerPidKey.data(), kWorkerPidKey.size()); }
+  char* digits() { return text + kWorkerPidKey.size(); }
+};
+
+// Writes `pid` in decimal at `out`, NUL-terminated. Async-signal-safe.
+void write_pid(char* out, pid_t pid) {
+  char reversed[kPidDigits];
+  std::size_t n = 0;
+  auto value = static_cast<std::uint64_t>(pid);
+  do {
+    reversed[n++] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  } while (value != 0 && n < kPidDigits);
+  for (std::size_t i = 0; i < n; ++i) out[i] = reversed[n - 1 - i];
+  out[n] = '\0';
+}
+
 // Which step of the child setup failed; sent with errno through the report pipe.
 enum class ChildStage : int { kStdio = 1, kParentDeathSignal, kAffinity, kWorkingDir, kExec, kNamespace };
 struct ChildFailure {
@@ -82,8 +107,8 @@ int above_stdio(int fd) { return fd > 2 ? fd : fcntl(fd, F_DUPFD_CLOEXEC, 3); }
 
 // The child between fork and exec: async-signal-safe calls only, no allocation, no locks. `parent` is the keeper's
 // pid as the child sees it: 0 inside the supervisor's PID namespace (its parent is outside it).
-[[noreturn]] void run_child(const LaunchPlan& plan, char* const* argv, char* const* envp, pid_t parent, int null_fd,
-                            int out_fd, int err_fd, int report_fd) {
+[[noreturn]] void run_child(const LaunchPlan& plan, char* const* argv, char* const* envp, char* pid_digits,
+                            pid_t parent, int null_fd, int out_fd, int err_fd, int report_fd) {
   // By reference: report_fd is moved off 0..2 below, and the old number may then become the worker's stdout.
   const auto fail = [&report_fd](ChildStage stage) {
     const ChildFailure failure{stage, errno};
@@ -118,14 +143,15 @@ int above_stdio(int fd) { return fd > 2 ? fd : fcntl(fd, F_DUPFD_CLOEXEC, 3); }
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
+  write_pid(pid_digits, getpid());
   execve(plan.program.c_str(), argv, envp);
   fail(ChildStage::kExec);
   _exit(127);  // not reached: fail() exits
 }
 
 // The keeper between fork and its own life in keep(): forks the worker, reports it, drops everything of the agent.
-[[noreturn]] void run_keeper(const LaunchPlan& plan, char* const* argv, char* const* envp, pid_t agent, int null_fd,
-                             int out_fd, int err_fd, int report_fd, int status_fd) {
+[[noreturn]] void run_keeper(const LaunchPlan& plan, char* const* argv, char* const* envp, char* pid_digits,
+                             pid_t agent, int null_fd, int out_fd, int err_fd, int report_fd, int status_fd) {
   const auto failed = [status_fd](KeeperRecord::Step step, int error) {
     const KeeperRecord record{KeeperRecord::kSetupFailed, 0, step, error};
     [[maybe_unused]] const ssize_t n = write(status_fd, &record, sizeof record);
@@ -140,7 +166,7 @@ int above_stdio(int fd) { return fd > 2 ? fd : fcntl(fd, F_DUPFD_CLOEXEC, 3); }
   // so the agent's page tables are not copied a second time, and no atfork handler of the agent's libraries runs
   // in this fork of a multi-threaded process.
   const pid_t worker = vfork();
-  if (worker == 0) run_child(plan, argv, envp, keeper, null_fd, out_fd, err_fd, report_fd);
+  if (worker == 0) run_child(plan, argv, envp, pid_digits, keeper, null_fd, out_fd, err_fd, report_fd);
   if (worker < 0) failed(KeeperRecord::kStepFork, errno);
   // The child does the same; doing it here too means the group exists before the agent signals it.
   setpgid(worker, worker);
@@ -280,7 +306,11 @@ Result<ForkedKeeper> fork_keeper(const LaunchPlan& plan) {
   std::vector<char*> argv, envp;
   for (const auto& arg : plan.argv) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);
-  for (const auto& entry : plan.env) envp.push_back(const_cast<char*>(entry.c_str()));
+  for (const auto& entry : plan.env) {
+    if (entry.compare(0, kWorkerPidKey.size(), kWorkerPidKey) != 0) envp.push_back(const_cast<char*>(entry.c_str()));
+  }
+  WorkerPidEntry worker_pid;
+  envp.push_back(worker_pid.text);
   envp.push_back(nullptr);
 
   const pid_t agent = getpid();
@@ -292,7 +322,8 @@ Result<ForkedKeeper> fork_keeper(const LaunchPlan& plan) {
   // (gRPC, malloc's arena locks across all its threads) are pure cost here, paid once per worker.
   const pid_t keeper = _Fork();
   if (keeper == 0) {
-    run_keeper(plan, argv.data(), envp.data(), agent, null_fd, out[1], err[1], report[1], status[1]);
+    run_keeper(plan, argv.data(), envp.data(), worker_pid.digits(), agent, null_fd, out[1], err[1], report[1],
+               status[1]);
   }
   const int fork_errno = errno;
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
