@@ -258,7 +258,10 @@ void Round::on_report(int node, const AgentReport& report) {
     last_health_[h->rank] = *h;
     if (workers_.count(h->rank)) health_.reported(*h, fleet_.now());
   } else if (const auto* sample = std::get_if<WorkerSample>(&report)) {
-    if (sample->round == setup_.number) last_sample_[sample->rank] = *sample;
+    if (sample->round == setup_.number) {
+      last_sample_[sample->rank] = *sample;
+      health_.sampled(sample->rank, sample->state, sample->cpu_seconds, fleet_.now());
+    }
   } else if (const auto* e = std::get_if<Evidence>(&report)) {
     if (e->round == setup_.number) on_evidence(node, *e);
   }

@@ -20,13 +20,21 @@ std::string setting(std::chrono::milliseconds ms) {
   return text;
 }
 
+// How long a worker may stay quiet when the start-up check is off: torch's default process-group timeout (30
+// minutes), after which its init_process_group raises by itself.
+constexpr std::chrono::milliseconds kQuietLimitWithoutStartup{30 * 60 * 1000};
+// The shortest time without CPU that judges a quiet worker idle: CPU time is counted in 10 ms ticks, and a wait for a
+// late peer uses one every few seconds (health_watch.h).
+constexpr std::chrono::milliseconds kMinIdle{10'000};
+
 }  // namespace
 
 HealthWatch::HealthWatch(const spec::Spec::Health& limits)
     : heartbeat_(spec::duration_ms(limits.heartbeat_timeout_s)),
       hang_(spec::duration_ms(limits.hang_timeout_s)),
       startup_(spec::duration_ms(limits.startup_timeout_s)),
-      exit_(spec::duration_ms(limits.exit_timeout_s)) {}
+      exit_(spec::duration_ms(limits.exit_timeout_s)),
+      quiet_limit_(startup_.count() > 0 ? startup_ : kQuietLimitWithoutStartup) {}
 
 HealthWatch::Worker& HealthWatch::worker(unsigned rank, Clock::time_point now) {
   auto [it, added] = workers_.try_emplace(rank);
@@ -46,6 +54,8 @@ void HealthWatch::reported(const WorkerHealth& h, Clock::time_point now) {
   w.last_report = now;
   w.step = h.step;
   w.steps_done = h.steps_done;
+  if (h.quiet && !w.quiet) w.quiet_since = now;
+  if (!h.quiet) w.quiet_since.reset();
   w.quiet = h.quiet;
   if (moved || (!w.progress_at && h.step != w.first_step)) w.progress_at = now;
   // For good, from the first: the reporter's thread may still send a heartbeat after the last report, until the
@@ -55,6 +65,24 @@ void HealthWatch::reported(const WorkerHealth& h, Clock::time_point now) {
 }
 
 void HealthWatch::exited(unsigned rank) { workers_[rank].exited = true; }
+
+void HealthWatch::sampled(unsigned rank, char state, double cpu_seconds, Clock::time_point now) {
+  const auto it = workers_.find(rank);
+  if (it == workers_.end()) return;
+  Worker& w = it->second;
+  if (cpu_seconds != w.cpu_seconds) {
+    w.cpu_seconds = cpu_seconds;
+    w.cpu_moved_at = now;
+    note_due(w);
+  }
+  const bool stopped = state == 'T' || state == 't';
+  if (!stopped) {
+    w.stopped_since.reset();
+  } else if (!w.stopped_since) {
+    w.stopped_since = now;
+    note_due(w);
+  }
+}
 
 std::optional<HealthWatch::Due> HealthWatch::due(const Worker& w) const {
   if (w.exited || !w.last_report) return std::nullopt;
@@ -67,6 +95,13 @@ std::optional<HealthWatch::Due> HealthWatch::due(const Worker& w) const {
     if (!first || at < first->at) first = Due{at, check};
   };
   if (heartbeat_.count() > 0 && !w.quiet) consider(*w.last_report + heartbeat_, HealthFailure::Check::heartbeat);
+  if (w.quiet && w.quiet_since) consider(*w.quiet_since + quiet_limit_, HealthFailure::Check::quiet);
+  if (w.quiet && w.stopped_since && heartbeat_.count() > 0) {
+    consider(std::max(*w.stopped_since, *w.last_report) + heartbeat_, HealthFailure::Check::stopped);
+  }
+  if (w.quiet && w.quiet_since && w.cpu_moved_at && heartbeat_.count() > 0) {
+    consider(std::max(*w.cpu_moved_at, *w.quiet_since) + std::max(heartbeat_, kMinIdle), HealthFailure::Check::idle);
+  }
   if (hang_.count() > 0 && w.progress_at) consider(*w.progress_at + hang_, HealthFailure::Check::hang);
   if (startup_.count() > 0 && !w.progress_at) consider(w.started_at + startup_, HealthFailure::Check::startup);
   return first;
@@ -114,6 +149,19 @@ std::string HealthWatch::describe(const Due& due, const Worker& w, Clock::time_p
              " ago and has not exited: it is stuck in teardown (health.exit_timeout_s: " + setting(exit_) +
              "); its stacks show where (a process group, a DDP reducer or the interpreter's finalization that never " +
              "returns); raise the timeout if teardown is this slow";
+    case HealthFailure::Check::quiet:
+      return "has been in a call that keeps its reporter from running (quiet: init_process_group, say) for " +
+             seconds(now - *w.quiet_since) + " (the bound is " + setting(quiet_limit_) +
+             " s: health.startup_timeout_s, or torch's 30-minute process-group timeout when that is 0): a peer that " +
+             "never came, or a rendezvous that never completes; its stacks show where";
+    case HealthFailure::Check::stopped:
+      return "is stopped (its agent has seen its process in state T for " + seconds(now - *w.stopped_since) +
+             ", health.heartbeat_timeout_s: " + setting(heartbeat_) + ") while its last report said quiet: " +
+             "SIGSTOP, job control or a tracer holds it; a quiet wait for a late peer sleeps instead";
+    case HealthFailure::Check::idle:
+      return "has used no CPU time for " + seconds(now - std::max(*w.cpu_moved_at, *w.quiet_since)) +
+             " (health.heartbeat_timeout_s: " + setting(heartbeat_) + ", 10 s at least) while its last report said " +
+             "quiet: a deadlock (a wait for a late peer polls, and uses some); its stacks show where";
     case HealthFailure::Check::startup:
       break;
   }

@@ -32,7 +32,18 @@
 // returns (a Python reporter's thread needs the interpreter lock, and torch 1.13's init_process_group holds it for as
 // long as it waits for late peers). Its silence after that report is not a stopped process: the heartbeat check is
 // off for the worker until a report without `quiet` comes. The start-up check (no first step yet) and the hang check
-// still apply, so a call that never returns still fails the round.
+// still apply, so a call that never returns still fails the round. Two checks bound quiet itself, since a rank past
+// its first step with hang_timeout_s 0 (the default) would otherwise never be judged again:
+//   quiet      health.startup_timeout_s    quiet this long since the report that said so (1,800 s, torch's default
+//                                          process-group timeout, after which its init_process_group gives up too,
+//                                          when the start-up check is off)
+//   stopped    health.heartbeat_timeout_s  quiet, and its agent's samples (/proc, every second) have shown its
+//                                          process stopped (state T or t: SIGSTOP, a tracer) this long. A wait for a
+//                                          late peer sleeps (state S) and is not judged by this
+//   idle       health.heartbeat_timeout_s  quiet, and its agent's samples have shown no CPU time used by any of its
+//              (10 s at least)             threads this long: a deadlock. A wait for a late peer polls, and uses
+//                                          some: measured with torch 1.13, a rank waiting for a late store server
+//                                          used a 10 ms tick every 2-4 s, the server waiting for its clients more
 
 #include <chrono>
 #include <cstdint>
@@ -48,7 +59,7 @@ namespace dtrain::controller {
 // A failed check: which worker, and what happened to it, to follow "rank 5 " ("stopped reporting health 30.0 s
 // ago ...").
 struct HealthFailure {
-  enum class Check { heartbeat, hang, startup, teardown };
+  enum class Check { heartbeat, hang, startup, teardown, quiet, stopped, idle };
   Check check = Check::heartbeat;
   unsigned rank = 0;
   std::string what;
@@ -65,6 +76,8 @@ class HealthWatch {
   // check (see above).
   void reported(const WorkerHealth& health, Clock::time_point now);
   void exited(unsigned rank);
+  // Its agent's look at the worker's process (/proc): feeds the `stopped` and `idle` checks of a quiet worker.
+  void sampled(unsigned rank, char state, double cpu_seconds, Clock::time_point now);
 
   // The check that failed first by `now` (the earliest deadline), if any did.
   std::optional<HealthFailure> check(Clock::time_point now) const;
@@ -81,6 +94,10 @@ class HealthWatch {
     Clock::time_point started_at;
     std::optional<Clock::time_point> last_report;
     bool quiet = false;                         // its latest report said `quiet`: no heartbeat check
+    std::optional<Clock::time_point> quiet_since;    // when its reports began to say `quiet`
+    std::optional<Clock::time_point> stopped_since;  // since when its agent's samples show it stopped (T, t)
+    double cpu_seconds = -1;                         // its CPU time in the last sample (-1: none yet)
+    std::optional<Clock::time_point> cpu_moved_at;   // the sample at which that CPU time was first seen
     std::uint64_t first_step = 0;               // the step of its first report
     std::uint64_t step = 0;
     std::uint64_t steps_done = 0;
@@ -98,6 +115,7 @@ class HealthWatch {
   std::string describe(const Due& due, const Worker& w, Clock::time_point now) const;
 
   std::chrono::milliseconds heartbeat_, hang_, startup_, exit_;   // 0 = off
+  std::chrono::milliseconds quiet_limit_;                    // the `quiet` check's bound (never off)
   std::map<unsigned, Worker> workers_;                       // by rank
   Clock::time_point promised_ = Clock::time_point::max();  // what next_deadline() last answered
   bool due_sooner_ = false;
