@@ -47,6 +47,30 @@ class ClientSessionStream final : public SessionStream {
   std::string peer_;
 };
 
+// Why the channel cannot connect, when the launcher answers but refuses this agent (another cluster's CA, a wrong
+// token, plaintext against TLS): "" while waiting is right (nothing listens yet, or the launcher is busy).
+// WaitForConnected gives no reason; one call on a channel in TRANSIENT_FAILURE fails at once with it. The call is a
+// Join that says nothing: should the channel connect meanwhile, the launcher ends it unseen (no hello, no node).
+std::string refusal(grpc::Channel& channel, v1::LauncherService::Stub& stub, const std::string& launcher,
+                    Transport transport) {
+  if (channel.GetState(false) != GRPC_CHANNEL_TRANSIENT_FAILURE) return "";
+  grpc::ClientContext probe;
+  probe.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  auto stream = stub.Join(&probe);
+  probe.TryCancel();
+  const grpc::Status status = stream->Finish();
+  const std::string& text = status.error_message();
+  // A TLS launcher closes a plaintext agent's connection at its first bytes, which are no TLS handshake.
+  const bool launcher_wants_tls = transport == Transport::plaintext && text.find("Socket closed") != std::string::npos;
+  if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+      status.error_code() == grpc::StatusCode::PERMISSION_DENIED || launcher_wants_tls ||
+      text.find("andshake") != std::string::npos || text.find("SSL") != std::string::npos) {
+    return "the launcher at " + launcher + " refused this agent: " +
+           security::explain_connect_failure(launcher, status, transport);
+  }
+  return "";
+}
+
 }  // namespace
 
 JoinClient::JoinClient(JoinTarget target, Serve serve) : target_(std::move(target)), serve_(std::move(serve)) {}
@@ -64,6 +88,10 @@ Status JoinClient::run() {
   while (std::chrono::steady_clock::now() < deadline) {
     if (stopped_) return {};
     if (!channel->WaitForConnected(std::chrono::system_clock::now() + kConnectAttempt)) {
+      // Refused by the launcher it reached: it will refuse again, so say which check failed now, not at the timeout.
+      if (auto why = refusal(*channel, *stub, target_.launcher, target_.transport); !why.empty()) {
+        return {StatusCode::unauthenticated, why};
+      }
       last_error = "cannot connect";
       continue;
     }
@@ -83,6 +111,11 @@ Status JoinClient::run() {
     {
       DeadlineGuard guard(kFinishTimeout, [&context] { context.TryCancel(); });
       status = stream->Finish();
+    }
+    if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+      // The launcher's door turned this agent away (its node rank is taken, or out of range): final.
+      return {StatusCode::failed_precondition, "the launcher at " + target_.launcher + " refused this agent: " +
+                                                   status.error_message()};
     }
     if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {
       return {StatusCode::unavailable,

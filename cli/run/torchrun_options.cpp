@@ -16,6 +16,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/run/multi_node_checks.h"
 #include "common/util.h"
 
 namespace dtrain::cli::run {
@@ -318,7 +319,9 @@ Resolved resolve(const TorchrunArgs& a, const std::vector<std::string>& program,
   // defaults to the step's node count.
   std::string nnodes = a.nnodes;
   if (nnodes.empty() && !a.standalone && !host.slurm_node_id.empty() && !host.slurm_step_nodes.empty()) {
-    if (auto n = parse_int(host.slurm_step_nodes, 1, 1 << 20); n && *n > 1) nnodes = host.slurm_step_nodes;
+    const auto n = parse_int(host.slurm_step_nodes, 1, 1 << 20);
+    if (auto why = check_slurm_step_nodes(host.slurm_step_nodes, n); !why.empty()) return fail(why);
+    if (*n > 1) nnodes = host.slurm_step_nodes;
   }
   if (!nnodes.empty()) {
     auto parts = split(nnodes, ':');
@@ -351,6 +354,12 @@ Resolved resolve(const TorchrunArgs& a, const std::vector<std::string>& program,
     auto rank = parse_int(host.slurm_node_id, 0, 1 << 20);
     if (!rank) return fail("dtrain run: SLURM_NODEID is '" + host.slurm_node_id + "', not a node number");
     r.multi->node_rank = static_cast<unsigned>(*rank);
+  }
+  if (r.multi && r.multi->node_rank) {
+    const std::string source = a.node_rank.empty() ? "SLURM_NODEID" : "--node-rank";
+    if (auto why = check_node_rank(*r.multi->node_rank, r.multi->max_nodes, source, nnodes); !why.empty()) {
+      return fail(why);
+    }
   }
 
   // Workers per node.
@@ -423,6 +432,7 @@ Resolved resolve(const TorchrunArgs& a, const std::vector<std::string>& program,
         if (!s || *s <= 0) {
           return fail("dtrain run: --rdzv-conf " + key + " must be seconds > 0 (got '" + value + "')");
         }
+        if (auto why = check_rdzv_timeout(key, value, *s); !why.empty()) return fail(why);
         (key == "join_timeout" ? r.join_timeout_s : r.node_timeout_s) = *s;
       } else if (ignored.count(key)) {
         r.notes.push_back("--rdzv-conf " + key + " has no dtrain meaning; ignored");

@@ -16,7 +16,8 @@
 //       node count, the endpoint to the step's first host (its NodeAddr, port 29400) and the node rank to
 //       SLURM_NODEID: `srun dtrain run --nproc-per-node 8 train.py` needs nothing more.
 //   --node-rank R        the node's rank (orders node ranks: Hello.slot); without it, join order, the launcher's
-//       node first. Needs --nnodes above 1 unless it is 0.
+//       node first. Needs --nnodes above 1 unless it is 0, and must be below --nnodes (its MAX); the launcher refuses
+//       a rank another node has (cli/run/multi_node_checks.h, cli/controller/transport/join_door.h).
 //   --rdzv-backend B     c10d or static: the launcher is the rendezvous whichever is named; etcd and etcd-v2 are
 //       refused (dtrain uses no etcd server), anything else is refused as unknown.
 //   --rdzv-endpoint HOST[:PORT]  one node: must name this machine; PORT (default 29400, torchrun's) must be free, as
@@ -25,6 +26,7 @@
 //   --rdzv-id ID         taken; the run is named by dtrain's job id (TORCHELASTIC_RUN_ID = DTRAIN_JOB_ID).
 //   --rdzv-conf K=V,...  join_timeout -> nodes.join_timeout_s (how long the launcher waits for its nodes);
 //       read_timeout -> health.node_timeout_s (how long a silent agent is waited for before its node is failed);
+//       each at least the spec key's bound (cli/spec/spec.h: kMinJoinTimeoutS, kMinNodeTimeoutS);
 //       torchrun's other keys (last_call_timeout, close_timeout, timeout, is_host, keep_alive_interval,
 //       keep_alive_max_attempt) have no dtrain meaning and are ignored with a note; any other key is refused.
 //   --standalone         one node on this machine (what `dtrain run` always is); conflicts with --nnodes above 1.

@@ -22,6 +22,9 @@ class Reporter {
 
   // A number of seconds, 0 (off, where 0 is allowed) to kMaxDurationS.
   void duration(const std::string& path, double value, bool zero_ok = true);
+  // A number of seconds from `least` (> 0; a smaller value would fail every job, for the reason `why`) to
+  // kMaxDurationS.
+  void duration_from(const std::string& path, double value, double least, const std::string& why);
 
   // exec and the environment take C strings: a NUL would silently cut the value, so it is refused. Returns whether
   // `value` has none.

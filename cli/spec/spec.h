@@ -55,6 +55,14 @@ inline constexpr int kMaxRestarts = 10000;           // restart.max_restarts
 inline constexpr double kMaxDurationS = 7 * 24 * 3600.0;  // every *_s key (grace, backoff, timeouts): 7 days. Longer
                                                      //   is never a useful timeout, and 7 days in milliseconds fits
                                                      //   the 32-bit fields of the session protocol
+// Lower bounds where a smaller value fails every job rather than making it stricter:
+//   health.node_timeout_s  an agent sends a heartbeat every second until the launcher's Configure reaches it
+//       (AgentOptions::default_heartbeat), then every node_timeout_s / 5 but at most every 100 ms (Fleet): 2 s holds
+//       two of the first and leaves room for one late. It cannot be 0 (every node would be lost at once).
+//   nodes.join_timeout_s  a joining agent's connection attempt waits up to 1 s, and an agent the launcher turned
+//       away redials 1 s later (JoinClient); 2 s holds one of each.
+inline constexpr double kMinNodeTimeoutS = 2;
+inline constexpr double kMinJoinTimeoutS = 2;
 inline constexpr std::size_t kMaxNameLength = 128;   // name: the job id (<name>-YYYYmmdd-HHMMSS[-N]) is a directory
                                                      //   name, and file names stop at 255 bytes
 
@@ -88,8 +96,8 @@ struct Spec {
     std::string remote_dtrain;            // ssh, slurm: the dtrain binary on the nodes ("" = this launcher's path)
     std::string interface;                // network interface workers talk over ("" = let the agents choose);
                                           //   also becomes NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
-    double join_timeout_s = 60;           // how long the launcher waits for every node to join, > 0 and
-                                          //   <= kMaxDurationS (like every *_s key below)
+    double join_timeout_s = 60;           // how long the launcher waits for every node to join,
+                                          //   kMinJoinTimeoutS to kMaxDurationS
     std::string topology;                 // local only: a saved `nvidia-smi topo -m` the agents use instead of
                                           //   scanning this host (`dtrain agent --topology`); "" = scan
   } nodes;
@@ -125,7 +133,8 @@ struct Spec {
     double startup_timeout_s = 600;   // a reporting worker with no first step this long after it started has failed
     double exit_timeout_s = 120;      // a worker whose last report said `exiting` and that has not exited this long
                                       //   after it has failed (stuck in teardown)
-    double node_timeout_s = 10;       // an agent that is silent for this long is a failed node
+    double node_timeout_s = 10;       // an agent that is silent for this long is a failed node; kMinNodeTimeoutS
+                                      //   to kMaxDurationS, never 0
                                       // The *_s keys: 0 to kMaxDurationS; 0 turns that check off (hang_timeout_s is
                                       //   off by default).
     double straggler_ratio = 1.2;     // a rank whose own work per step (data wait + compute + optimizer) exceeds the

@@ -59,6 +59,15 @@ void Reporter::duration(const std::string& path, double value, bool zero_ok) {
   }
 }
 
+void Reporter::duration_from(const std::string& path, double value, double least, const std::string& why) {
+  if (std::isfinite(value) && value > kMaxDurationS) {
+    duration(path, value, false);
+  } else if (!std::isfinite(value) || !(value >= least)) {
+    report(path, "must be at least " + number(least) + " seconds, got " + number(value) + ": " + why + ".",
+           "Give " + number(least) + " or more.");
+  }
+}
+
 bool Reporter::no_nul(const std::string& path, const std::string& value) {
   if (value.find('\0') == std::string::npos) return true;
   report(path, "contains a NUL byte (\\0), which no argument, variable or path can hold.",
@@ -206,7 +215,9 @@ void check_spec(const Spec& spec, const Locations& where, std::vector<Diagnostic
   r.duration("health.hang_timeout_s", spec.health.hang_timeout_s);
   r.duration("health.startup_timeout_s", spec.health.startup_timeout_s);
   r.duration("health.exit_timeout_s", spec.health.exit_timeout_s);
-  r.duration("health.node_timeout_s", spec.health.node_timeout_s);
+  r.duration_from("health.node_timeout_s", spec.health.node_timeout_s, kMinNodeTimeoutS,
+                  "the agents heartbeat every second until the launcher configures them, and a shorter silence "
+                  "would lose every node");
   check_straggler_ratio(spec.health.straggler_ratio, r);
   if (spec.logs.dir.empty()) r.report("logs.dir", "is empty.", "Example: dir: runs");
   r.no_nul("logs.dir", spec.logs.dir);

@@ -178,7 +178,9 @@ void check_nodes(const Spec& spec, Reporter& r) {
   if (r.no_nul("nodes.interface", nodes.interface) && nodes.interface.find_first_of(" \t\n=") != std::string::npos) {
     r.report("nodes.interface", "'" + nodes.interface + "' is not an interface name.", "Example: interface: eth0");
   }
-  r.duration("nodes.join_timeout_s", nodes.join_timeout_s, false);
+  r.duration_from("nodes.join_timeout_s", nodes.join_timeout_s, kMinJoinTimeoutS,
+                  "an agent's connection attempt takes up to a second and a turned-away agent redials a second "
+                  "later, so a shorter wait fails every job that has agents join");
 }
 
 }  // namespace dtrain::spec::detail

@@ -13,7 +13,10 @@ namespace dtrain::controller {
 
 void JoinProvider::open_door(ProviderFleet& fleet, const std::string& listen, int max_nodes) {
   const Transport transport = fleet.credentials().transport(listen);
-  join_server_ = std::make_unique<JoinServer>(fleet.events(), listen, fleet.credentials().server(transport), max_nodes);
+  // Refusals are noted from gRPC's threads: Console::note is one write(2), safe from any thread.
+  Console& console = fleet.console();
+  join_server_ = std::make_unique<JoinServer>(fleet.events(), listen, fleet.credentials().server(transport), max_nodes,
+                                              [&console](const std::string& text) { console.note(text); });
 }
 
 void JoinProvider::start(ProviderFleet& fleet) {

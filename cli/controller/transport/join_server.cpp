@@ -19,16 +19,12 @@ class Refusal final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Launc
 
 }  // namespace
 
-JoinedSession::JoinedSession(grpc::CallbackServerContext* context, EventQueue& events, int node,
-                             std::shared_ptr<std::atomic<int>> open_sessions)
+JoinedSession::JoinedSession(grpc::CallbackServerContext* context, EventQueue& events, std::shared_ptr<JoinDoor> door)
     : context_(context),
       events_(events),
-      node_(node),
       peer_(context->peer()),
-      open_sessions_(std::move(open_sessions)),
-      writes_(kMaxQueuedMessages, AgentConnection::kStallTimeout) {
-  ++*open_sessions_;
-}
+      door_(std::move(door)),
+      writes_(kMaxQueuedMessages, AgentConnection::kStallTimeout) {}
 
 void JoinedSession::start(std::shared_ptr<JoinedSession> self) {
   self_ = std::move(self);
@@ -77,10 +73,40 @@ void JoinedSession::end(bool cancel) {
   {
     std::lock_guard lock(mutex_);
     finished_ = true;
-    --*open_sessions_;
     writes_.drop_waiting();
   }
+  door_->left(node_);
   Finish(cancel ? grpc::Status::CANCELLED : grpc::Status::OK);
+}
+
+void JoinedSession::refuse(grpc::Status status) {
+  {
+    std::lock_guard lock(mutex_);
+    if (finished_) return;
+    finished_ = true;
+  }
+  door_->left(-1);
+  Finish(std::move(status));
+}
+
+bool JoinedSession::admit() {
+  std::shared_ptr<JoinedSession> self;
+  {
+    std::lock_guard lock(mutex_);
+    self = self_;
+  }
+  // Agents say hello first, alone or as the first message of a batch; anything else asks for no node rank.
+  const v1::AgentMessage& first = incoming_.has_batch() && incoming_.batch().messages_size() > 0
+                                      ? incoming_.batch().messages(0)
+                                      : incoming_;
+  const JoinDoor::Admission admission =
+      door_->admit(self, first.has_hello() ? first.hello() : v1::Hello::default_instance(), peer_);
+  if (admission.node < 0) {
+    refuse(admission.refusal);
+    return false;
+  }
+  node_ = admission.node;
+  return true;
 }
 
 Status JoinedSession::finish() {
@@ -98,6 +124,14 @@ bool JoinedSession::open() const {
 }
 
 void JoinedSession::OnReadDone(bool ok) {
+  if (node_ < 0) {
+    // Not admitted yet: the controller does not know this session, so it ends here.
+    if (!ok) {
+      refuse(grpc::Status::CANCELLED);
+      return;
+    }
+    if (!admit()) return;
+  }
   if (!ok) {
     push_session_closed(events_, node_);
     return;
@@ -130,8 +164,8 @@ void JoinedSession::OnDone() {
 }
 
 JoinServer::JoinServer(EventQueue& events, const std::string& listen,
-                       std::shared_ptr<grpc::ServerCredentials> credentials, int max_nodes)
-    : events_(events), max_nodes_(max_nodes) {
+                       std::shared_ptr<grpc::ServerCredentials> credentials, int max_nodes, JoinDoor::Note note)
+    : events_(events), door_(std::make_shared<JoinDoor>(events, max_nodes, std::move(note))) {
   tune_for_many_sessions();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, std::move(credentials), &port_);
@@ -146,46 +180,18 @@ JoinServer::JoinServer(EventQueue& events, const std::string& listen,
 
 JoinServer::~JoinServer() {
   close();
-  std::vector<std::shared_ptr<JoinedSession>> sessions;
-  {
-    std::lock_guard lock(mutex_);
-    sessions = sessions_;
-  }
-  for (auto& s : sessions) s->cancel();
+  for (auto& s : door_->sessions()) s->cancel();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
 }
 
-std::shared_ptr<JoinedSession> JoinServer::session(int id) {
-  std::lock_guard lock(mutex_);
-  if (id < 0 || static_cast<std::size_t>(id) >= sessions_.size()) return nullptr;
-  return sessions_[static_cast<std::size_t>(id)];
-}
+std::shared_ptr<JoinedSession> JoinServer::session(int id) { return door_->session(id); }
 
-void JoinServer::close() {
-  std::lock_guard lock(mutex_);
-  closed_ = true;
-}
+void JoinServer::close() { door_->close(); }
 
 grpc::ServerBidiReactor<v1::AgentMessage, v1::LauncherMessage>* JoinServer::Join(
     grpc::CallbackServerContext* context) {
-  std::shared_ptr<JoinedSession> session;
-  int id;
-  {
-    std::lock_guard lock(mutex_);
-    if (closed_) return new Refusal({grpc::StatusCode::UNAVAILABLE, "the job is over; this launcher takes no agents"});
-    if (*open_sessions_ >= max_nodes_) {
-      return new Refusal({grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          "the job already has its " + std::to_string(max_nodes_) + " nodes (nodes.count)"});
-    }
-    id = static_cast<int>(sessions_.size());
-    session = std::make_shared<JoinedSession>(context, events_, id, open_sessions_);
-    sessions_.push_back(session);
-  }
-  Event joined;
-  joined.kind = Event::Kind::joined;
-  joined.node = id;
-  joined.text = session->address();
-  events_.push(std::move(joined));
+  if (auto refusal = door_->knock()) return new Refusal(std::move(*refusal));
+  auto session = std::make_shared<JoinedSession>(context, events_, door_);
   session->start(session);
   return session.get();
 }

@@ -1,8 +1,9 @@
 #pragma once
 
 // provider join: the launcher listens on nodes.rendezvous and agents started with `dtrain agent --join HOST:PORT`
-// dial in (LauncherService.Join). Each accepted stream becomes a JoinedSession with the next node id; the
-// controller hears of it through an Event::Kind::joined and then of its messages like any other session's.
+// dial in (LauncherService.Join). Each accepted stream becomes a JoinedSession; at its hello the JoinDoor admits it
+// (the next node id; the controller hears of it through an Event::Kind::joined and then of its messages like any
+// other session's) or refuses it (join_door.h).
 //
 // The server uses gRPC's callback API: a session holds no thread while it waits (thousands of agents are thousands
 // of reactors on gRPC's few threads), and the launcher's writes are queued (session_write_queue.h), so that one
@@ -19,6 +20,7 @@
 
 #include "cli/controller/session/event_queue.h"
 #include "cli/controller/session/node_session.h"
+#include "cli/controller/transport/join_door.h"
 #include "cli/controller/transport/session_write_queue.h"
 #include "dtrain/v1/session.grpc.pb.h"
 
@@ -36,9 +38,8 @@ class JoinedSession final : public NodeSession,
   // reaches it.
   static constexpr std::size_t kMaxQueuedMessages = 1024;
 
-  // `open_sessions` counts the sessions not finished yet (the JoinServer's nodes.count check).
-  JoinedSession(grpc::CallbackServerContext* context, EventQueue& events, int node,
-                std::shared_ptr<std::atomic<int>> open_sessions);
+  // `door` admits or refuses it at its hello, and counts it until it is over.
+  JoinedSession(grpc::CallbackServerContext* context, EventQueue& events, std::shared_ptr<JoinDoor> door);
 
   // Starts reading; the session keeps itself alive (`self`) until gRPC is done with the call.
   void start(std::shared_ptr<JoinedSession> self);
@@ -60,12 +61,16 @@ class JoinedSession final : public NodeSession,
  private:
   // The controller is done with the session: Finish, cancelling first when asked to or when a write is in flight.
   void end(bool cancel);
+  // Before its hello was admitted (the controller does not know it): end the call with `status`.
+  void refuse(grpc::Status status);
+  // The first message: admit the agent (its hello) or refuse it. False when refused.
+  bool admit();
 
   grpc::CallbackServerContext* context_;
   EventQueue& events_;
-  const int node_;
+  int node_ = -1;                // set by the first read, before the controller hears of the session
   const std::string peer_;
-  std::shared_ptr<std::atomic<int>> open_sessions_;
+  std::shared_ptr<JoinDoor> door_;
   v1::AgentMessage incoming_;   // only the reading reactions touch it, one at a time
   mutable std::mutex mutex_;
   SessionWriteQueue<v1::LauncherMessage> writes_;
@@ -78,12 +83,13 @@ class JoinedSession final : public NodeSession,
 class JoinServer final : public v1::LauncherService::CallbackService {
  public:
   // Listens on `listen` ("host:port") with `credentials` (TLS + token, or insecure on loopback / --insecure).
+  // `note` says on the launcher's console which agents were refused and why (JoinDoor::Note).
   // Throws std::runtime_error naming the address when it cannot listen.
   JoinServer(EventQueue& events, const std::string& listen, std::shared_ptr<grpc::ServerCredentials> credentials,
-             int max_nodes);
+             int max_nodes, JoinDoor::Note note = nullptr);
   ~JoinServer() override;
 
-  // The session of node `id` (ids are given in join order, from 0), or nullptr.
+  // The session of node `id` (ids are given in the order of admitted hellos, from 0), or nullptr.
   std::shared_ptr<JoinedSession> session(int id);
   // Refuse every later join (the job is over).
   void close();
@@ -94,11 +100,7 @@ class JoinServer final : public v1::LauncherService::CallbackService {
 
  private:
   EventQueue& events_;
-  int max_nodes_;
-  std::shared_ptr<std::atomic<int>> open_sessions_ = std::make_shared<std::atomic<int>>(0);
-  std::mutex mutex_;
-  std::vector<std::shared_ptr<JoinedSession>> sessions_;
-  bool closed_ = false;
+  std::shared_ptr<JoinDoor> door_;
   int port_ = 0;
   std::unique_ptr<grpc::Server> server_;
 };
