@@ -11,6 +11,7 @@ script reads the instrumentation's running totals through dtrain_health and prin
   async     all_reduce(async_op=True), by keyword and by position, is not a wait; a blocking one is, and restores the
             phase it found;
   phases    the phase after next(), after backward() and after a step;
+  loss      the last backward()'s loss is held detached: its value, not its autograd graph;
   bound     the wrapped step is a bound method with __self__ and __func__ (torch's LR schedulers wrap it so), and a
             StepLR over the optimizer runs.
 Both must print the expected totals, and the same ones; neither may say it turned itself off."""
@@ -90,7 +91,7 @@ counts["phase_after_collective"] = auto.phase
 loss = model(torch.ones(2, 8)).sum()
 loss.backward()
 counts["after_backward"] = auto.phase
-counts["loss_is_last"] = auto.loss is loss
+counts["loss_is_last"] = auto.loss is not loss and auto.loss.grad_fn is None and auto.loss.item() == loss.item()
 fresh = torch.optim.SGD(model.parameters(), lr=0.1)
 bound = fresh.step
 counts["bound"] = [getattr(bound, "__self__", None) is fresh, hasattr(bound, "__func__")]

@@ -11,8 +11,8 @@
 Every worker dtrain starts has this module on PYTHONPATH. A PyTorch script that does not import it is still seen
 when health.instrument is auto: the bootstrap (bootstrap/sitecustomize.py) reports through this module, counting
 optimizer steps; a script that uses step() or timed() itself is counted by them alone. Outside dtrain
-(DTRAIN_HEALTH_SOCKET unset) every call does nothing: timed() returns its argument and step() a shared do-nothing
-context.
+(DTRAIN_HEALTH_SOCKET unset), and in any process but the one that speaks for the rank (below), every call does
+nothing: timed() returns its argument and step() a shared do-nothing context.
 
 Transport: one JSON object per datagram on the Unix socket DTRAIN_HEALTH_SOCKET (the agent's, in a directory only
 this user can enter), carrying RANK, DTRAIN_JOB_TOKEN and DTRAIN_REPORT_TOKEN as a gRPC report does; the agent
@@ -28,9 +28,19 @@ loss tensor) that unwinds through C++ and aborts the process ("terminate called 
 SIGTERM, when the script has no handler of its own at import, the module installs one that sends and then dies of
 SIGTERM as before; a thread woken by the signal (signal.set_wakeup_fd, when nothing else holds it) does the same while
 the main thread is blocked in native code (a collective), so stopping a rank takes no longer than it did. A handler the
-script installs later replaces it, and then the script decides. Forked children (DataLoader workers) drop both.
+script installs later replaces it, and then the script decides.
+
+One process speaks for a rank: the worker process its agent started, whose pid the agent puts in DTRAIN_WORKER_PID.
+Every other process that imports this module with the worker's environment (a DataLoader's spawned workers, a
+`subprocess.run([sys.executable, ...])`, torch.multiprocessing's children) is silent, as outside dtrain: no reporter,
+no thread, no socket, no signal handler, no faulthandler; otherwise their step-0 and `exiting` reports would be taken
+for the rank's (a hang hidden behind them, a healthy job failed as stuck in teardown). Without DTRAIN_WORKER_PID (an
+older agent, another launcher) every such process reports, as before. A forked child (os.fork, a DataLoader's fork
+workers) of the reporting process is silent too: every call does nothing there, its SIGTERM and dump signal are
+back to what they were, and the reporter it inherited never sends.
 
 Environment (malformed values are said once on stderr and the default is used: a report setting never stops a job):
+    DTRAIN_WORKER_PID           the pid of the worker process the agent started (set by the agent; see above)
     DTRAIN_HEALTH_INTERVAL_MS   the resend interval (set by the agent; default 1000)
     DTRAIN_HEALTH_LOSS_EVERY    a loss on a device is read at most every this many steps (default 10), and only once
                                 its value exists: no host synchronisation is added (a CPU loss is read at every step)
@@ -92,6 +102,22 @@ def _positive_int(env, name, default):
     return default
 
 
+def _speaks_for_rank(env):
+    """Whether this process is the worker its agent started (see the module's docstring): DTRAIN_WORKER_PID is this
+    pid, or unset (every process reports, as before the variable); a malformed one is said and taken as unset."""
+    text = env.get("DTRAIN_WORKER_PID", "")
+    if not text:
+        return True
+    if text.isdigit():
+        return int(text) == os.getpid()
+    try:
+        sys.stderr.write("dtrain_health: DTRAIN_WORKER_PID=%r is not a pid; this process reports for rank %s\n"
+                         % (text, env.get("RANK", "0")))
+    except Exception:
+        pass
+    return True
+
+
 class _Nothing:
     """step() outside dtrain: enters and exits for free."""
 
@@ -149,12 +175,31 @@ class _Reporter:
         self.stacks = None
         self.wake = threading.Event()
         self.stopping = False            # set at exit: the sender's thread ends (_last_send)
+        self.pid = os.getpid()           # the process that speaks for the rank: a forked child never sends
+        self.wakeup_fd = None            # the SIGTERM watcher's pipe (its write end), made signal's wakeup fd
         self._register_dump(env.get("DTRAIN_STACKS_FILE", ""))
         self.thread = threading.Thread(target=self._run, name="dtrain-health", daemon=True)
         self.thread.start()
-        self.pid = os.getpid()
         atexit.register(self._last_send)
         self._catch_term()
+        os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self):
+        """In a child forked from this process (a DataLoader worker): the module does nothing from now on, and the
+        signals are the child's own again, as without this module."""
+        global _reporter
+        _reporter = None
+        try:
+            if self.wakeup_fd is not None:
+                previous = signal.set_wakeup_fd(-1)
+                if previous != self.wakeup_fd:
+                    signal.set_wakeup_fd(previous)   # the script's own by now: left as it was
+            if signal.getsignal(signal.SIGTERM) == self._on_term:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            if self.dump_signal:
+                faulthandler.unregister(self.dump_signal)
+        except (OSError, ValueError, RuntimeError):
+            pass
 
     def _last_send(self):
         # A child forked from this process (a DataLoader worker) inherits the handler, not the rank.
@@ -188,17 +233,9 @@ class _Reporter:
             os.close(read_end)
             os.close(write_end)
             return
-        os.register_at_fork(after_in_child=self._forget_term)
+        # (A forked child must not wake this process's thread with its own signals: _forked.)
+        self.wakeup_fd = write_end
         threading.Thread(target=self._watch_term, args=(read_end,), name="dtrain-health-term", daemon=True).start()
-
-    @staticmethod
-    def _forget_term():
-        # A forked child (a DataLoader worker) must not wake this process's thread with its own signals; its SIGTERM
-        # handler (_on_term) then only dies, as without this module.
-        try:
-            signal.set_wakeup_fd(-1)
-        except (OSError, ValueError):
-            pass
 
     def _on_term(self, signum, frame):
         if os.getpid() == self.pid:
@@ -295,6 +332,8 @@ class _Reporter:
             self.loss = value
 
     def send(self, final=False):
+        if os.getpid() != self.pid:
+            return   # a child forked by other means than os.fork (its at-fork handlers did not run)
         try:
             self.sock.sendto(self.message(final), self.path)
         except OSError:
@@ -331,8 +370,9 @@ class _Reporter:
             return
         device = getattr(getattr(loss, "device", None), "type", "cpu")
         if device == "cpu":
-            # Read by the sender (its value exists already): a step pays no item().
-            self.pending_loss = (loss, None)   # (item() needs no detach; the graph's saved tensors are freed)
+            # Read by the sender (its value exists already): a step pays no item(). Detached: the loss's graph
+            # (all of it, after backward(retain_graph=True)) is the script's to keep or free, not the reporter's.
+            self.pending_loss = (loss.detach(), None)
             return
         steps = self.steps_done + (self.auto.done[0] if self.auto is not None and self.auto.done else 0)
         if self.loss_taken is not None and steps - self.loss_taken < self.loss_every:
@@ -402,7 +442,7 @@ class _Reporter:
             samples = samples_total - previous[5] or forward_total - previous[6] or None
         self.last = _step_times(max(ended - began, data), data, comm, tokens, samples)
         if loss is not None:
-            self.pending_loss = (loss, None)   # a CPU tensor (the bootstrap takes a device loss itself)
+            self.pending_loss = (loss, None)   # a detached CPU tensor (the bootstrap takes a device loss itself)
         self.auto_steps = steps
 
 
@@ -447,7 +487,7 @@ def _timed(reporter, iterable):
 
 def _start():
     path = os.environ.get("DTRAIN_HEALTH_SOCKET", "")
-    if not path:
+    if not path or not _speaks_for_rank(os.environ):
         return None
     try:
         return _Reporter(path, os.environ)
@@ -459,7 +499,7 @@ _reporter = _start()
 
 
 def enabled():
-    """Whether reports go anywhere (the script runs under dtrain)."""
+    """Whether reports go anywhere (the script runs under dtrain, in the process that speaks for its rank)."""
     return _reporter is not None
 
 
@@ -481,8 +521,8 @@ def step():
 
 def report(loss=None, tokens=None, samples=None):
     """The step's loss (a number, or a tensor read only once its value exists, at most every
-    DTRAIN_HEALTH_LOSS_EVERY steps when it lives on a device), and the tokens and samples it processed (for tokens/s
-    and samples/s)."""
+    DTRAIN_HEALTH_LOSS_EVERY steps when it lives on a device; held detached, without its autograd graph), and the
+    tokens and samples it processed (for tokens/s and samples/s)."""
     if _reporter is None:
         return
     _reporter.by_hand = True

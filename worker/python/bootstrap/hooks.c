@@ -69,6 +69,7 @@ static PyObject* s_shape;
 static PyObject* s_dtype;
 static PyObject* s_async_op;
 static PyObject* s_input_ids;
+static PyObject* s_detach;
 
 static double now(void) {
   struct timespec t;
@@ -168,7 +169,7 @@ static PyMemberDef State_members[] = {
     {"forward_samples", T_LONGLONG, offsetof(State, forward_samples), 0, "batch elements DDP's forward took"},
     {"phase", T_OBJECT, offsetof(State, phase), 0, "what the training thread does now"},
     {"first_start", T_OBJECT, offsetof(State, first_start), 0, "when the first step began (None before)"},
-    {"loss", T_OBJECT, offsetof(State, loss), 0, "the last 0-dim tensor backward() ran from"},
+    {"loss", T_OBJECT, offsetof(State, loss), 0, "the last 0-dim tensor backward() ran from, detached"},
     {"bucket_launch", T_OBJECT, offsetof(State, bucket_launch), 0, "DDP: the last gradient's time this step"},
     {"bucket_done", T_OBJECT, offsetof(State, bucket_done), 0, "DDP: when backward() returned"},
     {"bucket_event", T_OBJECT, offsetof(State, bucket_event), 0, "CUDA: an event at the last launch"},
@@ -221,7 +222,7 @@ static int attribute_true(PyObject* object, PyObject* name) {
 /* The common case of sitecustomize's step_done, which runs after every optimizer step: no DDP reduction to account
    for, a step counted before, no hand-made report, no device loss or event. Then the totals as they are become
    `done` (the one before `previous`), as step_done would make them. 1 when done, 0 when step_done must run, -1 with
-   an error set. */
+   an error set. The loss moves into `done`: the state holds none until the next backward(). */
 static int step_done_here(State* state, double ended) {
   PyObject* done = state->done;
   if (!is_none(state->bucket_launch) || done == NULL || !PyTuple_CheckExact(done) || PyTuple_GET_SIZE(done) != 9 ||
@@ -242,6 +243,7 @@ static int step_done_here(State* state, double ended) {
   if (next == NULL) return -1;
   put(&state->previous, done);
   Py_XSETREF(state->done, next);
+  Py_CLEAR(state->loss);
   return 1;
 }
 
@@ -264,29 +266,36 @@ static PyObject* hook_step(Hook* self, PyObject* const* args, size_t nargsf, PyO
   return result;
 }
 
+/* The loss backward() ran from (a 0-dim tensor), detached, for the reporter's thread to read: its value, no autograd
+   graph, which is the script's to free, also one that backward(retain_graph=True) keeps. -1 with an error set. */
+static int note_loss(State* state, PyObject* tensor) {
+  PyObject* ndim = PyObject_GetAttr(tensor, s_ndim);
+  if (ndim == NULL) return -1;
+  int scalar = PyLong_Check(ndim) && PyLong_AsLong(ndim) == 0;
+  Py_DECREF(ndim);
+  if (!scalar) return 0;
+  PyObject* detached = PyObject_CallMethodNoArgs(tensor, s_detach);
+  if (detached == NULL) return -1;
+  Py_XSETREF(state->loss, detached);
+  return 0;
+}
+
 /* sitecustomize's noting_backward. */
 static PyObject* hook_backward(Hook* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   State* state = self->state;
   Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   if (!state->on || nargs < 1) return call_through(self, args, nargsf, kwnames);
-  PyObject* tensor = args[0];
-  PyObject* ndim = PyObject_GetAttr(tensor, s_ndim);
-  if (ndim == NULL) {
-    fail(state);
-  } else {
-    int scalar = PyLong_Check(ndim) && PyLong_AsLong(ndim) == 0;
-    Py_DECREF(ndim);
-    /* Read later, by the reporter's thread (item() needs no detach). */
-    if (scalar) put(&state->loss, tensor);
-    if (is_none(state->first_start)) {
-      PyObject* began = PyFloat_FromDouble(now());
-      if (began == NULL) fail(state); else Py_XSETREF(state->first_start, began);
-    }
+  if (is_none(state->first_start)) {
+    PyObject* began = PyFloat_FromDouble(now());
+    if (began == NULL) fail(state); else Py_XSETREF(state->first_start, began);
   }
   put(&state->phase, s_backward);
   PyObject* result = call_through(self, args, nargsf, kwnames);
-  if (result != NULL && (!is_none(state->bucket_launch) || !is_none(state->bucket_event)))
-    call_method(state, s_backward_done);
+  if (result == NULL) return NULL;
+  /* After the call: a tensor subclass with __torch_function__ comes back into this wrapper from inside it, with
+     torch functions off, where detach() makes a plain tensor; the outer call, last, keeps the subclass. */
+  if (state->on && note_loss(state, args[0]) < 0) fail(state);
+  if (!is_none(state->bucket_launch) || !is_none(state->bucket_event)) call_method(state, s_backward_done);
   return result;
 }
 
@@ -544,7 +553,7 @@ PyMODINIT_FUNC PyInit__dtrain_hooks(void) {
       intern(&s_optimizer, "optimizer") < 0 || intern(&s_fail, "fail") < 0 ||
       intern(&s_step_done, "step_done") < 0 || intern(&s_backward_done, "backward_done") < 0 ||
       intern(&s_ndim, "ndim") < 0 || intern(&s_by_hand, "by_hand") < 0 || intern(&s_is_cpu, "is_cpu") < 0 || intern(&s_shape, "shape") < 0 || intern(&s_dtype, "dtype") < 0 ||
-      intern(&s_async_op, "async_op") < 0 || intern(&s_input_ids, "input_ids") < 0)
+      intern(&s_async_op, "async_op") < 0 || intern(&s_input_ids, "input_ids") < 0 || intern(&s_detach, "detach") < 0)
     return NULL;
   if (PyType_Ready(&StateType) < 0 || PyType_Ready(&HookType) < 0) return NULL;
   PyObject* m = PyModule_Create(&module);

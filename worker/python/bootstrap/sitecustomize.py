@@ -8,7 +8,11 @@ sys.modules, so nothing of theirs is lost.
 
 It arms only when the program imports torch: a finder at the head of sys.meta_path waits for that one import, lets
 it run, and then instruments torch and leaves sys.meta_path. A program that never imports torch pays one name
-comparison per module it imports, and is not otherwise touched.
+comparison per module it imports, and is not otherwise touched. It arms only in the worker process the agent started
+(DTRAIN_WORKER_PID is its pid, or unset: dtrain_health's rule): the Python children that inherit this PYTHONPATH (a
+DataLoader's spawned workers, a `subprocess.run([sys.executable, ...])`, torch.multiprocessing's) and the children
+forked from the worker (their wrappers turn off at the fork) measure and send nothing, so they never speak for the
+rank.
 
 Armed, it measures, per optimizer step:
     steps       one step is one call of an optimizer's step() (any torch.optim.Optimizer subclass: each class's
@@ -43,14 +47,20 @@ naming what is not measured. Armed, it also passes init_process_group through dt
 the script reports, since that call keeps the reporter's thread from heartbeating while it waits for late peers
 (_wrap_init_process_group).
 
-The wrappers are in C (hooks.c, the module _dtrain_hooks, which the build puts beside this file) for the interpreter
+The wrappers are in C (hooks.c, the extension _dtrain_hooks, which the build puts beside this file) for the interpreter
 dtrain was built with (DTRAIN_HOOKS_PYTHON, Debian's /usr/bin/python3 by default): 1.6-1.9 us a wrapped call in a
 training loop, against 2.6-2.9 us for the Python wrappers below (BENCHMARKS.md), which any other interpreter gets (the
 extension's file name carries its ABI tag, so no other version loads it) and which do the same work: the measurements
-are the same. A torch with CUDA gets the Python wrapper for collectives (its CUDA events) either way.
+are the same. A torch with CUDA gets the Python wrapper for collectives (its CUDA events) either way. Both the
+extension and dtrain_health are loaded from their files beside this directory, never by name through sys.path: a
+script's own _dtrain_hooks.py or dtrain_health.py is never run by the bootstrap (a script that imports
+dtrain_health itself is reported through that import).
 
-An exception inside the instrumentation never reaches the program: it is reported once on stderr and the
-instrumentation turns itself off in this process (the wrappers then only call through).
+The loss is held detached (loss.detach(): its value, no autograd graph) and dropped at the step: what the script
+frees, a graph kept by backward(retain_graph=True) included, is freed as without dtrain.
+
+An exception inside the instrumentation, arming included, never reaches the program: it is reported once on stderr
+and the instrumentation turns itself off in this process (the wrappers then only call through).
 """
 
 import functools
@@ -58,13 +68,15 @@ import os
 import sys
 import time
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
 
 def _load_theirs():
     """Runs the sitecustomize that comes after this directory on sys.path, as `sitecustomize`."""
     import importlib.machinery
     import importlib.util
 
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = _HERE
     rest = []
     seen_here = False
     for entry in sys.path:
@@ -116,7 +128,7 @@ class _Instrumentation:
         self.tokens = 0                  # token ids the DataLoader handed out
         self.samples = 0                 # batch elements it handed out
         self.forward_samples = 0         # batch elements DDP models' forward took (when no DataLoader is used)
-        self.loss = None                 # the last 0-dim tensor backward() ran from
+        self.loss = None                 # the last 0-dim tensor backward() ran from, detached; None after a step
         self.bucket_launch = None        # DDP's buckets this step: the last launch, and when backward() returned
         self.bucket_done = None          # (DDP waits for every bucket before backward() returns)
         self.bucket_event = None         # CUDA: an event at the last launch
@@ -190,6 +202,7 @@ class _Instrumentation:
         self.previous = done
         self.done = (done[0] + 1, now, self.data_wait, self.comm_wait, self.tokens, self.samples,
                      self.forward_samples, loss, None)
+        self.loss = None
 
     def reduction(self, now):
         """Seconds this step waited for DDP's reduction (0 when dtrain_health.watch() times it instead)."""
@@ -205,9 +218,8 @@ class _Instrumentation:
         reporter = self.reporter
         if reporter is None:
             if self.health is None:
-                import dtrain_health
-                self.health = dtrain_health
-                self.reporter = reporter = dtrain_health._reporter
+                self.health = _helper()
+                self.reporter = reporter = self.health._reporter
             if reporter is None:   # no health socket: nothing to report to
                 self.on = False
                 return
@@ -248,13 +260,59 @@ class _Instrumentation:
 
 def _load_hooks():
     """_dtrain_hooks (hooks.c): the wrappers in C, built beside this file for the interpreter dtrain was built with.
-    None for any other interpreter, or where it was not built: the Python wrappers below then do the same work (about
-    2.6-2.9 us a wrapped call in a training loop, against 1.6-1.9)."""
+    None for any other interpreter (the file's name carries its ABI tag), or where it was not built: the Python
+    wrappers below then do the same work (about 2.6-2.9 us a wrapped call in a training loop, against 1.6-1.9).
+    Loaded from its file: `import _dtrain_hooks` would take a script's _dtrain_hooks.py before it. The name stays the
+    script's: loading an extension puts it in sys.modules, and what was there is put back."""
+    import importlib.machinery
+    import importlib.util
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = os.path.join(_HERE, "_dtrain_hooks" + suffix)
+        if not os.path.isfile(path):
+            continue
+        theirs = sys.modules.get("_dtrain_hooks")
+        try:
+            spec = importlib.util.spec_from_file_location(
+                "_dtrain_hooks", path, loader=importlib.machinery.ExtensionFileLoader("_dtrain_hooks", path))
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+        except Exception:
+            return None
+        finally:
+            if theirs is None:
+                sys.modules.pop("_dtrain_hooks", None)
+            else:
+                sys.modules["_dtrain_hooks"] = theirs
+    return None
+
+
+def _helper():
+    """dtrain_health, which the bootstrap reports through: the script's own import of it when it made one (one
+    reporter per process), else the file beside this directory, loaded from its path, never a file of that name in
+    the script's directory (the script's own business, which the bootstrap must not run). Registered as
+    `dtrain_health` when that name leads to this same file, so that a later import of it by the script finds this
+    one and its reporter."""
+    import importlib.machinery
+    import importlib.util
+    imported = sys.modules.get("dtrain_health")
+    if imported is not None and hasattr(imported, "_Reporter"):
+        return imported
+    path = os.path.join(os.path.dirname(_HERE), "dtrain_health.py")
+    spec = importlib.util.spec_from_file_location("dtrain_health", path)
+    module = importlib.util.module_from_spec(spec)
+    found = importlib.machinery.PathFinder.find_spec("dtrain_health")
+    register = imported is None and found is not None and found.origin is not None and \
+        os.path.realpath(found.origin) == os.path.realpath(path)
+    if register:
+        sys.modules["dtrain_health"] = module
     try:
-        import _dtrain_hooks
-        return _dtrain_hooks
-    except Exception:
-        return None
+        spec.loader.exec_module(module)
+    except BaseException:
+        if register:
+            sys.modules.pop("dtrain_health", None)
+        raise
+    return module
 
 
 def _over_hooks(hooks):
@@ -355,15 +413,16 @@ def _instrument_backward(torch):
     def noting_backward(self, *args, **kwargs):
         if not state.on:
             return backward(self, *args, **kwargs)
-        try:
-            if not self.ndim:
-                state.loss = self   # read later, by the reporter's thread (item() needs no detach)
-            if state.first_start is None:
-                state.first_start = state.clock()
-        except Exception as error:
-            state.fail(error)
+        if state.first_start is None:
+            state.first_start = state.clock()
         state.phase = "backward"
         result = backward(self, *args, **kwargs)
+        # After the call, detached (hooks.c's note_loss says why): read later, by the reporter's thread.
+        try:
+            if state.on and not self.ndim:
+                state.loss = self.detach()
+        except Exception as error:
+            state.fail(error)
         if state.bucket_launch is not None or state.bucket_event is not None:
             try:
                 state.backward_done()
@@ -495,7 +554,11 @@ def _wrap_init_process_group(fn):
     state = _state
 
     def init_process_group(*args, **kwargs):
-        reporter = getattr(sys.modules.get("dtrain_health"), "_reporter", None)
+        helper = state.health
+        if helper is None:
+            imported = sys.modules.get("dtrain_health")   # (the script's own import; a file of its own lacks this)
+            helper = imported if hasattr(imported, "_Reporter") else None
+        reporter = getattr(helper, "_reporter", None)
         if reporter is None or not state.on:
             return fn(*args, **kwargs)
         return reporter.wait_quietly("torch.distributed.init_process_group", fn, *args, **kwargs)
@@ -590,6 +653,7 @@ def _arm(torch):
     global _state, _hooks
     _hooks = _load_hooks()
     _state = (_over_hooks(_hooks) if _hooks is not None else _Instrumentation)()
+    os.register_at_fork(after_in_child=_forked)
     # A torch built without CUDA (or ROCm, which torch.cuda also serves) has no device to measure: its wrappers then
     # skip every device check.
     version = getattr(torch, "version", None)
@@ -613,11 +677,39 @@ def _arm(torch):
             pass
 
 
+def _forked():
+    """A child forked from the worker (a DataLoader worker, os.fork) is not the worker: its wrappers only call
+    through."""
+    if _state is not None:
+        _state.on = False
+
+
+def _arm_quietly(torch):
+    """_arm, whose errors never reach the program (see the module's docstring)."""
+    try:
+        _arm(torch)
+    except Exception as error:
+        (_state if _state is not None else _Instrumentation()).fail(error)
+
+
+def _speaks_for_rank():
+    """Whether this process is the worker the agent started: dtrain_health's rule (its _speaks_for_rank; a malformed
+    DTRAIN_WORKER_PID counts as unset, which the helper says when it loads)."""
+    text = os.environ.get("DTRAIN_WORKER_PID", "")
+    return not text.isdigit() or int(text) == os.getpid()
+
+
 class _TorchFinder:
     """Finds nothing itself: on `import torch` it has the other finders find torch, and arms once torch ran."""
 
+    def __init__(self):
+        self.pid = os.getpid()
+
     def find_spec(self, name, path=None, target=None):
         if name != "torch":
+            return None
+        if os.getpid() != self.pid:   # a forked child of the worker, which had not imported torch yet
+            self.leave()
             return None
         try:
             spec = None
@@ -637,7 +729,7 @@ class _TorchFinder:
                 del loader.exec_module
                 self.leave()
                 execute(module)
-                _arm(module)
+                _arm_quietly(module)
 
             loader.exec_module = exec_and_arm
             return spec
@@ -654,6 +746,6 @@ class _TorchFinder:
             pass
 
 
-if os.environ.get("DTRAIN_HEALTH_SOCKET") and "torch" not in sys.modules:
+if os.environ.get("DTRAIN_HEALTH_SOCKET") and "torch" not in sys.modules and _speaks_for_rank():
     sys.meta_path.insert(0, _TorchFinder())
 _load_theirs()
