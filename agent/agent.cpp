@@ -181,7 +181,8 @@ int Agent::start_servers(Servers& servers, const Credentials& credentials) {
   }
   const std::string host = advertised_host();
   address_ = host + ":" + std::to_string(port);
-  runner_ = std::make_unique<JobRunner>(store_, host, address_);
+  // A session socket means a launcher started this agent for its job: workers come right away.
+  runner_ = std::make_unique<JobRunner>(store_, host, address_, !options_.session_socket.empty());
   servers.health_socket = start_health_socket();
   return options_.session_socket.empty() ? 0 : start_session_socket(servers);
 }

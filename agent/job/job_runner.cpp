@@ -79,7 +79,7 @@ unsigned reserve_port() {
   return port;
 }
 
-JobRunner::JobRunner(store::Store& store, std::string advertise_host, std::string store_address)
+JobRunner::JobRunner(store::Store& store, std::string advertise_host, std::string store_address, bool workers_soon)
     : store_(store), advertise_host_(std::move(advertise_host)), store_address_(std::move(store_address)) {
   supervisor::Events events;
   events.started = [this](std::uint64_t id, pid_t pid) { on_started(id, pid); };
@@ -92,6 +92,7 @@ JobRunner::JobRunner(store::Store& store, std::string advertise_host, std::strin
   // (workers get SIGKILL when the agent is gone anyway: the namespace's end changes nothing else for them).
   supervisor::Options options;
   options.pid_namespace = true;
+  options.keep_first_namespace = workers_soon;
   supervisor_ = std::make_unique<supervisor::Supervisor>(std::move(events), options);
   spdlog::info("containment of workers: {}", supervisor_->containment());
 }

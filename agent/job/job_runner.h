@@ -33,8 +33,10 @@ class JobRunner {
   using Emit = std::function<void(RunnerEvent)>;
 
   // `advertise_host` is the address peers use to reach this node (MASTER_ADDR when it is node 0), `store_address`
-  // the host:port of this agent's store server.
-  JobRunner(store::Store& store, std::string advertise_host, std::string store_address);
+  // the host:port of this agent's store server. `workers_soon`: this agent starts workers right away (a launcher's
+  // local agent), so the PID namespace made to learn whether one can be is kept for them
+  // (supervisor::Options::keep_first_namespace).
+  JobRunner(store::Store& store, std::string advertise_host, std::string store_address, bool workers_soon = false);
   ~JobRunner();
 
   // Variables every worker of this node gets on top of its plan (the worker TLS files in a TLS cluster, the health

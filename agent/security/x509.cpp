@@ -1,5 +1,10 @@
 #include "agent/security/x509.h"
 
+#include <sys/random.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <openssl/bio.h>
 #include <openssl/bn.h>
 #include <openssl/crypto.h>
@@ -169,8 +174,14 @@ void check_ca(const std::string& key_pem_text, const std::string& key_path, cons
 
 std::string random_hex(std::size_t bytes) {
   std::string raw(bytes, '\0');
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()), static_cast<int>(bytes)) != 1) {
-    fail("the random generator failed");
+  // The kernel's generator, as RAND_bytes seeds itself from: the same quality without initialising OpenSSL (its
+  // configuration file and providers), which a job on local agents otherwise does for its tokens alone.
+  std::size_t got = 0;
+  while (got < bytes) {
+    const ssize_t n = ::getrandom(raw.data() + got, bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw SecurityError("the random generator failed: getrandom: " + std::string(std::strerror(errno)));
+    got += static_cast<std::size_t>(n);
   }
   static constexpr char kDigits[] = "0123456789abcdef";
   std::string hex;

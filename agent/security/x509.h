@@ -30,7 +30,7 @@ Identity make_certificate(const CertificateSpec& spec, const Identity* issuer);
 void check_ca(const std::string& key_pem, const std::string& key_path, const std::string& cert_pem,
               const std::string& cert_path);
 
-// `bytes` bytes from RAND_bytes as lowercase hex.
+// `bytes` bytes from the kernel's random generator (getrandom) as lowercase hex.
 std::string random_hex(std::size_t bytes);
 
 // True when the two strings are equal, in time that depends only on their lengths.

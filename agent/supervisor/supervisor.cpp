@@ -99,7 +99,7 @@ Supervisor::Supervisor(Events events, Options options) {
     impl_->containment = "keepers only (no PID namespace was asked for)";
     // Made once now to learn whether it can be (containment() says), then for each batch of workers.
     impl_->ensure_namespace();
-    impl_->end_namespace();
+    if (!options.keep_first_namespace) impl_->end_namespace();
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);

@@ -62,6 +62,12 @@ struct Options {
   // without this option, and containment() says so. Only for workers whose parent_death_signal is SIGKILL or 0:
   // the namespace ends at once when this process is gone, ahead of any orphan_grace.
   bool pid_namespace = false;
+  // With pid_namespace: the namespace made at construction (to learn whether one can be made) is kept for the first
+  // workers instead of being ended at once and made again when they are spawned. For a Supervisor whose workers come
+  // right away (the local agents a launcher starts for its job): their start then does not wait for a namespace's
+  // /proc to be mounted (BENCHMARKS.md, "Launch in 0.1 s"). An agent waiting for launchers leaves it false, so that
+  // it holds no process while idle.
+  bool keep_first_namespace = false;
 };
 
 class Supervisor {

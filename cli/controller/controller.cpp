@@ -196,9 +196,12 @@ int Controller::run() {
     console_.note("interrupted by " + signal_text(interrupts_.first_signal()) + "; every worker was stopped");
     code = 128 + interrupts_.first_signal();
   }
+  // The job's outcome is known: its record ends here, and its report page is written while the agents stop.
+  const std::vector<Diagnosis> diagnoses = monitor_.job_ended(code);
   fleet_->shutdown(code);
   report_incomplete_logs();
-  for (const auto& d : monitor_.job_ended(code)) {
+  monitor_.report_written();
+  for (const auto& d : diagnoses) {
     console_.note("diagnosis (" + std::string(to_string(d.kind)) + "): " + d.message + "\n  fix: " + d.fix);
   }
   return code;

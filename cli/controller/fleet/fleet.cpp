@@ -11,6 +11,11 @@ namespace dtrain::controller {
 
 using std::chrono::milliseconds;
 
+namespace {
+// Up to this many nodes the launcher takes each event as it comes (EventQueue::set_gather).
+constexpr int kNoGatherNodes = 32;
+}  // namespace
+
 Fleet::Fleet(spec::Spec& spec, FleetOptions options, EventQueue& events, Console& console, Interrupts& interrupts,
              FleetListener& listener)
     : spec_(spec),
@@ -31,6 +36,8 @@ Fleet::Fleet(spec::Spec& spec, FleetOptions options, EventQueue& events, Console
       next_heartbeat_(clock_->now() + heartbeat_interval_),
       read_lag_(node_timeout_) {
   clock_->stalled();   // stalls count from here on
+  // Gathering events pays from a few dozen agents on (event_queue.h); below that it only delays each exchange.
+  if (spec.nodes.max_count <= kNoGatherNodes) events_.set_gather(milliseconds(0));
 }
 
 Fleet::~Fleet() = default;

@@ -246,18 +246,25 @@ std::vector<Diagnosis> JobMonitor::job_ended(int exit_code) {
   write_snapshot_file(state);
   socket_.reset();
   metrics_.reset();
-  write_report();
+  ended_ = true;
+  // The page reads only the job's files, which nothing writes from here on: the agents can stop meanwhile.
+  report_ = std::async(std::launch::async, [dir = job_dir_] { return report::write_report(dir); });
   return diagnoser_->diagnoses();
 }
 
 // The page is for people after the job: a page that cannot be written is a warning, never a different exit code.
-void JobMonitor::write_report() {
-  const auto page = report::write_report(job_dir_);
+void JobMonitor::report_written() {
+  if (!report_.valid()) return;
+  const Result<std::string> page = report_.get();
   if (page.ok()) {
     console_.note("report: " + page.value);
   } else {
     console_.note("warning: no report page: " + page.status.message());
   }
+}
+
+JobMonitor::~JobMonitor() {
+  if (report_.valid()) report_.wait();
 }
 
 }  // namespace dtrain::controller

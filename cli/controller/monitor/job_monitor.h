@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <set>
 #include <string>
@@ -73,11 +74,17 @@ class JobMonitor {
   // The launcher gave up fleet node `node`; `round` is the latest round (nullptr before the first).
   void node_lost(const Round* round, int node, const std::string& text);
   void tick(Clock::time_point now);
-  // Writes the end and the last snapshot, closes the socket; returns the diagnoses for the summary.
+  // Writes the end and the last snapshot, closes the socket, and starts writing the report page on a thread of its
+  // own; returns the diagnoses for the summary. From then on the monitor records nothing more (the page reads the
+  // event log and the snapshot as they are now), so the launcher can end its agents while the page is written.
   std::vector<Diagnosis> job_ended(int exit_code);
+  // Waits for the report page that job_ended started and says where it is (or why there is none). Call once the
+  // agents are gone; the destructor waits too.
+  void report_written();
+  ~JobMonitor();
 
  private:
-  bool active() const { return status_ != nullptr; }
+  bool active() const { return status_ != nullptr && !ended_; }
   void event(std::string_view name, const nlohmann::ordered_json& fields);
   void adopt(const Round& round);
   void start_metrics(const std::string& address);
@@ -88,7 +95,6 @@ class JobMonitor {
   void answer_scrapes();
   void health_event();
   void samples_event(bool force);
-  void write_report();
   void write_snapshot_file(const std::string& state);
 
   Console& console_;
@@ -102,6 +108,8 @@ class JobMonitor {
   std::unique_ptr<MetricsServer> metrics_;
   std::unique_ptr<report::SampleRecorder> samples_;
   std::int64_t adopted_round_ = -1;
+  bool ended_ = false;                         // job_ended ran: nothing more is recorded
+  std::future<Result<std::string>> report_;   // the report page being written (job_ended), its path or why not
   std::set<std::string> reported_diagnoses_;   // kind and ranks of each diagnosis already in the event log
   Clock::time_point next_evaluate_{}, next_file_{}, next_health_event_{};
 };

@@ -67,17 +67,22 @@ class EventQueue {
   // After waking for an empty queue's first event, the consumer lets this much time pass before it takes it, so what
   // arrives meanwhile is taken in the same turn: thousands of agents' messages spread over each second would
   // otherwise wake it once each (a context switch apiece, a fifth of the launcher's CPU at 4,096 agents). Nothing
-  // the launcher does is that urgent.
+  // the launcher does is that urgent at that size. A small job does not gather (set_gather(0)): its start is a chain
+  // of a dozen exchanges with its agents (hello, configure, the round, the workers' starts and exits, the stop), and
+  // 2 ms at each was a fifth of `dtrain run -n 8 -- /bin/true` (BENCHMARKS.md, "Launch in 0.1 s").
   static constexpr std::chrono::milliseconds kGather{2};
+  void set_gather(std::chrono::milliseconds gather) { gather_ = gather; }
 
   // The next event, or nothing once `deadline` passed.
   std::optional<Event> pop(std::chrono::steady_clock::time_point deadline) {
     std::unique_lock lock(mutex_);
     if (size_ == 0) {
       if (!cv_.wait_until(lock, deadline, [this] { return size_ != 0; })) return std::nullopt;
-      lock.unlock();
-      std::this_thread::sleep_for(kGather);
-      lock.lock();
+      if (gather_.count() > 0) {
+        lock.unlock();
+        std::this_thread::sleep_for(gather_);
+        lock.lock();
+      }
     }
     std::optional<Event> event(std::move(ring_[head_]));
     head_ = (head_ + 1) % ring_.size();
@@ -109,6 +114,7 @@ class EventQueue {
   }
 
   std::mutex mutex_;
+  std::chrono::milliseconds gather_ = kGather;   // set before the consumer starts
   std::condition_variable cv_;
   std::vector<Event> ring_;
   std::size_t head_ = 0;   // the oldest event's slot
