@@ -98,7 +98,7 @@ std::vector<std::string> thread_states(pid_t pid) {
   return lines;
 }
 
-// How long gdb gets, after SIGINT, to detach from the worker and exit before it is SIGKILLed: a detach is a few
+// How long gdb gets, after SIGHUP, to detach from the worker and exit before it is SIGKILLed: a detach is a few
 // ptrace calls, but on a loaded machine gdb may be in the middle of reading a large library's symbols.
 constexpr std::chrono::milliseconds kGdbDetachWait{500};
 
@@ -113,13 +113,18 @@ bool wait_exit(int pidfd, Clock::time_point until) {
   return ready > 0;
 }
 
-// Ends a gdb that ran out of time without leaving its tracee stopped. SIGINT first: gdb quits the command it is in
-// and, in batch mode, detaches from the worker as it exits. A gdb that does not is SIGKILLed, and the kernel then
-// leaves the worker group-stopped (a ptrace attach stops it): SIGCONT lets it run its handlers again, above all the
-// SIGTERM of the stop that follows. Returns what happened, for the stacks file's note.
+// Ends a gdb that ran out of time without leaving its tracee stopped or signalled. SIGHUP first: gdb detaches from
+// the worker and exits when its event loop next runs (at once while it waits on the worker). Not SIGINT, nor SIGTERM
+// (which also raises gdb's quit flag): while gdb counts the worker as running (from the attach until every thread
+// has stopped, which includes reading every library's symbols, seconds for libtorch) it passes a quit on to the
+// worker as a SIGINT, which then sits in a signal stop until gdb is killed and is delivered then: a Python worker
+// raised KeyboardInterrupt, whose traceback then led the failure summary. A gdb that does not quit in time (it is
+// reading symbols) is SIGKILLed, and the kernel then leaves the worker group-stopped (a ptrace attach stops it):
+// SIGCONT lets it run its handlers again, above all the SIGTERM of the stop that follows. Returns what happened,
+// for the stacks file's note.
 std::string end_gdb(int pidfd, pid_t worker, Clock::time_point deadline) {
-  syscall(SYS_pidfd_send_signal, pidfd, SIGINT, nullptr, 0);
-  std::string how = "interrupted";
+  syscall(SYS_pidfd_send_signal, pidfd, SIGHUP, nullptr, 0);
+  std::string how = "told to detach (SIGHUP)";
   if (!wait_exit(pidfd, std::max(deadline, Clock::now() + std::chrono::milliseconds(50)))) {
     syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
     wait_exit(pidfd, Clock::now() + kGdbDetachWait);
@@ -147,6 +152,7 @@ Status run_gdb(pid_t pid, int fd, Clock::time_point deadline) {
   sigaddset(&defaults, SIGCHLD);
   sigaddset(&defaults, SIGPIPE);
   sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGHUP);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &defaults);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
@@ -172,6 +178,20 @@ Status run_gdb(pid_t pid, int fd, Clock::time_point deadline) {
   }
   ::close(pidfd);
   return status;
+}
+
+// What a reader of the stacks file should make of gdb's warning "Target and debugger are in different PID namespaces":
+// a root agent's workers live in a PID namespace of their own (supervisor/process/pid_namespace.h), gdb in the
+// agent's. Measured on a PyTorch worker, gdb from here and gdb inside the worker's namespaces (nsenter) took the same
+// time and listed the same threads; the ids it shows are the host's, as the thread states above. "" when the worker
+// shares this process's PID namespace.
+std::string namespace_note(pid_t pid) {
+  std::error_code ours_ec, theirs_ec;
+  const auto ours = std::filesystem::read_symlink("/proc/self/ns/pid", ours_ec);
+  const auto theirs = std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/ns/pid", theirs_ec);
+  if (ours_ec || theirs_ec || ours == theirs) return "";
+  return "(the worker is in the job's PID namespace, gdb in the agent's: its warning about that below is expected; "
+         "thread ids are the host's, as above)\n";
 }
 
 // Appends `note` to what `error` already says: a dump that failed and a gdb that was cut short are both worth
@@ -202,6 +222,7 @@ RankStacks stacks_of(const StackTarget& target, Clock::time_point deadline) {
     out.collectives = collective_state(dump.value);
   }
   head += "\ngdb -batch -p " + std::to_string(target.pid) + " -ex 'thread apply all bt':\n";
+  head += namespace_note(target.pid);
   const bool written = ::write(fd, head.data(), head.size()) == static_cast<ssize_t>(head.size());
   const int write_errno = errno;
   const Status gdb = run_gdb(target.pid, fd, deadline);

@@ -11,10 +11,13 @@
 //   then `gdb -batch -p PID -ex 'thread apply all bt'` when gdb is installed
 //
 // Only a worker that announced a handler is sent a signal (JobRunner::note_dump_signal).
-// All workers at once, one thread each, every gdb killed at the deadline, so the answer comes within the budget the
-// launcher gave (Timeouts::evidence_budget) however many workers there are and whatever state they are in (a
+// All workers at once, one thread each, every gdb ended by the deadline (SIGHUP, so that it detaches without passing
+// a SIGINT on to the worker; then SIGKILL and SIGCONT: evidence.cpp, end_gdb), so the answer comes within the budget
+// the launcher gave (Timeouts::evidence_budget) however many workers there are and whatever state they are in (a
 // SIGSTOPped process, one in uninterruptible sleep). gdb is the agent's child only briefly and not a worker: the
 // supervisor reaps it like any stray child (it owns waitpid in this process), so its end is watched through a pidfd.
+// gdb runs in the agent's PID namespace, also when the workers have their own (a root agent's): measured, that costs
+// it nothing, and the stacks file says why gdb warns about it.
 
 #include <sys/types.h>
 

@@ -112,7 +112,7 @@ for attempt in (0, 1):
 frames = re.search(r"where rank \d is \(first frames of its main thread\):\n\s+(#0 |thread \d+ \(.*\): state |"
                    r"dtrain-trainer pid \d+: phase \"stalled)", run.err)
 check(frames is not None, "the summary shows the hung rank's first frames")
-# (Ended either way: "was interrupted" when SIGINT made it detach, "was killed" when it did not.)
+# (Ended either way: "was told to detach (SIGHUP)" when it detached, "was killed" when it did not.)
 killed = "gdb did not finish in time and was " in run.err
 check(re.search(r"full stacks: \S+/attempt_1/stacks/rank_\d\.txt", run.err), "and where its full stacks are")
 text = ""

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -24,11 +25,14 @@ using dtrain::agent::top_frames;
 namespace {
 
 // A Python process with 300 threads (gdb needs about a second and a half to list them all here), that ignores
-// SIGUSR2 (the dump signal of the notes test) and says "ready" on its stdout once they all run.
+// SIGUSR2 (the dump signal of the notes test), appends a line to `interrupts` for every SIGINT it gets, and says
+// "ready" on its stdout once they all run. Its main thread wakes every 50 ms: a SIGINT that a non-main thread took
+// runs Python's handler only when the main thread next runs, and a sleep of minutes would hide it.
 struct ThreadedProcess {
   pid_t pid = -1;
+  std::string interrupts;
 
-  ThreadedProcess() {
+  explicit ThreadedProcess(std::string interrupts_file) : interrupts(std::move(interrupts_file)) {
     int ready[2];
     REQUIRE(::pipe(ready) == 0);
     pid = ::fork();
@@ -36,13 +40,16 @@ struct ThreadedProcess {
     if (pid == 0) {
       ::dup2(ready[1], 1);
       ::execl("/usr/bin/python3", "python3", "-c",
-              "import signal, threading, time\n"
+              "import signal, sys, threading, time\n"
               "signal.signal(signal.SIGUSR2, signal.SIG_IGN)\n"
+              "def interrupted(sig, frame):\n"
+              "    with open(sys.argv[1], 'a') as f: f.write('SIGINT\\n')\n"
+              "signal.signal(signal.SIGINT, interrupted)\n"
               "ev = threading.Event()\n"
               "for _ in range(300): threading.Thread(target=ev.wait, daemon=True).start()\n"
               "print('ready', flush=True)\n"
-              "time.sleep(600)\n",
-              nullptr);
+              "while True: time.sleep(0.05)\n",
+              interrupts.c_str(), nullptr);
       ::_exit(127);
     }
     ::close(ready[1]);
@@ -61,6 +68,13 @@ struct ThreadedProcess {
     const auto stat = dtrain::supervisor::read_process_stat(pid);
     return stat ? stat->state : '?';
   }
+  // How many SIGINTs it has handled so far.
+  int sigints() const {
+    std::ifstream in(interrupts);
+    int lines = 0;
+    for (std::string line; std::getline(in, line);) ++lines;
+    return lines;
+  }
 };
 
 bool gdb_installed() { return ::access("/usr/bin/gdb", X_OK) == 0; }
@@ -77,18 +91,23 @@ TEST_CASE("gdb's top frames are thread 1's, or none when gdb stopped before it p
   CHECK(top_frames(cut).empty());
 }
 
-TEST_CASE("a gdb that runs out of time never leaves the worker stopped, whenever it is cut short") {
+TEST_CASE("a gdb that runs out of time never leaves the worker stopped or interrupted, whenever it is cut short") {
   if (!gdb_installed()) {
     MESSAGE("SKIPPED: gdb is not installed");
     return;
   }
-  ThreadedProcess worker;
   TempDir dir("evidence");
-  // gdb gets (budget - 0.5 s) before it is interrupted: from nothing to most of its ~1.5 s here, so some runs end
-  // it while it holds the worker stopped (killing gdb then used to leave the worker in state T for good).
-  for (int ms = 550; ms <= 1000; ms += 50) {
+  ThreadedProcess worker(dir.file("sigints.txt"));
+  // gdb gets (budget - 0.5 s) before it is told to detach: from nothing to all of its ~1.5 s here, so some runs end
+  // it while it holds the worker stopped (killing gdb then used to leave the worker in state T for good), and some
+  // while it attaches (gdb counts the worker as running until every thread has stopped, and reads the libraries'
+  // symbols in between): a SIGINT to gdb then was passed on to the worker, which got it when gdb was killed (a
+  // Python worker raised KeyboardInterrupt). Ended with SIGINT, 5 to 9 of these 15 budgets saw it, in each of 4
+  // runs here; with SIGTERM (it raises gdb's quit flag too) one budget did in 3 of 6 runs; with SIGHUP none in 6.
+  for (int ms = 550; ms <= 1250; ms += 50) {
     CAPTURE(ms);
     const StackTarget target{1, worker.pid, dir.file("rank_1_" + std::to_string(ms) + ".txt"), "", 0, ""};
+    const int sigints = worker.sigints();
     const auto start = std::chrono::steady_clock::now();
     const auto report = collect_stacks(0, {target}, std::chrono::milliseconds(ms));
     const auto took = std::chrono::steady_clock::now() - start;
@@ -98,6 +117,8 @@ TEST_CASE("a gdb that runs out of time never leaves the worker stopped, whenever
     // threads runnable for a while; a worker left stopped stays 'T' for good.
     CAPTURE(worker.state());
     CHECK(eventually([&] { return worker.state() == 'S'; }, std::chrono::seconds(3)));
+    // A SIGINT it got would have run its handler within the main thread's next wake-up (50 ms).
+    CHECK(!eventually([&] { return worker.sigints() > sigints; }, std::chrono::milliseconds(150)));
     const auto& rank = report.ranks[0];
     CHECK(!rank.top_frames.empty());
     if (rank.error.find("gdb did not finish in time") != std::string::npos &&
@@ -112,8 +133,8 @@ TEST_CASE("a failed dump and a gdb cut short are both noted, and the dump is not
     MESSAGE("SKIPPED: gdb is not installed");
     return;
   }
-  ThreadedProcess worker;
   TempDir dir("evidence");
+  ThreadedProcess worker(dir.file("sigints.txt"));
   // The worker announced SIGUSR2 but ignores it: its dump never comes (1 s), and gdb then has no time left.
   const StackTarget target{2, worker.pid, dir.file("rank_2.txt"), "", SIGUSR2, dir.file("dump.txt")};
   const auto report = collect_stacks(0, {target}, std::chrono::milliseconds(1200));
