@@ -144,6 +144,13 @@ int Agent::run() {
     joiner.join();
   }
   shut_down(servers);
+  if (options_.exit_when_done) {
+    runtime_dir_.reset();   // its files (the workers' TLS files) are removed here; the PID namespace's holder ends
+                            // when this process does (its lifeline), with nothing left in it
+    spdlog::default_logger()->flush();
+    std::fflush(nullptr);
+    std::_Exit(code);
+  }
   return code;
 }
 
@@ -252,6 +259,9 @@ void Agent::shut_down(Servers& servers) {
   servers.session_socket.reset();
   runner_->set_before_exit({});   // it drains the health socket
   servers.health_socket.reset();   // its thread calls into runner_
+  // run() ends the process next: the servers, their threads and the runner go with it, untouched meanwhile (a call
+  // that still arrives finds every object alive, and no worker is left to make one).
+  if (options_.exit_when_done) return;
   if (servers.session_server) servers.session_server->Shutdown(std::chrono::system_clock::now());
   servers.server->Shutdown(std::chrono::system_clock::now());
   runner_.reset();

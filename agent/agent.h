@@ -46,6 +46,11 @@ struct AgentOptions {
   std::string listen = "127.0.0.1:0";   // host:port the server binds; port 0 picks a free one
   std::string advertise_host;           // address peers use to reach this node; empty = the listen host
   bool one_shot = false;                // exit after the first session ends (agents a local launcher starts)
+  // run() ends the process itself (std::_Exit with its code) once its workers are gone and its files removed,
+  // without shutting its gRPC servers down: draining their thread pools took 4-9 ms of every local job's end, and
+  // the process's end closes their connections anyway (its session has ended by then). For `dtrain agent`, whose
+  // process ends with run(); an Agent in a process that goes on (tests) leaves it false.
+  bool exit_when_done = false;
   std::string join;                     // host:port of a launcher to dial (LauncherService.Join); implies one_shot
   std::chrono::milliseconds join_timeout{60000};   // keep retrying the launcher this long
   bool insecure = false;                // plaintext sessions without the cluster token (warned about at start)

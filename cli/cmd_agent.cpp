@@ -41,6 +41,7 @@ int run_agent(agent::AgentOptions& options, bool quiet) {
   logger->set_level(quiet ? spdlog::level::warn : spdlog::level::info);
   spdlog::set_default_logger(logger);
   block_termination_signals();
+  options.exit_when_done = true;   // this process ends with the agent (main's exit_now)
   agent::Agent daemon(options);
   on_termination_signal([&daemon](int signal) { daemon.terminate(signal); });
   int code = daemon.run();
