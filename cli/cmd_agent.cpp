@@ -41,7 +41,6 @@ int run_agent(agent::AgentOptions& options, bool quiet) {
   logger->set_level(quiet ? spdlog::level::warn : spdlog::level::info);
   spdlog::set_default_logger(logger);
   block_termination_signals();
-  options.exit_when_done = true;   // this process ends with the agent (main's exit_now)
   agent::Agent daemon(options);
   on_termination_signal([&daemon](int signal) { daemon.terminate(signal); });
   int code = daemon.run();
@@ -126,6 +125,9 @@ Action add_agent_command(CLI::App& app) {
     options->join_timeout = spec::duration_ms(*join_timeout_s);
     if (!set_node_topology(*topology_file, *options)) return 2;
     options->default_lease = spec::duration_ms(*lease_s);
+    // `dtrain agent` ends with its agent (main's exit_now does nothing more); `dtrain run` on a node that joins a job
+    // runs an agent too, and has work left after it (cmd_run_nodes.cpp), so it does not set this.
+    options->exit_when_done = true;
     return run_agent(*options, *quiet);
   };
 }
