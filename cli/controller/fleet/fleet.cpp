@@ -36,8 +36,6 @@ Fleet::Fleet(spec::Spec& spec, FleetOptions options, EventQueue& events, Console
       next_heartbeat_(clock_->now() + heartbeat_interval_),
       read_lag_(node_timeout_) {
   clock_->stalled();   // stalls count from here on
-  // Gathering events pays from a few dozen agents on (event_queue.h); below that it only delays each exchange.
-  if (spec.nodes.max_count <= kNoGatherNodes) events_.set_gather(milliseconds(0));
 }
 
 Fleet::~Fleet() = default;
@@ -49,7 +47,12 @@ void Fleet::set_job(std::string job_id, std::string job_dir) {
   job_dir_ = std::move(job_dir);
 }
 
-void Fleet::start() { provider_->start(*this); }
+void Fleet::start() {
+  provider_->start(*this);
+  // Gathering events pays from a few dozen agents on (event_queue.h); below that it only delays each exchange. After
+  // the provider's start, which fills nodes.count from a Slurm allocation; events are taken from the next pump on.
+  if (spec_.nodes.max_count <= kNoGatherNodes) events_.set_gather(milliseconds(0));
+}
 
 void Fleet::grow(std::size_t size) {
   if (size <= nodes_.size()) return;

@@ -71,6 +71,7 @@ class EventQueue {
   // of a dozen exchanges with its agents (hello, configure, the round, the workers' starts and exits, the stop), and
   // 2 ms at each was a fifth of `dtrain run -n 8 -- /bin/true` (BENCHMARKS.md, "Launch in 0.1 s").
   static constexpr std::chrono::milliseconds kGather{2};
+  // From the consumer's thread (the fleet's), like pop().
   void set_gather(std::chrono::milliseconds gather) { gather_ = gather; }
 
   // The next event, or nothing once `deadline` passed.
@@ -114,7 +115,7 @@ class EventQueue {
   }
 
   std::mutex mutex_;
-  std::chrono::milliseconds gather_ = kGather;   // set before the consumer starts
+  std::chrono::milliseconds gather_ = kGather;   // read and set by the consumer's thread only
   std::condition_variable cv_;
   std::vector<Event> ring_;
   std::size_t head_ = 0;   // the oldest event's slot
