@@ -2,21 +2,12 @@
 
 #include "cli/run/torchrun_options.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
 #include <set>
 
 #include <CLI/CLI.hpp>
 
 #include "cli/run/multi_node_checks.h"
+#include "cli/run/option_values.h"
 #include "common/util.h"
 
 namespace dtrain::cli::run {
@@ -25,124 +16,6 @@ namespace {
 const char* const kMultiNode =
     "that is another machine: a job across machines is --nnodes N (or MIN:MAX) with the same command on every node "
     "(README \"Coming from torchrun\")";
-
-// The first line `command` prints (at most 4 KiB), without its newline; "" when it fails.
-std::string first_line_of(const std::string& command) {
-  std::FILE* p = ::popen((command + " 2>/dev/null").c_str(), "r");
-  if (p == nullptr) return "";
-  std::string line(4096, '\0');
-  const bool got = std::fgets(line.data(), static_cast<int>(line.size()), p) != nullptr;
-  ::pclose(p);
-  if (!got) return "";
-  line.resize(std::strlen(line.c_str()));
-  while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
-  return line;
-}
-
-// The allocation's first node (`scontrol show hostnames LIST`), as the address Slurm reaches it at: its NodeAddr
-// (`scontrol -o show node NAME`), which is its name unless slurm.conf says otherwise. "" when it cannot be had.
-std::string first_slurm_host(const std::string& list) {
-  if (list.empty()) return "";
-  const std::string name = first_line_of("scontrol show hostnames " + shell_quote(list));
-  if (name.empty()) return "";
-  const std::string node = first_line_of("scontrol -o show node " + shell_quote(name));
-  const auto at = node.find("NodeAddr=");
-  if (at == std::string::npos) return name;
-  const auto end = node.find(' ', at);
-  const std::string addr = node.substr(at + 9, end == std::string::npos ? std::string::npos : end - at - 9);
-  return addr.empty() ? name : addr;
-}
-
-// A whole decimal number in [lo, hi], or nothing.
-std::optional<long> parse_int(const std::string& s, long lo, long hi) {
-  if (s.empty() || s.size() > 10) return std::nullopt;
-  for (char c : s) {
-    if (c < '0' || c > '9') return std::nullopt;
-  }
-  long v = std::stol(s);
-  if (v < lo || v > hi) return std::nullopt;
-  return v;
-}
-
-std::optional<double> parse_seconds(const std::string& s) {
-  if (s.empty()) return std::nullopt;
-  char* end = nullptr;
-  errno = 0;
-  double v = std::strtod(s.c_str(), &end);
-  if (errno != 0 || end != s.c_str() + s.size() || !(v >= 0) || v > 7 * 24 * 3600.0) return std::nullopt;
-  return v;
-}
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (char c : s) {
-    if (c == sep) {
-      out.push_back(cur);
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
-  out.push_back(cur);
-  return out;
-}
-
-// HOST[:PORT] or [V6]:PORT; port 0 when absent. Returns "" or what is wrong.
-std::string split_endpoint(const std::string& endpoint, std::string& host, int& port) {
-  std::string rest;
-  if (!endpoint.empty() && endpoint.front() == '[') {
-    auto close = endpoint.find(']');
-    if (close == std::string::npos) return "an IPv6 address opened with '[' is not closed";
-    host = endpoint.substr(1, close - 1);
-    rest = endpoint.substr(close + 1);
-    if (!rest.empty() && rest.front() != ':') return "expected ':PORT' after ']'";
-    if (!rest.empty()) rest = rest.substr(1);
-  } else {
-    auto colon = endpoint.rfind(':');
-    if (colon != std::string::npos && endpoint.find(':') != colon) {
-      host = endpoint;  // a bare IPv6 address
-    } else if (colon != std::string::npos) {
-      host = endpoint.substr(0, colon);
-      rest = endpoint.substr(colon + 1);
-      if (rest.empty()) return "':' with no port after it";
-    } else {
-      host = endpoint;
-    }
-  }
-  if (host.empty()) return "no host";
-  port = 0;
-  if (!rest.empty()) {
-    auto p = parse_int(rest, 1, 65535);
-    if (!p) return "port '" + rest + "' is not a number from 1 to 65535";
-    port = static_cast<int>(*p);
-  }
-  return "";
-}
-
-// Both spellings of a long option: "--nproc-per-node,--nproc_per_node".
-std::string spellings(const std::string& dashed) {
-  std::string under = dashed;
-  for (size_t i = 2; i < under.size(); ++i) {
-    if (under[i] == '-') under[i] = '_';
-  }
-  return under == dashed ? dashed : dashed + "," + under;
-}
-
-// Which streams a --redirects / --tee value names (0-3); a per-rank map is refused.
-std::string parse_streams(const std::string& option, const std::string& value, int& streams) {
-  if (value.empty()) return "";
-  if (auto v = parse_int(value, 0, 3)) {
-    streams = static_cast<int>(*v);
-    return "";
-  }
-  if (value.find(':') != std::string::npos) {
-    return "dtrain run: " + option + " '" + value +
-           "': a per-rank map is not supported; give one value, 0 (none), 1 (stdout), 2 (stderr) or 3 (both), for "
-           "every rank";
-  }
-  return "dtrain run: " + option + " must be 0 (none), 1 (stdout), 2 (stderr) or 3 (both) (got '" + value + "')";
-}
 
 }  // namespace
 
@@ -185,67 +58,6 @@ void add_torchrun_options(CLI::App& cmd, TorchrunArgs& a) {
   cmd.add_flag(spellings("--run-path"), a.run_path, "taken; the script runs under Python")->group(g);
   cmd.add_flag("-m,--module", a.module, "the program is a Python module (python -m MODULE)")->group(g);
   cmd.add_flag(spellings("--no-python"), a.no_python, "run the program itself, not under Python")->group(g);
-}
-
-HostFacts HostFacts::current() {
-  HostFacts h;
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  h.cpu_count = cpus > 0 ? static_cast<int>(cpus) : 1;
-  std::error_code ec;
-  h.gpu_count = 0;
-  for (const auto& e : std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
-    (void)e;
-    ++h.gpu_count;
-  }
-  if (const char* py = std::getenv("DTRAIN_PYTHON"); py && *py) h.python = py;
-  if (const char* id = std::getenv("SLURM_NODEID")) h.slurm_node_id = id;
-  if (const char* n = std::getenv("SLURM_STEP_NUM_NODES")) h.slurm_step_nodes = n;
-  h.slurm_first_host = [] {
-    const char* list = std::getenv("SLURM_STEP_NODELIST");
-    if (list == nullptr) list = std::getenv("SLURM_JOB_NODELIST");
-    if (list == nullptr) list = std::getenv("SLURM_NODELIST");
-    return first_slurm_host(list ? list : "");
-  };
-  // A host is this machine's when one of its addresses is loopback or can be bound here.
-  h.local_host = [](const std::string& host) -> std::string {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* res = nullptr;
-    int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
-    if (rc != 0) return std::string("cannot be resolved: ") + gai_strerror(rc);
-    bool local = false;
-    for (addrinfo* ai = res; ai && !local; ai = ai->ai_next) {
-      int fd = socket(ai->ai_family, SOCK_STREAM, 0);
-      if (fd < 0) continue;
-      local = bind(fd, ai->ai_addr, ai->ai_addrlen) == 0;  // port 0: any; fails for another machine's address
-      close(fd);
-    }
-    freeaddrinfo(res);
-    return local ? "" : "is not an address of this machine";
-  };
-  h.port_free = [](const std::string& host, int port) -> std::string {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* res = nullptr;
-    if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) return "cannot be resolved";
-    std::string why;
-    for (addrinfo* ai = res; ai; ai = ai->ai_next) {
-      int fd = socket(ai->ai_family, SOCK_STREAM, 0);
-      if (fd < 0) continue;
-      int one = 1;
-      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // as a listener would: TIME_WAIT is no conflict
-      if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-        why = errno == EADDRINUSE ? "is in use" : std::string("cannot be bound: ") + std::strerror(errno);
-      }
-      close(fd);
-      if (!why.empty()) break;
-    }
-    freeaddrinfo(res);
-    return why;
-  };
-  return h;
 }
 
 namespace {
