@@ -1,21 +1,8 @@
 #include "cli/run/multi_node_checks.h"
 
-#include <charconv>
-
 #include "cli/spec/spec.h"
 
 namespace dtrain::cli::run {
-namespace {
-
-// The shortest text that reads back as `value` (2, 0.5, 1e-09).
-std::string number(double value) {
-  char text[32];
-  const auto end = std::to_chars(text, text + sizeof text, value).ptr;
-  return std::string(text, end);
-}
-
-}  // namespace
-
 std::string check_node_rank(unsigned rank, int max_nodes, const std::string& source, const std::string& nnodes) {
   if (max_nodes <= 0 || rank < static_cast<unsigned>(max_nodes)) return "";
   return "dtrain run: " + source + " " + std::to_string(rank) + " is not a node of --nnodes " + nnodes +
@@ -36,8 +23,8 @@ std::string check_rdzv_timeout(const std::string& key, const std::string& value,
   if (seconds >= least && seconds <= spec::kMaxDurationS) return "";
   const char* why = join ? "time for an agent's connection attempt and one redial"
                          : "the agents' heartbeats must fit in it with room for one late";
-  return "dtrain run: --rdzv-conf " + key + " (" + spec_key + ") must be from " + number(least) + " to " +
-         number(spec::kMaxDurationS) + " seconds (" + why + "), got '" + value + "'";
+  return "dtrain run: --rdzv-conf " + key + " (" + spec_key + ") must be from " + spec::shortest_number(least) +
+         " to " + spec::shortest_number(spec::kMaxDurationS) + " seconds (" + why + "), got '" + value + "'";
 }
 
 }  // namespace dtrain::cli::run

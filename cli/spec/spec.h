@@ -8,6 +8,7 @@
 //   make_plan                           Spec + the nodes' facts + the round -> one WorkerPlan per rank
 //   render_plan                         the plan as `dtrain launch --dry-run` prints it
 
+#include <charconv>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -65,6 +66,15 @@ inline constexpr double kMinNodeTimeoutS = 2;
 inline constexpr double kMinJoinTimeoutS = 2;
 inline constexpr std::size_t kMaxNameLength = 128;   // name: the job id (<name>-YYYYmmdd-HHMMSS[-N]) is a directory
                                                      //   name, and file names stop at 255 bytes
+
+// The shortest text that reads back as `value` (2, 0.5, 1e-09): how an error shows a number the user wrote or a bound,
+// so that 604800.0000001 is not shown as the limit it exceeds. Inline: cli/run's checks use it without the spec
+// library.
+inline std::string shortest_number(double value) {
+  char text[32];
+  const auto end = std::to_chars(text, text + sizeof text, value).ptr;
+  return std::string(text, end);
+}
 
 // A validated duration (finite, 0 <= seconds <= kMaxDurationS) in whole milliseconds, rounded up so that a positive
 // duration never becomes 0, which means "off" for the keys that allow it. Throws std::out_of_range for anything

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <cmath>
 #include <stdexcept>
 
@@ -12,15 +11,9 @@
 #include "cli/spec/locations.h"
 
 namespace dtrain::spec {
+
 namespace detail {
 namespace {
-
-// The shortest text that reads back as `value`: 604800.0000001 must not be shown as the limit it exceeds.
-std::string number(double value) {
-  char text[32];
-  const auto end = std::to_chars(text, text + sizeof text, value).ptr;
-  return std::string(text, end);
-}
 
 bool valid_job_name(std::string_view name) {
   return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
@@ -50,11 +43,13 @@ void Reporter::duration(const std::string& path, double value, bool zero_ok) {
   if (!std::isfinite(value)) {
     report(path, "must be a finite number of seconds.");
   } else if (value < 0 && zero_ok) {
-    report(path, "must be >= 0, got " + number(value) + ".", "Use 0 to turn it off.");
+    report(path, "must be >= 0, got " + shortest_number(value) + ".", "Use 0 to turn it off.");
   } else if (value <= 0 && !zero_ok) {
-    report(path, "must be > 0, got " + number(value) + ".");
+    report(path, "must be > 0, got " + shortest_number(value) + ".");
   } else if (value > kMaxDurationS) {
-    report(path, "must be at most " + number(kMaxDurationS) + " seconds (7 days), got " + number(value) + ".",
+    report(path,
+           "must be at most " + shortest_number(kMaxDurationS) + " seconds (7 days), got " + shortest_number(value) +
+               ".",
            zero_ok ? "Use 0 to turn it off." : "");
   }
 }
@@ -63,8 +58,9 @@ void Reporter::duration_from(const std::string& path, double value, double least
   if (std::isfinite(value) && value > kMaxDurationS) {
     duration(path, value, false);
   } else if (!std::isfinite(value) || !(value >= least)) {
-    report(path, "must be at least " + number(least) + " seconds, got " + number(value) + ": " + why + ".",
-           "Give " + number(least) + " or more.");
+    report(path,
+           "must be at least " + shortest_number(least) + " seconds, got " + shortest_number(value) + ": " + why + ".",
+           "Give " + shortest_number(least) + " or more.");
   }
 }
 
@@ -177,7 +173,7 @@ void check_console(const Spec& spec, Reporter& r) {
 void check_straggler_ratio(double ratio, Reporter& r) {
   constexpr double kMaxRatio = 100;
   if (!std::isfinite(ratio) || ratio <= 1 || ratio > kMaxRatio) {
-    r.report("health.straggler_ratio", "must be a number above 1 and at most 100, got " + number(ratio) + ".",
+    r.report("health.straggler_ratio", "must be a number above 1 and at most 100, got " + shortest_number(ratio) + ".",
              "1.2 names a rank whose own work per step is more than 20% above the median's.");
   }
 }
@@ -229,8 +225,8 @@ void check_spec(const Spec& spec, const Locations& where, std::vector<Diagnostic
 
 std::chrono::milliseconds duration_ms(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0 || seconds > kMaxDurationS) {
-    throw std::out_of_range("duration of " + detail::number(seconds) + " s is outside 0-" +
-                            detail::number(kMaxDurationS) + " s (an unvalidated spec)");
+    throw std::out_of_range("duration of " + shortest_number(seconds) + " s is outside 0-" +
+                            shortest_number(kMaxDurationS) + " s (an unvalidated spec)");
   }
   // At most 6.048e8 ms here, exact in a double and in every integer type it goes into.
   const long long ms = std::llround(seconds * 1000.0);
