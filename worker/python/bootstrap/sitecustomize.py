@@ -76,16 +76,15 @@ def _load_theirs():
     import importlib.machinery
     import importlib.util
 
-    here = _HERE
     rest = []
     seen_here = False
     for entry in sys.path:
         if seen_here:
             rest.append(entry)
-        elif os.path.abspath(entry or os.curdir) == here:
+        elif os.path.abspath(entry or os.curdir) == _HERE:
             seen_here = True
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest if seen_here else
-                                                    [e for e in sys.path if os.path.abspath(e or os.curdir) != here])
+                                                    [e for e in sys.path if os.path.abspath(e or os.curdir) != _HERE])
     if spec is None or spec.loader is None:
         return
     module = importlib.util.module_from_spec(spec)
@@ -287,6 +286,12 @@ def _load_hooks():
     return None
 
 
+def _imported_helper():
+    """The script's own import of dtrain_health, or None (a file of that name of its own lacks _Reporter)."""
+    imported = sys.modules.get("dtrain_health")
+    return imported if hasattr(imported, "_Reporter") else None
+
+
 def _helper():
     """dtrain_health, which the bootstrap reports through: the script's own import of it when it made one (one
     reporter per process), else the file beside this directory, loaded from its path, never a file of that name in
@@ -295,9 +300,10 @@ def _helper():
     one and its reporter."""
     import importlib.machinery
     import importlib.util
+    own = _imported_helper()
+    if own is not None:
+        return own
     imported = sys.modules.get("dtrain_health")
-    if imported is not None and hasattr(imported, "_Reporter"):
-        return imported
     path = os.path.join(os.path.dirname(_HERE), "dtrain_health.py")
     spec = importlib.util.spec_from_file_location("dtrain_health", path)
     module = importlib.util.module_from_spec(spec)
@@ -554,10 +560,7 @@ def _wrap_init_process_group(fn):
     state = _state
 
     def init_process_group(*args, **kwargs):
-        helper = state.health
-        if helper is None:
-            imported = sys.modules.get("dtrain_health")   # (the script's own import; a file of its own lacks this)
-            helper = imported if hasattr(imported, "_Reporter") else None
+        helper = state.health if state.health is not None else _imported_helper()
         reporter = getattr(helper, "_reporter", None)
         if reporter is None or not state.on:
             return fn(*args, **kwargs)
