@@ -96,7 +96,7 @@ struct TorchrunArgs {
 // Adds the options to `cmd` in the option group "torchrun options", each with its dash and underscore spellings.
 void add_torchrun_options(CLI::App& cmd, TorchrunArgs& args);
 
-// What resolve() needs to know of this machine. current() reads the real one.
+// What resolve() needs to know of this machine. current() reads the real one (host_facts.cpp).
 struct HostFacts {
   int cpu_count = 1;
   int gpu_count = 0;
