@@ -86,7 +86,7 @@ def main():
         taken = {d: [] for d in args.dtrain}
         for _ in range(args.runs):
             for dtrain in args.dtrain:
-                got = phases(record(dtrain, args.workers, workdir))
+                got = phases(record(os.path.abspath(dtrain), args.workers, workdir))
                 if got:
                     taken[dtrain].append(got)
         print("%-14s" % "phase, ms" + "".join("%12s" % ("build %d" % (i + 1)) for i in range(len(args.dtrain))))
