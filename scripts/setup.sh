@@ -39,6 +39,8 @@ test_packages=(
   clang-14 libfuzzer-14-dev
   # test_report_page renders the job report page in headless Chromium
   chromium fonts-dejavu-core
+  # layout.rules measures functions with Universal Ctags
+  universal-ctags
 )
 [ "$tests" -eq 1 ] && packages+=("${test_packages[@]}")
 

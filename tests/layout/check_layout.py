@@ -9,9 +9,16 @@
                   agent/ or trainer/ includes "cli/..." (cli -> (agent, trainer, worker) -> common).
   folder size     a folder under cli/, agent/, common/, trainer/ or worker/ holds more than MAX_FOLDER_FILES source
                   files (.cpp .h .cu .py) directly: a folder that big holds more than one concept.
+  file size       a product file (layout_sizes.py: under cli/, agent/, common/, trainer/, worker/, proto/; C, C++,
+                  CUDA, Python, .proto) is longer than MAX_FILE_LINES lines.
+  function size   a function, method or lambda of a product file is longer than MAX_FUNCTION_LINES lines (stricter
+                  under the STRICT_FOLDERS: cli/run/), as Universal Ctags measures it.
+  include cycles  the folders of the product's C/C++ files, joined by their "x/y.h" includes, form a cycle
+                  (layout_cycles.py); each cycle is printed with one include line per edge.
 
-Usage: check_layout.py --source-dir DIR --compiler CXX [--include-dir DIR]...
-Exit 0 when every rule holds, 1 when one does not, 2 when it cannot check (no compiler, a header it cannot find).
+Usage: check_layout.py --source-dir DIR (--compiler CXX [--include-dir DIR]... | --skip-domain-headers) [--ctags PATH]
+Exit 0 when every rule holds, 1 when one does not, 2 when it cannot check (no compiler, a header it cannot find, no
+Universal Ctags).
 """
 
 import argparse
@@ -20,6 +27,11 @@ import re
 import subprocess
 import sys
 import tempfile
+
+sys.dont_write_bytecode = True      # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import layout_cycles  # noqa: E402
+import layout_sizes  # noqa: E402
 
 # The domain headers of the launcher and the agent: plain C++ over domain types. Conversion to and from messages
 # happens in the wire and service files; credentials and channels stay at the transport edge.
@@ -157,27 +169,46 @@ def check_folder_sizes(args, problems):
     return folders
 
 
-def main():
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source-dir", required=True, help="the repository root")
-    parser.add_argument("--compiler", required=True, help="the C++ compiler the build uses")
+    parser.add_argument("--compiler", help="the C++ compiler the build uses (the domain-header rule)")
     parser.add_argument("--include-dir", action="append", default=[],
                         help="another include directory of the build (the generated proto headers' directory)")
+    parser.add_argument("--skip-domain-headers", action="store_true",
+                        help="check no domain header (no compiler needed): the other rules only")
+    parser.add_argument("--ctags", help="the Universal Ctags executable (default: found on PATH)")
     args = parser.parse_args()
+    if not args.compiler and not args.skip_domain_headers:
+        parser.error("--compiler is required unless --skip-domain-headers")
     args.source_dir = os.path.abspath(args.source_dir)
     args.include_dir = [os.path.abspath(d) for d in args.include_dir]
+    return args
 
+
+def main():
+    args = parse_args()
+    ctags = layout_sizes.find_ctags(args.ctags)
+    headers = [] if args.skip_domain_headers else DOMAIN_HEADERS
     problems = []
-    check_domain_headers(args, DOMAIN_HEADERS, problems)
+    check_domain_headers(args, headers, problems)
     files = check_includes(args, problems)
     folders = check_folder_sizes(args, problems)
+    product = layout_sizes.product_files(args.source_dir)
+    layout_sizes.check_file_sizes(args.source_dir, product, problems)
+    functions = layout_sizes.check_function_sizes(ctags, args.source_dir, product, problems)
+    cxx = [path for path in product if path.endswith(layout_sizes.CXX_SUFFIXES)]
+    graph = layout_cycles.check_include_cycles(args.source_dir, cxx, problems)
     if problems:
         print(f"layout.rules: {len(problems)} problem(s):")
         for problem in problems:
             print(f"  {problem}")
         return 1
-    print(f"layout.rules: {len(DOMAIN_HEADERS)} domain headers reach no gRPC/protobuf header; {files} files keep "
-          f"the include rules; {folders} folders hold at most {MAX_FOLDER_FILES} source files each")
+    strict = ", ".join(f"{limit} under {prefix}" for prefix, limit in layout_sizes.STRICT_FOLDERS.items())
+    print(f"layout.rules: {len(headers)} domain headers reach no gRPC/protobuf header; {files} files keep the include "
+          f"rules; {folders} folders hold at most {MAX_FOLDER_FILES} source files each; {len(product)} product files "
+          f"hold at most {layout_sizes.MAX_FILE_LINES} lines each and their {functions} functions at most "
+          f"{layout_sizes.MAX_FUNCTION_LINES} ({strict}); the includes between {graph} folders form no cycle")
     return 0
 
 
