@@ -14,7 +14,7 @@
 #include "agent/job/evidence.h"
 #include "agent/job/run_dir.h"
 #include "agent/job/worker_sampler.h"
-#include "agent/node/probe.h"
+#include "agent/node/probe/probe.h"
 #include "agent/security/credentials.h"
 #include "agent/security/x509.h"
 #include "agent/session/join_client.h"

@@ -19,6 +19,7 @@
 #include "agent/job/job_runner.h"
 #include "agent/job/worker_tls.h"
 #include "agent/node/facts.h"
+#include "agent/service/agent_ports.h"
 #include "agent/security/identity.h"
 #include "agent/security/secret.h"
 #include "agent/session/session_types.h"
@@ -82,7 +83,7 @@ struct AgentOptions {
   std::function<void(const std::string& job_id, std::uint32_t first_rank)> on_group;
 };
 
-class Agent {
+class Agent final : public SessionHost, public ReportSink {
  public:
   explicit Agent(AgentOptions options);
   ~Agent();
@@ -95,14 +96,14 @@ class Agent {
   // Serves one session to its end; used by whichever service carried it in. Ok after the launcher's Shutdown;
   // otherwise why the session was refused or ended (unavailable). `answered`, when given, says whether the launcher
   // answered the hello (sent Configure): a joined agent whose session ended unanswered dials again (JoinClient).
-  Status serve_session(SessionStream& stream, bool* answered = nullptr);
+  Status serve_session(SessionStream& stream, bool* answered = nullptr) override;
 
   // Whether a health report may speak for `rank`: `token` must be the current round's job token and `report_token`
   // that rank's own DTRAIN_REPORT_TOKEN (JobRunner::check_reporter). Ok when it may; else permission_denied saying
   // why not, or unavailable while the agent is still starting (no round can exist yet).
-  Status check_reporter(const std::string& token, const std::string& report_token, std::uint32_t rank) const;
+  Status check_reporter(const std::string& token, const std::string& report_token, std::uint32_t rank) const override;
   // Forwards an accepted health report on the session.
-  void forward_report(const v1::WorkerHealth& health);
+  void forward_report(const v1::WorkerHealth& health) override;
   // A report from the health socket (health_socket.h): the same token and value checks as a gRPC report, then
   // forwarded; an announced dump signal is kept for the evidence (JobRunner::note_dump_signal). Ok when accepted.
   Status accept_datagram(const HealthDatagram& datagram);

@@ -9,7 +9,7 @@
 
 #include "agent/agent.h"
 #include "agent/agent_servers.h"
-#include "agent/node/probe.h"
+#include "agent/node/probe/probe.h"
 #include "agent/security/credentials.h"
 #include "common/grpc/grpc_options.h"
 #include "common/transport.h"

@@ -1,5 +1,7 @@
 #include "agent/node/facts.h"
 
+#include "common/cpu_list.h"
+
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -100,25 +102,6 @@ Result<std::uint64_t> parse_mem_total(const std::string& meminfo) {
   }
   return {Status(StatusCode::not_found, "meminfo: no MemTotal line; the node's RAM is not known, so the launcher "
                                         "cannot judge its ranks' memory")};
-}
-
-std::vector<unsigned> parse_cpu_list(const std::string& text) {
-  std::vector<unsigned> cpus;
-  std::stringstream in(text);
-  std::string part;
-  while (std::getline(in, part, ',')) {
-    unsigned lo = 0, hi = 0;
-    char dash = 0;
-    std::stringstream range(part);
-    if (!(range >> lo)) continue;
-    if (range >> dash) {
-      if (dash != '-' || !(range >> hi) || hi < lo) continue;
-    } else {
-      hi = lo;
-    }
-    for (unsigned c = lo; c <= hi; ++c) cpus.push_back(c);
-  }
-  return cpus;
 }
 
 std::vector<int> numa_of_cpus(const std::vector<unsigned>& cpus, const std::string& sysfs_root) {

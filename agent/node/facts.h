@@ -40,7 +40,4 @@ std::string source_address_towards(const std::string& host);
 // with the text when there is no such line or its value is not a number of kB.
 Result<std::uint64_t> parse_mem_total(const std::string& meminfo);
 
-// Parses a kernel CPU list ("0-3,8,10-11") into CPU ids; malformed parts are skipped.
-std::vector<unsigned> parse_cpu_list(const std::string& text);
-
 }  // namespace dtrain::node

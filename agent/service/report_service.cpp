@@ -1,6 +1,6 @@
 #include "agent/service/report_service.h"
 
-#include "agent/agent.h"
+#include "dtrain/v1/session.pb.h"
 #include "agent/health/report_values.h"
 #include "agent/service/call_metadata.h"
 #include "agent/service/grpc_status.h"

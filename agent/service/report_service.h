@@ -1,10 +1,9 @@
 #pragma once
 
+#include "agent/service/agent_ports.h"
 #include "dtrain/v1/report.grpc.pb.h"
 
 namespace dtrain::agent {
-
-class Agent;
 
 // WorkerReports.Report: a worker's health report (step, loss, throughput, memory, where its step time goes, its
 // phase), forwarded to the launcher inside WorkerHealth.
@@ -13,12 +12,12 @@ class Agent;
 // INVALID_ARGUMENT when check_report_values (health/report_values.h) finds a value that cannot be real.
 class ReportService final : public v1::WorkerReports::Service {
  public:
-  explicit ReportService(Agent& agent) : agent_(agent) {}
+  explicit ReportService(ReportSink& agent) : agent_(agent) {}
 
   grpc::Status Report(grpc::ServerContext* context, const v1::WorkerReport* request, v1::ReportAck* reply) override;
 
  private:
-  Agent& agent_;
+  ReportSink& agent_;
 };
 
 }  // namespace dtrain::agent

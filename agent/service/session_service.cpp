@@ -1,6 +1,5 @@
 #include "agent/service/session_service.h"
 
-#include "agent/agent.h"
 #include "agent/security/credentials.h"
 #include "agent/service/grpc_status.h"
 #include "agent/session/session_stream.h"
@@ -33,7 +32,7 @@ grpc::Status SessionService::Session(grpc::ServerContext* context,
   }
   ServerSessionStream session(context, stream);
   // Whatever ended the session, the launcher learns it as the session's end (UNAVAILABLE), with the agent's words.
-  const Status served = agent_.serve_session(session);
+  const Status served = agent_.serve_session(session, nullptr);
   if (served.ok()) return grpc::Status::OK;
   return grpc::Status(grpc::StatusCode::UNAVAILABLE, served.message());
 }

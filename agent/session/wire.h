@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "agent/job/evidence.h"
-#include "agent/node/probe.h"
+#include "agent/node/probe/probe.h"
 #include "agent/session/session_types.h"
 #include "agent/job/worker_sampler.h"
 #include "agent/job/worker_group.h"

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "agent/node/facts.h"
+#include "common/cpu_list.h"
 #include "agent/node/topology/node_topology.h"
 #include "agent/node/topology/report.h"
 #include "cli/spec/spec.h"
@@ -77,7 +78,7 @@ TEST_CASE("workers_per_node: gpu on an 8-GPU box: each rank gets what dtrain top
     CHECK(w.env.count("CUDA_VISIBLE_DEVICES") == 0);
     for (const auto& [name, value] : rank.env) CHECK(w.env.at(name) == value);
     // Every CPU of the topology exists here: the share is exactly topo's.
-    CHECK(w.cpus == node::parse_cpu_list(*rank.cpus));
+    CHECK(w.cpus == dtrain::parse_cpu_list(*rank.cpus));
     CHECK(w.env.at("OMP_NUM_THREADS") == std::to_string(w.cpus.size()));
     CHECK(w.nics.front() == *rank.nic);
   }
@@ -100,7 +101,7 @@ TEST_CASE("a count below the GPU count shares each NUMA node's CPUs among the ra
   const Plan four = plan_of(kStatic + "workers_per_node: 4\n", {node_with(kHgx, 192)});
   // GPUs 0-3 sit on NUMA node 0 (0-47,96-143): four ranks split it, 12 cores and their 12 siblings each.
   for (const auto& w : four.workers) {
-    CHECK(w.cpus == node::parse_cpu_list(node::topo::cpu_share(ref.gpus[0].cpu_affinity, w.local_rank, 4)));
+    CHECK(w.cpus == dtrain::parse_cpu_list(node::topo::cpu_share(ref.gpus[0].cpu_affinity, w.local_rank, 4)));
     CHECK(w.cpus.size() == 24);
   }
   const Plan three = plan_of(kStatic + "workers_per_node: 3\n", {node_with(kPcie, 64)});

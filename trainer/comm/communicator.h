@@ -3,7 +3,7 @@
 // The trainer's communication interface: asynchronous collectives on fp32 buffers over every rank of the job.
 // Backends are siblings with the same file names: comm/local/ (one rank), comm/gloo/ (CPU, TCP), comm/shm/ (CPU,
 // the ranks of one node through shared memory), comm/hier/ (shm within nodes composed with gloo across them) and
-// comm/nccl/ (GPU); from_env.cpp picks one. Every rank must issue the same collectives in the same order. A call returns at once with a Work handle;
+// comm/nccl/ (GPU); select/from_env.cpp picks one. Every rank must issue the same collectives in the same order. A call returns at once with a Work handle;
 // collectives run in issue order (gloo: on the backend's own thread; nccl: on its own CUDA stream), so a caller
 // (backward, in DDP) keeps computing while they run. Buffers must stay valid and untouched until wait() returns.
 //

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "agent/node/facts.h"
 #include "agent/node/topology/pci_level.h"
+#include "common/cpu_list.h"
 
 namespace dtrain::node::topo {
 namespace {

@@ -13,7 +13,7 @@ namespace {
 // The CPUs of `list` that `have` holds, in the list's order.
 std::vector<unsigned> present(const std::string& list, const std::vector<unsigned>& have) {
   std::vector<unsigned> out;
-  for (unsigned cpu : node::parse_cpu_list(list)) {
+  for (unsigned cpu : dtrain::parse_cpu_list(list)) {
     if (std::find(have.begin(), have.end(), cpu) != have.end()) out.push_back(cpu);
   }
   return out;
@@ -22,7 +22,7 @@ std::vector<unsigned> present(const std::string& list, const std::vector<unsigne
 // Share `part` of `parts` of `cpus`: contiguous by topo::cpu_share when there are enough, else one, round robin.
 std::vector<unsigned> share_of(const std::vector<unsigned>& cpus, std::size_t part, std::size_t parts) {
   if (cpus.size() < parts) return {cpus[part % cpus.size()]};
-  return node::parse_cpu_list(node::topo::cpu_share(format_cpu_list(cpus), part, parts));
+  return dtrain::parse_cpu_list(node::topo::cpu_share(format_cpu_list(cpus), part, parts));
 }
 
 }  // namespace

@@ -59,7 +59,7 @@ class Segment {
   static std::size_t reserved_bytes(const SegmentGeometry& geometry);
   // "" when the segment directory has room for reserved_bytes(geometry) now, else what is short, for a message:
   // "/dev/shm has 0.9 MiB free (of 1.0 MiB); a segment of 2 ranks reserves 4.0 MiB". The `auto` backend asks this
-  // before it chooses shm (trainer/comm/from_env.cpp).
+  // before it chooses shm (trainer/comm/select/from_env.cpp).
   static std::string room_shortfall(const SegmentGeometry& geometry);
   // Other ranks: opens `name` once rank 0 has marked it ready, retrying until `deadline`; throws CommError after it
   // (or at once when the segment's geometry disagrees with this rank's).

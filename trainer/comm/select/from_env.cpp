@@ -1,4 +1,6 @@
-// make_communicator_from_env: which backend a worker gets, and the `auto` choice by where its ranks run.
+// make_communicator_from_env (declared in trainer/comm/communicator.h): which backend a worker gets, and the `auto`
+// choice by where its ranks run. It includes every backend, and every backend includes trainer/comm/: in a folder
+// of its own, trainer/comm/ never includes its sub-folders (no include cycle between folders).
 
 #include <atomic>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "agent/node/probe.h"
+#include "agent/node/probe/probe.h"
 
 #include "agent/node/doctor/checks.h"
 #include "agent/node/facts.h"
