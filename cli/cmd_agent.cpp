@@ -33,6 +33,28 @@ bool set_node_topology(const std::string& file, agent::AgentOptions& options) {
   return true;
 }
 
+// --slot: a node position, or `slurm` for $SLURM_NODEID. False, having said why on stderr, when it is neither.
+bool parse_slot(const std::string& slot, std::optional<unsigned>& out) {
+  std::string text = slot;
+  if (text == "slurm") {
+    const char* id = std::getenv("SLURM_NODEID");
+    if (id == nullptr) {
+      std::fprintf(stderr, "dtrain agent: --slot slurm, but SLURM_NODEID is not set: run it under srun\n");
+      return false;
+    }
+    text = id;
+  }
+  char* end = nullptr;
+  const unsigned long value = std::strtoul(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || value > 1000000) {
+    std::fprintf(stderr, "dtrain agent: --slot expects a node position (0, 1, ...) or slurm, got '%s'\n",
+                 slot.c_str());
+    return false;
+  }
+  out = static_cast<unsigned>(value);
+  return true;
+}
+
 }  // namespace
 
 int run_agent(agent::AgentOptions& options, bool quiet) {
@@ -95,25 +117,7 @@ Action add_agent_command(CLI::App& app) {
         return 2;
       }
     }
-    if (!slot->empty()) {
-      std::string text = *slot;
-      if (text == "slurm") {
-        const char* id = std::getenv("SLURM_NODEID");
-        if (id == nullptr) {
-          std::fprintf(stderr, "dtrain agent: --slot slurm, but SLURM_NODEID is not set: run it under srun\n");
-          return 2;
-        }
-        text = id;
-      }
-      char* end = nullptr;
-      const unsigned long value = std::strtoul(text.c_str(), &end, 10);
-      if (text.empty() || *end != '\0' || value > 1000000) {
-        std::fprintf(stderr, "dtrain agent: --slot expects a node position (0, 1, ...) or slurm, got '%s'\n",
-                     slot->c_str());
-        return 2;
-      }
-      options->slot = static_cast<unsigned>(value);
-    }
+    if (!slot->empty() && !parse_slot(*slot, options->slot)) return 2;
     // Bounded like a spec's durations, so the conversion to milliseconds cannot wrap (CLI11's ranges let NaN by).
     for (const auto& [flag, seconds] : {std::pair{"--join-timeout-s", *join_timeout_s}, std::pair{"--lease-s", *lease_s}}) {
       if (!(seconds >= 0 && seconds <= spec::kMaxDurationS)) {
@@ -126,7 +130,7 @@ Action add_agent_command(CLI::App& app) {
     if (!set_node_topology(*topology_file, *options)) return 2;
     options->default_lease = spec::duration_ms(*lease_s);
     // `dtrain agent` ends with its agent (main's exit_now does nothing more); `dtrain run` on a node that joins a job
-    // runs an agent too, and has work left after it (cmd_run_nodes.cpp), so it does not set this.
+    // runs an agent too, and has work left after it (cli/run/multi_node.cpp), so it does not set this.
     options->exit_when_done = true;
     return run_agent(*options, *quiet);
   };

@@ -3,7 +3,10 @@
 // torchrun's options on `dtrain run` (one node). The options keep torchrun's spellings: dashes or underscores
 // (`--nproc-per-node`, `--nproc_per_node`), `--opt=value` or `--opt value`, and the program comes after the options
 // without `--` (a script path, or `-m module`, run by Python; `--no-python` runs the program itself). The `-- CMD ARGS`
-// form of `dtrain run` runs CMD as it is, as before.
+// form of `dtrain run` runs CMD as it is, as before. An option that is not on the command line takes the value of
+// torchrun's environment variable for it, PET_ and its name in capitals with underscores (PET_NPROC_PER_NODE=4),
+// when that is set; a flag's (PET_STANDALONE, PET_MODULE, PET_NO_PYTHON, PET_RUN_PATH) must be a whole number, 0 for
+// off. The options are one table (option_table.h) that parsing, the environment, --help and resolve() iterate.
 //
 // What each option does (README "Coming from torchrun" has the same as a table):
 //   -n, --nproc-per-node N|cpu|auto|gpu  workers per node. cpu: the number of online CPUs (os.cpu_count()); auto: the
@@ -80,7 +83,7 @@ struct TorchrunArgs {
   bool standalone = false;
   std::string master_addr;
   std::string master_port;
-  int max_restarts = 0;
+  std::string max_restarts = "0";
   std::string monitor_interval;
   std::string start_method;
   std::string role;
@@ -91,10 +94,17 @@ struct TorchrunArgs {
   bool run_path = false;
   bool module = false;
   bool no_python = false;
+  // The PET_ variables that gave an option its value (apply_torchrun_environment); a refusal of that option says so.
+  std::set<std::string> from_environment;
 };
 
 // Adds the options to `cmd` in the option group "torchrun options", each with its dash and underscore spellings.
 void add_torchrun_options(CLI::App& cmd, TorchrunArgs& args);
+
+// After parsing: each option that is not on `cmd`'s command line takes its PET_ variable's value, when `getenv` has
+// one (std::getenv in dtrain run). Returns "" or the refusal (a flag's variable that is not a whole number).
+std::string apply_torchrun_environment(const CLI::App& cmd, TorchrunArgs& args,
+                                       const std::function<const char*(const char*)>& getenv);
 
 // What resolve() needs to know of this machine. current() reads the real one (host_facts.cpp).
 struct HostFacts {

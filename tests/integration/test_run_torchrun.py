@@ -202,6 +202,15 @@ check(r.code == 0 and ("x %d workers" % os.cpu_count()) in r.out, "--nproc-per-n
     os.cpu_count(), r.out[:300], r.err))
 check(r.code == 0 and "argv:        python3 -u x.py" in r.out, "a script runs under python3 -u: %s" % r.out[:600])
 
+# --- torchrun's environment defaults: PET_<OPTION> for an option not on the command line; the command line wins.
+r = Run(["run", "--dry-run", "x.py"], env={"PET_NPROC_PER_NODE": "3", "PET_MODULE": "1"}).run()
+check(r.code == 0 and "x 3 workers" in r.out and "argv:        python3 -u -m x.py" in r.out,
+      "PET_NPROC_PER_NODE=3 PET_MODULE=1: %s %s" % (r.out[:600], r.err))
+r = Run(["run", "-n", "2", "--dry-run", "x.py"], env={"PET_NPROC_PER_NODE": "3"}).run()
+check(r.code == 0 and "x 2 workers" in r.out, "-n 2 beats PET_NPROC_PER_NODE=3: %s %s" % (r.out[:300], r.err))
+r = Run(["run", "--dry-run", "x.py"], env={"PET_STANDALONE": "yes"}).run()
+check(r.code == 2 and "PET_STANDALONE='yes'" in r.err, "PET_STANDALONE=yes refused: %s %s" % (r.code, r.err))
+
 # --- old form: `-- CMD ARGS` runs as it is.
 r = Run(["run", "-n", "2", "--console", "all", "--", "/bin/sh", "-c", "echo old-form $RANK"]).run()
 r.assert_no_leaks()

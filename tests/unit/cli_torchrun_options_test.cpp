@@ -86,6 +86,7 @@ TEST_CASE("spellings: dashes, underscores, --opt=value and --opt value are one o
     CHECK(r.nproc == 3);
   }
   CHECK(resolve({"--max_restarts=2", "t.py"}).max_restarts == 2);
+  CHECK(has(resolve({"--max-restarts", "-1", "t.py"}).error, "--max-restarts must be a whole number >= 0"));
   CHECK(resolve({"--max-restarts", "2", "t.py"}).max_restarts == 2);
   CHECK(*resolve({"--rdzv_conf=join_timeout=7,read_timeout=3", "t.py"}).join_timeout_s == 7);
   CHECK(*resolve({"--rdzv-conf", "join_timeout=7,read_timeout=3", "t.py"}).node_timeout_s == 3);

@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "agent/agent.h"
-#include "cli/commands.h"
+#include "cli/run/multi_node.h"
 #include "cli/run/node_console.h"
 
 namespace dtrain::cli {
