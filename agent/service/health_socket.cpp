@@ -13,40 +13,12 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "common/report/report_fields.h"
+
 namespace dtrain::agent {
 namespace {
 
 using Json = nlohmann::json;
-
-// The report's fields a datagram may carry, by JSON name: one table, so a field is added in one place.
-struct DoubleField {
-  const char* name;
-  void (v1::WorkerReport::*set)(double);
-};
-struct CountField {
-  const char* name;
-  void (v1::WorkerReport::*set)(std::uint64_t);
-};
-using R = v1::WorkerReport;
-constexpr DoubleField kDoubleFields[] = {
-    {"loss", &R::set_loss},           {"tokens_per_s", &R::set_tokens_per_s},
-    {"step_ms", &R::set_step_ms},     {"data_wait_ms", &R::set_data_wait_ms},
-    {"compute_ms", &R::set_compute_ms}, {"comm_exposed_ms", &R::set_comm_exposed_ms},
-    {"optimizer_ms", &R::set_optimizer_ms}, {"loss_scale", &R::set_loss_scale},
-    {"samples_per_s", &R::set_samples_per_s}};
-constexpr CountField kCountFields[] = {
-    {"step", &R::set_step},
-    {"steps_done", &R::set_steps_done},
-    {"rss_bytes", &R::set_rss_bytes},
-    {"device_mem_used_bytes", &R::set_device_mem_used_bytes},
-    {"device_mem_total_bytes", &R::set_device_mem_total_bytes},
-    {"device_mem_peak_bytes", &R::set_device_mem_peak_bytes},
-    {"mem_params_bytes", &R::set_mem_params_bytes},
-    {"mem_grads_bytes", &R::set_mem_grads_bytes},
-    {"mem_optim_bytes", &R::set_mem_optim_bytes},
-    {"mem_activations_bytes", &R::set_mem_activations_bytes},
-    {"mem_gathered_peak_bytes", &R::set_mem_gathered_peak_bytes},
-    {"comm_bytes", &R::set_comm_bytes}};
 
 Status wrong_type(const char* name, const char* want) {
   return {StatusCode::invalid_argument, std::string("field \"") + name + "\" is not " + want};
@@ -116,32 +88,38 @@ Result<HealthDatagram> parse_health_datagram(std::string_view bytes) {
   if (!report_token.ok()) return {report_token.status};
   out.token = std::move(token.value);
   out.report_token = std::move(report_token.value);
-  for (const auto& field : kCountFields) {
+  // Every other field of the report by its name (common/report/report_fields.h); a field left out is 0.
+  for (const auto& field : report_counts()) {
     const Result<std::uint64_t> count = count_member(object, field.name);
     if (!count.ok()) return {count.status};
-    (out.report.*field.set)(count.value);
+    field.set(out.report, count.value);
   }
-  for (const auto& field : kDoubleFields) {
+  for (const auto& field : report_amounts()) {
     const auto it = object.find(field.name);
     if (it == object.end()) continue;
     if (!it->is_number()) return {wrong_type(field.name, "a number")};
-    (out.report.*field.set)(it->get<double>());
+    field.set(out.report, it->get<double>());
   }
-  Result<std::string> phase = string_member(object, "phase");
-  if (!phase.ok()) return {phase.status};
-  out.report.set_phase(std::move(phase.value));
-  // Its bound is check_report_values'; here only what fits the field.
-  const Result<std::uint64_t> signal = count_member(object, "dump_signal");
-  if (!signal.ok()) return {signal.status};
-  if (signal.value > UINT32_MAX) return {wrong_type("dump_signal", "a signal number")};
-  out.report.set_dump_signal(static_cast<std::uint32_t>(signal.value));
-  // The last report of a process that is exiting; one sent as it enters a call that keeps its reporter from running.
-  const Result<bool> exiting = flag_member(object, "exiting");
-  if (!exiting.ok()) return {exiting.status};
-  out.report.set_exiting(exiting.value);
-  const Result<bool> quiet = flag_member(object, "quiet");
-  if (!quiet.ok()) return {quiet.status};
-  out.report.set_quiet(quiet.value);
+  for (const auto& field : report_texts()) {
+    Result<std::string> text = string_member(object, field.name);
+    if (!text.ok()) return {text.status};
+    field.set(out.report, std::move(text.value));
+  }
+  for (const auto& field : report_ids()) {
+    if (std::string_view(field.name) == "rank") continue;  // required, above
+    // Its bound is check_report_values'; here only what fits the field.
+    const Result<std::uint64_t> id = count_member(object, field.name);
+    if (!id.ok()) return {id.status};
+    if (id.value > UINT32_MAX) return {wrong_type(field.name, "a signal number")};
+    field.set(out.report, static_cast<std::uint32_t>(id.value));
+  }
+  // exiting: the last report of a process that is exiting; quiet: one sent as it enters a call that keeps its
+  // reporter from running.
+  for (const auto& field : report_flags()) {
+    const Result<bool> flag = flag_member(object, field.name);
+    if (!flag.ok()) return {flag.status};
+    field.set(out.report, flag.value);
+  }
   return {{}, std::move(out)};
 }
 

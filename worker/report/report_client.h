@@ -12,37 +12,18 @@
 #include <memory>
 #include <string>
 
+#include "common/report/health_values.h"
 #include "common/status.h"
 
 namespace dtrain::worker {
 
-// One completed step, as report.proto's WorkerReport says (0: not known).
-struct HealthReport {
-  std::uint32_t rank = 0;
-  std::uint64_t step = 0;
-  double loss = 0;
-  double tokens_per_s = 0;
-  double samples_per_s = 0;      // batch elements per second, over all micro-steps
-  std::uint64_t rss_bytes = 0;
-  // Where the step's time went: each part is wall time of the training thread, disjoint from the others, so their
-  // sum is at most step_ms (the rest: the loss allreduce's bookkeeping, timers, the loop itself).
-  double step_ms = 0;
-  double data_wait_ms = 0;       // blocked in the prefetcher's next()
-  double compute_ms = 0;         // forward and backward
-  double comm_exposed_ms = 0;    // waiting for gradient reductions after backward, and for the loss allreduce
-  double optimizer_ms = 0;       // loss-scale bookkeeping, clipping, AdamW, the working copy's refresh or gather
-  std::uint64_t device_mem_used_bytes = 0;
-  std::uint64_t device_mem_total_bytes = 0;
-  std::uint64_t device_mem_peak_bytes = 0;   // the most the process's tensors held (max_memory_allocated)
-  // The --metrics line's values (trainer/metrics/jsonl.h), 0 where it has none.
-  std::uint64_t mem_params_bytes = 0;
-  std::uint64_t mem_grads_bytes = 0;
-  std::uint64_t mem_optim_bytes = 0;
-  std::uint64_t mem_activations_bytes = 0;
-  std::uint64_t mem_gathered_peak_bytes = 0;
-  std::uint64_t comm_bytes = 0;
-  double loss_scale = 0;
-};
+// One completed step: report.proto's WorkerReport as plain values (common/report/health_values.h, 0: not known).
+// Of dtrain-trainer's, each part of the step's time is wall time of the training thread, disjoint from the others,
+// so their sum is at most step_ms: data_wait_ms blocked in the prefetcher's next(), compute_ms forward and backward,
+// comm_exposed_ms waiting for gradient reductions after backward and for the loss allreduce, optimizer_ms loss-scale
+// bookkeeping, clipping, AdamW, the working copy's refresh or gather; the mem_* values are the --metrics line's
+// (trainer/metrics/jsonl.h). steps_done, phase, dump_signal and exiting are the ReportContext's at the call.
+using HealthReport = HealthValues;
 
 // What a report carries besides the step's values: the sender's state as the call goes out.
 struct ReportContext {

@@ -13,6 +13,7 @@
 
 #include "agent/node/reach.h"
 #include "agent/node/topology/node_topology.h"
+#include "common/report/health_values.h"
 
 namespace dtrain::controller {
 
@@ -90,40 +91,13 @@ struct GroupStopped {
   std::uint32_t round = 0;              // the round's StopGroup completed on that node
 };
 
-// A worker's progress report: the fields of its WorkerReport (report.proto), which its agent checked and forwarded
-// inside WorkerHealth, and that agent's clock. The launcher's one shape of a report: the round, the health watch, the
-// status rows and the console keep it as it is; the diagnoser and the samples of events.jsonl take its step as a
-// report::RankSample (diagnosis.h's sample_of).
-struct WorkerHealth {
-  unsigned rank = 0;
-  std::uint64_t step = 0;
-  double loss = 0;
-  double tokens_per_s = 0;
-  double samples_per_s = 0;             // batch elements per second (0: not reported)
-  std::uint64_t rss_bytes = 0;
+// A worker's progress report: the fields of its WorkerReport (report.proto, as common/report/health_values.h's
+// HealthValues), which its agent checked and forwarded inside WorkerHealth, and that agent's clock. The launcher's
+// one shape of a report: the round, the health watch, the status rows and the console keep it as it is; the
+// diagnoser and the samples of events.jsonl take its step as a report::RankSample (diagnosis.h's sample_of). Its
+// phase is valid UTF-8 (the agent cuts what is not).
+struct WorkerHealth : HealthValues {
   std::uint64_t unix_ms = 0;            // its agent's clock when it forwarded the report
-  std::uint64_t steps_done = 0;         // steps its process completed (0: none yet, or a reporter without the field)
-  // The rest: 0 or empty when the worker does not report it (report.proto says what each means). Times are the last
-  // completed step's, in milliseconds.
-  double step_ms = 0;
-  double data_wait_ms = 0;              // blocked waiting for the next batch
-  double compute_ms = 0;                // forward + backward, less exposed communication
-  double comm_exposed_ms = 0;           // communication not hidden behind compute
-  double optimizer_ms = 0;              // clip, update, refresh or gather of the working copy
-  std::uint64_t device_mem_used_bytes = 0;
-  std::uint64_t device_mem_total_bytes = 0;
-  std::uint64_t device_mem_peak_bytes = 0;  // the most its tensors held (torch.cuda.max_memory_allocated)
-  std::string phase;                    // what it was doing when it reported ("allreduce bucket 3"); valid UTF-8
-  std::uint64_t mem_params_bytes = 0;   // what it holds (the --metrics line's mem_* keys)
-  std::uint64_t mem_grads_bytes = 0;
-  std::uint64_t mem_optim_bytes = 0;
-  std::uint64_t mem_activations_bytes = 0;
-  std::uint64_t mem_gathered_peak_bytes = 0;
-  std::uint64_t comm_bytes = 0;         // sent during the last step
-  double loss_scale = 0;                // fp16
-  std::uint32_t dump_signal = 0;        // the signal that makes it write its stacks to DTRAIN_STACKS_FILE; 0 = none
-  bool exiting = false;                 // its last report: the process finished and is exiting (report.proto)
-  bool quiet = false;                   // in a call that keeps its reporter from running (report.proto)
 };
 
 // What a worker's agent saw of it in /proc (every ~1 s, with no help from the worker).

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/grpc/repeated_field.h"
+#include "common/report/report_fields.h"
 #include "common/version.h"
 
 namespace dtrain::controller::wire {
@@ -48,18 +49,10 @@ LogLines lines_of(const v1::LogLines& l) {
 }
 
 WorkerHealth health_of(const v1::WorkerHealth& h) {
-  const v1::WorkerReport& r = h.report();
-  return {.rank = r.rank(), .step = r.step(), .loss = r.loss(), .tokens_per_s = r.tokens_per_s(),
-          .samples_per_s = r.samples_per_s(), .rss_bytes = r.rss_bytes(), .unix_ms = h.unix_ms(),
-          .steps_done = r.steps_done(), .step_ms = r.step_ms(), .data_wait_ms = r.data_wait_ms(),
-          .compute_ms = r.compute_ms(), .comm_exposed_ms = r.comm_exposed_ms(), .optimizer_ms = r.optimizer_ms(),
-          .device_mem_used_bytes = r.device_mem_used_bytes(), .device_mem_total_bytes = r.device_mem_total_bytes(),
-          .device_mem_peak_bytes = r.device_mem_peak_bytes(), .phase = r.phase(),
-          .mem_params_bytes = r.mem_params_bytes(), .mem_grads_bytes = r.mem_grads_bytes(),
-          .mem_optim_bytes = r.mem_optim_bytes(), .mem_activations_bytes = r.mem_activations_bytes(),
-          .mem_gathered_peak_bytes = r.mem_gathered_peak_bytes(), .comm_bytes = r.comm_bytes(),
-          .loss_scale = r.loss_scale(), .dump_signal = r.dump_signal(), .exiting = r.exiting(),
-          .quiet = r.quiet()};
+  WorkerHealth health;
+  static_cast<HealthValues&>(health) = values_of(h.report());
+  health.unix_ms = h.unix_ms();
+  return health;
 }
 
 // The state is one letter; an agent that sent none (or more) gets '?', which no kernel uses.
