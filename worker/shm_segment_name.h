@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string>
 
-namespace dtrain::trainer {
+namespace dtrain::worker {
 
 // "dtrain@<job id>@node<N>@": every segment of the job's ranks on node N, whatever the round.
 inline std::string shm_job_prefix(const std::string& job_id, std::uint32_t node_rank) {
@@ -26,4 +26,4 @@ inline std::string shm_segment_name(const std::string& job_id, std::uint32_t nod
          nonce;
 }
 
-}  // namespace dtrain::trainer
+}  // namespace dtrain::worker

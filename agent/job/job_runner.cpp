@@ -43,7 +43,7 @@ std::string shm_prefix(const GroupSpec& group) {
   char* end = nullptr;
   const unsigned long node_rank = std::strtoul(node->second.c_str(), &end, 10);
   if (end == node->second.c_str() || *end != '\0') return {};
-  return trainer::shm_job_prefix(job->second, static_cast<std::uint32_t>(node_rank));
+  return worker::shm_job_prefix(job->second, static_cast<std::uint32_t>(node_rank));
 }
 
 }  // namespace

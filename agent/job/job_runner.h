@@ -157,7 +157,7 @@ class JobRunner {
   std::string store_token_;   // namespace this node's store opened (node 0)
   std::string round_token_;   // the running round's token, from StartGroup
   std::uint32_t round_ = 0;
-  std::string shm_prefix_;    // this node's shm segments of the job (segment_name.h), from the workers' env
+  std::string shm_prefix_;    // this node's shm segments of the job (worker/shm_segment_name.h), from the workers' env
   RoundState state_ = RoundState::idle;
   std::map<std::uint32_t, Worker> workers_;  // by rank, current round only
   std::map<std::string, std::string> worker_env_;

@@ -19,11 +19,11 @@
 #include <string>
 #include <vector>
 
-#include "cli/controller/watch/console.h"
+#include "cli/controller/console/console.h"
 #include "cli/controller/session/event_queue.h"
 #include "cli/controller/fleet/fleet.h"
 #include "cli/controller/round/interrupts.h"
-#include "cli/controller/monitor/job_monitor.h"
+#include "cli/controller/observe/job_monitor.h"
 #include "cli/controller/job_probe.h"
 #include "cli/controller/round/restart_policy.h"
 #include "cli/controller/round/round.h"

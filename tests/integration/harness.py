@@ -22,8 +22,8 @@ SOURCE_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")
 PYTHON = "/usr/bin/python3"
 HELPER_DIR = os.path.join(SOURCE_DIR, "worker", "python")
 # The PyTorch bootstrap's directories, by the wrappers they arm: the build's holds _dtrain_hooks (the C wrappers, what
-# every worker of /usr/bin/python3 gets from its agent), the source tree's sitecustomize.py alone (the Python ones,
-# what any other interpreter gets). WRAPPER_TYPE: what torch.Tensor.backward is once each has armed.
+# every worker of /usr/bin/python3 gets from its agent), the source tree's holds the Python files alone (sitecustomize.py and
+# its _dtrain_*.py parts, no compiled module: the Python wrappers, what any other interpreter gets). WRAPPER_TYPE: what torch.Tensor.backward is once each has armed.
 BOOTSTRAP_DIRS = {"C": os.path.join(BUILD_DIR, "share", "dtrain", "python", "bootstrap"),
                   "Python": os.path.join(HELPER_DIR, "bootstrap")}
 WRAPPER_TYPE = {"C": "Hook", "Python": "function"}

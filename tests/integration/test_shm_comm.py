@@ -16,7 +16,7 @@ SHM = "/dev/shm"
 
 
 def segments(name):
-    """This test's shm segments: their job id starts with the run's --name (segment_name.h)."""
+    """This test's shm segments: their job id starts with the run's --name (worker/shm_segment_name.h)."""
     return [entry for entry in os.listdir(SHM) if entry.startswith("dtrain@%s-" % name)]
 
 

@@ -15,6 +15,8 @@
                   under the STRICT_FOLDERS: cli/run/), as Universal Ctags measures it.
   include cycles  the folders of the product's C/C++ files, joined by their "x/y.h" includes, form a cycle
                   (layout_cycles.py); each cycle is printed with one include line per edge.
+  README table    a product folder is neither a row of README.md's Layout table nor named in the row of the folder
+                  above it (layout_readme.py).
 
 Usage: check_layout.py --source-dir DIR (--compiler CXX [--include-dir DIR]... | --skip-domain-headers) [--ctags PATH]
 Exit 0 when every rule holds, 1 when one does not, 2 when it cannot check (no compiler, a header it cannot find, no
@@ -31,6 +33,7 @@ import tempfile
 sys.dont_write_bytecode = True      # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import layout_cycles  # noqa: E402
+import layout_readme  # noqa: E402
 import layout_sizes  # noqa: E402
 
 # The domain headers of the launcher and the agent: plain C++ over domain types. Conversion to and from messages
@@ -39,8 +42,8 @@ DOMAIN_HEADERS = [
     "cli/controller/controller.h",
     "cli/controller/fleet/fleet.h",
     "cli/controller/round/round.h",
-    "cli/controller/monitor/job_monitor.h",
-    "cli/controller/watch/diagnosis.h",
+    "cli/controller/observe/job_monitor.h",
+    "cli/controller/diagnose/diagnosis.h",
     "agent/job/job_runner.h",
     "agent/agent.h",
 ]
@@ -199,6 +202,7 @@ def main():
     functions = layout_sizes.check_function_sizes(ctags, args.source_dir, product, problems)
     cxx = [path for path in product if path.endswith(layout_sizes.CXX_SUFFIXES)]
     graph = layout_cycles.check_include_cycles(args.source_dir, cxx, problems)
+    tabled = layout_readme.check_readme_table(args.source_dir, problems)
     if problems:
         print(f"layout.rules: {len(problems)} problem(s):")
         for problem in problems:
@@ -208,7 +212,8 @@ def main():
     print(f"layout.rules: {len(headers)} domain headers reach no gRPC/protobuf header; {files} files keep the include "
           f"rules; {folders} folders hold at most {MAX_FOLDER_FILES} source files each; {len(product)} product files "
           f"hold at most {layout_sizes.MAX_FILE_LINES} lines each and their {functions} functions at most "
-          f"{layout_sizes.MAX_FUNCTION_LINES} ({strict}); the includes between {graph} folders form no cycle")
+          f"{layout_sizes.MAX_FUNCTION_LINES} ({strict}); the includes between {graph} folders form no cycle; README's "
+          f"Layout table names all {tabled} product folders")
     return 0
 
 

@@ -56,7 +56,19 @@ class LayoutTest(unittest.TestCase):
         with open(full, "w") as f:
             f.write(text)
 
-    def check(self, *extra):
+    def table_every_folder(self):
+        """A README.md whose Layout table has a row for every folder of the tree as it is now."""
+        rows = []
+        for root in ("cli", "agent", "common", "trainer", "worker", "proto"):
+            for directory, subdirs, _ in os.walk(os.path.join(self.root, root)):
+                subdirs[:] = [d for d in subdirs if not d.startswith((".", "__"))]
+                rows.append(f"| `{os.path.relpath(directory, self.root)}/` | a concept | | |")
+        self.write("README.md", "# x\n## Layout\n| folder | concept | types | deps |\n| --- | --- | --- | --- |\n" +
+                   "\n".join(rows) + "\n## Next\n")
+
+    def check(self, *extra, table=True):
+        if table:
+            self.table_every_folder()
         result = subprocess.run([sys.executable, CHECKER, "--source-dir", self.root, "--skip-domain-headers", *extra],
                                 capture_output=True, text=True, timeout=60)
         return result.returncode, result.stdout + result.stderr
@@ -66,12 +78,33 @@ class LayoutTest(unittest.TestCase):
         self.assertEqual(code, 0, output)
         self.assertIn("layout.rules: 0 domain headers", output)
 
-    def assert_fails(self, *needles):
-        code, output = self.check()
+    def assert_fails(self, *needles, table=True):
+        code, output = self.check(table=table)
         self.assertEqual(code, 1, output)
         for needle in needles:
             self.assertIn(needle, output)
         return output
+
+    # README's Layout table
+    def test_folder_named_in_the_row_above_passes(self):
+        self.write("agent/node/topology/t.h", "")
+        self.write("proto/dtrain/v1/x.proto", "")
+        rows = ["cli", "agent", "common", "trainer", "worker"]
+        table = "\n".join(f"| `{r}/` | x | | |" for r in rows)
+        self.write("README.md", "## Layout\n| f | c | t | d |\n| --- | --- | --- | --- |\n" + table +
+                   "\n| `agent/node/` | the node, `topology/` | | |\n| `proto/` | the wire (`dtrain/v1/`) | | |\n## Next\n")
+        code, output = self.check(table=False)
+        self.assertEqual(code, 0, output)
+        self.assertIn("README's Layout table names all", output)
+
+    def test_folder_missing_from_the_table_fails(self):
+        self.write("agent/node/topology/t.h", "")
+        self.write("README.md", "## Layout\n| `agent/` | x | | |\n## Other\n| `agent/node/topology/` | x |\n")
+        self.assert_fails("agent/node/ is not in README.md's Layout table", "agent/node/topology/ is not in",
+                          "cli/ is not in", table=False)
+
+    def test_no_readme_fails(self):
+        self.assert_fails("README.md is missing", table=False)
 
     # file size
     def test_file_of_400_lines_passes(self):

@@ -25,7 +25,7 @@
 #include "cli/controller/round/timeouts.h"
 #include "cli/controller/session/event_queue.h"
 #include "cli/controller/session/node_session.h"
-#include "cli/controller/watch/console.h"
+#include "cli/controller/console/console.h"
 #include "cli/spec/spec.h"
 #include "common/loop_lag.h"
 #include "common/status.h"

@@ -7,7 +7,7 @@
 
 #include "cli/controller/providers/provider_fleet.h"
 #include "cli/controller/transport/launcher_credentials.h"
-#include "cli/controller/watch/console.h"
+#include "cli/controller/console/console.h"
 
 namespace dtrain::controller {
 

@@ -8,7 +8,7 @@
 #include "cli/controller/providers/provider.h"
 #include "cli/controller/providers/provider_fleet.h"
 #include "cli/controller/transport/agent_connection.h"
-#include "cli/controller/watch/console.h"
+#include "cli/controller/console/console.h"
 
 namespace dtrain::controller {
 namespace {

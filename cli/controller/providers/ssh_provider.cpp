@@ -3,7 +3,7 @@
 #include "cli/controller/providers/provider_fleet.h"
 #include "cli/controller/providers/remote_agents.h"
 #include "cli/controller/providers/remote_provider.h"
-#include "cli/controller/watch/console.h"
+#include "cli/controller/console/console.h"
 
 namespace dtrain::controller {
 namespace {

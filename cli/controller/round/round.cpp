@@ -5,7 +5,7 @@
 #include <stdexcept>
 
 #include "agent/security/x509.h"
-#include "cli/controller/watch/collective_hang.h"
+#include "cli/controller/diagnose/collective_hang.h"
 #include "common/util.h"
 
 namespace dtrain::controller {

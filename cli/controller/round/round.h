@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "cli/controller/watch/console.h"
-#include "cli/controller/watch/health_watch.h"
+#include "cli/controller/console/console.h"
+#include "cli/controller/diagnose/health_watch.h"
 #include "cli/controller/round/interrupts.h"
 #include "cli/controller/round/node_state.h"
 #include "cli/controller/session/session_messages.h"

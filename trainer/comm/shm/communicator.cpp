@@ -112,7 +112,7 @@ std::unique_ptr<ShmCommunicator> ShmCommunicator::from_env(int rank, int size, c
   shm.rank = rank;
   shm.size = size;
   shm.timeout = options.timeout;
-  shm.name = shm_segment_name(job, static_cast<std::uint32_t>(node),
+  shm.name = worker::shm_segment_name(job, static_cast<std::uint32_t>(node),
                               static_cast<std::uint32_t>(launcher_int("DTRAIN_RESTART_COUNT", 0)),
                               static_cast<std::uint32_t>(index), nonce);
   return std::make_unique<ShmCommunicator>(std::move(shm));

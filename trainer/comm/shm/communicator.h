@@ -26,7 +26,7 @@ namespace dtrain::trainer {
 struct ShmCommOptions {
   int rank = 0;  // this process's rank in [0, size)
   int size = 1;  // ranks of the communicator, all on this node
-  // The segment's name under /dev/shm (segment_name.h); rank 0 creates it, the others open it. Every rank passes the
+  // The segment's name under /dev/shm (worker/shm_segment_name.h); rank 0 creates it, the others open it. Every rank passes the
   // same name, which must be new.
   std::string name;
   // Deadline of joining (every rank must have opened the segment) and of every collective.

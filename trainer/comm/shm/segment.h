@@ -1,6 +1,6 @@
 #pragma once
 
-// One shared-memory segment per shm communicator: a file under /dev/shm (mode 0600, named by segment_name.h; see
+// One shared-memory segment per shm communicator: a file under /dev/shm (mode 0600, named by worker/shm_segment_name.h; see
 // shm_segment_dir below) that every rank maps. Rank 0 creates and lays it out; the others open it once rank 0 has marked it ready. Layout, each
 // region aligned to a page:
 //
@@ -84,7 +84,7 @@ class Segment {
   std::size_t arena_offset_of(int rank, const void* data, std::size_t bytes) const;
 
   // Removes the name from /dev/shm; the mappings stay valid. Rank 0 does it once every rank has joined, so a job
-  // killed later leaves nothing behind; the agent removes what a round killed before that left (segment_name.h).
+  // killed later leaves nothing behind; the agent removes what a round killed before that left (worker/shm_segment_name.h).
   void unlink_name();
 
  private:

@@ -1,4 +1,4 @@
-#include "cli/controller/watch/diagnosis.h"
+#include "cli/controller/diagnose/diagnosis.h"
 
 #include <algorithm>
 #include <cmath>

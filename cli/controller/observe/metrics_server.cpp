@@ -1,4 +1,4 @@
-#include "cli/controller/monitor/metrics_server.h"
+#include "cli/controller/observe/metrics_server.h"
 #include "common/util.h"
 
 #include <fcntl.h>

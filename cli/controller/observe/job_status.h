@@ -28,7 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/controller/watch/diagnosis.h"
+#include "cli/controller/diagnose/diagnosis.h"
 #include "cli/controller/session/session_messages.h"
 #include "cli/spec/spec.h"
 

@@ -1,4 +1,4 @@
-#include "cli/controller/monitor/status_view.h"
+#include "cli/controller/observe/status_view.h"
 
 #include <algorithm>
 #include <cstdint>

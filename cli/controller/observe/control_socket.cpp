@@ -1,4 +1,4 @@
-#include "cli/controller/monitor/control_socket.h"
+#include "cli/controller/observe/control_socket.h"
 #include "common/util.h"
 
 #include <fcntl.h>

@@ -1,11 +1,11 @@
-#include "cli/controller/monitor/run_dirs.h"
+#include "cli/controller/observe/run_dirs.h"
 
 #include <cstdint>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
 
-#include "cli/controller/monitor/job_monitor.h"
+#include "cli/controller/observe/job_monitor.h"
 #include "common/bounded_file.h"
 
 namespace dtrain::controller {

@@ -1,4 +1,4 @@
-#include "cli/controller/watch/health_watch.h"
+#include "cli/controller/diagnose/health_watch.h"
 
 #include <algorithm>
 #include <cstdio>

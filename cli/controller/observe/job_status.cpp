@@ -1,4 +1,4 @@
-#include "cli/controller/monitor/job_status.h"
+#include "cli/controller/observe/job_status.h"
 
 namespace dtrain::controller {
 

@@ -1,4 +1,4 @@
-#include "cli/controller/monitor/events.h"
+#include "cli/controller/observe/events.h"
 
 #include <fcntl.h>
 #include <unistd.h>

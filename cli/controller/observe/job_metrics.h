@@ -21,7 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/controller/monitor/prometheus_text.h"
+#include "cli/controller/observe/prometheus_text.h"
 
 namespace dtrain::controller {
 

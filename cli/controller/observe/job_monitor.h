@@ -12,7 +12,7 @@
 //   every file_interval()     status.json is rewritten (temp file + rename: a reader sees a whole snapshot): 5 s, and
 //                             5 s more per 4,096 ranks
 //   every kHealthEventInterval  one "health" event with every rank's latest report (at most kEventRanks ranks)
-//   every samples window      one "samples" event: each rank's steps of the window, compact (report/samples.h);
+//   every samples window      one "samples" event: each rank's steps of the window, compact (cli/report/model/samples.h);
 //                             the window grows with the job's age, and closes early when a round or the job ends
 //   at the end                a last health event, the last samples, job_end, the final status.json, the report
 //                             page (report.html) and the diagnoses for the summary
@@ -26,12 +26,12 @@
 #include <string>
 #include <vector>
 
-#include "cli/controller/watch/console.h"
-#include "cli/controller/monitor/control_socket.h"
-#include "cli/controller/watch/diagnosis.h"
-#include "cli/controller/monitor/events.h"
-#include "cli/controller/monitor/job_status.h"
-#include "cli/controller/monitor/metrics_server.h"
+#include "cli/controller/console/console.h"
+#include "cli/controller/observe/control_socket.h"
+#include "cli/controller/diagnose/diagnosis.h"
+#include "cli/controller/observe/events.h"
+#include "cli/controller/observe/job_status.h"
+#include "cli/controller/observe/metrics_server.h"
 #include "cli/controller/round/round.h"
 #include "cli/report/model/samples.h"
 #include "cli/spec/spec.h"

@@ -1,4 +1,4 @@
-#include "cli/controller/monitor/job_monitor.h"
+#include "cli/controller/observe/job_monitor.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <cstdlib>
 
-#include "cli/controller/monitor/job_metrics.h"
+#include "cli/controller/observe/job_metrics.h"
 #include "cli/report/report.h"
 #include "common/util.h"
 

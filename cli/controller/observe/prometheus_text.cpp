@@ -1,4 +1,4 @@
-#include "cli/controller/monitor/prometheus_text.h"
+#include "cli/controller/observe/prometheus_text.h"
 
 #include <charconv>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "cli/controller/watch/console.h"
+#include "cli/controller/console/console.h"
 
 #include "common/terminal_text.h"
 #include "common/util.h"

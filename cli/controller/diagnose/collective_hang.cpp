@@ -1,4 +1,4 @@
-#include "cli/controller/watch/collective_hang.h"
+#include "cli/controller/diagnose/collective_hang.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "cli/controller/monitor/on_demand.h"
+#include "cli/controller/observe/on_demand.h"
 #include "common/status.h"
 
 namespace dtrain::controller {

@@ -1,4 +1,4 @@
-#include "cli/controller/monitor/job_metrics.h"
+#include "cli/controller/observe/job_metrics.h"
 
 #include <string>
 

@@ -1,4 +1,4 @@
-#include "cli/controller/monitor/on_demand.h"
+#include "cli/controller/observe/on_demand.h"
 
 #include <sys/eventfd.h>
 #include <unistd.h>
