@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "cli/commands.h"
-#include "cli/controller/monitor/run_dirs.h"
+#include "cli/controller/observe/run_dirs.h"
 #include "cli/report/report.h"
 
 namespace dtrain::cli {

@@ -15,10 +15,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/controller/monitor/control_socket.h"
-#include "cli/controller/monitor/job_monitor.h"
-#include "cli/controller/monitor/run_dirs.h"
-#include "cli/controller/monitor/status_view.h"
+#include "cli/controller/observe/control_socket.h"
+#include "cli/controller/observe/job_monitor.h"
+#include "cli/controller/observe/run_dirs.h"
+#include "cli/controller/observe/status_view.h"
 #include "cli/report/model/run_model.h"
 #include "common/bounded_file.h"
 #include "common/util.h"

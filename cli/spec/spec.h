@@ -149,7 +149,7 @@ struct Spec {
                                       //   off by default).
     double straggler_ratio = 1.2;     // a rank whose own work per step (data wait + compute + optimizer) exceeds the
                                       //   other ranks' median by more than this factor, window after window, is
-                                      //   named a straggler (cli/controller/watch/diagnosis.h); > 1 and <= 100
+                                      //   named a straggler (cli/controller/diagnose/diagnosis.h); > 1 and <= 100
     enum class Instrument {
       automatic,  // "auto": a worker whose command runs Python gets the PyTorch bootstrap first on its PYTHONPATH
                   //   (worker/python/bootstrap/sitecustomize.py: optimizer steps, DataLoader waits, blocking

@@ -1,4 +1,4 @@
-// explain_collective_hang (cli/controller/watch/collective_hang.h): from every rank's collective trace, the collective the
+// explain_collective_hang (cli/controller/diagnose/collective_hang.h): from every rank's collective trace, the collective the
 // job waits in, the ranks that never entered it and those waiting in it.
 #include <doctest/doctest.h>
 
@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "cli/controller/watch/collective_hang.h"
+#include "cli/controller/diagnose/collective_hang.h"
 
 using dtrain::controller::CollectiveState;
 using dtrain::controller::describe_ranks;

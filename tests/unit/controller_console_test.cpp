@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <string>
 
-#include "cli/controller/watch/console.h"
+#include "cli/controller/console/console.h"
 #include "cli/controller/round/restart_policy.h"
 
 using namespace dtrain::controller;

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "cli/controller/watch/diagnosis.h"
+#include "cli/controller/diagnose/diagnosis.h"
 
 using namespace dtrain::controller;
 using dtrain::report::RankSample;

@@ -14,9 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/controller/monitor/control_socket.h"
-#include "cli/controller/monitor/events.h"
-#include "cli/controller/monitor/job_status.h"
+#include "cli/controller/observe/control_socket.h"
+#include "cli/controller/observe/events.h"
+#include "cli/controller/observe/job_status.h"
 #include "temp_dir.h"
 
 using namespace dtrain::controller;

@@ -6,7 +6,7 @@
 
 #include <chrono>
 
-#include "cli/controller/watch/health_watch.h"
+#include "cli/controller/diagnose/health_watch.h"
 
 using namespace dtrain::controller;
 using namespace std::chrono_literals;

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "cli/controller/monitor/metrics_server.h"
+#include "cli/controller/observe/metrics_server.h"
 
 using namespace dtrain::controller;
 using namespace std::chrono_literals;

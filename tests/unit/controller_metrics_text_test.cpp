@@ -5,10 +5,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "cli/controller/watch/diagnosis.h"
-#include "cli/controller/monitor/job_metrics.h"
-#include "cli/controller/monitor/job_status.h"
-#include "cli/controller/monitor/prometheus_text.h"
+#include "cli/controller/diagnose/diagnosis.h"
+#include "cli/controller/observe/job_metrics.h"
+#include "cli/controller/observe/job_status.h"
+#include "cli/controller/observe/prometheus_text.h"
 
 using namespace dtrain::controller;
 

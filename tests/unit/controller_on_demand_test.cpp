@@ -6,7 +6,7 @@
 
 #include <poll.h>
 
-#include "cli/controller/monitor/on_demand.h"
+#include "cli/controller/observe/on_demand.h"
 
 using namespace dtrain::controller;
 using namespace std::chrono_literals;

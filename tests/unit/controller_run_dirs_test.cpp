@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "cli/controller/monitor/run_dirs.h"
+#include "cli/controller/observe/run_dirs.h"
 #include "temp_dir.h"
 
 using namespace dtrain::controller;

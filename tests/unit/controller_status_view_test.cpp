@@ -1,9 +1,9 @@
 #include <doctest/doctest.h>
 
-#include "cli/controller/watch/diagnosis.h"
-#include "cli/controller/monitor/job_status.h"
-#include "cli/controller/monitor/job_monitor.h"
-#include "cli/controller/monitor/status_view.h"
+#include "cli/controller/diagnose/diagnosis.h"
+#include "cli/controller/observe/job_status.h"
+#include "cli/controller/observe/job_monitor.h"
+#include "cli/controller/observe/status_view.h"
 
 using namespace dtrain::controller;
 using Json = nlohmann::json;

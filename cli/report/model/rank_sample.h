@@ -1,7 +1,7 @@
 #pragma once
 
 // One rank's step as its health report told it, and the one accumulator of a rank's steps over a window. The
-// launcher's diagnoser (cli/controller/watch/diagnosis.h) compares ranks' windows; its JobMonitor writes them as the
+// launcher's diagnoser (cli/controller/diagnose/diagnosis.h) compares ranks' windows; its JobMonitor writes them as the
 // samples event of events.jsonl (samples.h), which the report page reads back into the same type. Plain C++: the
 // launcher depends on this folder, never the reverse (the conversion from a report is diagnosis.h's sample_of).
 
