@@ -23,7 +23,8 @@
 #include "agent/session/session_stream.h"
 #include "agent/session/wire.h"
 #include "common/transport.h"
-#include "common/util.h"
+#include "common/clock.h"
+#include "common/syscalls.h"
 #include "common/version.h"
 
 namespace dtrain::agent {

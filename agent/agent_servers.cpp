@@ -13,7 +13,7 @@
 #include "agent/security/credentials.h"
 #include "common/grpc/grpc_options.h"
 #include "common/transport.h"
-#include "common/util.h"
+#include "common/address.h"
 
 namespace dtrain::agent {
 

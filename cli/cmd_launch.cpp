@@ -9,7 +9,8 @@
 #include "cli/commands.h"
 #include "cli/controller/controller.h"
 #include "cli/controller/providers/remote_agents.h"
-#include "common/util.h"
+#include "common/address.h"
+#include "common/clock.h"
 
 namespace dtrain::cli {
 

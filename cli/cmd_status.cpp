@@ -21,7 +21,7 @@
 #include "cli/controller/observe/status_view.h"
 #include "cli/report/model/run_model.h"
 #include "common/bounded_file.h"
-#include "common/util.h"
+#include "common/clock.h"
 
 namespace dtrain::cli {
 namespace {

@@ -11,7 +11,8 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/security/x509.h"
-#include "common/util.h"
+#include "common/clock.h"
+#include "common/text_out.h"
 #include "worker/shm_segment_name.h"
 
 namespace dtrain::agent {

@@ -13,7 +13,7 @@
 
 #include "agent/security/identity.h"
 #include "common/bounded_file.h"
-#include "common/util.h"
+#include "common/syscalls.h"
 
 namespace dtrain::agent {
 namespace fs = std::filesystem;

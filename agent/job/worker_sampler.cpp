@@ -8,7 +8,7 @@
 
 #include "common/proc_stat.h"
 #include "common/stop_thread.h"
-#include "common/util.h"
+#include "common/clock.h"
 
 namespace dtrain::agent {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "agent/security/session_tickets.h"
 #include "agent/security/x509.h"
-#include "common/util.h"
+#include "common/address.h"
 
 namespace dtrain::security {
 namespace {

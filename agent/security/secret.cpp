@@ -14,7 +14,7 @@
 
 #include "agent/security/x509.h"
 #include "common/bounded_file.h"
-#include "common/util.h"
+#include "common/syscalls.h"
 
 namespace dtrain::security {
 namespace {

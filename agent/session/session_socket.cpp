@@ -18,7 +18,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/proc_stat.h"
-#include "common/util.h"
+#include "common/syscalls.h"
 
 namespace dtrain::agent {
 namespace {

@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <system_error>
 
-#include "common/util.h"
+#include "common/syscalls.h"
 
 namespace dtrain::supervisor {
 namespace {

@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "agent/supervisor/supervisor_impl.h"
-#include "common/util.h"
+#include "common/syscalls.h"
 
 namespace dtrain::supervisor {
 namespace {

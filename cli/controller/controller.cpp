@@ -7,7 +7,8 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "common/util.h"
+#include "common/clock.h"
+#include "common/syscalls.h"
 
 namespace dtrain::controller {
 namespace {

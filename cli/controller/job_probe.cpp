@@ -1,6 +1,6 @@
 #include "cli/controller/job_probe.h"
 
-#include "common/util.h"
+#include "common/clock.h"
 
 namespace dtrain::controller {
 

@@ -8,9 +8,13 @@
 #include <absl/synchronization/mutex.h>
 #include <grpcpp/grpcpp.h>
 
-#include "common/util.h"
-
 namespace dtrain {
+
+// gRPC keepalive on every session channel. Liveness is decided by the session heartbeats and
+// health.node_timeout_s; keepalive only finds dead TCP connections while no message is due, so its timeout is
+// generous: a peer starved of CPU (hundreds of agents on a few cores) must not be declared dead by it.
+inline constexpr int kKeepaliveTimeMs = 10000;
+inline constexpr int kKeepaliveTimeoutMs = 30000;
 
 // Session messages carry log batches of up to 1 MiB and store values of up to 64 MiB.
 inline constexpr int kSessionMaxMessageBytes = 80 << 20;

@@ -30,7 +30,7 @@
 #include "agent/security/identity.h"
 #include "agent/security/secret.h"
 #include "common/grpc/grpc_options.h"
-#include "common/util.h"
+#include "common/clock.h"
 #include "tests/tools/fleet_sim_agent.h"
 
 namespace dtrain::fleet_sim {

@@ -6,7 +6,7 @@
 #include <csignal>
 
 #include "agent/session/message_batch.h"
-#include "common/util.h"
+#include "common/clock.h"
 #include "common/version.h"
 
 namespace dtrain::fleet_sim {

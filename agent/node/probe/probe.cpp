@@ -2,7 +2,7 @@
 
 #include "agent/node/doctor/checks.h"
 #include "agent/node/facts.h"
-#include "common/util.h"
+#include "common/clock.h"
 #include "common/version.h"
 
 namespace dtrain::agent {

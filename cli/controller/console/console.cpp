@@ -1,7 +1,8 @@
 #include "cli/controller/console/console.h"
 
 #include "common/terminal_text.h"
-#include "common/util.h"
+#include "common/syscalls.h"
+#include "common/text_out.h"
 
 #include <unistd.h>
 

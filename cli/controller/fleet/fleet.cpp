@@ -4,7 +4,9 @@
 #include <csignal>
 
 #include "cli/controller/transport/launcher_credentials.h"
-#include "common/util.h"
+#include "common/address.h"
+#include "common/clock.h"
+#include "common/syscalls.h"
 #include "common/version.h"
 
 namespace dtrain::controller {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "cli/controller/fleet/fleet.h"
-#include "common/util.h"
+#include "common/clock.h"
 
 namespace dtrain::controller {
 

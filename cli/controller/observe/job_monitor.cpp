@@ -11,7 +11,8 @@
 
 #include "cli/controller/observe/job_metrics.h"
 #include "cli/report/report.h"
-#include "common/util.h"
+#include "common/address.h"
+#include "common/clock.h"
 
 namespace dtrain::controller {
 namespace {

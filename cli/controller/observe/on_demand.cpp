@@ -5,7 +5,7 @@
 
 #include <cerrno>
 
-#include "common/util.h"
+#include "common/syscalls.h"
 
 namespace dtrain::controller {
 

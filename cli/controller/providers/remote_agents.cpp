@@ -4,7 +4,8 @@
 #include <stdexcept>
 
 #include "agent/node/facts.h"
-#include "common/util.h"
+#include "common/address.h"
+#include "common/text_out.h"
 
 namespace dtrain::controller {
 namespace {

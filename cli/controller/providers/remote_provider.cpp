@@ -6,7 +6,7 @@
 #include "cli/controller/providers/provider_fleet.h"
 #include "cli/controller/providers/remote_agents.h"
 #include "cli/controller/console/console.h"
-#include "common/util.h"
+#include "common/address.h"
 
 namespace dtrain::controller {
 

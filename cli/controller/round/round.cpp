@@ -6,7 +6,7 @@
 
 #include "agent/security/x509.h"
 #include "cli/controller/diagnose/collective_hang.h"
-#include "common/util.h"
+#include "common/clock.h"
 
 namespace dtrain::controller {
 
