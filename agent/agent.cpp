@@ -24,7 +24,7 @@
 #include "agent/session/wire.h"
 #include "common/transport.h"
 #include "common/clock.h"
-#include "common/syscalls.h"
+#include "common/os/syscalls.h"
 #include "common/version.h"
 
 namespace dtrain::agent {

@@ -20,7 +20,7 @@
 #include "cli/controller/observe/run_dirs.h"
 #include "cli/controller/observe/status_view.h"
 #include "cli/report/model/run_model.h"
-#include "common/bounded_file.h"
+#include "common/io/bounded_file.h"
 #include "common/clock.h"
 
 namespace dtrain::cli {

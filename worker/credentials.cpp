@@ -2,7 +2,7 @@
 
 #include <cstdlib>
 
-#include "common/bounded_file.h"
+#include "common/io/bounded_file.h"
 
 namespace dtrain::worker {
 namespace {
@@ -11,7 +11,7 @@ namespace {
 // filling the worker.
 constexpr std::size_t kMaxPemFileBytes = 64 * 1024;
 
-// The contents of the file the variable `name` names, read as every file a user names is (common/bounded_file.h).
+// The contents of the file the variable `name` names, read as every file a user names is (common/io/bounded_file.h).
 Result<std::string> read_variable_file(const char* name) {
   const char* value = std::getenv(name);
   const std::string path = value ? value : "";

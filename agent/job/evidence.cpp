@@ -18,7 +18,7 @@
 #include <sstream>
 
 #include "agent/job/run_dir.h"
-#include "common/proc_stat.h"
+#include "common/os/proc_stat.h"
 #include "common/status.h"
 
 extern char** environ;

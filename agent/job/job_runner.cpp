@@ -12,7 +12,7 @@
 
 #include "agent/security/x509.h"
 #include "common/clock.h"
-#include "common/text_out.h"
+#include "common/io/text_out.h"
 #include "worker/shm_segment_name.h"
 
 namespace dtrain::agent {

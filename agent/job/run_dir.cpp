@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "agent/security/identity.h"
-#include "common/bounded_file.h"
-#include "common/syscalls.h"
+#include "common/io/bounded_file.h"
+#include "common/os/syscalls.h"
 
 namespace dtrain::agent {
 namespace fs = std::filesystem;

@@ -6,8 +6,8 @@
 #include <string_view>
 #include <variant>
 
-#include "common/proc_stat.h"
-#include "common/stop_thread.h"
+#include "common/os/proc_stat.h"
+#include "common/os/stop_thread.h"
 #include "common/clock.h"
 
 namespace dtrain::agent {

@@ -1,6 +1,6 @@
 #include "agent/node/facts.h"
 
-#include "common/cpu_list.h"
+#include "common/os/cpu_list.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "agent/security/x509.h"
-#include "common/bounded_file.h"
-#include "common/syscalls.h"
+#include "common/io/bounded_file.h"
+#include "common/os/syscalls.h"
 
 namespace dtrain::security {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "common/stop_thread.h"
+#include "common/os/stop_thread.h"
 
 namespace dtrain::agent {
 

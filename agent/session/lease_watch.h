@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "agent/session/session_stream.h"
-#include "common/loop_lag.h"
+#include "common/os/loop_lag.h"
 
 namespace dtrain::agent {
 

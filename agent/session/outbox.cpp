@@ -2,7 +2,7 @@
 
 #include "agent/session/message_batch.h"
 #include "common/deadline_guard.h"
-#include "common/stop_thread.h"
+#include "common/os/stop_thread.h"
 #include "common/clock.h"
 
 #include <chrono>

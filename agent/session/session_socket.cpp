@@ -17,8 +17,8 @@
 #include <grpcpp/server_posix.h>
 #include <spdlog/spdlog.h>
 
-#include "common/proc_stat.h"
-#include "common/syscalls.h"
+#include "common/os/proc_stat.h"
+#include "common/os/syscalls.h"
 
 namespace dtrain::agent {
 namespace {

@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <system_error>
 
-#include "common/syscalls.h"
+#include "common/os/syscalls.h"
 
 namespace dtrain::supervisor {
 namespace {

@@ -7,7 +7,7 @@
 #include <set>
 #include <vector>
 
-#include "common/proc_stat.h"
+#include "common/os/proc_stat.h"
 
 namespace dtrain::supervisor {
 

@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "agent/supervisor/supervisor_impl.h"
-#include "common/syscalls.h"
+#include "common/os/syscalls.h"
 
 namespace dtrain::supervisor {
 namespace {

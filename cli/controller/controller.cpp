@@ -8,7 +8,7 @@
 #include <stdexcept>
 
 #include "common/clock.h"
-#include "common/syscalls.h"
+#include "common/os/syscalls.h"
 
 namespace dtrain::controller {
 namespace {

@@ -4,13 +4,13 @@
 #include <cmath>
 #include <cstdio>
 
-#include "common/terminal_text.h"
+#include "common/io/terminal_text.h"
 
 namespace dtrain::report {
 
 std::string escape(std::string_view text) {
   // Control characters are parse errors in HTML, and bytes that are not UTF-8 garble the page: both are written as
-  // the launcher's terminal shows them (\x1b), by the one rule of common/terminal_text.h.
+  // the launcher's terminal shows them (\x1b), by the one rule of common/io/terminal_text.h.
   const std::string safe = terminal_safe_lines(text);
   std::string out;
   out.reserve(safe.size());

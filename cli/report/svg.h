@@ -11,7 +11,7 @@
 namespace dtrain::report {
 
 // Text for HTML and SVG, attribute values included; control characters and bytes that are not UTF-8 become `\xNN`
-// (common/terminal_text.h), newlines stay.
+// (common/io/terminal_text.h), newlines stay.
 std::string escape(std::string_view text);
 // A coordinate or a value: at most 1 decimal for coordinates keeps a 1,024-rank page within a few MB.
 std::string coord(double value);

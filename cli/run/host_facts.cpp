@@ -15,7 +15,7 @@
 #include <filesystem>
 
 #include "cli/run/torchrun_options.h"
-#include "common/text_out.h"
+#include "common/io/text_out.h"
 
 namespace dtrain::cli::run {
 namespace {

@@ -2,7 +2,7 @@
 
 #include "cli/spec/locations.h"
 #include "cli/spec/spec.h"
-#include "common/terminal_text.h"
+#include "common/io/terminal_text.h"
 
 namespace dtrain::spec {
 

@@ -14,7 +14,7 @@
 #include "cli/spec/locations.h"
 #include "cli/spec/reader.h"
 #include "cli/spec/spec.h"
-#include "common/bounded_file.h"
+#include "common/io/bounded_file.h"
 
 namespace dtrain::spec {
 namespace {

@@ -1,7 +1,7 @@
 """What a quiet job costs: one `dtrain launch` (provider local, 2 nodes, one `sleep` worker each) left alone for
 --seconds, and the CPU time of the launcher and of each agent over that span, per process and per thread, from
 /proc/PID/task/TID/schedstat (nanoseconds on the CPU). The thread named dtrain-looplag is LoopLag's 50 ms ticker
-(common/loop_lag.h): one in the launcher, one per agent session.
+(common/os/loop_lag.h): one in the launcher, one per agent session.
 
     /usr/bin/python3 scripts/bench/idle_cost.py --dtrain build/bin/dtrain [--seconds 60]
 """

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <string>
 
-#include "common/bounded_file.h"
+#include "common/io/bounded_file.h"
 
 using dtrain::FileBound;
 using dtrain::LineReader;

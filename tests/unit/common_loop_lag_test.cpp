@@ -6,7 +6,7 @@
 #include <chrono>
 #include <thread>
 
-#include "common/loop_lag.h"
+#include "common/os/loop_lag.h"
 #include "stop_self.h"
 
 using namespace dtrain;

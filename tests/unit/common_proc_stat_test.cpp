@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "common/proc_stat.h"
+#include "common/os/proc_stat.h"
 
 using dtrain::parse_proc_stat;
 using dtrain::read_proc_stat;

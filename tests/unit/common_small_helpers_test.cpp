@@ -15,8 +15,8 @@
 
 #include "common/address.h"
 #include "common/clock.h"
-#include "common/syscalls.h"
-#include "common/text_out.h"
+#include "common/os/syscalls.h"
+#include "common/io/text_out.h"
 
 TEST_CASE("addresses: the host of host:port, and which hosts are loopback") {
   CHECK(dtrain::host_of("node7:29400") == "node7");

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "common/terminal_text.h"
+#include "common/io/terminal_text.h"
 
 using dtrain::terminal_safe;
 

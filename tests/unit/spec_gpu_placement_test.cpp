@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "agent/node/facts.h"
-#include "common/cpu_list.h"
+#include "common/os/cpu_list.h"
 #include "agent/node/topology/node_topology.h"
 #include "agent/node/topology/report.h"
 #include "cli/spec/spec.h"

@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "common/stop_thread.h"
+#include "common/os/stop_thread.h"
 
 namespace dtrain::trainer {
 

@@ -10,7 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/status.h"
-#include "common/stop_thread.h"
+#include "common/os/stop_thread.h"
 #include "trainer/common/env.h"
 #include "trainer/health/phase.h"
 

@@ -7,7 +7,7 @@
 
 #include "agent/node/topology/import.h"
 #include "agent/node/topology/report.h"
-#include "common/cpu_list.h"
+#include "common/os/cpu_list.h"
 
 namespace dtrain::node::topo {
 namespace {

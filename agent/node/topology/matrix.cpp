@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "agent/node/topology/pci_level.h"
-#include "common/cpu_list.h"
+#include "common/os/cpu_list.h"
 
 namespace dtrain::node::topo {
 namespace {

@@ -2,7 +2,7 @@
 
 #include "agent/node/topology/import.h"
 #include "agent/node/topology/report.h"
-#include "common/bounded_file.h"
+#include "common/io/bounded_file.h"
 
 namespace dtrain::node::topo {
 

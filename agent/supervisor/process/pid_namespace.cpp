@@ -19,7 +19,7 @@
 
 #include "agent/supervisor/process/keeper.h"
 #include "agent/supervisor/output/record_pipe.h"
-#include "common/syscalls.h"
+#include "common/os/syscalls.h"
 
 namespace dtrain::supervisor {
 namespace {

@@ -17,7 +17,7 @@
 
 #include "agent/supervisor/process/keeper.h"
 #include "agent/supervisor/output/record_pipe.h"
-#include "common/syscalls.h"
+#include "common/os/syscalls.h"
 
 extern char** environ;
 

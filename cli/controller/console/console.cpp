@@ -1,8 +1,8 @@
 #include "cli/controller/console/console.h"
 
-#include "common/terminal_text.h"
-#include "common/syscalls.h"
-#include "common/text_out.h"
+#include "common/io/terminal_text.h"
+#include "common/os/syscalls.h"
+#include "common/io/text_out.h"
 
 #include <unistd.h>
 
@@ -183,7 +183,7 @@ void Console::worker_lines(const LogLines& lines) {
 
 void Console::note(std::string_view text) {
   // A note may quote what a worker, an agent or ssh wrote: it is shown with control characters escaped, the one rule
-  // for other programs' bytes on the user's terminal (common/terminal_text.h).
+  // for other programs' bytes on the user's terminal (common/io/terminal_text.h).
   std::string shown = "dtrain: " + terminal_safe_lines(text);
   if (shown.back() != '\n') shown += '\n';
   write_whole(err_, shown);

@@ -6,7 +6,7 @@
 #include "cli/controller/transport/launcher_credentials.h"
 #include "common/address.h"
 #include "common/clock.h"
-#include "common/syscalls.h"
+#include "common/os/syscalls.h"
 #include "common/version.h"
 
 namespace dtrain::controller {

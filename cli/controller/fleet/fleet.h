@@ -27,7 +27,7 @@
 #include "cli/controller/session/node_session.h"
 #include "cli/controller/console/console.h"
 #include "cli/spec/spec.h"
-#include "common/loop_lag.h"
+#include "common/os/loop_lag.h"
 #include "common/status.h"
 
 namespace dtrain::controller {

@@ -2,7 +2,7 @@
 
 // How far behind the launcher reads its agents' messages, measured on the messages themselves.
 //
-// LoopLag (common/loop_lag.h) sees a launcher that could not run at all (stopped, or starved for longer than its
+// LoopLag (common/os/loop_lag.h) sees a launcher that could not run at all (stopped, or starved for longer than its
 // ticker's slack). It does not see one that runs but reads late: during a join storm gRPC's threads spend seconds on
 // TLS handshakes while established sessions' heartbeats wait unread in socket buffers, and on a machine shared with
 // CPU-bound work the launcher gets a third of a core. (The 593 nodes that a 1,024-agent join beside 4 CPU-bound

@@ -1,5 +1,5 @@
 #include "cli/controller/observe/control_socket.h"
-#include "common/syscalls.h"
+#include "common/os/syscalls.h"
 
 #include <fcntl.h>
 #include <poll.h>

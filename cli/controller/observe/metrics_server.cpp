@@ -1,5 +1,5 @@
 #include "cli/controller/observe/metrics_server.h"
-#include "common/syscalls.h"
+#include "common/os/syscalls.h"
 
 #include <fcntl.h>
 #include <netdb.h>

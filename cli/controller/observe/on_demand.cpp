@@ -5,7 +5,7 @@
 
 #include <cerrno>
 
-#include "common/syscalls.h"
+#include "common/os/syscalls.h"
 
 namespace dtrain::controller {
 

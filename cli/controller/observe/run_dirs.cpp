@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/controller/observe/job_monitor.h"
-#include "common/bounded_file.h"
+#include "common/io/bounded_file.h"
 
 namespace dtrain::controller {
 namespace {

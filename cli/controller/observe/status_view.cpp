@@ -6,7 +6,7 @@
 #include <set>
 #include <sstream>
 
-#include "common/terminal_text.h"
+#include "common/io/terminal_text.h"
 
 namespace dtrain::controller {
 namespace {

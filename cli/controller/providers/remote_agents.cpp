@@ -5,7 +5,7 @@
 
 #include "agent/node/facts.h"
 #include "common/address.h"
-#include "common/text_out.h"
+#include "common/io/text_out.h"
 
 namespace dtrain::controller {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/bounded_file.h"
+#include "common/io/bounded_file.h"
 
 namespace dtrain::report {
 namespace {

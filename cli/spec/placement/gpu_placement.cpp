@@ -5,7 +5,7 @@
 
 #include "agent/node/facts.h"
 #include "agent/node/topology/report.h"
-#include "common/cpu_list.h"
+#include "common/os/cpu_list.h"
 
 namespace dtrain::spec::detail {
 namespace {

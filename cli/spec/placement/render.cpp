@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "cli/spec/spec.h"
-#include "common/cpu_list.h"
+#include "common/os/cpu_list.h"
 
 namespace dtrain::spec {
 namespace {

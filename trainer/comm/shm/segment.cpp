@@ -14,7 +14,7 @@
 
 #include "trainer/comm/communicator.h"
 #include "trainer/comm/describe.h"
-#include "common/syscalls.h"
+#include "common/os/syscalls.h"
 
 namespace dtrain::trainer {
 namespace {

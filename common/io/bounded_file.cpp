@@ -1,4 +1,4 @@
-#include "common/bounded_file.h"
+#include "common/io/bounded_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

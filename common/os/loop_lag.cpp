@@ -1,8 +1,8 @@
-#include "common/loop_lag.h"
+#include "common/os/loop_lag.h"
 
 #include <pthread.h>
 
-#include "common/stop_thread.h"
+#include "common/os/stop_thread.h"
 
 namespace dtrain {
 

@@ -1,4 +1,4 @@
-#include "common/text_out.h"
+#include "common/io/text_out.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "common/terminal_text.h"
+#include "common/io/terminal_text.h"
 
 #include <cstdint>
 #include <cstdio>

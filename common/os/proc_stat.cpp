@@ -1,9 +1,9 @@
-#include "common/proc_stat.h"
+#include "common/os/proc_stat.h"
 
 #include <charconv>
 #include <vector>
 
-#include "common/bounded_file.h"
+#include "common/io/bounded_file.h"
 
 namespace dtrain {
 namespace {

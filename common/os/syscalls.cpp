@@ -1,4 +1,4 @@
-#include "common/syscalls.h"
+#include "common/os/syscalls.h"
 
 #include <unistd.h>
 
