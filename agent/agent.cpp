@@ -30,12 +30,6 @@
 namespace dtrain::agent {
 namespace {
 
-// How long past its grace a stop may take before the agent goes on without it: SIGKILLed processes still have to
-// be reaped, and one stuck in the kernel must not hold the session or the agent's exit for ever.
-constexpr std::chrono::seconds kStopSweepMargin{5};
-// How long a session's last messages (WorkerExited, GroupStopped, Goodbye) may take to leave once it ends.
-constexpr std::chrono::seconds kFinalFlushTimeout{2};
-
 // gRPC shuts its library down when its last object goes (here: the servers, at the end of run()), and that joins
 // its executor threads; one may be inside a poll that lasts seconds. After two workers wrote a 100 MiB line each,
 // that held the agent 5-6.5 s past the end of its session, long enough for the launcher to kill it. Everything of
@@ -50,26 +44,6 @@ void keep_grpc_initialised() {
 }
 
 }  // namespace
-
-// What one session holds while it is served. Declared in the order serve_session needs them.
-struct Agent::Session {
-  Session(SessionStream& stream, const AgentOptions& options)
-      : stream(stream),
-        outbox(stream, options.default_heartbeat),
-        lease(stream, options.default_lease),
-        grace(options.default_grace) {}
-
-  SessionStream& stream;
-  Outbox outbox;
-  LeaseWatch lease;
-  std::chrono::milliseconds grace;   // for stops the agent decides itself (Configure's stop_grace)
-  Prober prober;
-  bool goodbye = false;              // the launcher's Shutdown was answered
-  std::string job_id;                // Configure's
-  // Each running worker's /proc, every second; its thread pushes to the outbox, so it ends before the outbox goes.
-  WorkerSampler sampler{[this](const WorkerSample& sample) { outbox.push(wire::to_wire(sample)); }};
-  EvidenceCollector evidence;        // last: its thread, which pushes to the outbox, ends first
-};
 
 Agent::Agent(AgentOptions options)
     : options_(std::move(options)),
@@ -93,7 +67,6 @@ int Agent::run() {
     std::printf("dtrain-agent listening on %s\n", address_.c_str());
     std::fflush(stdout);
   }
-  runner_->set_console(options_.console);
   std::optional<JoinClient> join;
   std::thread joiner;
   if (!options_.join.empty()) {
@@ -182,8 +155,8 @@ void Agent::shut_down(Servers& servers) {
   // launcher that has not hung up yet) instead of waiting for it.
   store_.shutdown();
   servers.session_socket.reset();
-  runner_->set_before_exit({});   // it drains the health socket
-  servers.health_socket.reset();   // its thread calls into runner_
+  forget_health_socket();          // the runner's before_exit drains it
+  servers.health_socket.reset();   // its thread calls into the runner
   // run() ends the process next: the servers, their threads and the runner go with it, untouched meanwhile (a call
   // that still arrives finds every object alive, and no worker is left to make one).
   if (options_.exit_when_done) return;
@@ -228,146 +201,6 @@ void Agent::terminate(int signal) {
   }
   if (session != nullptr) session->cancel();
   changed_.notify_all();
-}
-
-Status Agent::check_reporter(const std::string& token, const std::string& report_token, std::uint32_t rank) const {
-  if (!runner_) return {StatusCode::unavailable, "the agent is still starting"};
-  if (token.empty() || !security::x509::constant_time_equal(token, runner_->current_token())) {
-    return {StatusCode::permission_denied, "the dtrain-token metadata is missing or not this round's DTRAIN_JOB_TOKEN"};
-  }
-  return runner_->check_reporter(rank, report_token);
-}
-
-void Agent::forward_report(const v1::WorkerHealth& health) {
-  std::lock_guard lock(mutex_);
-  if (outbox_ != nullptr) outbox_->push_report(wire::to_wire(health, unix_ms()));
-}
-
-Status Agent::serve_session(SessionStream& stream, bool* answered) {
-  if (Status refused = open_session(stream); !refused.ok()) return refused;
-  spdlog::info("session opened by {}", stream.peer());
-  Session session(stream, options_);
-  {
-    std::lock_guard lock(mutex_);
-    outbox_ = &session.outbox;
-  }
-  runner_->set_emit([&session](RunnerEvent event) {
-    session.sampler.observe(event);
-    session.outbox.push(wire::to_wire(event));
-  });
-  say_hello(session);
-  v1::LauncherMessage message;
-  while (!session.goodbye && stream.read(message)) {
-    session.lease.heard();
-    handle(session, message);
-  }
-  if (answered) *answered = !session.job_id.empty();
-  return close_session(session);
-}
-
-Status Agent::open_session(SessionStream& stream) {
-  std::lock_guard lock(mutex_);
-  if (session_ != nullptr) {
-    return {StatusCode::failed_precondition, "this agent already serves a launcher; one job per agent at a time"};
-  }
-  if (terminated_by_ != 0) return {StatusCode::unavailable, "this agent is shutting down"};
-  session_ = &stream;
-  return {};
-}
-
-void Agent::say_hello(Session& session) {
-  AgentHello hello{facts_, std::string(version()), unix_ms(), address_, static_cast<std::uint32_t>(::getpid()),
-                   options_.slot};
-  session.outbox.push(wire::to_wire(hello));
-}
-
-void Agent::handle(Session& session, const v1::LauncherMessage& message) {
-  switch (message.body_case()) {
-    case v1::LauncherMessage::kConfigure:
-      configure(session, wire::from_wire(message.configure()));
-      break;
-    case v1::LauncherMessage::kPrepareRound:
-      session.outbox.push(wire::to_wire(runner_->prepare_round(wire::from_wire(message.prepare_round()))));
-      break;
-    case v1::LauncherMessage::kStartGroup:
-      session.outbox.set_report_window(std::chrono::milliseconds(message.start_group().report_window_ms()));
-      if (Status status = runner_->start_group(wire::from_wire(message.start_group())); !status.ok()) {
-        session.outbox.push(wire::error_message(status));
-      } else if (options_.on_group && message.start_group().workers_size() > 0) {
-        std::uint32_t first = message.start_group().workers(0).rank();
-        for (const auto& w : message.start_group().workers()) first = std::min(first, w.rank());
-        options_.on_group(session.job_id, first);
-      }
-      break;
-    case v1::LauncherMessage::kStopGroup: {
-      const StopRequest stop = wire::from_wire(message.stop_group());
-      runner_->stop_group(stop.round, stop.grace);
-      break;
-    }
-    case v1::LauncherMessage::kShutdown:
-      if (message.shutdown().has_job_exit_code()) {
-        std::lock_guard lock(mutex_);
-        job_exit_code_ = message.shutdown().job_exit_code();
-      }
-      runner_->stop_and_wait(session.grace, session.grace + kStopSweepMargin);
-      session.outbox.push(wire::goodbye_message());
-      session.goodbye = true;
-      break;
-    case v1::LauncherMessage::kProbe: {
-      // The disk check looks where this agent would write the job's logs, not at a path the launcher names.
-      ProbeRequest probe = wire::from_wire(message.probe());
-      probe.log_dir = run_dir();
-      session.outbox.push(wire::to_wire(session.prober.answer(probe)));
-      break;
-    }
-    case v1::LauncherMessage::kCollectEvidence: {
-      const EvidenceRequest request = wire::from_wire(message.collect_evidence());
-      session.evidence.start(request, runner_->stack_targets(request.round),
-                             [&session](EvidenceReport report) { session.outbox.push(wire::to_wire(report)); });
-      break;
-    }
-    case v1::LauncherMessage::kHeartbeat:
-    case v1::LauncherMessage::BODY_NOT_SET:
-      break;
-  }
-}
-
-void Agent::configure(Session& session, const SessionConfig& config) {
-  if (config.lease.count() > 0) session.lease.set_lease(config.lease);
-  if (config.heartbeat_interval.count() > 0) session.outbox.set_heartbeat_interval(config.heartbeat_interval);
-  session.grace = config.stop_grace;
-  spdlog::info("job {}: this is node {}", config.job_id, config.node_rank);
-  session.job_id = config.job_id;
-  if (Status status = begin_job(config.job_id); !status.ok()) session.outbox.push(wire::error_message(status));
-}
-
-Status Agent::close_session(Session& session) {
-  Status status;
-  if (!session.goodbye) {
-    status = session.lease.expired() ? Status{StatusCode::deadline_exceeded, "lease expired"}
-                                     : Status{StatusCode::unavailable, "session lost"};
-    spdlog::warn("{} ({}): stopping this node's workers", status.message(), session.stream.peer());
-  }
-  // Whatever ended the session, nothing of the job may outlive it.
-  runner_->stop_and_wait(session.grace, session.grace + kStopSweepMargin);
-  {
-    std::lock_guard lock(mutex_);
-    outbox_ = nullptr;
-  }
-  runner_->set_emit(nullptr);
-  session.evidence.wait();
-  // The job is over here: its worker certificates open nothing on this agent any more.
-  admission_->close();
-  session.outbox.flush(kFinalFlushTimeout);
-  {
-    std::lock_guard lock(mutex_);
-    session_ = nullptr;
-    // A joined agent whose hello was never answered dials again (JoinClient::run): its session is not over until
-    // the joiner says so.
-    if (options_.join.empty() || !session.job_id.empty()) session_ended_ = true;
-  }
-  changed_.notify_all();
-  return status;
 }
 
 }  // namespace dtrain::agent

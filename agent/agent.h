@@ -7,6 +7,7 @@
 // No gRPC or protobuf header here: the servers, their credentials and the session's stream are defined in
 // agent.cpp and the service/ and session/ files; this header only names them.
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -115,8 +116,12 @@ class Agent final : public SessionHost, public ReportSink {
   static constexpr std::chrono::seconds kInterruptWait{10};
 
  private:
+  // How long past its grace a stop may take before the agent goes on without it: SIGKILLed processes still have to
+  // be reaped, and one stuck in the kernel must not hold the session or the agent's exit for ever.
+  static constexpr std::chrono::seconds kStopSweepMargin{5};
+
   struct Servers;       // the gRPC servers of run()
-  struct Session;       // what one session holds while it is served
+  struct Session;       // what one session holds while it is served (agent_session.cpp)
   struct Credentials;   // the gRPC credentials of the agent's port and of --join
   // This node's identity in the cluster, issued from the cluster secret; loaded once, for the port or the join.
   struct ClusterIdentity {
@@ -138,10 +143,14 @@ class Agent final : public SessionHost, public ReportSink {
   int start_servers(Servers& servers, const Credentials& credentials);
   std::string advertised_host() const;
   int start_session_socket(Servers& servers);
-  // The health socket in the runtime directory, and what workers need to use it (DTRAIN_HEALTH_SOCKET, the
-  // helper on PYTHONPATH); null when it cannot be bound: the agent still runs, its workers report over gRPC alone.
-  // In agent_health.cpp, with accept_datagram.
-  std::unique_ptr<HealthSocket> start_health_socket();
+  // The health socket in the runtime directory, and what workers need to use it, into `hooks`: DTRAIN_HEALTH_SOCKET,
+  // the helper's directories for PYTHONPATH, the drain before each exit. Null when it cannot be bound: the agent
+  // still runs, its workers report over gRPC alone. In agent_health.cpp, with accept_datagram.
+  std::unique_ptr<HealthSocket> start_health_socket(JobRunnerHooks& hooks);
+  // The runner's before_exit: drains the health socket while there is one; forget_health_socket (before the socket
+  // goes) ends that.
+  void drain_health_socket();
+  void forget_health_socket();
   int wait_until_done();
   void shut_down(Servers& servers);
 
@@ -150,7 +159,7 @@ class Agent final : public SessionHost, public ReportSink {
   Status begin_job(const std::string& job_id);
   // options_.run_dir, or default_run_dir().
   std::string run_dir() const;
-  // Steps of serve_session.
+  // Steps of serve_session (agent_session.cpp).
   Status open_session(SessionStream& stream);
   void say_hello(Session& session);
   void handle(Session& session, const v1::LauncherMessage& message);
@@ -161,6 +170,11 @@ class Agent final : public SessionHost, public ReportSink {
   node::Facts facts_;
   store::Store store_;
   std::unique_ptr<JobRunner> runner_;
+  // runner_ once made, for the report checks: the servers and the health socket take reports on their threads from
+  // before the runner exists (check_reporter says "still starting" until then).
+  std::atomic<JobRunner*> reporting_runner_{nullptr};
+  std::mutex health_socket_mutex_;
+  HealthSocket* health_socket_ = nullptr;   // Servers' socket while it lives (drain_health_socket)
   std::string address_;   // host:port advertised to the launcher and to workers
 
   std::mutex mutex_;

@@ -35,8 +35,14 @@ int Agent::start_servers(Servers& servers, const Credentials& credentials) {
   const std::string host = advertised_host();
   address_ = host + ":" + std::to_string(port);
   // A session socket means a launcher started this agent for its job: workers come right away.
-  runner_ = std::make_unique<JobRunner>(store_, host, address_, !options_.session_socket.empty());
-  servers.health_socket = start_health_socket();
+  // The health socket first: its path is in every worker's environment, which the runner gets at its construction.
+  JobRunnerHooks hooks;
+  hooks.worker_env = worker_tls_ ? worker_tls_->env() : std::map<std::string, std::string>{};
+  servers.health_socket = start_health_socket(hooks);
+  hooks.console = options_.console;
+  runner_ = std::make_unique<JobRunner>(store_, host, address_, std::move(hooks), !options_.session_socket.empty());
+  // The servers and the socket already take reports: from now on they find the runner to judge them by.
+  reporting_runner_.store(runner_.get(), std::memory_order_release);
   return options_.session_socket.empty() ? 0 : start_session_socket(servers);
 }
 

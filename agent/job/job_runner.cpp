@@ -1,19 +1,11 @@
 #include "agent/job/job_runner.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cstdlib>
-
 #include <spdlog/spdlog.h>
 
+#include "agent/job/node_resources.h"
 #include "agent/security/x509.h"
 #include "common/clock.h"
 #include "common/io/text_out.h"
-#include "worker/shm_segment_name.h"
 
 namespace dtrain::agent {
 namespace {
@@ -30,57 +22,14 @@ std::string read_error_file(const std::string& path) {
   return text.value;
 }
 
-// Where POSIX shared memory lives on Linux (shm_open's directory).
-constexpr char kShmDir[] = "/dev/shm";
-
-// The shm segment prefix of this node's workers of the job: DTRAIN_JOB_ID and DTRAIN_NODE_RANK of its first worker
-// (every worker of a node has the same); "" when they are not set.
-std::string shm_prefix(const GroupSpec& group) {
-  if (group.workers.empty()) return {};
-  const auto& env = group.workers.front().env;
-  const auto job = env.find("DTRAIN_JOB_ID");
-  const auto node = env.find("DTRAIN_NODE_RANK");
-  if (job == env.end() || job->second.empty() || node == env.end()) return {};
-  char* end = nullptr;
-  const unsigned long node_rank = std::strtoul(node->second.c_str(), &end, 10);
-  if (end == node->second.c_str() || *end != '\0') return {};
-  return worker::shm_job_prefix(job->second, static_cast<std::uint32_t>(node_rank));
-}
-
 }  // namespace
 
-unsigned remove_shm_segments(const std::string& dir, const std::string& prefix) {
-  if (prefix.empty()) return 0;
-  DIR* entries = ::opendir(dir.c_str());
-  if (entries == nullptr) return 0;
-  unsigned removed = 0;
-  while (const dirent* entry = ::readdir(entries)) {
-    if (std::string_view(entry->d_name).rfind(prefix, 0) != 0) continue;
-    removed += ::unlinkat(::dirfd(entries), entry->d_name, 0) == 0;
-  }
-  ::closedir(entries);
-  return removed;
-}
-
-unsigned reserve_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  addr.sin_port = 0;
-  unsigned port = 0;
-  socklen_t len = sizeof addr;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
-
-JobRunner::JobRunner(store::Store& store, std::string advertise_host, std::string store_address, bool workers_soon)
-    : store_(store), advertise_host_(std::move(advertise_host)), store_address_(std::move(store_address)) {
+JobRunner::JobRunner(store::Store& store, std::string advertise_host, std::string store_address, JobRunnerHooks hooks,
+                     bool workers_soon)
+    : store_(store),
+      advertise_host_(std::move(advertise_host)),
+      store_address_(std::move(store_address)),
+      hooks_(std::move(hooks)) {
   supervisor::Events events;
   events.started = [this](std::uint64_t id, pid_t pid) { on_started(id, pid); };
   events.line = [this](std::uint64_t id, bool is_stderr, std::string_view line) { on_line(id, is_stderr, line); };
@@ -104,29 +53,9 @@ JobRunner::~JobRunner() {
   if (!store_token_.empty()) store_.drop_namespace(store_token_);
 }
 
-void JobRunner::set_worker_env(std::map<std::string, std::string> env) {
-  std::lock_guard lock(mutex_);
-  worker_env_ = std::move(env);
-}
-
-void JobRunner::set_python_dirs(PythonDirs dirs) {
-  std::lock_guard lock(mutex_);
-  python_dirs_ = std::move(dirs);
-}
-
 void JobRunner::set_emit(Emit emit) {
   std::lock_guard lock(mutex_);
   emit_ = std::move(emit);
-}
-
-void JobRunner::set_before_exit(BeforeExit before_exit) {
-  std::lock_guard lock(mutex_);
-  before_exit_ = std::move(before_exit);
-}
-
-void JobRunner::set_console(Console console) {
-  std::lock_guard lock(mutex_);
-  console_ = std::move(console);
 }
 
 void JobRunner::set_job_files(JobFiles files) {
@@ -193,7 +122,7 @@ supervisor::ProcessSpec JobRunner::process_spec(std::uint32_t round, const Worke
   spec.id = process_id(round, w.rank);
   spec.argv = w.argv;
   spec.env = w.env;
-  for (const auto& [k, v] : worker_env_) spec.env[k] = v;
+  for (const auto& [k, v] : hooks_.worker_env) spec.env[k] = v;
   spec.working_dir = w.working_dir;
   spec.cpus = w.cpus;
   spec.log_path = w.log_path;
@@ -204,7 +133,7 @@ supervisor::ProcessSpec JobRunner::process_spec(std::uint32_t round, const Worke
   const auto planned = spec.env.find("PYTHONPATH");
   const char* inherited = std::getenv("PYTHONPATH");
   const std::string rest = planned != spec.env.end() ? planned->second : inherited ? inherited : "";
-  const std::string path = worker_python_path(python_dirs_, instrument_python_, w.argv, rest);
+  const std::string path = worker_python_path(hooks_.python_dirs, instrument_python_, w.argv, rest);
   if (!path.empty() && path != rest) spec.env["PYTHONPATH"] = path;
   return spec;
 }
@@ -231,7 +160,7 @@ Status JobRunner::start_group(const GroupSpec& group) {
     }
     move(RoundEvent::start);
     round_ = group.round;
-    shm_prefix_ = shm_prefix(group);
+    shm_prefix_ = shm_prefix_of(group);
     round_token_ = group.round_token;
     instrument_python_ = group.instrument_python;
     workers_.clear();
@@ -322,7 +251,7 @@ void JobRunner::on_line(std::uint64_t id, bool is_stderr, std::string_view line)
     auto it = workers_.find(rank);
     if (it == workers_.end()) return;
     wanted = is_stderr ? it->second.spec.stream_stderr : it->second.spec.stream_stdout;
-    shown = console_ && console_(rank, it->second.spec.local_rank);
+    shown = hooks_.console && hooks_.console(rank, it->second.spec.local_rank);
   }
   if (shown) {
     // One write(2) for the whole line, as the launcher's console writes: stdout and stderr often share one file.
@@ -340,12 +269,7 @@ void JobRunner::on_exited(const supervisor::ProcessExit& exit) {
   std::string error_file;
   std::string log_path;
   bool group_done = false;
-  BeforeExit before_exit;
-  {
-    std::lock_guard lock(mutex_);
-    before_exit = before_exit_;
-  }
-  if (before_exit) before_exit();
+  if (hooks_.before_exit) hooks_.before_exit();
   {
     std::lock_guard lock(mutex_);
     if (round == round_) {

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "agent/job/evidence.h"
+#include "agent/job/node_resources.h"
 #include "agent/job/python_command.h"
 #include "agent/job/round_state.h"
 #include "agent/job/run_dir.h"
@@ -28,6 +29,24 @@
 
 namespace dtrain::agent {
 
+// What the agent gives a JobRunner once, at its construction, for its whole life.
+struct JobRunnerHooks {
+  // Variables every worker of this node gets on top of its plan (the worker TLS files in a TLS cluster, the health
+  // socket).
+  std::map<std::string, std::string> worker_env;
+  // The directories put first on a worker's PYTHONPATH (before the plan's or the agent's own): the Python health
+  // helper's on every worker's, the PyTorch bootstrap's on those a group with instrument_python runs Python in
+  // (worker_python_path, python_command.h).
+  PythonDirs python_dirs;
+  // Called on the supervisor's thread when a worker of the round has been reaped, before its WorkerExited is emitted
+  // (null: nothing). The agent drains the health socket there (HealthSocket::drain): a worker's last report, sent
+  // just before it died, then reaches the launcher ahead of its exit.
+  std::function<void()> before_exit;
+  // Which workers' output lines this process writes on its own stdout/stderr as "[rank] line" (AgentOptions::console,
+  // `dtrain run` on a node of a multi-node job); null: none. Independent of what goes to the launcher.
+  std::function<bool(std::uint32_t rank, std::uint32_t local_rank)> console;
+};
+
 class JobRunner {
  public:
   using Emit = std::function<void(RunnerEvent)>;
@@ -36,35 +55,16 @@ class JobRunner {
   // the host:port of this agent's store server. `workers_soon`: this agent starts workers right away (a launcher's
   // local agent), so the PID namespace made to learn whether one can be is kept for them
   // (supervisor::Options::keep_first_namespace).
-  JobRunner(store::Store& store, std::string advertise_host, std::string store_address, bool workers_soon = false);
+  JobRunner(store::Store& store, std::string advertise_host, std::string store_address, JobRunnerHooks hooks = {},
+            bool workers_soon = false);
   ~JobRunner();
 
-  // Variables every worker of this node gets on top of its plan (the worker TLS files in a TLS cluster, the health
-  // socket).
-  void set_worker_env(std::map<std::string, std::string> env);
-
-  // The directories put first on a worker's PYTHONPATH (before the plan's or the agent's own): the Python health
-  // helper's on every worker's, the PyTorch bootstrap's on those a group with instrument_python runs Python in
-  // (worker_python_path, python_command.h).
-  void set_python_dirs(PythonDirs dirs);
-
-  // Where events go; set before the first round, replaced when a new session begins. Called from the supervisor's
-  // thread (and from start_group's), so it must not block.
+  // Where events go; set before the first round, replaced when a new session begins (a setter: it is the session's,
+  // not the runner's). Called from the supervisor's thread (and from start_group's), so it must not block.
   void set_emit(Emit emit);
 
-  // Called on the supervisor's thread when a worker of the round has been reaped, before its WorkerExited is emitted
-  // (null: nothing). The agent drains the health socket there (HealthSocket::drain): a worker's last report, sent
-  // just before it died, then reaches the launcher ahead of its exit.
-  using BeforeExit = std::function<void()>;
-  void set_before_exit(BeforeExit before_exit);
-
-  // Which workers' output lines this process writes on its own stdout/stderr as "[rank] line" (AgentOptions::console,
-  // `dtrain run` on a node of a multi-node job); null: none. Independent of what goes to the launcher.
-  using Console = std::function<bool(std::uint32_t rank, std::uint32_t local_rank)>;
-  void set_console(Console console);
-
-  // The job's directory under the agent's run directory (Configure). start_group places every worker's log and
-  // error file there and refuses names outside it (run_dir.h).
+  // The job's directory under the agent's run directory (Configure; a setter: each job has its own). start_group
+  // places every worker's log and error file there and refuses names outside it (run_dir.h).
   void set_job_files(JobFiles files);
 
   // Node 0: reserves MASTER_PORT and opens the round's store namespace (dropping the previous one).
@@ -151,17 +151,14 @@ class JobRunner {
   std::string store_address_;
 
   mutable std::mutex mutex_;
+  const JobRunnerHooks hooks_;
   Emit emit_;
-  Console console_;
-  BeforeExit before_exit_;
   std::string store_token_;   // namespace this node's store opened (node 0)
   std::string round_token_;   // the running round's token, from StartGroup
   std::uint32_t round_ = 0;
   std::string shm_prefix_;    // this node's shm segments of the job (worker/shm_segment_name.h), from the workers' env
   RoundState state_ = RoundState::idle;
   std::map<std::uint32_t, Worker> workers_;  // by rank, current round only
-  std::map<std::string, std::string> worker_env_;
-  PythonDirs python_dirs_;    // set_python_dirs
   bool instrument_python_ = false;  // the running round's GroupSpec::instrument_python
   JobFiles job_files_;
 
@@ -176,12 +173,5 @@ inline std::uint64_t process_id(std::uint32_t round, std::uint32_t rank) {
 }
 inline std::uint32_t round_of(std::uint64_t process_id) { return static_cast<std::uint32_t>(process_id >> 32); }
 inline std::uint32_t rank_of(std::uint64_t process_id) { return static_cast<std::uint32_t>(process_id & 0xffffffffu); }
-
-// Removes every entry of `dir` (normally /dev/shm) whose name starts with `prefix`; returns how many. An empty
-// prefix removes nothing.
-unsigned remove_shm_segments(const std::string& dir, const std::string& prefix);
-
-// Binds an ephemeral TCP port on all interfaces and releases it; 0 on failure.
-unsigned reserve_port();
 
 }  // namespace dtrain::agent

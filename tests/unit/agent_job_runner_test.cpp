@@ -21,6 +21,7 @@ using dtrain::agent::GroupSpec;
 using dtrain::agent::GroupStopped;
 using dtrain::agent::JobFiles;
 using dtrain::agent::JobRunner;
+using dtrain::agent::JobRunnerHooks;
 using dtrain::agent::LogLine;
 using dtrain::agent::RoundEvent;
 using dtrain::agent::RoundState;
@@ -81,8 +82,8 @@ struct Fixture {
   TempDir run_dir{"dtrain-job-runner-test"};
   dtrain::store::Store store;
   Events events;
-  JobRunner runner{store, "127.0.0.1", "127.0.0.1:29400"};
-  Fixture() {
+  JobRunner runner;
+  explicit Fixture(JobRunnerHooks hooks = {}) : runner(store, "127.0.0.1", "127.0.0.1:29400", std::move(hooks)) {
     REQUIRE(kProcessPrepared);
     runner.set_job_files(JobFiles::for_job(run_dir.path, kJob).value);
     runner.set_emit(events.sink());
@@ -156,13 +157,16 @@ TEST_CASE("a group whose workers exit by themselves is done, and the next round 
 }
 
 TEST_CASE("the before-exit hook runs for each reaped worker before its WorkerExited is emitted") {
-  Fixture f;
   std::mutex mutex;
   std::vector<std::size_t> exits_seen;   // how many WorkerExited had been emitted at each call
-  f.runner.set_before_exit([&] {
+  Events* events = nullptr;              // the fixture's, once it is made
+  JobRunnerHooks hooks;
+  hooks.before_exit = [&] {
     std::lock_guard lock(mutex);
-    exits_seen.push_back(f.events.all<WorkerExited>().size());
-  });
+    exits_seen.push_back(events->all<WorkerExited>().size());
+  };
+  Fixture f(std::move(hooks));
+  events = &f.events;
   REQUIRE(f.runner.start_group(GroupSpec{1, {shell(0, "exit 0"), shell(1, "sleep 0.2")}, "token-1"}).ok());
   REQUIRE(f.events.arrives<GroupDone>());
   std::lock_guard lock(mutex);
