@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "cli/commands.h"
+#include "cli/plan/gpus.h"
 #include "cli/plan/presets.h"
 #include "cli/plan/recommend.h"
 #include "cli/plan/render.h"
@@ -27,7 +28,7 @@ struct Given {
 
 struct Flags {
   Given<double> params, intra_bw, inter_bw, tflops, bucket_mb;
-  Given<std::string> model;
+  Given<std::string> model, gpu;
   Given<int> gpus, gpus_per_node, layers, hidden, heads, seq_len, vocab, micro_batch, tp, pp;
   Given<long long> global_batch;
   plan::PlanArgs args;
@@ -69,8 +70,11 @@ void add_flags(CLI::App* cmd, Flags& f) {
           " (the GPT-2 ones as dtrain-trainer runs them; Llama with grouped-query attention and SwiGLU)");
   add(cmd, f.gpus, "--gpus", "GPUs in all (required)");
   add(cmd, f.gpus_per_node, "--gpus-per-node", "GPUs per node (default 8, or --gpus when fewer)");
-  cmd->add_option("--gpu-memory", f.args.gpu_memory, "memory per GPU: 80GB, 141GB, 24GiB (GB = 1e9 bytes)")
-      ->capture_default_str();
+  add(cmd, f.gpu, "--gpu",
+      "the GPU: " + plan::gpu_names() + " (its memory, peak and the usual system's bandwidths; every flag "
+      "overrides them; compute at half the peak without --gpu-tflops)");
+  cmd->add_option("--gpu-memory", f.args.gpu_memory,
+                  "memory per GPU: 80GB, 141GB, 24GiB (GB = 1e9 bytes; default the --gpu's, else 80GB)");
   cmd->add_option("--precision", f.args.precision, "bf16 | fp16 (mixed precision, fp32 master) | fp32")
       ->capture_default_str();
   add(cmd, f.layers, "--layers", "transformer layers (L)");
@@ -99,6 +103,7 @@ void collect(Flags& f) {
   plan::PlanArgs& a = f.args;
   a.params = f.params.get();
   a.model = f.model.get();
+  a.gpu = f.gpu.get();
   a.gpus = f.gpus.get();
   a.gpus_per_node = f.gpus_per_node.get();
   a.layers = f.layers.get();

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cstdio>
 
+#include "cli/plan/gpus.h"
 #include "cli/plan/presets.h"
 #include "cli/plan/units.h"
 
@@ -85,7 +86,7 @@ void explain_network(const PlanRequest& r, const Evaluation& c, std::vector<std:
                   percent(c.scaling->efficiency_serial) + " with none hidden (compute " +
                   format_seconds(c.scaling->compute_s) + " a step)");
   } else if (r.cluster.gpus > 1) {
-    out.push_back("for a time and scaling estimate give --intra-node-bw" +
+    out.push_back("for a time and scaling estimate give --gpu (" + gpu_names() + "), or --intra-node-bw" +
                   std::string(nodes > 1 ? " and --inter-node-bw" : "") +
                   " (GB/s busbw of `dtrain bench allreduce`) and --gpu-tflops");
   }

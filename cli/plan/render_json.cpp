@@ -37,6 +37,8 @@ json request_json(const PlanRequest& r) {
           {"intra_node_bw_bytes_per_s", bandwidth(c.intra_node_bw)},
           {"inter_node_bw_bytes_per_s", bandwidth(c.inter_node_bw)},
           {"gpu_flops", bandwidth(c.gpu_flops)},
+          {"gpu", c.gpu.empty() ? json(nullptr) : json(c.gpu)},
+          {"gpu_peak_flops", bandwidth(c.peak_flops)},
           {"bottleneck", bottleneck_name(r.bottleneck)}};
 }
 

@@ -2,6 +2,7 @@
 #include <cstdarg>
 #include <cstdio>
 
+#include "cli/plan/gpus.h"
 #include "cli/plan/render.h"
 #include "cli/plan/units.h"
 
@@ -18,6 +19,14 @@ std::string line(const char* format, ...) {
   return std::string(text) + "\n";
 }
 
+// "450 GB/s", or "not known" for a system without a standard network.
+std::string format_rate(const std::optional<double>& bytes_per_s) {
+  if (!bytes_per_s) return "not known (give --inter-node-bw)";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.0f GB/s", *bytes_per_s / 1e9);
+  return text;
+}
+
 std::string header(const PlanRequest& r) {
   const Workload& w = r.workload;
   const Cluster& c = r.cluster;
@@ -26,6 +35,14 @@ std::string header(const PlanRequest& r) {
                          w.params, w.model_name.empty() ? "" : " of ", w.model_name.c_str(),
                          precision_name(w.precision), c.gpus, c.nodes(), c.gpus_per_node,
                          format_gb(c.gpu_memory).c_str(), format_gb((1 - kHeadroom) * c.gpu_memory).c_str());
+  if (!c.gpu.empty()) {
+    const double rate = c.gpu_flops.value_or(0) / 1e12, peak = c.peak_flops.value_or(0) / 1e12;
+    out += line("gpu: %s: %.0f TFLOP/s dense peak, computing at %.0f (%.0f%%%s); %s within a node, %s across nodes "
+                "per GPU (line rates of %s; measured busbw is lower)",
+                c.gpu.c_str(), peak, rate, peak > 0 ? 100 * rate / peak : 0.0,
+                rate == peak * kAchievedShareOfPeak ? " of peak, Megatron-LM's share; --gpu-tflops for yours" : "",
+                format_rate(c.intra_node_bw).c_str(), format_rate(c.inter_node_bw).c_str(), find_gpu(c.gpu)->system);
+  }
   if (w.shape) {
     const Shape& s = *w.shape;
     const std::string groups = s.kv_heads && s.kv_heads != s.heads

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "cli/plan/gpus.h"
 #include "cli/plan/presets.h"
 #include "cli/plan/trainer_model.h"
 #include "cli/plan/units.h"
@@ -132,15 +133,28 @@ Result<Workload> make_workload(const PlanArgs& a) {
 Result<Cluster> make_cluster(const PlanArgs& a) {
   if (!a.gpus) return {refuse("--gpus is required: how many GPUs the job gets, e.g. --gpus 64")};
   Cluster c;
+  const GpuPreset* gpu = a.gpu ? find_gpu(*a.gpu) : nullptr;
+  if (a.gpu && gpu == nullptr) return {refuse("--gpu " + *a.gpu + ": not a GPU dtrain plan knows; known: " + gpu_names() +
+                                              " (or give --gpu-memory, --intra-node-bw, --inter-node-bw, --gpu-tflops)")};
   c.gpus = *a.gpus;
-  c.gpus_per_node = a.gpus_per_node.value_or(std::min(8, c.gpus));
+  c.gpus_per_node = a.gpus_per_node.value_or(std::min(gpu ? gpu->gpus_per_node : 8, c.gpus));
   if (c.gpus > c.gpus_per_node && c.gpus % c.gpus_per_node != 0)
     return {refuse("--gpus " + std::to_string(c.gpus) + " is not a whole number of nodes of --gpus-per-node " +
                    std::to_string(c.gpus_per_node))};
   c.gpus_per_node = std::min(c.gpus_per_node, c.gpus);
-  auto memory = parse_bytes(a.gpu_memory);
-  if (!memory.ok()) return {refuse("--gpu-memory " + memory.status.message())};
-  c.gpu_memory = memory.value;
+  c.gpu_memory = gpu ? gpu->memory : 80e9;
+  if (!a.gpu_memory.empty()) {
+    auto memory = parse_bytes(a.gpu_memory);
+    if (!memory.ok()) return {refuse("--gpu-memory " + memory.status.message())};
+    c.gpu_memory = memory.value;
+  }
+  if (gpu) {
+    c.gpu = gpu->name;
+    c.peak_flops = gpu->peak_flops;
+    c.intra_node_bw = gpu->intra_node_bw;
+    c.inter_node_bw = gpu->inter_node_bw;
+    c.gpu_flops = gpu->peak_flops * kAchievedShareOfPeak;
+  }
   if (a.intra_node_bw_gbs) c.intra_node_bw = *a.intra_node_bw_gbs * 1e9;
   if (a.inter_node_bw_gbs) c.inter_node_bw = *a.inter_node_bw_gbs * 1e9;
   if (a.gpu_tflops) c.gpu_flops = *a.gpu_tflops * 1e12;

@@ -17,6 +17,8 @@ enum class Bottleneck { speed, memory, communication };
 const char* bottleneck_name(Bottleneck bottleneck);
 
 struct Cluster {
+  std::string gpu;                      // the --gpu preset, "" when none was given
+  std::optional<double> peak_flops;     // the preset's dense bf16/fp16 peak per GPU (for the share of peak)
   int gpus = 0;
   int gpus_per_node = 0;
   double gpu_memory = 0;                // bytes per GPU
@@ -54,7 +56,8 @@ struct PlanArgs {
   std::optional<std::string> model;
   std::optional<int> gpus;
   std::optional<int> gpus_per_node;
-  std::string gpu_memory = "80GB";
+  std::optional<std::string> gpu;  // --gpu: a preset (gpus.h) whose values the other flags override
+  std::string gpu_memory;           // "": the --gpu preset's, else 80GB
   std::string precision = "bf16";
   std::optional<int> layers, hidden, heads, seq_len, vocab;
   std::optional<int> micro_batch;

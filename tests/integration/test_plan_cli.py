@@ -169,4 +169,20 @@ report = plan_json("--params", "1e9", "--gpus", "016", "--gpus-per-node", "08")
 h.check(report["request"]["gpus"] == 16 and report["request"]["gpus_per_node"] == 8,
         f"--gpus 016 --gpus-per-node 08 are 16 and 8: {report['request']}")
 
+# --gpu: the preset's memory, rate and bandwidths, each overridable; times with only --model, --gpus and --gpu.
+report = plan_json("--model", "llama2-70b", "--gpus", "64", "--gpu", "h100-sxm")
+req = report["request"]
+h.check(req["gpu"] == "h100-sxm" and req["gpu_memory_bytes"] == 80e9 and req["gpu_peak_flops"] == 989e12 and
+        req["gpu_flops"] == 494.5e12 and req["intra_node_bw_bytes_per_s"] == 450e9 and
+        req["inter_node_bw_bytes_per_s"] == 50e9, f"--gpu h100-sxm: {req}")
+h.check(((report["recommendation"] or {}).get("strategy") or {}).get("scaling") is not None,
+        f"--gpu alone gives times: {report['recommendation']}")
+report = plan_json("--model", "llama2-70b", "--gpus", "64", "--gpu", "h100-sxm", "--gpu-memory", "94GB",
+                   "--gpu-tflops", "400", "--inter-node-bw", "20")
+req = report["request"]
+h.check(req["gpu_memory_bytes"] == 94e9 and req["gpu_flops"] == 400e12 and req["inter_node_bw_bytes_per_s"] == 20e9
+        and req["intra_node_bw_bytes_per_s"] == 450e9, f"flags override --gpu: {req}")
+proc = plan("--params", "1e9", "--gpus", "8", "--gpu", "h300", expect=2)
+h.check("--gpu h300" in proc.stderr and "h100-sxm" in proc.stderr, f"unknown --gpu refused: {proc.stderr!r}")
+
 h.finish()
