@@ -41,10 +41,13 @@ Comm communication(const PlanRequest& r, const Layout& l, int dp, long long micr
 std::optional<Scaling> scaling(const PlanRequest& r, const Evaluation& e) {
   const Cluster& c = r.cluster;
   if (!c.gpu_flops || !e.comm.seconds || !r.workload.shape) return std::nullopt;
-  const double tokens = static_cast<double>(e.accumulation.global_batch) * r.workload.shape->seq_len;
+  const Shape& shape = *r.workload.shape;
+  const double tokens = static_cast<double>(e.accumulation.global_batch) * shape.seq_len;
+  const double model_flops = model_flops_per_token(r.workload.params, shape) * tokens;
+  const double step_flops = model_flops * recompute_flops_factor(shape, e.layout.recompute);
   Scaling s;
-  s.ideal_s = compute_seconds(r.workload.params, tokens / c.gpus, *c.gpu_flops);
-  s.compute_s = s.ideal_s / (1 - e.bubble);
+  s.ideal_s = model_flops / c.gpus / *c.gpu_flops;
+  s.compute_s = step_flops / c.gpus / *c.gpu_flops / (1 - e.bubble);
   s.efficiency_serial = s.ideal_s / (s.compute_s + *e.comm.seconds);
   const double dp_s = *e.comm.data_parallel_seconds;
   const double grad_bytes = r.workload.params / (e.layout.tp * e.layout.pp) * value_bytes(r.workload.precision);
@@ -55,6 +58,10 @@ std::optional<Scaling> scaling(const PlanRequest& r, const Evaluation& e) {
   s.exposed_s = exposed_data_parallel_seconds(e.layout.stage, dp_s, s.compute_s, micro_steps, last_share) +
                 (*e.comm.seconds - dp_s);
   s.efficiency_overlap = s.ideal_s / (s.compute_s + s.exposed_s);
+  s.step_s = s.compute_s + s.exposed_s;
+  s.tokens_per_s = tokens / s.step_s;
+  s.tflops_per_gpu = step_flops / c.gpus / s.step_s / 1e12;
+  if (c.peak_flops) s.mfu = model_flops / c.gpus / s.step_s / *c.peak_flops;
   return s;
 }
 
@@ -73,8 +80,9 @@ int max_stage(int pp) { return pp > 1 ? 1 : 3; }
 std::string layout_name(const Layout& layout) {
   static const char* const kStages[] = {"DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3/FSDP"};
   std::string name = kStages[layout.stage];
-  if (layout.tp > 1) name += " + TP " + std::to_string(layout.tp);
+  if (layout.tp > 1) name += " + TP " + std::to_string(layout.tp) + (layout.sequence_parallel ? " (SP)" : "");
   if (layout.pp > 1) name += " + PP " + std::to_string(layout.pp);
+  if (layout.recompute != Recompute::none) name += std::string(" + ") + recompute_name(layout.recompute) + " recompute";
   return name;
 }
 
@@ -90,7 +98,9 @@ Evaluation evaluate(const PlanRequest& r, const Layout& l) {
   e.accumulation = w.global_batch ? accumulation(*w.global_batch, w.micro_batch, e.dp)
                                   : Accumulation{1, static_cast<long long>(w.micro_batch) * e.dp, true};
   const int micro_steps = static_cast<int>(std::min<long long>(e.accumulation.micro_steps, 1 << 30));
-  if (w.shape) e.activations = activation_bytes(*w.shape, l.tp, l.pp, micro_steps, w.precision);
+  if (w.shape) {
+    e.activations = activation_bytes(*w.shape, l.tp, l.pp, micro_steps, w.precision, l.recompute, l.sequence_parallel);
+  }
   e.total = e.states.total() + e.activations.value_or(0);
   e.fits = fits(e.total, c.gpu_memory);
   e.bubble = pipeline_bubble(l.pp, micro_steps);
@@ -113,24 +123,55 @@ std::vector<Evaluation> model_parallel_search(const PlanRequest& r) {
   for (int tp : divisors(r.cluster.gpus_per_node)) {
     if (shape.heads % tp != 0 || (shape.kv_heads && shape.kv_heads % tp != 0)) continue;
     for (int pp : divisors(shape.layers)) {
-      if (tp * pp == 1 || r.cluster.gpus % (tp * pp) != 0) continue;
-      for (int stage = 0; stage <= max_stage(pp); ++stage) out.push_back(evaluate(r, {stage, tp, pp}));
+      if (r.cluster.gpus % (tp * pp) != 0) continue;
+      for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
+        if (tp * pp == 1 && recompute == Recompute::none) continue;
+        for (int stage = 0; stage <= max_stage(pp); ++stage)
+          out.push_back(evaluate(r, {stage, tp, pp, recompute, tp > 1}));
+      }
     }
   }
   return out;
 }
 
+bool is_timed(const std::vector<Evaluation>& candidates) {
+  return std::all_of(candidates.begin(), candidates.end(),
+                     [](const Evaluation& e) { return !e.fits || e.scaling.has_value(); });
+}
+
 std::optional<Evaluation> best_fit(const std::vector<Evaluation>& candidates, Bottleneck bottleneck) {
   auto cost = [](const Evaluation& e) { return e.comm.seconds ? *e.comm.seconds : e.comm.bytes(); };
+  const bool timed = is_timed(candidates);
   auto key = [&](const Evaluation& e) {
     const int model_parallel = e.layout.tp * e.layout.pp;
+    const double recompute = static_cast<double>(e.layout.recompute);
     switch (bottleneck) {
-      case Bottleneck::memory: return std::make_tuple(double(model_parallel), e.total, double(e.layout.stage));
-      case Bottleneck::communication: return std::make_tuple(cost(e), double(model_parallel), double(e.layout.stage));
+      case Bottleneck::memory:
+        return std::make_tuple(double(model_parallel), e.total, double(e.layout.stage), recompute);
+      case Bottleneck::communication:
+        return std::make_tuple(cost(e), double(model_parallel), double(e.layout.stage), recompute);
       case Bottleneck::speed: break;
     }
-    return std::make_tuple(double(model_parallel), cost(e), double(e.layout.stage));
+    return std::make_tuple(double(model_parallel), cost(e), recompute, double(e.layout.stage));
   };
+  if (bottleneck == Bottleneck::speed && timed) {
+    // The fastest predicted, but among those within kSpeedTolerance of it the simplest: less model parallelism, a
+    // lower stage, less recomputation (the model's error is larger than such a difference).
+    double fastest = 0;
+    for (const Evaluation& e : candidates) {
+      if (e.fits && (fastest == 0 || e.scaling->step_s < fastest)) fastest = e.scaling->step_s;
+    }
+    auto simple = [](const Evaluation& e) {
+      return std::make_tuple(e.layout.tp * e.layout.pp, e.layout.stage, static_cast<int>(e.layout.recompute),
+                             e.scaling->step_s);
+    };
+    std::optional<Evaluation> best;
+    for (const Evaluation& e : candidates) {
+      if (!e.fits || e.scaling->step_s > fastest * (1 + kSpeedTolerance)) continue;
+      if (!best || simple(e) < simple(*best)) best = e;
+    }
+    return best;
+  }
   std::optional<Evaluation> best;
   for (const Evaluation& e : candidates) {
     if (e.fits && (!best || key(e) < key(*best))) best = e;

@@ -21,8 +21,13 @@ struct Layout {
   int stage = 0;  // ZeRO stage: 0 = DDP, 3 = ZeRO-3 / FSDP FULL_SHARD
   int tp = 1;
   int pp = 1;
+  Recompute recompute = Recompute::none;
+  // Megatron-LM's sequence parallelism beside tensor parallelism: the searched layouts use it whenever tp > 1 (the
+  // same bytes on the wire, the activations between the tensor-parallel regions split over t; Korthikanti Sec. 4.2.2).
+  bool sequence_parallel = false;
 };
-// "DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3/FSDP", with " + TP 2 + PP 4" when model-parallel.
+// "DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3/FSDP", with " + TP 2 + PP 4" when model-parallel and " + full recompute" or
+// " + selective recompute" when it recomputes.
 std::string layout_name(const Layout& layout);
 
 // Bytes one GPU sends per optimizer step, and the time they take at the given bandwidths.
@@ -37,11 +42,12 @@ struct Comm {
   double bytes() const { return data_parallel + tensor_parallel + pipeline; }
 };
 
-// With --gpu-tflops: the step's compute (6 FLOPs per parameter per token, spread over every GPU, stretched by the
-// pipeline bubble) against its communication.
+// With the GPU's rate (--gpu, or --gpu-tflops) and the bandwidths: the step's compute (model FLOPs, formulas.h's
+// model_flops_per_token, spread over every GPU, times recomputation's factor, stretched by the pipeline bubble)
+// against its communication.
 struct Scaling {
-  double ideal_s = 0;       // compute per GPU with perfect scaling
-  double compute_s = 0;     // ideal_s / (1 - bubble)
+  double ideal_s = 0;       // model FLOPs per GPU at its rate: perfect scaling, no recomputation
+  double compute_s = 0;     // ideal_s * recomputation's factor / (1 - bubble)
   double exposed_s = 0;     // communication the step waits for when it overlaps as the frameworks do (below)
   double efficiency_serial = 0;   // ideal / (compute + communication): nothing overlapped
   // ideal / (compute + exposed): data-parallel communication overlapped as formulas.h's
@@ -49,6 +55,14 @@ struct Scaling {
   // all-gather exposed); tensor- and pipeline-parallel transfers exposed in full, as they sit between the
   // computations that need them (Megatron's per-layer allreduces, the stage-to-stage sends).
   double efficiency_overlap = 0;
+  // The predicted step: compute (model FLOPs times recomputation's factor, at the GPU's rate, stretched by the
+  // bubble) plus the exposed communication; what it gives in tokens, hardware FLOP/s per GPU (recomputation counted,
+  // as Megatron-LM reports them) and, with the GPU's peak known (--gpu), model FLOPs utilisation (PaLM's MFU:
+  // recomputation not counted).
+  double step_s = 0;
+  double tokens_per_s = 0;
+  double tflops_per_gpu = 0;
+  std::optional<double> mfu;
 };
 
 struct Evaluation {
@@ -73,13 +87,22 @@ Evaluation evaluate(const PlanRequest& request, const Layout& layout);
 std::vector<Evaluation> data_parallel_strategies(const PlanRequest& request);
 
 // With the shape known and neither --tp nor --pp given: every layout with tp a divisor of both the GPUs per node and
-// the heads, pp a divisor of the layers, tp * pp > 1 dividing the GPUs, at each allowed stage.
+// the heads, pp a divisor of the layers, tp * pp dividing the GPUs, at each allowed stage and each recomputation
+// (none, selective, full; tp * pp = 1 only with recomputation: without it, it is data_parallel_strategies'), with
+// sequence parallelism when tp > 1.
 std::vector<Evaluation> model_parallel_search(const PlanRequest& request);
 
-// The order that --bottleneck sets: among layouts that fit, speed prefers the least model parallelism, then the
-// least communication (time when the bandwidths are known, else bytes), then the lower stage; memory prefers the
-// least model parallelism, then the most memory left; communication prefers the least communication first.
+// The order that --bottleneck sets: among layouts that fit, speed prefers the shortest predicted step when every
+// candidate has one (the GPU's rate and the bandwidths known: --gpu, or --gpu-tflops and the bandwidths), else the
+// least model parallelism, then the least communication (time when the bandwidths are known, else bytes), then the
+// lower stage; memory prefers the least model parallelism, then the most memory left; communication prefers the
+// least communication first. Ties go to less recomputation. With times, every layout within kSpeedTolerance of the
+// fastest ties with it, and the simplest of those (least model parallelism, lowest stage, least recomputation) wins.
 // Returns the best of `candidates` that fits, or nullopt.
 std::optional<Evaluation> best_fit(const std::vector<Evaluation>& candidates, Bottleneck bottleneck);
+// Layouts predicted within 3% of the fastest count as fast as it, and --bottleneck speed takes the simplest of them.
+inline constexpr double kSpeedTolerance = 0.03;
+// Whether every candidate that fits has a predicted step (Evaluation::scaling), so speed can choose by it.
+bool is_timed(const std::vector<Evaluation>& candidates);
 
 }  // namespace dtrain::plan

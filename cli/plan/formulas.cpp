@@ -34,16 +34,44 @@ ModelStates zero_model_states(int stage, Precision precision, double params, int
   return m;
 }
 
-double layer_activation_bytes(const Shape& shape, int tp, Precision precision) {
+const char* recompute_name(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::none: return "none";
+    case Recompute::selective: return "selective";
+    case Recompute::full: return "full";
+  }
+  return "?";
+}
+
+double layer_activation_bytes(const Shape& shape, int tp, Precision precision, Recompute recompute,
+                              bool sequence_parallel) {
   const double s = shape.seq_len, b = shape.micro_batch, h = shape.hidden, a = shape.heads, t = tp;
-  const double sixteen_bit = s * b * h * (10 + 24 / t + 5 * a * s / (h * t));
+  const double sbh = s * b * h;
+  const double scores = recompute == Recompute::none ? 5 * a * s / h : 0;  // the attention core's 5as^2b
+  double sixteen_bit = sequence_parallel ? sbh * (34 + scores) / t : sbh * (10 + 24 / t + scores / t);
+  if (recompute == Recompute::full) sixteen_bit = sequence_parallel ? 2 * sbh / t : 2 * sbh;
   return sixteen_bit * value_bytes(precision) / 2;
 }
 
-double activation_bytes(const Shape& shape, int tp, int pp, int micro_batches, Precision precision) {
+double activation_bytes(const Shape& shape, int tp, int pp, int micro_batches, Precision precision,
+                        Recompute recompute, bool sequence_parallel) {
   const double in_flight = std::min(micro_batches, pp);
   const double layers_per_stage = static_cast<double>(shape.layers) / pp;
-  return in_flight * layers_per_stage * layer_activation_bytes(shape, tp, precision);
+  return in_flight * layers_per_stage * layer_activation_bytes(shape, tp, precision, recompute, sequence_parallel);
+}
+
+double model_flops_per_token(double params, const Shape& shape) {
+  return 6 * params + 12.0 * shape.layers * shape.hidden * shape.seq_len;
+}
+
+double recompute_flops_factor(const Shape& shape, Recompute recompute) {
+  const double s = shape.seq_len, h = shape.hidden;
+  switch (recompute) {
+    case Recompute::none: return 1;
+    case Recompute::selective: return 1 + s / (18 * h + 3 * s);
+    case Recompute::full: return 4.0 / 3.0;
+  }
+  return 1;
 }
 
 double pipeline_bubble(int pp, int micro_batches) {

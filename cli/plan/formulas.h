@@ -43,19 +43,42 @@ struct Shape {
                         // whole query groups over the tensor-parallel ranks, so t divides them too.
 };
 
-// Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models" (arXiv:2205.05198, Sec. 4.1
-// and Table 2): one transformer layer keeps s*b*h*(34 + 5*a*s/h) bytes for backward with 16-bit activations
-// (attention 11sbh + 5as^2b, MLP 19sbh, the two LayerNorms 4sbh; dropout masks at 1 byte a value). With Megatron
-// tensor parallelism over t ranks and no sequence parallelism (Sec. 4.2.1), the LayerNorm and dropout inputs stay
-// whole on every rank: s*b*h*(10 + 24/t + 5*a*s/(h*t)). No recomputation. fp32 doubles it (every kept tensor at 4
-// bytes; an upper bound, as the masks stay 1 byte).
-double layer_activation_bytes(const Shape& shape, int tp, Precision precision);
+// Activation recomputation (Korthikanti et al. 2022, Sec. 5): none keeps every activation backward needs; selective
+// recomputes the attention core (QK^T, softmax, dropout, attention over V), whose activations are the 5as^2b term;
+// full keeps only each layer's input and runs the layer's forward again in backward (Megatron-LM
+// --recompute-granularity selective | full).
+enum class Recompute { none, selective, full };
+const char* recompute_name(Recompute recompute);  // "none", "selective", "full"
+
+// Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models" (arXiv:2205.05198, Sec. 4 and
+// Table 2), bytes one transformer layer keeps for backward with 16-bit activations (attention 11sbh + 5as^2b, MLP
+// 19sbh, the two LayerNorms 4sbh; dropout masks at 1 byte a value), on each of t tensor-parallel ranks:
+//   no recomputation, no sequence parallelism (Sec. 4.2.1: LayerNorm and dropout inputs whole on every rank):
+//     s*b*h*(10 + 24/t + 5*a*s/(h*t))
+//   no recomputation, sequence parallelism (Sec. 4.2.2: those split over the sequence too): s*b*h*(34 + 5*a*s/h)/t
+//   selective recomputation (Sec. 5, Table 2): the 5as^2b term goes: s*b*h*(10 + 24/t), or 34*s*b*h/t with sequence
+//     parallelism
+//   full recomputation (Table 2): the layer's input alone, 2*s*b*h, split over t with sequence parallelism
+// fp32 doubles it (every kept tensor at 4 bytes; an upper bound, as the masks stay 1 byte).
+double layer_activation_bytes(const Shape& shape, int tp, Precision precision, Recompute recompute = Recompute::none,
+                              bool sequence_parallel = false);
 
 // Activations one GPU holds at the peak of a step, for the transformer layers (the paper's smaller terms for the
 // embeddings and the output layer are not counted). Without pipelining, one micro-batch through all L layers. With
 // p stages, 1F1B (Narayanan et al., arXiv:2104.04473, Sec. 2.2.1; Korthikanti Sec. 4.2.3) keeps up to p
 // micro-batches in flight on the first stage, each through L/p layers: min(m, p) * L/p layers' worth.
-double activation_bytes(const Shape& shape, int tp, int pp, int micro_batches, Precision precision);
+double activation_bytes(const Shape& shape, int tp, int pp, int micro_batches, Precision precision,
+                        Recompute recompute = Recompute::none, bool sequence_parallel = false);
+
+// Model FLOPs per token, forward and backward (Chowdhery et al., "PaLM", arXiv:2204.02311, Appendix B):
+// 6P + 12*L*h*s, the second term attention's QK^T and scores-times-V, which the 6P of the weights leaves out.
+double model_flops_per_token(double params, const Shape& shape);
+
+// The FLOPs a step runs over its model FLOPs: 1 without recomputation; full recomputation runs each layer's forward
+// again, 4/3 (forward 1 of 3 parts, Kaplan et al. Sec. 2.1; Narayanan et al. Sec. 3.5 count it so); selective the
+// attention core's forward again, 4bs^2h of a layer's 72bsh^2 + 12bs^2h (Korthikanti Sec. 5, Eq. 2-3):
+// 1 + s / (18h + 3s).
+double recompute_flops_factor(const Shape& shape, Recompute recompute);
 
 // The fraction of a step a pipeline of p stages stands idle with m micro-batches: (p - 1) / (m + p - 1) (GPipe,
 // Huang et al., arXiv:1811.06965, Sec. 2.3; the same bubble for Megatron's 1F1B, Narayanan et al. Sec. 2.2.1).

@@ -1,5 +1,6 @@
 #include "cli/plan/recommend.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 
@@ -20,6 +21,34 @@ std::string needs(const Evaluation& e) {
   return format_gb(e.total) + " per GPU (model states " + format_gb(e.states.total()) +
          (e.activations ? " + activations " + format_gb(*e.activations) + ")"
                         : "; activations not counted: give --layers --hidden --heads --seq-len)");
+}
+
+std::string step_text(const Scaling& s) {
+  char text[160];
+  std::snprintf(text, sizeof text, "%s a step, %.0f tokens/s, %.0f TFLOP/s per GPU", format_seconds(s.step_s).c_str(),
+                s.tokens_per_s, s.tflops_per_gpu);
+  return std::string(text) + (s.mfu ? ", MFU " + percent(*s.mfu) : "");
+}
+
+// --bottleneck speed with predicted times: the fastest, and why the next ones lost.
+void explain_speed(const std::vector<Evaluation>& all, const Evaluation& c, std::vector<std::string>& out) {
+  std::vector<const Evaluation*> fitting;
+  for (const Evaluation& e : all) {
+    if (e.fits && e.scaling) fitting.push_back(&e);
+  }
+  std::sort(fitting.begin(), fitting.end(),
+            [](const Evaluation* a, const Evaluation* b) { return a->scaling->step_s < b->scaling->step_s; });
+  out.push_back("--bottleneck speed: the shortest predicted step of the " + std::to_string(fitting.size()) +
+                " layouts that fit: " + step_text(*c.scaling) + " (compute " + format_seconds(c.scaling->compute_s) +
+                " with the bubble, communication exposed " + format_seconds(c.scaling->exposed_s) + ")");
+  for (std::size_t i = 1; i < fitting.size() && i < 3; ++i) {
+    const Evaluation& e = *fitting[i];
+    const bool compute = e.scaling->compute_s > c.scaling->compute_s;
+    out.push_back("next: " + layout_name(e.layout) + ", " + format_seconds(e.scaling->step_s) + " a step (" +
+                  (compute ? "more compute: bubble " + percent(e.bubble) + ", recomputation " +
+                                 recompute_name(e.layout.recompute)
+                           : "more exposed communication: " + format_seconds(e.scaling->exposed_s)) + ")");
+  }
 }
 
 // Why this layout: what did not fit below it and what it costs.
@@ -146,7 +175,12 @@ std::vector<std::string> spec_lines(const PlanRequest& r, const Evaluation& c, c
 Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& strategies,
                          const std::vector<Evaluation>& search) {
   Recommendation out;
-  out.choice = best_fit(strategies, r.bottleneck);
+  std::vector<Evaluation> all = strategies;
+  all.insert(all.end(), search.begin(), search.end());
+  // With predicted times, speed weighs every layout against every other; without, the data-parallel strategies come
+  // first and the model-parallel search only when none of them fits.
+  const bool by_time = r.bottleneck == Bottleneck::speed && is_timed(all);
+  out.choice = best_fit(by_time ? all : strategies, r.bottleneck);
   if (!out.choice) out.choice = best_fit(search, r.bottleneck);
   if (!out.choice) {
     const std::vector<Evaluation>& all = search.empty() ? strategies : search;
@@ -158,11 +192,15 @@ Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& st
     return out;
   }
   const Evaluation& c = *out.choice;
-  out.reasons.push_back(std::string("--bottleneck ") + bottleneck_name(r.bottleneck) + ": " +
-                        (r.bottleneck == Bottleneck::memory ? "of the layouts that fit, the most memory left"
-                         : r.bottleneck == Bottleneck::communication
-                             ? "of the layouts that fit, the least communication"
-                             : "of the layouts that fit, the least model parallelism, then the least communication"));
+  if (by_time) {
+    explain_speed(all, c, out.reasons);
+  } else {
+    out.reasons.push_back(std::string("--bottleneck ") + bottleneck_name(r.bottleneck) + ": " +
+                          (r.bottleneck == Bottleneck::memory ? "of the layouts that fit, the most memory left"
+                           : r.bottleneck == Bottleneck::communication
+                               ? "of the layouts that fit, the least communication"
+                               : "of the layouts that fit, the least model parallelism, then the least communication"));
+  }
   explain_memory(r, strategies, c, out.reasons);
   explain_batch(r, c, out.reasons);
   explain_network(r, c, out.reasons);

@@ -48,17 +48,25 @@ json evaluation_json(const Evaluation& e) {
     trainer = {{"params_bytes", e.trainer->params}, {"grads_bytes", e.trainer->grads},
                {"optim_bytes", e.trainer->optim},
                {"model_states_bytes", e.trainer->params + e.trainer->grads + e.trainer->optim}};
-  json scaling = nullptr;
-  if (e.scaling)
+  json scaling = nullptr, predicted = nullptr;
+  if (e.scaling) {
     scaling = {{"ideal_compute_s", e.scaling->ideal_s}, {"compute_s", e.scaling->compute_s},
                {"exposed_comm_s", e.scaling->exposed_s},
                {"efficiency_serial", e.scaling->efficiency_serial},
                {"efficiency_overlap", e.scaling->efficiency_overlap}};
+    predicted = {{"step_s", e.scaling->step_s}, {"tokens_per_s", e.scaling->tokens_per_s},
+                 {"tflops_per_gpu", e.scaling->tflops_per_gpu},
+                 {"mfu", e.scaling->mfu ? json(*e.scaling->mfu) : json(nullptr)}, {"bubble", e.bubble}};
+  }
   return {{"name", layout_name(e.layout)},
           {"zero_stage", e.layout.stage},
           {"tp", e.layout.tp},
           {"pp", e.layout.pp},
           {"dp", e.dp},
+          {"recompute", recompute_name(e.layout.recompute)},
+          {"sequence_parallel", e.layout.sequence_parallel},
+          {"fits", e.fits},
+          {"predicted", predicted},
           {"memory",
            {{"params_bytes", bytes(e.states.params)},
             {"grads_bytes", bytes(e.states.grads)},

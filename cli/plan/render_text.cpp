@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
+#include <vector>
 
 #include "cli/plan/gpus.h"
 #include "cli/plan/render.h"
@@ -56,17 +57,18 @@ std::string header(const PlanRequest& r) {
 }
 
 std::string table_head() {
-  return line("%-28s %5s %10s %10s %10s %10s %10s %10s %-4s %6s %10s %10s", "strategy", "dp", "params", "grads",
-              "optim", "states", "activ.", "total", "fits", "accum", "comm/GPU", "comm time");
+  return line("%-48s %5s %10s %10s %10s %10s %10s %10s %-4s %6s %10s %10s %10s", "strategy", "dp", "params", "grads",
+              "optim", "states", "activ.", "total", "fits", "accum", "comm/GPU", "comm time", "step");
 }
 
 std::string row(const Evaluation& e) {
-  return line("%-28s %5d %10s %10s %10s %10s %10s %10s %-4s %6lld %10s %10s", layout_name(e.layout).c_str(), e.dp,
-              format_gb(e.states.params).c_str(), format_gb(e.states.grads).c_str(),
+  return line("%-48s %5d %10s %10s %10s %10s %10s %10s %-4s %6lld %10s %10s %10s", layout_name(e.layout).c_str(),
+              e.dp, format_gb(e.states.params).c_str(), format_gb(e.states.grads).c_str(),
               format_gb(e.states.optim).c_str(), format_gb(e.states.total()).c_str(),
               e.activations ? format_gb(*e.activations).c_str() : "-", format_gb(e.total).c_str(),
               e.fits ? "yes" : "no", e.accumulation.micro_steps, format_gb(e.comm.bytes()).c_str(),
-              e.comm.seconds ? format_seconds(*e.comm.seconds).c_str() : "-");
+              e.comm.seconds ? format_seconds(*e.comm.seconds).c_str() : "-",
+              e.scaling ? format_seconds(e.scaling->step_s).c_str() : "-");
 }
 
 std::string trainer_table(const PlanReport& report) {
@@ -90,20 +92,26 @@ std::string trainer_table(const PlanReport& report) {
 
 std::string search_table(const PlanReport& report) {
   constexpr int kShown = 12;  // a screenful; --json lists every layout
-  std::string out;
-  int shown = 0, fitting = 0;
+  std::vector<const Evaluation*> fitting;
   for (const Evaluation& e : report.search) {
-    if (!e.fits) continue;
-    ++fitting;
-    if (shown < kShown) {
-      out += row(e);
-      ++shown;
-    }
+    if (e.fits) fitting.push_back(&e);
   }
-  std::string head = line("\nwith tensor parallelism (within a node) and pipeline stages, %d of %zu layouts fit:",
-                          fitting, report.search.size());
-  if (fitting > shown) out += line("(%d more fit; --json lists every layout)", fitting - shown);
-  return head + (fitting ? table_head() + out : std::string());
+  const bool timed = is_timed(report.search);
+  if (timed) {
+    std::stable_sort(fitting.begin(), fitting.end(), [](const Evaluation* a, const Evaluation* b) {
+      return a->scaling->step_s < b->scaling->step_s;
+    });
+  }
+  std::string out;
+  int shown = 0;
+  for (const Evaluation* e : fitting) {
+    if (shown++ < kShown) out += row(*e);
+  }
+  const int count = static_cast<int>(fitting.size());
+  std::string head = line("\nwith recomputation, tensor parallelism (within a node) and pipeline stages, %d of %zu "
+                          "layouts fit%s:", count, report.search.size(), timed ? " (fastest first)" : "");
+  if (count > kShown) out += line("(%d more fit; --json lists every layout)", count - kShown);
+  return head + (count ? table_head() + out : std::string());
 }
 
 std::string recommendation(const PlanReport& report) {

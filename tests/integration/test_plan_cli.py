@@ -68,7 +68,7 @@ h.check("is not a multiple of 64" in text, "the text says the global batch was r
 # measured scaling": the trainer's bench model on 2 nodes over 200 Mbit/s, compute 1 s a step) ---
 bench = ["--layers", "4", "--hidden", "256", "--heads", "4", "--seq-len", "256", "--vocab", "256", "--micro-batch", "8",
          "--precision", "fp32", "--gpus", "2", "--gpus-per-node", "1", "--inter-node-bw", "0.025",
-         "--gpu-tflops", repr(6 * 3290624 * 8 * 256 / 1e12)]
+         "--gpu-tflops", repr((6 * 3290624 + 12 * 4 * 256 * 256) * 8 * 256 / 1e12)]  # model FLOPs: 6P + 12Lhs a token
 comm = 13162496 / 25e6  # the gradients' allreduce: 0.5265 s
 # Default: the trainer's rule, buckets of gradient / 8 = 1,645,312 bytes after the first MiB (ddp/buckets.h).
 for bucket, last in (([], 596736), (["--ddp-bucket-mb", "25"], 12113920), (["--ddp-bucket-mb", "2"], 1628160)):

@@ -157,15 +157,21 @@ TEST_CASE("evaluate: a model that fits runs DDP; communication time at the given
   CHECK_FALSE(ddp.comm.data_parallel_crosses_nodes);
   REQUIRE(ddp.comm.seconds.has_value());
   CHECK(*ddp.comm.seconds == doctest::Approx(0.035));
-  // 32 sequences = 4 x 8 x 1 micro-step; 6 * 1e9 * 32 * 1024 / 8 / 1e14 = 0.24576 s of compute per GPU.
+  // 32 sequences = 4 x 8 x 1 micro-step; model FLOPs per token 6 * 1e9 + 12 * 16 * 2048 * 1024 (PaLM's attention
+  // term), over 32 * 1024 tokens / 8 GPUs at 1e14: 0.26225 s of compute per GPU.
+  const double ideal = (6e9 + 12.0 * 16 * 2048 * 1024) * 32 * 1024 / 8 / 1e14;
   CHECK(ddp.accumulation.micro_steps == 1);
   REQUIRE(ddp.scaling.has_value());
-  CHECK(ddp.scaling->ideal_s == doctest::Approx(0.24576));
-  CHECK(ddp.scaling->efficiency_serial == doctest::Approx(0.24576 / (0.24576 + 0.035)));
+  CHECK(ddp.scaling->ideal_s == doctest::Approx(ideal));
+  CHECK(ddp.scaling->efficiency_serial == doctest::Approx(ideal / (ideal + 0.035)));
   // 2e9 bytes of bf16 gradients: the last 25 MiB bucket holds (2e9 - 1 MiB) mod 25 MiB = 6,657,024 bytes, whose
-  // allreduce (0.035 s x 6,657,024 / 2e9) starts when backward ends; the rest hides behind 2/3 x 0.24576 s.
+  // allreduce (0.035 s x 6,657,024 / 2e9) starts when backward ends; the rest hides behind 2/3 of the compute.
   CHECK(ddp.scaling->exposed_s == doctest::Approx(0.035 * 6657024 / 2e9));
-  CHECK(ddp.scaling->efficiency_overlap == doctest::Approx(0.24576 / (0.24576 + 0.035 * 6657024 / 2e9)));
+  CHECK(ddp.scaling->efficiency_overlap == doctest::Approx(ideal / (ideal + 0.035 * 6657024 / 2e9)));
+  CHECK(ddp.scaling->step_s == doctest::Approx(ideal + 0.035 * 6657024 / 2e9));
+  CHECK(ddp.scaling->tokens_per_s == doctest::Approx(32 * 1024 / ddp.scaling->step_s));
+  CHECK(ddp.scaling->tflops_per_gpu == doctest::Approx(100 * ideal / ddp.scaling->step_s));
+  CHECK_FALSE(ddp.scaling->mfu.has_value());  // no --gpu: the peak is not known
   // 16 layers x 8,388,608 x (34 + 5*16*1024/2048 = 40) = 9,932,111,872 bytes of activations.
   CHECK(*ddp.activations == doctest::Approx(16 * 8388608.0 * 74));
 }
@@ -184,7 +190,8 @@ PlanArgs bench_model_on_200_mbit() {
   a.gpus = 2;
   a.gpus_per_node = 1;
   a.inter_node_bw_gbs = 0.025;
-  a.gpu_tflops = 6 * 3290624.0 * 8 * 256 / 1e12;
+  // Model FLOPs per token: 6P + 12 * L * h * s (PaLM's attention term).
+  a.gpu_tflops = (6 * 3290624.0 + 12.0 * 4 * 256 * 256) * 8 * 256 / 1e12;
   return a;
 }
 
@@ -283,8 +290,9 @@ TEST_CASE("evaluate: a global batch that the data-parallel ranks do not divide i
 }
 
 TEST_CASE("search: a model ZeRO-3 alone cannot hold gets tensor and pipeline parallelism, not dtrain-trainer") {
-  // 175e9 parameters, 96 layers of h = 12288, a = 96, s = 2048: one layer's activations are
-  // 25,165,824 x 114 = 2.87 GB, 275 GB for all 96, so no data-parallel layout fits 80 GB.
+  // 175e9 parameters, 96 layers of h = 12288, a = 96, s = 2048, micro-batch 8: one layer's activations are
+  // 201,326,592 x 114 = 23 GB, so no data-parallel layout fits 80 GB; with full recomputation ZeRO-3 keeps 43.75 GB
+  // of states and 96 layer inputs of 2sbh = 403 MB, 82.4 GB: still too much without tensor parallelism.
   PlanArgs a;
   a.params = 175e9;
   a.gpus = 64;
@@ -292,6 +300,7 @@ TEST_CASE("search: a model ZeRO-3 alone cannot hold gets tensor and pipeline par
   a.hidden = 12288;
   a.heads = 96;
   a.seq_len = 2048;
+  a.micro_batch = 8;
   const PlanReport report = make_report(request(a));
   for (const Evaluation& e : report.strategies) CHECK_FALSE(e.fits);
   REQUIRE(report.recommendation.choice.has_value());
@@ -302,7 +311,7 @@ TEST_CASE("search: a model ZeRO-3 alone cannot hold gets tensor and pipeline par
   CHECK(report.recommendation.trainer_args.empty());
   CHECK(contains(report.recommendation.spec_lines.back(), "--tensor-model-parallel-size"));
   // The text shows the search only because nothing else fits; JSON carries the same layout.
-  CHECK(contains(render_text(report), "with tensor parallelism (within a node) and pipeline stages"));
+  CHECK(contains(render_text(report), "with recomputation, tensor parallelism (within a node) and pipeline stages"));
   CHECK(contains(render_json(report), "\"name\": \"" + layout_name(c.layout) + "\""));
 }
 
