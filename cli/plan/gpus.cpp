@@ -20,8 +20,12 @@ constexpr double kTera = 1e12;
 //   B200: DGX B200 datasheet: 1,440 GB of GPU memory over 8 GPUs (180 GB each), 72 PFLOPS FP8 training (per GPU 9
 //         PFLOPS FP8 with sparsity: BF16 2.25 PFLOPS dense), fifth-generation NVLink 1.8 TB/s per GPU (900 GB/s per
 //         direction), eight 400 Gb/s ConnectX-7 ports for the compute fabric.
-//   L40S: "NVIDIA L40S" datasheet: 48 GB GDDR6, BF16 733 TFLOPS with sparsity (366 dense), PCIe Gen4 x16 64 GB/s
+//   L40S: "NVIDIA L40S" datasheet: 48 GB GDDR6, BF16 362.05 TFLOPS dense (733 with sparsity), PCIe Gen4 x16 64 GB/s
 //         (32 per direction), no NVLink; no standard multi-node network (give --inter-node-bw).
+// The H100 peaks are quoted from the H100 architecture whitepaper (V1.04, Table 1); A100 Selene's network from
+// Narayanan et al. SC21, Sec. 5 ("eight NVIDIA Mellanox 200Gbps HDR Infiniband HCAs" per 8-GPU node); the DGX
+// H100/H200/B200 networks from NVIDIA's DGX BasePOD reference architecture. The other figures were read from
+// transcriptions of the datasheets; B200's memory is 192 GB a package, of which DGX B200 gives 180 GB (1,440 GB / 8).
 const GpuPreset kGpus[] = {
     {"a100-40gb", "DGX A100 (HDR InfiniBand)", 40 * kGB, 312 * kTera, 300 * kGB, 25 * kGB, 8},
     {"a100-80gb", "DGX A100 (HDR InfiniBand)", 80 * kGB, 312 * kTera, 300 * kGB, 25 * kGB, 8},
@@ -29,7 +33,7 @@ const GpuPreset kGpus[] = {
     {"h100-pcie", "PCIe Gen5 server, 400 Gb/s per GPU", 80 * kGB, 756 * kTera, 64 * kGB, 50 * kGB, 8},
     {"h200", "HGX H200 (NDR InfiniBand)", 141 * kGB, 989 * kTera, 450 * kGB, 50 * kGB, 8},
     {"b200", "DGX B200 (NDR InfiniBand)", 180 * kGB, 2250 * kTera, 900 * kGB, 50 * kGB, 8},
-    {"l40s", "PCIe Gen4 server", 48 * kGB, 366 * kTera, 32 * kGB, std::nullopt, 8},
+    {"l40s", "PCIe Gen4 server", 48 * kGB, 362 * kTera, 32 * kGB, std::nullopt, 8},
 };
 
 }  // namespace
