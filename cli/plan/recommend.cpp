@@ -206,6 +206,7 @@ Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& st
   explain_network(r, c, out.reasons);
   if (c.layout.tp * c.layout.pp == 1) out.trainer_args = trainer_args(r, c);
   out.spec_lines = spec_lines(r, c, out.trainer_args);
+  out.launch = launch_lines(r, c);
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/plan/advisor.h"
+#include "cli/plan/launch_lines.h"
 
 namespace dtrain::plan {
 
@@ -18,6 +19,7 @@ struct Recommendation {
   std::vector<std::string> reasons;    // why this one, in the order they apply
   std::vector<std::string> trainer_args;  // dtrain-trainer's flags for it; empty when it needs TP or PP
   std::vector<std::string> spec_lines;    // job-spec lines (YAML) that run it
+  std::optional<LaunchLines> launch;      // Megatron-LM, torchtitan and DeepSpeed lines for it (launch_lines.h)
 };
 
 // strategies: data_parallel_strategies(request); search: model_parallel_search(request), consulted only when no

@@ -91,6 +91,14 @@ json evaluation_json(const Evaluation& e) {
           {"scaling", scaling}};
 }
 
+json launch_json(const LaunchLines& launch) {
+  std::string toml;
+  for (const std::string& line : launch.torchtitan) toml += line + "\n";
+  return {{"megatron", launch.megatron},     {"megatron_notes", launch.megatron_notes},
+          {"torchtitan", toml},              {"torchtitan_notes", launch.torchtitan_notes},
+          {"deepspeed", json::parse(launch.deepspeed)}, {"deepspeed_notes", launch.deepspeed_notes}};
+}
+
 }  // namespace
 
 std::string render_json(const PlanReport& report) {
@@ -101,7 +109,8 @@ std::string render_json(const PlanReport& report) {
   json recommendation = {{"strategy", rec.choice ? evaluation_json(*rec.choice) : json(nullptr)},
                          {"reasons", rec.reasons},
                          {"trainer_args", rec.trainer_args},
-                         {"job_spec", rec.spec_lines}};
+                         {"job_spec", rec.spec_lines},
+                         {"launch", rec.launch ? launch_json(*rec.launch) : json(nullptr)}};
   json out = {{"request", request_json(report.request)},
               {"strategies", strategies},
               {"search", search},

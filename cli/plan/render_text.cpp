@@ -114,6 +114,21 @@ std::string search_table(const PlanReport& report) {
   return head + (count ? table_head() + out : std::string());
 }
 
+std::string notes_text(const std::vector<std::string>& notes) {
+  std::string out;
+  for (const std::string& note : notes) out += "  # " + note + "\n";
+  return out;
+}
+
+std::string launch_text(const LaunchLines& launch) {
+  std::string out = "\nMegatron-LM (pretrain_gpt.py arguments):\n ";
+  for (const std::string& arg : launch.megatron) out += " " + arg;
+  out += "\n" + notes_text(launch.megatron_notes) + "\ntorchtitan (job config, TOML):\n";
+  for (const std::string& toml : launch.torchtitan) out += "  " + toml + "\n";
+  out += notes_text(launch.torchtitan_notes) + "\nDeepSpeed (config, JSON):\n  " + launch.deepspeed + "\n";
+  return out + notes_text(launch.deepspeed_notes);
+}
+
 std::string recommendation(const PlanReport& report) {
   const Recommendation& rec = report.recommendation;
   std::string out = rec.choice ? line("\nrecommended: %s", layout_name(rec.choice->layout).c_str())
@@ -128,6 +143,7 @@ std::string recommendation(const PlanReport& report) {
     out += "\njob spec:\n";
     for (const std::string& spec : rec.spec_lines) out += "  " + spec + "\n";
   }
+  if (rec.launch) out += launch_text(*rec.launch);
   return out;
 }
 
