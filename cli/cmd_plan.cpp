@@ -1,6 +1,6 @@
 // `dtrain plan`: which parallel strategy fits a model on a set of GPUs, what it costs in memory and communication,
 // and the dtrain-trainer flags and job-spec lines that run it (README "dtrain plan"; the formulas and their sources
-// are in cli/plan/formulas.h).
+// are in cli/plan/costs/formulas.h).
 
 #include <cstdio>
 #include <string>
@@ -8,12 +8,12 @@
 #include <type_traits>
 
 #include "cli/commands.h"
-#include "cli/plan/gpus.h"
+#include "cli/plan/costs/gpus.h"
 #include "cli/plan/presets.h"
 #include "cli/plan/recommend.h"
 #include "cli/plan/render.h"
 #include "cli/plan/request.h"
-#include "cli/plan/units.h"
+#include "cli/plan/costs/units.h"
 
 namespace dtrain::cli {
 namespace {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/plan/formulas.h"
+#include "cli/plan/costs/formulas.h"
 #include "cli/plan/request.h"
 #include "trainer/parallel/zero/shards.h"
 

@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "cli/plan/formulas.h"
+#include "cli/plan/costs/formulas.h"
 #include "trainer/model/config.h"
 
 namespace dtrain::plan {

@@ -4,9 +4,9 @@
 #include <cctype>
 #include <cstdio>
 
-#include "cli/plan/gpus.h"
+#include "cli/plan/costs/gpus.h"
 #include "cli/plan/presets.h"
-#include "cli/plan/units.h"
+#include "cli/plan/costs/units.h"
 
 namespace dtrain::plan {
 namespace {

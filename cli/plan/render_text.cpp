@@ -3,9 +3,9 @@
 #include <cstdio>
 #include <vector>
 
-#include "cli/plan/gpus.h"
+#include "cli/plan/costs/gpus.h"
 #include "cli/plan/render.h"
-#include "cli/plan/units.h"
+#include "cli/plan/costs/units.h"
 
 namespace dtrain::plan {
 namespace {

@@ -4,10 +4,10 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "cli/plan/gpus.h"
+#include "cli/plan/costs/gpus.h"
 #include "cli/plan/presets.h"
 #include "cli/plan/trainer_model.h"
-#include "cli/plan/units.h"
+#include "cli/plan/costs/units.h"
 
 namespace dtrain::plan {
 namespace {

@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "cli/plan/formulas.h"
+#include "cli/plan/costs/formulas.h"
 #include "common/status.h"
 #include "trainer/model/config.h"
 

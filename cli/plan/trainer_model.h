@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <optional>
 
-#include "cli/plan/formulas.h"
+#include "cli/plan/costs/formulas.h"
 #include "trainer/model/config.h"
 #include "trainer/model/layout.h"
 #include "trainer/parallel/zero/shards.h"

@@ -1,12 +1,12 @@
-// The formulas of `dtrain plan` (cli/plan/formulas.h) against numbers worked out by hand in each case's comment.
+// The formulas of `dtrain plan` (cli/plan/costs/formulas.h) against numbers worked out by hand in each case's comment.
 
 #include <doctest/doctest.h>
 
 #include <stdexcept>
 
-#include "cli/plan/formulas.h"
+#include "cli/plan/costs/formulas.h"
 #include "cli/plan/trainer_model.h"
-#include "cli/plan/units.h"
+#include "cli/plan/costs/units.h"
 
 using namespace dtrain::plan;
 

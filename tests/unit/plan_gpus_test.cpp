@@ -1,4 +1,4 @@
-// `dtrain plan --gpu NAME` (cli/plan/gpus.h): a preset gives the cluster its memory, compute rate and bandwidths,
+// `dtrain plan --gpu NAME` (cli/plan/costs/gpus.h): a preset gives the cluster its memory, compute rate and bandwidths,
 // every flag overrides the preset's value, an unknown name is refused with the known ones, and with only --model,
 // --gpus and --gpu the plan gives times.
 
@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "cli/plan/gpus.h"
+#include "cli/plan/costs/gpus.h"
 #include "cli/plan/recommend.h"
 #include "cli/plan/request.h"
 

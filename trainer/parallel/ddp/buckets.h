@@ -1,7 +1,7 @@
 #pragma once
 
 // How DDP cuts the flat gradient buffer into buckets, written once for dtrain-trainer's DdpReducer (reducer.h) and
-// for `dtrain plan` (cli/plan/formulas.h), which models the last bucket as exposed communication.
+// for `dtrain plan` (cli/plan/costs/formulas.h), which models the last bucket as exposed communication.
 //
 // Buckets are contiguous slices taken from the end of the buffer, as PyTorch DDP takes them (Li et al.,
 // arXiv:2006.15704, Sec. 3.2.3): the first holds the last kFirstBucketBytes, the next ones bucket_bytes each, down to

@@ -1,4 +1,4 @@
-#include "cli/plan/units.h"
+#include "cli/plan/costs/units.h"
 
 #include <cerrno>
 #include <cmath>

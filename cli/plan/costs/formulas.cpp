@@ -1,4 +1,4 @@
-#include "cli/plan/formulas.h"
+#include "cli/plan/costs/formulas.h"
 
 #include <algorithm>
 #include <cmath>

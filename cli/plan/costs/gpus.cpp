@@ -1,4 +1,4 @@
-#include "cli/plan/gpus.h"
+#include "cli/plan/costs/gpus.h"
 
 namespace dtrain::plan {
 namespace {
