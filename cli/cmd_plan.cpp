@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/plan/costs/gpus.h"
+#include "cli/plan/measured/measured_run.h"
 #include "cli/plan/presets.h"
 #include "cli/plan/recommend.h"
 #include "cli/plan/render.h"
@@ -121,13 +122,38 @@ void collect(Flags& f) {
   a.pp = f.pp.get();
 }
 
+// `dtrain plan --from RUN_DIR`: the job's own world is the question, so no other flag but --json goes with it.
+int plan_from_run(const CLI::App& cmd, const std::string& dir, bool json) {
+  for (const CLI::Option* option : cmd.get_options()) {
+    const std::string name = option->get_name();
+    if (option->count() > 0 && name != "--from" && name != "--json" && name != "--help") {
+      std::fprintf(stderr, "dtrain plan: --from reads the job's own model and GPUs from %s; give it alone (or with "
+                           "--json), not with %s\n", dir.c_str(), name.c_str());
+      return 2;
+    }
+  }
+  const auto advice = plan::advise_from_run(dir);
+  if (!advice.ok()) {
+    std::fprintf(stderr, "dtrain plan: %s\n", advice.status.message().c_str());
+    return 2;
+  }
+  const std::string out = json ? plan::render_advice_json(advice.value) : plan::render_advice_text(advice.value);
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
 }  // namespace
 
 Action add_plan_command(CLI::App& app) {
   auto flags = std::make_shared<Flags>();
   auto* cmd = app.add_subcommand("plan", "which parallel strategy fits a model on these GPUs, and its cost");
   add_flags(cmd, *flags);
-  return [flags]() {
+  auto from = std::make_shared<std::string>();
+  CLI::Option* from_option =
+      cmd->add_option("--from", *from, "a job's run directory: its measured step, bottleneck and the remedies, with "
+                                       "the lines to change (alone, or with --json)");
+  return [flags, from, from_option, cmd]() {
+    if (from_option->count() > 0) return plan_from_run(*cmd, *from, flags->json);
     collect(*flags);
     const auto request = plan::make_request(flags->args);
     if (!request.ok()) {

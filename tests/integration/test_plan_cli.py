@@ -185,4 +185,14 @@ h.check(req["gpu_memory_bytes"] == 94e9 and req["gpu_flops"] == 400e12 and req["
 proc = plan("--params", "1e9", "--gpus", "8", "--gpu", "h300", expect=2)
 h.check("--gpu h300" in proc.stderr and "h100-sxm" in proc.stderr, f"unknown --gpu refused: {proc.stderr!r}")
 
+# --from RUN_DIR: the recorded data-starved job's advice, and --from with a model flag refused.
+starved = os.path.join(os.path.dirname(__file__), "..", "fixtures", "runs", "ddp-data-starved")
+proc = plan("--from", starved, "--json")
+advice = json.loads(proc.stdout) if proc.returncode == 0 else {}
+h.check(advice.get("bottleneck") == "data" and advice.get("stragglers") == [2] and
+        "num_workers=" in " ".join((advice.get("remedies") or [{}])[0].get("lines", [])),
+        f"--from the data-starved run: {proc.stdout[:400]} {proc.stderr}")
+proc = plan("--from", starved, "--gpus", "8", expect=2)
+h.check("--from reads the job's own" in proc.stderr and "--gpus" in proc.stderr, f"--from with --gpus: {proc.stderr!r}")
+
 h.finish()
