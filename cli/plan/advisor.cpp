@@ -24,7 +24,7 @@ Comm communication(const PlanRequest& r, const Layout& l, int dp, long long micr
   comm.data_parallel = data_parallel_bytes(l.stage, w.params / (l.tp * l.pp), dp, steps, w.precision);
   if (w.shape) {
     comm.tensor_parallel = tensor_parallel_bytes(*w.shape, l.tp, w.shape->layers / l.pp, steps, w.precision);
-    comm.pipeline = pipeline_bytes(*w.shape, l.pp, steps, w.precision);
+    comm.pipeline = pipeline_bytes(*w.shape, l.pp, steps, w.precision, l.virtual_stages);
   }
   comm.data_parallel_crosses_nodes = l.tp * dp > c.gpus_per_node;
   comm.pipeline_crosses_nodes = l.pp > 1 && c.nodes() > 1;
@@ -75,6 +75,22 @@ std::vector<int> divisors(int n) {
 
 int max_stage(int pp) { return pp > 1 ? 1 : 3; }
 
+// 1, and 2 and 4 interleaved stages where Megatron allows them: p > 1, p * v dividing the layers, the micro-batches
+// (with the data-parallel size of tp, pp) a multiple of p.
+std::vector<int> interleavings(const PlanRequest& r, const Shape& shape, int tp, int pp) {
+  std::vector<int> out = {1};
+  if (pp <= 1) return out;
+  const int dp = r.cluster.gpus / (tp * pp);
+  const Workload& w = r.workload;
+  const long long micro_steps =
+      w.global_batch ? accumulation(*w.global_batch, w.micro_batch, dp).micro_steps : 1;
+  if (micro_steps % pp != 0) return out;
+  for (int v : {2, 4}) {
+    if (shape.layers % (pp * v) == 0) out.push_back(v);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string layout_name(const Layout& layout) {
@@ -82,6 +98,7 @@ std::string layout_name(const Layout& layout) {
   std::string name = kStages[layout.stage];
   if (layout.tp > 1) name += " + TP " + std::to_string(layout.tp) + (layout.sequence_parallel ? " (SP)" : "");
   if (layout.pp > 1) name += " + PP " + std::to_string(layout.pp);
+  if (layout.virtual_stages > 1) name += " x " + std::to_string(layout.virtual_stages) + " interleaved";
   if (layout.recompute != Recompute::none) name += std::string(" + ") + recompute_name(layout.recompute) + " recompute";
   return name;
 }
@@ -99,11 +116,12 @@ Evaluation evaluate(const PlanRequest& r, const Layout& l) {
                                   : Accumulation{1, static_cast<long long>(w.micro_batch) * e.dp, true};
   const int micro_steps = static_cast<int>(std::min<long long>(e.accumulation.micro_steps, 1 << 30));
   if (w.shape) {
-    e.activations = activation_bytes(*w.shape, l.tp, l.pp, micro_steps, w.precision, l.recompute, l.sequence_parallel);
+    e.activations = activation_bytes(*w.shape, l.tp, l.pp, micro_steps, w.precision, l.recompute,
+                                     l.sequence_parallel, l.virtual_stages);
   }
   e.total = e.states.total() + e.activations.value_or(0);
   e.fits = fits(e.total, c.gpu_memory);
-  e.bubble = pipeline_bubble(l.pp, micro_steps);
+  e.bubble = pipeline_bubble(l.pp, micro_steps, l.virtual_stages);
   e.comm = communication(r, l, e.dp, micro_steps);
   e.scaling = scaling(r, e);
   return e;
@@ -124,10 +142,12 @@ std::vector<Evaluation> model_parallel_search(const PlanRequest& r) {
     if (shape.heads % tp != 0 || (shape.kv_heads && shape.kv_heads % tp != 0)) continue;
     for (int pp : divisors(shape.layers)) {
       if (r.cluster.gpus % (tp * pp) != 0) continue;
-      for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
-        if (tp * pp == 1 && recompute == Recompute::none) continue;
-        for (int stage = 0; stage <= max_stage(pp); ++stage)
-          out.push_back(evaluate(r, {stage, tp, pp, recompute, tp > 1}));
+      for (int v : interleavings(r, shape, tp, pp)) {
+        for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
+          if (tp * pp == 1 && recompute == Recompute::none) continue;
+          for (int stage = 0; stage <= max_stage(pp); ++stage)
+            out.push_back(evaluate(r, {stage, tp, pp, recompute, tp > 1, v}));
+        }
       }
     }
   }

@@ -25,6 +25,9 @@ struct Layout {
   // Megatron-LM's sequence parallelism beside tensor parallelism: the searched layouts use it whenever tp > 1 (the
   // same bytes on the wire, the activations between the tensor-parallel regions split over t; Korthikanti Sec. 4.2.2).
   bool sequence_parallel = false;
+  // Megatron's interleaved 1F1B: each GPU holds v chunks of L/(p*v) layers (v > 1 only with p > 1, v*p dividing
+  // the layers and p dividing the micro-batches, as Megatron requires).
+  int virtual_stages = 1;
 };
 // "DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3/FSDP", with " + TP 2 + PP 4" when model-parallel and " + full recompute" or
 // " + selective recompute" when it recomputes.
@@ -87,7 +90,8 @@ Evaluation evaluate(const PlanRequest& request, const Layout& layout);
 std::vector<Evaluation> data_parallel_strategies(const PlanRequest& request);
 
 // With the shape known and neither --tp nor --pp given: every layout with tp a divisor of both the GPUs per node and
-// the heads, pp a divisor of the layers, tp * pp dividing the GPUs, at each allowed stage and each recomputation
+// the heads, pp a divisor of the layers (each with 1, 2 or 4 interleaved stages where they apply), tp * pp dividing
+// the GPUs, at each allowed stage and each recomputation
 // (none, selective, full; tp * pp = 1 only with recomputation: without it, it is data_parallel_strategies'), with
 // sequence parallelism when tp > 1.
 std::vector<Evaluation> model_parallel_search(const PlanRequest& request);

@@ -12,6 +12,10 @@ std::vector<std::string> megatron_args(const PlanRequest& r, const Evaluation& c
   const Layout& l = c.layout;
   std::vector<std::string> args = {"--tensor-model-parallel-size", num(l.tp), "--pipeline-model-parallel-size",
                                    num(l.pp)};
+  if (l.virtual_stages > 1 && w.shape) {
+    args.insert(args.end(), {"--num-layers-per-virtual-pipeline-stage",
+                             num(w.shape->layers / (l.pp * l.virtual_stages))});
+  }
   if (l.sequence_parallel) args.push_back("--sequence-parallel");
   if (l.recompute == Recompute::selective) args.insert(args.end(), {"--recompute-granularity", "selective"});
   if (l.recompute == Recompute::full) {
@@ -56,7 +60,10 @@ std::vector<std::string> torchtitan_toml(const PlanRequest& r, const Evaluation&
   }
   lines.push_back("tensor_parallel_degree = " + num(l.tp));
   lines.push_back("pipeline_parallel_degree = " + num(l.pp));
-  if (l.pp > 1) lines.push_back("pipeline_parallel_schedule = \"1F1B\"");
+  if (l.pp > 1) {
+    lines.push_back(std::string("pipeline_parallel_schedule = \"") +
+                    (l.virtual_stages > 1 ? "Interleaved1F1B" : "1F1B") + "\"");
+  }
   lines.push_back("[activation_checkpoint]");
   lines.push_back(std::string("mode = \"") + recompute_name(l.recompute) + "\"");
   lines.push_back("[training]");

@@ -65,6 +65,7 @@ json evaluation_json(const Evaluation& e) {
           {"dp", e.dp},
           {"recompute", recompute_name(e.layout.recompute)},
           {"sequence_parallel", e.layout.sequence_parallel},
+          {"virtual_stages", e.layout.virtual_stages},
           {"fits", e.fits},
           {"predicted", predicted},
           {"memory",

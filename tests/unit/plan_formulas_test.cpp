@@ -67,6 +67,34 @@ TEST_CASE("pipeline bubble: (p - 1) / (m + p - 1)") {
   CHECK(pipeline_bubble(1, 16) == 0);
 }
 
+TEST_CASE("interleaved stages: the bubble (p - 1)/(v*m + p - 1), v times the sends, more in flight") {
+  CHECK(pipeline_bubble(4, 8, 2) == doctest::Approx(3.0 / 19));
+  Shape s{8, 1024, 16, 512, 1};
+  CHECK(pipeline_bytes(s, 4, 8, Precision::bf16, 2) == doctest::Approx(2 * pipeline_bytes(s, 4, 8, Precision::bf16)));
+  // Korthikanti Sec. 4.2.3: the first stage holds 1 + (p - 1)/(p*v) times 1F1B's activations.
+  CHECK(activation_bytes(s, 1, 4, 8, Precision::bf16, Recompute::none, false, 2) ==
+        doctest::Approx(activation_bytes(s, 1, 4, 8, Precision::bf16) * (1 + 3.0 / 8)));
+}
+
+TEST_CASE("recomputation and sequence parallelism: Korthikanti's Table 2, and the FLOPs they cost") {
+  // s = 2048, b = 1, h = 12288, a = 96, t = 8: sbh = 25,165,824.
+  const Shape gpt3{96, 12288, 96, 2048, 1};
+  const double sbh = 2048.0 * 12288;
+  const double scores = 5.0 * 96 * 2048 / 12288;  // 80
+  CHECK(layer_activation_bytes(gpt3, 8, Precision::bf16) == doctest::Approx(sbh * (10 + 24.0 / 8 + scores / 8)));
+  CHECK(layer_activation_bytes(gpt3, 8, Precision::bf16, Recompute::none, true) ==
+        doctest::Approx(sbh * (34 + scores) / 8));
+  CHECK(layer_activation_bytes(gpt3, 8, Precision::bf16, Recompute::selective, true) == doctest::Approx(sbh * 34 / 8));
+  CHECK(layer_activation_bytes(gpt3, 8, Precision::bf16, Recompute::selective) == doctest::Approx(sbh * 13));
+  CHECK(layer_activation_bytes(gpt3, 8, Precision::bf16, Recompute::full) == doctest::Approx(2 * sbh));
+  CHECK(layer_activation_bytes(gpt3, 8, Precision::bf16, Recompute::full, true) == doctest::Approx(2 * sbh / 8));
+  // PaLM's model FLOPs per token and the recomputation factors.
+  CHECK(model_flops_per_token(175e9, gpt3) == doctest::Approx(6 * 175e9 + 12.0 * 96 * 12288 * 2048));
+  CHECK(recompute_flops_factor(gpt3, Recompute::none) == 1);
+  CHECK(recompute_flops_factor(gpt3, Recompute::full) == doctest::Approx(4.0 / 3));
+  CHECK(recompute_flops_factor(gpt3, Recompute::selective) == doctest::Approx(1 + 2048.0 / (18 * 12288 + 3 * 2048)));
+}
+
 TEST_CASE("communication: ring bytes per GPU for data, tensor and pipeline parallelism") {
   CHECK(ring_gather_bytes(1e9, 4) == doctest::Approx(0.75e9));
   CHECK(ring_allreduce_bytes(1e9, 4) == doctest::Approx(1.5e9));

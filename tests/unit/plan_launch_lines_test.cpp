@@ -22,6 +22,7 @@ namespace plan_launch_lines_test {
 const std::set<std::string> kMegatronFlags = {
     "--tensor-model-parallel-size",  // 2036
     "--pipeline-model-parallel-size",  // 2040
+    "--num-layers-per-virtual-pipeline-stage",  // 2060
     "--sequence-parallel",           // 1739
     "--recompute-granularity",       // 1533: full | selective
     "--recompute-method",            // 1554: uniform | block

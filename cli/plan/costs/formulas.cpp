@@ -54,8 +54,9 @@ double layer_activation_bytes(const Shape& shape, int tp, Precision precision, R
 }
 
 double activation_bytes(const Shape& shape, int tp, int pp, int micro_batches, Precision precision,
-                        Recompute recompute, bool sequence_parallel) {
-  const double in_flight = std::min(micro_batches, pp);
+                        Recompute recompute, bool sequence_parallel, int virtual_stages) {
+  double in_flight = std::min(micro_batches, pp);
+  if (virtual_stages > 1) in_flight *= 1 + static_cast<double>(pp - 1) / (pp * virtual_stages);
   const double layers_per_stage = static_cast<double>(shape.layers) / pp;
   return in_flight * layers_per_stage * layer_activation_bytes(shape, tp, precision, recompute, sequence_parallel);
 }
@@ -74,8 +75,8 @@ double recompute_flops_factor(const Shape& shape, Recompute recompute) {
   return 1;
 }
 
-double pipeline_bubble(int pp, int micro_batches) {
-  return static_cast<double>(pp - 1) / (micro_batches + pp - 1);
+double pipeline_bubble(int pp, int micro_batches, int virtual_stages) {
+  return static_cast<double>(pp - 1) / (static_cast<double>(virtual_stages) * micro_batches + pp - 1);
 }
 
 double ring_gather_bytes(double bytes, int n) { return bytes * (n - 1) / n; }
@@ -97,11 +98,11 @@ double tensor_parallel_bytes(const Shape& shape, int tp, int layers_per_stage, i
   return 4.0 * layers_per_stage * micro_steps * ring_allreduce_bytes(activations, tp);
 }
 
-double pipeline_bytes(const Shape& shape, int pp, int micro_steps, Precision precision) {
+double pipeline_bytes(const Shape& shape, int pp, int micro_steps, Precision precision, int virtual_stages) {
   if (pp <= 1) return 0;
   const double activations = static_cast<double>(shape.seq_len) * shape.micro_batch * shape.hidden *
                              value_bytes(precision);
-  return 2.0 * micro_steps * activations;
+  return 2.0 * micro_steps * activations * virtual_stages;
 }
 
 Accumulation accumulation(long long wanted_global_batch, int micro_batch, int dp) {

@@ -67,8 +67,10 @@ double layer_activation_bytes(const Shape& shape, int tp, Precision precision, R
 // embeddings and the output layer are not counted). Without pipelining, one micro-batch through all L layers. With
 // p stages, 1F1B (Narayanan et al., arXiv:2104.04473, Sec. 2.2.1; Korthikanti Sec. 4.2.3) keeps up to p
 // micro-batches in flight on the first stage, each through L/p layers: min(m, p) * L/p layers' worth.
+// With v interleaved stages per GPU (Megatron's interleaved 1F1B) the first stage holds more: a factor of
+// 1 + (p - 1)/(p*v) (Korthikanti Sec. 4.2.3).
 double activation_bytes(const Shape& shape, int tp, int pp, int micro_batches, Precision precision,
-                        Recompute recompute = Recompute::none, bool sequence_parallel = false);
+                        Recompute recompute = Recompute::none, bool sequence_parallel = false, int virtual_stages = 1);
 
 // Model FLOPs per token, forward and backward (Chowdhery et al., "PaLM", arXiv:2204.02311, Appendix B):
 // 6P + 12*L*h*s, the second term attention's QK^T and scores-times-V, which the 6P of the weights leaves out.
@@ -81,8 +83,10 @@ double model_flops_per_token(double params, const Shape& shape);
 double recompute_flops_factor(const Shape& shape, Recompute recompute);
 
 // The fraction of a step a pipeline of p stages stands idle with m micro-batches: (p - 1) / (m + p - 1) (GPipe,
-// Huang et al., arXiv:1811.06965, Sec. 2.3; the same bubble for Megatron's 1F1B, Narayanan et al. Sec. 2.2.1).
-double pipeline_bubble(int pp, int micro_batches);
+// Huang et al., arXiv:1811.06965, Sec. 2.3; the same bubble for Megatron's 1F1B, Narayanan et al. Sec. 2.2.1: idle
+// time (p - 1)/m of the ideal). With v interleaved stages per GPU the idle time is (p - 1)/(v*m) of the ideal
+// (Narayanan et al. Sec. 2.2.2): (p - 1) / (v*m + p - 1) of the step.
+double pipeline_bubble(int pp, int micro_batches, int virtual_stages = 1);
 
 // Ring collectives (NCCL's algorithms; the bus bandwidth of nccl-tests' PERFORMANCE.md): a reduce-scatter or an
 // all-gather of B bytes in all sends (n - 1)/n * B from each rank; an allreduce is one of each, 2(n - 1)/n * B.
@@ -105,8 +109,9 @@ double data_parallel_bytes(int stage, double params, int dp, int micro_steps, Pr
 double tensor_parallel_bytes(const Shape& shape, int tp, int layers_per_stage, int micro_steps, Precision precision);
 
 // Pipeline parallelism: each micro-batch's s*b*h activations go to the next stage and their gradient comes back,
-// so a middle stage sends 2*s*b*h values per micro-batch (Narayanan et al. Sec. 2.2; 0 for one stage).
-double pipeline_bytes(const Shape& shape, int pp, int micro_steps, Precision precision);
+// so a middle stage sends 2*s*b*h values per micro-batch (Narayanan et al. Sec. 2.2; 0 for one stage); v times that
+// with v interleaved stages (Sec. 2.2.2: "the amount of communication also increases by v").
+double pipeline_bytes(const Shape& shape, int pp, int micro_steps, Precision precision, int virtual_stages = 1);
 
 // Gradient accumulation: a step's global batch is micro-batch * dp * micro-steps; the fewest micro-steps that reach
 // the wanted global batch (the batch then reached, which is larger when dp * micro-batch does not divide it).
