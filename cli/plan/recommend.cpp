@@ -65,7 +65,10 @@ void explain_memory(const PlanRequest& r, const std::vector<Evaluation>& strateg
     out.push_back("very large model: tensor parallelism " + std::to_string(c.layout.tp) +
                   " within a node splits every layer (4 allreduces of its activations per layer, at intra-node "
                   "bandwidth) and " + std::to_string(c.layout.pp) + " pipeline stage(s) split the layers; the "
-                  "bubble (p - 1)/(m + p - 1) idles " + percent(c.bubble) + " of a step with " +
+                  "bubble " + (c.layout.virtual_stages > 1 ? "(p - 1)/(v*m + p - 1), v = " +
+                                                                   std::to_string(c.layout.virtual_stages) + ","
+                                                             : std::string("(p - 1)/(m + p - 1)")) +
+                  " idles " + percent(c.bubble) + " of a step with " +
                   std::to_string(c.accumulation.micro_steps) + " micro-batches (a larger --global-batch shrinks it)");
   } else if (stage == 0) {
     out.push_back("the model fits: DDP needs " + needs(c) + " of the " + usable +
