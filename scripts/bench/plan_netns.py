@@ -29,7 +29,8 @@ efficiency = compute / step. Each round is judged on itself: other builds on thi
 between runs, not the link's share of a run (the N trainers alone show how much: they ran slower than the DDP ranks).
 Predicted: `dtrain plan --layers 4 --hidden 256 --heads 4 --seq-len 256 --vocab 256 --micro-batch 8 --precision fp32
 --gpus N --gpus-per-node 1 --inter-node-bw R --ddp-bucket-mb M --gpu-tflops F --json`, R the tbf rate in GB/s and
-F the FLOP/s that give the measured compute by the plan's own 6 * P * tokens rule, so what is compared is its
+F the FLOP/s that give the measured compute by the plan's own rule, (6 * P + 12 * L * h * s) FLOPs a token (PaLM's
+model FLOPs, cli/plan/costs/formulas.h), so what is compared is its
 communication and how it combines with compute: comm.seconds, scaling.exposed_comm_s and
 scaling.efficiency_serial / efficiency_overlap of the DDP row."""
 
@@ -240,7 +241,7 @@ def row(args, samples, n, rate, mb):
     compute = [t - e for t, e in zip(step, exposed)]
     eff = [c / t for c, t in zip(compute, step)]
     params, _, _ = plan(args, n, rate, mb, None)
-    _, ddp, argv = plan(args, n, rate, mb, 6 * params * args.batch * T / med(compute))
+    _, ddp, argv = plan(args, n, rate, mb, (6 * params + 12 * L * C * T) * args.batch * T / med(compute))
     sc = ddp["scaling"]
     alone = [s["step_ms"] / 1e3 for s in samples[key(n, "alone", "-")]]
     return {"n": n, "rate": rate, "bucket_mb": mb, "plan_argv": argv,
