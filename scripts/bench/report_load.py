@@ -8,6 +8,7 @@ the launcher spends at 1,000 reports per second. Runs alternate quiet/reporting,
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -69,17 +70,25 @@ def main():
     args = parser.parse_args()
     args.dtrain = os.path.join(args.build, "bin", "dtrain")
     work = tempfile.mkdtemp(prefix="dtrain-bench-reports-")
-    with open(os.path.join(work, "worker.py"), "w") as f:
-        f.write(WORKER)
     quiet, busy, counts = [], [], []
-    for r in range(args.runs):
-        q_cpu, _ = one_job(args, work, 0)
-        b_cpu, n = one_job(args, work, args.rate / args.ranks)
-        quiet.append(q_cpu)
-        busy.append(b_cpu)
-        counts.append(n)
-        print(f"run {r + 1}: quiet job {q_cpu:.3f} s CPU; reporting job {b_cpu:.3f} s CPU, {n} reports "
-              f"({n / args.seconds:.0f}/s)", file=sys.stderr, flush=True)
+    done = False
+    try:
+        with open(os.path.join(work, "worker.py"), "w") as f:
+            f.write(WORKER)
+        for r in range(args.runs):
+            q_cpu, _ = one_job(args, work, 0)
+            b_cpu, n = one_job(args, work, args.rate / args.ranks)
+            quiet.append(q_cpu)
+            busy.append(b_cpu)
+            counts.append(n)
+            print(f"run {r + 1}: quiet job {q_cpu:.3f} s CPU; reporting job {b_cpu:.3f} s CPU, {n} reports "
+                  f"({n / args.seconds:.0f}/s)", file=sys.stderr, flush=True)
+        done = True
+    finally:
+        if done:
+            shutil.rmtree(work, ignore_errors=True)  # the jobs' run directories and logs: the disk is shared
+        else:
+            print(f"kept {work}: the failed job's logs are there", file=sys.stderr)
     per_report = [(b - q) / n for b, q, n in zip(busy, quiet, counts)]
     median = statistics.median(per_report)
     print(f"{args.ranks} ranks on {args.nodes} nodes, {args.seconds:.0f} s, target {args.rate:.0f} reports/s, "
