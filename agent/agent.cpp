@@ -1,9 +1,6 @@
 #include "agent/agent.h"
 #include "agent/agent_servers.h"
 
-#include <unistd.h>
-
-#include <algorithm>
 #include <cstdio>
 #include <thread>
 
@@ -11,21 +8,14 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
-#include "agent/job/evidence.h"
 #include "agent/job/run_dir.h"
-#include "agent/job/worker_sampler.h"
-#include "agent/node/probe/probe.h"
 #include "agent/security/credentials.h"
-#include "agent/security/x509.h"
 #include "agent/session/join_client.h"
-#include "agent/session/lease_watch.h"
 #include "agent/session/outbox.h"
 #include "agent/session/session_stream.h"
 #include "agent/session/wire.h"
 #include "common/transport.h"
-#include "common/clock.h"
 #include "common/os/syscalls.h"
-#include "common/version.h"
 
 namespace dtrain::agent {
 namespace {
