@@ -22,15 +22,6 @@ std::string gib(std::uint64_t bytes) {
 
 double share_of(double part, double whole) { return whole > 0 ? part / whole : 0; }
 
-double median_of(std::vector<double> values) {
-  if (values.empty()) return 0;
-  const std::size_t mid = values.size() / 2;
-  std::nth_element(values.begin(), values.begin() + static_cast<long>(mid), values.end());
-  const double upper = values[mid];
-  if (values.size() % 2 == 1) return upper;
-  return (upper + *std::max_element(values.begin(), values.begin() + static_cast<long>(mid))) / 2;
-}
-
 // The median of `sorted` without its element at `skip`.
 double median_without(const std::vector<double>& sorted, std::size_t skip) {
   const std::size_t n = sorted.size() - 1;
@@ -141,7 +132,7 @@ void Diagnoser::find_stragglers(const std::vector<unsigned>& fresh, const Latest
   if (ranks.size() < 2) return;
   std::sort(sorted.begin(), sorted.end());
   // The job's step time: an excess of own work smaller than a share of it is jitter, not what the job waits for.
-  const double least_excess = kStragglerExcessShare * median_of(std::move(steps));
+  const double least_excess = kStragglerExcessShare * report::median_of(std::move(steps));
   // The peers' breakdown fields, each sorted once per evaluation: a named rank's peers' median is then its field's
   // median without the rank's own value, as own work's is (no pass over every rank per straggler).
   constexpr double RankSample::*kFields[] = {&RankSample::data_wait_ms, &RankSample::compute_ms,

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/report/model/rank_sample.h"
 #include "cli/report/model/run_model.h"
 
 namespace dtrain::plan {
@@ -13,13 +14,6 @@ namespace {
 
 constexpr int kAccumulation = 4;      // the micro-steps the accumulation remedy proposes
 constexpr double kWorthShare = 0.10;  // a part under 10% of the step gets no remedy
-
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
 
 // dtrain-trainer's --precision in the job's command, "fp32" without it; "" for other programs.
 std::string trainer_precision(const std::vector<std::string>& command) {
@@ -59,12 +53,12 @@ MeasuredRun measure(const report::RunModel& model, const std::set<unsigned>& onl
     }
   }
   m.samples = step.size();
-  m.step_ms = median(step);
-  m.data_wait_ms = median(data);
-  m.compute_ms = median(compute);
-  m.comm_exposed_ms = median(comm);
-  m.optimizer_ms = median(optim);
-  m.tokens_per_s = median(tokens) * static_cast<double>(m.ranks);
+  m.step_ms = report::median_of(step);
+  m.data_wait_ms = report::median_of(data);
+  m.compute_ms = report::median_of(compute);
+  m.comm_exposed_ms = report::median_of(comm);
+  m.optimizer_ms = report::median_of(optim);
+  m.tokens_per_s = report::median_of(tokens) * static_cast<double>(m.ranks);
   return m;
 }
 

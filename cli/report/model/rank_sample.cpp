@@ -4,6 +4,15 @@
 
 namespace dtrain::report {
 
+double median_of(std::vector<double> values) {
+  if (values.empty()) return 0;
+  const std::size_t mid = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + static_cast<long>(mid), values.end());
+  const double upper = values[mid];
+  if (values.size() % 2 == 1) return upper;
+  return (upper + *std::max_element(values.begin(), values.begin() + static_cast<long>(mid))) / 2;
+}
+
 bool RankWindow::add(const RankSample& s) {
   if (last_step_ == s.step) return false;
   last_step_ = s.step;

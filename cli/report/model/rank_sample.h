@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 namespace dtrain::report {
 
@@ -52,5 +53,9 @@ class RankWindow {
   std::size_t steps_ = 0;
   RankSample sum_;   // times summed, memory the peak, the rest the latest step's
 };
+
+// The median of `values` (the mean of the middle two when there are an even number); 0 for none. The diagnoser's
+// peer medians and `dtrain plan --from`'s measures use it.
+double median_of(std::vector<double> values);
 
 }  // namespace dtrain::report
