@@ -30,7 +30,7 @@ struct Given {
 struct Flags {
   Given<double> params, intra_bw, inter_bw, tflops, bucket_mb;
   Given<std::string> model, gpu;
-  Given<int> gpus, gpus_per_node, layers, hidden, heads, seq_len, vocab, micro_batch, tp, pp;
+  Given<int> gpus, gpus_per_node, layers, hidden, heads, kv_heads, seq_len, vocab, micro_batch, tp, pp, zero;
   Given<long long> global_batch;
   plan::PlanArgs args;
   bool json = false;
@@ -81,8 +81,11 @@ void add_flags(CLI::App* cmd, Flags& f) {
   add(cmd, f.layers, "--layers", "transformer layers (L)");
   add(cmd, f.hidden, "--hidden", "hidden size (h)");
   add(cmd, f.heads, "--heads", "attention heads (a)");
+  add(cmd, f.kv_heads, "--kv-heads", "key/value heads with grouped-query attention (default: as many as --heads)");
   add(cmd, f.seq_len, "--seq-len", "sequence length (s); with --model, default its longest");
-  add(cmd, f.vocab, "--vocab", "vocabulary: with the shape, makes it dtrain-trainer's GPT-2 (its exact size)");
+  add(cmd, f.vocab, "--vocab",
+      "vocabulary: places the embedding and output layer on the pipeline's first and last stages; with the shape "
+      "and no --params, the model is dtrain-trainer's GPT-2 (its exact size)");
   add(cmd, f.micro_batch, "--micro-batch", "sequences per GPU per micro-step (b, default 1)");
   add(cmd, f.global_batch, "--global-batch", "sequences per optimizer step; gradient accumulation reaches it");
   add(cmd, f.intra_bw, "--intra-node-bw", "GB/s per GPU within a node (busbw of `dtrain bench allreduce`)");
@@ -93,6 +96,15 @@ void add_flags(CLI::App* cmd, Flags& f) {
       "min(25, max(1, gradient MiB / 8)); PyTorch's bucket_cap_mb is 25)");
   add(cmd, f.tp, "--tp", "tensor-parallel size (within a node); default: searched when nothing else fits");
   add(cmd, f.pp, "--pp", "pipeline stages; default: searched when nothing else fits");
+  add(cmd, f.zero, "--zero", "the ZeRO stage, 0 (DDP) to 3; default: searched");
+  cmd->add_option("--recompute", f.args.recompute, "none | selective | full activation recomputation; default: searched");
+  cmd->add_option("--sequence-parallel", f.args.sequence_parallel,
+                  "on | off: sequence parallelism beside tensor parallelism")->capture_default_str();
+  cmd->add_option("--attention", f.args.attention,
+                  "flash (fused: no s x s scores kept) | eager (the scores kept for backward)")->capture_default_str();
+  cmd->add_option("--framework", f.args.framework,
+                  "any | megatron (ZeRO 0-1, its own bytes per parameter) | deepspeed (no TP; ZeRO 0-1 with PP): the "
+                  "layouts the framework runs")->capture_default_str();
   cmd->add_option("--bottleneck", f.args.bottleneck, "memory | speed | communication: how to choose among what fits")
       ->capture_default_str();
   cmd->add_flag("--trainer-accounting", f.args.trainer_accounting,
@@ -110,6 +122,8 @@ void collect(Flags& f) {
   a.layers = f.layers.get();
   a.hidden = f.hidden.get();
   a.heads = f.heads.get();
+  a.kv_heads = f.kv_heads.get();
+  a.zero = f.zero.get();
   a.seq_len = f.seq_len.get();
   a.vocab = f.vocab.get();
   a.micro_batch = f.micro_batch.get();

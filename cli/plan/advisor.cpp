@@ -16,14 +16,51 @@ std::optional<double> transfer_seconds(double bytes, const std::optional<double>
   return bytes / *bandwidth;
 }
 
+// Parameters a GPU of the most loaded stage holds (formulas.h, stage_params): what its ZeRO states and its
+// data-parallel traffic are counted for.
+double gpu_params(const Workload& w, const Layout& l) {
+  return w.shape ? stage_params(w.params, *w.shape, l.tp, l.pp) : w.params / (l.tp * l.pp);
+}
+
+// The data-parallel group: dp ranks, tp * dp of them within a node at most (Megatron's rank order, advisor.h).
+int data_parallel_nodes(const Cluster& c, const Layout& l, int dp) {
+  const int per_node = std::max(1, c.gpus_per_node / l.tp);
+  return std::max(1, (dp + per_node - 1) / per_node);
+}
+
+// Each collective's latency (formulas.h, collective_latency_seconds), apart from its bytes' time.
+struct Latency {
+  double data_parallel = 0;
+  double tensor_parallel = 0;
+};
+
+Latency latencies(const PlanRequest& r, const Layout& l, int dp, int steps) {
+  const Workload& w = r.workload;
+  const int layers = w.shape ? stage_layers(w.shape->layers, l.pp) : 1;
+  const double bucket_params = w.bucket_bytes ? *w.bucket_bytes / value_bytes(w.precision) : 0;
+  const double dp_count = data_parallel_collectives(l.stage, gpu_params(w, l), dp, steps, layers, bucket_params);
+  const Collective dp_kind = l.stage == 0 ? Collective::allreduce : Collective::all_gather;
+  Latency out;
+  out.data_parallel = dp_count * collective_latency_seconds(dp_kind, dp, data_parallel_nodes(r.cluster, l, dp));
+  if (l.tp > 1 && w.shape) {
+    // Megatron: 4 allreduces per layer per micro-batch, or with sequence parallelism 4 all-gathers and 4
+    // reduce-scatters (Korthikanti Sec. 4.2.2).
+    const double per_layer = l.sequence_parallel ? 8 * collective_latency_seconds(Collective::all_gather, l.tp, 1)
+                                                 : 4 * collective_latency_seconds(Collective::allreduce, l.tp, 1);
+    out.tensor_parallel = per_layer * layers * steps;
+  }
+  return out;
+}
+
 Comm communication(const PlanRequest& r, const Layout& l, int dp, long long micro_steps) {
   const Workload& w = r.workload;
   const Cluster& c = r.cluster;
   const int steps = static_cast<int>(micro_steps);
   Comm comm;
-  comm.data_parallel = data_parallel_bytes(l.stage, w.params / (l.tp * l.pp), dp, steps, w.precision);
+  comm.data_parallel = data_parallel_bytes(l.stage, gpu_params(w, l), dp, steps, w.precision);
   if (w.shape) {
-    comm.tensor_parallel = tensor_parallel_bytes(*w.shape, l.tp, w.shape->layers / l.pp, steps, w.precision);
+    comm.tensor_parallel = tensor_parallel_bytes(*w.shape, l.tp, stage_layers(w.shape->layers, l.pp), steps,
+                                                 w.precision);
     comm.pipeline = pipeline_bytes(*w.shape, l.pp, steps, w.precision, l.virtual_stages);
   }
   comm.data_parallel_crosses_nodes = l.tp * dp > c.gpus_per_node;
@@ -33,8 +70,10 @@ Comm communication(const PlanRequest& r, const Layout& l, int dp, long long micr
   const auto tp_s = transfer_seconds(comm.tensor_parallel, c.intra_node_bw);
   const auto pp_s =
       transfer_seconds(comm.pipeline, comm.pipeline_crosses_nodes ? c.inter_node_bw : c.intra_node_bw);
-  if (dp_s && tp_s && pp_s) comm.seconds = *dp_s + *tp_s + *pp_s;
-  comm.data_parallel_seconds = dp_s;
+  const Latency latency = latencies(r, l, dp, steps);
+  comm.latency_s = latency.data_parallel + latency.tensor_parallel;
+  if (dp_s && tp_s && pp_s) comm.seconds = *dp_s + *tp_s + *pp_s + comm.latency_s;
+  if (dp_s) comm.data_parallel_seconds = *dp_s + latency.data_parallel;
   return comm;
 }
 
@@ -47,7 +86,9 @@ std::optional<Scaling> scaling(const PlanRequest& r, const Evaluation& e) {
   const double step_flops = model_flops * recompute_flops_factor(shape, e.layout.recompute);
   Scaling s;
   s.ideal_s = model_flops / c.gpus / *c.gpu_flops;
-  s.compute_s = step_flops / c.gpus / *c.gpu_flops / (1 - e.bubble);
+  // The slowest stage sets the pace: with stages uneven (formulas.h, stage_layers) it computes more than L/p layers.
+  const double imbalance = static_cast<double>(stage_layers(shape.layers, e.layout.pp)) * e.layout.pp / shape.layers;
+  s.compute_s = step_flops / c.gpus / *c.gpu_flops * imbalance / (1 - e.bubble);
   s.efficiency_serial = s.ideal_s / (s.compute_s + *e.comm.seconds);
   const double dp_s = *e.comm.data_parallel_seconds;
   const double grad_bytes = r.workload.params / (e.layout.tp * e.layout.pp) * value_bytes(r.workload.precision);
@@ -77,13 +118,13 @@ int max_stage(int pp) { return pp > 1 ? 1 : 3; }
 
 // 1, and 2 and 4 interleaved stages where Megatron allows them: p > 1, p * v dividing the layers, the micro-batches
 // (with the data-parallel size of tp, pp) a multiple of p.
-std::vector<int> interleavings(const PlanRequest& r, const Shape& shape, int tp, int pp) {
+std::vector<int> interleavings(const PlanRequest& r, const Shape& shape, int tp, int pp, int micro_batch) {
   std::vector<int> out = {1};
   if (pp <= 1) return out;
   const int dp = r.cluster.gpus / (tp * pp);
   const Workload& w = r.workload;
   const long long micro_steps =
-      w.global_batch ? accumulation(*w.global_batch, w.micro_batch, dp).micro_steps : 1;
+      w.global_batch ? accumulation(*w.global_batch, micro_batch, dp).micro_steps : 1;
   if (micro_steps % pp != 0) return out;
   for (int v : {2, 4}) {
     if (shape.layers % (pp * v) == 0) out.push_back(v);
@@ -103,17 +144,24 @@ std::string layout_name(const Layout& layout) {
   return name;
 }
 
-Evaluation evaluate(const PlanRequest& r, const Layout& l) {
+Evaluation evaluate(const PlanRequest& request, const Layout& layout) {
+  Layout l = layout;
+  if (l.micro_batch <= 0) l.micro_batch = request.workload.micro_batch;
+  PlanRequest r = request;  // the workload at this layout's micro-batch
+  r.workload.micro_batch = l.micro_batch;
+  if (r.workload.shape) r.workload.shape->micro_batch = l.micro_batch;
   const Workload& w = r.workload;
   const Cluster& c = r.cluster;
   Evaluation e;
   e.layout = l;
   e.dp = c.gpus / (l.tp * l.pp);
-  e.states = zero_model_states(l.stage, w.precision, w.params / (l.tp * l.pp), e.dp);
+  e.states = r.framework == Framework::megatron && l.stage <= 1
+                 ? megatron_model_states(l.stage == 1, w.precision, gpu_params(w, l), e.dp)
+                 : zero_model_states(l.stage, w.precision, gpu_params(w, l), e.dp);
   if (r.trainer_accounting && w.trainer && l.tp == 1 && l.pp == 1)
     e.trainer = trainer_model_states(*w.trainer, l.stage, w.precision, e.dp);
-  e.accumulation = w.global_batch ? accumulation(*w.global_batch, w.micro_batch, e.dp)
-                                  : Accumulation{1, static_cast<long long>(w.micro_batch) * e.dp, true};
+  e.accumulation = w.global_batch ? accumulation(*w.global_batch, l.micro_batch, e.dp)
+                                  : Accumulation{1, static_cast<long long>(l.micro_batch) * e.dp, true};
   const int micro_steps = static_cast<int>(std::min<long long>(e.accumulation.micro_steps, 1 << 30));
   if (w.shape) {
     e.activations = activation_bytes(*w.shape, l.tp, l.pp, micro_steps, w.precision, l.recompute,
@@ -127,10 +175,38 @@ Evaluation evaluate(const PlanRequest& r, const Layout& l) {
   return e;
 }
 
+bool runs_on(const PlanRequest& r, const Layout& l) {
+  if (r.zero && l.stage != *r.zero) return false;
+  if (r.recompute && l.recompute != *r.recompute) return false;
+  if (l.tp > 1 && l.sequence_parallel != r.sequence_parallel) return false;
+  switch (r.framework) {
+    case Framework::any: return true;
+    case Framework::megatron: return l.stage <= 1;
+    case Framework::deepspeed:
+      return l.tp == 1 && l.virtual_stages == 1 && l.recompute != Recompute::selective && (l.pp == 1 || l.stage <= 1);
+  }
+  return true;
+}
+
 std::vector<Evaluation> data_parallel_strategies(const PlanRequest& r) {
   const int tp = r.tp.value_or(1), pp = r.pp.value_or(1);
   std::vector<Evaluation> out;
-  for (int stage = 0; stage <= max_stage(pp); ++stage) out.push_back(evaluate(r, {stage, tp, pp}));
+  for (int stage = 0; stage <= max_stage(pp); ++stage) {
+    const Layout layout{stage, tp, pp, r.recompute.value_or(Recompute::none), tp > 1 && r.sequence_parallel};
+    if (runs_on(r, layout)) out.push_back(evaluate(r, layout));
+  }
+  return out;
+}
+
+// The micro-batches the search tries: --micro-batch alone when given, else 1, 2, 4 and 8, each only where the
+// global batch is a whole number of them over the data-parallel ranks (a larger one would change the batch).
+std::vector<int> micro_batches(const PlanRequest& r, int dp) {
+  const Workload& w = r.workload;
+  if (w.micro_batch_given) return {w.micro_batch};
+  std::vector<int> out = {1};
+  for (int b : {2, 4, 8}) {
+    if (w.global_batch && accumulation(*w.global_batch, b, dp).exact) out.push_back(b);
+  }
   return out;
 }
 
@@ -140,13 +216,21 @@ std::vector<Evaluation> model_parallel_search(const PlanRequest& r) {
   const Shape& shape = *r.workload.shape;
   for (int tp : divisors(r.cluster.gpus_per_node)) {
     if (shape.heads % tp != 0 || (shape.kv_heads && shape.kv_heads % tp != 0)) continue;
-    for (int pp : divisors(shape.layers)) {
-      if (r.cluster.gpus % (tp * pp) != 0) continue;
-      for (int v : interleavings(r, shape, tp, pp)) {
-        for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
-          if (tp * pp == 1 && recompute == Recompute::none) continue;
-          for (int stage = 0; stage <= max_stage(pp); ++stage)
-            out.push_back(evaluate(r, {stage, tp, pp, recompute, tp > 1, v}));
+    for (int pp : divisors(r.cluster.gpus / tp)) {
+      if (!splits_layers(shape.layers, pp)) continue;
+      for (int b : micro_batches(r, r.cluster.gpus / (tp * pp))) {
+        for (int v : interleavings(r, shape, tp, pp, b)) {
+          for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
+            // tp * pp = 1 at the request's micro-batch without recomputation is data_parallel_strategies' row; with
+            // flash attention selective recomputation is no recomputation (formulas.h) unless --recompute asks.
+            if (tp * pp == 1 && b == r.workload.micro_batch && recompute == r.recompute.value_or(Recompute::none))
+              continue;
+            if (recompute == Recompute::selective && shape.flash_attention && !r.recompute) continue;
+            for (int stage = 0; stage <= max_stage(pp); ++stage) {
+              const Layout layout{stage, tp, pp, recompute, tp > 1 && r.sequence_parallel, v, b};
+              if (runs_on(r, layout)) out.push_back(evaluate(r, layout));
+            }
+          }
         }
       }
     }
@@ -183,7 +267,7 @@ std::optional<Evaluation> best_fit(const std::vector<Evaluation>& candidates, Bo
     }
     auto simple = [](const Evaluation& e) {
       return std::make_tuple(e.layout.tp * e.layout.pp, e.layout.stage, static_cast<int>(e.layout.recompute),
-                             e.scaling->step_s);
+                             e.layout.micro_batch, e.scaling->step_s);
     };
     std::optional<Evaluation> best;
     for (const Evaluation& e : candidates) {

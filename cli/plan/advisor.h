@@ -28,6 +28,9 @@ struct Layout {
   // Megatron's interleaved 1F1B: each GPU holds v chunks of L/(p*v) layers (v > 1 only with p > 1, v*p dividing
   // the layers and p dividing the micro-batches, as Megatron requires).
   int virtual_stages = 1;
+  // b, sequences per GPU per micro-step: --micro-batch when given, else searched over 1, 2, 4 and 8; 0 (in a layout
+  // given to evaluate) stands for the request's, and evaluate's result holds the value.
+  int micro_batch = 0;
 };
 // "DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3/FSDP", with " + TP 2 + PP 4" when model-parallel and " + full recompute" or
 // " + selective recompute" when it recomputes.
@@ -40,8 +43,11 @@ struct Comm {
   double pipeline = 0;
   bool data_parallel_crosses_nodes = false;
   bool pipeline_crosses_nodes = false;
-  std::optional<double> seconds;  // nullopt when a bandwidth it needs was not given
-  std::optional<double> data_parallel_seconds;  // the data-parallel part of seconds
+  // The collectives' latencies (formulas.h, collective_latency_seconds): the data-parallel ones (by the bucket
+  // count of data_parallel_collectives) and the tensor-parallel ones (per layer per micro-batch); in seconds.
+  double latency_s = 0;
+  std::optional<double> seconds;  // bytes at the bandwidths plus latency_s; nullopt when a bandwidth was not given
+  std::optional<double> data_parallel_seconds;  // the data-parallel part of seconds, its latency included
   double bytes() const { return data_parallel + tensor_parallel + pipeline; }
 };
 
@@ -50,7 +56,7 @@ struct Comm {
 // against its communication.
 struct Scaling {
   double ideal_s = 0;       // model FLOPs per GPU at its rate: perfect scaling, no recomputation
-  double compute_s = 0;     // ideal_s * recomputation's factor / (1 - bubble)
+  double compute_s = 0;     // ideal_s * recomputation's factor * the stages' imbalance / (1 - bubble)
   double exposed_s = 0;     // communication the step waits for when it overlaps as the frameworks do (below)
   double efficiency_serial = 0;   // ideal / (compute + communication): nothing overlapped
   // ideal / (compute + exposed): data-parallel communication overlapped as formulas.h's
@@ -84,13 +90,17 @@ struct Evaluation {
 
 Evaluation evaluate(const PlanRequest& request, const Layout& layout);
 
-// DDP, ZeRO-1, ZeRO-2 and ZeRO-3 at the request's --tp and --pp (1 when not given). With pp > 1 only stages 0 and
+// Whether the request's framework runs the layout and it keeps to what --zero, --recompute and
+// --sequence-parallel fix (request.h, Framework).
+bool runs_on(const PlanRequest& request, const Layout& layout);
+
+// DDP, ZeRO-1, ZeRO-2 and ZeRO-3 (those runs_on allows) at the request's --tp and --pp (1 when not given). With pp > 1 only stages 0 and
 // 1: stages 2 and 3 reduce-scatter or gather every micro-batch, which pipelining multiplies (DeepSpeed refuses them
 // with its pipeline engine).
 std::vector<Evaluation> data_parallel_strategies(const PlanRequest& request);
 
 // With the shape known and neither --tp nor --pp given: every layout with tp a divisor of both the GPUs per node and
-// the heads, pp a divisor of the layers (each with 1, 2 or 4 interleaved stages where they apply), tp * pp dividing
+// the heads, pp splitting the layers (formulas.h, splits_layers; each with 1, 2 or 4 interleaved stages where they apply), tp * pp dividing
 // the GPUs, at each allowed stage and each recomputation
 // (none, selective, full; tp * pp = 1 only with recomputation: without it, it is data_parallel_strategies'), with
 // sequence parallelism when tp > 1.

@@ -12,6 +12,10 @@ std::vector<std::string> megatron_args(const PlanRequest& r, const Evaluation& c
   const Layout& l = c.layout;
   std::vector<std::string> args = {"--tensor-model-parallel-size", num(l.tp), "--pipeline-model-parallel-size",
                                    num(l.pp)};
+  if (w.shape && l.pp > 1 && w.shape->layers % l.pp != 0) {
+    const int last = w.shape->layers - (l.pp - 1) * stage_layers(w.shape->layers, l.pp);
+    args.insert(args.end(), {"--decoder-last-pipeline-num-layers", num(last)});
+  }
   if (l.virtual_stages > 1 && w.shape) {
     args.insert(args.end(), {"--num-layers-per-virtual-pipeline-stage",
                              num(w.shape->layers / (l.pp * l.virtual_stages))});
@@ -22,7 +26,7 @@ std::vector<std::string> megatron_args(const PlanRequest& r, const Evaluation& c
     args.insert(args.end(), {"--recompute-granularity", "full", "--recompute-method", "uniform",
                              "--recompute-num-layers", "1"});
   }
-  args.insert(args.end(), {"--micro-batch-size", num(w.micro_batch), "--global-batch-size",
+  args.insert(args.end(), {"--micro-batch-size", num(l.micro_batch), "--global-batch-size",
                            num(c.accumulation.global_batch)});
   if (l.stage >= 1) args.push_back("--use-distributed-optimizer");
   if (l.stage == 3) {
@@ -67,7 +71,7 @@ std::vector<std::string> torchtitan_toml(const PlanRequest& r, const Evaluation&
   lines.push_back("[activation_checkpoint]");
   lines.push_back(std::string("mode = \"") + recompute_name(l.recompute) + "\"");
   lines.push_back("[training]");
-  lines.push_back("local_batch_size = " + num(r.workload.micro_batch));
+  lines.push_back("local_batch_size = " + num(l.micro_batch));
   lines.push_back("global_batch_size = " + num(c.accumulation.global_batch));
   if (r.workload.shape) lines.push_back("seq_len = " + num(r.workload.shape->seq_len));
   const Precision p = r.workload.precision;
@@ -78,7 +82,7 @@ std::vector<std::string> torchtitan_toml(const PlanRequest& r, const Evaluation&
 
 std::string deepspeed_json(const PlanRequest& r, const Evaluation& c, std::vector<std::string>& notes) {
   nlohmann::json config = {{"train_batch_size", c.accumulation.global_batch},
-                           {"train_micro_batch_size_per_gpu", r.workload.micro_batch},
+                           {"train_micro_batch_size_per_gpu", c.layout.micro_batch},
                            {"gradient_accumulation_steps", c.accumulation.micro_steps},
                            {"zero_optimization", {{"stage", c.layout.stage}}}};
   if (r.workload.precision == Precision::bf16) config["bf16"] = {{"enabled", true}};

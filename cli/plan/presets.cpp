@@ -62,7 +62,9 @@ double preset_params(const ModelPreset& p) {
 }
 
 Shape preset_shape(const ModelPreset& p, int seq_len, int micro_batch) {
-  return Shape{p.layers, p.hidden, p.heads, seq_len, micro_batch, p.kv_heads};
+  Shape shape{p.layers, p.hidden, p.heads, seq_len, micro_batch, p.kv_heads, p.vocab};
+  shape.untied_embeddings = p.family == Family::llama;
+  return shape;
 }
 
 }  // namespace dtrain::plan

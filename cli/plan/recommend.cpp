@@ -41,10 +41,15 @@ void explain_speed(const std::vector<Evaluation>& all, const Evaluation& c, std:
   out.push_back("--bottleneck speed: the shortest predicted step of the " + std::to_string(fitting.size()) +
                 " layouts that fit: " + step_text(*c.scaling) + " (compute " + format_seconds(c.scaling->compute_s) +
                 " with the bubble, communication exposed " + format_seconds(c.scaling->exposed_s) + ")");
-  for (std::size_t i = 1; i < fitting.size() && i < 3; ++i) {
+  // The next two layouts by name (a layout at another micro-batch is the same advice).
+  std::vector<std::string> named = {layout_name(c.layout)};
+  for (std::size_t i = 0; i < fitting.size() && named.size() < 3; ++i) {
     const Evaluation& e = *fitting[i];
+    if (std::find(named.begin(), named.end(), layout_name(e.layout)) != named.end()) continue;
+    named.push_back(layout_name(e.layout));
     const bool compute = e.scaling->compute_s > c.scaling->compute_s;
-    out.push_back("next: " + layout_name(e.layout) + ", " + format_seconds(e.scaling->step_s) + " a step (" +
+    out.push_back("next: " + layout_name(e.layout) + ", micro-batch " + std::to_string(e.layout.micro_batch) + ", " +
+                  format_seconds(e.scaling->step_s) + " a step (" +
                   (compute ? "more compute: bubble " + percent(e.bubble) + ", recomputation " +
                                  recompute_name(e.layout.recompute)
                            : "more exposed communication: " + format_seconds(e.scaling->exposed_s)) + ")");
@@ -93,11 +98,11 @@ void explain_memory(const PlanRequest& r, const std::vector<Evaluation>& strateg
 void explain_batch(const PlanRequest& r, const Evaluation& c, std::vector<std::string>& out) {
   const Accumulation& a = c.accumulation;
   std::string line = "global batch " + std::to_string(a.global_batch) + " = micro-batch " +
-                     std::to_string(r.workload.micro_batch) + " x " + std::to_string(c.dp) + " data-parallel ranks x " +
+                     std::to_string(c.layout.micro_batch) + " x " + std::to_string(c.dp) + " data-parallel ranks x " +
                      std::to_string(a.micro_steps) + " accumulation micro-steps";
   if (!a.exact)
     line += " (--global-batch " + std::to_string(*r.workload.global_batch) + " is not a multiple of " +
-            std::to_string(static_cast<long long>(r.workload.micro_batch) * c.dp) + "; this is the next one up)";
+            std::to_string(static_cast<long long>(c.layout.micro_batch) * c.dp) + "; this is the next one up)";
   out.push_back(line);
 }
 
@@ -105,7 +110,11 @@ void explain_network(const PlanRequest& r, const Evaluation& c, std::vector<std:
   const int nodes = r.cluster.nodes();
   std::string line = "data parallelism sends " + format_gb(c.comm.data_parallel) + " per GPU per step " +
                      (c.comm.data_parallel_crosses_nodes ? "across nodes" : "within a node");
-  if (c.comm.seconds) line += "; all communication takes " + format_seconds(*c.comm.seconds) + " a step";
+  if (c.comm.seconds) {
+    line += "; all communication takes " + format_seconds(*c.comm.seconds) + " a step";
+    if (c.comm.latency_s > 0)
+      line += " (" + format_seconds(c.comm.latency_s) + " of it the collectives' latency, NCCL's model)";
+  }
   out.push_back(line);
   if (nodes > 1)
     out.push_back(std::to_string(nodes) + " nodes: NCCL over InfiniBand or RoCE, each rank on its nearest NIC "
@@ -141,7 +150,7 @@ std::vector<std::string> trainer_args(const PlanRequest& r, const Evaluation& c)
             "--vocab", std::to_string(w.trainer->vocab_size)};
   }
   args.insert(args.end(), {"--zero", std::to_string(c.layout.stage), "--precision", precision_name(w.precision),
-                           "--batch-size", std::to_string(w.micro_batch), "--grad-accum",
+                           "--batch-size", std::to_string(c.layout.micro_batch), "--grad-accum",
                            std::to_string(c.accumulation.micro_steps)});
   if (w.shape) args.insert(args.end(), {"--seq-len", std::to_string(w.shape->seq_len)});
   return args;

@@ -48,22 +48,30 @@ std::string header(const PlanRequest& r) {
     const Shape& s = *w.shape;
     const std::string groups = s.kv_heads && s.kv_heads != s.heads
                                    ? " (" + std::to_string(s.kv_heads) + " key/value)" : std::string();
-    out += line("shape: %d layers, hidden %d, %d heads%s, sequence %d, micro-batch %d", s.layers, s.hidden, s.heads,
-                groups.c_str(), s.seq_len, s.micro_batch);
+    const std::string micro_batch =
+        w.micro_batch_given ? std::to_string(w.micro_batch) : std::string("searched over 1, 2, 4, 8");
+    out += line("shape: %d layers, hidden %d, %d heads%s, sequence %d, micro-batch %s, %s attention", s.layers, s.hidden,
+                s.heads, groups.c_str(), s.seq_len, micro_batch.c_str(), s.flash_attention ? "flash" : "eager");
   } else {
     out += line("activations not counted: give --layers --hidden --heads --seq-len (or --model)");
+  }
+  if (r.framework != Framework::any || r.zero || r.recompute || !r.sequence_parallel) {
+    out += line("searched: --framework %s%s%s%s", framework_name(r.framework),
+                r.zero ? (", ZeRO-" + std::to_string(*r.zero) + " only").c_str() : "",
+                r.recompute ? (std::string(", recompute ") + recompute_name(*r.recompute) + " only").c_str() : "",
+                r.sequence_parallel ? "" : ", no sequence parallelism");
   }
   return out;
 }
 
 std::string table_head() {
-  return line("%-48s %5s %10s %10s %10s %10s %10s %10s %-4s %6s %10s %10s %10s", "strategy", "dp", "params", "grads",
-              "optim", "states", "activ.", "total", "fits", "accum", "comm/GPU", "comm time", "step");
+  return line("%-48s %5s %3s %10s %10s %10s %10s %10s %10s %-4s %6s %10s %10s %10s", "strategy", "dp", "mb", "params",
+              "grads", "optim", "states", "activ.", "total", "fits", "accum", "comm/GPU", "comm time", "step");
 }
 
 std::string row(const Evaluation& e) {
-  return line("%-48s %5d %10s %10s %10s %10s %10s %10s %-4s %6lld %10s %10s %10s", layout_name(e.layout).c_str(),
-              e.dp, format_gb(e.states.params).c_str(), format_gb(e.states.grads).c_str(),
+  return line("%-48s %5d %3d %10s %10s %10s %10s %10s %10s %-4s %6lld %10s %10s %10s", layout_name(e.layout).c_str(),
+              e.dp, e.layout.micro_batch, format_gb(e.states.params).c_str(), format_gb(e.states.grads).c_str(),
               format_gb(e.states.optim).c_str(), format_gb(e.states.total()).c_str(),
               e.activations ? format_gb(*e.activations).c_str() : "-", format_gb(e.total).c_str(),
               e.fits ? "yes" : "no", e.accumulation.micro_steps, format_gb(e.comm.bytes()).c_str(),
@@ -131,7 +139,8 @@ std::string launch_text(const LaunchLines& launch) {
 
 std::string recommendation(const PlanReport& report) {
   const Recommendation& rec = report.recommendation;
-  std::string out = rec.choice ? line("\nrecommended: %s", layout_name(rec.choice->layout).c_str())
+  std::string out = rec.choice ? line("\nrecommended: %s, micro-batch %d", layout_name(rec.choice->layout).c_str(),
+                                      rec.choice->layout.micro_batch)
                                : line("\nrecommended: nothing fits");
   for (const std::string& reason : rec.reasons) out += "  - " + reason + "\n";
   if (!rec.trainer_args.empty()) {

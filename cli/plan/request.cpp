@@ -54,7 +54,7 @@ Status check_between(const std::optional<double>& value, const char* flag, doubl
 Status check_numbers(const PlanArgs& a) {
   for (const auto& [value, flag] : {std::pair{a.layers, "--layers"}, {a.hidden, "--hidden"}, {a.heads, "--heads"},
                                     {a.seq_len, "--seq-len"}, {a.vocab, "--vocab"}, {a.micro_batch, "--micro-batch"},
-                                    {a.tp, "--tp"}, {a.pp, "--pp"}}) {
+                                    {a.tp, "--tp"}, {a.pp, "--pp"}, {a.kv_heads, "--kv-heads"}}) {
     if (Status s = check_range(value, flag, kMaxDimension); !s.ok()) return s;
   }
   if (Status s = check_range(a.gpus, "--gpus", kMaxGpus); !s.ok()) return s;
@@ -71,21 +71,25 @@ Status check_numbers(const PlanArgs& a) {
 
 // dtrain-trainer's model from a whole shape with --vocab (positions = --seq-len); a preset's is in presets.h.
 std::optional<trainer::GptConfig> shape_trainer_config(const PlanArgs& a) {
-  if (!a.vocab || !a.layers || !a.hidden || !a.heads || !a.seq_len) return std::nullopt;
+  if (!a.vocab || a.params || !a.layers || !a.hidden || !a.heads || !a.seq_len) return std::nullopt;
   return trainer::GptConfig{*a.seq_len, *a.vocab, trainer::GptConfig::pad_vocab(*a.vocab), *a.layers, *a.heads,
                             *a.hidden};
 }
 
 Status check_shape_flags(const PlanArgs& a) {
   const bool any = a.layers || a.hidden || a.heads;
-  if (a.model && (any || a.vocab))
-    return refuse("--model " + *a.model + " already gives the shape; drop --layers/--hidden/--heads/--vocab, or "
-                  "drop --model and give the whole shape");
+  if (a.model && (any || a.vocab || a.kv_heads))
+    return refuse("--model " + *a.model + " already gives the shape; drop --layers/--hidden/--heads/--kv-heads/"
+                  "--vocab, or drop --model and give the whole shape");
   if (a.model && a.params)
     return refuse("--params and --model both give the model's size; give one of them");
-  if (a.vocab && a.params)
-    return refuse("--vocab makes the shape dtrain-trainer's model, whose size follows from it; drop --params or "
-                  "--vocab");
+  if (a.vocab && a.params && !a.layers)
+    return refuse("--vocab with --params places the embedding on the pipeline's first and last stages, which needs "
+                  "the shape: add --layers --hidden --heads --seq-len");
+  if (a.kv_heads && (!a.heads || *a.heads % *a.kv_heads != 0))
+    return refuse("--kv-heads " + std::to_string(*a.kv_heads) + " must divide --heads" +
+                  (a.heads ? " " + std::to_string(*a.heads) : std::string(" (give the shape)")) +
+                  ": each key/value head serves a whole group of query heads");
   if (any && !(a.layers && a.hidden && a.heads && a.seq_len))
     return refuse("the shape is incomplete: --layers, --hidden, --heads and --seq-len go together (missing " +
                   std::string(!a.layers ? "--layers" : !a.hidden ? "--hidden" : !a.heads ? "--heads" : "--seq-len") +
@@ -99,6 +103,13 @@ Status check_shape_flags(const PlanArgs& a) {
   return {};
 }
 
+Result<Workload> finish_workload(const PlanArgs& a, Workload w) {
+  if (a.attention != "flash" && a.attention != "eager")
+    return {refuse("--attention " + a.attention + ": use flash (fused attention, no s x s scores kept) or eager")};
+  if (w.shape) w.shape->flash_attention = a.attention == "flash";
+  return {{}, w};
+}
+
 Result<Workload> make_workload(const PlanArgs& a) {
   if (Status s = check_shape_flags(a); !s.ok()) return {s};
   Workload w;
@@ -107,6 +118,7 @@ Result<Workload> make_workload(const PlanArgs& a) {
   else if (a.precision == "fp16") w.precision = Precision::fp16;
   else return {refuse("--precision " + a.precision + ": use bf16, fp16 or fp32")};
   w.micro_batch = a.micro_batch.value_or(1);
+  w.micro_batch_given = a.micro_batch.has_value();
   w.global_batch = a.global_batch;
   if (a.ddp_bucket_mb) w.bucket_bytes = *a.ddp_bucket_mb * 1024 * 1024;
   w.model_name = a.model.value_or("");
@@ -122,12 +134,15 @@ Result<Workload> make_workload(const PlanArgs& a) {
     w.trainer = preset_trainer_config(*preset);
     w.shape = preset_shape(*preset, seq, w.micro_batch);
     w.params = preset_params(*preset);
-    return {{}, w};
+    return finish_workload(a, w);
   }
   w.trainer = shape_trainer_config(a);
-  if (a.layers) w.shape = Shape{*a.layers, *a.hidden, *a.heads, *a.seq_len, w.micro_batch};
+  if (a.layers) {
+    w.shape = Shape{*a.layers, *a.hidden, *a.heads, *a.seq_len, w.micro_batch, a.kv_heads.value_or(0),
+                    a.vocab.value_or(0)};
+  }
   w.params = a.params ? *a.params : static_cast<double>(trainer_params(*w.trainer));
-  return {{}, w};
+  return finish_workload(a, w);
 }
 
 Result<Cluster> make_cluster(const PlanArgs& a) {
@@ -174,9 +189,10 @@ Status check_parallel(const PlanArgs& a, const Workload& w, const Cluster& c) {
     return refuse("--tp " + std::to_string(tp) + " does not divide the " + std::to_string(w.shape->kv_heads) +
                   " key/value heads (grouped-query attention); Megatron splits whole query groups: pick a divisor "
                   "of them");
-  if (a.pp && w.shape && w.shape->layers % pp != 0)
-    return refuse("--pp " + std::to_string(pp) + " does not divide the " + std::to_string(w.shape->layers) +
-                  " layers; pick a divisor so every stage holds as many layers");
+  if (a.pp && w.shape && !splits_layers(w.shape->layers, pp))
+    return refuse("--pp " + std::to_string(pp) + " cannot split the " + std::to_string(w.shape->layers) +
+                  " layers: with ceil(layers / stages) on each stage but the last, the last would hold none; pick "
+                  "fewer stages (a divisor of the layers splits them evenly)");
   if (c.gpus % (tp * pp) != 0)
     return refuse("--tp " + std::to_string(tp) + " x --pp " + std::to_string(pp) + " = " + std::to_string(tp * pp) +
                   " does not divide --gpus " + std::to_string(c.gpus) + "; the rest of the GPUs are data-parallel");
@@ -188,7 +204,47 @@ Status check_parallel(const PlanArgs& a, const Workload& w, const Cluster& c) {
   return {};
 }
 
+// --framework, --zero, --recompute and --sequence-parallel: what the search may choose.
+Status set_search_options(const PlanArgs& a, PlanRequest& r) {
+  if (a.framework == "any") r.framework = Framework::any;
+  else if (a.framework == "megatron") r.framework = Framework::megatron;
+  else if (a.framework == "deepspeed") r.framework = Framework::deepspeed;
+  else return refuse("--framework " + a.framework + ": use any, megatron or deepspeed");
+  if (a.zero && (*a.zero < 0 || *a.zero > 3)) return refuse("--zero " + std::to_string(*a.zero) + ": use 0, 1, 2 or 3");
+  r.zero = a.zero;
+  if (a.recompute == "none") r.recompute = Recompute::none;
+  else if (a.recompute == "selective") r.recompute = Recompute::selective;
+  else if (a.recompute == "full") r.recompute = Recompute::full;
+  else if (!a.recompute.empty()) return refuse("--recompute " + a.recompute + ": use none, selective or full");
+  if (a.sequence_parallel != "on" && a.sequence_parallel != "off")
+    return refuse("--sequence-parallel " + a.sequence_parallel + ": use on or off");
+  r.sequence_parallel = a.sequence_parallel == "on";
+  if (r.framework == Framework::megatron && r.zero && *r.zero > 1)
+    return refuse("--zero " + std::to_string(*r.zero) + " with --framework megatron: Megatron-LM shards the optimizer "
+                  "state (--zero 1, its distributed optimizer) and no more; use --zero 0 or 1, or --framework any");
+  if (r.framework == Framework::deepspeed && a.tp.value_or(1) > 1)
+    return refuse("--tp with --framework deepspeed: DeepSpeed alone has no tensor parallelism (Megatron-DeepSpeed "
+                  "has); drop --tp, or use --framework megatron or any");
+  if (r.framework == Framework::deepspeed && r.recompute == Recompute::selective)
+    return refuse("--recompute selective with --framework deepspeed: DeepSpeed checkpoints whole layers; use none "
+                  "or full");
+  if (r.zero && *r.zero > 1 && a.pp.value_or(1) > 1)
+    return refuse("--zero " + std::to_string(*r.zero) + " with --pp: stages 2 and 3 reduce-scatter or gather every "
+                  "micro-batch, which a pipeline multiplies (DeepSpeed refuses them with its pipeline); use --zero 0 "
+                  "or 1");
+  return {};
+}
+
 }  // namespace
+
+const char* framework_name(Framework framework) {
+  switch (framework) {
+    case Framework::any: return "any";
+    case Framework::megatron: return "megatron";
+    case Framework::deepspeed: return "deepspeed";
+  }
+  return "?";
+}
 
 const char* bottleneck_name(Bottleneck bottleneck) {
   switch (bottleneck) {
@@ -212,6 +268,7 @@ Result<PlanRequest> make_request(const PlanArgs& args) {
   r.tp = args.tp;
   r.pp = args.pp;
   r.trainer_accounting = args.trainer_accounting;
+  if (Status s = set_search_options(args, r); !s.ok()) return {s};
   if (args.bottleneck == "speed") r.bottleneck = Bottleneck::speed;
   else if (args.bottleneck == "memory") r.bottleneck = Bottleneck::memory;
   else if (args.bottleneck == "communication") r.bottleneck = Bottleneck::communication;

@@ -16,6 +16,16 @@ namespace dtrain::plan {
 enum class Bottleneck { speed, memory, communication };
 const char* bottleneck_name(Bottleneck bottleneck);
 
+// The framework the job runs on, which limits the layouts the search offers and sets the memory accounting
+// (advisor.h, runs_on):
+//   any        every layout the search has (the ZeRO paper's accounting)
+//   megatron   Megatron-LM: ZeRO 0 (DDP) or 1 (--use-distributed-optimizer), TP with or without sequence
+//              parallelism, PP with interleaving; its own bytes per parameter (formulas.h, megatron_model_states)
+//   deepspeed  DeepSpeed without Megatron: no tensor parallelism, ZeRO 0-3, its pipeline engine (no interleaving)
+//              with ZeRO 0-1 only, whole-layer activation checkpointing (no selective recomputation)
+enum class Framework { any, megatron, deepspeed };
+const char* framework_name(Framework framework);
+
 struct Cluster {
   std::string gpu;                      // the --gpu preset, "" when none was given
   std::optional<double> peak_flops;     // the preset's dense bf16/fp16 peak per GPU (for the share of peak)
@@ -32,6 +42,7 @@ struct Workload {
   double params = 0;                           // P
   Precision precision = Precision::bf16;
   int micro_batch = 1;                         // b, sequences per GPU per micro-step
+  bool micro_batch_given = false;              // --micro-batch given; else the search tries 1, 2, 4, 8
   std::optional<Shape> shape;                  // the layer shape, when known (activations, TP, PP)
   std::optional<long long> global_batch;       // sequences per optimizer step
   std::optional<trainer::GptConfig> trainer;   // dtrain-trainer's model, when it is one (preset or shape + vocab)
@@ -46,6 +57,10 @@ struct PlanRequest {
   Cluster cluster;
   std::optional<int> tp;  // fixed by --tp, else searched
   std::optional<int> pp;  // fixed by --pp, else searched
+  std::optional<int> zero;              // the ZeRO stage, fixed by --zero, else searched
+  std::optional<Recompute> recompute;   // fixed by --recompute, else searched
+  bool sequence_parallel = true;        // --sequence-parallel off: TP layouts without it
+  Framework framework = Framework::any;
   Bottleneck bottleneck = Bottleneck::speed;
   bool trainer_accounting = false;
 };
@@ -66,6 +81,12 @@ struct PlanArgs {
   std::optional<double> gpu_tflops;
   std::optional<double> ddp_bucket_mb;  // MiB
   std::optional<int> tp, pp;
+  std::optional<int> zero;              // --zero 0..3
+  std::optional<int> kv_heads;          // --kv-heads (grouped-query attention)
+  std::string recompute;                // --recompute none|selective|full; "": searched
+  std::string sequence_parallel = "on";  // --sequence-parallel on|off
+  std::string attention = "flash";      // --attention flash|eager
+  std::string framework = "any";        // --framework any|megatron|deepspeed
   std::string bottleneck = "speed";
   bool trainer_accounting = false;
 };

@@ -213,6 +213,10 @@ TEST_CASE("job status: planned ranks start as starting; reports, exits and the d
   h.device_mem_used_bytes = 6ull << 30;
   h.device_mem_peak_bytes = 5ull << 30;
   h.device_mem_total_bytes = 80ull << 30;
+  h.mem_params_bytes = 1000;
+  h.mem_grads_bytes = 2000;
+  h.mem_optim_bytes = 3000;
+  h.mem_activations_bytes = 4000;
   status.reported(h, 10'000);
   WorkerExit x;
   x.rank = 1;
@@ -233,6 +237,10 @@ TEST_CASE("job status: planned ranks start as starting; reports, exits and the d
   CHECK(s["ranks"][0]["device_mem_used_bytes"] == 6ull << 30);
   CHECK(s["ranks"][0]["device_mem_peak_bytes"] == 5ull << 30);
   CHECK(s["ranks"][0]["device_mem_total_bytes"] == 80ull << 30);
+  CHECK(s["ranks"][0]["mem_params_bytes"] == 1000);  // what it holds, for `dtrain plan --from`
+  CHECK(s["ranks"][0]["mem_grads_bytes"] == 2000);
+  CHECK(s["ranks"][0]["mem_optim_bytes"] == 3000);
+  CHECK(s["ranks"][0]["mem_activations_bytes"] == 4000);
   CHECK(s["ranks"][1]["samples_per_s"] == 0.0);   // never reported: 0, "not known"
   CHECK(s["ranks"][1]["device_mem_peak_bytes"] == 0);
   CHECK(s["ranks"][0]["report_age_s"] == 2.5);

@@ -23,6 +23,7 @@ const std::set<std::string> kMegatronFlags = {
     "--tensor-model-parallel-size",  // 2036
     "--pipeline-model-parallel-size",  // 2040
     "--num-layers-per-virtual-pipeline-stage",  // 2060
+    "--decoder-last-pipeline-num-layers",  // 2053
     "--sequence-parallel",           // 1739
     "--recompute-granularity",       // 1533: full | selective
     "--recompute-method",            // 1554: uniform | block
@@ -114,6 +115,7 @@ TEST_CASE("every emitted name is one the frameworks define; the values are the l
     CHECK(value_after(launch.megatron, "--tensor-model-parallel-size") == std::to_string(c.layout.tp));
     CHECK(value_after(launch.megatron, "--pipeline-model-parallel-size") == std::to_string(c.layout.pp));
     CHECK(value_after(launch.megatron, "--global-batch-size") == std::to_string(c.accumulation.global_batch));
+    CHECK(value_after(launch.megatron, "--micro-batch-size") == std::to_string(c.layout.micro_batch));
     for (const std::string& key : toml_keys(launch.torchtitan)) CHECK_MESSAGE(kTorchtitanKeys.count(key) == 1, key);
     std::set<std::string> keys;
     const auto config = nlohmann::json::parse(launch.deepspeed);
@@ -141,6 +143,36 @@ TEST_CASE("recomputation, sequence parallelism and grouped-query attention reach
   for (const std::string& line : launch.torchtitan) toml << line << "\n";
   CHECK(toml.str().find(std::string("mode = \"") + dtrain::plan::recompute_name(l.recompute) + "\"") !=
         std::string::npos);
+}
+
+TEST_CASE("stages that do not divide the layers: Megatron-LM is told what the last one holds") {
+  // BLOOM's shape (70 layers) on its 12 stages: 11 of 6 layers, 4 on the last.
+  dtrain::plan::PlanArgs a;
+  a.params = 176e9;
+  a.layers = 70;
+  a.hidden = 14336;
+  a.heads = 112;
+  a.seq_len = 2048;
+  a.vocab = 250880;
+  a.gpus = 384;
+  a.global_batch = 2048;
+  a.tp = 4;
+  a.pp = 12;
+  a.gpu = "a100-80gb";
+  a.recompute = "full";
+  const auto request = dtrain::plan::make_request(a);
+  REQUIRE_MESSAGE(request.ok(), request.status.message());
+  const auto report = dtrain::plan::make_report(request.value);
+  REQUIRE(report.recommendation.launch.has_value());
+  CHECK(value_after(report.recommendation.launch->megatron, "--decoder-last-pipeline-num-layers") == "4");
+  CHECK(value_after(report.recommendation.launch->megatron, "--pipeline-model-parallel-size") == "12");
+  // An even split (72 layers on the same 12 stages) says nothing of it.
+  a.layers = 72;
+  const auto even_request = dtrain::plan::make_request(a);
+  REQUIRE_MESSAGE(even_request.ok(), even_request.status.message());
+  const auto even = dtrain::plan::make_report(even_request.value);
+  REQUIRE(even.recommendation.launch.has_value());
+  CHECK(value_after(even.recommendation.launch->megatron, "--decoder-last-pipeline-num-layers").empty());
 }
 
 }  // namespace plan_launch_lines_test

@@ -78,6 +78,12 @@ nlohmann::ordered_json JobStatus::rank_json(unsigned rank, const Diagnoser& diag
   out["device_mem_used_bytes"] = h.device_mem_used_bytes;
   out["device_mem_total_bytes"] = h.device_mem_total_bytes;
   out["device_mem_peak_bytes"] = h.device_mem_peak_bytes;
+  // What the rank holds, as its --metrics line's mem_* keys say (dtrain-trainer at --zero 1..3; 0 when not
+  // reported): `dtrain plan --from` reads them for its ZeRO remedy.
+  out["mem_params_bytes"] = h.mem_params_bytes;
+  out["mem_grads_bytes"] = h.mem_grads_bytes;
+  out["mem_optim_bytes"] = h.mem_optim_bytes;
+  out["mem_activations_bytes"] = h.mem_activations_bytes;
   out["phase"] = h.phase;
   out["exiting"] = row.exiting;
   if (row.health) {

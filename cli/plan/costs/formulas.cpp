@@ -34,6 +34,31 @@ ModelStates zero_model_states(int stage, Precision precision, double params, int
   return m;
 }
 
+ModelStates megatron_model_states(bool distributed, Precision precision, double params, int dp) {
+  if (dp < 1) throw std::invalid_argument("megatron_model_states: " + std::to_string(dp) + " ranks; at least 1");
+  const double d = distributed ? dp : 1;
+  ModelStates m;
+  switch (precision) {
+    case Precision::bf16: m = {2 * params, 4 * params, 12 * params / d}; break;
+    case Precision::fp16: m = {2 * params, 2 * params, 16 * params / d}; break;
+    case Precision::fp32: m = {4 * params, 4 * params, 8 * params / d}; break;
+  }
+  return m;
+}
+
+int stage_layers(int layers, int pp) { return pp <= 1 ? layers : (layers + pp - 1) / pp; }
+
+bool splits_layers(int layers, int pp) {
+  return pp >= 1 && pp <= layers && layers - static_cast<long long>(pp - 1) * stage_layers(layers, pp) >= 1;
+}
+
+double stage_params(double params, const Shape& shape, int tp, int pp) {
+  if (shape.vocab <= 0 || pp <= 1 || shape.layers <= 0) return params / (static_cast<double>(tp) * pp);
+  const double embedding = static_cast<double>(shape.vocab) * shape.hidden;
+  const double layers = std::max(0.0, params - embedding * (shape.untied_embeddings ? 2 : 1));
+  return (layers / shape.layers * stage_layers(shape.layers, pp) + embedding) / tp;
+}
+
 const char* recompute_name(Recompute recompute) {
   switch (recompute) {
     case Recompute::none: return "none";
@@ -47,7 +72,8 @@ double layer_activation_bytes(const Shape& shape, int tp, Precision precision, R
                               bool sequence_parallel) {
   const double s = shape.seq_len, b = shape.micro_batch, h = shape.hidden, a = shape.heads, t = tp;
   const double sbh = s * b * h;
-  const double scores = recompute == Recompute::none ? 5 * a * s / h : 0;  // the attention core's 5as^2b
+  const bool scores_kept = recompute == Recompute::none && !shape.flash_attention;
+  const double scores = scores_kept ? 5 * a * s / h : 0;  // the attention core's 5as^2b
   double sixteen_bit = sequence_parallel ? sbh * (34 + scores) / t : sbh * (10 + 24 / t + scores / t);
   if (recompute == Recompute::full) sixteen_bit = sequence_parallel ? 2 * sbh / t : 2 * sbh;
   return sixteen_bit * value_bytes(precision) / 2;
@@ -57,7 +83,7 @@ double activation_bytes(const Shape& shape, int tp, int pp, int micro_batches, P
                         Recompute recompute, bool sequence_parallel, int virtual_stages) {
   double in_flight = std::min(micro_batches, pp);
   if (virtual_stages > 1) in_flight *= 1 + static_cast<double>(pp - 1) / (pp * virtual_stages);
-  const double layers_per_stage = static_cast<double>(shape.layers) / pp;
+  const double layers_per_stage = stage_layers(shape.layers, pp);
   return in_flight * layers_per_stage * layer_activation_bytes(shape, tp, precision, recompute, sequence_parallel);
 }
 
@@ -69,7 +95,7 @@ double recompute_flops_factor(const Shape& shape, Recompute recompute) {
   const double s = shape.seq_len, h = shape.hidden;
   switch (recompute) {
     case Recompute::none: return 1;
-    case Recompute::selective: return 1 + s / (18 * h + 3 * s);
+    case Recompute::selective: return shape.flash_attention ? 1 : 1 + s / (18 * h + 3 * s);
     case Recompute::full: return 4.0 / 3.0;
   }
   return 1;
@@ -103,6 +129,33 @@ double pipeline_bytes(const Shape& shape, int pp, int micro_steps, Precision pre
   const double activations = static_cast<double>(shape.seq_len) * shape.micro_batch * shape.hidden *
                              value_bytes(precision);
   return 2.0 * micro_steps * activations * virtual_stages;
+}
+
+double collective_latency_seconds(Collective collective, int ranks, int nodes) {
+  if (ranks <= 1) return 0;
+  nodes = std::max(1, std::min(nodes, ranks));
+  constexpr double kUs = 1e-6;
+  const bool allreduce = collective == Collective::allreduce;
+  const double steps = (allreduce ? 2.0 : 1.0) * (ranks - 1);
+  const double inter_steps = nodes > 1 ? (allreduce ? 2.0 : 1.0) * (nodes - 1) : 0;
+  double best = (8.4 + (steps - inter_steps) * 3.4 + inter_steps * 14.0) * kUs;  // ring
+  const double log_nodes = std::floor(std::log2(static_cast<double>(nodes)));
+  if (allreduce) {
+    const double per_node = static_cast<double>(ranks) / nodes;
+    best = std::min(best, (8.4 + 2 * ((per_node - 1) * 4.0 + log_nodes * 14.0)) * kUs);  // tree
+  } else if (nodes == ranks) {
+    best = std::min(best, (8.0 + log_nodes * 14.0 / 3.5 + ranks * 2.8) * kUs);  // PAT
+  }
+  return best;
+}
+
+double data_parallel_collectives(int stage, double params, int dp, int micro_steps, int layers,
+                                 double bucket_params) {
+  if (dp <= 1) return 0;
+  const double k = micro_steps;
+  if (stage == 3) return 3 * k * layers;
+  const double buckets = std::ceil(params / (bucket_params > 0 ? bucket_params : std::max(40e6, 1e6 * dp)));
+  return buckets * (stage == 0 ? 1 : stage == 1 ? 2 : k + 1);
 }
 
 Accumulation accumulation(long long wanted_global_batch, int micro_batch, int dp) {

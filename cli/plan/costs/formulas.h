@@ -32,6 +32,13 @@ struct ModelStates {
 // stage: 0..3 (throws std::invalid_argument otherwise); dp >= 1.
 ModelStates zero_model_states(int stage, Precision precision, double params, int dp);
 
+// Megatron-LM's own accounting (docs/source/api-guide/dist_optimizer.md, core_v0.12.0): bytes per parameter,
+// non-distributed / distributed optimizer over d data-parallel ranks: bf16 parameters with fp32 gradients 18 /
+// 6 + 12/d (the fp32 gradient buffer is whole on every rank), fp16 parameters and gradients 20 / 4 + 16/d (fp32
+// main gradients sharded with the optimizer), fp32 16 / 8 + 8/d. distributed: --use-distributed-optimizer (ZeRO-1's
+// place in the search).
+ModelStates megatron_model_states(bool distributed, Precision precision, double params, int dp);
+
 // One micro-batch's shape.
 struct Shape {
   int layers = 0;       // L
@@ -41,6 +48,12 @@ struct Shape {
   int micro_batch = 1;  // b
   int kv_heads = 0;     // key/value heads with grouped-query attention; 0: as many as heads. Megatron splits
                         // whole query groups over the tensor-parallel ranks, so t divides them too.
+  int vocab = 0;        // V, for the embedding and output layer on the first and last stages; 0: not known
+  bool untied_embeddings = false;  // the output layer its own V x h matrix (Llama), not the embedding's (GPT)
+  // Flash (fused) attention: the attention core's s x s scores are never stored, backward recomputes them inside
+  // the kernel (Dao et al., arXiv:2205.14135, Sec. 3.1); what Megatron-LM with Transformer Engine, torchtitan
+  // (scaled_dot_product_attention) and current Hugging Face models run by default.
+  bool flash_attention = false;
 };
 
 // Activation recomputation (Korthikanti et al. 2022, Sec. 5): none keeps every activation backward needs; selective
@@ -59,6 +72,8 @@ const char* recompute_name(Recompute recompute);  // "none", "selective", "full"
 //   selective recomputation (Sec. 5, Table 2): the 5as^2b term goes: s*b*h*(10 + 24/t), or 34*s*b*h/t with sequence
 //     parallelism
 //   full recomputation (Table 2): the layer's input alone, 2*s*b*h, split over t with sequence parallelism
+// Flash attention keeps no 5as^2b term either (Shape::flash_attention), so without recomputation it holds what
+// selective recomputation holds.
 // fp32 doubles it (every kept tensor at 4 bytes; an upper bound, as the masks stay 1 byte).
 double layer_activation_bytes(const Shape& shape, int tp, Precision precision, Recompute recompute = Recompute::none,
                               bool sequence_parallel = false);
@@ -66,11 +81,25 @@ double layer_activation_bytes(const Shape& shape, int tp, Precision precision, R
 // Activations one GPU holds at the peak of a step, for the transformer layers (the paper's smaller terms for the
 // embeddings and the output layer are not counted). Without pipelining, one micro-batch through all L layers. With
 // p stages, 1F1B (Narayanan et al., arXiv:2104.04473, Sec. 2.2.1; Korthikanti Sec. 4.2.3) keeps up to p
-// micro-batches in flight on the first stage, each through L/p layers: min(m, p) * L/p layers' worth.
+// micro-batches in flight on the first stage, each through its stage_layers(L, p) layers: min(m, p) of them.
 // With v interleaved stages per GPU (Megatron's interleaved 1F1B) the first stage holds more: a factor of
 // 1 + (p - 1)/(p*v) (Korthikanti Sec. 4.2.3).
 double activation_bytes(const Shape& shape, int tp, int pp, int micro_batches, Precision precision,
                         Recompute recompute = Recompute::none, bool sequence_parallel = false, int virtual_stages = 1);
+
+// Pipeline stages need not divide the layers: the first p - 1 stages hold ceil(L/p) layers each and the last the
+// rest, at least one (Megatron-LM --decoder-last-pipeline-num-layers, core_v0.12.0; DeepSpeed's PipelineModule
+// partitions by layer count too). stage_layers is the most a stage holds; splits_layers whether p stages can split
+// L layers so. The slowest stage sets the pipeline's pace: a step computes stage_layers * p / L times the even split.
+int stage_layers(int layers, int pp);
+bool splits_layers(int layers, int pp);
+
+// Parameters on the GPU of the most loaded pipeline stage, over t tensor-parallel ranks. Without the vocabulary, or
+// with one stage, P / (t*p). With p > 1 stages, the first stage holds the input embedding (V*h) and the last the
+// output layer (V*h: its own matrix, or, tied, Megatron's copy of the embedding; Narayanan et al. Sec. 3.1 place
+// them so): stage_layers layers of (P - V*h*(1 or 2)) / L parameters plus V*h, over t (Megatron splits both over the
+// vocabulary: VocabParallelEmbedding, the column-parallel output layer).
+double stage_params(double params, const Shape& shape, int tp, int pp);
 
 // Model FLOPs per token, forward and backward (Chowdhery et al., "PaLM", arXiv:2204.02311, Appendix B):
 // 6P + 12*L*h*s, the second term attention's QK^T and scores-times-V, which the 6P of the weights leaves out.
@@ -79,7 +108,8 @@ double model_flops_per_token(double params, const Shape& shape);
 // The FLOPs a step runs over its model FLOPs: 1 without recomputation; full recomputation runs each layer's forward
 // again, 4/3 (forward 1 of 3 parts, Kaplan et al. Sec. 2.1; Narayanan et al. Sec. 3.5 count it so); selective the
 // attention core's forward again, 4bs^2h of a layer's 72bsh^2 + 12bs^2h (Korthikanti Sec. 5, Eq. 2-3):
-// 1 + s / (18h + 3s).
+// 1 + s / (18h + 3s). With flash attention selective recomputation has nothing left to recompute (the kernel's own
+// backward does it, as it does without recomputation): 1.
 double recompute_flops_factor(const Shape& shape, Recompute recompute);
 
 // The fraction of a step a pipeline of p stages stands idle with m micro-batches: (p - 1) / (m + p - 1) (GPipe,
@@ -92,6 +122,30 @@ double pipeline_bubble(int pp, int micro_batches, int virtual_stages = 1);
 // all-gather of B bytes in all sends (n - 1)/n * B from each rank; an allreduce is one of each, 2(n - 1)/n * B.
 double ring_gather_bytes(double bytes, int n);
 double ring_allreduce_bytes(double bytes, int n);
+
+// The latency of one NCCL collective over `ranks` GPUs on `nodes` nodes (ranks / nodes per node), in seconds, as
+// NCCL 2.30.7 models it for its choice of algorithm (src/graph/tuning.cc, ncclTopoTuneModel; the Simple protocol,
+// the one whose bandwidth the byte terms assume):
+//   ring: base 8.4 us + each of its steps (n - 1 for an all-gather or reduce-scatter, 2(n - 1) for an allreduce) at
+//         3.4 us over NVLink, of which those that cross nodes (nodes - 1, or 2(nodes - 1)) at 14 us over the network
+//   tree (allreduce): 8.4 us + 2 * ((ranks per node - 1) * 4.0 us + log2(nodes) * 14 us)
+//   PAT (all-gather, reduce-scatter, one GPU per node only): 8.0 us + log2(nodes) * 14/3.5 us + n * 2.8 us
+// taking the least of those that apply, as NCCL does by their time (NCCL also weighs their bandwidths, which this
+// leaves out: PAT's is 0.75 of the ring's). A ring's latency grows with every rank it adds: over thousands of ranks a
+// collective waits milliseconds before its first byte counts, which is why frameworks cut fewer, larger buckets at
+// scale (data_parallel_collectives).
+enum class Collective { all_gather, reduce_scatter, allreduce };
+double collective_latency_seconds(Collective collective, int ranks, int nodes);
+
+// How many data-parallel collectives one GPU starts in an optimizer step of k micro-steps, P its parameters, L its
+// layers: stages 0-2 reduce in buckets of Megatron-LM's size, max(40M, 1M * dp) parameters
+// (megatron/core/distributed/distributed_data_parallel.py, core_v0.12.0: "larger DP sizes need larger buckets"):
+// B = ceil(P / bucket) of them, each an allreduce (stage 0), a reduce-scatter and an all-gather (stage 1), k
+// reduce-scatters and an all-gather (stage 2); stage 3 gathers and reduces layer by layer (FSDP's unit, a
+// transformer block): 3 * k * L (two all-gathers and a reduce-scatter per layer per micro-step). bucket_params > 0
+// sets the buckets instead (--ddp-bucket-mb).
+double data_parallel_collectives(int stage, double params, int dp, int micro_steps, int layers,
+                                 double bucket_params = 0);
 
 // Bytes one GPU sends for data parallelism in one optimizer step of k micro-steps, P the parameters a data-parallel
 // rank replicates (P / (t*p) with model parallelism). ZeRO paper Sec. 7: DDP and stages 1-2 move 2P values, stage 3
