@@ -28,7 +28,7 @@ struct Given {
 };
 
 struct Flags {
-  Given<double> params, intra_bw, inter_bw, tflops, bucket_mb;
+  Given<double> params, intra_bw, inter_bw, memory_bw, tflops, bucket_mb;
   Given<std::string> model, gpu;
   Given<int> gpus, gpus_per_node, layers, hidden, heads, kv_heads, seq_len, vocab, micro_batch, tp, pp, zero;
   Given<long long> global_batch;
@@ -90,6 +90,7 @@ void add_flags(CLI::App* cmd, Flags& f) {
   add(cmd, f.global_batch, "--global-batch", "sequences per optimizer step; gradient accumulation reaches it");
   add(cmd, f.intra_bw, "--intra-node-bw", "GB/s per GPU within a node (busbw of `dtrain bench allreduce`)");
   add(cmd, f.inter_bw, "--inter-node-bw", "GB/s per GPU across nodes (busbw of `dtrain bench allreduce`)");
+  add(cmd, f.memory_bw, "--memory-bw", "GB/s of a GPU's own memory, for the optimizer step (default the --gpu's)");
   add(cmd, f.tflops, "--gpu-tflops", "achieved TFLOP/s per GPU, for compute time and scaling efficiency");
   add(cmd, f.bucket_mb, "--ddp-bucket-mb",
       "DDP's gradient buckets in MiB after the first 1 MiB, for scaling (default dtrain-trainer's rule, "
@@ -130,6 +131,7 @@ void collect(Flags& f) {
   a.global_batch = f.global_batch.get();
   a.intra_node_bw_gbs = f.intra_bw.get();
   a.inter_node_bw_gbs = f.inter_bw.get();
+  a.memory_bw_gbs = f.memory_bw.get();
   a.gpu_tflops = f.tflops.get();
   a.ddp_bucket_mb = f.bucket_mb.get();
   a.tp = f.tp.get();

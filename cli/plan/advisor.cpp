@@ -91,15 +91,17 @@ std::optional<Scaling> scaling(const PlanRequest& r, const Evaluation& e) {
   s.compute_s = step_flops / c.gpus / *c.gpu_flops * imbalance / (1 - e.bubble);
   s.efficiency_serial = s.ideal_s / (s.compute_s + *e.comm.seconds);
   const double dp_s = *e.comm.data_parallel_seconds;
-  const double grad_bytes = r.workload.params / (e.layout.tp * e.layout.pp) * value_bytes(r.workload.precision);
+  const double grad_bytes = gpu_params(r.workload, e.layout) * value_bytes(r.workload.precision);
   const double bucket_bytes = r.workload.bucket_bytes.value_or(
       static_cast<double>(default_bucket_bytes(static_cast<std::uint64_t>(grad_bytes))));
   const double last_share = last_bucket_bytes(grad_bytes, bucket_bytes) / grad_bytes;
   const int micro_steps = static_cast<int>(std::min<long long>(e.accumulation.micro_steps, 1 << 30));
   s.exposed_s = exposed_data_parallel_seconds(e.layout.stage, dp_s, s.compute_s, micro_steps, last_share) +
                 (*e.comm.seconds - dp_s);
-  s.efficiency_overlap = s.ideal_s / (s.compute_s + s.exposed_s);
-  s.step_s = s.compute_s + s.exposed_s;
+  const double shard = gpu_params(r.workload, e.layout) / (e.layout.stage >= 1 ? e.dp : 1);
+  s.optimizer_s = optimizer_seconds(shard, c.memory_bw.value_or(0));
+  s.step_s = s.compute_s + s.exposed_s + s.optimizer_s;
+  s.efficiency_overlap = s.ideal_s / s.step_s;
   s.tokens_per_s = tokens / s.step_s;
   s.tflops_per_gpu = step_flops / c.gpus / s.step_s / 1e12;
   if (c.peak_flops) s.mfu = model_flops / c.gpus / s.step_s / *c.peak_flops;

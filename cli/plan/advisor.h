@@ -58,15 +58,16 @@ struct Scaling {
   double ideal_s = 0;       // model FLOPs per GPU at its rate: perfect scaling, no recomputation
   double compute_s = 0;     // ideal_s * recomputation's factor * the stages' imbalance / (1 - bubble)
   double exposed_s = 0;     // communication the step waits for when it overlaps as the frameworks do (below)
+  double optimizer_s = 0;   // the optimizer step at the GPU's memory bandwidth (formulas.h); 0 when not known
   double efficiency_serial = 0;   // ideal / (compute + communication): nothing overlapped
-  // ideal / (compute + exposed): data-parallel communication overlapped as formulas.h's
+  // ideal / (compute + exposed + optimizer): data-parallel communication overlapped as formulas.h's
   // exposed_data_parallel_seconds says (DDP buckets behind backward, the last bucket and ZeRO's parameter
   // all-gather exposed); tensor- and pipeline-parallel transfers exposed in full, as they sit between the
   // computations that need them (Megatron's per-layer allreduces, the stage-to-stage sends).
   double efficiency_overlap = 0;
   // The predicted step: compute (model FLOPs times recomputation's factor, at the GPU's rate, stretched by the
-  // bubble) plus the exposed communication; what it gives in tokens, hardware FLOP/s per GPU (recomputation counted,
-  // as Megatron-LM reports them) and, with the GPU's peak known (--gpu), model FLOPs utilisation (PaLM's MFU:
+  // bubble) plus the exposed communication plus the optimizer step; what it gives in tokens, hardware FLOP/s per
+  // GPU (recomputation counted, as Megatron-LM reports them) and, with the GPU's peak known (--gpu), model FLOPs utilisation (PaLM's MFU:
   // recomputation not counted).
   double step_s = 0;
   double tokens_per_s = 0;

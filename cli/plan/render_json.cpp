@@ -42,6 +42,7 @@ json request_json(const PlanRequest& r) {
           {"intra_node_bw_bytes_per_s", bandwidth(c.intra_node_bw)},
           {"inter_node_bw_bytes_per_s", bandwidth(c.inter_node_bw)},
           {"gpu_flops", bandwidth(c.gpu_flops)},
+          {"memory_bw_bytes_per_s", bandwidth(c.memory_bw)},
           {"gpu", c.gpu.empty() ? json(nullptr) : json(c.gpu)},
           {"gpu_peak_flops", bandwidth(c.peak_flops)},
           {"bottleneck", bottleneck_name(r.bottleneck)}};
@@ -57,6 +58,7 @@ json evaluation_json(const Evaluation& e) {
   if (e.scaling) {
     scaling = {{"ideal_compute_s", e.scaling->ideal_s}, {"compute_s", e.scaling->compute_s},
                {"exposed_comm_s", e.scaling->exposed_s},
+               {"optimizer_s", e.scaling->optimizer_s},
                {"efficiency_serial", e.scaling->efficiency_serial},
                {"efficiency_overlap", e.scaling->efficiency_overlap}};
     predicted = {{"step_s", e.scaling->step_s}, {"tokens_per_s", e.scaling->tokens_per_s},

@@ -65,6 +65,7 @@ Status check_numbers(const PlanArgs& a) {
     return s;
   if (Status s = check_between(a.inter_node_bw_gbs, "--inter-node-bw", kMinRate, kMaxRate, "25 (GB/s)"); !s.ok())
     return s;
+  if (Status s = check_between(a.memory_bw_gbs, "--memory-bw", kMinRate, kMaxRate, "2039 (GB/s)"); !s.ok()) return s;
   if (Status s = check_between(a.ddp_bucket_mb, "--ddp-bucket-mb", kMinRate, kMaxRate, "25 (MiB)"); !s.ok()) return s;
   return check_between(a.gpu_tflops, "--gpu-tflops", kMinRate, kMaxRate, "400");
 }
@@ -169,7 +170,9 @@ Result<Cluster> make_cluster(const PlanArgs& a) {
     c.intra_node_bw = gpu->intra_node_bw;
     c.inter_node_bw = gpu->inter_node_bw;
     c.gpu_flops = gpu->peak_flops * kAchievedShareOfPeak;
+    c.memory_bw = gpu->memory_bw;
   }
+  if (a.memory_bw_gbs) c.memory_bw = *a.memory_bw_gbs * 1e9;
   if (a.intra_node_bw_gbs) c.intra_node_bw = *a.intra_node_bw_gbs * 1e9;
   if (a.inter_node_bw_gbs) c.inter_node_bw = *a.inter_node_bw_gbs * 1e9;
   if (a.gpu_tflops) c.gpu_flops = *a.gpu_tflops * 1e12;

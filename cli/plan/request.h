@@ -35,6 +35,7 @@ struct Cluster {
   std::optional<double> intra_node_bw;  // bytes/s per GPU within a node (busbw of `dtrain bench allreduce`)
   std::optional<double> inter_node_bw;  // bytes/s per GPU across nodes (the same, measured across nodes)
   std::optional<double> gpu_flops;      // achieved FLOP/s per GPU, for compute time and scaling
+  std::optional<double> memory_bw;      // bytes/s of a GPU's own memory (--gpu's, or --memory-bw): the optimizer step
   int nodes() const { return (gpus + gpus_per_node - 1) / gpus_per_node; }
 };
 
@@ -77,7 +78,7 @@ struct PlanArgs {
   std::optional<int> layers, hidden, heads, seq_len, vocab;
   std::optional<int> micro_batch;
   std::optional<long long> global_batch;
-  std::optional<double> intra_node_bw_gbs, inter_node_bw_gbs;  // GB/s
+  std::optional<double> intra_node_bw_gbs, inter_node_bw_gbs, memory_bw_gbs;  // GB/s
   std::optional<double> gpu_tflops;
   std::optional<double> ddp_bucket_mb;  // MiB
   std::optional<int> tp, pp;

@@ -87,4 +87,9 @@ TEST_CASE("flash attention: no s x s scores kept, nothing for selective recomput
   CHECK(recompute_flops_factor(flash, Recompute::full) == doctest::Approx(4.0 / 3));
 }
 
+TEST_CASE("optimizer step: 28 bytes a parameter of the shard at the memory bandwidth; not counted without it") {
+  CHECK(optimizer_seconds(1e9, 2e12) == doctest::Approx(0.014));
+  CHECK(optimizer_seconds(1e9, 0) == 0);
+}
+
 }  // namespace plan_costs_test

@@ -41,6 +41,7 @@ TEST_CASE("a preset gives memory, the compute rate (half the dense peak) and the
   CHECK(*h100.cluster.intra_node_bw == 450e9);
   CHECK(*h100.cluster.inter_node_bw == 50e9);
   CHECK(h100.cluster.gpus_per_node == 8);
+  CHECK(*h100.cluster.memory_bw == 3350e9);
   CHECK(request(on("h200")).cluster.gpu_memory == 141e9);
   CHECK(request(on("a100-40gb")).cluster.gpu_memory == 40e9);
   CHECK_FALSE(request(on("l40s")).cluster.inter_node_bw.has_value());  // no standard network: the user's to give
@@ -51,6 +52,7 @@ TEST_CASE("a preset gives memory, the compute rate (half the dense peak) and the
     CHECK(gpu->memory > 0);
     CHECK(gpu->peak_flops > 0);
     CHECK(gpu->intra_node_bw > 0);
+    CHECK(gpu->memory_bw > 0);
     CHECK(dtrain::plan::gpu_names().find(name) != std::string::npos);
   }
 }
@@ -62,7 +64,9 @@ TEST_CASE("every flag overrides the preset's value") {
   a.intra_node_bw_gbs = 300;
   a.inter_node_bw_gbs = 20;
   a.gpu_tflops = 400;
+  a.memory_bw_gbs = 3000;
   const PlanRequest r = request(a);
+  CHECK(*r.cluster.memory_bw == 3000e9);
   CHECK(r.cluster.gpu_memory == 94e9);
   CHECK(r.cluster.gpus_per_node == 4);
   CHECK(*r.cluster.intra_node_bw == 300e9);

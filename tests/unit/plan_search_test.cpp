@@ -166,6 +166,32 @@ TEST_CASE("--vocab with --params: the embedding on the end stages; --kv-heads mu
   CHECK(contains(refusal(no_shape), "--vocab with --params places the embedding"));
 }
 
+TEST_CASE("the optimizer step: at the GPU's memory bandwidth, part of the step; ZeRO-1 updates 1/N of it") {
+  PlanArgs a;
+  a.params = 1e9;
+  a.layers = 16;
+  a.hidden = 2048;
+  a.heads = 16;
+  a.seq_len = 1024;
+  a.gpus = 8;
+  a.global_batch = 32;
+  a.gpu = "a100-80gb";
+  const PlanReport report = report_for(a);
+  const Evaluation& ddp = report.strategies[0];
+  const Evaluation& zero1 = report.strategies[1];
+  REQUIRE(ddp.scaling.has_value());
+  CHECK(ddp.scaling->optimizer_s == doctest::Approx(28 * 1e9 / 2039e9));  // the whole model on every rank
+  CHECK(zero1.scaling->optimizer_s == doctest::Approx(28 * 1e9 / 8 / 2039e9));
+  CHECK(ddp.scaling->step_s ==
+        doctest::Approx(ddp.scaling->compute_s + ddp.scaling->exposed_s + ddp.scaling->optimizer_s));
+  CHECK(contains(render_json(report), "\"optimizer_s\""));
+  // Without the memory bandwidth (no --gpu) it is not counted.
+  a.gpu.reset();
+  a.gpu_tflops = 100;
+  a.intra_node_bw_gbs = 100;
+  CHECK(report_for(a).strategies[0].scaling->optimizer_s == 0);
+}
+
 }  // namespace plan_search_test
 
 #pragma GCC diagnostic pop

@@ -167,6 +167,10 @@ Accumulation accumulation(long long wanted_global_batch, int micro_batch, int dp
   return a;
 }
 
+double optimizer_seconds(double shard_params, double memory_bw) {
+  return memory_bw > 0 ? kAdamBytesPerParam * shard_params / memory_bw : 0;
+}
+
 bool fits(double bytes, double gpu_memory) { return bytes <= (1 - kHeadroom) * gpu_memory; }
 
 double compute_seconds(double params, double tokens, double flops_per_s) { return 6 * params * tokens / flops_per_s; }

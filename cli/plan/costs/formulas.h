@@ -176,6 +176,14 @@ struct Accumulation {
 };
 Accumulation accumulation(long long wanted_global_batch, int micro_batch, int dp);
 
+// The optimizer step: AdamW is elementwise and memory-bound (its arithmetic intensity, a few FLOPs per 28 bytes, is
+// far below any GPU's ridge point: Williams et al., "Roofline", CACM 2009), so it takes the bytes it moves over the
+// GPU's memory bandwidth. Per parameter of the shard a rank updates (its P at ZeRO 0, P/N from stage 1 on): read the
+// gradient (2), the fp32 master weight, momentum and variance (12), write the three (12) and the 16-bit working copy
+// (2): kAdamBytesPerParam. (fp32: a 4-byte gradient and no copy, the same 28.)
+inline constexpr double kAdamBytesPerParam = 28;
+double optimizer_seconds(double shard_params, double memory_bw);
+
 // What must stay free: the CUDA context, NCCL's buffers, the allocator's fragmentation and temporary workspaces are
 // not in the estimates above; 10% of the GPU's memory is the margin the issue sets for them.
 inline constexpr double kHeadroom = 0.10;

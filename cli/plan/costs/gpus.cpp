@@ -24,16 +24,18 @@ constexpr double kTera = 1e12;
 //         (32 per direction), no NVLink; no standard multi-node network (give --inter-node-bw).
 // The H100 peaks are quoted from the H100 architecture whitepaper (V1.04, Table 1); A100 Selene's network from
 // Narayanan et al. SC21, Sec. 5 ("eight NVIDIA Mellanox 200Gbps HDR Infiniband HCAs" per 8-GPU node); the DGX
-// H100/H200/B200 networks from NVIDIA's DGX BasePOD reference architecture. The other figures were read from
+// H100/H200/B200 networks from NVIDIA's DGX BasePOD reference architecture. Memory bandwidth, from the same
+// datasheets: A100 40GB 1,555 GB/s, A100 80GB SXM 2,039 GB/s, H100 SXM 3.35 TB/s, H100 PCIe 2.0 TB/s, H200
+// 4.8 TB/s, B200 8 TB/s (DGX B200: 64 TB/s over 8 GPUs), L40S 864 GB/s. The other figures were read from
 // transcriptions of the datasheets; B200's memory is 192 GB a package, of which DGX B200 gives 180 GB (1,440 GB / 8).
 const GpuPreset kGpus[] = {
-    {"a100-40gb", "DGX A100 (HDR InfiniBand)", 40 * kGB, 312 * kTera, 300 * kGB, 25 * kGB, 8},
-    {"a100-80gb", "DGX A100 (HDR InfiniBand)", 80 * kGB, 312 * kTera, 300 * kGB, 25 * kGB, 8},
-    {"h100-sxm", "DGX H100 (NDR InfiniBand)", 80 * kGB, 989 * kTera, 450 * kGB, 50 * kGB, 8},
-    {"h100-pcie", "PCIe Gen5 server, 400 Gb/s per GPU", 80 * kGB, 756 * kTera, 64 * kGB, 50 * kGB, 8},
-    {"h200", "HGX H200 (NDR InfiniBand)", 141 * kGB, 989 * kTera, 450 * kGB, 50 * kGB, 8},
-    {"b200", "DGX B200 (NDR InfiniBand)", 180 * kGB, 2250 * kTera, 900 * kGB, 50 * kGB, 8},
-    {"l40s", "PCIe Gen4 server", 48 * kGB, 362 * kTera, 32 * kGB, std::nullopt, 8},
+    {"a100-40gb", "DGX A100 (HDR InfiniBand)", 40 * kGB, 312 * kTera, 300 * kGB, 25 * kGB, 8, 1555 * kGB},
+    {"a100-80gb", "DGX A100 (HDR InfiniBand)", 80 * kGB, 312 * kTera, 300 * kGB, 25 * kGB, 8, 2039 * kGB},
+    {"h100-sxm", "DGX H100 (NDR InfiniBand)", 80 * kGB, 989 * kTera, 450 * kGB, 50 * kGB, 8, 3350 * kGB},
+    {"h100-pcie", "PCIe Gen5 server, 400 Gb/s per GPU", 80 * kGB, 756 * kTera, 64 * kGB, 50 * kGB, 8, 2000 * kGB},
+    {"h200", "HGX H200 (NDR InfiniBand)", 141 * kGB, 989 * kTera, 450 * kGB, 50 * kGB, 8, 4800 * kGB},
+    {"b200", "DGX B200 (NDR InfiniBand)", 180 * kGB, 2250 * kTera, 900 * kGB, 50 * kGB, 8, 8000 * kGB},
+    {"l40s", "PCIe Gen4 server", 48 * kGB, 362 * kTera, 32 * kGB, std::nullopt, 8, 864 * kGB},
 };
 
 }  // namespace

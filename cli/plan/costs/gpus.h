@@ -9,7 +9,9 @@
 //
 // Bandwidths are line rates: what `dtrain bench allreduce` measures as busbw on such a system is below them (NCCL
 // reaches most of a link's rate for large messages, not all of it), so a plan from a preset is optimistic about
-// communication; give the measured busbw for the cluster at hand.
+// communication; give the measured busbw for the cluster at hand. The memory bandwidth (HBM or GDDR) paces the
+// optimizer step, an elementwise update that reads and writes every byte of its state once (formulas.h,
+// optimizer_seconds); --memory-bw overrides it.
 //
 // The rate the plan computes at without --gpu-tflops is the peak times kAchievedShareOfPeak.
 
@@ -26,6 +28,7 @@ struct GpuPreset {
   double intra_node_bw = 0;            // bytes/s per GPU, one direction
   std::optional<double> inter_node_bw; // bytes/s per GPU, one direction; none when the system has no standard
   int gpus_per_node = 8;
+  double memory_bw = 0;                // bytes/s of the GPU's own memory
 };
 
 // The share of the dense peak that Megatron-LM's GPT training reached end to end on A100s, 44-52% (Narayanan et al.,
