@@ -30,7 +30,7 @@ struct Given {
 struct Flags {
   Given<double> params, intra_bw, inter_bw, memory_bw, tflops, bucket_mb;
   Given<std::string> model, gpu;
-  Given<int> gpus, gpus_per_node, layers, hidden, heads, kv_heads, seq_len, vocab, micro_batch, tp, pp, zero;
+  Given<int> gpus, gpus_per_node, layers, hidden, heads, kv_heads, ffn, seq_len, vocab, micro_batch, tp, pp, zero;
   Given<long long> global_batch;
   plan::PlanArgs args;
   bool json = false;
@@ -82,6 +82,8 @@ void add_flags(CLI::App* cmd, Flags& f) {
   add(cmd, f.hidden, "--hidden", "hidden size (h)");
   add(cmd, f.heads, "--heads", "attention heads (a)");
   add(cmd, f.kv_heads, "--kv-heads", "key/value heads with grouped-query attention (default: as many as --heads)");
+  add(cmd, f.ffn, "--ffn", "the MLP's inner size, for its activations (default 4 x --hidden)");
+  cmd->add_option("--mlp", f.args.mlp, "gelu (GPT's MLP) | swiglu (Llama's: gate, up, down)")->capture_default_str();
   add(cmd, f.seq_len, "--seq-len", "sequence length (s); with --model, default its longest");
   add(cmd, f.vocab, "--vocab",
       "vocabulary: places the embedding and output layer on the pipeline's first and last stages; with the shape "
@@ -124,6 +126,7 @@ void collect(Flags& f) {
   a.hidden = f.hidden.get();
   a.heads = f.heads.get();
   a.kv_heads = f.kv_heads.get();
+  a.ffn = f.ffn.get();
   a.zero = f.zero.get();
   a.seq_len = f.seq_len.get();
   a.vocab = f.vocab.get();

@@ -64,6 +64,8 @@ double preset_params(const ModelPreset& p) {
 Shape preset_shape(const ModelPreset& p, int seq_len, int micro_batch) {
   Shape shape{p.layers, p.hidden, p.heads, seq_len, micro_batch, p.kv_heads, p.vocab};
   shape.untied_embeddings = p.family == Family::llama;
+  shape.gated_mlp = p.family == Family::llama;
+  shape.ffn = p.ffn;
   return shape;
 }
 

@@ -54,7 +54,8 @@ Status check_between(const std::optional<double>& value, const char* flag, doubl
 Status check_numbers(const PlanArgs& a) {
   for (const auto& [value, flag] : {std::pair{a.layers, "--layers"}, {a.hidden, "--hidden"}, {a.heads, "--heads"},
                                     {a.seq_len, "--seq-len"}, {a.vocab, "--vocab"}, {a.micro_batch, "--micro-batch"},
-                                    {a.tp, "--tp"}, {a.pp, "--pp"}, {a.kv_heads, "--kv-heads"}}) {
+                                    {a.tp, "--tp"}, {a.pp, "--pp"}, {a.kv_heads, "--kv-heads"},
+                                    {a.ffn, "--ffn"}}) {
     if (Status s = check_range(value, flag, kMaxDimension); !s.ok()) return s;
   }
   if (Status s = check_range(a.gpus, "--gpus", kMaxGpus); !s.ok()) return s;
@@ -79,9 +80,9 @@ std::optional<trainer::GptConfig> shape_trainer_config(const PlanArgs& a) {
 
 Status check_shape_flags(const PlanArgs& a) {
   const bool any = a.layers || a.hidden || a.heads;
-  if (a.model && (any || a.vocab || a.kv_heads))
+  if (a.model && (any || a.vocab || a.kv_heads || a.ffn || a.mlp != "gelu"))
     return refuse("--model " + *a.model + " already gives the shape; drop --layers/--hidden/--heads/--kv-heads/"
-                  "--vocab, or drop --model and give the whole shape");
+                  "--ffn/--mlp/--vocab, or drop --model and give the whole shape");
   if (a.model && a.params)
     return refuse("--params and --model both give the model's size; give one of them");
   if (a.vocab && a.params && !a.layers)
@@ -108,6 +109,12 @@ Result<Workload> finish_workload(const PlanArgs& a, Workload w) {
   if (a.attention != "flash" && a.attention != "eager")
     return {refuse("--attention " + a.attention + ": use flash (fused attention, no s x s scores kept) or eager")};
   if (w.shape) w.shape->flash_attention = a.attention == "flash";
+  if (a.mlp != "gelu" && a.mlp != "swiglu")
+    return {refuse("--mlp " + a.mlp + ": use gelu (GPT's MLP) or swiglu (Llama's gate, up and down matrices)")};
+  if (w.shape && (a.ffn || a.mlp == "swiglu")) {
+    w.shape->ffn = a.ffn.value_or(0);
+    w.shape->gated_mlp = a.mlp == "swiglu";
+  }
   return {{}, w};
 }
 

@@ -84,6 +84,8 @@ struct PlanArgs {
   std::optional<int> tp, pp;
   std::optional<int> zero;              // --zero 0..3
   std::optional<int> kv_heads;          // --kv-heads (grouped-query attention)
+  std::optional<int> ffn;               // --ffn: the MLP's inner size (default 4 x --hidden)
+  std::string mlp = "gelu";             // --mlp gelu|swiglu
   std::string recompute;                // --recompute none|selective|full; "": searched
   std::string sequence_parallel = "on";  // --sequence-parallel on|off
   std::string attention = "flash";      // --attention flash|eager

@@ -92,4 +92,23 @@ TEST_CASE("optimizer step: 28 bytes a parameter of the shard at the memory bandw
   CHECK(optimizer_seconds(1e9, 0) == 0);
 }
 
+TEST_CASE("activations of other layers: grouped-query attention and SwiGLU, term by term") {
+  // GPT's layer: 10 + 24/t. Llama 3 8B's: h = 4096, 32 heads, 8 key/value (r = 1/4), SwiGLU f = 14336 (3.5h): the
+  // split part 4 + 4/4 + 6 * 3.5 = 26, so 10 + 26 = 36 at t = 1, 10 + 26/8 at t = 8, 36/8 with sequence parallelism.
+  Shape llama{32, 4096, 32, 8192, 1, 8};
+  llama.ffn = 14336;
+  llama.gated_mlp = true;
+  llama.flash_attention = true;
+  const double sbh = 8192.0 * 4096;
+  CHECK(layer_activation_bytes(llama, 1, Precision::bf16) == doctest::Approx(sbh * 36));
+  CHECK(layer_activation_bytes(llama, 8, Precision::bf16) == doctest::Approx(sbh * (10 + 26.0 / 8)));
+  CHECK(layer_activation_bytes(llama, 8, Precision::bf16, Recompute::none, true) == doctest::Approx(sbh * 36 / 8));
+  // A GELU MLP of f = 4h and full attention is GPT's 34.
+  Shape gpt = llama;
+  gpt.kv_heads = 0;
+  gpt.ffn = 0;
+  gpt.gated_mlp = false;
+  CHECK(layer_activation_bytes(gpt, 1, Precision::bf16) == doctest::Approx(sbh * 34));
+}
+
 }  // namespace plan_costs_test

@@ -18,9 +18,10 @@
 //         accumulation, no sequence parallelism, fused (not flash) softmax, vocabulary 250,880: --framework megatron
 //         --zero 1 --recompute full --sequence-parallel off --attention eager --vocab 250880.
 //   L3    Llama Team, "The Llama 3 Herd of Models", arXiv:2407.21783, Tables 3 and 4: 405B (126 layers, 16384
-//         hidden, 128 heads, 8 key/value heads, sequence 8192, vocabulary 128,256) on 8,192 H100s, TP 8, PP 16,
-//         DP 64, global batch 2048 sequences, 430 TFLOP/s per GPU (43% BF16 MFU). Its framework (FSDP, TP, PP, CP of
-//         its own) is not one the plan models: --framework any. The plan's answer, ZeRO-3 + TP 8 + full
+//         hidden, 128 heads, 8 key/value heads, SwiGLU MLP of 53,248, sequence 8192, vocabulary 128,256) on 8,192
+//         H100s, TP 8, PP 16, DP 64, global batch 2048 sequences, 430 TFLOP/s per GPU (43% BF16 MFU). Its framework
+//         (FSDP, TP, PP, CP of its own) is not one the plan models: --framework any --kv-heads 8 --ffn 53248 --mlp
+//         swiglu. The plan's answer, ZeRO-3 + TP 8 + full
 //         recomputation without pipelining, is torchtitan's published recipe for this model
 //         (torchtitan/models/llama3/train_configs/llama3_405b.toml, v0.2.0: tensor_parallel_degree 8,
 //         pipeline_parallel_degree 1, FSDP over the rest, activation_checkpoint mode "full"); the row is held to
@@ -57,6 +58,7 @@ struct Run {
   int tp, pp;          // published
   double tflops;       // published, per GPU
   int alt_tp = 0, alt_pp = 0;  // another published layout for the same model, when there is one (L3)
+  int swiglu_ffn = 0;          // a SwiGLU MLP's inner size (Llama); 0: GPT's 4h GELU MLP
 };
 
 enum class Features { megatron_2021, bloom, megatron_core, any };
@@ -73,7 +75,8 @@ const Run kRuns[] = {
     {"GPT 529.6B", "N21", 529.6e9, 105, 20480, 128, 0, 2048, 51200, 2520, 2520, 1, "a100-80gb", 8, 35, 163},
     {"GPT 1008B", "N21", 1008e9, 128, 25600, 160, 0, 2048, 51200, 3072, 3072, 1, "a100-80gb", 8, 64, 163},
     {"BLOOM 176B", "BLOOM", 176e9, 70, 14336, 112, 0, 2048, 250880, 384, 2048, 2, "a100-80gb", 4, 12, 149.77},
-    {"Llama 3 405B", "L3", 405e9, 126, 16384, 128, 8, 8192, 128256, 8192, 2048, 1, "h100-sxm", 8, 16, 430, 8, 1},
+    {"Llama 3 405B", "L3", 405e9, 126, 16384, 128, 8, 8192, 128256, 8192, 2048, 1, "h100-sxm", 8, 16, 430, 8, 1,
+     53248},
     {"GPT 70B (H100)", "MH", 70e9, 84, 8192, 64, 0, 4096, 131072, 768, 384, 1, "h100-sxm", 8, 2, 419.7},
     {"GPT 177B (H100)", "MH", 177e9, 96, 12288, 96, 0, 4096, 131072, 2304, 1152, 1, "h100-sxm", 8, 6, 432.8},
 };
@@ -106,6 +109,10 @@ dtrain::plan::PlanReport plan_for(const Run& run) {
   a.gpu = run.gpu;
   a.vocab = run.vocab;
   if (run.kv_heads) a.kv_heads = run.kv_heads;
+  if (run.swiglu_ffn) {
+    a.ffn = run.swiglu_ffn;
+    a.mlp = "swiglu";
+  }
   set_features(run, a);
   auto request = dtrain::plan::make_request(a);
   REQUIRE_MESSAGE(request.ok(), request.status.message());

@@ -159,6 +159,19 @@ TEST_CASE("--vocab with --params: the embedding on the end stages; --kv-heads mu
   CHECK(contains(refusal(a), "--kv-heads 6 must divide --heads 64"));
   a.kv_heads = 8;
   CHECK(report_for(a).request.workload.shape->kv_heads == 8);
+  a.ffn = 28672;
+  a.mlp = "swiglu";
+  const auto shape = *report_for(a).request.workload.shape;
+  CHECK(shape.ffn == 28672);
+  CHECK(shape.gated_mlp);
+  a.mlp = "relu";
+  CHECK(contains(refusal(a), "--mlp relu: use gelu"));
+  PlanArgs preset;
+  preset.model = "llama3-8b";
+  preset.gpus = 8;
+  CHECK(report_for(preset).request.workload.shape->gated_mlp);  // the preset's own MLP
+  preset.ffn = 1000;
+  CHECK(contains(refusal(preset), "already gives the shape"));
   PlanArgs no_shape;
   no_shape.params = 1e9;
   no_shape.gpus = 8;

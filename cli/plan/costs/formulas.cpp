@@ -72,9 +72,12 @@ double layer_activation_bytes(const Shape& shape, int tp, Precision precision, R
                               bool sequence_parallel) {
   const double s = shape.seq_len, b = shape.micro_batch, h = shape.hidden, a = shape.heads, t = tp;
   const double sbh = s * b * h;
+  const double r = shape.kv_heads > 0 ? static_cast<double>(shape.kv_heads) / shape.heads : 1.0;
+  const double f = shape.ffn > 0 ? shape.ffn : 4 * h;
+  const double split = 4 + 4 * r + (shape.gated_mlp ? 6 : 4) * f / h;  // 24 for GPT's layer
   const bool scores_kept = recompute == Recompute::none && !shape.flash_attention;
   const double scores = scores_kept ? 5 * a * s / h : 0;  // the attention core's 5as^2b
-  double sixteen_bit = sequence_parallel ? sbh * (34 + scores) / t : sbh * (10 + 24 / t + scores / t);
+  double sixteen_bit = sequence_parallel ? sbh * (10 + split + scores) / t : sbh * (10 + split / t + scores / t);
   if (recompute == Recompute::full) sixteen_bit = sequence_parallel ? 2 * sbh / t : 2 * sbh;
   return sixteen_bit * value_bytes(precision) / 2;
 }

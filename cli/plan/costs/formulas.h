@@ -50,6 +50,8 @@ struct Shape {
                         // whole query groups over the tensor-parallel ranks, so t divides them too.
   int vocab = 0;        // V, for the embedding and output layer on the first and last stages; 0: not known
   bool untied_embeddings = false;  // the output layer its own V x h matrix (Llama), not the embedding's (GPT)
+  int ffn = 0;                     // the MLP's inner size f; 0: GPT's 4h
+  bool gated_mlp = false;          // SwiGLU (Llama: gate, up, down matrices), not GPT's GELU MLP
   // Flash (fused) attention: the attention core's s x s scores are never stored, backward recomputes them inside
   // the kernel (Dao et al., arXiv:2205.14135, Sec. 3.1); what Megatron-LM with Transformer Engine, torchtitan
   // (scaled_dot_product_attention) and current Hugging Face models run by default.
@@ -74,6 +76,12 @@ const char* recompute_name(Recompute recompute);  // "none", "selective", "full"
 //   full recomputation (Table 2): the layer's input alone, 2*s*b*h, split over t with sequence parallelism
 // Flash attention keeps no 5as^2b term either (Shape::flash_attention), so without recomputation it holds what
 // selective recomputation holds.
+// Other layers than GPT's, by the same accounting term by term: of the 24 sbh that tensor parallelism splits, the
+// attention's are Q, K, V and the output projection's input (2 + 2 + 2 + 2), and with grouped-query attention K and
+// V are kv_heads/heads of Q's size: 4 + 4r, r = kv_heads/heads; the MLP's are its first linear's output and the
+// activation's output (2f + 2f for f = 4h: 16), and a SwiGLU MLP keeps gate, up and silu(gate) outputs: 6f/h. So
+// the 24 is 4 + 4r + 4f/h (GELU) or 4 + 4r + 6f/h (SwiGLU); the 10 unsplit stay (LayerNorm/RMSNorm inputs, the
+// attention's and MLP's inputs, the dropout masks: an upper bound for models without dropout).
 // fp32 doubles it (every kept tensor at 4 bytes; an upper bound, as the masks stay 1 byte).
 double layer_activation_bytes(const Shape& shape, int tp, Precision precision, Recompute recompute = Recompute::none,
                               bool sequence_parallel = false);
