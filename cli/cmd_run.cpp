@@ -163,8 +163,9 @@ int run_command(RunArgs& args, const CLI::App& cmd) {
 
 Action add_run_command(CLI::App& app) {
   auto args = std::make_shared<RunArgs>();
-  auto* cmd = app.add_subcommand("run", "Run a program as N workers per node without a spec file (torchrun's options "
-                                       "on one node)");
+  auto* cmd = app.add_subcommand("run", "Run a program as N workers per node without a spec file, with torchrun's "
+                                       "options: on this node, or the same command on every node (--nnodes, "
+                                       "--node-rank, --rdzv-endpoint)");
   cmd->add_option("--nodes", args->nodes, "simulated nodes on this machine (provider local)")->capture_default_str();
   cmd->add_option("--grace-s", args->grace_s, "seconds between SIGTERM and SIGKILL when stopping")->capture_default_str();
   cmd->add_option("--name", args->name, "job name (default: from the program name)");

@@ -41,6 +41,8 @@ test_packages=(
   chromium fonts-dejavu-core
   # layout.rules measures functions with Universal Ctags
   universal-ctags
+  # test_k8s_manifests checks configs/k8s/ against the Kubernetes object models
+  python3-kubernetes python3-yaml
 )
 [ "$tests" -eq 1 ] && packages+=("${test_packages[@]}")
 

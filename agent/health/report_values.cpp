@@ -57,6 +57,12 @@ std::size_t valid_utf8_prefix(std::string_view bytes) {
   return at;
 }
 
+// At most `most` bytes of a worker's text, cut before its first byte that is not valid UTF-8.
+std::string text_of(std::string_view text, std::size_t most) {
+  text = text.substr(0, std::min(text.size(), most));
+  return std::string(text.substr(0, valid_utf8_prefix(text)));
+}
+
 }  // namespace
 
 Status check_report_values(const v1::WorkerReport& report) {
@@ -79,6 +85,8 @@ Status check_report_values(const v1::WorkerReport& report) {
       {"comm_exposed_ms", report.comm_exposed_ms(), kMaxReportedMs, "a week"},
       {"optimizer_ms", report.optimizer_ms(), kMaxReportedMs, "a week"},
       {"loss_scale", report.loss_scale(), kMaxReportedLossScale, "the largest float"},
+      {"model_flops_per_token", report.model_flops_per_token(), kMaxReportedFlopsPerToken,
+       "past 6 FLOPs for each of 2^50 parameters"},
   };
   for (const auto& amount : amounts) {
     if (!std::isfinite(amount.value) || amount.value < 0 || amount.value > amount.most) {
@@ -101,6 +109,7 @@ Status check_report_values(const v1::WorkerReport& report) {
       {"mem_gathered_peak_bytes", report.mem_gathered_peak_bytes(), kMaxReportedBytes, "1 PiB"},
       {"comm_bytes", report.comm_bytes(), kMaxReportedBytes, "1 PiB"},
       {"dump_signal", report.dump_signal(), kMaxReportedSignal, "SIGRTMAX; 0 for none"},
+      {"model_params", report.model_params(), kMaxReportedParams, "2^50, hundreds of times the largest model"},
   };
   for (const auto& size : sizes) {
     if (size.value > size.most) {
@@ -112,9 +121,8 @@ Status check_report_values(const v1::WorkerReport& report) {
   return {};
 }
 
-std::string phase_of(std::string_view phase) {
-  phase = phase.substr(0, std::min(phase.size(), kMaxPhaseBytes));
-  return std::string(phase.substr(0, valid_utf8_prefix(phase)));
-}
+std::string phase_of(std::string_view phase) { return text_of(phase, kMaxPhaseBytes); }
+
+std::string device_name_of(std::string_view device_name) { return text_of(device_name, kMaxDeviceNameBytes); }
 
 }  // namespace dtrain::agent

@@ -30,16 +30,28 @@ inline constexpr double kMaxReportedLossScale = 3.4028234663852886e38;
 inline constexpr std::uint32_t kMaxReportedSignal = 64;
 // The longest phase the launcher is given; a longer one is cut (phase_of).
 inline constexpr std::size_t kMaxPhaseBytes = 128;
+// The most parameters a report may name: 2^50, about 10^15, hundreds of times the largest model trained; a larger
+// count is a wrapped negative number or garbage.
+inline constexpr std::uint64_t kMaxReportedParams = std::uint64_t{1} << 50;
+// The most model FLOPs per token: 10^18, past 6 x 2^50 (the 6N of the most parameters above) plus any attention
+// term (12 x layers x width x sequence: 10^14 at 200 layers, a width of 50,000 and a million-token sequence).
+inline constexpr double kMaxReportedFlopsPerToken = 1e18;
+// The longest device name the launcher is given; a longer one is cut (device_name_of). torch's names are under 40.
+inline constexpr std::size_t kMaxDeviceNameBytes = 128;
 
 // Whether a report's values can be real, or invalid_argument naming the first that cannot: loss must be finite;
 // tokens/s, samples/s, loss_scale and the times (step_ms, data_wait_ms, compute_ms, comm_exposed_ms, optimizer_ms)
-// finite and not negative; step, the byte counts, the times, loss_scale and dump_signal within the bounds above. A
+// finite and not negative; step, the byte counts, the times, loss_scale, dump_signal, model_params and
+// model_flops_per_token (finite, not negative) within the bounds above. A
 // loss may be negative (not every objective is a cross-entropy). A run whose loss stopped being finite has diverged;
-// it says so in its error, not in a health report. The phase is never refused: phase_of cuts it.
+// it says so in its error, not in a health report. The phase and the device name are never refused: phase_of and
+// device_name_of cut them.
 Status check_report_values(const v1::WorkerReport& report);
 
 // The phase as the launcher gets it: at most kMaxPhaseBytes, cut before the first byte that does not continue valid
 // UTF-8 (a worker's bytes are not trusted to be text), so the launcher can print it as it is.
 std::string phase_of(std::string_view phase);
+// The device name as the launcher gets it: the same rule as phase_of, at most kMaxDeviceNameBytes.
+std::string device_name_of(std::string_view device_name);
 
 }  // namespace dtrain::agent

@@ -236,6 +236,7 @@ v1::WorkerHealth health_of(const v1::WorkerReport& report) {
   v1::WorkerHealth health;
   *health.mutable_report() = report;
   health.mutable_report()->set_phase(phase_of(report.phase()));
+  health.mutable_report()->set_device_name(device_name_of(report.device_name()));
   return health;
 }
 

@@ -33,8 +33,9 @@ v1::AgentMessage to_wire(const RunnerEvent& event);
 v1::AgentMessage to_wire(const ProbeAnswer& answer);
 v1::AgentMessage to_wire(const EvidenceReport& report);
 v1::AgentMessage to_wire(const WorkerSample& sample);
-// A worker's report as the health message the agent forwards: the report as the worker sent it, its phase cut by
-// phase_of (health/report_values.h); unix_ms is to_wire's. Call after check_report_values accepted it.
+// A worker's report as the health message the agent forwards: the report as the worker sent it, its phase and device
+// name cut by phase_of and device_name_of (health/report_values.h); unix_ms is to_wire's. Call after
+// check_report_values accepted it.
 v1::WorkerHealth health_of(const v1::WorkerReport& report);
 // A worker's accepted health report, stamped with this agent's clock.
 v1::AgentMessage to_wire(const v1::WorkerHealth& health, std::uint64_t unix_ms);

@@ -1,6 +1,7 @@
 #include "cli/report/page.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <ctime>
 
 #include "cli/report/heat_map.h"
@@ -47,6 +48,17 @@ std::string root_cause(const RunModel& model) {
   return "";
 }
 
+// "12.3 TFLOP/s (exact), MFU 41.2% of the dense bf16/fp16 peak of h100-sxm", or "" when the run has none.
+std::string model_flops_text(const ModelFlopsInfo& flops) {
+  if (!flops.flops_per_s) return "";
+  char text[64];
+  std::snprintf(text, sizeof text, "%.3g TFLOP/s", *flops.flops_per_s / 1e12);
+  std::string out = std::string(text) + " (" + escape(flops.flops_basis) + ")";
+  if (!flops.mfu) return out + ", MFU not known (no peak for the ranks' device)";
+  std::snprintf(text, sizeof text, "%.1f%%", *flops.mfu * 100);
+  return out + ", <span id=\"mfu\">MFU " + text + "</span> of the " + escape(flops.peak_basis);
+}
+
 std::string header(const RunModel& model) {
   std::size_t nodes = 0;
   for (const auto& r : model.rounds) nodes = std::max(nodes, r.nodes);
@@ -65,6 +77,9 @@ std::string header(const RunModel& model) {
   row("nodes, ranks", std::to_string(nodes) + " nodes, " + std::to_string(model.ranks()) + " ranks");
   if (!command.empty()) row("command", "<code>" + escape(command) + "</code>");
   row("restarts", std::to_string(model.restarts()));
+  if (const std::string flops = model_flops_text(model.model_flops); !flops.empty()) {
+    row("model FLOP/s", flops + " (the ranks' last reported rates)");
+  }
   row("wall time", duration_text(model.end_ms - std::min(model.end_ms, model.start_ms)) + ", from " +
                        utc_text(model.start_ms));
   row("run directory", "<code>" + escape(model.dir) + "</code>");

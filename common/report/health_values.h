@@ -40,6 +40,11 @@ struct HealthValues {
   std::uint32_t dump_signal = 0;        // the signal that makes it write its stacks to DTRAIN_STACKS_FILE; 0 = none
   bool exiting = false;                 // its last report: the process finished and is exiting
   bool quiet = false;                   // in a call that keeps its reporter from running
+  // The model, for its FLOP/s and MFU: trainable parameters; model FLOPs per token, forward and backward (6N from a
+  // script, dtrain-trainer's exact count); the device as torch.cuda.get_device_name names it, or "cpu".
+  std::uint64_t model_params = 0;
+  double model_flops_per_token = 0;
+  std::string device_name;
 };
 
 }  // namespace dtrain

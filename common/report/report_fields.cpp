@@ -19,7 +19,7 @@ const ReportField<double> kAmounts[] = {
     DTRAIN_REPORT_FIELD(double, step_ms, 7),        DTRAIN_REPORT_FIELD(double, data_wait_ms, 8),
     DTRAIN_REPORT_FIELD(double, compute_ms, 9),     DTRAIN_REPORT_FIELD(double, comm_exposed_ms, 10),
     DTRAIN_REPORT_FIELD(double, optimizer_ms, 11),  DTRAIN_REPORT_FIELD(double, loss_scale, 21),
-    DTRAIN_REPORT_FIELD(double, samples_per_s, 23),
+    DTRAIN_REPORT_FIELD(double, samples_per_s, 23), DTRAIN_REPORT_FIELD(double, model_flops_per_token, 28),
 };
 const ReportField<std::uint64_t> kCounts[] = {
     DTRAIN_REPORT_FIELD(std::uint64_t, step, 2),
@@ -34,6 +34,7 @@ const ReportField<std::uint64_t> kCounts[] = {
     DTRAIN_REPORT_FIELD(std::uint64_t, mem_gathered_peak_bytes, 19),
     DTRAIN_REPORT_FIELD(std::uint64_t, comm_bytes, 20),
     DTRAIN_REPORT_FIELD(std::uint64_t, device_mem_peak_bytes, 24),
+    DTRAIN_REPORT_FIELD(std::uint64_t, model_params, 27),
 };
 const ReportField<std::uint32_t> kIds[] = {
     DTRAIN_REPORT_FIELD(std::uint32_t, rank, 1),
@@ -45,6 +46,7 @@ const ReportField<bool> kFlags[] = {
 };
 const ReportField<std::string> kTexts[] = {
     DTRAIN_REPORT_FIELD(std::string, phase, 14),
+    DTRAIN_REPORT_FIELD(std::string, device_name, 29),
 };
 
 #undef DTRAIN_REPORT_FIELD

@@ -6,7 +6,7 @@ PyTorch (Debian's 1.13 under /usr/bin/python3):
             exactly its 12 optimizer steps (ZeRO's inner step and the micro-batches not counted; the last step
             arrives although the script exits right after it), with data wait, step time, tokens/s from the
             batches of token ids (2 micro-batches of 8 x 4 tokens per step), samples/s (16 per step) and the loss of
-            its last backward();
+            its last step's two backward()s (their sum);
             the user's own sitecustomize (on the spec's PYTHONPATH) still runs and is the program's
             `sitecustomize`, and the bootstrap directory comes before the user's;
   -m        the same script as `python3 -m module`: counted the same;
@@ -78,7 +78,8 @@ loader = DataLoader(Batches(), batch_size=BATCH, num_workers=2 if rank == 1 else
 for i, (x, y) in enumerate(loader):
     if i %% MICRO < MICRO - 1:
         with model.no_sync():
-            torch.nn.functional.mse_loss(model(x), y).backward()
+            earlier = torch.nn.functional.mse_loss(model(x), y)
+            earlier.backward()
         continue
     loss = torch.nn.functional.mse_loss(model(x), y)
     loss.backward()
@@ -87,7 +88,7 @@ for i, (x, y) in enumerate(loader):
     mean = loss.detach().clone()
     dist.all_reduce(mean)
 print("rank %%d trained %%d steps, loss %%.6f, own last loss %%.6f" %% (rank, (i + 1) // MICRO,
-      float(mean) / dist.get_world_size(), float(loss)), flush=True)
+      float(mean) / dist.get_world_size(), float(earlier) + float(loss)), flush=True)
 # torch 1.13: DDP (and ZeroRedundancyOptimizer) keep the process group alive past destroy_process_group(), and
 # gloo's threads left to the interpreter's teardown may abort the process ("terminate called without an active
 # exception"): drop them first, so its threads end here.
@@ -298,7 +299,7 @@ def check_counted(run, what):
               "%s: rank %d's samples/s is 16 samples per step: %s" % (what, rank, row))
         own = re.search(r"rank %d trained \d+ steps, loss \S+, own last loss (\S+)" % rank, run.out)
         check(own is not None and row["loss"] is not None and abs(row["loss"] - float(own.group(1))) < 1e-5,
-              "%s: rank %d's loss is the one its last step's backward() ran from: %s vs %s" %
+              "%s: rank %d's loss is the sum of the losses its last step's backward()s ran from: %s vs %s" %
               (what, rank, row["loss"], own and own.group(1)))
     run.assert_no_leaks()
 

@@ -78,6 +78,16 @@ TEST_CASE("a datagram's JSON becomes the report it describes") {
   CHECK(check_report_values(r).ok());
 }
 
+TEST_CASE("the model's fields, as the Python instrumentation sends them, parse into the report") {
+  const Result<HealthDatagram> parsed = parse_health_datagram(
+      R"({"rank":3,"model_params":124475904,"model_flops_per_token":746855424.0,"device_name":"NVIDIA H200"})");
+  REQUIRE(parsed.ok());
+  CHECK(parsed.value.report.model_params() == 124475904);
+  CHECK(parsed.value.report.model_flops_per_token() == 746855424.0);
+  CHECK(parsed.value.report.device_name() == "NVIDIA H200");
+  CHECK(check_report_values(parsed.value.report).ok());
+}
+
 TEST_CASE("\"exiting\": true marks a process's last report; false or absent does not") {
   const Result<HealthDatagram> last = parse_health_datagram(R"({"rank":2,"step":100,"steps_done":100,"exiting":true})");
   REQUIRE(last.ok());
@@ -117,6 +127,10 @@ TEST_CASE("datagrams that are not reports are refused with what is wrong") {
       {R"({"rank":1,"device_mem_peak_bytes":-1})", "\"device_mem_peak_bytes\""},
       {R"({"rank":1,"device_mem_peak_bytes":1.5e9})", "\"device_mem_peak_bytes\""},
       {R"({"rank":1,"phase":7})", "\"phase\""},
+      {R"({"rank":1,"model_params":-124})", "\"model_params\""},
+      {R"({"rank":1,"model_params":1.5e8})", "\"model_params\""},
+      {R"({"rank":1,"model_flops_per_token":"7e8"})", "\"model_flops_per_token\""},
+      {R"({"rank":1,"device_name":["NVIDIA H200"]})", "\"device_name\""},
       {R"({"rank":1,"exiting":1})", "field \"exiting\" is not a boolean"},
       {R"({"rank":1,"exiting":"true"})", "field \"exiting\" is not a boolean"},
       {R"({"rank":1,"exiting":null})", "field \"exiting\" is not a boolean"},
@@ -141,6 +155,9 @@ TEST_CASE("numbers JSON cannot hold are refused; values out of bounds parse, and
       {R"({"rank":1,"device_mem_peak_bytes":1125899906842625})", "device_mem_peak_bytes"},
       {R"({"rank":1,"dump_signal":65})", "dump_signal"},
       {R"({"rank":1,"step":18446744073709551615})", "step"},
+      {R"({"rank":1,"model_params":18446744073709551615})", "model_params"},
+      {R"({"rank":1,"model_flops_per_token":-6})", "model_flops_per_token"},
+      {R"({"rank":1,"model_flops_per_token":1e30})", "model_flops_per_token"},
   };
   for (const auto& [bytes, named] : out_of_bounds) {
     const Result<HealthDatagram> parsed = parse_health_datagram(bytes);

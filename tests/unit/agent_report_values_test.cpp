@@ -16,6 +16,7 @@ using dtrain::StatusCode;
 using dtrain::agent::check_report_values;
 using dtrain::agent::wire::health_of;
 using dtrain::agent::phase_of;
+using dtrain::agent::device_name_of;
 
 namespace {
 
@@ -45,6 +46,9 @@ v1::WorkerReport plausible() {
   r.set_comm_bytes(6000);
   r.set_loss_scale(65536);
   r.set_dump_signal(10);
+  r.set_model_params(124'475'904);
+  r.set_model_flops_per_token(860'101'632);
+  r.set_device_name("NVIDIA H100 80GB HBM3");
   return r;
 }
 
@@ -222,5 +226,34 @@ TEST_CASE("health_of carries every field of WorkerReport inside WorkerHealth, an
       default: CHECK(h->GetString(health, g) == reflection->GetString(report, f)); break;
     }
   }
-  CHECK(shared == 26);
+  CHECK(shared == 29);
+}
+
+TEST_CASE("model_params past 2^50 and a model_flops_per_token not finite, negative or past 1e18 are refused") {
+  v1::WorkerReport r = plausible();
+  r.set_model_params(dtrain::agent::kMaxReportedParams);
+  CHECK(check_report_values(r).ok());
+  r.set_model_params(UINT64_MAX);   // a -1 sent as unsigned
+  CHECK(check_report_values(r).message() ==
+        "model_params 18446744073709551615 is over 1125899906842624 (2^50, hundreds of times the largest model); "
+        "not a value this field can have");
+  r = plausible();
+  r.set_model_flops_per_token(1e18);
+  CHECK(check_report_values(r).ok());
+  for (double hostile : {1e19, -6.0, std::numeric_limits<double>::infinity(), std::nan("")}) {
+    CAPTURE(hostile);
+    r.set_model_flops_per_token(hostile);
+    check_refused(r, "model_flops_per_token");
+    CHECK(check_report_values(r).message().find("it must be a finite number, 0 or more, at most 1e+18") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("a device name is never refused: health_of cuts it as it cuts a phase") {
+  v1::WorkerReport r = plausible();
+  r.set_device_name(std::string(1000, 'x') + "\xFF");
+  CHECK(check_report_values(r).ok());
+  CHECK(health_of(r).report().device_name() == std::string(128, 'x'));
+  CHECK(device_name_of("NVIDIA H200") == "NVIDIA H200");
+  CHECK(device_name_of("NVIDIA\xC3") == "NVIDIA");
 }

@@ -114,14 +114,19 @@ TEST_CASE("the job's metrics are the status snapshot's numbers: reported ranks, 
   CHECK(text.find("dtrain_worker_device_mem_peak_bytes" + labels + " 5368709120\n") != std::string::npos);
   CHECK(text.find("# TYPE dtrain_worker_samples_per_second gauge\n") != std::string::npos);
   CHECK(text.find("# TYPE dtrain_worker_device_mem_peak_bytes gauge\n") != std::string::npos);
+  CHECK(text.find("# TYPE dtrain_worker_model_flops_per_second gauge\n") != std::string::npos);
+  CHECK(text.find("# TYPE dtrain_worker_mfu gauge\n") != std::string::npos);
+  // Rank 0 did not report its model: no model FLOP/s or MFU sample, not a 0 that reads as a measurement.
+  CHECK(text.find("dtrain_worker_model_flops_per_second{") == std::string::npos);
+  CHECK(text.find("dtrain_worker_mfu{") == std::string::npos);
   // Ranks 1-3 never reported: no made-up zeros for them.
   CHECK(text.find("rank=\"1\"") == std::string::npos);
   CHECK(text.find("# TYPE dtrain_job_restarts_total counter\ndtrain_job_restarts_total{job=\"job \\\"q\\\"\\\\x\"} 2\n")
         != std::string::npos);
   CHECK(text.find("dtrain_node_up{job=\"job \\\"q\\\"\\\\x\",node=\"0\"} 1\n") != std::string::npos);
   CHECK(text.find("dtrain_node_up{job=\"job \\\"q\\\"\\\\x\",node=\"1\"} 0\n") != std::string::npos);
-  CHECK(count_of(text, "# HELP ") == 10);
-  CHECK(count_of(text, "# TYPE ") == 10);
+  CHECK(count_of(text, "# HELP ") == 12);
+  CHECK(count_of(text, "# TYPE ") == 12);
 }
 
 TEST_CASE("the snapshot names the metrics address and every node of the round") {

@@ -165,7 +165,8 @@ int Training::run() {
     StepTimes times;
     const StepMetrics m = train_step(step, schedule, times);
     ++data_step;
-    report_step(m, times, {metrics_.get(), health_.get(), rank_, world_, o_.log_every, o_.steps});
+    report_step(m, times, {metrics_.get(), health_.get(), rank_, world_, o_.log_every, o_.steps, n_,
+                           model_flops_per_token(config_, T_, n_)});
     if (o_.save_every > 0 && (m.step % static_cast<std::uint64_t>(o_.save_every) == 0 || m.step == steps())) {
       set_phase("checkpoint");
       save(m.step, data_step);

@@ -31,13 +31,17 @@ void measure_comm_and_memory(StepMetrics& m, const StepTimes& times, const CommT
   }
 }
 
-HealthReport health_report(const StepMetrics& m, const StepTimes& times, int rank, int world) {
+double model_flops_per_token(const GptConfig& config, int seq_len, std::uint64_t params) {
+  return 6.0 * static_cast<double>(params) + 12.0 * config.num_layers * config.channels * seq_len;
+}
+
+HealthReport health_report(const StepMetrics& m, const StepTimes& times, const StepReportTargets& to) {
   HealthReport r;
-  r.rank = static_cast<std::uint32_t>(rank);
+  r.rank = static_cast<std::uint32_t>(to.rank);
   r.step = m.step;
   r.loss = m.loss;
   // This rank's own throughput (the metrics file has the whole job's).
-  r.tokens_per_s = m.tokens_per_s / world;
+  r.tokens_per_s = m.tokens_per_s / to.world;
   r.rss_bytes = resident_bytes();
   r.step_ms = m.step_ms;
   r.data_wait_ms = times.data_wait_ms;
@@ -53,6 +57,9 @@ HealthReport health_report(const StepMetrics& m, const StepTimes& times, int ran
   }
   r.comm_bytes = m.comm_bytes.value_or(0);
   r.loss_scale = m.loss_scale.value_or(0);
+  r.model_params = to.model_params;
+  r.model_flops_per_token = to.model_flops_per_token;
+  r.device_name = "cpu";
   return r;
 }
 
@@ -65,7 +72,7 @@ void report_step(const StepMetrics& m, const StepTimes& times, const StepReportT
   }
   // A loss that is not finite ends the run just below, with an error that says so; the agent refuses it in a
   // health report.
-  if (to.health && std::isfinite(m.loss)) to.health->report(health_report(m, times, to.rank, to.world));
+  if (to.health && std::isfinite(m.loss)) to.health->report(health_report(m, times, to));
   if (!std::isfinite(m.loss)) {
     throw std::runtime_error("the loss is " + std::to_string(m.loss) + " at step " + std::to_string(m.step) +
                              "; lower --lr or set --grad-clip");

@@ -10,6 +10,7 @@
 #include "trainer/metrics/comm_time.h"
 #include "trainer/metrics/jsonl.h"
 #include "trainer/metrics/step_times.h"
+#include "trainer/model/config.h"
 
 namespace dtrain::trainer {
 
@@ -31,11 +32,22 @@ struct StepReportTargets {
   int world = 1;
   long log_every = 1;                 // --log-every
   long steps = 0;                     // --steps
+  // The model, in every health report, for the launcher's model FLOP/s and MFU (cli/mfu/model_flops.h).
+  std::uint64_t model_params = 0;     // Gpt::num_params(), as the first log line says
+  double model_flops_per_token = 0;   // model_flops_per_token() below
 };
 
-// The health report of a step on `rank` of `world`: tokens/s is this rank's share of the job's, the memory and
-// traffic are the metrics line's (0 where it has none), and the resident set is read now.
-HealthReport health_report(const StepMetrics& m, const StepTimes& times, int rank, int world);
+// The model FLOPs of one token, forward and backward, as PaLM counts them (Chowdhery et al., arXiv:2204.02311,
+// Appendix B): 6N + 12*L*C*T. 6 FLOPs per parameter per token for the matmuls with the weights (N all of them: wte
+// is also the tied output layer's matrix; the position embedding wpe, C*maxT of N, is a lookup and is counted all
+// the same, as in the log's parameter count), and 12*L*C*T for attention's QK^T and scores x V over the T positions
+// of a sequence (forward 4*L*C*T, backward twice that), which 6N leaves out.
+double model_flops_per_token(const GptConfig& config, int seq_len, std::uint64_t params);
+
+// The health report of a step on `to.rank` of `to.world`: tokens/s is this rank's share of the job's, the memory and
+// traffic are the metrics line's (0 where it has none), the resident set is read now, the model is `to`'s, and the
+// device is "cpu" (the loop computes on kernels::cpu_backend()).
+HealthReport health_report(const StepMetrics& m, const StepTimes& times, const StepReportTargets& to);
 
 // Writes the step's metrics line, console line and health report; throws std::runtime_error when the loss is not
 // finite (the agent would refuse it in a report: the run has diverged).

@@ -85,12 +85,16 @@ class Reports:
         body = dict(self.head)
         auto = self.auto
         phase = self.phase
+        model = {}
         if auto is not None and auto.on:
             try:
                 self._fold(auto)
                 if not self.explicit_phase and not self.explicit_steps:
                     phase = auto.phase
                 auto.device_memory(self)
+                # model_params, model_flops_per_token, device_name: what MFU is computed from (an agent that does
+                # not know these keys yet ignores them: it reads the fields it knows by name).
+                model = auto.model
             except Exception as error:   # the bootstrap's error: it turns itself off, reports go on
                 auto.fail(error)
         body.update(self.last)
@@ -102,6 +106,7 @@ class Reports:
         if phase:
             body["phase"] = phase
         body.update(self.device)
+        body.update(model)
         if self.dump_signal:
             body["dump_signal"] = self.dump_signal
         try:
@@ -233,14 +238,14 @@ class Reports:
         if done is None or done is self.folded or self.explicit_steps:
             return
         self.folded = done
-        steps, ended, data_total, comm_total, tokens_total, samples_total, forward_total, loss, exact = done
+        steps, ended, data_total, comm_total = done[:4]
+        loss, exact = done[8:]
         if exact is not None:
             began, data, comm, tokens, samples = exact
         else:
             began = previous[1]
             data, comm = data_total - previous[2], comm_total - previous[3]
-            tokens = tokens_total - previous[4] or None
-            samples = samples_total - previous[5] or forward_total - previous[6] or None
+            tokens, samples = auto.step_counts(done[4:8], previous[4:8])
         self.last = step_times(max(ended - began, data), data, comm, tokens, samples)
         if loss is not None:
             self.pending_loss = (loss, None)   # a detached CPU tensor (the bootstrap takes a device loss itself)

@@ -5,11 +5,14 @@
 namespace dtrain::controller {
 namespace {
 
-// One per-rank gauge: its name, help, and how its value is read from a rank's row.
+// One per-rank gauge: its name, help, how its value is read from a rank's row, and the row's key that must be a
+// number for the rank to have a sample (nullptr: every rank that reported has one). A value the snapshot says is not
+// known (null: the model FLOP/s before a rank reports its model) is left out, not written as a 0.
 struct WorkerGauge {
   const char* name;
   const char* help;
   double (*value)(const nlohmann::ordered_json& row);
+  const char* known_key = nullptr;
 };
 
 double number(const nlohmann::ordered_json& row, const char* key) {
@@ -35,6 +38,13 @@ constexpr WorkerGauge kWorkerGauges[] = {
     {"dtrain_worker_device_mem_peak_bytes",
      "Peak accelerator memory the rank's tensors held, in bytes (torch.cuda.max_memory_allocated; 0: not reported).",
      [](const auto& r) { return number(r, "device_mem_peak_bytes"); }},
+    {"dtrain_worker_model_flops_per_second",
+     "Model FLOP/s of the rank: its model FLOPs per token (6N estimate from a script, exact from dtrain-trainer) "
+     "times its tokens per second.",
+     [](const auto& r) { return number(r, "model_flops_per_s"); }, "model_flops_per_s"},
+    {"dtrain_worker_mfu",
+     "Model FLOPs utilization of the rank, a fraction: its model FLOP/s over its GPU's dense bf16/fp16 peak.",
+     [](const auto& r) { return number(r, "mfu"); }, "mfu"},
 };
 
 std::string text(const nlohmann::ordered_json& value) {
@@ -53,6 +63,7 @@ std::vector<MetricFamily> job_metrics(const nlohmann::ordered_json& snapshot) {
     MetricFamily family{gauge.name, gauge.help, MetricFamily::Type::gauge, {}};
     for (const auto& row : ranks) {
       if (row.value("report_age_s", nlohmann::ordered_json()).is_null()) continue;
+      if (gauge.known_key != nullptr && !row.value(gauge.known_key, nlohmann::ordered_json()).is_number()) continue;
       family.samples.push_back({{{"job", job}, {"rank", text(row["rank"])}, {"node", text(row["node"])}},
                                 gauge.value(row)});
     }

@@ -11,11 +11,14 @@
 //   dtrain_worker_comm_exposed_ratio{job,rank,node}     gauge    exposed communication / step, same window
 //   dtrain_worker_rss_bytes{job,rank,node}              gauge
 //   dtrain_worker_device_mem_peak_bytes{job,rank,node}  gauge    the most its tensors held on the accelerator
+//   dtrain_worker_model_flops_per_second{job,rank,node} gauge   model FLOPs per token x tokens/s (once known)
+//   dtrain_worker_mfu{job,rank,node}                    gauge    model FLOP/s / the GPU's dense bf16/fp16 peak
 //   dtrain_job_restarts_total{job}                      counter  restarts so far (the attempt number)
 //   dtrain_node_up{job,node}                            gauge    1 while the node's agent is in the job, 0 once lost
 //
 // A rank has worker samples once it reported: a rank that never reported has no value, which Prometheus shows as
-// absent rather than as a 0 that looks like a measurement. `node` is the node rank, as in `dtrain status`.
+// absent rather than as a 0 that looks like a measurement; the same for the model FLOP/s and MFU of a rank whose
+// model, tokens/s or device peak is not known (cli/mfu/model_flops.h). `node` is the node rank, as in `dtrain status`.
 
 #include <vector>
 

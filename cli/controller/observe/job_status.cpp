@@ -1,6 +1,38 @@
 #include "cli/controller/observe/job_status.h"
 
+#include "cli/mfu/model_flops.h"
+
 namespace dtrain::controller {
+namespace {
+
+// A value of the snapshot that may not be known yet: null then. (No alias for the JSON type: the unity build puts
+// status_view.cpp's beside this file.)
+nlohmann::ordered_json or_null(const std::optional<double>& value) {
+  return value ? nlohmann::ordered_json(*value) : nlohmann::ordered_json(nullptr);
+}
+nlohmann::ordered_json or_null(const std::string& text) {
+  return text.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(text);
+}
+
+mfu::ModelFlops model_flops_of(const WorkerHealth& h) {
+  return mfu::rank_model_flops(h.model_params, h.model_flops_per_token, h.tokens_per_s, h.device_name);
+}
+
+// The model and its FLOP/s (cli/mfu/model_flops.h); null where not known.
+void add_model_flops(nlohmann::ordered_json& out, const WorkerHealth& h) {
+  const mfu::ModelFlops flops = model_flops_of(h);
+  out["model_params"] = h.model_params > 0 ? nlohmann::ordered_json(h.model_params) : nlohmann::ordered_json(nullptr);
+  out["model_flops_per_token"] = or_null(h.model_flops_per_token > 0 ? std::optional(h.model_flops_per_token)
+                                                                     : std::nullopt);
+  out["flops_basis"] = or_null(std::string(mfu::to_string(flops.basis)));
+  out["device_name"] = or_null(h.device_name);
+  out["model_flops_per_s"] = or_null(flops.flops_per_s);
+  out["peak_flops_per_s"] = or_null(flops.peak_flops);
+  out["peak_basis"] = or_null(flops.peak_basis);
+  out["mfu"] = or_null(flops.mfu);
+}
+
+}  // namespace
 
 nlohmann::ordered_json to_json(const Diagnosis& d) {
   return {{"kind", to_string(d.kind)}, {"ranks", d.ranks}, {"message", d.message}, {"fix", d.fix}};
@@ -84,6 +116,7 @@ nlohmann::ordered_json JobStatus::rank_json(unsigned rank, const Diagnoser& diag
   out["mem_grads_bytes"] = h.mem_grads_bytes;
   out["mem_optim_bytes"] = h.mem_optim_bytes;
   out["mem_activations_bytes"] = h.mem_activations_bytes;
+  add_model_flops(out, h);
   out["phase"] = h.phase;
   out["exiting"] = row.exiting;
   if (row.health) {
@@ -97,7 +130,9 @@ nlohmann::ordered_json JobStatus::rank_json(unsigned rank, const Diagnoser& diag
 nlohmann::ordered_json JobStatus::snapshot(const std::string& state, const Diagnoser& diagnoser,
                                            std::uint64_t now_ms) const {
   nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+  mfu::JobModelFlops job_flops;
   for (const auto& [rank, row] : rows_) {
+    if (row.health) job_flops.add(model_flops_of(*row.health));
     // Only in the snapshot: the health events of events.jsonl carry each rank's latest report, not its history.
     nlohmann::ordered_json r = rank_json(rank, diagnoser, now_ms);
     r["recent_step_ms"] = row.recent_step_ms;
@@ -111,7 +146,10 @@ nlohmann::ordered_json JobStatus::snapshot(const std::string& state, const Diagn
   if (!metrics_address_.empty()) address = metrics_address_;
   nlohmann::ordered_json out = {{"job", job_id_}, {"state", state}, {"attempt", round_}, {"updated_unix_ms", now_ms},
                                 {"ranks", std::move(ranks)}, {"diagnoses", std::move(diagnoses)},
-                                {"nodes", std::move(nodes)}, {"metrics_address", std::move(address)}};
+                                {"nodes", std::move(nodes)}, {"metrics_address", std::move(address)},
+                                {"model_flops_per_s", or_null(job_flops.flops_per_s())},
+                                {"mfu", or_null(job_flops.mfu())}, {"flops_basis", or_null(job_flops.flops_basis())},
+                                {"peak_basis", or_null(job_flops.peak_basis())}};
   if (!status_file_error_.empty()) {
     out["status_file_error"] = {{"message", status_file_error_}, {"since_unix_ms", status_file_error_since_ms_}};
   }

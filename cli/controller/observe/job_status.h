@@ -6,10 +6,12 @@
 //   {"job", "state": "running|succeeded|failed", "attempt", "updated_unix_ms",
 //    "ranks": [{"rank", "node", "host", "pid", "state", "step", "step_ms", "tokens_per_s", "samples_per_s", "loss",
 //               "data_wait_ratio", "comm_exposed_ratio", "rss_bytes", "device_mem_used_bytes",
-//               "device_mem_total_bytes", "device_mem_peak_bytes", "phase", "exiting", "report_age_s",
-//               "recent_step_ms": [oldest .. newest]}],
+//               "device_mem_total_bytes", "device_mem_peak_bytes", "model_params", "model_flops_per_token",
+//               "flops_basis", "device_name", "model_flops_per_s", "peak_flops_per_s", "peak_basis", "mfu",
+//               "phase", "exiting", "report_age_s", "recent_step_ms": [oldest .. newest]}],
 //    "diagnoses": [{"kind", "ranks", "message", "fix"}],
 //    "nodes": [{"node", "host", "up"}], "metrics_address": "host:port" or null,
+//    "model_flops_per_s", "mfu", "flops_basis", "peak_basis" (the job's: cli/mfu/model_flops.h),
 //    "status_file_error": {"message", "since_unix_ms"} (only while status.json cannot be written)}
 // A rank's state is starting (planned, not started yet), running, exited (code 0), failed (its own failure) or stopped
 // (ended by a stop of its group). exiting is true once the rank sent its last report (its process finished and is
@@ -17,7 +19,10 @@
 // report_age_s is null until it reports. A node of the round is up until the launcher gives it up (node_lost);
 // recent_step_ms holds the step times of the rank's last kRecentSteps new steps as its reports told them (a heartbeat
 // that repeats a step adds nothing), for `dtrain status --watch`'s sparklines; metrics_address is where /metrics is
-// served (observe.metrics_addr).
+// served (observe.metrics_addr). The model fields are null until known: model_flops_per_s is model_flops_per_token x
+// tokens_per_s, mfu that over peak_flops_per_s (the device's dense bf16/fp16 peak; a fraction, 0.42 = 42%),
+// flops_basis "6N estimate" (a script's 6 x model_params) or "exact" (dtrain-trainer's count with attention); the
+// job's are the ranks' summed (cli/mfu/model_flops.h).
 
 #include <cstdint>
 #include <deque>

@@ -86,13 +86,15 @@ std::string rank_row(const Json& r, double lo, double hi, bool straggler, const 
   const Json age = r.value("report_age_s", Json());
   // Few workers count samples (0: not reported): a dash, not a 0 that reads as a measurement.
   const double samples = r.value("samples_per_s", 0.0);
+  const Json mfu = r.value("mfu", Json());
   char line[256];
-  std::snprintf(line, sizeof line, "%5u %-18s %8u %-9s %8llu %9s %10s %9s %6s %6s %8s %7s  ", r.value("rank", 0u),
+  std::snprintf(line, sizeof line, "%5u %-18s %8u %-9s %8llu %9s %10s %9s %5s %6s %6s %8s %7s  ", r.value("rank", 0u),
                 node.substr(0, 18).c_str(), r.value("pid", 0u), text_of(r, "state").c_str(),
                 static_cast<unsigned long long>(r.value("step", std::uint64_t{0})),
                 number_text(r.value("step_ms", 0.0), "%.1f").c_str(),
                 number_text(r.value("tokens_per_s", 0.0), "%.0f").c_str(),
                 samples > 0 ? number_text(samples, "%.1f").c_str() : "-",
+                mfu.is_number() ? number_text(mfu.get<double>() * 100, "%.1f").c_str() : "-",
                 number_text(r.value("data_wait_ratio", 0.0) * 100, "%.0f").c_str(),
                 number_text(r.value("comm_exposed_ratio", 0.0) * 100, "%.0f").c_str(), memory.c_str(),
                 age.is_number() ? number_text(age.get<double>(), "%.1f").c_str() : "-");
@@ -104,6 +106,22 @@ std::string rank_row(const Json& r, double lo, double hi, bool straggler, const 
   return out + "\n";
 }
 
+// "model: 12.3 TFLOP/s (exact), MFU 41.2% of the dense bf16/fp16 peak of h100-sxm\n", or "" until the job's model
+// FLOP/s are known.
+std::string model_flops_line(const Json& s) {
+  const Json flops = s.value("model_flops_per_s", Json());
+  if (!flops.is_number()) return "";
+  std::string out = "model: " + number_text(flops.get<double>() / 1e12, "%.3g") + " TFLOP/s (" +
+                    text_of(s, "flops_basis", "?") + ")";
+  const Json mfu = s.value("mfu", Json());
+  if (mfu.is_number()) {
+    out += ", MFU " + number_text(mfu.get<double>() * 100, "%.1f") + "% of the " + text_of(s, "peak_basis", "peak");
+  } else {
+    out += ", MFU not known (no peak for the ranks' device)";
+  }
+  return out + "\n";
+}
+
 }  // namespace
 
 std::string render_status(const Json& s, const std::string& note, const StatusView& view) {
@@ -111,6 +129,7 @@ std::string render_status(const Json& s, const std::string& note, const StatusVi
   out << "job " << text_of(s, "job", "?") << ": " << text_of(s, "state", "?") << ", attempt " << s.value("attempt", 0)
       << "\n";
   if (!note.empty()) out << "note: " << terminal_safe(note) << "\n";
+  out << model_flops_line(s);
   const Json ranks = s.value("ranks", Json::array());
   double lo = 0, hi = 0;
   bool any = false;
@@ -122,8 +141,8 @@ std::string render_status(const Json& s, const std::string& note, const StatusVi
     }
   }
   char line[256];
-  std::snprintf(line, sizeof line, "%5s %-18s %8s %-9s %8s %9s %10s %9s %6s %6s %8s %7s  %s\n", "rank", "node",
-                "pid", "state", "step", "step ms", "tokens/s", "samples/s", "data%", "comm%", "memory", "age s",
+  std::snprintf(line, sizeof line, "%5s %-18s %8s %-9s %8s %9s %10s %9s %5s %6s %6s %8s %7s  %s\n", "rank", "node",
+                "pid", "state", "step", "step ms", "tokens/s", "samples/s", "mfu%", "data%", "comm%", "memory", "age s",
                 any ? ("recent steps, " + number_text(lo, "%.1f") + " to " + number_text(hi, "%.1f") + " ms").c_str()
                     : "recent steps");
   out << line;

@@ -110,7 +110,18 @@ void apply_event(RunModel& model, const json& e, std::vector<DiagnosisInfo>& log
   if (model.outcome == "unknown") model.end_ms = std::max(model.end_ms, ts);
 }
 
-// status.json: the hosts of the nodes and the diagnoses the launcher ended with (with their fixes).
+// A number of the snapshot's top level, none when absent, null or not a number.
+std::optional<double> status_number(const json& object, const char* key) {
+  const auto it = object.find(key);
+  return it != object.end() && it->is_number() ? std::optional<double>(it->get<double>()) : std::nullopt;
+}
+
+std::string status_text(const json& object, const char* key) {
+  const auto it = object.find(key);
+  return it != object.end() && it->is_string() ? clipped(it->get<std::string>()) : std::string();
+}
+
+// status.json: the hosts of the nodes, the diagnoses the launcher ended with (with their fixes), the model FLOP/s.
 // Missing or not JSON (a launcher killed while writing it) it adds nothing; a FIFO, a device or an oversized file is
 // refused (invalid_argument).
 Status read_status(RunModel& model, const fs::path& path) {
@@ -126,6 +137,8 @@ Status read_status(RunModel& model, const fs::path& path) {
       if (model.diagnoses.size() < kMaxKeptMarks) model.diagnoses.push_back(diagnosis_of(one));
     }
   }
+  model.model_flops = {status_number(status, "model_flops_per_s"), status_number(status, "mfu"),
+                       status_text(status, "flops_basis"), status_text(status, "peak_basis")};
   return {};
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,15 @@ struct DiagnosisInfo {
   std::string fix;
 };
 
+// The job's model FLOP/s and MFU as the launcher's last snapshot had them (status.json; cli/mfu/model_flops.h): the
+// ranks' latest rates summed. None when not known (a run before they were reported, or of a worker that does not).
+struct ModelFlopsInfo {
+  std::optional<double> flops_per_s;
+  std::optional<double> mfu;        // a fraction of peak_basis's peak
+  std::string flops_basis;          // "6N estimate", "exact" or "mixed"
+  std::string peak_basis;           // "dense bf16/fp16 peak of h100-sxm"
+};
+
 struct RunModel {
   std::string dir;
   std::string job_id;
@@ -54,6 +64,7 @@ struct RunModel {
   std::map<unsigned, std::string> hosts;     // node rank -> host
   std::vector<SampleWindow> samples;
   std::vector<std::string> stacks_files;     // hang evidence: attempt_<n>/stacks/rank_<r>.txt, relative to dir
+  ModelFlopsInfo model_flops;                // status.json's
 
   std::size_t ranks() const { return node_of.empty() ? 0 : node_of.rbegin()->first + 1; }
   std::size_t restarts() const { return rounds.empty() ? 0 : rounds.size() - 1; }

@@ -1,6 +1,6 @@
 """The PyTorch bootstrap's wrappers of torch.distributed (sitecustomize.py): blocking collectives (comm wait, their
-phase), init_process_group (through dtrain_health's wait_quietly()) and DDP's gradient reduction (exposed
-communication).
+phase), init_process_group (through dtrain_health's wait_quietly()), DDP's gradient reduction (exposed
+communication), and DDP and FSDP models' forward (samples and tokens without a DataLoader, the model's size).
 
 Each instrument_* takes torch, the process's _Instrumentation (_dtrain_instrumentation.py) and _dtrain_hooks (None
 where the C wrappers were not built for this interpreter). An error of a wrapper's own goes to state.fail() and never
@@ -12,8 +12,10 @@ import functools
 import sys
 
 # Given by sitecustomize when it loads this file: first_tensor(torch, batch), the tensor whose first dimension is a
-# batch's samples (_dtrain_loop_wrappers.py), and imported_helper(), the script's own import of dtrain_health or None.
+# batch's samples, and token_dtypes(torch), the integer dtypes of token ids (both _dtrain_loop_wrappers.py's), and
+# imported_helper(), the script's own import of dtrain_health or None.
 first_tensor = None
+token_dtypes = None
 imported_helper = None
 
 # Collectives whose blocking form is timed; any of them a torch version lacks is skipped.
@@ -122,16 +124,102 @@ def instrument_collectives(torch, state, hooks):
         replace(name, lambda fn: wrap_collective(fn, state, hooks))
 
 
+def count_inputs(torch, state, args, kwargs, integers):
+    """A wrapped model's forward inputs, once per micro-batch: the first positional argument (or keyword input_ids
+    or idx) gives samples, its first dimension, and when it is an integer tensor of 2 or more dimensions (token
+    ids, batch x sequence), tokens, its elements. The step's own counts take these only where no DataLoader handed
+    out a batch (_dtrain_instrumentation.py's step_counts): a batch is never counted twice."""
+    if args:
+        first = args[0]
+    elif kwargs:
+        first = kwargs.get("input_ids", kwargs.get("idx"))
+    else:
+        return
+    first = first_tensor(torch, first) if first is not None else None
+    if first is not None and first.ndim:
+        state.forward_samples += first.shape[0]
+        if first.ndim >= 2 and first.dtype in integers:
+            state.forward_tokens += first.numel()
+
+
+def trainable_params(module, fsdp):
+    """N, the trainable parameters of a wrapped model as the script built it: FSDP's flat parameters count the
+    original parameters they hold, unsharded and without padding (their _numels, or torch 1.13's
+    _unpadded_unsharded_size), whatever this rank's shard is; any other parameter its numel."""
+    flats = {}
+    if fsdp:
+        for sub in module.modules():
+            handles = list(getattr(sub, "_handles", None) or ()) + [getattr(sub, "_handle", None)]
+            for flat in [getattr(h, "flat_param", None) for h in handles] + [getattr(sub, "flat_param", None)]:
+                if flat is not None:
+                    flats[id(flat)] = flat
+        for parameter in module.parameters():
+            if hasattr(parameter, "_unpadded_unsharded_size"):
+                flats[id(parameter)] = parameter
+    if flats:
+        return sum(sum(flat._numels) if getattr(flat, "_numels", None) else flat._unpadded_unsharded_size.numel()
+                   for flat in flats.values() if flat.requires_grad)
+    return sum(parameter.numel() for parameter in module.parameters() if parameter.requires_grad)
+
+
+def count_model(torch, state, module, fsdp):
+    """A wrapped model's size into the reports (state.model, replaced whole): model_params, the sum of N over the
+    wrapped models; model_flops_per_token, 6N (Kaplan et al. 2020: forward and backward of a dense model, attention
+    left out); device_name, the CUDA device of its parameters, else "cpu"."""
+    params = trainable_params(module, fsdp)
+    device = next((p.device for p in module.parameters() if p.is_cuda), None)
+    name = torch.cuda.get_device_name(device) if device is not None else "cpu"
+    before = state.model
+    total = before.get("model_params", 0) + params
+    if before.get("device_name", "cpu") != "cpu":
+        name = before["device_name"]
+    state.model = {"model_params": total, "model_flops_per_token": 6.0 * total, "device_name": name}
+
+
+def wrap_forward(torch, state, forward, fsdp, first_call):
+    """`forward`, a DDP or FSDP model's, counting its inputs (count_inputs). At a model's first forward, its size is
+    counted and first_call(model) runs; a model whose first forward runs inside another wrapped model's (FSDP's
+    inner units, activation checkpointing's recomputation of them) is not the script's model and counts nothing."""
+    integers = token_dtypes(torch)
+    inside = [False]
+
+    def forward_counted(self, *args, **kwargs):
+        if state.first_start is None:
+            state.first_start = state.clock()
+        if not state.on:
+            return forward(self, *args, **kwargs)
+        try:
+            root = self.__dict__.get("_dtrain_root")
+            if root is None:
+                root = self.__dict__["_dtrain_root"] = not inside[0]
+                if root:
+                    count_model(torch, state, self, fsdp)
+                first_call(self)
+            if root:
+                count_inputs(torch, state, args, kwargs, integers)
+        except Exception as error:
+            state.fail(error)
+            return forward(self, *args, **kwargs)
+        if inside[0] or not fsdp:
+            return forward(self, *args, **kwargs)
+        inside[0] = True
+        try:
+            return forward(self, *args, **kwargs)
+        finally:
+            inside[0] = False
+
+    return functools.update_wrapper(forward_counted, forward)
+
+
 def instrument_ddp(torch, state, hooks):
     """Times DDP's gradient reduction without touching it: at a DDP model's first forward, a hook on each of its
     parameters notes when backward produced that parameter's gradient. The last one is when DDP launched its last
     bucket, and the step waited from there to the end of backward(), where DDP waits for every bucket (on a GPU, from
     a CUDA event re-recorded at each hook to one at the end of backward(), read once both have passed). DDP's own
     reduction, and any communication hook the script registers, run as they would without dtrain (a Python hook of
-    dtrain's would put Python callbacks on the backend's threads)."""
+    dtrain's would put Python callbacks on the backend's threads). Its forward also counts samples, tokens and the
+    model's size (wrap_forward)."""
     ddp = torch.nn.parallel.DistributedDataParallel
-    forward = ddp.forward
-
     clock = state.clock
 
     # One of these runs for every parameter at every backward(): the CPU one is two attribute writes.
@@ -151,24 +239,27 @@ def instrument_ddp(torch, state, hooks):
             except Exception as error:
                 state.fail(error)
 
-    def forward_timed(self, *args, **kwargs):
-        if state.first_start is None:
-            state.first_start = state.clock()
-        if state.on:
-            try:
-                if args:
-                    first = first_tensor(torch, args[0])
-                    if first is not None and first.ndim:
-                        state.forward_samples += first.shape[0]
-                if "_dtrain_timed" not in self.__dict__:
-                    self.__dict__["_dtrain_timed"] = True
-                    for parameter in self.module.parameters():
-                        if parameter.requires_grad:
-                            parameter.register_hook(gradient_ready_on_device if state.cuda is not None and
-                                                    parameter.is_cuda else gradient_ready)
-            except Exception as error:
-                state.fail(error)
-        return forward(self, *args, **kwargs)
+    def hook_gradients(model):
+        for parameter in model.module.parameters():
+            if parameter.requires_grad:
+                parameter.register_hook(gradient_ready_on_device if state.cuda is not None and
+                                        parameter.is_cuda else gradient_ready)
 
-    ddp.forward = functools.update_wrapper(forward_timed, forward)
+    ddp.forward = wrap_forward(torch, state, ddp.forward, False, hook_gradients)
 
+
+# FSDP's module: not imported with torch (and torch 1.13's does not import under Python 3.11 at all).
+FSDP_MODULE = "torch.distributed.fsdp.fully_sharded_data_parallel"
+
+
+def instrument_fsdp(torch, state, hooks):
+    """FSDP's forward counts samples, tokens and the model's size as DDP's does (wrap_forward), once the script
+    imported FSDP: this runs at arming and whenever an optimizer is made (_dtrain_loop_wrappers.py's
+    optimizer_made), since FSDP's rule is that the optimizer is made after the model is wrapped, before its first
+    forward."""
+    module = sys.modules.get(FSDP_MODULE)
+    fsdp = getattr(module, "FullyShardedDataParallel", None)
+    if fsdp is None or getattr(fsdp.forward, "_dtrain_counted", False):
+        return
+    fsdp.forward = wrap_forward(torch, state, fsdp.forward, True, lambda model: None)
+    fsdp.forward._dtrain_counted = True

@@ -18,9 +18,20 @@ say_off = None
 helper = None
 
 # What the wrappers write: with _dtrain_hooks, C members of its State, the base of over_hooks's class.
-_COUNTERS = ("on", "in_step", "in_collective", "data_wait", "comm_wait", "tokens", "samples", "forward_samples",
-             "phase", "first_start", "loss", "bucket_launch", "bucket_done", "bucket_event", "done", "previous",
-             "reporter", "device_events")
+_COUNTERS = ("on", "in_step", "in_collective", "in_backward", "data_wait", "comm_wait", "tokens", "samples",
+             "forward_samples", "forward_tokens", "phase", "first_start", "loss", "scaled", "bucket_launch",
+             "bucket_done", "bucket_event", "done", "previous", "reporter", "device_events")
+
+
+def step_counts(totals, before):
+    """A step's (tokens, samples), None where not counted, from the running totals (tokens, samples, forward_samples,
+    forward_tokens) at its end and `before` it: the DataLoader's batches when it handed out any this step, else the
+    wrapped models' forward inputs; never both, so a batch that a DataLoader counted and a DDP model took is counted
+    once."""
+    samples = totals[1] - before[1]
+    if samples:
+        return totals[0] - before[0] or None, samples
+    return totals[3] - before[3] or None, totals[2] - before[2] or None
 
 
 class _Instrumentation:
@@ -32,7 +43,7 @@ class _Instrumentation:
     for a report. The first step, the steps of a script that also reports by hand, and steps with CUDA
     measurements go through the reporter on the training thread as well (reported_step)."""
 
-    __slots__ = _COUNTERS + ("clock", "armed_at", "health", "cuda", "device_index", "device_total")
+    __slots__ = _COUNTERS + ("clock", "armed_at", "health", "cuda", "device_index", "device_total", "model")
 
     def __init__(self):
         self.on = True
@@ -42,6 +53,7 @@ class _Instrumentation:
         # thread makes while one runs is not counted (the training thread is the one measured).
         self.in_step = False
         self.in_collective = False
+        self.in_backward = False         # (a tensor subclass's __torch_function__ calls backward() again inside it)
         self.armed_at = self.clock()
         self.first_start = None          # when the first step began: its first batch, DDP forward or backward()
         # Running totals since the instrumentation armed:
@@ -49,16 +61,23 @@ class _Instrumentation:
         self.comm_wait = 0.0             # seconds in blocking collectives and DDP's reduction
         self.tokens = 0                  # token ids the DataLoader handed out
         self.samples = 0                 # batch elements it handed out
-        self.forward_samples = 0         # batch elements DDP models' forward took (when no DataLoader is used)
-        self.loss = None                 # the last 0-dim tensor backward() ran from, detached; None after a step
+        self.forward_samples = 0         # batch elements DDP/FSDP models' forward took (when no DataLoader is used)
+        self.forward_tokens = 0          # token ids they took (an integer tensor of 2 or more dimensions)
+        # The step's loss: the sum of the 0-dim tensors backward() ran from since the last step, detached (with
+        # loss / K accumulation, the mean over its K micro-batches: what the gradient was computed from); None
+        # after a step. Summed as tensors (one add per micro-batch after the first): the step reads no value.
+        self.loss = None
+        # (a weak reference to the tensor a GradScaler's scale() returned, the unscaled loss it was given, detached):
+        # backward() from that tensor adds the unscaled one, the loss the script sees (_dtrain_loop_wrappers.py).
+        self.scaled = None
         self.bucket_launch = None        # DDP's buckets this step: the last launch, and when backward() returned
         self.bucket_done = None          # (DDP waits for every bucket before backward() returns)
         self.bucket_event = None         # CUDA: an event at the last launch
         self.device_events = []          # CUDA: (start, end) event pairs of collectives and buckets, not read yet
         self.phase = ""                  # what the training thread does now; reported once a step was counted,
                                          # unless the script names its own phases or counts its own steps
-        # The last step counted: (steps, ended, data_wait, comm_wait, tokens, samples, forward_samples, loss,
-        # exact), the totals as they were when it ended; exact is None, or the step's own (began, data s, comm s,
+        # The last step counted: (steps, ended, data_wait, comm_wait, tokens, samples, forward_samples,
+        # forward_tokens, loss, exact), the totals as they were when it ended; exact is None, or the step's own (began, data s, comm s,
         # tokens, samples) where the reporter adjusted them. Replaced whole; `previous` is the one before.
         self.done = None
         self.previous = None
@@ -67,6 +86,12 @@ class _Instrumentation:
         self.cuda = None                 # torch.cuda (device paths run only on CUDA tensors)
         self.device_index = None         # the CUDA device the training thread was seen using
         self.device_total = None
+        # The wrapped models' size, replaced whole at the first forward of each (model_params, its 6N FLOPs per token,
+        # device_name): sent with every report once a step was counted (_dtrain_dist_wrappers.py's count_model).
+        self.model = {}
+
+    # (For dtrain_health's sender, which has the instance: _dtrain_health_report.py's _fold.)
+    step_counts = staticmethod(step_counts)
 
     def fail(self, error):
         """Turns the instrumentation off in this process and says so, once."""
@@ -118,7 +143,7 @@ class _Instrumentation:
             return
         self.previous = done
         self.done = (done[0] + 1, now, self.data_wait, self.comm_wait, self.tokens, self.samples,
-                     self.forward_samples, loss, None)
+                     self.forward_samples, self.forward_tokens, loss, None)
         self.loss = None
 
     def reduction(self, now):
@@ -147,10 +172,10 @@ class _Instrumentation:
             self.first_start = self.armed_at
         done, loss = self.done, self.loss
         if done is None:
-            done = (0, self.first_start, 0.0, 0.0, 0, 0, 0, None, None)
+            done = (0, self.first_start, 0.0, 0.0, 0, 0, 0, 0, None, None)
         data, comm = self.data_wait - done[2], self.comm_wait - done[3]
-        tokens = self.tokens - done[4] or None
-        samples = self.samples - done[5] or self.forward_samples - done[6] or None
+        tokens, samples = step_counts((self.tokens, self.samples, self.forward_samples, self.forward_tokens),
+                                      done[4:8])
         if self.device_events:
             comm += self.device_comm()
         if loss is not None and loss.is_cuda:
@@ -161,7 +186,7 @@ class _Instrumentation:
             return
         self.previous = self.done
         self.done = (done[0] + 1, now, self.data_wait, self.comm_wait, self.tokens, self.samples,
-                     self.forward_samples, None, (done[1],) + counted)
+                     self.forward_samples, self.forward_tokens, None, (done[1],) + counted)
         if done[0] == 0:
             reporter.wake.set()   # the first step is news: the launcher's start-up check waits for it
 
@@ -170,7 +195,7 @@ class _Instrumentation:
         the first; (None, None) when steps ended faster than they could be read)."""
         for _ in range(8):
             done, previous = self.done, self.previous
-            if done is None or done[8] is not None or (previous is not None and previous[0] == done[0] - 1):
+            if done is None or done[9] is not None or (previous is not None and previous[0] == done[0] - 1):
                 return done, previous
         return None, None
 

@@ -1,5 +1,6 @@
 """The PyTorch bootstrap's wrappers of the training loop (sitecustomize.py): optimizers' step() (steps),
-Tensor.backward (the loss, the backward phase) and DataLoader iterators' __next__ (data wait, tokens, samples).
+Tensor.backward (the loss, the backward phase), GradScalers' scale() (the loss before scaling) and DataLoader
+iterators' __next__ (data wait, tokens, samples).
 
 Each instrument_* takes torch, the process's _Instrumentation (_dtrain_instrumentation.py) and _dtrain_hooks (None
 where the C wrappers were not built for this interpreter): with _dtrain_hooks it installs its Hook of that kind, which
@@ -9,6 +10,11 @@ reaches the program; the wrapped function's own exceptions pass unchanged. sitec
 """
 
 import functools
+import weakref
+
+# Given by sitecustomize once the state exists: what runs whenever an optimizer is made (_dtrain_dist_wrappers.py's
+# instrument_fsdp, for a script that imported FSDP after torch).
+optimizer_made = None
 
 
 def wrap_step(step, state, hooks):
@@ -49,7 +55,8 @@ def wrap_step(step, state, hooks):
 
 
 def instrument_optimizers(torch, state, hooks):
-    """Each optimizer class's step is wrapped once, when its first instance is made."""
+    """Each optimizer class's step is wrapped once, when its first instance is made (and optimizer_made runs at
+    every instance)."""
     optimizer = torch.optim.Optimizer
     init = optimizer.__init__
 
@@ -61,6 +68,8 @@ def instrument_optimizers(torch, state, hooks):
             cls = type(self)
             if not getattr(cls.step, "_dtrain_counted", False):
                 cls.step = wrap_step(cls.step, state, hooks)
+            if optimizer_made is not None:
+                optimizer_made()
         except Exception as error:
             state.fail(error)
 
@@ -96,16 +105,21 @@ def instrument_backward(torch, state, hooks):
         return
 
     def noting_backward(self, *args, **kwargs):
-        if not state.on:
+        if not state.on or state.in_backward:   # (a tensor subclass's __torch_function__ comes back in: noted once)
             return backward(self, *args, **kwargs)
         if state.first_start is None:
             state.first_start = state.clock()
         state.phase = "backward"
-        result = backward(self, *args, **kwargs)
-        # After the call, detached (hooks.c's note_loss says why): read later, by the reporter's thread.
+        state.in_backward = True
         try:
-            if state.on and not self.ndim:
-                state.loss = self.detach()
+            result = backward(self, *args, **kwargs)
+        finally:
+            state.in_backward = False
+        # After the call, detached and summed over the step's micro-batches (hooks_calls.c's note_loss says why):
+        # read later, by the reporter's thread.
+        try:
+            if state.on:
+                note_loss(state, self)
         except Exception as error:
             state.fail(error)
         if state.bucket_launch is not None or state.bucket_event is not None:
@@ -116,6 +130,71 @@ def instrument_backward(torch, state, hooks):
         return result
 
     tensor.backward = functools.update_wrapper(noting_backward, backward)
+
+
+def note_loss(state, tensor):
+    """hooks_calls.c's note_loss: the step's loss += the unscaled loss of a GradScaler's tensor, or `tensor`'s
+    value when it is 0-dim."""
+    scaled = state.scaled
+    if scaled is not None and scaled[0]() is tensor:
+        value = scaled[1]
+        state.scaled = None
+    elif not tensor.ndim:
+        value = tensor.detach()
+    else:
+        return
+    loss = state.loss
+    state.loss = value if loss is None else loss + value
+
+
+def wrap_scale(scale, state):
+    """`scale` (a GradScaler class's scale()), whose scaled loss's backward() notes the loss it was given: the value
+    the script computed and prints, not loss x scale (which also changes as update() moves the scale). A weak
+    reference: the scaled tensor and its graph stay the script's to free."""
+
+    def remembering_scale(self, outputs, *args, **kwargs):
+        result = scale(self, outputs, *args, **kwargs)
+        if state.on and result is not outputs:
+            try:
+                if getattr(outputs, "ndim", None) == 0:
+                    state.scaled = (weakref.ref(result), outputs.detach())
+            except Exception as error:
+                state.fail(error)
+        return result
+
+    functools.update_wrapper(remembering_scale, scale)
+    remembering_scale._dtrain_counted = True
+    return remembering_scale
+
+
+def instrument_grad_scalers(torch, state, hooks):
+    """Each GradScaler class's scale() (torch.cuda.amp's, and torch.amp's where it exists: the base of the CUDA one
+    there) is wrapped once, when its first instance is made: a subclass with its own scale() (a stand-in for another
+    device) is wrapped too. scale() runs once per micro-batch, not in the step's hot path: Python on both paths."""
+    classes = []
+    # (A torch without a GradScaler scales no loss: nothing is left unmeasured, and nothing is said.)
+    for module in (getattr(getattr(torch, "amp", None), "grad_scaler", None),
+                   getattr(getattr(getattr(torch, "cuda", None), "amp", None), "grad_scaler", None)):
+        cls = getattr(module, "GradScaler", None)
+        if cls is not None and cls not in classes:
+            classes.append(cls)
+
+    def wrap_init(init):
+        def remembering_init(self, *args, **kwargs):
+            init(self, *args, **kwargs)
+            if not state.on:
+                return
+            try:
+                kind = type(self)
+                if not getattr(kind.scale, "_dtrain_counted", False):
+                    kind.scale = wrap_scale(kind.scale, state)
+            except Exception as error:
+                state.fail(error)
+
+        return functools.update_wrapper(remembering_init, init)
+
+    for cls in classes:
+        cls.__init__ = wrap_init(cls.__init__)
 
 
 def instrument_data_loaders(torch, state, hooks):

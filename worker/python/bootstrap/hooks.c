@@ -45,6 +45,7 @@ void call_method(State* state, PyObject* name) {
 
 static int State_traverse(State* self, visitproc visit, void* arg) {
   Py_VISIT(self->loss);
+  Py_VISIT(self->scaled);
   Py_VISIT(self->bucket_event);
   Py_VISIT(self->done);
   Py_VISIT(self->previous);
@@ -55,6 +56,7 @@ static int State_traverse(State* self, visitproc visit, void* arg) {
 
 static int State_clear(State* self) {
   Py_CLEAR(self->loss);
+  Py_CLEAR(self->scaled);
   Py_CLEAR(self->bucket_event);
   Py_CLEAR(self->done);
   Py_CLEAR(self->previous);
@@ -95,14 +97,17 @@ static PyMemberDef State_members[] = {
     {"on", T_BOOL, offsetof(State, on), 0, "the switch: off, every wrapper only calls through"},
     {"in_step", T_BOOL, offsetof(State, in_step), 0, "inside a counted optimizer step"},
     {"in_collective", T_BOOL, offsetof(State, in_collective), 0, "inside a timed collective"},
+    {"in_backward", T_BOOL, offsetof(State, in_backward), 0, "inside a noted backward()"},
     {"data_wait", T_DOUBLE, offsetof(State, data_wait), 0, "seconds inside DataLoader iterators"},
     {"comm_wait", T_DOUBLE, offsetof(State, comm_wait), 0, "seconds in blocking collectives and DDP's reduction"},
     {"tokens", T_LONGLONG, offsetof(State, tokens), 0, "token ids the DataLoader handed out"},
     {"samples", T_LONGLONG, offsetof(State, samples), 0, "batch elements the DataLoader handed out"},
     {"forward_samples", T_LONGLONG, offsetof(State, forward_samples), 0, "batch elements DDP's forward took"},
+    {"forward_tokens", T_LONGLONG, offsetof(State, forward_tokens), 0, "token ids DDP's forward took"},
     {"phase", T_OBJECT, offsetof(State, phase), 0, "what the training thread does now"},
     {"first_start", T_OBJECT, offsetof(State, first_start), 0, "when the first step began (None before)"},
-    {"loss", T_OBJECT, offsetof(State, loss), 0, "the last 0-dim tensor backward() ran from, detached"},
+    {"loss", T_OBJECT, offsetof(State, loss), 0, "the 0-dim tensors backward() ran from this step, summed"},
+    {"scaled", T_OBJECT, offsetof(State, scaled), 0, "(weakref to a GradScaler's scaled loss, the unscaled one)"},
     {"bucket_launch", T_OBJECT, offsetof(State, bucket_launch), 0, "DDP: the last gradient's time this step"},
     {"bucket_done", T_OBJECT, offsetof(State, bucket_done), 0, "DDP: when backward() returned"},
     {"bucket_event", T_OBJECT, offsetof(State, bucket_event), 0, "CUDA: an event at the last launch"},

@@ -8,9 +8,9 @@
    case of the step's bookkeeping (step_done) is here too; the rest of it, and everything that runs less often than
    once a step, stays in Python (_dtrain_instrumentation.py).
 
-   State    the counters the wrappers add to (on, in_step, in_collective, phase, data_wait, comm_wait, tokens,
-            samples, forward_samples, first_start, loss, bucket_launch, bucket_done, bucket_event, done, previous,
-            reporter, device_events): a base class whose fields are C members, so that the bootstrap's
+   State    the counters the wrappers add to (on, in_step, in_collective, in_backward, phase, data_wait, comm_wait,
+            tokens, samples, forward_samples, forward_tokens, first_start, loss, scaled, bucket_launch, bucket_done,
+            bucket_event, done, previous, reporter, device_events): a base class whose fields are C members, so that the bootstrap's
             _Instrumentation (_dtrain_instrumentation.py: its subclass, which adds the rest and all the logic that runs
             once a step or less, and whose __init__ sets every field) and dtrain_health's sender thread read and write
             them as attributes. gradient_ready(grad): the DDP parameter hook (bucket_launch = now, bucket_done = None).
@@ -45,14 +45,17 @@ typedef struct {
   char on;
   char in_step;
   char in_collective;
+  char in_backward;
   double data_wait;
   double comm_wait;
   long long tokens;
   long long samples;
   long long forward_samples;
+  long long forward_tokens;
   PyObject* phase;
   PyObject* first_start;
   PyObject* loss;
+  PyObject* scaled;
   PyObject* bucket_launch;
   PyObject* bucket_done;
   PyObject* bucket_event;

@@ -24,7 +24,7 @@ static int attribute_true(PyObject* object, PyObject* name) {
    backward(). */
 static int step_done_here(State* state, double ended) {
   PyObject* done = state->done;
-  if (!is_none(state->bucket_launch) || done == NULL || !PyTuple_CheckExact(done) || PyTuple_GET_SIZE(done) != 9 ||
+  if (!is_none(state->bucket_launch) || done == NULL || !PyTuple_CheckExact(done) || PyTuple_GET_SIZE(done) != 10 ||
       is_none(state->reporter) || state->device_events == NULL || !PyList_CheckExact(state->device_events) ||
       PyList_GET_SIZE(state->device_events) != 0)
     return 0;
@@ -37,8 +37,8 @@ static int step_done_here(State* state, double ended) {
   }
   long long steps = PyLong_AsLongLong(PyTuple_GET_ITEM(done, 0));
   if (steps == -1 && PyErr_Occurred()) return -1;
-  PyObject* next = Py_BuildValue("(LdddLLLOO)", steps + 1, ended, state->data_wait, state->comm_wait, state->tokens,
-                                 state->samples, state->forward_samples, loss, Py_None);
+  PyObject* next = Py_BuildValue("(LdddLLLLOO)", steps + 1, ended, state->data_wait, state->comm_wait, state->tokens,
+                                 state->samples, state->forward_samples, state->forward_tokens, loss, Py_None);
   if (next == NULL) return -1;
   put(&state->previous, done);
   Py_XSETREF(state->done, next);
@@ -65,17 +65,36 @@ PyObject* hook_step(Hook* self, PyObject* const* args, size_t nargsf, PyObject* 
   return result;
 }
 
-/* The loss backward() ran from (a 0-dim tensor), detached, for the reporter's thread to read: its value, no autograd
-   graph, which is the script's to free, also one that backward(retain_graph=True) keeps. -1 with an error set. */
+/* The loss backward() ran from (a 0-dim tensor), detached, added to the step's: its value, no autograd graph, which
+   is the script's to free, also one that backward(retain_graph=True) keeps. A tensor that a GradScaler's scale()
+   returned adds the loss it was given (state.scaled, see _dtrain_loop_wrappers.py's instrument_grad_scalers): the
+   script's loss, not loss x scale. The step's loss is their sum (with loss / K accumulation, the mean the gradient
+   came from), kept as a tensor: one add per micro-batch after the first, and no value read here. -1 with an error
+   set. */
 static int note_loss(State* state, PyObject* tensor) {
-  PyObject* ndim = PyObject_GetAttr(tensor, s_ndim);
-  if (ndim == NULL) return -1;
-  int scalar = PyLong_Check(ndim) && PyLong_AsLong(ndim) == 0;
-  Py_DECREF(ndim);
-  if (!scalar) return 0;
-  PyObject* detached = PyObject_CallMethodNoArgs(tensor, s_detach);
-  if (detached == NULL) return -1;
-  Py_XSETREF(state->loss, detached);
+  PyObject* value = NULL;
+  PyObject* scaled = state->scaled;
+  if (scaled != NULL && PyTuple_CheckExact(scaled) && PyTuple_GET_SIZE(scaled) == 2 &&
+      PyWeakref_Check(PyTuple_GET_ITEM(scaled, 0)) && PyWeakref_GetObject(PyTuple_GET_ITEM(scaled, 0)) == tensor) {
+    value = PyTuple_GET_ITEM(scaled, 1);
+    Py_INCREF(value);
+    Py_CLEAR(state->scaled);
+  } else {
+    PyObject* ndim = PyObject_GetAttr(tensor, s_ndim);
+    if (ndim == NULL) return -1;
+    int scalar = PyLong_Check(ndim) && PyLong_AsLong(ndim) == 0;
+    Py_DECREF(ndim);
+    if (!scalar) return 0;
+    value = PyObject_CallMethodNoArgs(tensor, s_detach);
+    if (value == NULL) return -1;
+  }
+  if (!is_none(state->loss)) {
+    PyObject* sum = PyNumber_Add(state->loss, value);
+    Py_DECREF(value);
+    if (sum == NULL) return -1;
+    value = sum;
+  }
+  Py_XSETREF(state->loss, value);
   return 0;
 }
 
@@ -83,16 +102,19 @@ static int note_loss(State* state, PyObject* tensor) {
 PyObject* hook_backward(Hook* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   State* state = self->state;
   Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-  if (!state->on || nargs < 1) return call_through(self, args, nargsf, kwnames);
+  /* A tensor subclass with __torch_function__ comes back into this wrapper from inside the call: the loss is noted
+     once, by the outer call (its subclass kept). */
+  if (!state->on || nargs < 1 || state->in_backward) return call_through(self, args, nargsf, kwnames);
   if (is_none(state->first_start)) {
     PyObject* began = PyFloat_FromDouble(now());
     if (began == NULL) fail(state); else Py_XSETREF(state->first_start, began);
   }
   put(&state->phase, s_backward);
+  state->in_backward = 1;
   PyObject* result = call_through(self, args, nargsf, kwnames);
+  state->in_backward = 0;
   if (result == NULL) return NULL;
-  /* After the call: a tensor subclass with __torch_function__ comes back into this wrapper from inside it, with
-     torch functions off, where detach() makes a plain tensor; the outer call, last, keeps the subclass. */
+  /* After the call: a loss noted before it raised would be one the step's gradient did not come from. */
   if (state->on && note_loss(state, args[0]) < 0) fail(state);
   if (!is_none(state->bucket_launch) || !is_none(state->bucket_event)) call_method(state, s_backward_done);
   return result;

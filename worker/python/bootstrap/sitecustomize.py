@@ -22,12 +22,16 @@ Armed, it measures, per optimizer step:
                 from its wrapper's. Gradient-accumulation micro-steps call no step() and are not steps. A step runs
                 from the end of the previous one; the first from its first batch, DDP forward or backward().
     data wait   wall time inside DataLoader iterators' __next__ (single- and multi-process loaders alike);
-    loss        the last 0-dim tensor whose backward() ran before the step (read as dtrain_health's report(loss=)
-                does: by its sender thread; on a device taken at most every DTRAIN_HEALTH_LOSS_EVERY steps and read
-                only once its value exists);
+    loss        the sum of the 0-dim tensors whose backward() ran since the last step (with loss / K accumulation,
+                the mean over the micro-batches), a GradScaler's scaled loss counted unscaled (read as
+                dtrain_health's report(loss=) does: by its sender thread; on a device taken at most every
+                DTRAIN_HEALTH_LOSS_EVERY steps and read only once its value exists);
     tokens,     when a batch is, or begins with (a tuple, a list, a dict's input_ids or first value), a tensor:
     samples     its first dimension is samples; when it holds integers, batch x sequence, its elements are tokens.
-                Without a DataLoader, samples are the first dimension of DDP models' first forward argument;
+                Without a DataLoader, DDP and FSDP models' first forward argument (or input_ids=, idx=): its first
+                dimension is samples, its elements tokens when it is an integer tensor of 2 or more dimensions;
+    model       at a wrapped model's first forward, its trainable parameters N (model_params, with 6N
+                model_flops_per_token and device_name);
     comm wait   wall time inside blocking torch.distributed collectives (async_op=True ones return at once and are
                 not counted; a collective made of others is counted once), and DDP's gradient reduction: from the
                 last gradient backward produced for a DDP model's parameters (DDP then launches its last bucket) to
@@ -190,11 +194,13 @@ def _parts(loop, dist):
     """What each part measures, for the line that says what a torch without it leaves unmeasured."""
     return ((loop.instrument_optimizers, "torch.optim.Optimizer", "steps"),
             (loop.instrument_backward, "torch.Tensor.backward", "the loss and the backward phase"),
+            (loop.instrument_grad_scalers, "torch.cuda.amp.GradScaler", "the loss before a GradScaler's scaling"),
             (loop.instrument_data_loaders, "torch.utils.data.dataloader._BaseDataLoaderIter.__next__",
              "data wait, tokens/s and samples/s"),
             (dist.instrument_collectives, "torch.distributed", "waits in blocking collectives"),
             (dist.instrument_ddp, "torch.nn.parallel.DistributedDataParallel",
-             "DDP's gradient reduction (exposed communication)"))
+             "DDP's gradient reduction (exposed communication), its samples, tokens and size"),
+            (dist.instrument_fsdp, "torch.distributed.fsdp", "FSDP's samples, tokens and size"))
 
 
 def _arm(torch):
@@ -202,7 +208,8 @@ def _arm(torch):
     _hooks = _load_hooks()
     instrumentation = _load_sibling("_dtrain_instrumentation", say_off=_say_off, helper=_helper)
     loop = _load_sibling("_dtrain_loop_wrappers")
-    dist = _load_sibling("_dtrain_dist_wrappers", first_tensor=loop.first_tensor, imported_helper=_imported_helper)
+    dist = _load_sibling("_dtrain_dist_wrappers", first_tensor=loop.first_tensor, token_dtypes=loop.token_dtypes,
+                         imported_helper=_imported_helper)
     # (The state's class is named _Instrumentation either way: a script finds it by that name.)
     _state = (instrumentation.over_hooks(_hooks) if _hooks is not None else instrumentation._Instrumentation)()
     os.register_at_fork(after_in_child=_forked)
@@ -220,6 +227,7 @@ def _arm(torch):
         except Exception as error:
             _state.fail(error)
             return
+    loop.optimizer_made = lambda: dist.instrument_fsdp(torch, _state, _hooks)
     if missing and os.environ.get("RANK", "0") == "0":
         try:
             sys.stderr.write("dtrain: torch %s lacks what the PyTorch instrumentation hooks into; not measured: %s. "

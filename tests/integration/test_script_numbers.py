@@ -1,0 +1,161 @@
+"""Zero-code observation (health.instrument: auto) reports the numbers an unmodified PyTorch script prints itself:
+scripts/script_numbers_train.py (gloo DDP, 2 ranks, a tiny language model with a frozen parameter, AdamW) runs under
+`dtrain run --standalone --nproc_per_node=2` and writes, per rank and optimizer step, its own loss (the mean of its
+micro-batches' losses, before scaling), token ids, samples and step time. Cases:
+  K=1             one micro-batch per step, batches from a DataLoader ((x, y) of int64 [B, T]);
+  K=4             gradient accumulation, loss / K, the DataLoader: the loss is the sum of the 4 backward()s' (not the
+                  last one's, a quarter of it), and tokens are not counted twice (the DataLoader's batch is also the
+                  DDP model's first forward argument);
+  K=4 scaler      the same with a GradScaler (a CPU stand-in with GradScaler's arithmetic where CUDA is missing: the
+                  script says why) whose scale doubles every 3 steps, batches cut from a memmap, no DataLoader: the
+                  loss is the unscaled one, and tokens/samples come from the int64 [B, T] the DDP model takes;
+  K=1 scaler      one micro-batch with the scaler, no DataLoader.
+While each job runs, `dtrain status --json` is read over and over; after it, status.json and events.jsonl's health
+events: every rank row at a step past the first (the first step starts where each side begins counting) must
+match the script's line for that rank and step: loss to 1e-6 (relative), tokens/s and samples/s to the script's
+counts over its step time within 2%, and model_params (once the launcher carries the field) to the script's
+sum(p.numel() for p in model.parameters() if p.requires_grad).
+  direct          the K=4 scaler case on 1 rank without a launcher, its reports read from the health socket: the
+                  report body carries model_params (N, as the script counts it), model_flops_per_token (6N) and
+                  device_name ("cpu"), whatever the launcher does with them."""
+
+import glob
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+
+from harness import BOOTSTRAP_DIRS, HELPER_DIR, DTRAIN, PYTHON, Run, check, finish, health_env
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "script_numbers_train.py")
+CASES = (("K=1", ["--accum", "1"]), ("K=4", ["--accum", "4"]),
+         ("K=4 scaler", ["--accum", "4", "--scaler", "--no-loader"]),
+         ("K=1 scaler", ["--accum", "1", "--scaler", "--no-loader"]))
+
+
+def script_numbers(directory, rank):
+    """(model_params, {step: its line}) of the script's rank."""
+    with open(os.path.join(directory, "numbers-rank%d.jsonl" % rank)) as f:
+        lines = [json.loads(line) for line in f if line.strip()]
+    return lines[0]["model_params"], {line["step"]: line for line in lines[1:]}
+
+
+def close(ours, theirs, relative):
+    return theirs != 0 and abs(ours - theirs) <= relative * abs(theirs)
+
+
+def compare(name, row, params, own):
+    """One rank row of dtrain's (status or a health event) against the script's line for its step; whether compared."""
+    line = own.get(row.get("step"))
+    if line is None or row["step"] < 2 or row.get("loss") is None:
+        return False
+    what = "%s: rank %d step %d" % (name, row["rank"], row["step"])
+    check(close(row["loss"], line["loss"], 1e-6), "%s: loss %r is the script's %r" % (what, row["loss"], line["loss"]))
+    for key, count in (("tokens_per_s", "tokens"), ("samples_per_s", "samples")):
+        check(close(row.get(key, 0), line[count] / line["step_s"], 0.02),
+              "%s: %s %r is the script's %d %s over its %.4f s step (%r)" %
+              (what, key, row.get(key), line[count], count, line["step_s"], line[count] / line["step_s"]))
+    if "model_params" in row:
+        check(row["model_params"] == params, "%s: model_params %r is the script's %d" % (what, row["model_params"], params))
+    return True
+
+
+def status_rows(directory):
+    done = subprocess.run([DTRAIN, "status", "--json"], cwd=directory, capture_output=True, text=True, timeout=30)
+    try:
+        return json.loads(done.stdout).get("ranks", [])
+    except ValueError:
+        return []   # (not started yet, or ended)
+
+
+def launched(name, flags):
+    run = Run([], timeout=180)
+    run.args += ["run", "--standalone", "--nproc_per_node=2", "--no-python", "--", PYTHON, SCRIPT, run.dir] + flags
+    run.start()
+    rows = []
+    while run.proc.poll() is None:
+        rows += status_rows(run.dir)
+        time.sleep(0.1)
+    run.wait()
+    if not check(run.code == 0, "%s: the job succeeds: %s %s" % (name, run.code, run.err[-2000:])):
+        run.show()
+        return
+    for job in run.job_dirs():
+        with open(os.path.join(job, "status.json")) as f:
+            rows += json.load(f).get("ranks", [])
+        with open(os.path.join(job, "events.jsonl")) as f:
+            for event in (json.loads(line) for line in f if line.strip()):
+                rows += event.get("ranks", []) if event.get("event") == "health" else []
+    numbers = {rank: script_numbers(run.dir, rank) for rank in (0, 1)}
+    compared = {rank: set() for rank in numbers}
+    for row in rows:
+        if row.get("rank") in numbers and compare(name, row, *numbers[row["rank"]]):
+            compared[row["rank"]].add(row["step"])
+    print("%s: steps compared per rank: %s" % (name, {r: sorted(s) for r, s in compared.items()}), flush=True)
+    check(all(30 in steps for steps in compared.values()),
+          "%s: each rank's last step (30) was compared: %s" % (name, compared))
+    run.assert_no_leaks()
+
+
+class Sink:
+    """The agent's side of a health socket: keeps every report."""
+
+    def __init__(self, path):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(path)
+        self.sock.settimeout(0.1)
+        self.reports, self.stop = [], False
+        self.thread = threading.Thread(target=self.drain, daemon=True)
+        self.thread.start()
+
+    def drain(self):
+        while not self.stop:
+            try:
+                self.reports.append(json.loads(self.sock.recv(65536)))
+            except socket.timeout:
+                pass
+
+    def close(self):
+        time.sleep(0.3)
+        self.stop = True
+        self.thread.join(timeout=5)
+        self.sock.close()
+
+
+def direct(work, wrappers):
+    name = "direct, the %s wrappers" % wrappers
+    path = os.path.join(work, wrappers + ".sock")
+    sink = Sink(path)
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    env = health_env(path, [BOOTSTRAP_DIRS[wrappers], HELPER_DIR], WORLD_SIZE="1", LOCAL_RANK="0",
+                     MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), DTRAIN_HEALTH_INTERVAL_MS="100")
+    out = os.path.join(work, wrappers)
+    os.makedirs(out)
+    done = subprocess.run([PYTHON, SCRIPT, out, "--accum", "4", "--scaler", "--no-loader", "--steps", "6"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    sink.close()
+    if not check(done.returncode == 0 and "dtrain:" not in done.stderr,
+                 "%s: the script ran: %d %s" % (name, done.returncode, done.stderr[-2000:])):
+        return
+    params, own = script_numbers(out, 0)
+    last = sink.reports[-1] if sink.reports else {}
+    print("%s: last report %s" % (name, json.dumps(last, sort_keys=True)), flush=True)
+    check(last.get("model_params") == params and last.get("model_flops_per_token") == 6.0 * params and
+          last.get("device_name") == "cpu", "%s: the report carries model_params %d, model_flops_per_token %d and "
+          "device_name cpu: %s" % (name, params, 6 * params, last))
+    check(last.get("step") == 6 and close(last.get("loss", 0), own[6]["loss"], 1e-6),
+          "%s: the last report's loss is step 6's unscaled mean %r: %s" % (name, own[6]["loss"], last.get("loss")))
+
+
+for name, flags in CASES:
+    print("---- " + name, flush=True)
+    launched(name, flags)
+work = Run([]).dir
+for wrappers in BOOTSTRAP_DIRS:
+    print("---- direct, the %s wrappers" % wrappers, flush=True)
+    direct(work, wrappers)
+finish()

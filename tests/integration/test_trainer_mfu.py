@@ -1,0 +1,59 @@
+"""dtrain-trainer reports its model for the launcher's model FLOP/s and MFU: in status.json, each rank's
+model_params is the parameter count rank 0's log states ("model L=2 C=64 ... (N parameters)") and model_flops_per_token
+the trainer's exact count, PaLM's 6N + 12*L*C*T (tiny: L=2, C=64; --seq-len 32), so flops_basis is "exact"; its
+model_flops_per_s is that times its tokens/s, and on CPU (device "cpu", no peak) its MFU is null."""
+
+import glob
+import json
+import os
+import re
+import subprocess
+
+from harness import BUILD_DIR, DTRAIN, Run, check, finish, write
+
+TRAINER = os.path.join(BUILD_DIR, "bin", "dtrain-trainer")
+LAYERS, CHANNELS, SEQ_LEN = 2, 64, 32   # --model tiny
+SPEC = """
+name: mfu
+nodes: {provider: local, count: 1}
+workers_per_node: 2
+shell: true
+command: "exec %s --model tiny --data %s --batch-size 2 --seq-len %d --threads 1 --steps 8"
+stop: {grace_s: 1}
+logs: {dir: runs, console: none}
+"""
+
+run = Run([], timeout=120)
+text = write(os.path.join(run.dir, "data.txt"), " ".join(["the model trains on bytes"] * 2000))
+shard = os.path.join(run.dir, "data.bin")
+subprocess.run([TRAINER, "prepare-text", text, shard], check=True, capture_output=True, timeout=60)
+run.args = [DTRAIN, "launch", write(os.path.join(run.dir, "mfu.yaml"), SPEC % (TRAINER, shard, SEQ_LEN))]
+run.run()
+check(run.code == 0, "the trainer job succeeds, got %s: %s" % (run.code, run.err[-600:]))
+jobs = glob.glob(os.path.join(run.dir, "runs", "mfu-*"))
+check(len(jobs) == 1, "one run directory: %s" % jobs)
+with open(os.path.join(jobs[0], "status.json")) as f:
+    status = json.load(f)
+ranks = status.get("ranks", [])
+check(len(ranks) == 2, "status.json has both ranks: %s" % ranks)
+# Rank 0 logs the model (the other ranks train the same one).
+with open(os.path.join(jobs[0], "attempt_0", "rank_0.log")) as f:
+    stated = re.search(r"model L=\S+ C=\S+ .*?\((\d+) parameters\)", f.read())
+check(stated is not None, "rank 0's log states the parameter count")
+params = int(stated.group(1)) if stated else -1
+for row in ranks:
+    exact = 6 * params + 12 * LAYERS * CHANNELS * SEQ_LEN
+    check(row.get("model_params") == params, "rank %d: model_params %s is the log's %d" % (
+        row["rank"], row.get("model_params"), params))
+    check(row.get("model_flops_per_token") == exact, "rank %d: model_flops_per_token %s is 6N + 12*L*C*T = %d" % (
+        row["rank"], row.get("model_flops_per_token"), exact))
+    check(row.get("flops_basis") == "exact" and row.get("device_name") == "cpu", "rank %d: exact, on cpu: %s %s" % (
+        row["rank"], row.get("flops_basis"), row.get("device_name")))
+    flops, tokens = row.get("model_flops_per_s"), row.get("tokens_per_s") or 0
+    check(flops is not None and abs(flops - exact * tokens) <= 1e-9 * exact * tokens,
+          "rank %d: model_flops_per_s %s is model_flops_per_token x tokens_per_s (%s)" % (row["rank"], flops, tokens))
+    check(row.get("mfu") is None, "rank %d: no MFU without a peak for cpu: %s" % (row["rank"], row.get("mfu")))
+check(status.get("flops_basis") == "exact" and status.get("model_flops_per_s") is not None,
+      "the job's model FLOP/s are known and exact: %s %s" % (
+          status.get("model_flops_per_s"), status.get("flops_basis")))
+finish()
