@@ -4,6 +4,7 @@
 #include "cli/run/torchrun_options.h"
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 
 #include "cli/run/option_table.h"
 #include "cli/run/option_values.h"
@@ -40,6 +41,33 @@ std::string apply_torchrun_environment(const CLI::App& cmd, TorchrunArgs& a,
   return "";
 }
 
+// " (--master-port came from PET_MASTER_PORT in the environment)" for each option the refusal names whose value a
+// PET_ variable gave: a step may refuse another option than its own (the multi-node step checks --master-addr and
+// --master-port), so the options are found by name in the message.
+namespace {
+
+// Whether `error` names `option` whole: "--master-port" in "--master-port must be", not in "--master-portx".
+bool names_option(const std::string& error, const std::string& option) {
+  for (std::size_t at = error.find(option); at != std::string::npos; at = error.find(option, at + 1)) {
+    const std::size_t end = at + option.size();
+    if (end == error.size()) return true;
+    const char next = error[end];
+    if (next != '-' && next != '_' && std::isalnum(static_cast<unsigned char>(next)) == 0) return true;
+  }
+  return false;
+}
+
+std::string environment_note(const TorchrunArgs& a, const std::string& error) {
+  std::string note;
+  for (const TorchrunOption& row : torchrun_option_table()) {
+    if (a.from_environment.count(row.pet) != 0 && names_option(error, row.name))
+      note += std::string(" (") + row.name + " came from " + row.pet + " in the environment)";
+  }
+  return note;
+}
+
+}  // namespace
+
 Resolved resolve(const TorchrunArgs& a, const std::vector<std::string>& program, bool dashdash, int nodes,
                  bool console_given, const HostFacts& host) {
   Resolved r;
@@ -48,9 +76,7 @@ Resolved resolve(const TorchrunArgs& a, const std::vector<std::string>& program,
     if (row.step == nullptr) continue;
     r.error = row.step(res);
     if (r.error.empty()) continue;
-    if (a.from_environment.count(row.pet) != 0) {
-      r.error += std::string(" (") + row.name + " came from " + row.pet + " in the environment)";
-    }
+    r.error += environment_note(a, r.error);
     return r;
   }
   r.error = resolve_program(res);

@@ -119,6 +119,14 @@ TEST_CASE("a bad PET_ value is refused, naming the variable") {
 
   // The same refusal for a value on the command line does not blame the environment.
   CHECK(!has(run({"-n", "many", "t.py"}, {}).resolved.error, "PET_"));
+
+  // A step that refuses another option than its own (the multi-node step checks --master-port) still says where the
+  // value came from: what a Kubeflow PyTorchJob sets, PET_MASTER_PORT.
+  Run port = run({"t.py"}, {{"PET_NNODES", "2"}, {"PET_NODE_RANK", "0"}, {"PET_MASTER_ADDR", "localhost"},
+                            {"PET_MASTER_PORT", "99999"}});
+  CHECK(has(port.resolved.error, "--master-port must be a number"));
+  CHECK(has(port.resolved.error, "--master-port came from PET_MASTER_PORT"));
+  CHECK(!has(port.resolved.error, "--master-addr came from"));  // named only where the refusal names it
 }
 
 }  // namespace option_table_test
