@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/job/run_dir.h"
+#include "agent/node/cpu_gemm.h"
 #include "agent/security/credentials.h"
 #include "agent/session/join_client.h"
 #include "agent/session/outbox.h"
@@ -42,6 +43,14 @@ Agent::Agent(AgentOptions options)
   facts_.topology = options_.topology;
   // A saved topology describes the node's GPUs where the driver cannot (no NVML, or a test host): its GPUs count.
   if (!facts_.topology.ranks.empty()) facts_.gpu_count = static_cast<unsigned>(facts_.topology.ranks.size());
+  // The peak of this node's CPU ranks' MFU: the rate `dtrain doctor` cached, read once, as the agent starts.
+  const Result<node::CpuGemmRate> gemm = node::read_node_cpu_gemm();
+  if (gemm.ok()) {
+    facts_.cpu_gemm_flops = gemm.value.flops_per_s;
+    facts_.cpu_gemm_threads = gemm.value.threads;
+  } else if (gemm.status.code() != StatusCode::not_found) {
+    spdlog::warn("{} (CPU ranks' MFU stays unknown)", gemm.status.message());
+  }
 }
 
 Agent::~Agent() = default;

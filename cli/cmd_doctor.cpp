@@ -1,10 +1,13 @@
 // `dtrain doctor [JOB.yaml] [--json]`: preflight checks. Without a spec, on this node (GPUs, NCCL, RDMA, limits,
-// /dev/shm, disks, environment). With one, on every node of that job through its agents (started or dialed as
-// `dtrain launch` would), plus checks across the nodes: same dtrain/driver/NCCL versions, clock skew, every node
-// reaches node 0's MASTER_PORT range and the other agents, nodes.interface exists everywhere.
+// /dev/shm, disks, environment), and the node's fp32 GEMM rate, measured by dtrain-trainer (beside this binary) and
+// cached for CPU ranks' MFU (agent/node/cpu_gemm.h). With one, on every node of that job through its agents
+// (started or dialed as `dtrain launch` would; they report the cached rate, measuring nothing), plus checks across
+// the nodes: same dtrain/driver/NCCL versions, clock skew, every node reaches node 0's MASTER_PORT range and the
+// other agents, nodes.interface exists everywhere.
 // Exit 0 when no check fails, 1 otherwise, 2 for a bad spec.
 
 #include <cstdio>
+#include <filesystem>
 
 #include "agent/node/doctor/checks.h"
 #include "agent/node/doctor/cluster.h"
@@ -117,6 +120,9 @@ Action add_doctor_command(CLI::App& app) {
       if (!spec) return 2;
       return doctor_job(*spec, args->flags, args->gather.checkpoint_dir, args->timeout_s, args->json);
     }
+    // This node's fp32 GEMM rate, measured with the trainer's kernels and cached for CPU ranks' MFU (cpu.gemm).
+    args->gather.gemm_trainer =
+        (std::filesystem::path(self_executable()).parent_path() / "dtrain-trainer").string();
     node::doctor::NodeReport report = node::doctor::run_node_checks(node::doctor::gather_inputs(args->gather));
     std::string out = args->json ? node::doctor::render_json(report) : node::doctor::render_table(report);
     std::fwrite(out.data(), 1, out.size(), stdout);

@@ -1,9 +1,13 @@
 // dtrain-trainer: GPT-2 training on CPU, one process or one rank of a data-parallel job (see train/loop.h), and
-// `prepare-text` to turn a text file into a token shard (see data/shard.h).
+// `prepare-text` to turn a text file into a token shard (see data/shard.h), and `gemm-rate` to measure its kernels'
+// fp32 GEMM rate (see kernels/cpu/gemm_rate.h).
+
+#include <cstdio>
 
 #include <spdlog/spdlog.h>
 
 #include "trainer/data/shard.h"
+#include "trainer/kernels/cpu/gemm_rate.h"
 #include "trainer/train/console.h"
 #include "trainer/train/loop.h"
 #include "trainer/train/options.h"
@@ -23,6 +27,12 @@ int main(int argc, char** argv) {
       spdlog::error("{}", e.what());
       return 1;
     }
+  }
+  if (command.gemm_rate) {
+    const kernels::GemmRate rate = kernels::measure_gemm_rate(command.gemm_rate->threads, command.gemm_rate->size);
+    std::printf("{\"flops_per_s\": %.6g, \"threads\": %d, \"size\": %d, \"repeats\": %d}\n", rate.flops_per_s,
+                rate.threads, rate.size, rate.repeats);
+    return 0;
   }
   return run_training(command.train);
 }

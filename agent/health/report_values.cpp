@@ -63,6 +63,40 @@ std::string text_of(std::string_view text, std::size_t most) {
   return std::string(text.substr(0, valid_utf8_prefix(text)));
 }
 
+// The points' rules (report_values.h), or invalid_argument naming the point and what is wrong with it.
+Status check_points(const v1::WorkerReport& report) {
+  if (static_cast<std::size_t>(report.points_size()) > kMaxStepPoints) {
+    return {StatusCode::invalid_argument,
+            "points holds " + std::to_string(report.points_size()) + " steps; a report carries at most " +
+                std::to_string(kMaxStepPoints) + " (keep the first, the last and the lowest and highest losses "
+                "between: common/report/step_points.h)"};
+  }
+  for (int i = 0; i < report.points_size(); ++i) {
+    const v1::StepPoint& p = report.points(i);
+    const std::string which = "points[" + std::to_string(i) + "] (step " + std::to_string(p.step()) + ")";
+    if (p.step() > kMaxReportedStep) {
+      return {StatusCode::invalid_argument, which + ": the step is over 2^53; not a step count"};
+    }
+    if (i > 0 && p.step() <= report.points(i - 1).step()) {
+      return {StatusCode::invalid_argument, which + ": the steps must increase, oldest first (the one before is " +
+                                                std::to_string(report.points(i - 1).step()) + ")"};
+    }
+    if (!std::isfinite(p.loss())) {
+      return {StatusCode::invalid_argument, which + ": the loss is " + number(p.loss()) + "; it must be finite"};
+    }
+    if (!std::isfinite(p.step_ms()) || p.step_ms() < 0 || p.step_ms() > kMaxReportedMs) {
+      return {StatusCode::invalid_argument, which + ": step_ms is " + number(p.step_ms()) +
+                                                "; it must be a finite number, 0 to " + number(kMaxReportedMs) +
+                                                " (a week)"};
+    }
+    if (!std::isfinite(p.tokens_per_s()) || p.tokens_per_s() < 0) {
+      return {StatusCode::invalid_argument, which + ": tokens_per_s is " + number(p.tokens_per_s()) +
+                                                "; it must be a finite number, 0 or more"};
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 Status check_report_values(const v1::WorkerReport& report) {
@@ -118,7 +152,7 @@ Status check_report_values(const v1::WorkerReport& report) {
                                                 size.most_in_words + "); not a value this field can have"};
     }
   }
-  return {};
+  return check_points(report);
 }
 
 std::string phase_of(std::string_view phase) { return text_of(phase, kMaxPhaseBytes); }

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/report/step_points.h"
 #include "common/status.h"
 #include "dtrain/v1/report.pb.h"
 
@@ -42,7 +43,9 @@ inline constexpr std::size_t kMaxDeviceNameBytes = 128;
 // Whether a report's values can be real, or invalid_argument naming the first that cannot: loss must be finite;
 // tokens/s, samples/s, loss_scale and the times (step_ms, data_wait_ms, compute_ms, comm_exposed_ms, optimizer_ms)
 // finite and not negative; step, the byte counts, the times, loss_scale, dump_signal, model_params and
-// model_flops_per_token (finite, not negative) within the bounds above. A
+// model_flops_per_token (finite, not negative) within the bounds above; points (step_points.h) at most
+// kMaxStepPoints, their steps increasing and at most kMaxReportedStep, each loss finite, each step_ms and
+// tokens_per_s finite and not negative (step_ms at most kMaxReportedMs). A
 // loss may be negative (not every objective is a cross-entropy). A run whose loss stopped being finite has diverged;
 // it says so in its error, not in a health report. The phase and the device name are never refused: phase_of and
 // device_name_of cut them.

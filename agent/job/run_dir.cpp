@@ -1,18 +1,17 @@
 #include "agent/job/run_dir.h"
 
 #include <fcntl.h>
-#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <vector>
 
 #include "agent/security/identity.h"
 #include "common/io/bounded_file.h"
+#include "common/os/state_dir.h"
 #include "common/os/syscalls.h"
 
 namespace dtrain::agent {
@@ -54,20 +53,7 @@ Result<Fd> open_subdirectory(const Fd& parent, const std::string& name, const st
 
 }  // namespace
 
-std::string default_run_dir() {
-  if (const char* state = std::getenv("XDG_STATE_HOME"); state != nullptr && state[0] == '/') {
-    return (fs::path(state) / "dtrain" / "runs").string();
-  }
-  std::string home;
-  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0') {
-    home = h;
-  } else if (const passwd* pw = ::getpwuid(::getuid()); pw != nullptr && pw->pw_dir != nullptr) {
-    home = pw->pw_dir;
-  } else {
-    home = "/tmp";
-  }
-  return (fs::path(home) / ".local" / "state" / "dtrain" / "runs").string();
-}
+std::string default_run_dir() { return (fs::path(state_dir()) / "runs").string(); }
 
 Result<JobFiles> JobFiles::for_job(std::string run_dir, std::string job_id) {
   if (!security::is_valid_job_id(job_id)) {

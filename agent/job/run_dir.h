@@ -20,7 +20,7 @@
 
 namespace dtrain::agent {
 
-// $XDG_STATE_HOME/dtrain/runs, else $HOME/.local/state/dtrain/runs (the password database's home without HOME).
+// <state_dir()>/runs: $XDG_STATE_HOME/dtrain/runs, else $HOME/.local/state/dtrain/runs (common/os/state_dir.h).
 std::string default_run_dir();
 
 // A path a launcher named that the agent refuses to use is an expected failure (a Status whose message says which,

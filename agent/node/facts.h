@@ -22,6 +22,8 @@ struct Facts {
   unsigned gpu_count = 0;              // NVIDIA GPUs the driver exposes (/proc/driver/nvidia/gpus)
   std::string kernel;                  // uname release
   std::uint64_t mem_total_bytes = 0;   // RAM (MemTotal of /proc/meminfo); 0 = not known
+  double cpu_gemm_flops = 0;           // fp32 GEMM FLOP/s `dtrain doctor` cached (cpu_gemm.h); 0 = none. gather_facts
+  unsigned cpu_gemm_threads = 0;       //   leaves both: the agent sets them. The threads the rate ran on.
   topo::NodeTopology topology;         // per local rank, what `dtrain topo` recommends; gather_facts leaves it
                                        //   empty (the scan lives in the topology library): the agent sets it
 };

@@ -48,6 +48,37 @@ Result<bool> flag_member(const Json& object, const char* name) {
   return {{}, it->get<bool>()};
 }
 
+// "points": [[step, loss, step_ms, tokens_per_s], ...] into `report` (none when absent). The shape is checked here
+// (an array of at most kMaxStepPoints arrays of four numbers, the step an integer, 0 or more); the values are
+// check_report_values'.
+Status points_member(const Json& object, v1::WorkerReport& report) {
+  const auto it = object.find("points");
+  if (it == object.end()) return {};
+  const char* shape = "a list of [step, loss, step_ms, tokens_per_s] lists";
+  if (!it->is_array()) return wrong_type("points", shape);
+  if (it->size() > kMaxStepPoints) {
+    return {StatusCode::invalid_argument, "field \"points\" holds " + std::to_string(it->size()) +
+                                              " steps; a report carries at most " + std::to_string(kMaxStepPoints) +
+                                              " (thin them: keep the first, the last and the lowest and highest "
+                                              "losses between)"};
+  }
+  for (std::size_t i = 0; i < it->size(); ++i) {
+    const Json& p = (*it)[i];
+    if (!p.is_array() || p.size() != 4 || !p[0].is_number_unsigned() || !p[1].is_number() || !p[2].is_number() ||
+        !p[3].is_number()) {
+      return {StatusCode::invalid_argument, "field \"points\" is not " + std::string(shape) + " (entry " +
+                                                std::to_string(i) + " is " + p.dump() + "; the step is an integer, "
+                                                "0 or more)"};
+    }
+    v1::StepPoint* out = report.add_points();
+    out->set_step(p[0].get<std::uint64_t>());
+    out->set_loss(p[1].get<double>());
+    out->set_step_ms(p[2].get<double>());
+    out->set_tokens_per_s(p[3].get<double>());
+  }
+  return {};
+}
+
 // Reads a `fd`'s datagram into `buffer`; its size (the whole datagram's, which may exceed the buffer: MSG_TRUNC),
 // and the sender's pid from its credentials. -1 with errno on failure.
 ssize_t receive(int fd, std::array<char, kMaxHealthDatagram + 1>& buffer, pid_t& sender) {
@@ -120,6 +151,7 @@ Result<HealthDatagram> parse_health_datagram(std::string_view bytes) {
     if (!flag.ok()) return {flag.status};
     field.set(out.report, flag.value);
   }
+  if (Status points = points_member(object, out.report); !points.ok()) return {points};
   return {{}, std::move(out)};
 }
 

@@ -6,7 +6,15 @@
 //   {"rank": 3, "token": DTRAIN_JOB_TOKEN, "report_token": DTRAIN_REPORT_TOKEN, "step": 41, "steps_done": 41,
 //    "loss": 2.31, "tokens_per_s": 5120.0, "samples_per_s": 10.0, "rss_bytes": 812345344, "step_ms": 95.2,
 //    "data_wait_ms": 3.1, "compute_ms": 80.0, "comm_exposed_ms": 12.1, "device_mem_used_bytes": 2147483648,
-//    "device_mem_peak_bytes": 1610612736, "phase": "forward", "dump_signal": 12}
+//    "device_mem_peak_bytes": 1610612736, "phase": "forward", "dump_signal": 12,
+//    "points": [[39, 2.35, 96.0, 5080.0], [40, 2.33, 94.8, 5130.5], [41, 2.31, 95.2, 5120.0]]}
+//
+// "points" are the steps completed since the sender's previous datagram, oldest first, each [step, loss, step_ms,
+// tokens_per_s] (report.proto's StepPoint; the step an integer, the rest numbers, 0: not known): at most
+// kMaxStepPoints (64), steps increasing, losses finite, step_ms and tokens_per_s not negative
+// (check_report_values). A heartbeat that repeats the last step sends none (or leaves the key out). Over 64 steps
+// since the last datagram, send the first, the last and the lowest and highest loss of even groups between
+// (common/report/step_points.h: thin_points).
 //
 // and, in the last report of a process that has finished and is exiting, "exiting": true (a JSON boolean); in a
 // report sent as the process enters a call that keeps its reporter from running (report.proto), "quiet": true.
@@ -34,13 +42,15 @@
 #include <string_view>
 #include <thread>
 
+#include "common/report/step_points.h"
 #include "common/status.h"
 #include "dtrain/v1/report.pb.h"
 
 namespace dtrain::agent {
 
-// The largest datagram read: a report is a few hundred bytes; a phase of 128 bytes, escaped, fits many times over.
-inline constexpr std::size_t kMaxHealthDatagram = 4096;
+// The largest datagram read: a report is a few hundred bytes, and 64 points at most 64 x 90 bytes (four numbers of
+// 17 significant digits each, as Python's json writes a float); a phase of 128 bytes, escaped, fits beside them.
+inline constexpr std::size_t kMaxHealthDatagram = 16384;
 
 // One datagram, parsed.
 struct HealthDatagram {

@@ -4,6 +4,8 @@
 #include "common/deadline_guard.h"
 #include "common/os/stop_thread.h"
 #include "common/clock.h"
+#include "common/report/report_fields.h"
+#include "common/report/step_points.h"
 
 #include <chrono>
 
@@ -20,6 +22,15 @@ std::size_t log_bytes(const v1::AgentMessage& message) {
 }
 
 }  // namespace
+
+void carry_points(const v1::AgentMessage& unsent, v1::AgentMessage& newer) {
+  const v1::WorkerReport& old_report = unsent.worker_health().report();
+  if (old_report.points_size() == 0) return;
+  v1::WorkerReport& report = *newer.mutable_worker_health()->mutable_report();
+  std::vector<StepPoint> points = points_of(old_report);
+  merge_points(points, points_of(report), kMaxStepPoints);
+  set_points(report, points);
+}
 
 Outbox::Outbox(SessionStream& stream, std::chrono::milliseconds heartbeat_interval)
     : stream_(stream), heartbeat_interval_(heartbeat_interval), writer_([this] { run(); }) {}
@@ -57,6 +68,8 @@ void Outbox::push_report(v1::AgentMessage message) {
     steps_forwarded_[report.rank()] = report.steps_done();
     if (reports_.empty()) reports_due_ = now + report_window_;
     if (urgent) reports_due_ = now;
+    const auto unsent = reports_.find(report.rank());
+    if (unsent != reports_.end()) carry_points(unsent->second, message);
     reports_[report.rank()] = std::move(message);
   }
   wake_.notify_one();

@@ -8,9 +8,11 @@
 //
 // Worker health reports are coalesced (push_report): the outbox keeps each rank's latest and sends them together, one
 // write per node per report window (StartGroup.report_window_ms, the job's DTRAIN_HEALTH_INTERVAL_MS), or sooner
-// with whatever else the agent sends. A report that replaces an unsent one of its rank replaces it whole: the
+// with whatever else the agent sends. A report that replaces an unsent one of its rank replaces its values: the
 // reports carry the last step's values, so the launcher sees each rank's latest every window, as it would from a
-// worker reporting once a window. What the launcher must see at once goes at once: a rank's first report of the
+// worker reporting once a window. Its per-step points are merged instead (carry_points), so the window's shape
+// survives: the unsent report's points, then the new one's, thinned to kMaxStepPoints keeping the first, the last
+// and the lowest and highest loss of even groups between (common/report/step_points.h). What the launcher must see at once goes at once: a rank's first report of the
 // round (the start-up check), its first counted step, a report after its step count went back (a restart), one
 // that says `quiet` (its heartbeats stop next), and its last one (`exiting`). A window of 0 sends every report as it
 // arrives.
@@ -27,6 +29,10 @@
 #include "agent/session/session_stream.h"
 
 namespace dtrain::agent {
+
+// `newer` (a WorkerHealth replacing the unsent `unsent` of its rank) with `unsent`'s points before its own, merged
+// and thinned as the header says.
+void carry_points(const v1::AgentMessage& unsent, v1::AgentMessage& newer);
 
 class Outbox {
  public:

@@ -98,6 +98,8 @@ void put(const AgentHello& hello, v1::Hello& out) {
   facts->set_dtrain_version(hello.dtrain_version);
   facts->set_kernel(hello.facts.kernel);
   facts->set_mem_total_bytes(hello.facts.mem_total_bytes);
+  facts->set_cpu_gemm_flops(hello.facts.cpu_gemm_flops);
+  facts->set_cpu_gemm_threads(hello.facts.cpu_gemm_threads);
   put(hello.facts.topology, *facts->mutable_topology());
   facts->set_unix_ms(hello.unix_ms);
   out.set_agent_address(hello.agent_address);

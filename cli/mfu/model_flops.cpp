@@ -1,5 +1,7 @@
 #include "cli/mfu/model_flops.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 
 #include "cli/mfu/device_peaks.h"
@@ -32,12 +34,32 @@ FlopsBasis flops_basis(std::uint64_t params, double flops_per_token) {
 
 std::string peak_basis(const char* preset) { return std::string("dense bf16/fp16 peak of ") + preset; }
 
+std::optional<double> cpu_rank_peak(const CpuGemm& node, unsigned rank_threads) {
+  if (!(node.flops_per_s > 0) || node.threads == 0) return std::nullopt;
+  const unsigned threads = rank_threads == 0 ? node.threads : std::min(rank_threads, node.threads);
+  return node.flops_per_s * threads / node.threads;
+}
+
+bool is_cpu_device(std::string_view device_name) {
+  const auto begin = device_name.find_first_not_of(" \t");
+  if (begin == std::string_view::npos) return false;
+  const std::string_view name = device_name.substr(begin, device_name.find_last_not_of(" \t") - begin + 1);
+  return name.size() == 3 && std::tolower(static_cast<unsigned char>(name[0])) == 'c' &&
+         std::tolower(static_cast<unsigned char>(name[1])) == 'p' &&
+         std::tolower(static_cast<unsigned char>(name[2])) == 'u';
+}
+
 ModelFlops rank_model_flops(std::uint64_t params, double flops_per_token, double tokens_per_s,
-                            std::string_view device_name) {
+                            std::string_view device_name, std::optional<double> cpu_peak) {
   ModelFlops out;
   out.basis = flops_basis(params, flops_per_token);
   if (out.basis != FlopsBasis::unknown && tokens_per_s > 0) out.flops_per_s = flops_per_token * tokens_per_s;
-  if (const auto peaks = peaks_of_device(device_name)) {
+  if (is_cpu_device(device_name)) {
+    if (cpu_peak && *cpu_peak > 0) {
+      out.peak_flops = *cpu_peak;
+      out.peak_basis = kCpuPeakBasis;
+    }
+  } else if (const auto peaks = peaks_of_device(device_name)) {
     out.peak_flops = peaks->dense_half_flops;
     out.peak_basis = peak_basis(peaks->preset);
   }

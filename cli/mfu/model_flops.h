@@ -3,7 +3,8 @@
 // A rank's model FLOP/s and MFU from its health report, and the job's from its ranks'.
 //
 //   model FLOP/s = model_flops_per_token x tokens_per_s        (the rank's own tokens/s, so its own FLOP/s)
-//   MFU          = model FLOP/s / the peak of the rank's device (device_peaks.h: the dense bf16/fp16 peak)
+//   MFU          = model FLOP/s / the peak of the rank's device: a GPU's dense bf16/fp16 peak (device_peaks.h); a
+//                  CPU rank's share of its node's measured fp32 GEMM rate (cpu_rank_peak)
 //   job          = the sum of the ranks' model FLOP/s; its MFU that sum over the sum of their peaks, over the ranks
 //                  whose MFU is known (Chowdhery et al., "PaLM", arXiv:2204.02311, Appendix B, define MFU so)
 //
@@ -11,7 +12,11 @@
 // What a rank reports says how they were counted (FlopsBasis): exactly 6 x model_params is the 6N estimate a script's
 // instrumentation sends (weights only, no attention); anything else is the worker's own count (dtrain-trainer's
 // 6N + 12*L*h*s). Nothing is known (none) before a rank reports its model and its first step's tokens/s, and a device
-// with no known peak (an unknown GPU; "cpu", whose measured GEMM rate dtrain does not keep yet) has no MFU.
+// with no known peak (an unknown GPU; "cpu" on a node where `dtrain doctor` cached no GEMM rate) has no MFU.
+//
+// A CPU's peak is measured, not a datasheet's: `dtrain doctor` times the trainer's own fp32 matrix product on all the
+// node's CPUs (agent/node/cpu_gemm.h), the rate the trainer's kernels reach at best. fp32, since that is what the CPU
+// trainer computes in (its 16-bit paths widen to fp32, trainer/kernels/cpu/gemm_half.h).
 
 #include <cstdint>
 #include <optional>
@@ -34,6 +39,23 @@ FlopsBasis flops_basis(std::uint64_t params, double flops_per_token);
 // What the peak an MFU is of: "dense bf16/fp16 peak of h100-sxm".
 std::string peak_basis(const char* preset);
 
+// A CPU rank's peak_basis.
+inline constexpr const char* kCpuPeakBasis = "measured fp32 GEMM of the node's CPUs";
+
+// A node's measured fp32 GEMM rate (`dtrain doctor`'s cache) and the threads it ran on; 0 = none.
+struct CpuGemm {
+  double flops_per_s = 0;
+  unsigned threads = 0;
+};
+
+// The peak of a CPU rank with `rank_threads` threads (its OMP_NUM_THREADS; 0 = not known: the whole node) on `node`:
+// its share of the node's rate, rate x rank_threads / the threads measured (at most all of them), so that the ranks
+// sharing a node share its rate and the job's MFU is over the node's. None without a rate.
+std::optional<double> cpu_rank_peak(const CpuGemm& node, unsigned rank_threads);
+
+// "cpu", ignoring case and surrounding spaces.
+bool is_cpu_device(std::string_view device_name);
+
 struct ModelFlops {
   FlopsBasis basis = FlopsBasis::unknown;
   std::optional<double> flops_per_s;   // model FLOP/s; none without flops per token or tokens/s
@@ -42,9 +64,10 @@ struct ModelFlops {
   std::string peak_basis;              // what peak_flops is; "" without one
 };
 
-// One rank's, from its report's values (0 or "" = not known).
+// One rank's, from its report's values (0 or "" = not known). `cpu_peak` is a CPU rank's (cpu_rank_peak), used when
+// the device is "cpu".
 ModelFlops rank_model_flops(std::uint64_t params, double flops_per_token, double tokens_per_s,
-                            std::string_view device_name);
+                            std::string_view device_name, std::optional<double> cpu_peak = std::nullopt);
 
 // The job's, summed over its ranks (add each rank's once).
 class JobModelFlops {

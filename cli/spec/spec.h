@@ -255,6 +255,8 @@ struct NodeInfo {
   std::vector<int> cpu_numa;                // NUMA node of cpus[i]; shorter than cpus = unknown, taken as 0
   unsigned gpu_count = 0;                   // visible GPUs
   std::uint64_t mem_total_bytes = 0;        // RAM (the agent's MemTotal); 0 = not known
+  double cpu_gemm_flops = 0;                // fp32 GEMM FLOP/s `dtrain doctor` cached there (the peak of its CPU
+  unsigned cpu_gemm_threads = 0;            //   ranks' MFU; 0 = none), and the threads it ran on
   std::map<std::string, std::string> tuned_env;  // variables the launcher chose for the whole node (the socket
                                                  //   interface); used when nccl.auto, below nccl.env and env
   node::topo::NodeTopology topology;        // per local rank, what `dtrain topo` recommends there (GPU, CPUs, NICs,

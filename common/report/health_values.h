@@ -8,6 +8,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "common/report/step_points.h"
 
 namespace dtrain {
 
@@ -45,6 +48,8 @@ struct HealthValues {
   std::uint64_t model_params = 0;
   double model_flops_per_token = 0;
   std::string device_name;
+  // The steps since the previous report, oldest first, at most kMaxStepPoints (step_points.h); none in a heartbeat.
+  std::vector<StepPoint> points;
 };
 
 }  // namespace dtrain

@@ -69,12 +69,31 @@ std::span<const ReportField<std::uint32_t>> report_ids() { return kIds; }
 std::span<const ReportField<bool>> report_flags() { return kFlags; }
 std::span<const ReportField<std::string>> report_texts() { return kTexts; }
 
+std::vector<StepPoint> points_of(const R& report) {
+  std::vector<StepPoint> points;
+  points.reserve(static_cast<std::size_t>(report.points_size()));
+  for (const auto& p : report.points()) points.push_back({p.step(), p.loss(), p.step_ms(), p.tokens_per_s()});
+  return points;
+}
+
+void set_points(R& report, std::span<const StepPoint> points) {
+  report.clear_points();
+  for (const StepPoint& p : points) {
+    v1::StepPoint* out = report.add_points();
+    out->set_step(p.step);
+    out->set_loss(p.loss);
+    out->set_step_ms(p.step_ms);
+    out->set_tokens_per_s(p.tokens_per_s);
+  }
+}
+
 void to_report(const HealthValues& values, R& report) {
   copy_out(values, report, report_amounts());
   copy_out(values, report, report_counts());
   copy_out(values, report, report_ids());
   copy_out(values, report, report_flags());
   copy_out(values, report, report_texts());
+  set_points(report, values.points);
 }
 
 HealthValues values_of(const R& report) {
@@ -84,6 +103,7 @@ HealthValues values_of(const R& report) {
   copy_in(report, values, report_ids());
   copy_in(report, values, report_flags());
   copy_in(report, values, report_texts());
+  values.points = points_of(report);
   return values;
 }
 

@@ -7,7 +7,10 @@
              a DOM with one heat-map row per rank, the straggler's row outlined, the diagnosis and its fix, and the
              rounds of the timeline;
   real jobs  a job that succeeds and one whose worker exits 3 each get report.html in their run directory when they
-             end, the failure's exit code is kept, and its page names the root cause; `dtrain report` with no argument
+             end, the failure's exit code is kept, and its page names the root cause; the successful one, 30
+             dtrain-trainer steps in a second or two (a few samples windows, its reports coalesced by the agents),
+             draws its loss and tokens/s curves a point per step from the reports' per-step points (at least 10
+             points each), in Chromium's DOM too; `dtrain report` with no argument
              writes the newest job's page; a directory without a job is refused with what to pass instead."""
 
 import glob
@@ -122,6 +125,12 @@ def heat_rows(dom):
     return re.findall(r'<g class="hm-row" data-rank="(\d+)" data-straggler="([01])"', dom)
 
 
+def curve_points(dom, chart):
+    """The points of the first line of the chart `chart` ("loss", "tokens_per_s"); 0 without one."""
+    found = re.search(r'data-chart="%s".*?<polyline[^>]*points="([^"]*)"' % chart, dom, re.S)
+    return len(found.group(1).split()) if found else 0
+
+
 # ---- fixtures in the browser
 if CHROMIUM:
     page = fixture("ddp-data-starved")
@@ -181,6 +190,14 @@ for name, command, code in (("ok", '"%s"' % trainer, 0), ("fails", '"[ $RANK = 1
             check(re.search(r'class="root-cause">rank 1 on node 1 \(.*\): exited with code 3', html), "fails: the root cause")
         else:
             check(len(heat_rows(html)) == 2, "ok: the heat map has both ranks from the job's samples events")
+            for chart in ("loss", "tokens_per_s"):
+                n = curve_points(html, chart)
+                check(n >= 10, "ok: a 30-step job's %s curve has a point per step from the reports' points (%d)" %
+                      (chart, n))
+            if CHROMIUM:
+                dom = browse(pages[0], "ok")
+                counts = [curve_points(dom, chart) for chart in ("loss", "tokens_per_s")]
+                check(min(counts) >= 10, "ok: Chromium draws both curves with 10 points or more (%s)" % counts)
     run.assert_no_leaks()
 
 newest = report(None, cwd=run.dir)

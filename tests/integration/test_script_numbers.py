@@ -14,7 +14,11 @@ While each job runs, `dtrain status --json` is read over and over; after it, sta
 events: every rank row at a step past the first (the first step starts where each side begins counting) must
 match the script's line for that rank and step: loss to 1e-6 (relative), tokens/s and samples/s to the script's
 counts over its step time within 2%, and model_params (once the launcher carries the field) to the script's
-sum(p.numel() for p in model.parameters() if p.requires_grad).
+sum(p.numel() for p in model.parameters() if p.requires_grad), and MFU to 6N x the script's tokens over its step
+time, over the rank's peak (its node's fp32 GEMM rate, measured by `dtrain doctor` into this test's own
+$XDG_STATE_HOME first), within 2%.
+The samples events' per-step points (what the report's curves draw): a point for at least 25 of each rank's 30
+steps, each with the script's loss (to the 4 significant digits the samples keep) and, from step 3, tokens/s (2%).
   direct          the K=4 scaler case on 1 rank without a launcher, its reports read from the health socket: the
                   report body carries model_params (N, as the script counts it), model_flops_per_token (6N) and
                   device_name ("cpu"), whatever the launcher does with them."""
@@ -22,8 +26,10 @@ sum(p.numel() for p in model.parameters() if p.requires_grad).
 import glob
 import json
 import os
+import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -59,6 +65,11 @@ def compare(name, row, params, own):
               (what, key, row.get(key), line[count], count, line["step_s"], line[count] / line["step_s"]))
     if "model_params" in row:
         check(row["model_params"] == params, "%s: model_params %r is the script's %d" % (what, row["model_params"], params))
+    if "mfu" in row:  # dtrain status --json, status.json (a health event carries no peak)
+        peak = row.get("peak_flops_per_s") or 0
+        own = 6.0 * params * line["tokens"] / line["step_s"] / peak if peak else None
+        check(own is not None and row["mfu"] is not None and close(row["mfu"], own, 0.02),
+              "%s: MFU %r is 6N x the script's tokens/s over the peak %r: %r" % (what, row.get("mfu"), peak, own))
     return True
 
 
@@ -71,7 +82,7 @@ def status_rows(directory):
 
 
 def launched(name, flags):
-    run = Run([], timeout=180)
+    run = Run([], env=STATE_ENV, timeout=180)
     run.args += ["run", "--standalone", "--nproc_per_node=2", "--no-python", "--", PYTHON, SCRIPT, run.dir] + flags
     run.start()
     rows = []
@@ -79,6 +90,7 @@ def launched(name, flags):
         rows += status_rows(run.dir)
         time.sleep(0.1)
     run.wait()
+    points = []   # the samples events' per-step points: [rank, step, loss, step_ms, tokens_per_s]
     if not check(run.code == 0, "%s: the job succeeds: %s %s" % (name, run.code, run.err[-2000:])):
         run.show()
         return
@@ -88,6 +100,8 @@ def launched(name, flags):
         with open(os.path.join(job, "events.jsonl")) as f:
             for event in (json.loads(line) for line in f if line.strip()):
                 rows += event.get("ranks", []) if event.get("event") == "health" else []
+                if event.get("event") == "samples":
+                    points += event.get("points", [])
     numbers = {rank: script_numbers(run.dir, rank) for rank in (0, 1)}
     compared = {rank: set() for rank in numbers}
     for row in rows:
@@ -96,6 +110,18 @@ def launched(name, flags):
     print("%s: steps compared per rank: %s" % (name, {r: sorted(s) for r, s in compared.items()}), flush=True)
     check(all(30 in steps for steps in compared.values()),
           "%s: each rank's last step (30) was compared: %s" % (name, compared))
+    # Every step reaches the report's curves, coalesced reports or not: each rank's points are the script's steps.
+    for rank, (_, own) in numbers.items():
+        mine = {p[1]: p for p in points if p[0] == rank}
+        check(len(mine) >= 25, "%s: rank %d has a point for most of its 30 steps: %s" % (name, rank, sorted(mine)))
+        for step, (_, _, loss, _, tokens_per_s) in mine.items():
+            line = own.get(step)
+            # Losses in the samples events keep 4 significant digits (cli/report/model/samples.cpp): 5e-4. Step 2 is
+            # measured from the end of the first step's report, which the script does not count: its rate from step 3.
+            check(line is not None and close(loss, line["loss"], 5e-4) and
+                  (step < 3 or close(tokens_per_s, line["tokens"] / line["step_s"], 0.02)),
+                  "%s: rank %d step %d's point (loss %r, %r tokens/s) is the script's %s" %
+                  (name, rank, step, loss, tokens_per_s, line))
     run.assert_no_leaks()
 
 
@@ -151,9 +177,17 @@ def direct(work, wrappers):
           "%s: the last report's loss is step 6's unscaled mean %r: %s" % (name, own[6]["loss"], last.get("loss")))
 
 
+# The node's GEMM rate, the CPU ranks' peak for MFU, cached where only this test's jobs look.
+STATE = tempfile.mkdtemp(prefix="dtrain-it-state-")
+STATE_ENV = {"XDG_STATE_HOME": STATE}
+measured = subprocess.run([DTRAIN, "doctor", "--json", "--log-dir", "/tmp"], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, **STATE_ENV))
+check(os.path.exists(os.path.join(STATE, "dtrain", "cpu_gemm.json")),
+      "dtrain doctor cached the node's GEMM rate: %s" % measured.stdout[-500:])
 for name, flags in CASES:
     print("---- " + name, flush=True)
     launched(name, flags)
+shutil.rmtree(STATE, ignore_errors=True)
 work = Run([]).dir
 for wrappers in BOOTSTRAP_DIRS:
     print("---- direct, the %s wrappers" % wrappers, flush=True)

@@ -4,6 +4,8 @@ rendering their matrix back exactly, a bad import named by file:line, and doctor
 
 import json
 import os
+import shutil
+import tempfile
 
 from harness import SOURCE_DIR, Run, check, finish, write
 
@@ -61,7 +63,9 @@ check(bad + ":3:" in r.err, "bad import names file:line: " + r.err)
 r = Run(["topo", "--import", "/nonexistent/topo.txt"]).run()
 check(r.code == 2 and "cannot read" in r.err, "missing import file -> exit 2 with the reason")
 
-r = Run(["doctor", "--json", "--log-dir", "/tmp"]).run()
+# doctor caches the node's GEMM rate under $XDG_STATE_HOME/dtrain: a directory of this test's, not the user's.
+state = {"XDG_STATE_HOME": tempfile.mkdtemp(prefix="dtrain-it-state-")}
+r = Run(["doctor", "--json", "--log-dir", "/tmp"], env=state).run()
 try:
     data = json.loads(r.out)
     statuses = [c["status"] for c in data["checks"]]
@@ -69,13 +73,14 @@ try:
     check(all(sorted(c) == ["fix", "id", "message", "status"] for c in data["checks"]), "doctor check fields")
     check(r.code == (1 if "fail" in statuses else 0), "doctor exit %s consistent with %s" % (r.code, statuses))
     ids = [c["id"] for c in data["checks"]]
-    for want in ("gpu.visible", "nccl.library", "ib.ports", "limits.memlock", "shm.size", "disk.logs"):
+    for want in ("gpu.visible", "nccl.library", "ib.ports", "limits.memlock", "shm.size", "cpu.gemm", "disk.logs"):
         check(want in ids, "doctor runs " + want)
     if not gpu_here:
         check(data["checks"][0]["status"] == "skip", "no GPU: gpu.visible skips")
 except ValueError as e:
     check(False, "doctor --json output is not JSON: %s\n%s" % (e, r.out[:400]))
 
-r = Run(["doctor"]).run()
+r = Run(["doctor"], env=state).run()
 check(r.code in (0, 1) and "CHECK" in r.out and "pass," in r.out, "doctor table: " + r.out[-300:])
+shutil.rmtree(state["XDG_STATE_HOME"], ignore_errors=True)
 finish()

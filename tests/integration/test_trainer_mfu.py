@@ -1,13 +1,16 @@
 """dtrain-trainer reports its model for the launcher's model FLOP/s and MFU: in status.json, each rank's
 model_params is the parameter count rank 0's log states ("model L=2 C=64 ... (N parameters)") and model_flops_per_token
 the trainer's exact count, PaLM's 6N + 12*L*C*T (tiny: L=2, C=64; --seq-len 32), so flops_basis is "exact"; its
-model_flops_per_s is that times its tokens/s, and on CPU (device "cpu", no peak) its MFU is null."""
+model_flops_per_s is that times its tokens/s, and on CPU (device "cpu") with no GEMM rate cached by `dtrain doctor`
+(XDG_STATE_HOME is an empty directory of this test's) its MFU is null; test_trainer_mfu_cpu.py has the cached case."""
 
 import glob
 import json
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 
 from harness import BUILD_DIR, DTRAIN, Run, check, finish, write
 
@@ -23,7 +26,8 @@ stop: {grace_s: 1}
 logs: {dir: runs, console: none}
 """
 
-run = Run([], timeout=120)
+state = tempfile.mkdtemp(prefix="dtrain-it-state-")
+run = Run([], env={"XDG_STATE_HOME": state}, timeout=120)
 text = write(os.path.join(run.dir, "data.txt"), " ".join(["the model trains on bytes"] * 2000))
 shard = os.path.join(run.dir, "data.bin")
 subprocess.run([TRAINER, "prepare-text", text, shard], check=True, capture_output=True, timeout=60)
@@ -56,4 +60,5 @@ for row in ranks:
 check(status.get("flops_basis") == "exact" and status.get("model_flops_per_s") is not None,
       "the job's model FLOP/s are known and exact: %s %s" % (
           status.get("model_flops_per_s"), status.get("flops_basis")))
+shutil.rmtree(state, ignore_errors=True)
 finish()

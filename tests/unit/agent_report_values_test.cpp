@@ -193,6 +193,17 @@ TEST_CASE("health_of carries every field of WorkerReport inside WorkerHealth, an
       case google::protobuf::FieldDescriptor::CPPTYPE_STRING:
         reflection->SetString(&report, f, "phase " + std::to_string(value));
         break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE: {   // points: two steps
+        REQUIRE(f->name() == "points");
+        for (std::uint64_t step : {4, 6}) {
+          auto* p = report.add_points();
+          p->set_step(step);
+          p->set_loss(step + 0.25);
+          p->set_step_ms(step + 0.5);
+          p->set_tokens_per_s(step + 0.75);
+        }
+        break;
+      }
       default: FAIL("WorkerReport has a field of a type this test does not fill: " << f->name());
     }
   }
@@ -223,10 +234,14 @@ TEST_CASE("health_of carries every field of WorkerReport inside WorkerHealth, an
       case google::protobuf::FieldDescriptor::CPPTYPE_BOOL:
         CHECK(h->GetBool(health, g) == reflection->GetBool(report, f));
         break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE:
+        CHECK(health.points_size() == 2);
+        CHECK(health.points(1).SerializeAsString() == report.points(1).SerializeAsString());
+        break;
       default: CHECK(h->GetString(health, g) == reflection->GetString(report, f)); break;
     }
   }
-  CHECK(shared == 29);
+  CHECK(shared == 30);
 }
 
 TEST_CASE("model_params past 2^50 and a model_flops_per_token not finite, negative or past 1e18 are refused") {

@@ -61,6 +61,9 @@ DoctorInputs healthy() {
   in.shm_total_bytes = 64 * kGiB;
   in.disks = {{"logs", "/data/runs", "/data/runs", 500 * kGiB, 1000 * kGiB, ""},
               {"checkpoints", "/ckpt", "/ckpt", 5000 * kGiB, 10000 * kGiB, ""}};
+  in.cpu_gemm.measured = true;
+  in.cpu_gemm.rate = CpuGemmRate{2.5e12, 112, "Intel(R) Xeon(R) Platinum 8480+", 512, 1718000000000};
+  in.cpu_gemm.cache_path = "/home/u/.local/state/dtrain/cpu_gemm.json";
   return in;
 }
 
@@ -83,7 +86,7 @@ TEST_CASE("a healthy GPU node passes every check, exit 0") {
     CHECK(c.status == Status::pass);
     CHECK(!c.message.empty());
   }
-  CHECK(report.checks.size() == 20);
+  CHECK(report.checks.size() == 21);
   CHECK(report.exit_code() == 0);
   CHECK(find(report, "gpu.visible").message == "8 GPU(s): 8 x NVIDIA H100 80GB HBM3");
   CHECK(find(report, "gpu.driver").message == "driver 570.133.20, CUDA 12.8");
@@ -364,7 +367,7 @@ TEST_CASE("table and JSON forms") {
   CHECK(table.find("dtrain doctor: gpu-node-7") == 0);
   CHECK(table.find("shm.size            fail    /dev/shm is 64.0 MiB") != std::string::npos);
   CHECK(table.find("fix: enlarge /dev/shm") != std::string::npos);
-  CHECK(table.find("19 pass, 0 warn, 1 fail, 0 skip") != std::string::npos);
+  CHECK(table.find("20 pass, 0 warn, 1 fail, 0 skip") != std::string::npos);
   auto json = nlohmann::json::parse(doctor::render_json(report));
   CHECK(json["node"] == "gpu-node-7");
   CHECK(json["checks"].size() == report.checks.size());

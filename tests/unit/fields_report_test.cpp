@@ -36,10 +36,16 @@ TEST_CASE("the rows are report.proto's WorkerReport, field by field") {
   collect(dtrain::report_flags(), FieldDescriptor::TYPE_BOOL, rows);
   collect(dtrain::report_texts(), FieldDescriptor::TYPE_BYTES, rows);
   const auto* descriptor = dtrain::v1::WorkerReport::descriptor();
-  CHECK(rows.size() == static_cast<std::size_t>(descriptor->field_count()));
+  // Every field but the one repeated one, points, which points_of and set_points convert.
+  CHECK(rows.size() + 1 == static_cast<std::size_t>(descriptor->field_count()));
   for (int i = 0; i < descriptor->field_count(); ++i) {
     const FieldDescriptor* field = descriptor->field(i);
     CAPTURE(field->name());
+    if (field->name() == "points") {
+      CHECK(field->is_repeated());
+      CHECK(field->message_type() == dtrain::v1::StepPoint::descriptor());
+      continue;
+    }
     const auto row = rows.find(field->number());
     REQUIRE(row != rows.end());
     CHECK(row->second.first == field->name());
@@ -62,6 +68,16 @@ TEST_CASE("to_report and values_of carry every field, there and back") {
       case FieldDescriptor::TYPE_UINT32: reflection->SetUInt32(&original, f, 100 + n); break;
       case FieldDescriptor::TYPE_BOOL: reflection->SetBool(&original, f, true); break;
       case FieldDescriptor::TYPE_BYTES: reflection->SetString(&original, f, "field " + std::to_string(n)); break;
+      case FieldDescriptor::TYPE_MESSAGE:
+        if (f->name() != "points") FAIL("a WorkerReport message field the rows do not cover: " << f->name());
+        for (std::uint64_t step : {7, 9}) {
+          auto* p = original.add_points();
+          p->set_step(step);
+          p->set_loss(step + 0.25);
+          p->set_step_ms(step + 0.5);
+          p->set_tokens_per_s(step + 0.75);
+        }
+        break;
       default: FAIL("a WorkerReport field of a type the rows do not cover: " << f->name());
     }
   }
@@ -69,6 +85,8 @@ TEST_CASE("to_report and values_of carry every field, there and back") {
   CHECK(values.quiet);
   CHECK(values.phase == "field 14");
   CHECK(values.samples_per_s == 23.5);
+  REQUIRE(values.points.size() == 2);
+  CHECK(values.points[1] == dtrain::StepPoint{9, 9.25, 9.5, 9.75});
   dtrain::v1::WorkerReport copy;
   dtrain::to_report(values, copy);
   CHECK(copy.SerializeAsString() == original.SerializeAsString());

@@ -32,7 +32,7 @@ RunModel run_of(unsigned ranks, unsigned slow) {
   m.rounds.push_back({0, 1'000'100, 1'030'900, ranks / 8 + 1, "succeeded", ""});
   for (unsigned r = 0; r < ranks; ++r) m.node_of[r] = r / 8;
   for (unsigned w = 0; w < 30; ++w) {
-    SampleWindow window{1'001'000 + w * 1000ull, 1000, 0, {}};
+    SampleWindow window{1'001'000 + w * 1000ull, 1000, 0, {}, {}};
     for (unsigned r = 0; r < ranks; ++r) {
       const double data = r == slow ? 60 : 5;
       window.ranks.push_back({r, w * 10ull, 100, 2.0 - w * 0.01, 500, data, 40, r == slow ? 0.0 : 55.0, 5,

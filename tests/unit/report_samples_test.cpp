@@ -85,9 +85,9 @@ TEST_CASE("merging windows: neighbours of one round become one, with mean times,
   RankSample early = report(0, 10, 100, 4);
   early.rss_bytes = std::uint64_t{500} << 20;
   RankSample late = report(0, 20, 200, 8);
-  std::vector<SampleWindow> windows{{2000, 1000, 0, {early, report(1, 10, 50)}},
-                                    {3000, 1000, 0, {late}},
-                                    {4000, 1000, 1, {report(0, 1, 10)}}};
+  std::vector<SampleWindow> windows{{2000, 1000, 0, {early, report(1, 10, 50)}, {}},
+                                    {3000, 1000, 0, {late}, {}},
+                                    {4000, 1000, 1, {report(0, 1, 10)}, {}}};
   merge_pairs(windows);
   REQUIRE(windows.size() == 2);
   CHECK(windows[0].end_ms == 3000);

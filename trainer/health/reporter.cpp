@@ -5,10 +5,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <stdexcept>
+#include <span>
 #include <utility>
 
 #include <spdlog/spdlog.h>
 
+#include "common/report/step_points.h"
 #include "common/status.h"
 #include "common/os/stop_thread.h"
 #include "trainer/common/env.h"
@@ -68,6 +70,9 @@ void HealthReporter::report(const HealthReport& report) {
   {
     std::lock_guard lock(mutex_);
     latest_ = report;
+    latest_.points.clear();
+    const StepPoint point{report.step, report.loss, report.step_ms, report.tokens_per_s};
+    merge_points(pending_points_, std::span(&point, 1), kMaxStepPoints);
     ++steps_done_;
     fresh_ = true;
   }
@@ -96,7 +101,8 @@ void HealthReporter::run() {
   for (;;) {
     changed_.wait_for(lock, options_.interval, [&] { return stop_ || fresh_; });
     if (stop_ && !fresh_) return;
-    const HealthReport report = latest_;
+    HealthReport report = latest_;
+    report.points = std::exchange(pending_points_, {});
     const std::uint64_t steps_done = steps_done_;
     const std::uint32_t dump_signal = dump_signal_;
     fresh_ = false;

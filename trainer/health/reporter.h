@@ -7,7 +7,10 @@
 // The agent refuses values that cannot be real (a loss that is not finite, say: agent/service/report_service.h).
 // Training never waits for it: report() only stores the newest values and a background thread sends them, each
 // call with a short deadline; values that arrive while a call is in flight replace each other (the agent wants the
-// latest, not a history). A failed report is logged once (then every 100th), and training goes on.
+// latest, not a history), except for their per-step points: each report carries the points of every step since the
+// previous send ({step, loss, step_ms, tokens_per_s}; at most kMaxStepPoints, thinned as common/report/step_points.h
+// says), so the report page draws a curve a point per step; a heartbeat carries none. A failed report is logged
+// once (then every 100th), and training goes on; its points are not sent again.
 //
 // The reports are also the launcher's sign of life from inside the worker (health.heartbeat_timeout_s): the thread
 // sends one as the reporter starts (step 0, no step done yet), and resends the latest every `interval` while no new
@@ -28,6 +31,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "worker/report/report_client.h"
 
@@ -80,7 +84,8 @@ class HealthReporter {
   std::unique_ptr<worker::ReportClient> client_;   // null: reports are off (the TLS files cannot be read)
   mutable std::mutex mutex_;
   std::condition_variable changed_;
-  HealthReport latest_;             // what the next heartbeat resends
+  HealthReport latest_;             // what the next heartbeat resends (without points)
+  std::vector<StepPoint> pending_points_;   // the steps since the last send, for the next one
   std::uint64_t steps_done_ = 0;    // report() calls so far
   bool fresh_ = true;               // latest_ not sent yet (the start-up report, then each new step)
   bool stop_ = false;

@@ -196,11 +196,20 @@ Command parse_command_line(int argc, char** argv) {
                                              "byte (vocabulary 256), llm.c's shard format");
   prepare_cmd->add_option("input", prepare.input, "text file to read")->required();
   prepare_cmd->add_option("output", prepare.output, "token shard to write")->required();
+  GemmRateArgs gemm;
+  CLI::App* gemm_cmd = app.add_subcommand("gemm-rate", "measure the fp32 GEMM rate of the training kernels (one JSON "
+                                          "line; dtrain doctor runs this and caches it for CPU ranks' MFU)");
+  gemm_cmd->add_option("--threads", gemm.threads, "CPU threads; 0 = OMP_NUM_THREADS, else all cores")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  gemm_cmd->add_option("--size", gemm.size, "M = N = K of the product")->check(CLI::Range(16, 8192))
+      ->capture_default_str();
 
   try {
     app.parse(argc, argv);
     if (prepare_cmd->parsed()) {
       command.prepare_text = prepare;
+    } else if (gemm_cmd->parsed()) {
+      command.gemm_rate = gemm;
     } else if (o.data.empty()) {
       throw CLI::RequiredError("--data");
     } else {

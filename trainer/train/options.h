@@ -89,9 +89,17 @@ struct PrepareTextArgs {
   std::string output;
 };
 
+// `gemm-rate`: the fp32 GEMM rate of the trainer's matrix product (kernels/cpu/gemm_rate.h), one JSON line on stdout
+// ({"flops_per_s", "threads", "size", "repeats"}); `dtrain doctor` runs it and caches the rate.
+struct GemmRateArgs {
+  int threads = 0;   // --threads: as training's (0 = OMP_NUM_THREADS if set, else all cores)
+  int size = 512;    // --size: M = N = K
+};
+
 // One parsed command line.
 struct Command {
   std::optional<PrepareTextArgs> prepare_text;  // set for `prepare-text`
+  std::optional<GemmRateArgs> gemm_rate;        // set for `gemm-rate`
   TrainOptions train;                           // otherwise
   int exit_code = -1;  // >= 0: exit now with this code (--help: 0; bad flags: 2, the error already printed)
 };

@@ -46,7 +46,8 @@ double model_flops_per_token(const GptConfig& config, int seq_len, std::uint64_t
 
 // The health report of a step on `to.rank` of `to.world`: tokens/s is this rank's share of the job's, the memory and
 // traffic are the metrics line's (0 where it has none), the resident set is read now, the model is `to`'s, and the
-// device is "cpu" (the loop computes on kernels::cpu_backend()).
+// device is "cpu" (the loop computes on kernels::cpu_backend()). No points: the reporter keeps the step's point
+// ({step, loss, step_ms, tokens_per_s}) with those of the other steps since its last send (trainer/health/reporter.h).
 HealthReport health_report(const StepMetrics& m, const StepTimes& times, const StepReportTargets& to);
 
 // Writes the step's metrics line, console line and health report; throws std::runtime_error when the loss is not

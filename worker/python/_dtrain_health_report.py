@@ -65,6 +65,7 @@ class Reports:
                                          # steps are folded in here when a report is built
         self.auto_steps = 0              # steps the bootstrap counted, as of the last one folded in
         self.folded = None               # the bootstrap's last step folded in (its `done`)
+        self.point_before = None         # the last step of the bootstrap's history taken (_points measures from it)
         self.tokens = None
         self.samples = None
         self.device = {}                 # device memory keys, replaced whole by whoever measures them
@@ -98,6 +99,10 @@ class Reports:
             except Exception as error:   # the bootstrap's error: it turns itself off, reports go on
                 auto.fail(error)
         body.update(self.last)
+        if auto is not None and auto.on and not self.explicit_steps:
+            points = self._points(auto)
+            if points:
+                body["points"] = points
         body["step"] = self.step + self.auto_steps
         body["steps_done"] = self.steps_done + self.auto_steps
         loss = self._read_loss()
@@ -119,6 +124,31 @@ class Reports:
         elif self.quiet:   # the sender cannot run until a call returns: no heartbeat check meanwhile
             body["quiet"] = True
         return json.dumps(body, separators=(",", ":")).encode()
+
+    def _points(self, auto):
+        """[step, loss, step_ms, tokens_per_s] for each step the bootstrap counted since the last report, oldest
+        first (the agent keeps a report's points, so a job of a few report intervals still draws a curve of every
+        step). A step is measured from the one before it; a step without a loss (the first, whose loss the reporter
+        took itself) or without the one before is left out. When more steps passed than the history keeps, the
+        newest point spans the steps it replaced: its time and rate are their average."""
+        points = []
+        for step in auto.take_history():
+            before, self.point_before = self.point_before, step
+            loss = step[8]
+            if before is None or loss is None or step[9] is not None or step[0] <= before[0]:
+                continue
+            seconds = step[1] - before[1]
+            if seconds <= 0:
+                continue
+            tokens, _ = auto.step_counts(step[4:8], before[4:8])
+            try:
+                value = float(loss.item())
+            except Exception:   # a loss that cannot be read leaves its point out, never the report
+                continue
+            if math.isfinite(value):
+                points.append([step[0] + self.step, value, seconds * 1e3 / (step[0] - before[0]),
+                               (tokens or 0) / seconds])
+        return points
 
     def _read_loss(self):
         pending = self.pending_loss

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/node/cpu_gemm.h"
 #include "agent/node/topology/host_scan.h"
 #include "agent/node/topology/nvml.h"
 
@@ -54,6 +55,15 @@ struct NcclLibrary {
   std::string error;       // why not found
 };
 
+// This node's fp32 GEMM rate, the peak of its CPU ranks' MFU (cpu_gemm.h): measured by this run (a local `dtrain
+// doctor`) and cached, or read from the cache (the agent's answer to `dtrain doctor JOB.yaml`).
+struct CpuGemmFinding {
+  bool measured = false;             // this run measured it
+  std::optional<CpuGemmRate> rate;   // none: not measured and no usable cache
+  std::string cache_path;
+  dtrain::Status outcome;            // why there is no rate, or (measured) why it could not be cached
+};
+
 struct DoctorInputs {
   std::string node;
   topo::NvmlFacts nvml;
@@ -68,6 +78,7 @@ struct DoctorInputs {
   std::string shm_error;
   std::vector<DiskSpace> disks;
   int min_cuda_driver_version = 12000;             // oldest CUDA driver API jobs are expected to need (12.0)
+  CpuGemmFinding cpu_gemm;
 };
 
 NodeReport run_node_checks(const DoctorInputs& in);
@@ -87,6 +98,8 @@ struct GatherOptions {
   std::string shm_path = "/dev/shm";
   std::string log_dir = "runs";                     // where job logs go (spec logs.dir)
   std::string checkpoint_dir;                       // "" = none configured
+  // dtrain-trainer, to measure the GEMM rate with and cache it ("" = only read the cache: an agent's probe).
+  std::string gemm_trainer;
 };
 
 // Reads the inputs from this machine and this process (environment, limits).

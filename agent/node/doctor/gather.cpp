@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "agent/node/doctor/checks.h"
+#include "agent/node/doctor/cpu_gemm_check.h"
 
 extern char** environ;
 
@@ -121,6 +122,7 @@ DoctorInputs gather_inputs(const GatherOptions& options) {
   }
   in.disks.push_back(probe_disk("logs", options.log_dir));
   in.disks.push_back(probe_disk("checkpoints", options.checkpoint_dir));
+  in.cpu_gemm = gather_cpu_gemm(options.gemm_trainer);
   return in;
 }
 

@@ -1,5 +1,6 @@
-// Node checks outside the GPUs: NCCL library, RDMA ports, GPUDirect RDMA, limits, /dev/shm, disk space. One row per
-// check (check_table.h), in the report's order; disk space is one row per directory a job writes.
+// Node checks outside the GPUs: NCCL library, RDMA ports, GPUDirect RDMA, limits, /dev/shm, the CPUs' GEMM rate
+// (cpu_gemm_check.h), disk space. One row per check (check_table.h), in the report's order; disk space is one row per
+// directory a job writes.
 
 #include <algorithm>
 #include <cstdint>
@@ -7,6 +8,7 @@
 #include <set>
 
 #include "agent/node/doctor/check_table.h"
+#include "agent/node/doctor/cpu_gemm_check.h"
 
 namespace dtrain::node::doctor {
 namespace {
@@ -134,6 +136,7 @@ const std::vector<Row>& system_rows() {
        [](const DoctorInputs& in) { return unless(in.nofile.has_value(), "RLIMIT_NOFILE could not be read"); },
        nofile, nofile_fix, nofile_fix},
       {"shm.size", {}, shm_size, shm_fix, shm_fix},
+      {"cpu.gemm", {}, cpu_gemm_finding, "", ""},
   };
   return rows;
 }

@@ -154,6 +154,8 @@ void Fleet::on_hello(int node, const AgentHello& hello) {
   n.info.cpu_numa = hello.cpu_numa;
   n.info.gpu_count = hello.gpu_count;
   n.info.mem_total_bytes = hello.mem_total_bytes;
+  n.info.cpu_gemm_flops = hello.cpu_gemm_flops;
+  n.info.cpu_gemm_threads = hello.cpu_gemm_threads;
   n.info.topology = hello.topology;
   n.info.tuned_env.clear();
   if (provider_->tunes_interface()) {

@@ -85,15 +85,17 @@ void JobMonitor::round_started(std::uint32_t round, std::size_t nodes) {
   event("round_start", {{"round", round}, {"nodes", nodes}});
 }
 
-// The round's plan exists once its workers start: the rows and the diagnoser's places come from it, and the RAM of
-// its nodes from their agents' hellos.
+// The round's plan exists once its workers start: the rows and the diagnoser's places come from it, and the RAM and
+// the measured GEMM rate of its nodes from their agents' hellos.
 void JobMonitor::adopt(const Round& round) {
   if (adopted_round_ == static_cast<std::int64_t>(round.number())) return;
   adopted_round_ = round.number();
   status_->round_started(round.number(), round.plan());
   for (const auto& w : round.plan().workers) diagnoser_->place(w.rank, RankPlace{w.node_rank, w.host, cpus_of(w)});
   for (std::size_t node = 0; node < round.nodes().size(); ++node) {
-    diagnoser_->node_memory(static_cast<unsigned>(node), round.node_info(node).mem_total_bytes);
+    const spec::NodeInfo& info = round.node_info(node);
+    diagnoser_->node_memory(static_cast<unsigned>(node), info.mem_total_bytes);
+    status_->node_cpu_gemm(static_cast<unsigned>(node), {info.cpu_gemm_flops, info.cpu_gemm_threads});
   }
 }
 
@@ -117,6 +119,7 @@ void JobMonitor::on_report(const Round& round, int, const AgentReport& report) {
     const report::RankSample sample = sample_of(*h);
     diagnoser_->add(h->rank, sample);
     samples_->add(sample);
+    samples_->add_points(h->rank, h->points);
   }
 }
 

@@ -13,7 +13,9 @@
 //                             5 s more per 4,096 ranks
 //   every kHealthEventInterval  one "health" event with every rank's latest report (at most kEventRanks ranks)
 //   every samples window      one "samples" event: each rank's steps of the window, compact (cli/report/model/samples.h);
-//                             the window grows with the job's age, and closes early when a round or the job ends
+//                             the window grows with the job's age, and closes early when a round or the job ends;
+//                             in a round's first windows it also holds the reports' per-step points (bounded), the
+//                             report page's curves' one source of them
 //   at the end                a last health event, the last samples, job_end, the final status.json, the report
 //                             page (report.html) and the diagnoses for the summary
 

@@ -14,13 +14,8 @@ nlohmann::ordered_json or_null(const std::string& text) {
   return text.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(text);
 }
 
-mfu::ModelFlops model_flops_of(const WorkerHealth& h) {
-  return mfu::rank_model_flops(h.model_params, h.model_flops_per_token, h.tokens_per_s, h.device_name);
-}
-
 // The model and its FLOP/s (cli/mfu/model_flops.h); null where not known.
-void add_model_flops(nlohmann::ordered_json& out, const WorkerHealth& h) {
-  const mfu::ModelFlops flops = model_flops_of(h);
+void add_model_flops(nlohmann::ordered_json& out, const WorkerHealth& h, const mfu::ModelFlops& flops) {
   out["model_params"] = h.model_params > 0 ? nlohmann::ordered_json(h.model_params) : nlohmann::ordered_json(nullptr);
   out["model_flops_per_token"] = or_null(h.model_flops_per_token > 0 ? std::optional(h.model_flops_per_token)
                                                                      : std::nullopt);
@@ -43,9 +38,22 @@ void JobStatus::round_started(std::uint32_t round, const spec::Plan& plan) {
   rows_.clear();
   nodes_.clear();
   for (const auto& w : plan.workers) {
-    rows_[w.rank] = Row{w.node_rank, w.host, 0, "starting", std::nullopt, 0, {}};
+    rows_[w.rank] = Row{w.node_rank, w.host, 0, "starting", std::nullopt, 0, {}, false, w.omp_threads};
     nodes_[w.node_rank] = NodeRow{w.host, true};
   }
+}
+
+void JobStatus::node_cpu_gemm(unsigned node, const mfu::CpuGemm& gemm) {
+  if (auto it = nodes_.find(node); it != nodes_.end()) it->second.cpu_gemm = gemm;
+}
+
+mfu::ModelFlops JobStatus::model_flops_of(const Row& row) const {
+  const WorkerHealth h = row.health.value_or(WorkerHealth{});
+  std::optional<double> cpu_peak;
+  if (auto it = nodes_.find(row.node); it != nodes_.end()) {
+    cpu_peak = mfu::cpu_rank_peak(it->second.cpu_gemm, row.omp_threads);
+  }
+  return mfu::rank_model_flops(h.model_params, h.model_flops_per_token, h.tokens_per_s, h.device_name, cpu_peak);
 }
 
 void JobStatus::node_lost(unsigned node) {
@@ -76,6 +84,7 @@ void JobStatus::reported(const WorkerHealth& health, std::uint64_t unix_ms) {
     if (row.recent_step_ms.size() > kRecentSteps) row.recent_step_ms.pop_front();
   }
   row.health = health;
+  row.health->points.clear();   // the samples events' (JobMonitor); a row keeps the latest values only
   row.reported_ms = unix_ms;
   row.exiting = row.exiting || health.exiting;
 }
@@ -116,7 +125,7 @@ nlohmann::ordered_json JobStatus::rank_json(unsigned rank, const Diagnoser& diag
   out["mem_grads_bytes"] = h.mem_grads_bytes;
   out["mem_optim_bytes"] = h.mem_optim_bytes;
   out["mem_activations_bytes"] = h.mem_activations_bytes;
-  add_model_flops(out, h);
+  add_model_flops(out, h, model_flops_of(row));
   out["phase"] = h.phase;
   out["exiting"] = row.exiting;
   if (row.health) {
@@ -132,7 +141,7 @@ nlohmann::ordered_json JobStatus::snapshot(const std::string& state, const Diagn
   nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
   mfu::JobModelFlops job_flops;
   for (const auto& [rank, row] : rows_) {
-    if (row.health) job_flops.add(model_flops_of(*row.health));
+    if (row.health) job_flops.add(model_flops_of(row));
     // Only in the snapshot: the health events of events.jsonl carry each rank's latest report, not its history.
     nlohmann::ordered_json r = rank_json(rank, diagnoser, now_ms);
     r["recent_step_ms"] = row.recent_step_ms;

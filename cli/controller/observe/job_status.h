@@ -20,7 +20,8 @@
 // recent_step_ms holds the step times of the rank's last kRecentSteps new steps as its reports told them (a heartbeat
 // that repeats a step adds nothing), for `dtrain status --watch`'s sparklines; metrics_address is where /metrics is
 // served (observe.metrics_addr). The model fields are null until known: model_flops_per_s is model_flops_per_token x
-// tokens_per_s, mfu that over peak_flops_per_s (the device's dense bf16/fp16 peak; a fraction, 0.42 = 42%),
+// tokens_per_s, mfu that over peak_flops_per_s (a GPU's dense bf16/fp16 peak; a CPU rank's share of its node's
+// measured fp32 GEMM rate, node_cpu_gemm, null where `dtrain doctor` cached none; a fraction, 0.42 = 42%),
 // flops_basis "6N estimate" (a script's 6 x model_params) or "exact" (dtrain-trainer's count with attention); the
 // job's are the ranks' summed (cli/mfu/model_flops.h).
 
@@ -35,6 +36,7 @@
 
 #include "cli/controller/diagnose/diagnosis.h"
 #include "cli/controller/session/session_messages.h"
+#include "cli/mfu/model_flops.h"
 #include "cli/spec/spec.h"
 
 namespace dtrain::controller {
@@ -55,6 +57,8 @@ class JobStatus {
   void reported(const WorkerHealth& health, std::uint64_t unix_ms);
   // The launcher gave up node rank `node` of this round.
   void node_lost(unsigned node);
+  // Node `node`'s measured fp32 GEMM rate (its agent's hello; 0 = none): the peak of its CPU ranks' MFU.
+  void node_cpu_gemm(unsigned node, const mfu::CpuGemm& gemm);
   // The bound address of the metrics endpoint ("" = none).
   void set_metrics_address(std::string address) { metrics_address_ = std::move(address); }
   // Why status.json could not be written, since when ("" once it is written again): a live `dtrain status` then
@@ -85,12 +89,17 @@ class JobStatus {
     std::uint64_t reported_ms = 0;
     std::deque<double> recent_step_ms;   // at most kRecentSteps, oldest first
     bool exiting = false;                // a report said so; a heartbeat after it does not undo it
+    unsigned omp_threads = 0;            // its planned OMP_NUM_THREADS (0: not known), its share of a CPU node
   };
 
   struct NodeRow {
     std::string host;
     bool up = true;
+    mfu::CpuGemm cpu_gemm;               // none until node_cpu_gemm
   };
+
+  // The rank's model FLOP/s and MFU from its latest report (none before one).
+  mfu::ModelFlops model_flops_of(const Row& row) const;
 
   std::string job_id_;
   std::string metrics_address_;

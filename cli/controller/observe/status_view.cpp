@@ -106,16 +106,32 @@ std::string rank_row(const Json& r, double lo, double hi, bool straggler, const 
   return out + "\n";
 }
 
+// Whether a CPU rank has model FLOP/s but no MFU: its node has no measured GEMM rate (none cached, or a stale one).
+bool cpu_rank_without_peak(const Json& s) {
+  for (const auto& r : s.value("ranks", Json::array())) {
+    if (r.value("device_name", Json()) == "cpu" && r.value("model_flops_per_s", Json()).is_number() &&
+        !r.value("mfu", Json()).is_number()) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // "model: 12.3 TFLOP/s (exact), MFU 41.2% of the dense bf16/fp16 peak of h100-sxm\n", or "" until the job's model
-// FLOP/s are known.
+// FLOP/s are known. CPU ranks without a peak add how to get one.
 std::string model_flops_line(const Json& s) {
   const Json flops = s.value("model_flops_per_s", Json());
   if (!flops.is_number()) return "";
   std::string out = "model: " + number_text(flops.get<double>() / 1e12, "%.3g") + " TFLOP/s (" +
                     text_of(s, "flops_basis", "?") + ")";
   const Json mfu = s.value("mfu", Json());
+  const bool cpu_unknown = cpu_rank_without_peak(s);
   if (mfu.is_number()) {
     out += ", MFU " + number_text(mfu.get<double>() * 100, "%.1f") + "% of the " + text_of(s, "peak_basis", "peak");
+    if (cpu_unknown) out += " (some CPU ranks' nodes have no measured GEMM rate: run `dtrain doctor` there)";
+  } else if (cpu_unknown) {
+    out += ", MFU not known (no measured GEMM rate for the CPU ranks' nodes: run `dtrain doctor` on each, then "
+           "launch again)";
   } else {
     out += ", MFU not known (no peak for the ranks' device)";
   }

@@ -256,6 +256,7 @@ void Round::on_report(int node, const AgentReport& report) {
     if (g->round == setup_.number) move(node, GroupEvent::stopped);
   } else if (const auto* h = std::get_if<WorkerHealth>(&report)) {
     last_health_[h->rank] = *h;
+    last_health_[h->rank].points.clear();   // the latest values only; the points are the samples events'
     if (workers_.count(h->rank)) health_.reported(*h, fleet_.now());
   } else if (const auto* sample = std::get_if<WorkerSample>(&report)) {
     if (sample->round == setup_.number) {

@@ -35,6 +35,8 @@ struct AgentHello {
   unsigned gpu_count = 0;
   std::vector<NetInterface> interfaces;
   std::uint64_t mem_total_bytes = 0;   // the node's RAM; 0 = not known (the RAM diagnosis skips the node)
+  double cpu_gemm_flops = 0;           // the node's cached fp32 GEMM rate, the peak of its CPU ranks; 0 = none
+  unsigned cpu_gemm_threads = 0;       // the threads it was measured on
   std::optional<unsigned> slot;        // ssh: index in nodes.hosts; slurm: SLURM_NODEID; unset when started by hand
   node::topo::NodeTopology topology;   // per local rank, what `dtrain topo` recommends on that node
 };

@@ -30,6 +30,8 @@ AgentHello hello_of(const v1::Hello& h) {
           .interfaces = convert_all(f.interfaces(),
                                     [](const v1::NetInterface& i) { return NetInterface{i.name(), i.address()}; }),
           .mem_total_bytes = f.mem_total_bytes(),
+          .cpu_gemm_flops = f.cpu_gemm_flops(),
+          .cpu_gemm_threads = f.cpu_gemm_threads(),
           .slot = h.has_slot() ? std::optional<unsigned>(h.slot()) : std::nullopt,
           .topology = topology_of(f.topology())};
 }

@@ -155,9 +155,12 @@ void find_stacks(RunModel& model) {
   std::sort(model.stacks_files.begin(), model.stacks_files.end());
 }
 
-// A samples line kept within kMaxKeptRankSamples; `kept` counts the rank samples held.
-void keep_samples(RunModel& model, SampleWindow window, std::size_t& kept) {
+// A samples line kept within kMaxKeptRankSamples and kMaxKeptPoints; `kept` counts the rank samples held, `points`
+// the points.
+void keep_samples(RunModel& model, SampleWindow window, std::size_t& kept, std::size_t& points) {
   model.end_ms = std::max(model.end_ms, window.end_ms);
+  if (points + window.points.size() > kMaxKeptPoints) window.points.clear();
+  points += window.points.size();
   kept += window.ranks.size();
   model.samples.push_back(std::move(window));
   if (kept <= kMaxKeptRankSamples) return;
@@ -192,12 +195,12 @@ Result<RunModel> read_run(const std::string& dir) {
   RunModel model;
   model.dir = dir;
   std::vector<DiagnosisInfo> logged;
-  std::size_t kept = 0;
+  std::size_t kept = 0, points = 0;
   std::string line;
   while (reader.value.next(line)) {
     if (line.empty() || line_is(line, "health")) continue;
     if (line_is(line, "samples")) {
-      keep_samples(model, read_samples(line), kept);
+      keep_samples(model, read_samples(line), kept, points);
       continue;
     }
     const json e = json::parse(line, nullptr, false);

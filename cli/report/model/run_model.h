@@ -85,6 +85,9 @@ inline constexpr std::size_t kMaxEventLineBytes = 8 << 20;
 // Rank samples kept (88 bytes each, so about 180 MB): a day of a 2,048-rank job unmerged. Past it, neighbouring
 // windows are merged (merge_pairs) and the page gets coarser.
 inline constexpr std::size_t kMaxKeptRankSamples = 2 << 20;
+// Per-step points kept (samples.h; 40 bytes each, so 40 MB): ten rounds of the most a round writes. Past it, a
+// window's points are not kept; the curves use its samples.
+inline constexpr std::size_t kMaxKeptPoints = 1 << 20;
 // Marks and logged diagnoses kept, each at most kMaxKeptTextBytes of text: more than a timeline can show.
 inline constexpr std::size_t kMaxKeptMarks = 10000;
 inline constexpr std::size_t kMaxKeptTextBytes = 2048;

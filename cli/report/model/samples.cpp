@@ -25,6 +25,31 @@ std::uint64_t mib(std::uint64_t bytes) { return static_cast<std::uint64_t>(std::
 
 std::uint64_t window_length(std::uint64_t job_age_ms) { return std::max(kMinWindowMs, job_age_ms / kWindowsPerAge); }
 
+void SampleRecorder::add_points(unsigned rank, std::span<const StepPoint> points) {
+  if (rank >= kMaxPointRanks || points.empty()) return;
+  merge_points(points_[rank], points, kMaxWindowPoints);
+}
+
+// The open window's points as the samples event's "points" (samples.h), emptying them; none past the round's first
+// kPointWindows windows.
+nlohmann::ordered_json SampleRecorder::take_points(std::uint32_t round) {
+  if (round != points_round_) {
+    points_round_ = round;
+    point_windows_ = 0;
+  }
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  if (point_windows_++ < kPointWindows) {
+    for (const auto& [rank, points] : points_) {
+      for (const StepPoint& p : points) {
+        out.push_back(nlohmann::ordered_json::array(
+            {rank, p.step, significant4(p.loss), hundredths(p.step_ms), hundredths(p.tokens_per_s)}));
+      }
+    }
+  }
+  points_.clear();
+  return out;
+}
+
 std::optional<nlohmann::ordered_json> SampleRecorder::take(std::uint32_t round, std::uint64_t now_ms, bool force) {
   const std::uint64_t length = now_ms > window_start_ms_ ? now_ms - window_start_ms_ : 0;
   if (!force && length < window_length(now_ms > start_ms_ ? now_ms - start_ms_ : 0)) return std::nullopt;
@@ -32,6 +57,7 @@ std::optional<nlohmann::ordered_json> SampleRecorder::take(std::uint32_t round, 
   if (std::none_of(windows_.begin(), windows_.end(), [](const auto& w) { return w.second.steps() > 0; })) {
     return std::nullopt;
   }
+  nlohmann::ordered_json points = take_points(round);
   using Column = nlohmann::ordered_json;
   Column rank = Column::array(), step = Column::array(), step_ms = Column::array(), loss = Column::array(),
          tokens = Column::array(), data = Column::array(), compute = Column::array(), comm = Column::array(),
@@ -51,11 +77,13 @@ std::optional<nlohmann::ordered_json> SampleRecorder::take(std::uint32_t round, 
     rss.push_back(mib(s.rss_bytes));
     device.push_back(mib(s.device_mem_used_bytes));
   }
-  return Column{{"round", round}, {"window_ms", length}, {"rank", std::move(rank)}, {"step", std::move(step)},
-                {"step_ms", std::move(step_ms)}, {"loss", std::move(loss)}, {"tokens_per_s", std::move(tokens)},
-                {"data_wait_ms", std::move(data)}, {"compute_ms", std::move(compute)},
-                {"comm_exposed_ms", std::move(comm)}, {"optimizer_ms", std::move(optimizer)},
-                {"rss_mib", std::move(rss)}, {"device_mib", std::move(device)}};
+  Column out{{"round", round}, {"window_ms", length}, {"rank", std::move(rank)}, {"step", std::move(step)},
+             {"step_ms", std::move(step_ms)}, {"loss", std::move(loss)}, {"tokens_per_s", std::move(tokens)},
+             {"data_wait_ms", std::move(data)}, {"compute_ms", std::move(compute)},
+             {"comm_exposed_ms", std::move(comm)}, {"optimizer_ms", std::move(optimizer)},
+             {"rss_mib", std::move(rss)}, {"device_mib", std::move(device)}};
+  if (!points.empty()) out["points"] = std::move(points);
+  return out;
 }
 
 namespace {
@@ -92,6 +120,27 @@ void each_number(std::string_view text, std::size_t limit, Set set) {
   }
 }
 
+// The points at `text` (after "points":): [[rank, step, loss, step_ms, tokens_per_s], ...], up to the first entry
+// that is not five numbers.
+std::vector<RankPoint> points_at(std::string_view text) {
+  std::vector<RankPoint> points;
+  if (text.empty() || text.front() != '[') return points;
+  const char* p = text.data() + 1;
+  const char* end = text.data() + text.size();
+  while (p < end && *p == '[') {
+    double v[5];
+    ++p;
+    for (int i = 0; i < 5; ++i) {
+      const auto [next, error] = std::from_chars(p, end, v[i]);
+      if (error != std::errc() || next >= end || *next != (i < 4 ? ',' : ']')) return points;
+      p = next + 1;
+    }
+    points.push_back({static_cast<unsigned>(v[0]), {static_cast<std::uint64_t>(v[1]), v[2], v[3], v[4]}});
+    if (p < end && *p == ',') ++p;
+  }
+  return points;
+}
+
 }  // namespace
 
 SampleWindow read_samples(std::string_view line) {
@@ -118,6 +167,7 @@ SampleWindow read_samples(std::string_view line) {
   column("optimizer_ms", [](RankSample& s, double v) { s.optimizer_ms = v; });
   column("rss_mib", [&](RankSample& s, double v) { s.rss_bytes = bytes(v); });
   column("device_mib", [&](RankSample& s, double v) { s.device_mem_used_bytes = bytes(v); });
+  window.points = points_at(after_key(line, "points"));
   return window;
 }
 
@@ -144,7 +194,8 @@ SampleWindow merged(const SampleWindow& a, const SampleWindow& b) {
     const auto [it, added] = ranks.try_emplace(s.rank, s);
     if (!added) it->second = merged(it->second, s);
   }
-  SampleWindow out{b.end_ms, a.length_ms + b.length_ms, b.round, {}};
+  SampleWindow out{b.end_ms, a.length_ms + b.length_ms, b.round, {}, a.points};
+  out.points.insert(out.points.end(), b.points.begin(), b.points.end());
   out.ranks.reserve(ranks.size());
   for (auto& [rank, sample] : ranks) out.ranks.push_back(sample);
   return out;

@@ -18,9 +18,12 @@ say_off = None
 helper = None
 
 # What the wrappers write: with _dtrain_hooks, C members of its State, the base of over_hooks's class.
+# The steps kept for a report's points: hooks.h's HISTORY_STEPS, the agent's bound on a report's points.
+HISTORY_STEPS = 64
+
 _COUNTERS = ("on", "in_step", "in_collective", "in_backward", "data_wait", "comm_wait", "tokens", "samples",
              "forward_samples", "forward_tokens", "phase", "first_start", "loss", "scaled", "bucket_launch",
-             "bucket_done", "bucket_event", "done", "previous", "reporter", "device_events")
+             "bucket_done", "bucket_event", "done", "previous", "reporter", "device_events", "history")
 
 
 def step_counts(totals, before):
@@ -81,6 +84,10 @@ class _Instrumentation:
         # tokens, samples) where the reporter adjusted them. Replaced whole; `previous` is the one before.
         self.done = None
         self.previous = None
+        # Every `done` since dtrain_health's sender last took them (at most HISTORY_STEPS; past that the newest
+        # replaces the last): the per-step points of its next report (_dtrain_health_report.py, _points), so a job
+        # shorter than a few report intervals still draws a curve. One list append a step.
+        self.history = []
         self.health = None               # the dtrain_health module, once the first step is counted
         self.reporter = None             # its reporter
         self.cuda = None                 # torch.cuda (device paths run only on CUDA tensors)
@@ -145,6 +152,21 @@ class _Instrumentation:
         self.done = (done[0] + 1, now, self.data_wait, self.comm_wait, self.tokens, self.samples,
                      self.forward_samples, self.forward_tokens, loss, None)
         self.loss = None
+        self.remember(self.done)
+
+    def remember(self, step):
+        """`step` (a `done`) joins the history the reporter takes per-step points from (hooks_calls.c's remember)."""
+        history = self.history
+        if len(history) < HISTORY_STEPS:
+            history.append(step)
+        else:
+            history[-1] = step
+
+    def take_history(self):
+        """The steps counted since the last call, oldest first (the sender's thread; the training thread appends to
+        the list it finds, so one swap loses none)."""
+        history, self.history = self.history, []
+        return history
 
     def reduction(self, now):
         """Seconds this step waited for DDP's reduction (0 when dtrain_health.watch() times it instead)."""
@@ -187,6 +209,7 @@ class _Instrumentation:
         self.previous = self.done
         self.done = (done[0] + 1, now, self.data_wait, self.comm_wait, self.tokens, self.samples,
                      self.forward_samples, self.forward_tokens, None, (done[1],) + counted)
+        self.remember(self.done)
         if done[0] == 0:
             reporter.wake.set()   # the first step is news: the launcher's start-up check waits for it
 

@@ -49,6 +49,7 @@ static int State_traverse(State* self, visitproc visit, void* arg) {
   Py_VISIT(self->bucket_event);
   Py_VISIT(self->done);
   Py_VISIT(self->previous);
+  Py_VISIT(self->history);
   Py_VISIT(self->reporter);
   Py_VISIT(self->device_events);
   return 0;
@@ -60,6 +61,7 @@ static int State_clear(State* self) {
   Py_CLEAR(self->bucket_event);
   Py_CLEAR(self->done);
   Py_CLEAR(self->previous);
+  Py_CLEAR(self->history);
   Py_CLEAR(self->reporter);
   Py_CLEAR(self->device_events);
   return 0;
@@ -113,6 +115,7 @@ static PyMemberDef State_members[] = {
     {"bucket_event", T_OBJECT, offsetof(State, bucket_event), 0, "CUDA: an event at the last launch"},
     {"done", T_OBJECT, offsetof(State, done), 0, "the last step counted (a tuple of the totals)"},
     {"previous", T_OBJECT, offsetof(State, previous), 0, "the step counted before it"},
+    {"history", T_OBJECT, offsetof(State, history), 0, "the steps counted since the reporter last took them"},
     {"reporter", T_OBJECT, offsetof(State, reporter), 0, "dtrain_health's reporter"},
     {"device_events", T_OBJECT, offsetof(State, device_events), 0, "CUDA: event pairs not read yet"},
     {NULL, 0, 0, 0, NULL}};

@@ -63,7 +63,11 @@ typedef struct {
   PyObject* previous;
   PyObject* reporter;
   PyObject* device_events;
+  PyObject* history;
 } State;
+
+/* The steps kept for the report's per-step points (_dtrain_instrumentation.py, remember): a list the sender takes. */
+enum { HISTORY_STEPS = 64 };
 
 typedef struct {
   PyObject_HEAD

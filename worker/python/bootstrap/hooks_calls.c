@@ -17,6 +17,17 @@ static int attribute_true(PyObject* object, PyObject* name) {
   return truth;
 }
 
+/* _Instrumentation.remember: `step` joins the history the reporter takes its per-step points from; past
+   HISTORY_STEPS it replaces the newest (the sender takes the list at least once a report interval). 1, or -1 with an
+   error set. */
+static int remember(State* state, PyObject* step) {
+  PyObject* history = state->history;
+  if (history == NULL || !PyList_CheckExact(history)) return 1;
+  if (PyList_GET_SIZE(history) < HISTORY_STEPS) return PyList_Append(history, step) == 0 ? 1 : -1;
+  Py_INCREF(step);
+  return PyList_SetItem(history, HISTORY_STEPS - 1, step) == 0 ? 1 : -1;
+}
+
 /* The common case of _Instrumentation.step_done (_dtrain_instrumentation.py), which runs after every optimizer step:
    no DDP reduction to account for, a step counted before, no hand-made report, no device loss or event. Then the
    totals as they are become `done` (the one before `previous`), as step_done would make them. 1 when done, 0 when
@@ -43,7 +54,7 @@ static int step_done_here(State* state, double ended) {
   put(&state->previous, done);
   Py_XSETREF(state->done, next);
   Py_CLEAR(state->loss);
-  return 1;
+  return remember(state, next);
 }
 
 /* _dtrain_loop_wrappers.py's counted_step. */
