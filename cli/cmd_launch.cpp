@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/controller/controller.h"
 #include "cli/controller/providers/remote_agents.h"
+#include "cli/tune/overlay.h"
 #include "common/address.h"
 #include "common/clock.h"
 
@@ -20,6 +21,21 @@ std::optional<spec::Spec> load_spec_or_report(const std::string& file, const std
   } catch (const spec::SpecError& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return std::nullopt;
+  }
+}
+
+bool apply_tune_or_report(const std::string& file, spec::Spec& spec) {
+  if (file.empty()) return true;
+  try {
+    const tune::Overlay overlay = tune::load_overlay_file(file);
+    tune::apply_overlay(overlay, spec);
+    std::string names;
+    for (const auto& [name, value] : overlay.env) names += (names.empty() ? "" : ", ") + name + "=" + value;
+    if (!names.empty()) std::fprintf(stderr, "dtrain: %s: every worker gets %s\n", file.c_str(), names.c_str());
+    return true;
+  } catch (const spec::SpecError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return false;
   }
 }
 
@@ -152,6 +168,7 @@ Action add_launch_command(CLI::App& app) {
     std::string file;
     std::vector<std::string> sets;
     bool dry_run = false;
+    std::string tune;
     LaunchFlags flags;
   };
   auto args = std::make_shared<Args>();
@@ -159,10 +176,13 @@ Action add_launch_command(CLI::App& app) {
   cmd->add_option("spec", args->file, "job spec (YAML)")->required();
   cmd->add_option("--set", args->sets, "override a key of the spec, e.g. --set nodes.count=2 (repeatable)");
   cmd->add_flag("--dry-run", args->dry_run, "print every rank's host, binding and environment; start nothing");
+  cmd->add_option("--tune", args->tune, "a tune overlay (tune.yaml): DataLoader, DDP, thread and NCCL knobs applied "
+                                        "to an unmodified PyTorch script");
   add_launch_flags(*cmd, args->flags);
   return [args]() {
     std::optional<spec::Spec> spec = load_spec_or_report(args->file, args->sets);
     if (!spec) return 2;
+    if (!apply_tune_or_report(args->tune, *spec)) return 2;
     if (args->dry_run) return print_dry_run(*spec);
     return launch_job(std::move(*spec), args->flags);
   };

@@ -46,6 +46,7 @@ struct RunArgs {
   std::string logs_dir = "runs";
   std::string console = "rank0";
   std::string instrument = "auto";
+  std::string tune;  // --tune FILE: a tune overlay (cli/tune/overlay.h)
   bool dry_run = false;
   std::vector<std::string> command;
   LaunchFlags flags;
@@ -154,6 +155,7 @@ int run_command(RunArgs& args, const CLI::App& cmd) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;
   }
+  if (!apply_tune_or_report(args.tune, spec)) return 2;
   if (args.dry_run) return print_dry_run(spec);
   if (r.multi) return run_nodes(std::move(spec), r, args.flags);
   return run_one_node(std::move(spec), r, args.flags);
@@ -174,6 +176,8 @@ Action add_run_command(CLI::App& app) {
   cmd->add_option("--instrument", args->instrument,
                   "health.instrument: auto (a PyTorch script reports its steps with no change to it) | off")
       ->capture_default_str();
+  cmd->add_option("--tune", args->tune, "a tune overlay (tune.yaml): DataLoader, DDP, thread and NCCL knobs applied "
+                                        "to an unmodified PyTorch script; needs --instrument auto");
   cmd->add_flag("--dry-run", args->dry_run, "print the plan; start nothing");
   add_launch_flags(*cmd, args->flags);
   run::add_torchrun_options(*cmd, args->torchrun);

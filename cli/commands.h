@@ -14,6 +14,11 @@ namespace dtrain::cli {
 
 using Action = std::function<int()>;
 
+// `--tune FILE` of launch and run: reads the overlay (cli/tune/overlay.h) and puts it into the validated `spec`,
+// saying on stderr which variables it sets; on a bad file or one that does not fit the job, prints why and returns
+// false (the command then exits 2). "" = no overlay, true.
+bool apply_tune_or_report(const std::string& file, spec::Spec& spec);
+
 Action add_launch_command(CLI::App& app);
 Action add_run_command(CLI::App& app);
 Action add_validate_command(CLI::App& app);

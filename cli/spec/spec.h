@@ -126,6 +126,8 @@ struct Spec {
                                      //   cut it there
   bool shell = false;                // run command[0] through /bin/sh -c instead of exec'ing the argv
   std::map<std::string, std::string> env;  // extra worker environment; wins over nccl.env and automatic tuning
+  std::map<std::string, std::string> tune_env;  // from `--tune FILE` (cli/tune/overlay.h): DTRAIN_TUNE (the
+                                                //   bootstrap's knobs) and the overlay's env knobs; over `env`
   std::string working_dir = ".";           // worker cwd; relative to where the launcher runs (it makes it absolute)
 
   struct Restart {

@@ -16,6 +16,8 @@
 //   4. nccl.env, then env (env wins). Deprecated names are resolved here, once, with a warning in Plan.warnings:
 //      NCCL_ASYNC_ERROR_HANDLING becomes TORCH_NCCL_ASYNC_ERROR_HANDLING (dropped if that is set as well);
 //      TORCH_NCCL_AVOID_RECORD_STREAMS is passed on with an explanation.
+//      Then the tune overlay's (spec.tune_env, `--tune`: DTRAIN_TUNE and its NCCL_* / PYTORCH_CUDA_ALLOC_CONF), over
+//      both: the overlay was named for this run.
 //   5. the identity variables (RANK, ..., DTRAIN_RESTART_COUNT; env_names.h): always dtrain's, validate() refuses
 //      them in a spec.
 // Values not known before launch (MASTER_PORT, DTRAIN_STORE_ADDR, DTRAIN_JOB_TOKEN, ...) are kReservedAtLaunch
@@ -231,6 +233,7 @@ void set_layered_env(const Job& job, const NodeInfo& node, const detail::CpuShar
     env["NCCL_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"] = spec.nodes.interface;
   }
   for (const auto& [name, value] : job.user) env[name] = value;
+  for (const auto& [name, value] : spec.tune_env) env[name] = value;
 }
 
 // Layer 5: the identity variables, always dtrain's.

@@ -54,8 +54,9 @@ the script reports, since that call keeps the reporter's thread from heartbeatin
 This file holds what runs at interpreter start (the finder, _load_theirs) and the arming; the rest is in files beside
 it, which _arm loads once torch is imported: _dtrain_instrumentation.py (the state: what is measured, the step's
 bookkeeping), _dtrain_loop_wrappers.py (optimizers, backward, DataLoaders) and _dtrain_dist_wrappers.py
-(torch.distributed, DDP). The wrappers are in C (hooks.c, the extension _dtrain_hooks, which the build puts beside
-this file) for the interpreter dtrain was built with (DTRAIN_HOOKS_PYTHON, Debian's /usr/bin/python3 by default):
+(torch.distributed, DDP); and _dtrain_tune.py, the tune overlay's knobs (`--tune`, DTRAIN_TUNE), which _tune applies
+once arming is done, whether or not it succeeded. The wrappers are in C (hooks.c, the extension _dtrain_hooks, which
+the build puts beside this file) for the interpreter dtrain was built with (DTRAIN_HOOKS_PYTHON, Debian's /usr/bin/python3 by default):
 1.6-1.9 us a wrapped call in a training loop, against 2.6-2.9 us for the Python wrappers (BENCHMARKS.md), which any
 other interpreter gets (the extension's file name carries its ABI tag, so no other version loads it) and which do the
 same work: the measurements are the same. A torch with CUDA gets the Python wrapper for collectives (its CUDA events)
@@ -253,6 +254,24 @@ def _arm_quietly(torch):
             _state.fail(error)
         else:
             _say_off(error)
+    _tune(torch)
+
+
+def _tune(torch):
+    """The tune overlay's knobs (`--tune`: DTRAIN_TUNE, _dtrain_tune.py), applied whether or not the measuring armed.
+    An error of its own leaves the script's own settings and is said once."""
+    text = os.environ.get("DTRAIN_TUNE")
+    if not text:
+        return
+    try:
+        _load_sibling("_dtrain_tune").apply(torch, text, os.environ.get("RANK", "0") == "0")
+    except Exception as error:
+        try:
+            sys.stderr.write("dtrain: the tune overlay (--tune) is not applied in this process after an error of "
+                             "its own: %s: %s. The program goes on with its own settings.\n"
+                             % (type(error).__name__, error))
+        except Exception:
+            pass
 
 
 def _speaks_for_rank():
