@@ -8,12 +8,12 @@
 #include <fstream>
 #include <sstream>
 
-#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include "cli/spec/locations.h"
 #include "cli/spec/reader.h"
 #include "cli/spec/spec.h"
+#include "cli/spec/yaml_documents.h"
 #include "common/io/bounded_file.h"
 
 namespace dtrain::spec {
@@ -36,22 +36,6 @@ Diagnostic file_problem(const std::string& file, std::string message, std::strin
   d.hint = std::move(hint);
   return d;
 }
-
-// Records where each document starts; every other event is of no interest here.
-class DocumentStarts final : public YAML::EventHandler {
- public:
-  std::vector<YAML::Mark> marks;
-
-  void OnDocumentStart(const YAML::Mark& mark) override { marks.push_back(mark); }
-  void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
-  void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
-  void OnMapEnd() override {}
-};
 
 // yaml-cpp 0.7 (Debian 12) never returns from LoadAll on some text: a ',' where a document starts yields an empty
 // document without consuming the ',', forever, until memory runs out. Walking the documents first and stopping

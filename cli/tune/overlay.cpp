@@ -9,12 +9,12 @@
 #include <sstream>
 #include <vector>
 
-#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include "cli/spec/env_names.h"
 #include "cli/spec/reader.h"
 #include "cli/spec/value_reader.h"
+#include "cli/spec/yaml_documents.h"
 #include "common/io/bounded_file.h"
 
 namespace dtrain::tune {
@@ -243,22 +243,6 @@ class OverlayReader {
   std::vector<Diagnostic> problems_;
 };
 
-// Counts documents, at most two: yaml-cpp 0.7's LoadAll never returns on some text (cli/spec/load.cpp), so the
-// overlay is read with Load (its first document) after this says there is no second one.
-class DocumentCount final : public YAML::EventHandler {
- public:
-  int documents = 0;
-  void OnDocumentStart(const YAML::Mark&) override { ++documents; }
-  void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
-  void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
-  void OnMapEnd() override {}
-};
-
 [[noreturn]] void fail(const std::string& file, std::string message, std::string hint, const YAML::Mark& at) {
   Diagnostic d;
   d.file = file;
@@ -286,10 +270,12 @@ Overlay parse_overlay(std::string_view yaml, const std::string& file) {
   try {
     std::istringstream in(text);
     YAML::Parser parser(in);
-    DocumentCount count;
-    for (int i = 0; i < 2 && parser.HandleNextDocument(count); ++i) {
+    // At most two documents' starts: yaml-cpp 0.7's LoadAll never returns on some text (cli/spec/load.cpp), so the
+    // overlay is read with Load (its first document) after this says there is no second one.
+    spec::DocumentStarts starts;
+    for (int i = 0; i < 2 && parser.HandleNextDocument(starts); ++i) {
     }
-    if (count.documents > 1) {
+    if (starts.marks.size() > 1) {
       fail(file, "a tune overlay is one YAML document, this file has more.", "Remove the '---' separators.",
            YAML::Mark::null_mark());
     }

@@ -196,6 +196,35 @@ def write(path, text):
     return path
 
 
+TINY_TRAINER_SPEC = """
+name: %s
+nodes: {provider: local, count: 1}
+workers_per_node: 2
+shell: true
+command: "exec %s --model tiny --data %s %s"
+stop: {grace_s: 1}
+logs: {dir: runs, console: none}
+"""
+
+
+def tiny_trainer_job(name, flags, env=None):
+    """A 2-rank dtrain-trainer job (--model tiny, then `flags`) on a shard of a short text, launched and waited for:
+    (the Run, its run directory, its status.json); the job's success and its one run directory are checked."""
+    trainer = os.path.join(os.path.dirname(os.path.abspath(DTRAIN)), "dtrain-trainer")
+    run = Run([], env=env, timeout=120)
+    text = write(os.path.join(run.dir, "data.txt"), " ".join(["the model trains on bytes"] * 2000))
+    shard = os.path.join(run.dir, "data.bin")
+    subprocess.run([trainer, "prepare-text", text, shard], check=True, capture_output=True, timeout=60)
+    run.args = [DTRAIN, "launch", write(os.path.join(run.dir, name + ".yaml"),
+                                        TINY_TRAINER_SPEC % (name, trainer, shard, flags))]
+    run.run()
+    check(run.code == 0, "the trainer job succeeds, got %s: %s" % (run.code, run.err[-600:]))
+    jobs = run.job_dirs()
+    check(len(jobs) == 1, "one run directory: %s" % jobs)
+    with open(os.path.join(jobs[0], "status.json")) as f:
+        return run, jobs[0], json.load(f)
+
+
 # A worker that sends health reports over gRPC as dtrain-trainer does, a step every 50 ms until the file argv[1]
 # exists (or argv[2] seconds passed): per-step breakdown of a 100 ms step, each rank with its own tokens/s and RSS;
 # rank 2's data loader is slow (38 ms of data wait where its peers have 3, while they wait for it in the gradient

@@ -4,44 +4,22 @@ the trainer's exact count, PaLM's 6N + 12*L*C*T (tiny: L=2, C=64; --seq-len 32),
 model_flops_per_s is that times its tokens/s, and on CPU (device "cpu") with no GEMM rate cached by `dtrain doctor`
 (XDG_STATE_HOME is an empty directory of this test's) its MFU is null; test_trainer_mfu_cpu.py has the cached case."""
 
-import glob
-import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 
-from harness import BUILD_DIR, DTRAIN, Run, check, finish, write
+from harness import check, finish, tiny_trainer_job
 
-TRAINER = os.path.join(BUILD_DIR, "bin", "dtrain-trainer")
 LAYERS, CHANNELS, SEQ_LEN = 2, 64, 32   # --model tiny
-SPEC = """
-name: mfu
-nodes: {provider: local, count: 1}
-workers_per_node: 2
-shell: true
-command: "exec %s --model tiny --data %s --batch-size 2 --seq-len %d --threads 1 --steps 8"
-stop: {grace_s: 1}
-logs: {dir: runs, console: none}
-"""
 
 state = tempfile.mkdtemp(prefix="dtrain-it-state-")
-run = Run([], env={"XDG_STATE_HOME": state}, timeout=120)
-text = write(os.path.join(run.dir, "data.txt"), " ".join(["the model trains on bytes"] * 2000))
-shard = os.path.join(run.dir, "data.bin")
-subprocess.run([TRAINER, "prepare-text", text, shard], check=True, capture_output=True, timeout=60)
-run.args = [DTRAIN, "launch", write(os.path.join(run.dir, "mfu.yaml"), SPEC % (TRAINER, shard, SEQ_LEN))]
-run.run()
-check(run.code == 0, "the trainer job succeeds, got %s: %s" % (run.code, run.err[-600:]))
-jobs = glob.glob(os.path.join(run.dir, "runs", "mfu-*"))
-check(len(jobs) == 1, "one run directory: %s" % jobs)
-with open(os.path.join(jobs[0], "status.json")) as f:
-    status = json.load(f)
+run, job, status = tiny_trainer_job("mfu", "--batch-size 2 --seq-len %d --threads 1 --steps 8" % SEQ_LEN,
+                                    env={"XDG_STATE_HOME": state})
 ranks = status.get("ranks", [])
 check(len(ranks) == 2, "status.json has both ranks: %s" % ranks)
 # Rank 0 logs the model (the other ranks train the same one).
-with open(os.path.join(jobs[0], "attempt_0", "rank_0.log")) as f:
+with open(os.path.join(job, "attempt_0", "rank_0.log")) as f:
     stated = re.search(r"model L=\S+ C=\S+ .*?\((\d+) parameters\)", f.read())
 check(stated is not None, "rank 0's log states the parameter count")
 params = int(stated.group(1)) if stated else -1

@@ -5,25 +5,13 @@ each CPU rank an MFU between 0 and 1 over its share of that rate (one thread of 
 as measured, and the job one over the node's whole rate. A cache of another CPU is refused: MFU null again, and
 `dtrain status` says to run `dtrain doctor`."""
 
-import glob
 import json
 import os
 import shutil
 import subprocess
 import tempfile
 
-from harness import BUILD_DIR, DTRAIN, Run, check, finish, write
-
-TRAINER = os.path.join(BUILD_DIR, "bin", "dtrain-trainer")
-SPEC = """
-name: mfucpu
-nodes: {provider: local, count: 1}
-workers_per_node: 2
-shell: true
-command: "exec %s --model tiny --data %s --batch-size 2 --seq-len 32 --steps 8"
-stop: {grace_s: 1}
-logs: {dir: runs, console: none}
-"""
+from harness import DTRAIN, Run, check, finish, tiny_trainer_job, write
 
 state = tempfile.mkdtemp(prefix="dtrain-it-state-")
 env = {"XDG_STATE_HOME": state}
@@ -38,22 +26,8 @@ with open(cache) as f:
 check(cached["format"] == "dtrain-cpu-gemm/1" and cached["flops_per_s"] > 0 and cached["threads"] >= 1,
       "the cache holds a rate, its threads and the CPU: %s" % cached)
 
-
-def launch(name):
-    run = Run([], env=env, timeout=120)
-    text = write(os.path.join(run.dir, "data.txt"), " ".join(["the model trains on bytes"] * 2000))
-    shard = os.path.join(run.dir, "data.bin")
-    subprocess.run([TRAINER, "prepare-text", text, shard], check=True, capture_output=True, timeout=60)
-    run.args = [DTRAIN, "launch", write(os.path.join(run.dir, name + ".yaml"), SPEC % (TRAINER, shard))]
-    run.run()
-    check(run.code == 0, "the trainer job succeeds, got %s: %s" % (run.code, run.err[-600:]))
-    jobs = glob.glob(os.path.join(run.dir, "runs", "mfucpu-*"))
-    check(len(jobs) == 1, "one run directory: %s" % jobs)
-    with open(os.path.join(jobs[0], "status.json")) as f:
-        return run, jobs[0], json.load(f)
-
-
-run, job, status = launch("measured")
+FLAGS = "--batch-size 2 --seq-len 32 --steps 8"
+run, job, status = tiny_trainer_job("mfucpu", FLAGS, env=env)
 ranks = status.get("ranks", [])
 check(len(ranks) == 2, "status.json has both ranks: %s" % ranks)
 threads = cached["threads"]
@@ -78,7 +52,7 @@ check("MFU" in shown.stdout and "measured fp32 GEMM" in shown.stdout, "dtrain st
 # A cache of another CPU is stale: no MFU, and dtrain status says how to get one.
 cached["cpu_model"] = "Some Other CPU"
 write(cache, json.dumps(cached))
-run, job, status = launch("stale")
+run, job, status = tiny_trainer_job("mfucpu", FLAGS, env=env)
 check(all(r.get("mfu") is None for r in status.get("ranks", [])), "a stale cache gives no MFU: %s" % [
     r.get("mfu") for r in status.get("ranks", [])])
 shown = subprocess.run([DTRAIN, "status", job], capture_output=True, text=True, timeout=30, env=dict(os.environ, **env))
