@@ -30,5 +30,6 @@ Action add_bench_command(CLI::App& app);
 Action add_plan_command(CLI::App& app);
 Action add_status_command(CLI::App& app);
 Action add_report_command(CLI::App& app);
+Action add_tune_command(CLI::App& app);
 
 }  // namespace dtrain::cli

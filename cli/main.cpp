@@ -107,6 +107,7 @@ int main(int argc, char** argv) {
   dtrain::cli::Action plan = dtrain::cli::add_plan_command(app);
   dtrain::cli::Action status = dtrain::cli::add_status_command(app);
   dtrain::cli::Action report = dtrain::cli::add_report_command(app);
+  dtrain::cli::Action tune = dtrain::cli::add_tune_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -132,6 +133,7 @@ int main(int argc, char** argv) {
     if (name == "plan") return exit_now(plan());
     if (name == "status") return exit_now(status());
     if (name == "report") return exit_now(report());
+    if (name == "tune") return exit_now(tune());
   }
   return 2;
 }

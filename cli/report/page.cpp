@@ -102,16 +102,20 @@ std::string section(const std::string& id, const std::string& title, const std::
          (body.empty() ? "<p class=\"empty\">" + when_empty + "</p>" : body) + "</section>";
 }
 
+// The document up to its body: the policy that forbids loading anything, the title, the style.
+std::string page_start(const std::string& title) {
+  return "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+         "style-src 'unsafe-inline'\"><title>" + escape(title) + "</title><style>" + kStyle + "</style></head><body>";
+}
+
 }  // namespace
 
-std::string render_page(const RunModel& model) {
+std::string render_page(const RunModel& model, const std::string& after_header) {
   const ChartRows rows = chart_rows(model);
   const std::string none = "No rank reported this (workers report through dtrain-trainer or the Python helper "
                            "dtrain_health; see Worker health in README.md).";
-  std::string out = "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-                    "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
-                    "style-src 'unsafe-inline'\"><title>dtrain report: " + escape(model.job_id) +
-                    "</title><style>" + kStyle + "</style></head><body>" + header(model);
+  std::string out = page_start("dtrain report: " + model.job_id) + header(model) + after_header;
   if (rows.by_node) out += "<p class=\"note\" id=\"aggregated\">" + escape(rows.note()) + "</p>";
   const std::string loss = progress_chart(model, Progress::loss);
   const std::string tokens = progress_chart(model, Progress::tokens_per_s);
@@ -129,6 +133,10 @@ std::string render_page(const RunModel& model) {
   out += section("diagnoses", "Diagnoses", diagnoses(model), "");
   out += section("memory", "Memory", memory_charts(model, rows), none);
   return out + "</body></html>\n";
+}
+
+std::string render_bare_page(const std::string& title, const std::string& body) {
+  return page_start(title) + body + "</body></html>\n";
 }
 
 }  // namespace dtrain::report

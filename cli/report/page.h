@@ -11,6 +11,9 @@
 
 namespace dtrain::report {
 
-std::string render_page(const RunModel& model);
+// `after_header`: HTML put between the header and the first section (a tune directory's Tuning section, tuning.h).
+std::string render_page(const RunModel& model, const std::string& after_header = "");
+// A page of the same look holding `body` only (a tune directory whose baseline run is missing); `title` is text.
+std::string render_bare_page(const std::string& title, const std::string& body);
 
 }  // namespace dtrain::report

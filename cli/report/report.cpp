@@ -4,16 +4,53 @@
 #include <fstream>
 
 #include "cli/report/page.h"
+#include "cli/report/svg.h"
+#include "cli/report/tuning.h"
 #include "cli/report/model/run_model.h"
 
 namespace dtrain::report {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// A tune directory's page: its baseline run's with the Tuning section after the header; the section alone, saying
+// why, when that run cannot be read.
+Result<std::string> tune_page(const std::string& dir) {
+  const auto tune = read_tune(dir);
+  if (!tune.ok()) return {tune.status};
+  const TuneSummary& t = tune.value;
+  const auto baseline = baseline_run_dir(dir, t.baseline_run);
+  std::string why;
+  if (!baseline.ok()) {
+    why = baseline.status.message() + ".";
+  } else {
+    const auto model = read_run(baseline.value);
+    if (model.ok()) return {{}, render_page(model.value, tuning_section(t))};
+    why = model.status.code() == StatusCode::not_found
+              ? "The baseline run is missing: no event log at " + (fs::path(baseline.value) / "events.jsonl").string()
+              : "The baseline run cannot be read: " + model.status.message();
+    why += ".";
+  }
+  why += " This page has the Tuning section only.";
+  const std::string job = t.job.empty() ? fs::path(dir).filename().string() : t.job;
+  return {{}, render_bare_page("dtrain tune report: " + job,
+                               "<header><h1>dtrain tune " + escape(job) + "</h1></header>" + tuning_section(t, why))};
+}
+
+}  // namespace
+
 Result<std::string> write_report(const std::string& run_dir) {
-  auto model = read_run(run_dir);
-  if (!model.ok()) return {model.status};
-  const std::string page = render_page(model.value);
+  std::string page;
+  if (is_tune_dir(run_dir)) {
+    auto tune = tune_page(run_dir);
+    if (!tune.ok()) return {tune.status};
+    page = std::move(tune.value);
+  } else {
+    auto model = read_run(run_dir);
+    if (!model.ok()) return {model.status};
+    page = render_page(model.value);
+  }
   const fs::path path = fs::path(run_dir) / kReportFileName;
   const fs::path temp = fs::path(run_dir) / (std::string(kReportFileName) + ".tmp");
   {

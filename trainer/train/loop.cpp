@@ -37,6 +37,7 @@
 #include "trainer/train/precision.h"
 #include "trainer/train/setup.h"
 #include "trainer/train/step_report.h"
+#include "trainer/train/trial.h"
 
 namespace dtrain::trainer {
 namespace {
@@ -93,8 +94,8 @@ class Training {
     }
   }
 
-  // Trains from the start point to --steps; returns the exit code (0; a failure throws).
-  int run();
+  // Trains from the start point to --steps, telling `trial` of each step; returns the exit code (0; a failure throws).
+  int run(TrialRun& trial);
 
  private:
   std::uint64_t steps() const { return static_cast<std::uint64_t>(o_.steps); }
@@ -139,7 +140,7 @@ class Training {
   std::unique_ptr<Prefetcher> prefetch_;
 };
 
-int Training::run() {
+int Training::run(TrialRun& trial) {
   const Start start = choose_start();
   const LrSchedule schedule = lr_schedule(o_);
   spdlog::info("model {} ({} parameters), batch {} x seq {} x world {} x accum {} = {} tokens per step, {} "
@@ -164,6 +165,7 @@ int Training::run() {
     while (stall) std::this_thread::sleep_for(std::chrono::seconds(1));
     StepTimes times;
     const StepMetrics m = train_step(step, schedule, times);
+    trial.record(m, times, *comm_, shape_);
     ++data_step;
     report_step(m, times, {metrics_.get(), health_.get(), rank_, world_, o_.log_every, o_.steps, n_,
                            model_flops_per_token(config_, T_, n_)});
@@ -374,21 +376,23 @@ void Training::save(std::uint64_t step, std::uint64_t data_step) {
 }  // namespace
 
 int run_training(const TrainOptions& options) {
+  TrialRun trial;  // with DTRAIN_TUNE_TRIAL (trial.h), a trial's options, and its line at the end whatever the code
   try {
     // The reporter first: the launcher hears this worker is starting (health.startup_timeout_s) while the
     // communicator may still wait for its peers.
     // And the dump of phase and collectives on the agent's signal, for the evidence of a hang (stack_dump.h).
     install_stack_dump();
-    return Training(options, HealthReporter::from_env()).run();
+    trial = TrialRun(options);
+    return trial.end(Training(trial.options(), HealthReporter::from_env()).run(trial));
   } catch (const std::invalid_argument& e) {
     spdlog::error("{}", e.what());
     write_error_file(e.what());
-    return 2;
+    return trial.end(2);
   } catch (const std::exception& e) {
     std::string rank = std::getenv("RANK") ? std::string(" (rank ") + std::getenv("RANK") + ")" : "";
     spdlog::error("training failed{}: {}", rank, e.what());
     write_error_file(e.what());
-    return 1;
+    return trial.end(1);
   }
 }
 
