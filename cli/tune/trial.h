@@ -7,7 +7,7 @@
 //   DTRAIN_TUNE_TRIAL={"warmup":W,"steps":N,"losses":K}
 //
 // (W >= 0 warm-up steps, N >= 1 measured steps, K <= W + N first steps whose loss is kept). A worker that knows it,
-// dtrain's PyTorch bootstrap (worker/python/bootstrap/_dtrain_tune.py) or dtrain-trainer (trainer/train/trial.h),
+// dtrain's PyTorch bootstrap (worker/python/bootstrap/_dtrain_trial.py) or dtrain-trainer (trainer/train/trial.h),
 // counts its optimizer steps and, right after the (W + N)-th returns, writes one line to stderr and exits 0 at once:
 //
 //   dtrain-trial: {"rank":R,"steps":S,"complete":true,"device":"cpu",

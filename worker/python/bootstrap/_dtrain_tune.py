@@ -19,6 +19,7 @@ at `import torch`, in the worker process only (never in its DataLoader workers o
 The cost is at construction only; no step pays anything. Rank 0 says on stderr, once per group, what the overlay
 changed ("dtrain: tune.yaml: DataLoader num_workers 0 -> 4, pin_memory False -> True") and what it could not apply.
 The env knobs are not here: the launcher puts them in the worker's environment itself, before Python starts.
+A tune trial's count (DTRAIN_TUNE_TRIAL) is _dtrain_trial.py's, which the bootstrap applies after this overlay.
 """
 
 import functools

@@ -54,15 +54,17 @@ the script reports, since that call keeps the reporter's thread from heartbeatin
 This file holds what runs at interpreter start (the finder, _load_theirs) and the arming; the rest is in files beside
 it, which _arm loads once torch is imported: _dtrain_instrumentation.py (the state: what is measured, the step's
 bookkeeping), _dtrain_loop_wrappers.py (optimizers, backward, DataLoaders) and _dtrain_dist_wrappers.py
-(torch.distributed, DDP); and _dtrain_tune.py, the tune overlay's knobs (`--tune`, DTRAIN_TUNE), which _tune applies
-once arming is done, whether or not it succeeded. The wrappers are in C (hooks.c, the extension _dtrain_hooks, which
-the build puts beside this file) for the interpreter dtrain was built with (DTRAIN_HOOKS_PYTHON, Debian's /usr/bin/python3 by default):
-1.6-1.9 us a wrapped call in a training loop, against 2.6-2.9 us for the Python wrappers (BENCHMARKS.md), which any
-other interpreter gets (the extension's file name carries its ABI tag, so no other version loads it) and which do the
-same work: the measurements are the same. A torch with CUDA gets the Python wrapper for collectives (its CUDA events)
-either way. The extension, the files beside this one and dtrain_health are loaded from their files, never by name
-through sys.path: a script's own _dtrain_hooks.py or dtrain_health.py (or a module named as one of those files) is
-never run by the bootstrap (a script that imports dtrain_health itself is reported through that import).
+(torch.distributed, DDP); and _dtrain_tune.py, the tune overlay's knobs (`--tune`, DTRAIN_TUNE), and _dtrain_trial.py, a
+tune trial's count (DTRAIN_TUNE_TRIAL, which also installs the finder where the agent gave no health socket: the trial
+alone then), which _tune applies once arming is done, whether or not it succeeded. The wrappers are in C (hooks.c, the
+extension _dtrain_hooks, which the build puts beside this file) for the interpreter dtrain was built with
+(DTRAIN_HOOKS_PYTHON, Debian's /usr/bin/python3 by default): 1.6-1.9 us a wrapped call in a training loop, against
+2.6-2.9 us for the Python wrappers (BENCHMARKS.md), which any other interpreter gets (the extension's file name carries
+its ABI tag, so no other version loads it) and which do the same work: the measurements are the same. A torch with CUDA
+gets the Python wrapper for collectives (its CUDA events) either way. The extension, the files beside this one and
+dtrain_health are loaded from their files, never by name through sys.path: a script's own _dtrain_hooks.py or
+dtrain_health.py (or a module named as one of those files) is never run by the bootstrap (a script that imports
+dtrain_health itself is reported through that import).
 
 The loss is held detached (loss.detach(): its value, no autograd graph) and dropped at the step: what the script
 frees, a graph kept by backward(retain_graph=True) included, is freed as without dtrain.
@@ -246,32 +248,46 @@ def _forked():
 
 
 def _arm_quietly(torch):
-    """_arm, whose errors never reach the program (see the module's docstring)."""
-    try:
-        _arm(torch)
-    except Exception as error:
-        if _state is not None:
-            _state.fail(error)
-        else:
-            _say_off(error)
+    """_arm, whose errors never reach the program (see the module's docstring), where the agent gave a health
+    socket (without one only a tune trial installed the finder)."""
+    if os.environ.get("DTRAIN_HEALTH_SOCKET"):
+        try:
+            _arm(torch)
+        except Exception as error:
+            if _state is not None:
+                _state.fail(error)
+            else:
+                _say_off(error)
     _tune(torch)
 
 
 def _tune(torch):
-    """The tune overlay's knobs (`--tune`: DTRAIN_TUNE, _dtrain_tune.py), applied whether or not the measuring armed.
-    An error of its own leaves the script's own settings and is said once."""
-    text = os.environ.get("DTRAIN_TUNE")
-    if not text:
+    """The tune overlay's knobs (`--tune`: DTRAIN_TUNE, _dtrain_tune.py), then a tune trial's count
+    (DTRAIN_TUNE_TRIAL, _dtrain_trial.py), applied whether or not the measuring armed. An error of either's own is
+    said once: the overlay's leaves the script's own settings, the trial's writes no trial line."""
+    text, trial = os.environ.get("DTRAIN_TUNE"), os.environ.get("DTRAIN_TUNE_TRIAL")
+    if not text and not trial:
         return
-    try:
-        _load_sibling("_dtrain_tune").apply(torch, text, os.environ.get("RANK", "0") == "0")
-    except Exception as error:
+    if text:
         try:
-            sys.stderr.write("dtrain: the tune overlay (--tune) is not applied in this process after an error of "
-                             "its own: %s: %s. The program goes on with its own settings.\n"
-                             % (type(error).__name__, error))
-        except Exception:
-            pass
+            _load_sibling("_dtrain_tune").apply(torch, text, os.environ.get("RANK", "0") == "0")
+        except Exception as error:
+            _say_tune("the tune overlay (--tune) is not applied in this process", error,
+                      "The program goes on with its own settings.")
+    if trial:
+        try:
+            _load_sibling("_dtrain_trial").trial(torch, trial, _state)
+        except Exception as error:
+            _say_tune("the tune trial (DTRAIN_TUNE_TRIAL) is off in this process", error,
+                      "The program goes on; this rank writes no trial line.")
+
+
+def _say_tune(what, error, then):
+    try:
+        sys.stderr.write("dtrain: %s after an error of its own: %s: %s. %s\n" % (what, type(error).__name__, error,
+                                                                                   then))
+    except Exception:
+        pass
 
 
 def _speaks_for_rank():
@@ -328,6 +344,7 @@ class _TorchFinder:
             pass
 
 
-if os.environ.get("DTRAIN_HEALTH_SOCKET") and "torch" not in sys.modules and _speaks_for_rank():
+if (os.environ.get("DTRAIN_HEALTH_SOCKET") or os.environ.get("DTRAIN_TUNE_TRIAL")) and "torch" not in sys.modules \
+        and _speaks_for_rank():
     sys.meta_path.insert(0, _TorchFinder())
 _load_theirs()
