@@ -123,6 +123,8 @@ TuneSummary summary_of(const json& root) {
   tune.trial_steps = count_of(root, "trial_steps");
   tune.repeats = count_of(root, "repeats");
   tune.ranks = count_of(root, "ranks");
+  tune.trials_run = count_of(root, "trials_run");
+  tune.ended = text_of(root, "ended");
   tune.unit = text_of(root, "unit");
   tune.bottleneck = text_of(root, "bottleneck");
   if (const json* shares = field(root, "shares"); shares != nullptr && shares->is_object()) {
@@ -250,6 +252,8 @@ std::string settings(const TuneSummary& tune) {
                     ? duration_text(static_cast<std::uint64_t>(*tune.budget_s * 1000)) : "-");
   const bool timed = tune.started_ms && tune.ended_ms && *tune.ended_ms >= *tune.started_ms;
   add("time taken", timed ? duration_text(*tune.ended_ms - *tune.started_ms) : "-");
+  if (tune.trials_run) add("trials run", number_text(*tune.trials_run));
+  if (!tune.ended.empty()) add("ended early", escape(tune.ended));
   add("bottleneck", bottleneck_text(tune));
   if (!tune.baseline_run.empty()) add("baseline run", "<code>" + escape(tune.baseline_run) + "</code>");
   return out + "</table>";

@@ -50,7 +50,8 @@ struct TuneSummary {
   std::string job;
   std::vector<std::string> command;     // at most kMaxTuneListEntries words
   std::optional<std::uint64_t> started_ms, ended_ms;
-  std::optional<double> budget_s, warmup_steps, trial_steps, repeats, ranks;
+  std::optional<double> budget_s, warmup_steps, trial_steps, repeats, ranks, trials_run;
+  std::string ended;                    // why the tuning ended early ("" when every trial ran)
   std::string unit;                     // tokens, samples or steps
   std::string bottleneck;
   std::vector<std::pair<std::string, double>> shares;   // data, communication, compute: the fraction of a step

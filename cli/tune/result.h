@@ -24,6 +24,6 @@
 //       "loss_check":"same"|"differs"|"n/a", "note":"why it failed, or what the loss check saw"}],
 //    "recommended":1,                                index into candidates, -1 for none
 //    "verdict":"one sentence", "lines":["what to put in the script"], "suggestions":["numerics, not tried"],
-//    "tune_yaml":"tune.yaml"|""}
+//    "tune_yaml":"tune.yaml"|"", "seconds":S, "trials_run":N, "ended":"why it ended early"|""}
 // rate: the median over the candidate's trials of the job's units per second; speedup: its rate over the baseline's
 // (1 for the baseline), ci the 95% interval (stats.h); data_wait_ms and comm_ms the median per step per rank.

@@ -104,6 +104,8 @@ def slow_data():
     ratio = statistics.median(tuned) / statistics.median(plain)
     spread = max(plain) / min(plain) if min(plain) > 0 else 2
     low, high = chosen["ci"] if chosen else (1, 1)
+    print("later runs: plain %s, tuned %s samples/s: %.2fx; tune said %.2fx [%.2f, %.2f]"
+          % (plain, tuned, ratio, chosen["speedup"] if chosen else 0, low, high), flush=True)
     check(low / spread <= ratio <= high * spread,
           "slow data: `dtrain run --tune` gives %.2fx (plain %s, tuned %s), inside [%.2f, %.2f] widened by the plain "
           "runs' spread %.2f" % (ratio, plain, tuned, low, high, spread))
