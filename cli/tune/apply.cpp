@@ -107,6 +107,7 @@ void apply_overlay(const Overlay& overlay, spec::Spec& spec) {
     spec.tune_env["DTRAIN_TUNE"] = python_knobs_json(overlay);
   }
   for (const auto& [name, value] : overlay.env) spec.tune_env[name] = value;
+  if (overlay.binding) spec.binding = *overlay.binding;
 }
 
 }  // namespace dtrain::tune

@@ -92,7 +92,16 @@ void comm_candidates(const JobFacts& f, std::vector<Candidate>& out) {
   }
 }
 
+// binding: none where several ranks of a node are bound to their own CPUs.
+void binding_candidate(const JobFacts& f, std::vector<Candidate>& out) {
+  if (!f.bound || f.ranks <= f.nodes) return;
+  Candidate c{"binding: none", "compute", {}, {}, {}};
+  c.overlay.binding = dtrain::spec::Binding::none;
+  out.push_back(std::move(c));
+}
+
 void compute_candidates(const JobFacts& f, std::vector<Candidate>& out) {
+  binding_candidate(f, out);
   if (f.cpus <= 0 || f.threads == f.cpus) return;
   const std::string n = std::to_string(f.cpus);
   if (f.trainer) {

@@ -10,11 +10,13 @@
 //                  has every CPU already gets prefetch_factor 4 and persistent_workers. No DataLoader: nothing.
 //   exposed comm   DDP bucket_cap_mb of 1, 5, 25 and 100 MB but the script's own, the two nearest it (by ratio);
 //                  gradient_as_bucket_view where it is off. No DDP: nothing.
-//   compute        intra-op threads equal to the rank's CPUs, where torch runs another number.
+//   compute        intra-op threads equal to the rank's CPUs, where torch runs another number; where dtrain binds
+//                  several ranks of a node to their own CPUs (binding: auto), `binding: none`: the ranks' threads and
+//                  their DataLoader workers, which inherit the rank's CPUs, may then run on any.
 // For dtrain-trainer, through its command line and environment (it has no bootstrap):
 //   exposed comm   --ddp-bucket-mb 1, 4 and 25 but its own, the two nearest it; the other communication backend (DTRAIN_COMM_BACKEND:
 //                  shm and gloo on one node, hier and gloo across nodes);
-//   compute        --threads equal to the rank's CPUs, where it runs another number.
+//   compute        --threads equal to the rank's CPUs, where it runs another number; `binding: none` as above.
 // Candidates come bottleneck first, then by the other parts' shares.
 
 #include <map>
@@ -34,6 +36,7 @@ struct JobFacts {
   bool cuda = false;
   int ranks = 0;
   int nodes = 1;
+  bool bound = false;      // the job's binding is auto
   int cpus = 0;            // the fewest any rank may run on
   int threads = 0;
   double data_share = 0;   // of the measured steps' time

@@ -136,11 +136,16 @@ Conclusion conclude(TuneResult& r, const spec::Spec& spec) {
   }
   Conclusion out;
   out.verdict = verdict_for(r);
+  if (base.trials.size() < 2 && r.results.size() > 1) {
+    out.verdict += " (One baseline trial: the intervals leave out how much trials differ from each other; "
+                   "--repeats 3 or more for a claim that does not.)";
+  }
   out.suggestions = suggestions_for(r);
   if (r.recommended > 0) {
     const auto& c = r.results[static_cast<std::size_t>(r.recommended)];
     out.lines = candidate_lines(c.candidate, spec);
-    if (has_python_knobs(c.candidate.overlay) || !c.candidate.overlay.env.empty()) out.tune_yaml = overlay_yaml(c);
+    const Overlay& o = c.candidate.overlay;
+    if (has_python_knobs(o) || !o.env.empty() || o.binding) out.tune_yaml = overlay_yaml(c);
   }
   return out;
 }
@@ -171,6 +176,10 @@ std::vector<std::string> candidate_lines(const Candidate& c, const spec::Spec& s
     lines.push_back("torch.set_num_threads(" + std::to_string(*c.overlay.intra_op_threads) + ")");
   }
   for (const auto& [name, value] : c.overlay.env) lines.push_back(name + "=" + value + "   # the job's env");
+  if (c.overlay.binding) {
+    lines.push_back(std::string("binding: ") + (*c.overlay.binding == spec::Binding::none ? "none" : "auto") +
+                    "   # the job spec (dtrain run: in tune.yaml)");
+  }
   return lines;
 }
 
@@ -195,6 +204,7 @@ std::string overlay_yaml(const CandidateResult& c) {
   }
   if (!ddp.empty()) out += "  ddp: {" + ddp + "}\n";
   if (o.intra_op_threads) out += "  threads: {intra_op: " + std::to_string(*o.intra_op_threads) + "}\n";
+  if (o.binding) out += std::string("  binding: ") + (*o.binding == spec::Binding::none ? "none" : "auto") + "\n";
   if (!o.env.empty()) {
     out += "  env:\n";
     for (const auto& [name, value] : o.env) out += "    " + name + ": \"" + value + "\"\n";

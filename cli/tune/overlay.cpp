@@ -51,7 +51,7 @@ const Knob kKnobs[] = {
      [](Overlay& o, double v) { o.intra_op_threads = static_cast<int>(v); }},
 };
 
-constexpr std::string_view kTopKeys = "dataloader, ddp, threads, env, allow_numerics, numerics";
+constexpr std::string_view kTopKeys = "dataloader, ddp, threads, env, binding, allow_numerics, numerics";
 
 // The keys of a knob section, for hints: "num_workers, pin_memory, ...".
 std::string keys_of(std::string_view section) {
@@ -202,6 +202,13 @@ class OverlayReader {
         read_env(value);
       } else if (key == "numerics") {
         numerics = value;
+      } else if (key == "binding") {
+        if (value.IsScalar() && (value.Scalar() == "auto" || value.Scalar() == "none")) {
+          overlay_.binding = value.Scalar() == "auto" ? spec::Binding::automatic : spec::Binding::none;
+        } else {
+          error(value, "tune.binding", "invalid value " + spec::detail::describe(value) + ".",
+                "Accepted: auto or none (the job spec's binding).");
+        }
       } else if (key == "allow_numerics") {
         if (value.IsScalar() && (value.Scalar() == "true" || value.Scalar() == "false")) {
           overlay_.allow_numerics = value.Scalar() == "true";

@@ -8,6 +8,7 @@
 //     ddp: {bucket_cap_mb: 25, gradient_as_bucket_view: true}
 //     threads: {intra_op: 2}
 //     env: {NCCL_ALGO: Ring, PYTORCH_CUDA_ALLOC_CONF: "expandable_segments:True"}
+//     binding: none
 //     allow_numerics: false
 //     numerics: {}
 //
@@ -19,12 +20,13 @@
 //   threads.intra_op  torch.set_num_threads(N) when the bootstrap arms (at `import torch`);
 //   env.NAME      NAME=value in every worker's environment, over the spec's env (plan.cpp, layer 4): only NCCL_*
 //                 and PYTORCH_CUDA_ALLOC_CONF, which tune performance without changing what is computed;
+//   binding       the job's `binding:` (auto | none): how dtrain pins workers to CPUs, for any program;
 //   numerics      knobs that change the numbers (mixed precision, TF32, batch size, accumulation, static_graph):
 //                 none is implemented yet, so any key under it is refused; without `allow_numerics: true` the
 //                 refusal says that such knobs need it. An empty `numerics:` changes nothing.
 // The first three groups are the bootstrap's ("Python knobs"): they need health.instrument: auto and a worker
 // command that runs Python (agent/job/python_command.h), and are refused otherwise (dtrain-trainer has no such
-// knobs: it is not a PyTorch script). The env knobs work for any program.
+// knobs: it is not a PyTorch script). The env knobs and binding work for any program.
 
 #include <map>
 #include <optional>
@@ -54,6 +56,8 @@ struct Overlay {
   std::optional<int> intra_op_threads;  // threads.intra_op: 1 to kMaxThreads
 
   std::map<std::string, std::string> env;  // names allowed by env_allowed()
+
+  std::optional<spec::Binding> binding;    // the job's binding: instead of the spec's
 
   bool allow_numerics = false;  // numerics knobs may be asked for (none is implemented, see above)
 };

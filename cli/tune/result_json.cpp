@@ -24,6 +24,9 @@ ordered_json candidate_json(const CandidateResult& c) {
   j["knobs"] = has_python_knobs(c.candidate.overlay) ? ordered_json::parse(python_knobs_json(c.candidate.overlay))
                                                      : ordered_json::object();
   j["knobs"].erase("file");
+  if (c.candidate.overlay.binding) {
+    j["knobs"]["binding"] = *c.candidate.overlay.binding == spec::Binding::none ? "none" : "auto";
+  }
   ordered_json env = ordered_json::object();
   for (const auto& [name, value] : c.candidate.overlay.env) env[name] = value;
   for (const auto& [name, value] : c.candidate.env) env[name] = value;

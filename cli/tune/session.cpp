@@ -62,7 +62,7 @@ spec::Spec Session::trial_spec(const Candidate& c) const {
   s.logs.dir = (std::filesystem::path(options.dir) / "trials").string();
   s.logs.console = spec::Spec::Logs::Console::all;
   s.restart.max_restarts = 0;
-  if (has_python_knobs(c.overlay) || !c.overlay.env.empty()) apply_overlay(c.overlay, s);
+  if (has_python_knobs(c.overlay) || !c.overlay.env.empty() || c.overlay.binding) apply_overlay(c.overlay, s);
   for (const auto& [name, value] : c.env) s.env[name] = value;
   if (!c.args.empty()) s.command = with_flags(s.command, c.args);
   s.tune_env["DTRAIN_TUNE_TRIAL"] = trial_env_value(options.trial);
@@ -179,6 +179,7 @@ TuneResult run_tuning(const spec::Spec& spec, const TuneOptions& options, const 
     return r;
   }
   r.facts = job_facts(first.ranks, is_trainer_command(spec.command), spec.nodes.max_count);
+  r.facts.bound = spec.binding == spec::Binding::automatic;
   auto candidates = choose_candidates(r.facts);
   const double trial_s = std::max(first.seconds, 0.1);
   s.trial_cap_s = std::max(kTrialSlack * trial_s, trial_s + kTrialSlackS);

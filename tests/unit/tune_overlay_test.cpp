@@ -137,6 +137,12 @@ TEST_CASE("tune overlay: put into a job") {
   dtrain::tune::apply_overlay(parse_overlay("tune:\n  env: {NCCL_ALGO: Ring}\n", "tune.yaml"), trainer);
   CHECK(trainer.tune_env.size() == 1);
   CHECK(trainer.tune_env.at("NCCL_ALGO") == "Ring");
+
+  // binding, for any program: the job's binding.
+  CHECK(trainer.binding == dtrain::spec::Binding::automatic);
+  dtrain::tune::apply_overlay(parse_overlay("tune:\n  binding: none\n", "tune.yaml"), trainer);
+  CHECK(trainer.binding == dtrain::spec::Binding::none);
+  CHECK(says("tune:\n  binding: all\n", "tune.binding"));
 }
 
 }  // namespace tune_overlay_test

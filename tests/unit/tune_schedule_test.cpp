@@ -27,6 +27,7 @@ dtrain::spec::Spec script_job() {
   dtrain::spec::Spec spec;
   spec.name = "train";
   spec.command = {"python3", "train.py"};
+  spec.binding = dtrain::spec::Binding::none;   // no binding candidate: the data part's two alone
   return spec;
 }
 

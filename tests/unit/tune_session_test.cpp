@@ -129,6 +129,13 @@ TEST_CASE("candidates follow the measured bottleneck") {
   f.comm_share = 0.02;
   f.compute_share = 0.98;
   CHECK(choose_candidates(f).empty());
+  // Ranks bound to their own CPUs: binding: none is tried (not for one rank a node).
+  f.bound = true;
+  c = choose_candidates(f);
+  REQUIRE(c.size() == 1);
+  CHECK(c[0].overlay.binding == dtrain::spec::Binding::none);
+  f.ranks = 1;
+  CHECK(choose_candidates(f).empty());
 }
 
 TEST_CASE("dtrain-trainer's candidates are its flags and its backend") {
