@@ -195,11 +195,11 @@ TuneResult run_tuning(const spec::Spec& spec, const TuneOptions& options, const 
   std::vector<int> order;
   for (std::size_t i = 1; i <= keep; ++i) order.push_back(static_cast<int>(i));
   bool going = keep > 0 && s.run_schedule(order, 1);
+  // Every later round is the baseline and the candidates, rotated by one more: each takes each place in a round.
+  order.insert(order.begin(), 0);
   for (int repeat = 2; going && repeat <= options.repeats; ++repeat) {
     std::rotate(order.begin(), order.begin() + 1, order.end());
-    std::vector<int> round = {0};
-    round.insert(round.end(), order.begin(), order.end());
-    going = s.run_schedule(round, repeat);
+    going = s.run_schedule(order, repeat);
   }
   if (r.ended == "interrupted") r.exit_code = 130;
   r.seconds = std::chrono::duration<double>(Clock::now() - s.started).count();

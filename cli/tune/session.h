@@ -3,9 +3,10 @@
 // `dtrain tune`'s trials: the job run for short trials, the baseline and candidates interleaved and repeated, within
 // a budget. The order, for R repeats and candidates c1..cK chosen from the first baseline trial (candidates.h):
 //
-//   baseline, c1 .. cK,  then R - 1 times: baseline, c1 .. cK rotated by one more each round
+//   baseline, c1 .. cK,  then R - 1 times: (baseline, c1 .. cK) rotated left by one more each round
 //
-// so every configuration meets the machine's slow and fast minutes alike. Each trial is the job itself (the spec as
+// (c1 .. cK baseline, then c2 .. cK baseline c1, ...), so every configuration meets the machine's slow and fast
+// minutes alike, and none always comes first or last in a round. Each trial is the job itself (the spec as
 // given, or `dtrain run`'s), run by the launcher to its end, with DTRAIN_TUNE_TRIAL (trial.h) and the candidate's
 // knobs in every worker's environment, no restarts, and its own run directory under <tune dir>/trials/.
 //

@@ -133,7 +133,13 @@ TrialRun TrialLaunches::launch(const spec::Spec& spec, Clock::time_point deadlin
       const auto grace = std::chrono::milliseconds(static_cast<long long>(spec.stop.grace_s * 1e3) + 5000);
       if (!done_cv.wait_for(lock, grace, [&] { return done; })) controller.signal(SIGTERM);
     });
-    run.exit_code = controller.run();
+    try {
+      run.exit_code = controller.run();
+    } catch (const std::exception& e) {
+      // The watchdog must be joined either way; the trial is failed with what went wrong.
+      run.exit_code = 1;
+      std::fprintf(stderr, "dtrain tune: the trial's launcher failed: %s\n", e.what());
+    }
     {
       std::lock_guard lock(wait_mu);
       done = true;
