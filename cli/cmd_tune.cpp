@@ -87,11 +87,22 @@ std::optional<spec::Spec> tune_job(TuneArgs& args, const CLI::App& cmd) {
     }
     return std::move(job->spec);
   }
-  if (args.run.command.size() > 1 || !script_options_given(cmd).empty()) {
-    std::fprintf(stderr, "dtrain tune: %s is a job spec: give it alone, with --set KEY=VALUE for its keys (%s %s "
-                         "the script form's)\n", args.run.command.front().c_str(),
-                 args.run.command.size() > 1 ? "the words after it are" : script_options_given(cmd).c_str(),
-                 args.run.command.size() > 1 ? "not" : "are");
+  // After the spec (where the program would be), only --set KEY=VALUE.
+  const auto& words = args.run.command;
+  for (std::size_t i = 1; i < words.size(); ++i) {
+    if (words[i] == "--set" && i + 1 < words.size()) {
+      args.sets.push_back(words[++i]);
+    } else if (words[i].rfind("--set=", 0) == 0) {
+      args.sets.push_back(words[i].substr(6));
+    } else {
+      std::fprintf(stderr, "dtrain tune: %s is a job spec: after it only --set KEY=VALUE, not '%s'\n",
+                   words.front().c_str(), words[i].c_str());
+      return std::nullopt;
+    }
+  }
+  if (const std::string given = script_options_given(cmd); !given.empty()) {
+    std::fprintf(stderr, "dtrain tune: %s is a job spec, and %s belong to the script form (dtrain tune [options] "
+                         "SCRIPT): put them in the spec, or --set KEY=VALUE\n", words.front().c_str(), given.c_str());
     return std::nullopt;
   }
   auto spec = load_spec_or_report(args.run.command.front(), args.sets);

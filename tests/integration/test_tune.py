@@ -11,6 +11,9 @@ slow data, 1 for the others, whose checks are not speeds):
   buckets     a DDP model of 129 small layers with bucket_cap_mb=1: bucket sizes (5 and 25 MB) and
               gradient_as_bucket_view are tried, each with its interval and a loss check of "same" (what they gain
               here is in BENCHMARKS.md, measured with 3 repeats);
+  trainer     the job-spec form (`dtrain tune job.yaml --set ...`) with dtrain-trainer on 2 simulated nodes: its
+              flags and the communication backend across nodes are the candidates, every trial is measured with the
+              losses kept; a script-form option given with a spec is refused;
   tuned       one rank, no data wait, no communication, a thread per CPU: tune says the job is already tuned, recommends
               nothing and writes no tune.yaml, after one trial;
   losses      the slow dataset adds noise from the global generator: in DataLoader workers that noise differs, so
@@ -25,9 +28,10 @@ import json
 import os
 import re
 import statistics
+import subprocess
 import sys
 
-from harness import PYTHON, Run, check, finish, write
+from harness import DTRAIN, PYTHON, Run, check, finish, write
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "scripts", "tune_train.py")
@@ -154,6 +158,43 @@ def losses_change():
     check("loss_changed" in run.out, "losses: the table says so")
 
 
+TRAINER_SPEC = """
+name: tiny-trainer
+nodes: {provider: local, count: 2}
+workers_per_node: 1
+command: [%s, --model, tiny, --data, %s, --batch-size, 2, --seq-len, 32, --ddp-bucket-mb, 1, --steps, 3]
+stop: {grace_s: 1}
+logs: {dir: runs}
+"""
+
+
+def trainer_spec():
+    """The job-spec form, with dtrain-trainer on 2 (simulated) nodes: its candidates are its flags and backend."""
+    trainer = os.path.join(os.path.dirname(os.path.abspath(DTRAIN)), "dtrain-trainer")
+    run = Run([], timeout=120)
+    text = write(os.path.join(run.dir, "data.txt"), " ".join(["the model trains on bytes"] * 2000))
+    shard = os.path.join(run.dir, "data.bin")
+    subprocess.run([trainer, "prepare-text", text, shard], check=True, capture_output=True, timeout=60)
+    spec = write(os.path.join(run.dir, "job.yaml"), TRAINER_SPEC % (trainer, shard))
+    run.args += ["tune"] + SHORT + ["--repeats", "1", spec, "--set", "stop.grace_s=2"]
+    run.run()
+    check(run.code == 0, "trainer spec: exit 0, got %s: %s %s" % (run.code, run.out[-600:], run.err[-600:]))
+    result = result_of(run)
+    if result is None:
+        return
+    check(result["unit"] == "tokens" and result["ranks"] == 2, "trainer spec: 2 ranks, tokens/s: %s" % result["unit"])
+    names = [c["name"] for c in result["candidates"]]
+    if result["shares"]["communication"] >= 0.10:
+        check("--ddp-bucket-mb 4" in names and "DTRAIN_COMM_BACKEND=hier" in names,
+              "trainer spec: its bucket flag and the backend across nodes are tried: %s" % names)
+    check(all(c["status"] in ("measured", "loss_changed") and c["loss_check"] in ("same", "n/a")
+              for c in result["candidates"]), "trainer spec: every trial measured, losses kept: %s"
+          % [(c["name"], c["status"], c["loss_check"], c["note"]) for c in result["candidates"]])
+    run2 = Run(["tune", "job.yaml", "--nproc-per-node", "2"], cwd=run.dir, timeout=30).run()
+    check(run2.code == 2 and "--nproc-per-node" in run2.err, "trainer spec: a script-form option is refused with a "
+          "spec: %s" % run2.err)
+
+
 def refused():
     never = os.path.join(Run([]).dir, "never.py")
     write(never, "import torch\nmodel = torch.nn.Linear(2, 2)\nprint(model(torch.ones(1, 2)).sum().item())\n")
@@ -185,6 +226,7 @@ if sys.argv[1:] == ["--only", "speedup"]:
     slow_data()
 else:
     buckets()
+    trainer_spec()
     already_tuned()
     losses_change()
     refused()
