@@ -79,6 +79,14 @@ void comm_candidates(const JobFacts& f, std::vector<Candidate>& out) {
     }
     return;
   }
+  if (f.cuda) {
+    // NCCL chooses between its ring and tree algorithms by a model of the sizes; each forced is a trial.
+    for (const char* algo : {"Ring", "Tree"}) {
+      Candidate c{std::string("NCCL_ALGO=") + algo, "communication", {}, {}, {}};
+      c.overlay.env["NCCL_ALGO"] = algo;
+      out.push_back(std::move(c));
+    }
+  }
   if (!f.has_ddp) return;
   for (double mb : other_sizes({1, 5, 25, 100}, f.bucket_cap_mb > 0 ? f.bucket_cap_mb : 25, 2)) {
     Candidate c{"bucket_cap_mb=" + number_text(mb), "communication", {}, {}, {}};
@@ -102,6 +110,12 @@ void binding_candidate(const JobFacts& f, std::vector<Candidate>& out) {
 
 void compute_candidates(const JobFacts& f, std::vector<Candidate>& out) {
   binding_candidate(f, out);
+  if (f.cuda && !f.trainer) {
+    // The caching allocator's expandable segments: less fragmentation and fewer cudaMalloc calls as sizes vary.
+    Candidate c{"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "compute", {}, {}, {}};
+    c.overlay.env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True";
+    out.push_back(std::move(c));
+  }
   if (f.cpus <= 0 || f.threads == f.cpus) return;
   const std::string n = std::to_string(f.cpus);
   if (f.trainer) {

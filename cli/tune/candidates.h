@@ -9,10 +9,12 @@
 //                  largest with prefetch_factor 4 and persistent_workers; on a GPU each with pin_memory. A loader that
 //                  has every CPU already gets prefetch_factor 4 and persistent_workers. No DataLoader: nothing.
 //   exposed comm   DDP bucket_cap_mb of 1, 5, 25 and 100 MB but the script's own, the two nearest it (by ratio);
-//                  gradient_as_bucket_view where it is off. No DDP: nothing.
+//                  gradient_as_bucket_view where it is off (no DDP: none of these); on a GPU, NCCL_ALGO=Ring and
+//                  NCCL_ALGO=Tree (NCCL's model picks one by size; each forced is tried).
 //   compute        intra-op threads equal to the rank's CPUs, where torch runs another number; where dtrain binds
 //                  several ranks of a node to their own CPUs (binding: auto), `binding: none`: the ranks' threads and
-//                  their DataLoader workers, which inherit the rank's CPUs, may then run on any.
+//                  their DataLoader workers, which inherit the rank's CPUs, may then run on any; on a GPU,
+//                  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True. (The GPU candidates have not run on a GPU.)
 // For dtrain-trainer, through its command line and environment (it has no bootstrap):
 //   exposed comm   --ddp-bucket-mb 1, 4 and 25 but its own, the two nearest it; the other communication backend (DTRAIN_COMM_BACKEND:
 //                  shm and gloo on one node, hier and gloo across nodes);

@@ -38,7 +38,8 @@ struct Session {
     std::ofstream file(std::filesystem::path(options.dir) / "events.jsonl", std::ios::app);
     nlohmann::ordered_json line = {{"ts", unix_ms()}};
     line.update(fields);
-    file << line.dump() << '\n';
+    // (A failure's text comes from the workers' output: any bytes; not UTF-8 ones are replaced.)
+    file << line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << '\n';
   }
 
   spec::Spec trial_spec(const Candidate& c) const;
@@ -176,6 +177,7 @@ TuneResult run_tuning(const spec::Spec& spec, const TuneOptions& options, const 
                     : "the baseline trial (the job as it is) " + problem;
     if (!first.run_dir.empty()) r.message += "\n  its run: " + first.run_dir;
     if (r.unit.empty()) r.unit = "steps";
+    s.event({{"event", "tune_end"}, {"trials", r.trials_run}, {"ended", "the baseline could not be measured"}});
     return r;
   }
   r.facts = job_facts(first.ranks, is_trainer_command(spec.command), spec.nodes.max_count);
@@ -203,6 +205,7 @@ TuneResult run_tuning(const spec::Spec& spec, const TuneOptions& options, const 
   }
   if (r.ended == "interrupted") r.exit_code = 130;
   r.seconds = std::chrono::duration<double>(Clock::now() - s.started).count();
+  s.event({{"event", "tune_end"}, {"trials", r.trials_run}, {"seconds", r.seconds}, {"ended", r.ended}});
   return r;
 }
 

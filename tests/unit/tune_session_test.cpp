@@ -106,11 +106,20 @@ TEST_CASE("candidates follow the measured bottleneck") {
   f.cpus = 8;
   f.cuda = true;
   c = choose_candidates(f);
-  REQUIRE(c.size() == 4);   // 4 and 8 workers, 8 with prefetch; and threads = 8 for compute
+  REQUIRE(c.size() == 5);   // 4 and 8 workers, 8 with prefetch; the allocator and threads = 8 for compute
   CHECK(c[0].overlay.dataloader.num_workers == 4);
   CHECK(c[1].overlay.dataloader.num_workers == 8);
   CHECK(c[0].overlay.dataloader.pin_memory == true);
-  CHECK(c[3].overlay.intra_op_threads == 8);
+  CHECK(c[3].overlay.env.at("PYTORCH_CUDA_ALLOC_CONF") == "expandable_segments:True");
+  CHECK(c[4].overlay.intra_op_threads == 8);
+  // On a GPU, exposed communication also tries NCCL's two algorithms, forced.
+  f.comm_share = 0.3;
+  f.data_share = 0.05;
+  f.compute_share = 0.65;
+  c = choose_candidates(f);
+  REQUIRE(c.size() >= 4);
+  CHECK(c[2].name == "NCCL_ALGO=Ring");
+  CHECK(c[3].overlay.env.at("NCCL_ALGO") == "Tree");
   // Communication first when it is the bottleneck; the script's own bucket is not tried again.
   f = {};
   f.ranks = 2;
