@@ -29,6 +29,7 @@ struct TuneArgs {
   int warmup_steps = 10;
   int repeats = 3;
   std::string budget = "10m";
+  std::vector<std::string> parts;
   LaunchFlags flags;
 };
 
@@ -59,7 +60,8 @@ bool is_spec_file(const std::vector<std::string>& command) {
 
 // The options of the script form that a job spec's form does not take: their names, when any was given.
 std::string script_options_given(const CLI::App& cmd) {
-  static const std::set<std::string> kBoth = {"--trial-steps", "--warmup-steps", "--repeats", "--budget", "--set",
+  static const std::set<std::string> kBoth = {"--trial-steps", "--warmup-steps", "--repeats", "--budget", "--parts",
+                                              "--set",
                                               "--logs-dir", "--insecure", "--secret-dir", "command"};
   std::string given;
   for (const auto* option : cmd.get_options()) {
@@ -142,6 +144,7 @@ bool check_numbers(const TuneArgs& a, tune::TuneOptions& options) {
   options.trial = {a.warmup_steps, a.trial_steps, std::min(kLossSteps, a.warmup_steps + a.trial_steps)};
   options.repeats = a.repeats;
   options.budget_s = *budget;
+  options.parts = {a.parts.begin(), a.parts.end()};
   return true;
 }
 
@@ -231,6 +234,10 @@ Action add_tune_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--repeats", args->repeats, "trials of each configuration, interleaved")->capture_default_str();
   cmd->add_option("--budget", args->budget, "the most the tuning may take: 600, 90s, 10m, 1h")->capture_default_str();
+  cmd->add_option("--parts", args->parts, "try only the remedies for these parts of a step: data, communication, "
+                                          "compute (comma-separated; default: every part worth one)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"data", "communication", "compute"}));
   cmd->add_option("--set", args->sets, "override a key of the job spec (JOB.yaml form; repeatable)");
   add_launch_flags(*cmd, args->flags);
   run::add_run_options(*cmd, args->run);

@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,7 @@ struct TuneOptions {
   TrialSettings trial;      // --warmup-steps, --trial-steps; losses: the first min(5, W + N) steps are checked
   int repeats = 3;          // --repeats
   double budget_s = 600;    // --budget
+  std::set<std::string> parts;   // --parts: only candidates of these parts (data, communication, compute); all if empty
   std::string dir;          // the tune directory (result.h), created by the caller
 };
 

@@ -1,14 +1,14 @@
 """`dtrain tune` on ordinary PyTorch scripts (tests/integration/scripts/tune_train.py; real launcher, real agents,
 Debian's torch 1.13 over gloo, 2 ranks unless said), with short trials (4 warm-up + 12 measured steps; 2 repeats for
 slow data, 1 for the others, whose checks are not speeds):
-  slow data   a dataset that waits 2 ms a sample (a read from slow storage) under a DataLoader with num_workers=0:
+  slow data   (--parts data) a dataset that waits 2 ms a sample (a read from slow storage) under a DataLoader with num_workers=0:
               the bottleneck is data, tune tries num_workers=1 (each rank may use 1 of the 2 CPUs), reports its
               speed-up with an interval that excludes 1, recommends it with the same losses, prints the DataLoader
               line and writes tune.yaml; tune.json, events.jsonl (a tune_trial line per trial) and report.html with
               its Tuning section are written; a later `dtrain run --tune tune.yaml` of the unchanged script is faster
               than a plain `dtrain run` (the script's own samples/s), by a ratio inside the interval tune reported,
               widened by the spread of the plain runs;
-  buckets     a DDP model of 129 small layers with bucket_cap_mb=1: bucket sizes (5 and 25 MB) and
+  buckets     (--parts communication,compute) a DDP model of 129 small layers with bucket_cap_mb=1: bucket sizes (5 and 25 MB) and
               gradient_as_bucket_view are tried, each with its interval and a loss check of "same" (what they gain
               here is in BENCHMARKS.md, measured with 3 repeats);
   trainer     the job-spec form (`dtrain tune job.yaml --set ...`) with dtrain-trainer on 2 simulated nodes: its
@@ -38,9 +38,9 @@ SCRIPT = os.path.join(HERE, "scripts", "tune_train.py")
 SHORT = ["--warmup-steps", "4", "--trial-steps", "12"]
 
 
-def tune(args, ranks=2, repeats=3, timeout=240):
-    run = Run(["tune"] + SHORT + ["--budget", "4m", "--repeats", str(repeats), "-n", str(ranks), "--", PYTHON, SCRIPT]
-              + args, timeout=timeout)
+def tune(args, ranks=2, repeats=3, parts=None, timeout=240):
+    run = Run(["tune"] + SHORT + ["--budget", "4m", "--repeats", str(repeats)] + (["--parts", parts] if parts else [])
+              + ["-n", str(ranks), "--", PYTHON, SCRIPT] + args, timeout=timeout)
     run.run()
     return run
 
@@ -74,7 +74,7 @@ def own_rate(dir, extra):
 
 
 def slow_data():
-    run = tune(["--delay-ms", "2"], repeats=2)
+    run = tune(["--delay-ms", "2"], repeats=2, parts="data")
     check(run.code == 0, "slow data: tune exits 0, got %s: %s" % (run.code, run.err[-800:]))
     result = result_of(run)
     if result is None:
@@ -90,8 +90,12 @@ def slow_data():
     check(chosen is not None and chosen["loss_check"] == "same", "slow data: its losses are the baseline's")
     check("DataLoader(dataset, ..., num_workers=1" in run.out, "slow data: the script's line is printed")
     progress = re.findall(r"^tune: trial \d+", run.out, re.M)
-    check(len(progress) == result["trials_run"] >= 6, "slow data: a progress line per trial, at least 6 trials (2 "
-          "repeats of the baseline and 2 candidates): %d lines, %d trials" % (len(progress), result["trials_run"]))
+    check(len(progress) == result["trials_run"] == 6, "slow data: a progress line per trial, 6 trials (2 repeats of "
+          "the baseline and the 2 data candidates: --parts data): %d lines, %d trials"
+          % (len(progress), result["trials_run"]))
+    check(all(c["name"] == "baseline" or "num_workers" in c["name"] for c in result["candidates"]),
+          "slow data: --parts data tries the data part's candidates alone: %s"
+          % [c["name"] for c in result["candidates"]])
     folder = tune_dir(run)
     with open(os.path.join(folder, "events.jsonl")) as f:
         trials = [json.loads(line) for line in f if '"tune_trial"' in line]
@@ -119,7 +123,7 @@ def slow_data():
 
 
 def buckets():
-    run = tune(["--model", "many-small", "--bucket-mb", "1"], repeats=1)
+    run = tune(["--model", "many-small", "--bucket-mb", "1"], repeats=1, parts="communication,compute")
     check(run.code == 0, "buckets: tune exits 0, got %s: %s" % (run.code, run.err[-800:]))
     result = result_of(run)
     if result is None:
