@@ -81,6 +81,14 @@ std::optional<spec::Spec> tune_job(TuneArgs& args, const CLI::App& cmd) {
     }
     auto job = run::resolve_run_job(args.run, cmd);
     if (!job) return std::nullopt;
+    const run::Resolved& r = job->resolved;
+    if (cmd.count("--console") > 0 || r.console != run::Resolved::Console::unchanged || !r.log_dir.empty() ||
+        r.redirects != 0) {
+      std::fprintf(stderr, "dtrain tune: --console, --log-dir, --redirects, --tee and --local-ranks-filter (or their "
+                           "PET_ variables) do not apply: the terminal shows the tuning's own lines, and each trial's "
+                           "output is in its run directory under the tune directory\n");
+      return std::nullopt;
+    }
     if (job->resolved.multi) {
       std::fprintf(stderr, "dtrain tune: every trial is launched from this one command, so its nodes must be "
                            "described where it can reach them: write them in a job spec (nodes: provider static, "
@@ -234,8 +242,9 @@ Action add_tune_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--repeats", args->repeats, "trials of each configuration, interleaved")->capture_default_str();
   cmd->add_option("--budget", args->budget, "the most the tuning may take: 600, 90s, 10m, 1h")->capture_default_str();
-  cmd->add_option("--parts", args->parts, "try only the remedies for these parts of a step: data, communication, "
-                                          "compute (comma-separated; default: every part worth one)")
+  cmd->add_option("--parts", args->parts, "try the remedies for these parts of a step, and only these, whatever their "
+                                          "share: data, communication, compute (comma-separated; default: every part "
+                                          "of 10% of a step or more)")
       ->delimiter(',')
       ->check(CLI::IsMember({"data", "communication", "compute"}));
   cmd->add_option("--set", args->sets, "override a key of the job spec (JOB.yaml form; repeatable)");

@@ -166,7 +166,7 @@ JobFacts job_facts(const std::vector<RankTrial>& ranks, bool trainer, int nodes)
   return f;
 }
 
-std::vector<Candidate> choose_candidates(const JobFacts& f) {
+std::vector<Candidate> choose_candidates(const JobFacts& f, const std::set<std::string>& only) {
   struct Part {
     const char* name;
     double share;
@@ -178,7 +178,7 @@ std::vector<Candidate> choose_candidates(const JobFacts& f) {
   std::stable_sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.share > b.share; });
   std::vector<Candidate> out;
   for (const auto& part : parts) {
-    if (part.share >= kWorthShare) part.choose(f, out);
+    if (only.empty() ? part.share >= kWorthShare : only.count(part.name) > 0) part.choose(f, out);
   }
   // What the bootstrap names when it says what a trial's overlay changed.
   for (auto& c : out) c.overlay.file = "dtrain tune";

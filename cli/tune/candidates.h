@@ -22,6 +22,7 @@
 // Candidates come bottleneck first, then by the other parts' shares.
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -68,7 +69,9 @@ struct Candidate {
   std::vector<std::string> args;             // dtrain-trainer's flags, with their values: {"--threads", "2"}
 };
 
-std::vector<Candidate> choose_candidates(const JobFacts& facts);
+// `parts` (dtrain tune --parts): only these parts' candidates, whatever their share; empty: every part of at least
+// kWorthShare.
+std::vector<Candidate> choose_candidates(const JobFacts& facts, const std::set<std::string>& parts = {});
 
 // `command` with each of `args`' flags set to its value (replacing the flag where the command has it, as
 // "--flag value" or "--flag=value"; appended otherwise).

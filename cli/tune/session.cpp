@@ -182,10 +182,7 @@ TuneResult run_tuning(const spec::Spec& spec, const TuneOptions& options, const 
   }
   r.facts = job_facts(first.ranks, is_trainer_command(spec.command), spec.nodes.max_count);
   r.facts.bound = spec.binding == spec::Binding::automatic;
-  auto candidates = choose_candidates(r.facts);
-  if (!options.parts.empty()) {
-    std::erase_if(candidates, [&options](const Candidate& c) { return !options.parts.count(c.part); });
-  }
+  auto candidates = choose_candidates(r.facts, options.parts);
   const double trial_s = std::max(first.seconds, 0.1);
   s.trial_cap_s = std::max(kTrialSlack * trial_s, trial_s + kTrialSlackS);
   const double left = std::chrono::duration<double>(s.deadline - Clock::now()).count();

@@ -38,7 +38,7 @@ struct TuneOptions {
   TrialSettings trial;      // --warmup-steps, --trial-steps; losses: the first min(5, W + N) steps are checked
   int repeats = 3;          // --repeats
   double budget_s = 600;    // --budget
-  std::set<std::string> parts;   // --parts: only candidates of these parts (data, communication, compute); all if empty
+  std::set<std::string> parts;   // --parts: these parts' candidates, whatever their share (candidates.h)
   std::string dir;          // the tune directory (result.h), created by the caller
 };
 

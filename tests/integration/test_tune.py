@@ -16,12 +16,12 @@ slow data, 1 for the others, whose checks are not speeds):
               losses kept; a script-form option given with a spec is refused;
   tuned       one rank, no data wait, no communication, a thread per CPU: tune says the job is already tuned, recommends
               nothing and writes no tune.yaml, after one trial;
-  losses      (1 rank) the slow dataset adds noise from the global generator: in DataLoader workers that noise differs, so
+  losses      (1 rank, --parts data) the slow dataset adds noise from the global generator: in DataLoader workers that noise differs, so
               num_workers changes the losses; that candidate is reported as loss_changed and not recommended;
   (slow data, whose measure is a speed-up, runs alone as integration.tune_speedup: `--only speedup`; the others'
   checks do not depend on how fast the machine is at the moment)
   refused     each a clear message and nothing left running: a script that never steps an optimizer (exit 2), one that
-              ends before the warm-up (exit 2), one whose dataset fails in workers (1 rank) (that candidate "failed", the
+              ends before the warm-up (exit 2), one whose dataset fails in workers (1 rank, --parts data) (that candidate "failed", the
               tuning goes on, exit 0), a budget too small for one trial (exit 2), a program that is not Python."""
 
 import json
@@ -150,7 +150,7 @@ def already_tuned():
 
 
 def losses_change():
-    run = tune(["--delay-ms", "2", "--augment"], ranks=1, repeats=1)
+    run = tune(["--delay-ms", "2", "--augment"], ranks=1, repeats=1, parts="data")
     check(run.code == 0, "losses: exit 0, got %s: %s" % (run.code, run.err[-600:]))
     result = result_of(run)
     if result is None:
@@ -210,7 +210,7 @@ def refused():
     check(run.code == 2 and "after 4 optimizer step(s)" in run.err and "= 16" in run.err,
           "too few steps: exit 2 and why: %s" % run.err)
     run.assert_no_leaks()
-    run = tune(["--delay-ms", "2", "--main-process-only"], ranks=1, repeats=1)
+    run = tune(["--delay-ms", "2", "--main-process-only"], ranks=1, repeats=1, parts="data")
     result = result_of(run)
     failed = named(result, "num_workers=1") if result else None
     check(run.code == 0 and failed is not None and failed["status"] == "failed" and "exited with code" in
@@ -225,6 +225,8 @@ def refused():
     check(run.code == 2 and "the budget (1 s) ended before the baseline's first trial did" in run.err,
           "a budget too small: exit 2 and why: %s" % run.err)
     run.assert_no_leaks()
+    run = Run(["tune", "--console", "all", "-n", "1", "--", PYTHON, SCRIPT], timeout=30).run()
+    check(run.code == 2 and "do not apply" in run.err, "--console is refused, not ignored: %s" % run.err)
     run = Run(["tune", "-n", "1", "--", "/bin/sleep", "1"], timeout=30).run()
     check(run.code == 2 and "neither a PyTorch script" in run.err, "not Python: exit 2: %s" % run.err)
 

@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -145,6 +146,12 @@ TEST_CASE("candidates follow the measured bottleneck") {
   CHECK(c[0].overlay.binding == dtrain::spec::Binding::none);
   f.ranks = 1;
   CHECK(choose_candidates(f).empty());
+  // --parts: those parts' candidates whatever their share, and no other part's.
+  f.has_loader = true;
+  c = choose_candidates(f, {"data"});
+  REQUIRE(!c.empty());
+  CHECK(c[0].part == "data");
+  CHECK(std::all_of(c.begin(), c.end(), [](const Candidate& x) { return x.part == "data"; }));
 }
 
 TEST_CASE("dtrain-trainer's candidates are its flags and its backend") {
