@@ -83,6 +83,12 @@ TrialMeasure measure_trial(const TrialRun& run, const std::string& unit) {
   return m;
 }
 
+double median_of(const std::vector<TrialMeasure>& trials, double TrialMeasure::*measure) {
+  std::vector<double> values;
+  for (const auto& t : trials) values.push_back(t.*measure);
+  return median(std::move(values));
+}
+
 bool losses_agree(const TrialMeasure& a, const TrialMeasure& b) {
   for (const auto& [rank, losses] : a.losses) {
     const auto other = b.losses.find(rank);
@@ -114,8 +120,8 @@ void judge(CandidateResult& c, const CandidateResult& baseline, bool seeded) {
   c.loss_check = same ? "same" : "differs";
   if (!same && c.status == "measured") {
     c.status = "loss_changed";
-    c.note = "its first losses differ from the baseline's (beyond " + std::string("1e-4 relative") +
-             "): it changes what the script computes";
+    c.note = "its first losses differ from the baseline's (beyond 1e-4 relative): it changes what the script "
+             "computes";
   }
 }
 

@@ -31,6 +31,9 @@ TrialMeasure measure_trial(const TrialRun& run, const std::string& unit);
 
 bool losses_agree(const TrialMeasure& a, const TrialMeasure& b);
 
+// The median over `trials` of one of their measures (data_wait_ms, comm_ms, memory_bytes); 0 for none.
+double median_of(const std::vector<TrialMeasure>& trials, double TrialMeasure::*measure);
+
 // The candidate's rate, speed-up over `baseline` and loss check (`seeded`: the baseline's trials agree).
 void judge(CandidateResult& candidate, const CandidateResult& baseline, bool seeded);
 

@@ -81,16 +81,8 @@ std::string verdict_for(const TuneResult& r) {
 void add_row(std::string& out, const std::string& rank, int width, const TuneResult& r, const CandidateResult& c) {
   const bool base = &c == &r.results.front();
   std::string speed = base ? "1 (baseline)" : c.trials.empty() ? "-" : interval_text(c.speed);
-  std::string data = c.trials.empty() ? "-" : fixed("%.2f ms", median([&] {
-    std::vector<double> v;
-    for (const auto& t : c.trials) v.push_back(t.data_wait_ms);
-    return v;
-  }()));
-  std::string comm = c.trials.empty() ? "-" : fixed("%.2f ms", median([&] {
-    std::vector<double> v;
-    for (const auto& t : c.trials) v.push_back(t.comm_ms);
-    return v;
-  }()));
+  std::string data = c.trials.empty() ? "-" : fixed("%.2f ms", median_of(c.trials, &TrialMeasure::data_wait_ms));
+  std::string comm = c.trials.empty() ? "-" : fixed("%.2f ms", median_of(c.trials, &TrialMeasure::comm_ms));
   std::string memory = c.trials.empty() ? "-" : plan::bytes_text(static_cast<std::uint64_t>(
                                                     c.trials.front().memory_bytes));
   std::string status = c.status + (&c == &r.results[static_cast<std::size_t>(std::max(r.recommended, 0))] &&
@@ -177,7 +169,7 @@ std::vector<std::string> candidate_lines(const Candidate& c, const spec::Spec& s
   }
   for (const auto& [name, value] : c.overlay.env) lines.push_back(name + "=" + value + "   # the job's env");
   if (c.overlay.binding) {
-    lines.push_back(std::string("binding: ") + (*c.overlay.binding == spec::Binding::none ? "none" : "auto") +
+    lines.push_back("binding: " + std::string(spec::to_string(*c.overlay.binding)) +
                     "   # the job spec (dtrain run: in tune.yaml)");
   }
   return lines;
@@ -204,7 +196,7 @@ std::string overlay_yaml(const CandidateResult& c) {
   }
   if (!ddp.empty()) out += "  ddp: {" + ddp + "}\n";
   if (o.intra_op_threads) out += "  threads: {intra_op: " + std::to_string(*o.intra_op_threads) + "}\n";
-  if (o.binding) out += std::string("  binding: ") + (*o.binding == spec::Binding::none ? "none" : "auto") + "\n";
+  if (o.binding) out += "  binding: " + std::string(spec::to_string(*o.binding)) + "\n";
   if (!o.env.empty()) {
     out += "  env:\n";
     for (const auto& [name, value] : o.env) out += "    " + name + ": \"" + value + "\"\n";

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/tune/measure.h"
 #include "cli/tune/outcome.h"
 #include "common/clock.h"
 
@@ -12,12 +13,6 @@ namespace {
 
 using nlohmann::ordered_json;
 
-double median_of(const std::vector<TrialMeasure>& trials, double TrialMeasure::*field) {
-  std::vector<double> values;
-  for (const auto& t : trials) values.push_back(t.*field);
-  return median(std::move(values));
-}
-
 ordered_json candidate_json(const CandidateResult& c) {
   ordered_json j;
   j["name"] = c.candidate.name;
@@ -25,7 +20,7 @@ ordered_json candidate_json(const CandidateResult& c) {
                                                      : ordered_json::object();
   j["knobs"].erase("file");
   if (c.candidate.overlay.binding) {
-    j["knobs"]["binding"] = *c.candidate.overlay.binding == spec::Binding::none ? "none" : "auto";
+    j["knobs"]["binding"] = spec::to_string(*c.candidate.overlay.binding);
   }
   ordered_json env = ordered_json::object();
   for (const auto& [name, value] : c.candidate.overlay.env) env[name] = value;

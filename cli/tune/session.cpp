@@ -63,7 +63,7 @@ spec::Spec Session::trial_spec(const Candidate& c) const {
   s.logs.dir = (std::filesystem::path(options.dir) / "trials").string();
   s.logs.console = spec::Spec::Logs::Console::all;
   s.restart.max_restarts = 0;
-  if (has_python_knobs(c.overlay) || !c.overlay.env.empty() || c.overlay.binding) apply_overlay(c.overlay, s);
+  apply_overlay(c.overlay, s);   // (an empty one, the baseline's and dtrain-trainer's flags, changes nothing)
   for (const auto& [name, value] : c.env) s.env[name] = value;
   if (!c.args.empty()) s.command = with_flags(s.command, c.args);
   s.tune_env["DTRAIN_TUNE_TRIAL"] = trial_env_value(options.trial);
