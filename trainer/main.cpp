@@ -8,7 +8,7 @@
 
 #include "trainer/data/shard.h"
 #include "trainer/kernels/cpu/gemm_rate.h"
-#include "trainer/train/console.h"
+#include "trainer/train/report/console.h"
 #include "trainer/train/loop.h"
 #include "trainer/train/options.h"
 

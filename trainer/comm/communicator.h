@@ -63,6 +63,12 @@ class Communicator {
   // gloo, shm); see the top of this file.
   virtual bool device_buffers() const { return false; }
 
+  // Device backends (nccl): every collective issued after this call first waits, on the device, for the work
+  // enqueued on `stream` (a cudaStream_t; kernels::Backend::compute_stream()) before the collective was issued, so
+  // that a gradient bucket is reduced only once backward has produced it, without the host waiting. Host backends
+  // ignore it (their callers compute on the host, in order). Null: no such ordering.
+  virtual void order_after(void* stream) { (void)stream; }
+
   // Buffers where this backend wants them. allocate() returns room for `count` floats (uninitialised; nullptr
   // for 0) and throws CommError when it cannot; release() frees it (nullptr is fine). copy_in() copies `count`
   // floats from host memory into such a buffer, copy_out() from such a buffer into host memory; both return once

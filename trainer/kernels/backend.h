@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "trainer/kernels/half.h"
@@ -30,6 +31,26 @@ class Backend {
   virtual void release(float* data) = 0;
   // data[0, count) = 0.
   virtual void zero(float* data, std::size_t count) = 0;
+
+  // Where the backend's memory is, for the code around the ops (the model's set-up, checkpoints, the optimizer's
+  // bookkeeping). host_accessible(): whether host code may read and write it directly (cpu: yes; cuda: no, it is
+  // device memory). copy_in() copies `bytes` from host memory into the backend's memory, copy_out() the other way;
+  // both are ordered after the work enqueued before them and complete when they return. synchronize() waits for
+  // everything enqueued. compute_stream(): the queue the ops run on, for a communicator to order its collectives
+  // after (cuda: its cudaStream_t; null for a backend that computes on the calling thread). Defaults: host memory,
+  // memcpy, nothing to wait for.
+  virtual bool host_accessible() const { return true; }
+  virtual void copy_in(void* dst, const void* host, std::size_t bytes) {
+    if (bytes > 0) std::memcpy(dst, host, bytes);
+  }
+  virtual void copy_out(void* host, const void* src, std::size_t bytes) {
+    if (bytes > 0) std::memcpy(host, src, bytes);
+  }
+  virtual void synchronize() {}
+  virtual void* compute_stream() const { return nullptr; }
+  // The device as torch.cuda.get_device_name names it ("NVIDIA H200"), or "cpu" for a backend that computes with
+  // the host's cores.
+  virtual std::string device_name() const { return "cpu"; }
 
   // out (N, C) = wte[tokens[n]] + wpe[n % T]; tokens (N) with N = B*T.
   virtual void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B,

@@ -8,6 +8,10 @@ Gpt::Activations::Activations(kernels::Backend& b, const GptConfig& c, kernels::
                               std::size_t BTT)
     : backend(b), capacity_bt(BT), capacity_att(BTT) {
   const std::size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
+  // Token ids are 4 bytes, as a float is.
+  static_assert(sizeof(std::int32_t) == sizeof(float));
+  inputs = reinterpret_cast<std::int32_t*>(backend.allocate(BT));
+  targets = reinterpret_cast<std::int32_t*>(backend.allocate(BT));
   encoded = take(BT * C);
   ln1 = take_input(precision, L, BT * C);
   ln1_mean = take(L * BT);
@@ -36,6 +40,8 @@ Gpt::Activations::Activations(kernels::Backend& b, const GptConfig& c, kernels::
 
 Gpt::Activations::~Activations() {
   for (float* p : owned) backend.release(p);
+  backend.release(reinterpret_cast<float*>(inputs));
+  backend.release(reinterpret_cast<float*>(targets));
   backend.release(att_scratch);
 }
 

@@ -43,7 +43,9 @@ struct Gpt::Activations {
   int B = 0, T = 0;                 // shape of the last forward()
   std::size_t capacity_bt = 0;      // B*T the buffers hold
   std::size_t capacity_att = 0;     // B*T*T the attention buffers hold (per head and layer)
-  std::vector<std::int32_t> inputs, targets;
+  // The last forward's token ids (B*T each), in the backend's memory (copied in by forward); not in owned_count.
+  std::int32_t* inputs = nullptr;
+  std::int32_t* targets = nullptr;
   bool has_targets = false;
 
   float* encoded = nullptr;     // (B, T, C)

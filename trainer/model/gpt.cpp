@@ -10,6 +10,7 @@
 
 #include "trainer/kernels/cpu/backend.h"
 #include "trainer/model/activations.h"
+#include "trainer/model/host_mirror.h"
 
 namespace dtrain::trainer {
 
@@ -112,22 +113,23 @@ void Gpt::init_weights(std::uint64_t seed) {
   };
   const GptConfig& c = config();
   const double residual_std = 0.02 / std::sqrt(2.0 * c.num_layers);
-  backend_.zero(params_, buffer_size());
-  normal(params_, static_cast<std::size_t>(c.vocab_size) * c.channels, 0.02);  // padded rows stay 0
-  normal(params_ + layout_.wpe().offset, layout_.wpe().count, 0.02);
-  auto fill = [this](ParamRange r, float value) {
-    for (std::size_t i = 0; i < r.count; ++i) params_[r.offset + i] = value;
-  };
+  HostMirror mirror(backend_, params_, buffer_size(), HostMirror::Read::no);
+  float* const params = mirror.data();
+  std::fill_n(params, buffer_size(), 0.0f);
+  normal(params, static_cast<std::size_t>(c.vocab_size) * c.channels, 0.02);  // padded rows stay 0
+  normal(params + layout_.wpe().offset, layout_.wpe().count, 0.02);
+  auto fill = [params](ParamRange r, float value) { std::fill_n(params + r.offset, r.count, value); };
   for (int l = 0; l < c.num_layers; ++l) {
     auto range = [&](LayerTensor t) { return layout_.layer_tensor(l, t); };
     fill(range(LayerTensor::ln1w), 1.0f);
     fill(range(LayerTensor::ln2w), 1.0f);
-    normal(params_ + range(LayerTensor::qkvw).offset, range(LayerTensor::qkvw).count, 0.02);
-    normal(params_ + range(LayerTensor::attprojw).offset, range(LayerTensor::attprojw).count, residual_std);
-    normal(params_ + range(LayerTensor::fcw).offset, range(LayerTensor::fcw).count, 0.02);
-    normal(params_ + range(LayerTensor::fcprojw).offset, range(LayerTensor::fcprojw).count, residual_std);
+    normal(params + range(LayerTensor::qkvw).offset, range(LayerTensor::qkvw).count, 0.02);
+    normal(params + range(LayerTensor::attprojw).offset, range(LayerTensor::attprojw).count, residual_std);
+    normal(params + range(LayerTensor::fcw).offset, range(LayerTensor::fcw).count, 0.02);
+    normal(params + range(LayerTensor::fcprojw).offset, range(LayerTensor::fcprojw).count, residual_std);
   }
   fill(layout_.lnfw(), 1.0f);
+  mirror.commit();
 }
 
 // Any shape within the capacity fits (activations.h); a larger one regrows every buffer.
@@ -165,9 +167,9 @@ float Gpt::forward(const std::int32_t* inputs, const std::int32_t* targets, int 
   if (targets != nullptr) check_tokens(targets, "target");
   ensure_activations(B, T);
   Activations& a = *acts_;
-  a.inputs.assign(inputs, inputs + BT);
+  backend_.copy_in(a.inputs, inputs, BT * sizeof(std::int32_t));
   a.has_targets = targets != nullptr;
-  if (a.has_targets) a.targets.assign(targets, targets + BT);
+  if (a.has_targets) backend_.copy_in(a.targets, targets, BT * sizeof(std::int32_t));
 
   const int C = c.channels, NH = c.num_heads, V = c.vocab_size, Vp = c.padded_vocab_size;
   const int N = static_cast<int>(BT);
@@ -175,7 +177,7 @@ float Gpt::forward(const std::int32_t* inputs, const std::int32_t* targets, int 
   kernels::Backend& k = backend_;
   const float* p = compute_;
   gather(0);
-  k.embedding_forward(a.encoded, a.inputs.data(), p + layout_.wte().offset, p + layout_.wpe().offset, B, T, C);
+  k.embedding_forward(a.encoded, a.inputs, p + layout_.wte().offset, p + layout_.wpe().offset, B, T, C);
   for (int l = 0; l < c.num_layers; ++l) {
     auto w = [&](LayerTensor t) { return p + layout_.layer_tensor(l, t).offset; };
     auto at = [&](LayerTensor t) { return layout_.layer_tensor(l, t).offset; };
@@ -211,7 +213,7 @@ float Gpt::forward(const std::int32_t* inputs, const std::int32_t* targets, int 
   release(lnf_unit);
   linear(logits_, a.lnf, 0, layout_.wte().offset, nullptr, N, C, Vp);
   if (!a.has_targets) return std::numeric_limits<float>::quiet_NaN();
-  return k.softmax_crossentropy_forward(a.probs, a.losses, logits_, a.targets.data(), N, V, Vp);
+  return k.softmax_crossentropy_forward(a.probs, a.losses, logits_, a.targets, N, V, Vp);
 }
 
 void Gpt::zero_grad() { backend_.zero(grads_, buffer_size()); }
@@ -238,7 +240,7 @@ void Gpt::backward(float loss_scale, const GradsReady& grads_ready) {
 
   a.ensure_scratch(k.attention_scratch_size(B, T, C, NH));
   float* dlogits = a.probs;
-  k.softmax_crossentropy_backward(dlogits, a.probs, a.targets.data(), loss_scale / static_cast<float>(N), N, V, Vp);
+  k.softmax_crossentropy_backward(dlogits, a.probs, a.targets, loss_scale / static_cast<float>(N), N, V, Vp);
   linear_backward(a.dbtc, layout_.wte().offset, nullptr, dlogits, a.lnf, 0, N, C, Vp);
   k.zero(a.dresidual, BT * C);
   const float* last = a.residual3 + (c.num_layers - 1) * BT * C;
@@ -281,7 +283,7 @@ void Gpt::backward(float loss_scale, const GradsReady& grads_ready) {
     release(1 + l);
     ready_from(start(LayerTensor::ln1w));
   }
-  k.embedding_backward(g + layout_.wte().offset, g + layout_.wpe().offset, a.dresidual, a.inputs.data(), B, T, C);
+  k.embedding_backward(g + layout_.wte().offset, g + layout_.wpe().offset, a.dresidual, a.inputs, B, T, C);
   release(0);
   ready_from(layout_.wpe().offset);
   ready_from(0);

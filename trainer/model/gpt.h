@@ -66,7 +66,7 @@ class Gpt {
 
   const GptConfig& config() const { return layout_.config(); }
   const ParamLayout& layout() const { return layout_; }
-  kernels::Backend& backend() { return backend_; }
+  kernels::Backend& backend() const { return backend_; }
   // Where params(), grads() and working_params() came from; the reducers take their 16-bit copies from it too.
   BufferSource& buffers() { return buffers_; }
   kernels::Dtype precision() const { return precision_; }

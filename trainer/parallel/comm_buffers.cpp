@@ -58,7 +58,7 @@ void CommBuffers::release(float* data) {
 
 std::unique_ptr<BufferSource> collective_buffers(Communicator& comm, kernels::Backend& backend,
                                                  std::function<void(const std::string&)> notice) {
-  if (comm.device_buffers() || backend.name() != "cpu") return std::make_unique<BackendBuffers>(backend);
+  if (comm.device_buffers() || !backend.host_accessible()) return std::make_unique<BackendBuffers>(backend);
   return std::make_unique<CommBuffers>(comm, std::move(notice));
 }
 

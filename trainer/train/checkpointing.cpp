@@ -10,6 +10,7 @@
 
 #include "trainer/ckpt/checkpoint_dir.h"
 #include "trainer/ckpt/model_file.h"
+#include "trainer/model/host_mirror.h"
 #include "trainer/train/collectives.h"
 
 namespace dtrain::trainer {
@@ -135,7 +136,9 @@ std::optional<StartPoint> load_newest_checkpoint(const std::string& dir, const T
       TrainState state =
           read_checkpoint_pair(pair, shape.config, ordered.data(), m.data(), v.data(), n, model_checked);
       check_precision(pair.state, state);
-      model.layout().from_checkpoint_order(ordered.data(), model.params());
+      HostMirror params(model.backend(), model.params(), model.buffer_size());
+      model.layout().from_checkpoint_order(ordered.data(), params.data());
+      params.commit();
       model.layout().unpack(m.data(), m_out);
       model.layout().unpack(v.data(), v_out);
       if (found.world_size != shape.world_size || found.batch_size != shape.batch_size ||
@@ -174,7 +177,8 @@ void save_checkpoint(Communicator& comm, const std::string& dir, const Gpt& mode
       std::filesystem::create_directories(dir, ec);
       if (ec) throw CheckpointError("cannot create --checkpoint-dir " + dir + " (" + ec.message() + ")");
       std::vector<float> ordered(model.num_params());
-      model.layout().to_checkpoint_order(model.params(), ordered.data());
+      const HostMirror params(model.backend(), model.params(), model.buffer_size());
+      model.layout().to_checkpoint_order(params.data(), ordered.data());
       TrainState recorded = state;
       recorded.model_crc = write_model_file(pair.model, model.config(), ordered.data(), ordered.size());
       try {

@@ -50,8 +50,8 @@ std::uint64_t global_batch_tokens(const TrainState& state);
 // starting from step 1, which would silently discard the whole run. A checkpoint of another model shape or global
 // batch throws std::invalid_argument (resuming it would not continue the same run), but only once its state file's
 // checksum holds: a flipped bit in a shape field is damage, skipped like any other.
-// m and v receive AdamW's moments in the model's buffer layout (model.buffer_size() floats each, padding zeroed):
-// the optimizer's own state with --zero 0, scratch that the ranks then take their shards of with --zero 1..3. The
+// m and v (HOST memory) receive AdamW's moments in the model's buffer layout (model.buffer_size() floats each, padding
+// zeroed): the optimizer's own state (or a host mirror of it) with --zero 0, scratch that the ranks then take their shards of with --zero 1..3. The
 // files do not depend on the world size or the ZeRO stage (moments are stored without padding), so a run resumes
 // with another W or stage as long as the global batch is the same. The precision state comes back as the file holds
 // it, whatever the run's --precision (an fp16 checkpoint's AdamW step count stays right under bf16 or fp32); an
@@ -64,7 +64,8 @@ std::optional<StartPoint> load_newest_checkpoint(const std::string& dir, const T
 // into dir; the others wait on a one-float allreduce that also tells them whether it worked. Throws CheckpointError
 // on every rank if it did not; a model file whose state file could not be written (a full disk) is removed first,
 // so that it neither holds the space the next try needs nor pairs with an older state file of the same step.
-// m and v: AdamW's moments in the model's buffer layout (read on rank 0 only); model.params() must be whole.
+// m and v: AdamW's moments in the model's buffer layout, in HOST memory (read on rank 0 only); model.params() must be
+// whole (it may be device memory: it is copied out).
 void save_checkpoint(Communicator& comm, const std::string& dir, const Gpt& model, const float* m, const float* v,
                      const TrainState& state);
 

@@ -3,8 +3,10 @@
 // The few scalar collectives the training loop needs besides DDP's gradient buckets: rank 0's decisions reach every
 // rank by broadcast, and the step's loss and the checkpoint barrier are one-float allreduces. With one rank they
 // return the value unchanged and send nothing. Their waits count as communication (metrics/comm_time.h) in the
-// caller's phase.
+// caller's phase. On a communicator with device buffers the floats travel through a buffer of its own
+// (on_host_floats).
 
+#include <cstddef>
 #include <cstdint>
 
 #include "trainer/comm/communicator.h"
@@ -12,24 +14,45 @@
 
 namespace dtrain::trainer {
 
+// A collective on a few host floats. A communicator that takes device buffers (nccl) gets them in a buffer of its
+// own memory, copied in before and out after; the others take `values` as they are. `op` issues the collective on
+// the pointer it is given and waits for it.
+template <class Op>
+void on_host_floats(Communicator& comm, float* values, std::size_t count, Op op) {
+  if (!comm.device_buffers()) {
+    op(values);
+    return;
+  }
+  float* buffer = comm.allocate(count);
+  try {
+    comm.copy_in(buffer, values, count);
+    op(buffer);
+    comm.copy_out(values, buffer, count);
+  } catch (...) {
+    comm.release(buffer);
+    throw;
+  }
+  comm.release(buffer);
+}
+
 // Every rank gets rank 0's value. A uint64 travels as four 16-bit pieces, each exact in a float.
 inline std::uint64_t broadcast_u64(Communicator& comm, std::uint64_t value) {
   if (comm.size() == 1) return value;
   float pieces[4];
   for (int i = 0; i < 4; ++i) pieces[i] = static_cast<float>((value >> (16 * i)) & 0xffff);
-  wait_collective(*comm.broadcast(pieces, 4, 0));
+  on_host_floats(comm, pieces, 4, [&](float* p) { wait_collective(*comm.broadcast(p, 4, 0)); });
   std::uint64_t out = 0;
   for (int i = 0; i < 4; ++i) out |= static_cast<std::uint64_t>(pieces[i]) << (16 * i);
   return out;
 }
 
 inline float broadcast_float(Communicator& comm, float value) {
-  if (comm.size() > 1) wait_collective(*comm.broadcast(&value, 1, 0));
+  if (comm.size() > 1) on_host_floats(comm, &value, 1, [&](float* p) { wait_collective(*comm.broadcast(p, 1, 0)); });
   return value;
 }
 
 inline float allreduce_sum(Communicator& comm, float value) {
-  if (comm.size() > 1) wait_collective(*comm.allreduce(&value, 1));
+  if (comm.size() > 1) on_host_floats(comm, &value, 1, [&](float* p) { wait_collective(*comm.allreduce(p, 1)); });
   return value;
 }
 

@@ -160,6 +160,9 @@ void add_run_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--reduce-dtype", o.reduce_dtype, "--zero 1..3 gradient reduce-scatter dtype: fp32, or bf16 / fp16 "
                  "(half the bytes on the wire; gradients stay fp32 on each rank)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))->capture_default_str();
+  app.add_option("--device", o.device, "where to compute: cpu, cuda (GPU LOCAL_RANK; gradients over NCCL) or auto "
+                 "(cuda when a GPU is visible, else cpu)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads; 0 = OMP_NUM_THREADS, else all cores")
       ->check(nonnegative())->capture_default_str();
   app.add_option("--log-every", o.log_every, "print a console line every N steps (rank 0)")
@@ -179,8 +182,8 @@ Command parse_command_line(int argc, char** argv) {
   TrainOptions& o = command.train;
   PrepareTextArgs prepare;
 
-  CLI::App app{"dtrain-trainer: GPT-2 training on CPU (OpenBLAS + OpenMP), data parallel over Gloo when started by "
-               "dtrain or torchrun",
+  CLI::App app{"dtrain-trainer: GPT-2 training on CPU (OpenBLAS + OpenMP) or a CUDA GPU, data parallel over Gloo / "
+               "shared memory (CPU) or NCCL (GPU) when started by dtrain or torchrun",
                "dtrain-trainer"};
   app.require_subcommand(0, 1);
   // A flag given twice takes its last value, so a wrapper script's defaults can be overridden by appending.

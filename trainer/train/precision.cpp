@@ -6,6 +6,7 @@
 #include <string>
 
 #include "trainer/metrics/comm_time.h"
+#include "trainer/train/collectives.h"
 
 namespace dtrain::trainer {
 namespace {
@@ -54,6 +55,7 @@ kernels::Dtype reduce_dtype(const TrainOptions& o) {
 
 LossScaling::LossScaling(const TrainOptions& o, Communicator& comm, kernels::Backend& backend)
     : comm_(comm),
+      backend_(backend),
       scaler_(backend, LossScalerOptions{.init_scale = o.loss_scale_init,
                                          .growth_interval = o.loss_scale_growth_interval}),
       inject_(o.inject_inf_steps) {}
@@ -61,10 +63,16 @@ LossScaling::LossScaling(const TrainOptions& o, Communicator& comm, kernels::Bac
 bool LossScaling::finish(std::uint64_t step, float* grads, const GradSpans& spans) {
   const bool inject = std::find(inject_.begin(), inject_.end(), static_cast<long>(step)) != inject_.end();
   // Rank 0 only: the other ranks learn of it through the combined flag, as they would of a real overflow there.
-  if (inject && comm_.rank() == 0 && !spans.empty()) grads[spans.front().first] = std::numeric_limits<float>::infinity();
+  if (inject && comm_.rank() == 0 && !spans.empty()) {
+    const float inf = std::numeric_limits<float>::infinity();
+    backend_.copy_in(grads + spans.front().first, &inf, sizeof(inf));  // grads may be device memory
+  }
   for (const auto& [offset, count] : spans) scaler_.unscale(grads + offset, count);
   float found = scaler_.found_inf();
-  if (comm_.size() > 1) wait_collective(*comm_.allreduce(&found, 1), "allreduce (the fp16 overflow flags)");
+  if (comm_.size() > 1) {
+    on_host_floats(comm_, &found, 1,
+                   [&](float* p) { wait_collective(*comm_.allreduce(p, 1), "allreduce (the fp16 overflow flags)"); });
+  }
   return scaler_.update(found);
 }
 

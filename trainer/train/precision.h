@@ -54,6 +54,7 @@ class LossScaling {
 
  private:
   Communicator& comm_;
+  kernels::Backend& backend_;
   LossScaler scaler_;
   std::vector<long> inject_;
 };

@@ -10,11 +10,11 @@
 #include "trainer/common/env.h"
 #include "trainer/kernels/cpu/backend.h"
 #include "trainer/parallel/comm_buffers.h"
-#include "trainer/train/console.h"
+#include "trainer/train/report/console.h"
 
 namespace dtrain::trainer {
 
-std::unique_ptr<Communicator> start_communicator(const TrainOptions& o) {
+std::unique_ptr<Communicator> start_communicator(const TrainOptions& o, const ComputeDevice& device) {
   int threads = o.threads;
   if (threads <= 0) {
     std::string warning;
@@ -22,14 +22,14 @@ std::unique_ptr<Communicator> start_communicator(const TrainOptions& o) {
     if (!warning.empty()) spdlog::warn("{}", warning);
   }
   kernels::set_cpu_threads(threads);
-  std::unique_ptr<Communicator> comm = make_communicator_from_env();
+  std::unique_ptr<Communicator> comm = device_communicator(device);
   quiet_console_unless_rank0(comm->rank());
   return comm;
 }
 
-std::unique_ptr<BufferSource> model_buffers(Communicator& comm) {
+std::unique_ptr<BufferSource> model_buffers(Communicator& comm, kernels::Backend& backend) {
   const int rank = comm.rank();
-  return collective_buffers(comm, kernels::cpu_backend(), [rank](const std::string& message) {
+  return collective_buffers(comm, backend, [rank](const std::string& message) {
     if (rank == 0) spdlog::warn("{}", message);
   });
 }
@@ -42,6 +42,7 @@ std::unique_ptr<DdpReducer> start_ddp(const TrainOptions& o, Communicator& comm,
                                          : default_bucket_bytes(grad_bytes);
   options.comm_dtype = comm_dtype;
   options.buffers = &model.buffers();
+  if (!model.backend().host_accessible()) options.device = &model.backend();
   auto ddp = std::make_unique<DdpReducer>(comm, model.grads(), model.num_params(), options);
   constexpr double kMiB = 1 << 20;
   spdlog::info("DDP: {} gradient buckets over {:.2f} MiB from its end, {:.2f} MiB first, then {:.2f} MiB each ({})",

@@ -13,18 +13,20 @@
 #include "trainer/model/config.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/parallel/ddp/reducer.h"
+#include "trainer/train/device.h"
 #include "trainer/train/options.h"
 
 namespace dtrain::trainer {
 
-// Setup, first: the CPU threads (--threads, else OMP_NUM_THREADS, else every core), then the communicator, whose
-// rank decides who shows progress.
-std::unique_ptr<Communicator> start_communicator(const TrainOptions& options);
+// Setup, first: the CPU threads (--threads, else OMP_NUM_THREADS, else every core), then the communicator for the
+// device (device.h), whose rank decides who shows progress.
+std::unique_ptr<Communicator> start_communicator(const TrainOptions& options, const ComputeDevice& device);
 
 // Where the model keeps the buffers that collectives read and write, and the reducers their 16-bit copies: the
 // communicator's memory (trainer/parallel/comm_buffers.h; with the shm backend, its shared segment). When it has no
-// room for one, that buffer is ordinary memory and rank 0 says so once on stderr (what, why, the fix).
-std::unique_ptr<BufferSource> model_buffers(Communicator& comm);
+// room for one, that buffer is ordinary memory and rank 0 says so once on stderr (what, why, the fix). On a GPU
+// (`backend` not host-accessible): the backend's device memory.
+std::unique_ptr<BufferSource> model_buffers(Communicator& comm, kernels::Backend& backend);
 
 // DDP's reducer over the model's gradients (--ddp-bucket-mb, --ddp-comm-dtype), its 16-bit copy from the model's
 // buffers; says on the console how the gradient was cut into buckets.

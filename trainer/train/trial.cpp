@@ -193,7 +193,7 @@ std::string trial_line(const TrialReport& r) {
   out += std::to_string(r.steps);
   append_trial_key(out, "complete");
   out += r.complete ? "true" : "false";
-  out += ",\"device\":\"cpu\"";
+  out += ",\"device\":\"" + r.device + "\"";
   append_trial_numbers(out, "step_s", r.step_s);
   append_trial_key(out, "data_wait_s");
   append_trial_number(out, r.data_wait_s);

@@ -61,6 +61,7 @@ struct TrialReport {
   int rank = 0;
   long steps = 0;
   bool complete = false;
+  std::string device = "cpu";  // "cpu" or "cuda" (--device)
   std::vector<double> step_s;
   double data_wait_s = 0;
   double comm_s = 0;
@@ -91,6 +92,8 @@ class TrialRun {
   // After each optimizer step (train_step's return): its metrics and times; `comm` and `shape` say the rank, the
   // backend and the batch.
   void record(const StepMetrics& m, const StepTimes& times, const Communicator& comm, const TrainState& shape);
+  // Where the rank computes: "cpu" (the default) or "cuda".
+  void set_device(const std::string& device) { report_.device = device; }
   // At the run's end with its exit code: writes the line to stderr (once), complete when the code is 0 and every
   // step was made; returns `code`.
   int end(int code);

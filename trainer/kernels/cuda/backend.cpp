@@ -74,6 +74,12 @@ void CudaBackend::copy_to_host(void* host, const void* device, std::size_t bytes
   synchronize();
 }
 
+std::string CudaBackend::device_name() const {
+  cudaDeviceProp properties{};
+  if (cudaGetDeviceProperties(&properties, device_) != cudaSuccess) return "cuda";
+  return properties.name;
+}
+
 void CudaBackend::synchronize() { check(cudaStreamSynchronize(stream_), "a kernel on the backend's stream"); }
 
 void* CudaBackend::allocate_bytes(std::size_t bytes) {

@@ -48,12 +48,17 @@ class CudaBackend final : public Backend {
   void copy_to_device(void* device, const void* host, std::size_t bytes);
   void copy_to_host(void* host, const void* device, std::size_t bytes);
   // Waits for everything enqueued so far; throws what a failed kernel left behind.
-  void synchronize();
+  void synchronize() override;
   // Device memory for 16-bit values or token ids (allocate() is for floats): `bytes` zeroed, freed with release().
   void* allocate_bytes(std::size_t bytes);
   void release_bytes(void* data);
 
   std::string name() const override { return "cuda"; }
+  bool host_accessible() const override { return false; }
+  void copy_in(void* dst, const void* host, std::size_t bytes) override { copy_to_device(dst, host, bytes); }
+  void copy_out(void* host, const void* src, std::size_t bytes) override { copy_to_host(host, src, bytes); }
+  void* compute_stream() const override { return stream_; }
+  std::string device_name() const override;  // cudaGetDeviceProperties' name
   float* allocate(std::size_t count) override;
   void release(float* data) override;
   void zero(float* data, std::size_t count) override;

@@ -57,4 +57,9 @@ Backend& cuda_backend(int device) {
 
 bool built_with_cuda() { return true; }
 
+int visible_cuda_devices() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
+}
+
 }  // namespace dtrain::trainer::kernels

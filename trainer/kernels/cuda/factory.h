@@ -28,5 +28,7 @@ Backend& make_backend(const std::string& name, int device = 0);
 Backend& cuda_backend(int device);
 // Whether this build has the CUDA backend (DTRAIN_WITH_CUDA found nvcc and cuBLASLt).
 bool built_with_cuda();
+// The number of GPUs this process sees: 0 without CUDA in the build, without a driver or without a GPU.
+int visible_cuda_devices();
 
 }  // namespace dtrain::trainer::kernels

@@ -12,4 +12,6 @@ Backend& cuda_backend(int) {
 
 bool built_with_cuda() { return false; }
 
+int visible_cuda_devices() { return 0; }
+
 }  // namespace dtrain::trainer::kernels

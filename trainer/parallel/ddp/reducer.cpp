@@ -27,7 +27,8 @@ DdpReducer::DdpReducer(Communicator& comm, float* grads, std::size_t count, DdpO
                            options.bucket_bytes.value_or(default_bucket_bytes(count * sizeof(float))))),
       comm_dtype_(options.comm_dtype),
       own_buffers_(options.buffers == nullptr ? std::make_unique<HeapBuffers>() : nullptr),
-      buffers_(options.buffers == nullptr ? own_buffers_.get() : options.buffers) {
+      buffers_(options.buffers == nullptr ? own_buffers_.get() : options.buffers),
+      device_(options.device) {
   if (comm_dtype_ != kernels::Dtype::fp32) half_ = buffers_->allocate_half(count_, "DDP's 16-bit gradient copy");
   phases_ = numbered_phases("allreduce bucket", static_cast<int>(buckets_.size()));
 }
@@ -79,7 +80,13 @@ void DdpReducer::start_bucket(std::size_t index) {
   auto [offset, count] = buckets_[index];
   if (comm_dtype_ != kernels::Dtype::fp32) {
     std::uint16_t* half = half_ + offset;
-    kernels::to_half_divided(half, grads_ + offset, count, static_cast<float>(world), comm_dtype_);
+    if (device_ != nullptr) {
+      // On the device: scaled in place (cast_back overwrites the bucket afterwards), then rounded.
+      device_->scale(grads_ + offset, count, 1.0f / static_cast<float>(world));
+      device_->to_half(half, grads_ + offset, count, comm_dtype_);
+    } else {
+      kernels::to_half_divided(half, grads_ + offset, count, static_cast<float>(world), comm_dtype_);
+    }
     started_.push_back(index);
     if (world > 1) pending_.push_back({index, comm_.allreduce_half(half, count, comm_dtype_)});
     return;
@@ -87,14 +94,22 @@ void DdpReducer::start_bucket(std::size_t index) {
   if (world == 1) return;
   const float scale = 1.0f / static_cast<float>(world);
   float* data = grads_ + offset;
-  for (std::size_t i = 0; i < count; ++i) data[i] *= scale;
+  if (device_ != nullptr) {
+    device_->scale(data, count, scale);
+  } else {
+    for (std::size_t i = 0; i < count; ++i) data[i] *= scale;
+  }
   pending_.push_back({index, comm_.allreduce(data, count)});
 }
 
 void DdpReducer::cast_back() {
   for (std::size_t index : started_) {
     auto [offset, count] = buckets_[index];
-    kernels::from_half(grads_ + offset, half_ + offset, count, comm_dtype_);
+    if (device_ != nullptr) {
+      device_->from_half(grads_ + offset, half_ + offset, count, comm_dtype_);
+    } else {
+      kernels::from_half(grads_ + offset, half_ + offset, count, comm_dtype_);
+    }
   }
   started_.clear();
 }

@@ -57,6 +57,10 @@ struct DdpOptions {
   // Where the 16-bit copy lives (trainer/model/buffers.h; the trainer's CommBuffers); null: ordinary memory. It must
   // outlive the reducer.
   BufferSource* buffers = nullptr;
+  // The compute backend whose memory the gradients are in, when the host cannot touch it (a GPU: its
+  // host_accessible() is false): the 1/W scaling and the 16-bit casts then run on it, and the buffers must be its
+  // memory. Null (host gradients): they run on the host as always.
+  kernels::Backend* device = nullptr;
 };
 
 // Timing of the last synchronised backward pass.
@@ -103,6 +107,7 @@ class DdpReducer {
   kernels::Dtype comm_dtype_;
   std::unique_ptr<HeapBuffers> own_buffers_;  // when DdpOptions::buffers is null
   BufferSource* buffers_;
+  kernels::Backend* device_ = nullptr;  // DdpOptions::device
   std::uint16_t* half_ = nullptr;  // the 16-bit copy of the gradients (comm_dtype bf16 or fp16), else null
   std::vector<const char*> phases_;   // "allreduce bucket i" (health/phase.h), one per bucket
   struct Pending {

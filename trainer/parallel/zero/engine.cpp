@@ -19,6 +19,32 @@ std::vector<ParamSpan> owned_spans(const ZeroShards& shards) {
   return spans;
 }
 
+// The model's backend when its buffers are device memory (a GPU: the host cannot touch them), else null.
+kernels::Backend* device_of(const Gpt& model) {
+  return model.backend().host_accessible() ? nullptr : &model.backend();
+}
+
+// A collective on a few host floats (trainer/train/collectives.h's on_host_floats): a communicator that takes
+// device buffers gets them in a buffer of its own memory, copied in before and out after; `op` issues the
+// collective on the pointer it is given and waits for it.
+template <class Op>
+void staged_floats(Communicator& comm, float* values, std::size_t count, Op op) {
+  if (!comm.device_buffers()) {
+    op(values);
+    return;
+  }
+  float* buffer = comm.allocate(count);
+  try {
+    comm.copy_in(buffer, values, count);
+    op(buffer);
+    comm.copy_out(values, buffer, count);
+  } catch (...) {
+    comm.release(buffer);
+    throw;
+  }
+  comm.release(buffer);
+}
+
 int checked_stage(int stage) {
   if (stage < 1 || stage > 3)
     throw std::invalid_argument("ZeroEngine: stage " + std::to_string(stage) + " is not 1, 2 or 3 (--zero 0 is "
@@ -32,11 +58,12 @@ ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, const AdamWOpt
     : stage_(checked_stage(stage)),
       comm_(comm),
       model_(model),
+      device_(device_of(model)),
       shards_(model.layout(), comm.rank(), comm.size()),
       spans_(owned_spans(shards_)),
       optimizer_(model.backend(), shards_.shard_params(), model.layout().decay_ranges(), options,
                  shards_.padded_params()),
-      reducer_(comm, shards_, model.grads(), stage >= 2, dtypes.reduce, &model.buffers()),
+      reducer_(comm, shards_, model.grads(), stage >= 2, dtypes.reduce, &model.buffers(), device_),
       gather_phases_(numbered_phases("all-gather unit", shards_.num_units())) {
   grads_ready_ = [this](std::size_t offset, std::size_t count) { reducer_.grads_ready(offset, count); };
   const kernels::Dtype param_dtype = dtypes.param.value_or(model.precision());
@@ -49,10 +76,10 @@ ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, const AdamWOpt
   if (stage_ == 3 && sharded_master_) {
     HalfParams half{model.working_params(), model.compute_params(), model.precision(), {}};
     for (int u = 0; u < shards_.num_units(); ++u) half.widen.push_back(model.fp32_tensors(u));
-    gatherer_ = std::make_unique<ParamGatherer>(comm, shards_, std::move(half));
+    gatherer_ = std::make_unique<ParamGatherer>(comm, shards_, std::move(half), device_);
   } else if (stage_ == 3) {
     gatherer_ = std::make_unique<ParamGatherer>(comm, shards_, model.params(),
-                                                RoundedCopy{model.working_params(), model.precision()});
+                                                RoundedCopy{model.working_params(), model.precision()}, device_);
     rounded_on_gather_ = model.working_params() != nullptr;
   }
   if (gatherer_) {
@@ -147,12 +174,20 @@ std::uint64_t ZeroEngine::all_gather_working() {
 }
 
 void ZeroEngine::widen_unit(int unit) {
-  for (const ParamRange& r : model_.fp32_tensors(unit))
-    kernels::from_half(model_.compute_params() + r.offset, model_.working_params() + r.offset, r.count,
-                       model_.precision());
+  for (const ParamRange& r : model_.fp32_tensors(unit)) {
+    float* wide = model_.compute_params() + r.offset;
+    const std::uint16_t* half = model_.working_params() + r.offset;
+    if (device_ != nullptr) {
+      device_->from_half(wide, half, r.count, model_.precision());
+    } else {
+      kernels::from_half(wide, half, r.count, model_.precision());
+    }
+  }
 }
 
 void ZeroEngine::release_master() {
+  // Device memory has no pages to give back: the whole master stays allocated there (engine.h).
+  if (device_ != nullptr) return;
   for (int u = 0; u < shards_.num_units(); ++u) {
     const ParamRange slice = shards_.slice(u);
     const ShardSpan& own = shards_.owned(u);
@@ -163,6 +198,10 @@ void ZeroEngine::release_master() {
 void ZeroEngine::gather_moments(std::vector<float>& m, std::vector<float>& v) {
   m.assign(shards_.padded_params(), 0.0f);
   v.assign(shards_.padded_params(), 0.0f);
+  if (device_ != nullptr) {
+    gather_device_moments(m, v);
+    return;
+  }
   std::vector<std::shared_ptr<Work>> works;
   for (int u = 0; u < shards_.num_units(); ++u) {
     const ShardSpan& own = shards_.owned(u);
@@ -176,7 +215,46 @@ void ZeroEngine::gather_moments(std::vector<float>& m, std::vector<float>& v) {
   for (auto& work : works) wait_collective(*work, "all-gather (AdamW's moments for a checkpoint)");
 }
 
+// The moments are device memory: each unit's shards are all-gathered into a scratch buffer of the communicator's
+// memory (room for the largest unit's slice, for m and v) and copied out from there; with one rank the owned
+// shards are the whole buffer and are copied out directly.
+void ZeroEngine::gather_device_moments(std::vector<float>& m, std::vector<float>& v) {
+  if (shards_.world() == 1) {
+    for (const ShardSpan& own : shards_.owned()) {
+      device_->copy_out(m.data() + own.offset, optimizer_.m() + own.state_offset, own.count * sizeof(float));
+      device_->copy_out(v.data() + own.offset, optimizer_.v() + own.state_offset, own.count * sizeof(float));
+    }
+    return;
+  }
+  std::size_t largest = 0;
+  for (int u = 0; u < shards_.num_units(); ++u) largest = std::max(largest, shards_.slice(u).count);
+  float* scratch = comm_.allocate(2 * largest);
+  try {
+    for (int u = 0; u < shards_.num_units(); ++u) {
+      const ShardSpan& own = shards_.owned(u);
+      const ParamRange slice = shards_.slice(u);
+      std::shared_ptr<Work> gm = comm_.all_gather(optimizer_.m() + own.state_offset, scratch, own.count);
+      std::shared_ptr<Work> gv = comm_.all_gather(optimizer_.v() + own.state_offset, scratch + largest, own.count);
+      wait_collective(*gm, "all-gather (AdamW's moments for a checkpoint)");
+      wait_collective(*gv, "all-gather (AdamW's moments for a checkpoint)");
+      comm_.copy_out(m.data() + slice.offset, scratch, slice.count);
+      comm_.copy_out(v.data() + slice.offset, scratch + largest, slice.count);
+    }
+  } catch (...) {
+    comm_.release(scratch);
+    throw;
+  }
+  comm_.release(scratch);
+}
+
 void ZeroEngine::load_moments(const float* m, const float* v) {
+  if (device_ != nullptr) {
+    for (const ShardSpan& own : shards_.owned()) {
+      device_->copy_in(optimizer_.m() + own.state_offset, m + own.offset, own.count * sizeof(float));
+      device_->copy_in(optimizer_.v() + own.state_offset, v + own.offset, own.count * sizeof(float));
+    }
+    return;
+  }
   for (const ShardSpan& own : shards_.owned()) {
     std::copy_n(m + own.offset, own.count, optimizer_.m() + own.state_offset);
     std::copy_n(v + own.offset, own.count, optimizer_.v() + own.state_offset);
@@ -209,7 +287,10 @@ float ZeroEngine::clip_grad_norm(float max_norm) {
   parts[2 * r] = static_cast<float>(local);
   parts[2 * r + 1] = static_cast<float>(local - static_cast<double>(parts[2 * r]));
   if (W > 1) {
-    wait_collective(*comm_.all_gather(parts.data() + 2 * r, parts.data(), 2), "all-gather (the gradient norms)");
+    // Through the communicator's memory when it takes device buffers (the whole vector: in place, own chunk in).
+    staged_floats(comm_, parts.data(), parts.size(), [&](float* p) {
+      wait_collective(*comm_.all_gather(p + 2 * r, p, 2), "all-gather (the gradient norms)");
+    });
   }
   double total = 0;
   for (float part : parts) total += part;

@@ -29,6 +29,19 @@
 // Every wait for a collective names its phase ("all-gather unit u", "reduce-scatter unit u", "all-gather (the
 // gradient norms)") and counts as exposed communication (trainer/metrics/comm_time.h), the parameter all-gathers
 // after the optimizer update included.
+//
+// On a GPU (the model's backend is not host_accessible(): its parameters, gradients, working copy, compute_params()
+// and AdamW's m and v are device memory, and the communicator takes device buffers) the engine, the reducer and
+// the gatherer do the same collectives in the same order on those device buffers, and every cast, widening,
+// accumulation and zeroing is one of the backend's ops; the host only reads and writes host copies: the gradient
+// norms' all-gather goes through a buffer of the communicator's memory, gather_moments() all-gathers the moments
+// into one and copies them out, load_moments() copies the host moments in. What does not carry over is the memory
+// saving of releases: device memory has no pages to give back (pages.h is host-only), so on a GPU the full-size
+// parameter, gradient and working-copy buffers stay allocated (gradients are zeroed outside the owned shards
+// instead, since later micro-steps accumulate there) and ZeRO-3 saves no parameter memory there yet; memory()
+// still says what a rank would hold with the releases. The gather/release structure, the prefetch and the bytes
+// on the wire are the same as on the host. With host memory (the cpu backend) everything runs on the host exactly
+// as described above.
 
 #include <cstddef>
 #include <cstdint>
@@ -104,6 +117,7 @@ class ZeroEngine {
   int stage_;
   Communicator& comm_;
   Gpt& model_;
+  kernels::Backend* device_;  // the model's backend when its memory is a device's (top of this file), else null
   ZeroShards shards_;
   std::vector<ParamSpan> spans_;
   AdamW optimizer_;
@@ -111,8 +125,10 @@ class ZeroEngine {
   std::unique_ptr<ParamGatherer> gatherer_;
   // All-gathers the fp32 parameters' owned shards into the whole buffer and waits; returns the bytes sent.
   std::uint64_t all_gather_master();
-  // Releases the fp32 parameters outside the owned shards.
+  // Releases the fp32 parameters outside the owned shards (host memory only).
   void release_master();
+  // gather_moments with the optimizer's state in device memory.
+  void gather_device_moments(std::vector<float>& m, std::vector<float>& v);
   // Stages 1-2, sharded master: all-gathers the working copy's owned shards and widens the fp32 kernels' tensors
   // from it (Gpt::compute_params); returns the bytes sent.
   std::uint64_t all_gather_working();

@@ -14,8 +14,8 @@ namespace dtrain::trainer {
 // How many units besides unit 0 may be gathered (or in flight) at once: the one computing and the next.
 constexpr int kMaxGatheredUnits = 2;
 
-ParamGatherer::ParamGatherer(Communicator& comm, const ZeroShards& shards, HalfParams half)
-    : ParamGatherer(comm, shards, nullptr) {
+ParamGatherer::ParamGatherer(Communicator& comm, const ZeroShards& shards, HalfParams half, kernels::Backend* device)
+    : ParamGatherer(comm, shards, nullptr, {}, device) {
   if (half.half == nullptr || half.wide == nullptr || half.type == kernels::Dtype::fp32 ||
       half.widen.size() != static_cast<std::size_t>(shards.num_units()))
     throw std::invalid_argument("ParamGatherer: 16-bit parameters need the working copy, the fp32 buffer to widen "
@@ -24,11 +24,13 @@ ParamGatherer::ParamGatherer(Communicator& comm, const ZeroShards& shards, HalfP
   half_ = std::move(half);
 }
 
-ParamGatherer::ParamGatherer(Communicator& comm, const ZeroShards& shards, float* params, RoundedCopy rounded)
+ParamGatherer::ParamGatherer(Communicator& comm, const ZeroShards& shards, float* params, RoundedCopy rounded,
+                             kernels::Backend* device)
     : comm_(comm),
       shards_(shards),
       params_(params),
       rounded_(rounded),
+      device_(device),
       phases_(numbered_phases("all-gather unit", shards.num_units())) {
   const int last = shards.num_units() - 1;
   for (int u = 0; u <= last; ++u) order_.push_back(u);
@@ -64,8 +66,13 @@ void ParamGatherer::issue(int unit) {
 }
 
 void ParamGatherer::widen(int unit) {
-  for (const ParamRange& r : half_.widen[unit])
-    kernels::from_half(half_.wide + r.offset, half_.half + r.offset, r.count, half_.type);
+  for (const ParamRange& r : half_.widen[unit]) {
+    if (device_ != nullptr) {
+      device_->from_half(half_.wide + r.offset, half_.half + r.offset, r.count, half_.type);
+    } else {
+      kernels::from_half(half_.wide + r.offset, half_.half + r.offset, r.count, half_.type);
+    }
+  }
 }
 
 void ParamGatherer::wait(int unit) {
@@ -77,13 +84,23 @@ void ParamGatherer::wait(int unit) {
   if (half_.half != nullptr) widen(unit);
   if (rounded_.half != nullptr) {
     const ParamRange slice = shards_.slice(unit);
-    kernels::to_half(rounded_.half + slice.offset, params_ + slice.offset, slice.count, rounded_.type);
+    if (device_ != nullptr) {
+      device_->to_half(rounded_.half + slice.offset, params_ + slice.offset, slice.count, rounded_.type);
+    } else {
+      kernels::to_half(rounded_.half + slice.offset, params_ + slice.offset, slice.count, rounded_.type);
+    }
   }
   state_[unit] = State::gathered;
 }
 
 void ParamGatherer::free(int unit) {
   wait(unit);
+  // Device memory: nothing to give back (top of gatherer.h).
+  if (device_ == nullptr) release_pages(unit);
+  state_[unit] = State::released;
+}
+
+void ParamGatherer::release_pages(int unit) {
   const ParamRange slice = shards_.slice(unit);
   const ShardSpan& own = shards_.owned(unit);
   if (half_.half != nullptr) {
@@ -93,7 +110,6 @@ void ParamGatherer::free(int unit) {
     release_outside(params_, slice.offset, slice.offset + slice.count, own.offset, own.offset + own.count);
     if (rounded_.half != nullptr) release_range(rounded_.half + slice.offset, slice.count);
   }
-  state_[unit] = State::released;
 }
 
 int ParamGatherer::alive_besides_root() const {

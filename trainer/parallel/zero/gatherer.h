@@ -20,6 +20,13 @@
 // released together. The fp32 master stays with the engine: only its owned shards exist on a rank.
 // A 16-bit model may also gather its fp32 parameters (--param-dtype fp32): then each gathered unit is rounded into
 // the working copy (RoundedCopy), which is released with it, and the model computes exactly as with --zero 0..2.
+//
+// On a device (the `device` backend, a GPU whose memory the host cannot touch: its host_accessible() is false) the
+// buffers are device memory: the widening and rounding run as the backend's ops, and a release gives nothing back
+// (there are no host pages to return; a released unit keeps its stale values, which nothing reads before the unit is
+// gathered again). So on a GPU the full-size buffers stay allocated and ZeRO-3 saves no parameter memory there yet;
+// the gather/release order, the prefetch, the waits and the bytes on the wire are the same as on the host, and
+// peak_bytes() counts the gathered units as if released ones were freed. A null device: host memory, as above.
 
 #include <cstddef>
 #include <cstdint>
@@ -27,6 +34,7 @@
 #include <vector>
 
 #include "trainer/comm/communicator.h"
+#include "trainer/kernels/backend.h"
 #include "trainer/kernels/half.h"
 #include "trainer/model/layout.h"
 #include "trainer/parallel/zero/shards.h"
@@ -50,9 +58,12 @@ struct RoundedCopy {
 class ParamGatherer {
  public:
   // fp32: gathers params (the model's parameter buffer) in place, rounding each unit into `rounded` when given.
-  ParamGatherer(Communicator& comm, const ZeroShards& shards, float* params, RoundedCopy rounded = {});
+  // device: the compute backend whose memory the buffers are when the host cannot touch it (a GPU; top of this
+  // file), null for host memory; it must outlive the gatherer.
+  ParamGatherer(Communicator& comm, const ZeroShards& shards, float* params, RoundedCopy rounded = {},
+                kernels::Backend* device = nullptr);
   // 16-bit: gathers half.half in place and widens into half.wide.
-  ParamGatherer(Communicator& comm, const ZeroShards& shards, HalfParams half);
+  ParamGatherer(Communicator& comm, const ZeroShards& shards, HalfParams half, kernels::Backend* device = nullptr);
   ParamGatherer(const ParamGatherer&) = delete;
   ParamGatherer& operator=(const ParamGatherer&) = delete;
   ~ParamGatherer();
@@ -80,6 +91,8 @@ class ParamGatherer {
   void issue(int unit);
   void wait(int unit);
   void free(int unit);
+  // The host pages of a unit outside the owned shard (pages.h); not on a device.
+  void release_pages(int unit);
   void widen(int unit);
   int alive_besides_root() const;
   std::uint64_t alive_bytes() const;
@@ -89,6 +102,7 @@ class ParamGatherer {
   float* params_;    // fp32 parameters, or null with 16-bit ones
   HalfParams half_;  // half_.half null with fp32 parameters
   RoundedCopy rounded_;
+  kernels::Backend* device_;  // null: host buffers
   std::vector<int> order_;
   std::size_t cursor_;  // index in order_ of the last gather()
   std::vector<State> state_;

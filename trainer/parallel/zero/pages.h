@@ -11,6 +11,9 @@
 // apart). A page punched out of the segment is taken from /dev/shm again when written, without the reservation the
 // arena made when it handed the buffer out: should /dev/shm fill up in between (another job's segments), that write
 // is a SIGBUS, as any write to a full tmpfs mapping is.
+// Host memory only: device memory (a GPU's, kernels::Backend::host_accessible() false) has no pages to give back,
+// and its callers (reducer.h, gatherer.h, engine.h) zero a device range with the backend where it must read as zeros
+// and otherwise leave it as it is.
 
 #include <cstddef>
 #include <cstdint>

@@ -14,16 +14,23 @@ std::string range(std::size_t offset, std::size_t count) {
   return "[" + std::to_string(offset) + ", " + std::to_string(offset + count) + ")";
 }
 
+// The 16-bit copy's memory when the reducer is given none: ordinary host memory, or the device's.
+std::unique_ptr<BufferSource> own_source(kernels::Backend* device) {
+  if (device != nullptr) return std::make_unique<BackendBuffers>(*device);
+  return std::make_unique<HeapBuffers>();
+}
+
 }  // namespace
 
 ZeroReducer::ZeroReducer(Communicator& comm, const ZeroShards& shards, float* grads, bool release_grads,
-                         kernels::Dtype reduce_type, BufferSource* buffers)
+                         kernels::Dtype reduce_type, BufferSource* buffers, kernels::Backend* device)
     : comm_(comm),
       shards_(shards),
       grads_(grads),
       release_grads_(release_grads),
       reduce_type_(reduce_type),
-      own_buffers_(buffers == nullptr ? std::make_unique<HeapBuffers>() : nullptr),
+      device_(device),
+      own_buffers_(buffers == nullptr ? own_source(device) : nullptr),
       buffers_(buffers == nullptr ? own_buffers_.get() : buffers),
       phases_(numbered_phases("reduce-scatter unit", shards.num_units())) {}
 
@@ -37,6 +44,7 @@ ZeroReducer::~ZeroReducer() {
     }
   }
   buffers_->release_half(half_);
+  if (device_accumulated_ != nullptr) device_->release(device_accumulated_);
 }
 
 void ZeroReducer::begin_backward(bool sync, bool last) {
@@ -82,13 +90,21 @@ void ZeroReducer::start_unit(int unit) {
   // Zero-filled by the kernel (buffers.h): pages resident only where a unit's slice is written.
   if (half_ == nullptr) half_ = buffers_->allocate_half(shards_.padded_params(), "ZeRO's 16-bit gradient copy");
   std::uint16_t* half = half_ + slice.offset;
-  kernels::to_half(half, grads_ + slice.offset, slice.count, reduce_type_);
+  if (device_ != nullptr) {
+    device_->to_half(half, grads_ + slice.offset, slice.count, reduce_type_);
+  } else {
+    kernels::to_half(half, grads_ + slice.offset, slice.count, reduce_type_);
+  }
   std::uint16_t* mine = half_ + own.offset;
   pending_.push_back({unit, comm_.reduce_scatter_half(half, mine, own.count, reduce_type_)});
   bytes_sent_ += ring_bytes_sent(slice.count, shards_.world(), sizeof(std::uint16_t));
 }
 
 void ZeroReducer::widen_owned(const Pending& p) {
+  if (device_ != nullptr) {
+    widen_owned_on_device(p);
+    return;
+  }
   const ParamRange slice = shards_.slice(p.unit);
   const ShardSpan& own = shards_.owned(p.unit);
   float* shard = grads_ + own.offset;
@@ -108,6 +124,36 @@ void ZeroReducer::widen_owned(const Pending& p) {
   }
 }
 
+// widen_owned's steps as the backend's ops: shard += sum is residual_forward(shard, shard, sum), the same fp32
+// additions as the host's loop. The 16-bit slice is not released: there are no pages to give back.
+void ZeroReducer::widen_owned_on_device(const Pending& p) {
+  const ShardSpan& own = shards_.owned(p.unit);
+  float* shard = grads_ + own.offset;
+  device_->from_half(shard, half_ + own.offset, own.count, reduce_type_);
+  if (!last_) {
+    if (device_accumulated_ == nullptr) device_accumulated_ = device_->allocate(shards_.shard_params());
+    float* sum = device_accumulated_ + own.state_offset;
+    device_->residual_forward(sum, sum, shard, own.count);
+    device_->zero(shard, own.count);
+  } else if (device_accumulated_ != nullptr) {
+    float* sum = device_accumulated_ + own.state_offset;
+    device_->residual_forward(shard, shard, sum, own.count);
+    device_->zero(sum, own.count);
+  }
+}
+
+void ZeroReducer::release_unit(int unit) {
+  const ParamRange slice = shards_.slice(unit);
+  const ShardSpan& own = shards_.owned(unit);
+  if (device_ == nullptr) {
+    release_outside(grads_, slice.offset, slice.offset + slice.count, own.offset, own.offset + own.count);
+    return;
+  }
+  const std::size_t before = own.offset - slice.offset, after = slice.offset + slice.count - own.offset - own.count;
+  if (before > 0) device_->zero(grads_ + slice.offset, before);
+  if (after > 0) device_->zero(grads_ + own.offset + own.count, after);
+}
+
 std::string ZeroReducer::complete(const Pending& p) {
   std::string failed;
   try {
@@ -116,11 +162,7 @@ std::string ZeroReducer::complete(const Pending& p) {
   } catch (const std::exception& error) {
     failed = error.what();
   }
-  if (release_grads_) {
-    const ParamRange slice = shards_.slice(p.unit);
-    const ShardSpan& own = shards_.owned(p.unit);
-    release_outside(grads_, slice.offset, slice.offset + slice.count, own.offset, own.offset + own.count);
-  }
+  if (release_grads_) release_unit(p.unit);
   return failed;
 }
 

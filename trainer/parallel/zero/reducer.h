@@ -21,6 +21,14 @@
 // (pages.h), so it is resident only while units are in flight, as a buffer per unit would be, without allocating and
 // zeroing one per unit on every backward pass.
 //
+// On a device (the `device` backend, a GPU whose memory the host cannot touch: its host_accessible() is false) the
+// gradients, the 16-bit copy (from `buffers`, the model's: device memory) and the fp32 accumulator (the backend's
+// memory) are device buffers, and the casts, the accumulation and the zeroing run as the backend's ops. There are no
+// pages to give back: a release of the gradient outside the owned shard zeroes it with the backend instead (the next
+// micro-step accumulates there, so it must read as zeros), and the 16-bit copy is left as it is (each unit's slice is
+// written whole before it is sent). So on a GPU the full-size gradient buffer stays allocated: the communication is
+// ZeRO-2's, the memory saving is not yet. With a null device (host memory) everything runs on the host as above.
+//
 // Per backward pass, as DdpReducer:
 //   reducer.begin_backward(sync, last); // stage 1: sync only on the last micro-step (no_sync); stages 2, 3: always
 //   model.backward(..., [&](std::size_t offset, std::size_t count) { reducer.grads_ready(offset, count); });
@@ -36,6 +44,7 @@
 #include <vector>
 
 #include "trainer/comm/communicator.h"
+#include "trainer/kernels/backend.h"
 #include "trainer/kernels/half.h"
 #include "trainer/model/buffers.h"
 #include "trainer/parallel/zero/shards.h"
@@ -45,10 +54,13 @@ namespace dtrain::trainer {
 class ZeroReducer {
  public:
   // reduce_type: fp32, or bf16 / fp16 (top of this file).
-  // buffers: where the 16-bit copy lives (trainer/model/buffers.h; the model's); null: ordinary memory. It must
-  // outlive the reducer.
+  // buffers: where the 16-bit copy lives (trainer/model/buffers.h; the model's); null: ordinary memory, or the
+  // device's with a device. It must outlive the reducer.
+  // device: the compute backend whose memory grads is in when the host cannot touch it (a GPU; top of this file);
+  // null: host gradients, handled on the host. It must outlive the reducer.
   ZeroReducer(Communicator& comm, const ZeroShards& shards, float* grads, bool release_grads,
-              kernels::Dtype reduce_type = kernels::Dtype::fp32, BufferSource* buffers = nullptr);
+              kernels::Dtype reduce_type = kernels::Dtype::fp32, BufferSource* buffers = nullptr,
+              kernels::Backend* device = nullptr);
   ZeroReducer(const ZeroReducer&) = delete;
   ZeroReducer& operator=(const ZeroReducer&) = delete;
   ~ZeroReducer();
@@ -77,16 +89,22 @@ class ZeroReducer {
   std::string retire(bool wait_all);
   // 16-bit reduce: the reduced owned shard of p back into the fp32 gradient (top of this file).
   void widen_owned(const Pending& p);
+  // The same, on the device.
+  void widen_owned_on_device(const Pending& p);
+  // The unit's gradient outside the owned shard reads as zeros again (released on the host, zeroed on a device).
+  void release_unit(int unit);
 
   Communicator& comm_;
   const ZeroShards& shards_;
   float* grads_;
   bool release_grads_;
   kernels::Dtype reduce_type_;
+  kernels::Backend* device_;  // null: host gradients
   std::vector<float> accumulated_;  // 16-bit reduce over several micro-steps: this rank's shards, state layout
+  float* device_accumulated_ = nullptr;  // the same on a device: the backend's memory, made when first needed
   // 16-bit reduce: the rounded gradients in the buffer's layout, each unit reduced in place in its slice (top of
   // this file); made on the first pass that sends.
-  std::unique_ptr<HeapBuffers> own_buffers_;  // when the constructor was given no buffers
+  std::unique_ptr<BufferSource> own_buffers_;  // when the constructor was given no buffers
   BufferSource* buffers_;
   std::uint16_t* half_ = nullptr;
   std::vector<const char*> phases_;  // "reduce-scatter unit u" (health/phase.h)

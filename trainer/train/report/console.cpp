@@ -1,4 +1,4 @@
-#include "trainer/train/console.h"
+#include "trainer/train/report/console.h"
 
 #include <cstdio>
 #include <memory>

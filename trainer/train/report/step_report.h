@@ -35,6 +35,9 @@ struct StepReportTargets {
   // The model, in every health report, for the launcher's model FLOP/s and MFU (cli/mfu/model_flops.h).
   std::uint64_t model_params = 0;     // Gpt::num_params(), as the first log line says
   double model_flops_per_token = 0;   // model_flops_per_token() below
+  // What the rank computes on, as torch.cuda.get_device_name names a GPU ("NVIDIA H200"), or "cpu": the launcher
+  // takes the peak FLOP/s for MFU from it (cli/mfu/device_peaks.h).
+  std::string device_name = "cpu";
 };
 
 // The model FLOPs of one token, forward and backward, as PaLM counts them (Chowdhery et al., arXiv:2204.02311,
@@ -46,7 +49,7 @@ double model_flops_per_token(const GptConfig& config, int seq_len, std::uint64_t
 
 // The health report of a step on `to.rank` of `to.world`: tokens/s is this rank's share of the job's, the memory and
 // traffic are the metrics line's (0 where it has none), the resident set is read now, the model is `to`'s, and the
-// device is "cpu" (the loop computes on kernels::cpu_backend()). No points: the reporter keeps the step's point
+// device is `to.device_name`. No points: the reporter keeps the step's point
 // ({step, loss, step_ms, tokens_per_s}) with those of the other steps since its last send (trainer/health/reporter.h).
 HealthReport health_report(const StepMetrics& m, const StepTimes& times, const StepReportTargets& to);
 

@@ -1,4 +1,4 @@
-#include "trainer/train/step_report.h"
+#include "trainer/train/report/step_report.h"
 
 #include <algorithm>
 #include <cmath>
@@ -59,7 +59,7 @@ HealthReport health_report(const StepMetrics& m, const StepTimes& times, const S
   r.loss_scale = m.loss_scale.value_or(0);
   r.model_params = to.model_params;
   r.model_flops_per_token = to.model_flops_per_token;
-  r.device_name = "cpu";
+  r.device_name = to.device_name;
   return r;
 }
 

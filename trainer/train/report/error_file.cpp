@@ -1,4 +1,4 @@
-#include "trainer/train/error_file.h"
+#include "trainer/train/report/error_file.h"
 
 #include <cstdio>
 #include <cstdlib>
