@@ -3,7 +3,11 @@
 # and `dtrain doctor` against nvidia-smi (scripts/gpu-topo-check.sh), the NCCL communicator's unit tests,
 # `dtrain bench allreduce --backend nccl`, and the CUDA compute backend: dtrain-kernel-check (every kernel against
 # the CPU backend) and dtrain-kernel-perf (a GPT-2 124M bf16 step: tokens/s and MFU), when the build has them.
-# Prints one summary table; everything it wrote is under $OUT.
+# Then dtrain-trainer --device cuda (scripts/gpu/trainer-check.sh): fp32 on the GPU against the CPU over 10 steps,
+# bf16 against fp32, GPT-2 124M at T=1024 in bf16 (tokens/s, MFU), 2-rank DDP and ZeRO-3 over NCCL on one GPU.
+# Prints one summary table and writes $OUT/gpu-results.md (what BENCHMARKS.md quotes); every other file it wrote is
+# packed into $OUT/gpu-check-files.tar.gz (the device tool brings back at most 8 files). Every step runs under its
+# own timeout. `--dry-run` lists each step (command and pass rule) without running any, on any machine.
 #
 # A GPU machine may lack dtrain's build dependencies (gRPC, yaml-cpp, ...), so dtrain can come as a portable
 # bundle made here by `scripts/gpu-check.sh --bundle DIR` (the binary and every library it loads but the C and
@@ -25,8 +29,9 @@ bundle() {
   # The CUDA backend's checks, when this build has them (DTRAIN_WITH_CUDA). cuBLASLt (half a gigabyte) is not
   # bundled: --run finds the GPU machine's own (cublas_dir below).
   local cuda_tools=""
-  for tool in dtrain-kernel-check dtrain-kernel-perf; do
+  for tool in dtrain-kernel-check dtrain-kernel-perf dtrain-trainer; do
     [ -x "$(dirname "$bin")/$tool" ] || continue
+    [ "$tool" = dtrain-trainer ] && { strip -o "$dir/$tool" "$(dirname "$bin")/$tool"; cuda_tools="$cuda_tools $(dirname "$bin")/$tool"; continue; }
     strip -o "$dir/$tool" "$(dirname "$bin")/$tool"
     cuda_tools="$cuda_tools $(dirname "$bin")/$tool"
   done
@@ -65,8 +70,11 @@ for path in sys.path:
 PY
 }
 
+dry_run=0
 case "${1:-}" in
   --bundle) bundle "${2:?--bundle DIR}"; exit $? ;;
+  --dry-run) dry_run=1; shift; [ "${1:-}" = --run ] && shift 2
+             DTRAIN=${DTRAIN_BIN:-$root/${DTRAIN_BUILD_DIR:-build}/bin/dtrain} ;;
   --run)
     from=${2:?--run DIR or DIR.tar.xz}
     if [ -f "$from" ]; then
@@ -77,64 +85,69 @@ case "${1:-}" in
     fi
     DTRAIN=$(cd "$from" && pwd)/dtrain ;;
   "") DTRAIN=${DTRAIN_BIN:-$root/${DTRAIN_BUILD_DIR:-build}/bin/dtrain} ;;
-  *) echo "usage: scripts/gpu-check.sh [--bundle DIR | --run DIR | --run DIR.tar.xz]" >&2; exit 2 ;;
+  *) echo "usage: scripts/gpu-check.sh [--bundle DIR | --run DIR | --run DIR.tar.xz | --dry-run]" >&2; exit 2 ;;
 esac
 
-start=$(date +%s)
-echo "== machine"
-nvidia-smi --query-gpu=index,name,driver_version,pci.bus_id,memory.total --format=csv 2>&1 | tee "$OUT/gpus.csv"
-"$DTRAIN" --version
-OUT="$OUT" "$root/scripts/gpu-topo-check.sh" "$DTRAIN" 2>&1 | tee "$OUT/topo-check.log"
-topo_rc=${PIPESTATUS[0]}
-
-echo "== NCCL communicator: unit tests on the GPU, then dtrain bench through it"
-comm_tests=$(dirname "$DTRAIN")/unit_comm
-[ -x "$comm_tests" ] || comm_tests=${DTRAIN_BUILD_DIR:-$root/build}/bin/unit_comm
-if [ -f "$(dirname "$DTRAIN")/lib/libcudart.so.13" ]; then
-  LD_LIBRARY_PATH="$(dirname "$DTRAIN")/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$comm_tests" -tc="*nccl*" 2>&1 | tail -4
-  nccl_tests_rc=${PIPESTATUS[0]}
-else
-  "$comm_tests" -tc="*nccl*" 2>&1 | tail -4
-  nccl_tests_rc=${PIPESTATUS[0]}
-fi
-(cd "$OUT" && "$DTRAIN" run -n 1 -- "$DTRAIN" bench allreduce --backend nccl -b 1M -e 256M -f 4) 2>&1 | tee "$OUT/bench-nccl.txt"
-bench_rc=${PIPESTATUS[0]}
-
-echo "== CUDA backend: every kernel against the CPU backend, then one GPT-2 124M bf16 step (tokens/s, MFU)"
+# Where the tools are: beside the bundle's dtrain (with its lib/), or the build tree's bin/.
 tools=$(dirname "$DTRAIN")
 [ -x "$tools/dtrain-kernel-check" ] || tools=${DTRAIN_BUILD_DIR:-$root/build}/bin
-blas=$(cublas_dir)
-echo "cuBLASLt from: ${blas:-not found (the kernel check will say what is missing)}"
-kernel_env="LD_LIBRARY_PATH=$tools/lib${blas:+:$blas}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-if [ -x "$tools/dtrain-kernel-check" ]; then
-  env "$kernel_env" "$tools/dtrain-kernel-check" 2>&1 | tee "$OUT/kernel-check.txt"
-  kernel_rc=${PIPESTATUS[0]}
-  env "$kernel_env" "$tools/dtrain-kernel-perf" 2>&1 | tee "$OUT/kernel-perf.txt"
-  perf_rc=${PIPESTATUS[0]}
-else
-  echo "no dtrain-kernel-check in $tools: this build has no CUDA backend (DTRAIN_WITH_CUDA)" | tee "$OUT/kernel-check.txt"
-  kernel_rc=77 perf_rc=77
-fi
-# Exit 77 is "no GPU visible": a skip where there is none, a failure where nvidia-smi lists one.
-gpu_listed=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-cuda_result() {  # exit status -> table cell
-  case $1 in
-    0) echo pass ;;
-    77) [ "$gpu_listed" -gt 0 ] && echo "FAIL (SKIPPED although nvidia-smi lists a GPU)" || echo "SKIPPED (no GPU)" ;;
-    *) echo "FAIL (exit $1)" ;;
+if [ "$dry_run" -eq 1 ]; then WORK=${TMPDIR:-/tmp}/gpu-check.XXXX; else WORK=$(mktemp -d); fi
+results=()  # "name|result|detail"
+
+# step NAME PASS-RULE TIMEOUT CMD...: runs CMD (its output to the log and $WORK/NAME.txt) under TIMEOUT seconds and
+# records pass/FAIL by its exit status (77: skipped, with the reason the command printed last); --dry-run prints it.
+step() {
+  local name=$1 rule=$2 limit=$3
+  shift 3
+  if [ "$dry_run" -eq 1 ]; then
+    printf 'step %-22s [%ss] %s\n     pass: %s\n' "$name" "$limit" "$*" "$rule"
+    return 0
+  fi
+  echo "== $name: $*"
+  timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$WORK/$name.txt"
+  local rc=${PIPESTATUS[0]} result
+  case $rc in
+    0) result=pass ;;
+    77) result="SKIPPED ($(grep -E 'SKIP' "$WORK/$name.txt" | tail -1 | cut -c1-150))" ;;
+    124|137) result="FAIL (timed out after ${limit}s)" ;;
+    *) result="FAIL (exit $rc)" ;;
   esac
+  results+=("$name|$result|$(grep -E '^(RESULT|result:|kernel check:|tokens/s|step )' "$WORK/$name.txt" | head -4 | tr '\n' ';' | cut -c1-300)")
 }
+
+blas=$(cublas_dir 2>/dev/null)
+kernel_env="LD_LIBRARY_PATH=$tools/lib${blas:+:$blas}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+start=$(date +%s)
+if [ "$dry_run" -eq 0 ]; then
+  echo "== machine"
+  nvidia-smi --query-gpu=index,name,driver_version,pci.bus_id,memory.total --format=csv 2>&1 | tee "$WORK/gpus.csv"
+  "$DTRAIN" --version
+  echo "cuBLASLt from: ${blas:-not found (the kernel check will say what is missing)}"
+fi
+step topo-doctor "dtrain topo's live matrix equals nvidia-smi topo -m cell for cell; doctor runs" 120 \
+  env OUT="$WORK/topo" "$root/scripts/gpu-topo-check.sh" "$DTRAIN"
+step nccl-unit "unit_comm's NCCL cases pass on the GPU" 120 \
+  env "$kernel_env" "$tools/unit_comm" -tc="*nccl*"
+step nccl-bench "dtrain bench allreduce --backend nccl: 0 wrong at every size" 120 \
+  "$DTRAIN" run -n 1 --logs-dir "$WORK/runs" -- "$DTRAIN" bench allreduce --backend nccl -b 1M -e 256M -f 4
+step kernel-check "every CUDA kernel matches the CPU backend within its tolerance" 300 \
+  env "$kernel_env" "$tools/dtrain-kernel-check"
+step kernel-perf "one GPT-2 124M bf16 step runs (tokens/s, MFU)" 180 \
+  env "$kernel_env" "$tools/dtrain-kernel-perf"
+TRAINER_ENV="$kernel_env" DTRAIN="$DTRAIN" TRAINER="$tools/dtrain-trainer" WORK="$WORK" DRY_RUN=$dry_run \
+  . "$root/scripts/gpu/trainer-check.sh"
+[ "$dry_run" -eq 1 ] && exit 0
 
 echo
 echo "== summary ($(( $(date +%s) - start )) s)"
-printf '%-34s %s\n' "check" "result"
-printf '%-34s %s\n' "dtrain topo/doctor vs nvidia-smi" "$([ "$topo_rc" -eq 0 ] && echo pass || echo "FAIL (exit $topo_rc)")"
-grep -E '^RESULT' "$OUT/compare.txt" 2>/dev/null | sed 's/^/  /'
-printf '%-34s %s\n' "NCCL communicator unit tests" "$([ "$nccl_tests_rc" -eq 0 ] && echo pass || echo "FAIL (exit $nccl_tests_rc)")"
-printf '%-34s %s\n' "dtrain bench allreduce --backend nccl" "$([ "$bench_rc" -eq 0 ] && echo pass || echo "FAIL (exit $bench_rc)")"
-printf '%-34s %s\n' "CUDA kernels vs CPU backend" "$(cuda_result "$kernel_rc")"
-grep -E '^(FAIL|kernel check:)' "$OUT/kernel-check.txt" 2>/dev/null | sed 's/^/  /'
-printf '%-34s %s\n' "CUDA GPT-2 124M bf16 step" "$(cuda_result "$perf_rc")"
-grep -E '^(step|tokens/s)' "$OUT/kernel-perf.txt" 2>/dev/null | sed 's/^/  /'
-cuda_ok() { [ "$1" -eq 0 ] || { [ "$1" -eq 77 ] && [ "$gpu_listed" -eq 0 ]; }; }
-[ "$topo_rc" -eq 0 ] && [ "$nccl_tests_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ] && cuda_ok "$kernel_rc" && cuda_ok "$perf_rc"
+{
+  echo "| check | result | detail |"
+  echo "| --- | --- | --- |"
+  for r in "${results[@]}"; do
+    IFS='|' read -r name result detail <<<"$r"
+    echo "| $name | $result | $detail |"
+  done
+} | tee "$OUT/gpu-results.md"
+tar -C "$WORK" -czf "$OUT/gpu-check-files.tar.gz" . 2>/dev/null
+rm -rf "$WORK"
+! printf '%s\n' "${results[@]}" | grep -q '|FAIL'

@@ -145,11 +145,14 @@ NcclCommunicator::~NcclCommunicator() {
       if (state_->first_failure.empty()) state_->first_failure = "the communicator was destroyed";
     }
   }
+  if (state_->producer_done != nullptr) rt().cudaEventDestroy(state_->producer_done);
   if (state_->stream != nullptr) {
     rt().cudaStreamDestroy(state_->stream);
     state_->stream = nullptr;
   }
 }
+
+void NcclCommunicator::order_after(void* stream) { state_->producer = static_cast<cudaStream_t>(stream); }
 
 int NcclCommunicator::rank() const { return state_->options.rank; }
 int NcclCommunicator::size() const { return state_->options.size; }

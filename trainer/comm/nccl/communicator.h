@@ -51,6 +51,10 @@ class NcclCommunicator : public Communicator {
   int size() const override;
   std::string backend() const override { return "nccl"; }
   bool device_buffers() const override { return true; }
+  // Every collective issued afterwards first makes the communicator's stream wait (cudaStreamWaitEvent) for the
+  // work enqueued on `stream` before it: the compute backend's stream, so that a gradient bucket is reduced once
+  // backward has written it, without the host waiting. The copies (copy_in, copy_out) wait too.
+  void order_after(void* stream) override;
   int device() const;
 
   // Device memory on device() (cudaMalloc), and copies between it and host memory that are ordered with the

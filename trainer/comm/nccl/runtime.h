@@ -16,7 +16,7 @@ namespace dtrain::trainer::nccl_runtime {
   X(cudaGetDeviceCount) X(cudaSetDevice) X(cudaGetErrorName) X(cudaGetErrorString) X(cudaGetLastError)             \
   X(cudaFree) X(cudaMemcpyAsync) X(cudaPointerGetAttributes) X(cudaStreamCreateWithFlags)            \
   X(cudaStreamDestroy) X(cudaStreamSynchronize) X(cudaEventCreateWithFlags) X(cudaEventDestroy)                  \
-  X(cudaEventRecord) X(cudaEventQuery) X(cudaEventElapsedTime)
+  X(cudaEventRecord) X(cudaEventQuery) X(cudaEventElapsedTime) X(cudaStreamWaitEvent)
 #define DTRAIN_NCCL_FUNCTIONS(X)                                                                                     \
   X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommDestroy) X(ncclCommAbort) X(ncclCommGetAsyncError)              \
   X(ncclGetErrorString) X(ncclGetLastError) X(ncclAllReduce) X(ncclAllGather) X(ncclReduceScatter) X(ncclBroadcast)

@@ -28,6 +28,10 @@ struct NcclCommunicator::State {
   NcclCommOptions options;
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
+  // order_after(): the compute stream each collective waits for, and the event that carries the wait (one event
+  // serves every collective: cudaStreamWaitEvent takes the event's state when it is called).
+  cudaStream_t producer = nullptr;
+  cudaEvent_t producer_done = nullptr;
   std::mutex mutex;           // guards broken, first_failure and the abort
   bool broken = false;        // aborted: no collective can run on comm any more
   std::string first_failure;  // why it broke
@@ -48,14 +52,29 @@ struct NcclCommunicator::State {
   // Copies `count` floats between host and this GPU on the communicator's stream (which does not synchronise with
   // the default stream), then waits for it: the copy lands after the collectives issued before and before any
   // issued after, and is complete on return.
-  void copy(float* to, const float* from, std::size_t count, cudaMemcpyKind kind) const {
+  void copy(float* to, const float* from, std::size_t count, cudaMemcpyKind kind) {
     if (count == 0) return;
     use_device();
+    wait_for_producer("copy");
     cudaError_t error = rt().cudaMemcpyAsync(to, from, count * sizeof(float), kind, stream);
     if (error == cudaSuccess) error = rt().cudaStreamSynchronize(stream);
     if (error != cudaSuccess) {
       throw CommError("nccl (" + where() + "): copy of " + describe_floats(count) +
                       (kind == cudaMemcpyHostToDevice ? " to" : " from") + " the GPU failed: " + cuda_text(error));
+    }
+  }
+
+  // With a producer stream (order_after), makes the communicator's stream wait, on the GPU, for the work enqueued on
+  // it so far: the collective about to be issued then reads what that work wrote. The host does not wait.
+  void wait_for_producer(const std::string& what) {
+    if (producer == nullptr) return;
+    cudaError_t error = cudaSuccess;
+    if (producer_done == nullptr) error = rt().cudaEventCreateWithFlags(&producer_done, cudaEventDisableTiming);
+    if (error == cudaSuccess) error = rt().cudaEventRecord(producer_done, producer);
+    if (error == cudaSuccess) error = rt().cudaStreamWaitEvent(stream, producer_done, 0);
+    if (error != cudaSuccess) {
+      throw CommError("nccl " + what + " on " + where() + ": ordering after the compute stream failed: " +
+                      cuda_text(error));
     }
   }
 

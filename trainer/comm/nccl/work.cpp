@@ -121,6 +121,7 @@ std::shared_ptr<Work> enqueue(const std::shared_ptr<State>& state, const std::st
                               const std::function<ncclResult_t()>& launch) {
   state->check_usable(what);
   state->use_device();
+  state->wait_for_producer(what);
   cudaEvent_t start = nullptr, end = nullptr;
   cudaError_t error = rt().cudaEventCreate(&start);
   if (error == cudaSuccess) error = rt().cudaEventCreate(&end);
