@@ -7,20 +7,21 @@
 #   gpt2-124m / gpt2-124m-rate                             GPT-2 124M, T=1024, batch 8, bf16, 20 steps: median
 #                                                          tokens/s after 5 steps, MFU against 989 TFLOP/s (H100/H200
 #                                                          SXM dense bf16)
-#   ddp-nccl / zero3-nccl                                  2 ranks over NCCL on this node's GPUs; with one GPU both
-#                                                          ranks share it, which NCCL refuses: skipped, saying so
+#   ddp-nccl / zero3-nccl                                  2 ranks over NCCL on this node's GPUs; with one GPU the
+#                                                          ranks would share it, which dtrain-trainer and NCCL
+#                                                          refuse: skipped, saying so
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 data=$WORK/tokens.bin
 if [ "$DRY_RUN" -eq 0 ]; then
   # A few megabytes of text (the repository's own docs, repeated): enough tokens for 20 steps of 8 x 1024.
   for _ in $(seq 12); do cat "$here/../../README.md" "$here/../../BENCHMARKS.md"; done >"$WORK/tokens.txt"
-  "$TRAINER" prepare-text "$WORK/tokens.txt" "$data" >/dev/null
+  env "$TRAINER_ENV" "$TRAINER" prepare-text "$WORK/tokens.txt" "$data" >/dev/null
 fi
 small=(--layers 2 --channels 128 --heads 4 --vocab 256 --max-seq-len 64 --seq-len 64 --batch-size 4 --steps 10
        --seed 1 --lr 1e-3 --warmup-steps 3 --lr-schedule cosine --grad-clip 1.0 --data "$data")
 gpu=(env "$TRAINER_ENV" NVIDIA_TF32_OVERRIDE=0 "$TRAINER")
 step trainer-cpu-fp32 "trains 10 steps on the CPU (the reference)" 120 \
-  "$TRAINER" "${small[@]}" --device cpu --metrics "$WORK/cpu-fp32.jsonl"
+  env "$TRAINER_ENV" "$TRAINER" "${small[@]}" --device cpu --metrics "$WORK/cpu-fp32.jsonl"
 step trainer-gpu-fp32 "trains 10 steps with --device cuda" 120 \
   "${gpu[@]}" "${small[@]}" --device cuda --metrics "$WORK/gpu-fp32.jsonl"
 step gpu-vs-cpu-fp32 "every step's loss within 1e-4 relative of the CPU's" 30 \

@@ -42,16 +42,20 @@ ComputeDevice cuda_device() {
   }
   const int rank_on_node = local_rank();
   const int count = kernels::visible_cuda_devices();
+  if (count > 0 && rank_on_node >= count) {
+    // Two ranks on one GPU: NCCL refuses it ("Duplicate GPU detected"), so say it here, with the numbers.
+    throw std::invalid_argument("--device cuda: this rank is LOCAL_RANK " + std::to_string(rank_on_node) +
+                                " and takes GPU " + std::to_string(rank_on_node) + ", but " + std::to_string(count) +
+                                " GPU(s) are visible: start at most " + std::to_string(count) +
+                                " rank(s) per node (dtrain run -n " + std::to_string(count) +
+                                "), or make more GPUs visible (CUDA_VISIBLE_DEVICES)");
+  }
   try {
     // With no GPU (or no CUDA in the build) this throws the reason, naming what to check.
-    device.gpu = count > 0 ? rank_on_node % count : 0;
+    device.gpu = rank_on_node;
     device.backend = &kernels::cuda_backend(device.gpu);
   } catch (const kernels::BackendUnavailable& e) {
-    throw std::invalid_argument(std::string("--device cuda: ") + e.what());
-  }
-  if (rank_on_node >= count && is_rank0()) {
-    spdlog::warn("--device cuda: {} GPU(s) visible for local rank {} and up: ranks share GPUs (LOCAL_RANK modulo {})",
-                 count, rank_on_node, count);
+    throw std::invalid_argument(std::string("--device cuda: ") + e.what() + " (--device cpu trains on the CPU)");
   }
   return device;
 }

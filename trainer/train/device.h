@@ -3,8 +3,8 @@
 // Where dtrain-trainer computes (--device) and the communicator that goes with it.
 //   cpu   the CPU backend (OpenBLAS + OpenMP) and a host communicator (DTRAIN_COMM_BACKEND, else auto: shm, gloo or
 //         hier by where the ranks run).
-//   cuda  the CUDA backend on GPU LOCAL_RANK modulo the GPUs visible (two ranks on one GPU when there are fewer
-//         GPUs than local ranks; said on rank 0, and NCCL normally refuses it), with the NCCL communicator: the
+//   cuda  the CUDA backend on GPU LOCAL_RANK (a LOCAL_RANK without its own GPU is refused, exit 2: NCCL refuses two
+//         ranks on one GPU, "Duplicate GPU detected"), with the NCCL communicator: the
 //         parameters, gradients, AdamW's state and the activations are device memory, and every collective waits on
 //         the device for the compute stream's work issued before it (Communicator::order_after). DTRAIN_COMM_BACKEND
 //         may be unset, auto or nccl; a host backend is refused (exit 2), since it cannot read device memory.

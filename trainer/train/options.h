@@ -74,7 +74,7 @@ struct TrainOptions {
   std::string checkpoint_dir = "checkpoints";  // --checkpoint-dir: where --save-every writes and --resume reads
   std::string metrics;         // --metrics: JSONL file of per-step metrics (rank 0 writes it)
   // --device: cpu | cuda | auto. cuda: the model, its gradients, AdamW's state and the activations on GPU
-  // LOCAL_RANK (modulo the GPUs visible), gradients reduced over NCCL; auto: cuda when a GPU is visible, else cpu
+  // LOCAL_RANK (one GPU per rank), gradients reduced over NCCL; auto: cuda when a GPU is visible, else cpu
   // (trainer/train/device.h).
   std::string device = "auto";
   int threads = 0;             // --threads: CPU threads; 0 = OMP_NUM_THREADS if set, else all cores

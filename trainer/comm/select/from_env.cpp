@@ -114,9 +114,7 @@ std::unique_ptr<Communicator> make_nccl(int world, const CommOptions& options) {
   const int rank = world > 1 || std::getenv("RANK") != nullptr ? checked_rank(world) : 0;
   const int local_rank = launcher_int("LOCAL_RANK", 0);
   if (local_rank < 0) throw CommError("LOCAL_RANK=" + std::to_string(local_rank) + " must be at least 0");
-  // GPU LOCAL_RANK, or LOCAL_RANK modulo the GPUs visible when there are fewer (dtrain-trainer --device cuda says so).
-  const int gpus = cuda_device_count();
-  return NcclCommunicator::from_env(rank, world, gpus > 0 ? local_rank % gpus : local_rank, options);
+  return NcclCommunicator::from_env(rank, world, local_rank, options);
 #else
   (void)world;
   (void)options;

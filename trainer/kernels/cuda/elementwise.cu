@@ -126,6 +126,12 @@ __device__ float float_from_fp16(std::uint16_t value) {
   const float normal = __fmul_rn(__uint_as_float((doubled >> 4) + (0xE0u << 23)), 0x1.0p-112f);
   const float subnormal = __fadd_rn(__uint_as_float((doubled >> 17) | (126u << 23)), -0.5f);
   const std::uint32_t magnitude = doubled < (1u << 27) ? __float_as_uint(subnormal) : __float_as_uint(normal);
+  // Infinities and NaNs by their bits: the GPU's multiply returns its one canonical NaN for any NaN input, where the
+  // host's keeps sign and payload (quieting a signalling NaN), which is what the CPU backend's bits are.
+  if ((value & 0x7C00u) == 0x7C00u) {
+    const std::uint32_t mantissa = static_cast<std::uint32_t>(value & 0x3FFu) << 13;
+    return __uint_as_float(sign | 0x7F800000u | mantissa | (mantissa != 0 ? 0x400000u : 0u));
+  }
   return __uint_as_float(sign | magnitude);
 }
 
