@@ -27,6 +27,8 @@
 #include "worker/store/client.h"
 #include "agent/store/testing/in_process_store.h"
 #include "trainer/comm/nccl/communicator.h"
+#include "trainer/comm/nccl/runtime.h"
+#include "trainer/comm/nccl/start.h"
 #endif
 
 using namespace std::chrono_literals;
@@ -194,6 +196,75 @@ TEST_CASE("nccl backend from the environment: bad RANK, LOCAL_RANK and a GPU tha
     const std::string message = comm_error_of([] { make_communicator_from_env(with_backend("nccl")); });
     CHECK(message.find("GPU 64 (LOCAL_RANK) does not exist") != std::string::npos);
   }
+}
+
+TEST_CASE("nccl start: the missing ranks named, shortened past 16") {
+  using dtrain::trainer::missing_ranks_text;
+  CHECK(missing_ranks_text({}, 4) == "");
+  CHECK(missing_ranks_text({1}, 2) == "rank 1 of 2");
+  CHECK(missing_ranks_text({3, 5}, 8) == "ranks 3, 5 of 8");
+  std::vector<int> many(20);
+  for (int i = 0; i < 20; ++i) many[i] = i + 100;
+  CHECK(missing_ranks_text(many, 512) ==
+        "ranks 100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112, 113, 114, 115 and 4 more of 512");
+}
+
+TEST_CASE("nccl start: a rank that never joins is an error naming it within the timeout, not a hang (needs a GPU)") {
+  if (!have_gpu()) {
+    MESSAGE("no GPU visible: the bounded start is not run here");
+    return;
+  }
+  NcclStoreServer server;
+  dtrain::trainer::NcclCommOptions options;
+  options.rank = 0;
+  options.size = 2;
+  options.key = "nccl/lonely";
+  options.timeout = 3s;
+  const auto started = std::chrono::steady_clock::now();
+  std::shared_ptr<dtrain::store::StoreClient> store = server.client();
+  const std::string message =
+      comm_error_of([&] { dtrain::trainer::NcclCommunicator comm(store, options); });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  CHECK(message.find("rank 1 of 2 never joined") != std::string::npos);
+  CHECK(seconds < 10.0);
+  MESSAGE("refused in " << seconds << " s: " << message);
+}
+
+TEST_CASE("nccl order_after: a collective reads what the producer stream wrote before it was issued (needs a GPU)") {
+  if (!have_gpu()) {
+    MESSAGE("no GPU visible: the stream ordering is not run here");
+    return;
+  }
+  using dtrain::trainer::nccl_runtime::rt;
+  ScopedEnv env({{"WORLD_SIZE", "1"}, {"RANK", "0"}, {"LOCAL_RANK", "0"}, {"DTRAIN_COMM_BACKEND", nullptr}});
+  auto comm = make_communicator_from_env(with_backend("nccl"));
+  cudaStream_t producer = nullptr;
+  REQUIRE(rt().cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking) == cudaSuccess);
+  comm->order_after(producer);
+  // The producer is kept busy (8 copies of 256 MiB) before it writes `in`; a collective not ordered after it would
+  // read the zeros `in` held before.
+  constexpr std::size_t kBig = std::size_t{64} << 20, kCount = 1024;
+  float* big_a = comm->allocate(kBig);
+  float* big_b = comm->allocate(kBig);
+  float* in = comm->allocate(kCount);
+  float* out = comm->allocate(kCount);
+  const std::vector<float> zeros(kCount, 0.0f), values(kCount, 7.0f);
+  comm->copy_in(in, zeros.data(), kCount);
+  comm->copy_in(out, zeros.data(), kCount);
+  float* source = comm->allocate(kCount);
+  comm->copy_in(source, values.data(), kCount);
+  for (int i = 0; i < 8; ++i)
+    REQUIRE(rt().cudaMemcpyAsync(big_b, big_a, kBig * sizeof(float), cudaMemcpyDeviceToDevice, producer) == cudaSuccess);
+  // Device to device: the call returns at once (a copy from pageable host memory could wait for the stream).
+  REQUIRE(rt().cudaMemcpyAsync(in, source, kCount * sizeof(float), cudaMemcpyDeviceToDevice, producer) ==
+          cudaSuccess);
+  comm->all_gather(in, out, kCount)->wait();
+  std::vector<float> back(kCount, -1.0f);
+  comm->copy_out(back.data(), out, kCount);
+  CHECK(back == values);
+  REQUIRE(rt().cudaStreamSynchronize(producer) == cudaSuccess);
+  for (float* p : {big_a, big_b, in, out, source}) comm->release(p);
+  rt().cudaStreamDestroy(producer);
 }
 
 TEST_CASE("nccl world-1 collectives on device buffers (needs a GPU)") {

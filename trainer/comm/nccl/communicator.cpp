@@ -12,6 +12,7 @@
 #include "trainer/comm/describe.h"
 #include "trainer/comm/job_store.h"
 #include "trainer/comm/nccl/runtime.h"
+#include "trainer/comm/nccl/start.h"
 #include "trainer/comm/nccl/state.h"
 #include "trainer/comm/nccl/work.h"
 
@@ -71,14 +72,14 @@ NcclCommunicator::NcclCommunicator(std::shared_ptr<store::StoreClient> store, Nc
   if (error != cudaSuccess) {
     throw CommError(who + ": cudaStreamCreate failed: " + cuda_text(error));
   }
-  const ncclResult_t result = rt().ncclCommInitRank(&state_->comm, options.size, id, options.rank);
-  if (result != ncclSuccess) {
+  try {
+    state_->comm = start_nccl_comm(store.get(), NcclStart{options.rank, options.size, options.key, options.timeout, who},
+                                   id);
+  } catch (...) {
     rt().cudaStreamDestroy(state_->stream);
     state_->stream = nullptr;
     state_->comm = nullptr;
-    throw CommError(who + ": ncclCommInitRank failed: " + nccl_text(result) +
-                    ". Every rank must join with the same id (store key '" + options.key +
-                    "'); set NCCL_DEBUG=INFO for NCCL's own account");
+    throw;
   }
 }
 
@@ -136,7 +137,7 @@ NcclCommunicator::~NcclCommunicator() {
     std::lock_guard<std::mutex> lock(state_->mutex);
     if (state_->comm != nullptr) {
       if (healthy) {
-        rt().ncclCommDestroy(state_->comm);
+        finish_nccl_comm(state_->comm, state_->options.timeout);
       } else {
         rt().ncclCommAbort(state_->comm);
       }

@@ -12,7 +12,8 @@
 // communicator is broken: every later collective fails at once with that first error.
 //
 // Rendezvous: rank 0 calls ncclGetUniqueId and sets it (hex) in the job's store under "nccl/<communicator>",
-// the others wait for that key; then ncclCommInitRank. With one rank no store is needed.
+// the others wait for that key; then a bounded, non-blocking ncclCommInitRankConfig (start.h: a rank that never
+// joins is an error naming it, within the timeout, never a hang). With one rank no store is needed.
 
 #include <chrono>
 #include <memory>

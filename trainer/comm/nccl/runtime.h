@@ -18,7 +18,8 @@ namespace dtrain::trainer::nccl_runtime {
   X(cudaStreamDestroy) X(cudaStreamSynchronize) X(cudaEventCreateWithFlags) X(cudaEventDestroy)                  \
   X(cudaEventRecord) X(cudaEventQuery) X(cudaEventElapsedTime) X(cudaStreamWaitEvent)
 #define DTRAIN_NCCL_FUNCTIONS(X)                                                                                     \
-  X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommDestroy) X(ncclCommAbort) X(ncclCommGetAsyncError)              \
+  X(ncclGetUniqueId) X(ncclCommInitRankConfig) X(ncclCommFinalize) X(ncclCommDestroy)         \
+  X(ncclCommAbort) X(ncclCommGetAsyncError)                                                                      \
   X(ncclGetErrorString) X(ncclGetLastError) X(ncclAllReduce) X(ncclAllGather) X(ncclReduceScatter) X(ncclBroadcast)
 
 // nccl.h includes cuda_runtime.h, whose C++ overloads of these two make decltype(&name) ambiguous: the C
