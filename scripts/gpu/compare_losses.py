@@ -1,6 +1,7 @@
 """Reads dtrain-trainer --metrics files for scripts/gpu-check.sh.
   compare_losses.py rel TOL A.jsonl B.jsonl    every step's |a - b| / |b| <= TOL
   compare_losses.py abs TOL A.jsonl B.jsonl    every step's |a - b| <= TOL
+  compare_losses.py rel-tail TOL A.jsonl B.jsonl   as rel, A's steps against the same steps of B (A resumed)
   compare_losses.py rate RUN.jsonl PARAMS LAYERS CHANNELS SEQ PEAK
       the median tokens/s of the steps after the first 5, and MFU = tokens/s x (6 PARAMS + 12 LAYERS CHANNELS SEQ)
       / PEAK (PaLM's count, as dtrain-trainer's own; PEAK in FLOP/s)
@@ -30,7 +31,12 @@ def main(argv):
               f"MFU {rate * flops / peak:.1%} of {peak / 1e12:.0f} TFLOP/s; step {statistics.median(r['step_ms'] for r in rows):.1f} ms")
         return 0
     mode, tol = argv[0], float(argv[1])
-    a, b = [r["loss"] for r in steps(argv[2])], [r["loss"] for r in steps(argv[3])]
+    a_rows, b_rows = steps(argv[2]), steps(argv[3])
+    if mode == "rel-tail":  # A holds the steps of a resumed run: compare them with the same steps of B
+        by_step = {r["step"]: r for r in b_rows}
+        b_rows = [by_step[r["step"]] for r in a_rows if r["step"] in by_step]
+        mode = "rel"
+    a, b = [r["loss"] for r in a_rows], [r["loss"] for r in b_rows]
     if not a or len(a) != len(b):
         print(f"result: {len(a)} steps against {len(b)}")
         return 1
