@@ -39,18 +39,22 @@ step trainer-gpu-zero3 "trains 10 steps with --device cuda --zero 3 on one rank"
   "${gpu[@]}" "${small[@]}" --device cuda --zero 3 --metrics "$WORK/gpu-zero3.jsonl"
 step zero3-vs-ddp "every step's loss within 1e-6 relative of the 1-rank DDP run's on the GPU" 30 \
   python3 "$gpu_dir/compare_losses.py" rel 1e-6 "$WORK/gpu-zero3.jsonl" "$WORK/gpu-fp32.jsonl"
+# The sh -c scripts below are single-quoted on purpose: $0 and $@ are their own arguments (SC2016).
 # A constant learning rate after the warmup: a 5-step run's cosine would not be the 10-step run's.
 step trainer-cpu-const "10 steps on the CPU with a constant learning rate (the resumed runs' reference)" 120 \
   env "$TRAINER_ENV" "$TRAINER" "${small[@]}" --lr-schedule constant --device cpu --metrics "$WORK/cpu-const.jsonl"
 small+=(--lr-schedule constant)
+# shellcheck disable=SC2016
 step ckpt-gpu-to-cpu "5 steps on the GPU saving a checkpoint, then steps 6-10 resumed on the CPU" 120 \
   sh -c '"$@" --device cuda --steps 5 --save-every 5 --checkpoint-dir "$0" &&
          "$@" --device cpu --resume --checkpoint-dir "$0" --metrics "$0.jsonl"' "$WORK/ckpt-g2c" \
   "${gpu[@]}" "${small[@]}"
+# shellcheck disable=SC2016
 step ckpt-cpu-to-gpu "5 steps on the CPU saving a checkpoint, then steps 6-10 resumed on the GPU" 120 \
   sh -c '"$@" --device cpu --steps 5 --save-every 5 --checkpoint-dir "$0" &&
          "$@" --device cuda --resume --checkpoint-dir "$0" --metrics "$0.jsonl"' "$WORK/ckpt-c2g" \
   "${gpu[@]}" "${small[@]}"
+# shellcheck disable=SC2016
 step resumed-vs-cpu "steps 6-10 of both resumed runs within 1e-4 relative of the CPU run's" 30 \
   sh -c 'python3 "$0" rel-tail 1e-4 "$1" "$3" && python3 "$0" rel-tail 1e-4 "$2" "$3"' "$gpu_dir/compare_losses.py" \
   "$WORK/ckpt-g2c.jsonl" "$WORK/ckpt-c2g.jsonl" "$WORK/cpu-const.jsonl"
