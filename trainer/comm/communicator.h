@@ -121,6 +121,27 @@ class Communicator {
   std::atomic<std::uint64_t> bytes_sent_{0};
 };
 
+// A collective on a few host floats. A communicator that takes device buffers (nccl) gets them in a buffer of its
+// own memory, copied in before and out after; the others take `values` as they are. `op` issues the collective on
+// the pointer it is given and waits for it.
+template <class Op>
+void on_host_floats(Communicator& comm, float* values, std::size_t count, Op op) {
+  if (!comm.device_buffers()) {
+    op(values);
+    return;
+  }
+  float* buffer = comm.allocate(count);
+  try {
+    comm.copy_in(buffer, values, count);
+    op(buffer);
+    comm.copy_out(values, buffer, count);
+  } catch (...) {
+    comm.release(buffer);
+    throw;
+  }
+  comm.release(buffer);
+}
+
 // The collectives, for ring_bytes_per_rank.
 enum class Collective { allreduce, reduce_scatter, all_gather, broadcast };
 

@@ -4,7 +4,7 @@
 // rank by broadcast, and the step's loss and the checkpoint barrier are one-float allreduces. With one rank they
 // return the value unchanged and send nothing. Their waits count as communication (metrics/comm_time.h) in the
 // caller's phase. On a communicator with device buffers the floats travel through a buffer of its own
-// (on_host_floats).
+// (on_host_floats, trainer/comm/communicator.h).
 
 #include <cstddef>
 #include <cstdint>
@@ -13,27 +13,6 @@
 #include "trainer/metrics/comm_time.h"
 
 namespace dtrain::trainer {
-
-// A collective on a few host floats. A communicator that takes device buffers (nccl) gets them in a buffer of its
-// own memory, copied in before and out after; the others take `values` as they are. `op` issues the collective on
-// the pointer it is given and waits for it.
-template <class Op>
-void on_host_floats(Communicator& comm, float* values, std::size_t count, Op op) {
-  if (!comm.device_buffers()) {
-    op(values);
-    return;
-  }
-  float* buffer = comm.allocate(count);
-  try {
-    comm.copy_in(buffer, values, count);
-    op(buffer);
-    comm.copy_out(values, buffer, count);
-  } catch (...) {
-    comm.release(buffer);
-    throw;
-  }
-  comm.release(buffer);
-}
 
 // Every rank gets rank 0's value. A uint64 travels as four 16-bit pieces, each exact in a float.
 inline std::uint64_t broadcast_u64(Communicator& comm, std::uint64_t value) {

@@ -24,27 +24,6 @@ kernels::Backend* device_of(const Gpt& model) {
   return model.backend().host_accessible() ? nullptr : &model.backend();
 }
 
-// A collective on a few host floats (trainer/train/collectives.h's on_host_floats): a communicator that takes
-// device buffers gets them in a buffer of its own memory, copied in before and out after; `op` issues the
-// collective on the pointer it is given and waits for it.
-template <class Op>
-void staged_floats(Communicator& comm, float* values, std::size_t count, Op op) {
-  if (!comm.device_buffers()) {
-    op(values);
-    return;
-  }
-  float* buffer = comm.allocate(count);
-  try {
-    comm.copy_in(buffer, values, count);
-    op(buffer);
-    comm.copy_out(values, buffer, count);
-  } catch (...) {
-    comm.release(buffer);
-    throw;
-  }
-  comm.release(buffer);
-}
-
 int checked_stage(int stage) {
   if (stage < 1 || stage > 3)
     throw std::invalid_argument("ZeroEngine: stage " + std::to_string(stage) + " is not 1, 2 or 3 (--zero 0 is "
@@ -288,7 +267,7 @@ float ZeroEngine::clip_grad_norm(float max_norm) {
   parts[2 * r + 1] = static_cast<float>(local - static_cast<double>(parts[2 * r]));
   if (W > 1) {
     // Through the communicator's memory when it takes device buffers (the whole vector: in place, own chunk in).
-    staged_floats(comm_, parts.data(), parts.size(), [&](float* p) {
+    on_host_floats(comm_, parts.data(), parts.size(), [&](float* p) {
       wait_collective(*comm_.all_gather(p + 2 * r, p, 2), "all-gather (the gradient norms)");
     });
   }
