@@ -1,5 +1,6 @@
 #include "trainer/train/loop.h"
 
+#include "trainer/train/dry_run.h"
 #include "trainer/train/training.h"
 
 #include <chrono>
@@ -214,6 +215,9 @@ int run_training(const TrainOptions& options) {
     // The reporter first: the launcher hears this worker is starting (health.startup_timeout_s) while the
     // communicator may still wait for its peers.
     // And the dump of phase and collectives on the agent's signal, for the evidence of a hang (stack_dump.h).
+    if (options.dry_run) return dry_run(options);
+    // --tp/--pp checked (and refused above 1) before any rank waits for its peers.
+    check_parallel_flags(options, model_config(options));
     install_stack_dump();
     trial = TrialRun(options);
     return trial.end(Training(trial.options(), HealthReporter::from_env()).run(trial));

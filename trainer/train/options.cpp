@@ -160,6 +160,14 @@ void add_run_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--reduce-dtype", o.reduce_dtype, "--zero 1..3 gradient reduce-scatter dtype: fp32, or bf16 / fp16 "
                  "(half the bytes on the wire; gradients stay fp32 on each rank)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))->capture_default_str();
+  app.add_option("--tp", o.tp, "tensor-parallel size (layout only: --dry-run prints it; training with --tp above 1 "
+                 "is refused until tensor parallelism is built)")
+      ->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--pp", o.pp, "pipeline-parallel size (layout only, as --tp)")
+      ->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_flag("--allow-cross-node-tp", o.allow_cross_node_tp, "accept a tensor-parallel group that spans nodes");
+  app.add_flag("--dry-run", o.dry_run, "print the model and each rank's TP/DP/PP coordinates and groups (world from "
+               "WORLD_SIZE and LOCAL_WORLD_SIZE), then exit without training; --data is not needed");
   app.add_option("--device", o.device, "where to compute: cpu, cuda (GPU LOCAL_RANK; gradients over NCCL) or auto "
                  "(cuda when a GPU is visible, else cpu)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))->capture_default_str();
@@ -213,7 +221,7 @@ Command parse_command_line(int argc, char** argv) {
       command.prepare_text = prepare;
     } else if (gemm_cmd->parsed()) {
       command.gemm_rate = gemm;
-    } else if (o.data.empty()) {
+    } else if (o.data.empty() && !o.dry_run) {
       throw CLI::RequiredError("--data");
     } else {
       check_precision_flags(app, o);

@@ -78,6 +78,15 @@ struct TrainOptions {
   // (trainer/train/device.h).
   std::string device = "auto";
   int threads = 0;             // --threads: CPU threads; 0 = OMP_NUM_THREADS if set, else all cores
+  // --tp, --pp: tensor- and pipeline-parallel sizes (DP = world / (TP x PP); rank order as Megatron-LM's,
+  // trainer/parallel/grid/rank_grid.h). Only the layout exists yet: --dry-run prints it, and training with either
+  // above 1 is refused (exit 2) until tensor and pipeline parallelism are built.
+  int tp = 1;
+  int pp = 1;
+  bool allow_cross_node_tp = false;  // --allow-cross-node-tp: accept a TP group that spans nodes
+  // --dry-run: print the model and each rank's TP/DP/PP coordinates and groups, then exit without training (the
+  // world and the ranks per node from WORLD_SIZE and LOCAL_WORLD_SIZE, as a launcher sets them; 1 without).
+  bool dry_run = false;
   long log_every = 1;          // --log-every: console line every N steps (rank 0)
   long debug_stall_step = 0;   // --debug-stall-step (tests of the launcher's hang check): sleep before step N; 0 = off
   int debug_stall_rank = -1;   // --debug-stall-rank: with --debug-stall-step, only this rank stalls; -1 = every rank
