@@ -1,8 +1,10 @@
 #include "trainer/comm/nccl/start.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "trainer/comm/communicator.h"
+#include "trainer/comm/describe.h"
 #include "trainer/comm/nccl/runtime.h"
 
 namespace dtrain::trainer {
@@ -33,7 +35,7 @@ std::vector<int> missing_ranks(store::StoreClient* store, const NcclStart& start
   rt().ncclCommAbort(comm);
   std::string why_unknown;
   const std::vector<int> missing = missing_ranks(store, start, why_unknown);
-  const std::string seconds = std::to_string(start.timeout.count() / 1000.0).substr(0, 5) + " s";
+  const std::string seconds = describe_seconds(start.timeout);
   if (!missing.empty()) {
     throw CommError(start.who + ": " + missing_ranks_text(missing, start.size) +
                     " never joined the NCCL communicator within " + seconds +
@@ -74,7 +76,10 @@ ncclComm_t start_nccl_comm(store::StoreClient* store, const NcclStart& start, co
   while (result == ncclInProgress) {
     if (Clock::now() >= deadline) give_up(comm, store, start);
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    if (rt().ncclCommGetAsyncError(comm, &result) != ncclSuccess) break;
+    // The query's own failure (a communicator NCCL does not know) is the error to report, not the state it left.
+    ncclResult_t state = ncclInProgress;
+    const ncclResult_t query = rt().ncclCommGetAsyncError(comm, &state);
+    result = query != ncclSuccess ? query : state;
   }
   if (result != ncclSuccess) {
     const std::string text = nccl_text(result, comm);
@@ -90,7 +95,9 @@ bool finish_nccl_comm(ncclComm_t comm, std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   while (result == ncclInProgress && Clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (rt().ncclCommGetAsyncError(comm, &result) != ncclSuccess) break;
+    ncclResult_t state = ncclInProgress;
+    const ncclResult_t query = rt().ncclCommGetAsyncError(comm, &state);
+    result = query != ncclSuccess ? query : state;
   }
   if (result != ncclSuccess) {
     rt().ncclCommAbort(comm);

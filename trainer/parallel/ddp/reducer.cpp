@@ -81,7 +81,9 @@ void DdpReducer::start_bucket(std::size_t index) {
   if (comm_dtype_ != kernels::Dtype::fp32) {
     std::uint16_t* half = half_ + offset;
     if (device_ != nullptr) {
-      // On the device: scaled in place (cast_back overwrites the bucket afterwards), then rounded.
+      // On the device: scaled in place (cast_back overwrites the bucket afterwards), then rounded. PyTorch's hook
+      // rounds first and divides in 16 bits (to_half_divided); for a world that is a power of two the bits are the
+      // same, otherwise the two may differ in the last bit of some values.
       device_->scale(grads_ + offset, count, 1.0f / static_cast<float>(world));
       device_->to_half(half, grads_ + offset, count, comm_dtype_);
     } else {
