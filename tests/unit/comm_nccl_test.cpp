@@ -209,6 +209,25 @@ TEST_CASE("nccl start: the missing ranks named, shortened past 16") {
         "ranks 100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112, 113, 114, 115 and 4 more of 512");
 }
 
+TEST_CASE("nccl errors carry NCCL's own text: ncclGetErrorString and ncclGetLastError's detail (no GPU needed)") {
+  using dtrain::trainer::nccl_runtime::nccl_text;
+  using dtrain::trainer::nccl_runtime::rt;
+  std::string why;
+  if (dtrain::trainer::nccl_runtime::load(&why) == nullptr) {
+    MESSAGE("libcudart or libnccl cannot be loaded here (" << why << "): NCCL's error text is not checked");
+    return;
+  }
+  // A call NCCL refuses without a GPU: it keeps its WARN line as the last error (whatever NCCL_DEBUG says).
+  ncclResult_t state = ncclSuccess;
+  REQUIRE(rt().ncclCommGetAsyncError(nullptr, &state) == ncclInvalidArgument);
+  const std::string text = nccl_text(ncclInvalidArgument);
+  CHECK(text.rfind(rt().ncclGetErrorString(ncclInvalidArgument), 0) == 0);
+  CHECK(text.find("comm argument is NULL") != std::string::npos);
+  MESSAGE(text);
+  // Work::wait and enqueue (work.cpp) put this text after the collective and the rank; so for a peer's failure too.
+  CHECK(nccl_text(ncclRemoteError).rfind(rt().ncclGetErrorString(ncclRemoteError), 0) == 0);
+}
+
 TEST_CASE("nccl start: a rank that never joins is an error naming it within the timeout, not a hang (needs a GPU)") {
   if (!have_gpu()) {
     MESSAGE("no GPU visible: the bounded start is not run here");
@@ -253,8 +272,10 @@ TEST_CASE("nccl order_after: a collective reads what the producer stream wrote b
   comm->copy_in(out, zeros.data(), kCount);
   float* source = comm->allocate(kCount);
   comm->copy_in(source, values.data(), kCount);
-  for (int i = 0; i < 8; ++i)
-    REQUIRE(rt().cudaMemcpyAsync(big_b, big_a, kBig * sizeof(float), cudaMemcpyDeviceToDevice, producer) == cudaSuccess);
+  for (int i = 0; i < 8; ++i) {
+    REQUIRE(rt().cudaMemcpyAsync(big_b, big_a, kBig * sizeof(float), cudaMemcpyDeviceToDevice, producer) ==
+            cudaSuccess);
+  }
   // Device to device: the call returns at once (a copy from pageable host memory could wait for the stream).
   REQUIRE(rt().cudaMemcpyAsync(in, source, kCount * sizeof(float), cudaMemcpyDeviceToDevice, producer) ==
           cudaSuccess);

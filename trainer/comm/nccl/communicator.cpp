@@ -73,8 +73,8 @@ NcclCommunicator::NcclCommunicator(std::shared_ptr<store::StoreClient> store, Nc
     throw CommError(who + ": cudaStreamCreate failed: " + cuda_text(error));
   }
   try {
-    state_->comm = start_nccl_comm(store.get(), NcclStart{options.rank, options.size, options.key, options.timeout, who},
-                                   id);
+    const NcclStart start{options.rank, options.size, options.key, options.timeout, who};
+    state_->comm = start_nccl_comm(store.get(), start, id);
   } catch (...) {
     rt().cudaStreamDestroy(state_->stream);
     state_->stream = nullptr;

@@ -4,12 +4,20 @@
 // of this communicator's GPU (cudaMalloc on device(), or allocate() below); a host pointer fails the collective
 // with a CommError. device_buffers() is true.
 //
-// Each collective is enqueued on the communicator's own CUDA stream and returns at once; collectives run on the
-// GPU in issue order. Work::wait() polls the collective's CUDA event and NCCL's asynchronous error until the
-// collective has finished; when NCCL reports an error, or the collective has not finished within the timeout
-// (a peer that stopped, or ranks that issued different collectives), the communicator is aborted (ncclCommAbort)
-// and wait() throws a CommError naming the collective, its size, the rank and NCCL's error string. After that the
-// communicator is broken: every later collective fails at once with that first error.
+// Each collective is enqueued on the communicator's own CUDA stream and returns once it is there; collectives run on
+// the GPU in issue order. The NCCL communicator is non-blocking: NCCL may put a collective on the stream from a
+// thread of its own (and connects to the peers on the first collectives), so the call waits until it is there,
+// bounded by the timeout (a peer that never issues it: the communicator is aborted, a CommError). With
+// order_after(stream), each collective and each copy first makes the communicator's stream wait, on the GPU, for what
+// was enqueued on that stream (the compute backend's) before it was issued: one CUDA event recorded there, then
+// cudaStreamWaitEvent; the host does not wait. Without it (the default, or a null stream) the caller orders its
+// buffers itself (e.g. synchronises its stream first).
+//
+// Work::wait() polls the collective's CUDA event and NCCL's asynchronous error until the collective has finished;
+// when NCCL reports an error, or the collective has not finished within the timeout (a peer that stopped, or ranks
+// that issued different collectives), the communicator is aborted (ncclCommAbort) and wait() throws a CommError
+// naming the collective, its size, the rank and NCCL's own text (ncclGetErrorString, and ncclGetLastError's detail).
+// After that the communicator is broken: every later collective fails at once with that first error.
 //
 // Rendezvous: rank 0 calls ncclGetUniqueId and sets it (hex) in the job's store under "nccl/<communicator>",
 // the others wait for that key; then a bounded, non-blocking ncclCommInitRankConfig (start.h: a rank that never

@@ -39,8 +39,10 @@ std::vector<int> missing_ranks(store::StoreClient* store, const NcclStart& start
   if (!missing.empty()) {
     throw CommError(start.who + ": " + missing_ranks_text(missing, start.size) +
                     " never joined the NCCL communicator within " + seconds +
-                    ": check that they started and reached their communicator (their logs), and that every rank "
-                    "uses the same job; aborted");
+                    (missing.size() == 1 ? ": check that it started and reached its communicator (its log)"
+                                         : ": check that those ranks started and reached their communicator (their "
+                                           "logs)") +
+                    ", and that every rank uses the same job; aborted");
   }
   throw CommError(start.who + ": the NCCL communicator did not start within " + seconds +
                   (why_unknown.empty() ? " although every rank joined: a network NCCL cannot use between them "

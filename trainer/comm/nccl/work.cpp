@@ -115,6 +115,44 @@ class NcclWork : public Work {
   double elapsed_ms_ = 0;
 };
 
+// The communicator is non-blocking (start.h), so a collective may return ncclInProgress before it is on the stream:
+// NCCL then enqueues it from a thread of its own, after connecting to the peers on the communicator's first
+// collectives. Until the communicator's state leaves ncclInProgress nothing may go on the stream behind it (the end
+// event would complete ahead of the collective) and NCCL refuses the next call ("Attempt to use communicator before
+// the previous operation returned ncclSuccess"). Polls that state up to the timeout and returns it (ncclSuccess once
+// the collective is enqueued); at the deadline, aborts the communicator and throws.
+ncclResult_t wait_until_enqueued(State& state, const std::string& what) {
+  const auto started = Clock::now();
+  const auto deadline = started + state.options.timeout;
+  const auto spin_until = started + std::chrono::milliseconds(2);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(state.mutex);
+      if (state.broken) {
+        throw CommError("nccl " + what + " on " + state.where() + " not enqueued: the communicator was aborted: " +
+                        state.first_failure);
+      }
+      ncclResult_t async = ncclInProgress;
+      const ncclResult_t query = rt().ncclCommGetAsyncError(state.comm, &async);
+      if (query != ncclSuccess) return query;
+      if (async != ncclInProgress) return async;
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      throw CommError(state.abort(
+          "nccl " + what + " failed on " + state.where() + ": NCCL had not enqueued it after the timeout of " +
+          describe_seconds(state.options.timeout) + " (it connects to the peers on the first collectives, and every "
+          "rank must issue the same ones); the communicator was aborted. A peer that stopped or never issued this "
+          "collective: check the other ranks' logs"));
+    }
+    if (now < spin_until) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<Work> enqueue(const std::shared_ptr<State>& state, const std::string& what, std::size_t count,
@@ -132,12 +170,14 @@ std::shared_ptr<Work> enqueue(const std::shared_ptr<State>& state, const std::st
     throw CommError("nccl " + what + " on " + state->where() + ": CUDA event setup failed: " + cuda_text(error));
   }
   auto work = std::make_shared<NcclWork>(state, what, start, end);
-  const ncclResult_t result = count == 0 ? ncclSuccess : launch();
-  if (result != ncclSuccess && result != ncclInProgress) {
-    const std::string why = "nccl " + what + " failed on " + state->where() + ": " + nccl_text(result, state->comm);
-    // An invalid argument leaves the communicator usable; anything else may have left the ranks out of step.
-    if (result == ncclInvalidArgument || result == ncclInvalidUsage) throw CommError(why);
-    throw CommError(state->abort(why));
+  ncclResult_t result = count == 0 ? ncclSuccess : launch();
+  if (result == ncclInProgress) result = wait_until_enqueued(*state, what);
+  if (result != ncclSuccess) {
+    // Even an invalid argument breaks a non-blocking communicator: NCCL keeps the error as the communicator's state
+    // and refuses every later call with it. The arguments it could refuse are checked before (device pointers, root).
+    throw CommError(state->abort("nccl " + what + " failed on " + state->where() + ": NCCL reports " +
+                                 nccl_text(result, state->comm) + ". Check the other ranks' logs (a peer that "
+                                 "exited or failed breaks the collective for every rank)"));
   }
   error = rt().cudaEventRecord(end, state->stream);
   if (error != cudaSuccess) {

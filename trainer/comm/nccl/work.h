@@ -16,8 +16,11 @@
 namespace dtrain::trainer {
 
 // Enqueues `launch` (NCCL calls on state.comm / state.stream) between two events and returns its Work; with
-// `count` 0 only the events are recorded: NCCL is not called for an empty collective. Throws CommError when the
-// communicator was aborted before, or when the launch fails (aborting it unless NCCL only refused the arguments).
+// `count` 0 only the events are recorded: NCCL is not called for an empty collective. When NCCL answers
+// ncclInProgress (the communicator is non-blocking), waits until it has put the collective on the stream, bounded by
+// the timeout, before the end event goes behind it. Throws CommError when the communicator was aborted before, or
+// when the launch fails or is not done by the deadline (aborting it: NCCL keeps any error of a non-blocking
+// communicator, so none leaves it usable).
 std::shared_ptr<Work> enqueue(const std::shared_ptr<NcclCommunicator::State>& state, const std::string& what,
                               std::size_t count, const std::function<ncclResult_t()>& launch);
 
