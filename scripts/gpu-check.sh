@@ -6,12 +6,13 @@
 # Then dtrain-trainer --device cuda (scripts/gpu/trainer-check.sh): fp32 on the GPU against the CPU over 10 steps,
 # bf16 against fp32, GPT-2 124M at T=1024 in bf16 (tokens/s, MFU), 2-rank DDP and ZeRO-3 over NCCL on one GPU.
 #
-# What comes back (the device tool brings back at most 8 files): $OUT/gpu-check.log (everything printed),
-# $OUT/gpu-results.md (the machine and one summary table: what BENCHMARKS.md quotes) and $OUT/gpu-check-files.tar.gz
-# (every other file the steps wrote: each step's output, the --metrics files, dtrain topo's and doctor's outputs).
+# It leaves three files in $OUT, so that a remote run that brings back only a few gets everything:
+# $OUT/gpu-check.log (everything printed), $OUT/gpu-results.md (the machine and one summary table: what
+# BENCHMARKS.md quotes) and $OUT/gpu-check-files.tar.gz (every other file the steps wrote: each step's output, the
+# --metrics files, dtrain topo's and doctor's outputs).
 # Every step runs under its own timeout, and the whole run under GPU_CHECK_BUDGET_S (default 300 s): a step's
 # timeout is cut to what is left of it, and a step with under 15 s left is not started (NOT RUN, which fails the run
-# as a FAIL does). The whole run took 44-48 s on the lent H200 machine (BENCHMARKS.md, "The GPU run"). `--dry-run`
+# as a FAIL does). The whole run took 44-48 s on an H200 machine (BENCHMARKS.md, "The GPU run"). `--dry-run`
 # prints each step (the exact command and its pass rule, from the same definitions the run uses) without running any,
 # on any machine, and exits 0.
 #

@@ -1,7 +1,7 @@
 """scripts/gpu-check.sh --dry-run lists every step the GPU run takes (from the same step definitions the real run
 uses), with its command, its timeout and its pass rule, starts nothing and writes nothing, also for a bundle
 (--dry-run --run DIR); an unknown option exits 2. The real run with a budget of 0 s starts no step either: it lists
-the same steps as NOT RUN, fails, and writes the three files the device tool brings back (at most 8 come back)."""
+the same steps as NOT RUN, fails, and writes its three files in $OUT."""
 
 import os
 import subprocess
