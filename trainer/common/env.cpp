@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <stdexcept>
 #include <string_view>
 #include <system_error>
 
@@ -33,6 +34,17 @@ int openmp_threads(std::string& warning) {
     return 0;
   }
   return value;
+}
+
+int env_setting(const char* name, int fallback, int least, const std::string& hint) {
+  const Result<int> value = env_int(name, fallback, hint);
+  if (!value.ok()) throw std::invalid_argument(value.status.message());
+  if (value.value < least) {
+    const char* raw = std::getenv(name);
+    throw std::invalid_argument(std::string(name) + "='" + (raw != nullptr ? raw : "") + "' is less than " +
+                                std::to_string(least) + "; " + hint);
+  }
+  return value.value;
 }
 
 }  // namespace dtrain::trainer

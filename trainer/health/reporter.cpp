@@ -24,19 +24,6 @@ std::string env_or_empty(const char* name) {
   return value ? value : "";
 }
 
-// An integer variable that the launcher sets for every worker, read as env.h reads each one (unset gives
-// `fallback`) and at least `least`: anything else is a bad option (std::invalid_argument, exit code 2) rather than
-// reports under a rank or at an interval nobody chose.
-int launcher_setting(const char* name, int fallback, int least, const std::string& hint) {
-  const Result<int> value = env_int(name, fallback, hint);
-  if (!value.ok()) throw std::invalid_argument(value.status.message());
-  if (value.value < least) {
-    throw std::invalid_argument(std::string(name) + "='" + env_or_empty(name) + "' is less than " +
-                                std::to_string(least) + "; " + hint);
-  }
-  return value.value;
-}
-
 }  // namespace
 
 std::unique_ptr<HealthReporter> HealthReporter::from_env() {
@@ -44,8 +31,8 @@ std::unique_ptr<HealthReporter> HealthReporter::from_env() {
   if (address.empty()) return nullptr;
   HealthReporterOptions options{address, env_or_empty("DTRAIN_JOB_TOKEN"), env_or_empty("DTRAIN_REPORT_TOKEN")};
   options.rank = static_cast<std::uint32_t>(
-      launcher_setting("RANK", 0, 0, "the launcher (dtrain run/launch, torchrun) sets it for every worker"));
-  options.interval = std::chrono::milliseconds(launcher_setting(
+      env_setting("RANK", 0, 0, "the launcher (dtrain run/launch, torchrun) sets it for every worker"));
+  options.interval = std::chrono::milliseconds(env_setting(
       "DTRAIN_HEALTH_INTERVAL_MS", static_cast<int>(options.interval.count()), 1,
       "it holds the milliseconds between health reports, which the launcher sets from health.heartbeat_timeout_s"));
   return std::make_unique<HealthReporter>(std::move(options));

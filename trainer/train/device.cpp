@@ -20,13 +20,6 @@ bool is_rank0() {
   return rank == nullptr || std::string(rank) == "0";
 }
 
-int local_rank() {
-  const Result<int> value = env_int("LOCAL_RANK", 0, "the launcher sets it to the rank's index on its node");
-  if (!value.ok()) throw std::invalid_argument(value.status.message());
-  if (value.value < 0) throw std::invalid_argument("LOCAL_RANK=" + std::to_string(value.value) + " is negative");
-  return value.value;
-}
-
 ComputeDevice cuda_device() {
   ComputeDevice device;
   device.cuda = true;
@@ -40,7 +33,8 @@ ComputeDevice cuda_device() {
     }
     return device;
   }
-  const int rank_on_node = local_rank();
+  const int rank_on_node =
+      env_setting("LOCAL_RANK", 0, 0, "the launcher sets it to the rank's index on its node");
   const int count = kernels::visible_cuda_devices();
   if (count > 0 && rank_on_node >= count) {
     // Two ranks on one GPU: NCCL refuses it ("Duplicate GPU detected"), so say it here, with the numbers.

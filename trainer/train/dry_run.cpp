@@ -8,21 +8,11 @@
 #include "trainer/train/setup.h"
 
 namespace dtrain::trainer {
-namespace {
-
-int env_count(const char* name, int fallback) {
-  const Result<int> value = env_int(name, fallback, "the launcher sets it");
-  if (!value.ok()) throw std::invalid_argument(value.status.message());
-  if (value.value < 1) throw std::invalid_argument(std::string(name) + "=" + std::to_string(value.value) +
-                                                   " must be at least 1");
-  return value.value;
-}
-
-}  // namespace
 
 RankGrid parallel_layout(const TrainOptions& o, const GptConfig& config) {
-  const int world = env_count("WORLD_SIZE", 1);
-  RankGrid grid({world, o.tp, o.pp, env_count("LOCAL_WORLD_SIZE", world), o.allow_cross_node_tp});
+  const int world = env_setting("WORLD_SIZE", 1, 1, "the launcher sets it to the number of ranks");
+  const int per_node = env_setting("LOCAL_WORLD_SIZE", world, 1, "the launcher sets it to the ranks on each node");
+  RankGrid grid({world, o.tp, o.pp, per_node, o.allow_cross_node_tp});
   check_model_split(config.num_heads, config.padded_vocab_size, config.num_layers, o.tp, o.pp, o.zero);
   return grid;
 }

@@ -12,27 +12,15 @@
 #include "trainer/model/host_mirror.h"
 #include "trainer/train/checkpointing.h"
 #include "trainer/train/collectives.h"
-#include "trainer/train/training.h"
 
 namespace dtrain::trainer {
-namespace {
-
-// An integer from the environment that configures the run: unset gives `fallback`; a value that is not an integer
-// is a bad option (std::invalid_argument, exit code 2) rather than a silent fallback.
-int env_setting(const char* name, int fallback, const std::string& hint) {
-  const Result<int> value = env_int(name, fallback, hint);
-  if (!value.ok()) throw std::invalid_argument(value.status.message());
-  return value.value;
-}
-
-}  // namespace
 
 // Rank 0 decides where to start and loads it; every rank then gets its step and data step, rank 0's weights and,
 // when resumed, its AdamW moments.
 Start Training::choose_start() {
   set_phase("start (loading and broadcasting the weights)");
   const int restart_count =
-      env_setting("TORCHELASTIC_RESTART_COUNT", 0,
+      env_setting("TORCHELASTIC_RESTART_COUNT", 0, 0,
                   "the launcher (dtrain run/launch, torchrun) sets it to the number of restarts so far");
   // A restarted job resumes by itself when it saves checkpoints (or finds some), as if --resume had been given.
   const bool want_resume =
