@@ -141,4 +141,22 @@ class Backend {
   virtual bool unscale_and_check(float* data, std::size_t n, float inv_scale) = 0;
 };
 
+// The 16-bit conversions where the buffers are, for code that serves host and device memory alike (the reducers,
+// the ZeRO gatherer): on `device` when given (a backend whose memory the host cannot touch), else on the host
+// (half.h), which is what the host path has always called.
+inline void to_half_on(Backend* device, std::uint16_t* out, const float* in, std::size_t n, Dtype type) {
+  if (device != nullptr) {
+    device->to_half(out, in, n, type);
+  } else {
+    to_half(out, in, n, type);
+  }
+}
+inline void from_half_on(Backend* device, float* out, const std::uint16_t* in, std::size_t n, Dtype type) {
+  if (device != nullptr) {
+    device->from_half(out, in, n, type);
+  } else {
+    from_half(out, in, n, type);
+  }
+}
+
 }  // namespace dtrain::trainer::kernels

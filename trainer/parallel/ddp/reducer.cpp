@@ -107,11 +107,7 @@ void DdpReducer::start_bucket(std::size_t index) {
 void DdpReducer::cast_back() {
   for (std::size_t index : started_) {
     auto [offset, count] = buckets_[index];
-    if (device_ != nullptr) {
-      device_->from_half(grads_ + offset, half_ + offset, count, comm_dtype_);
-    } else {
-      kernels::from_half(grads_ + offset, half_ + offset, count, comm_dtype_);
-    }
+    kernels::from_half_on(device_, grads_ + offset, half_ + offset, count, comm_dtype_);
   }
   started_.clear();
 }

@@ -156,11 +156,7 @@ void ZeroEngine::widen_unit(int unit) {
   for (const ParamRange& r : model_.fp32_tensors(unit)) {
     float* wide = model_.compute_params() + r.offset;
     const std::uint16_t* half = model_.working_params() + r.offset;
-    if (device_ != nullptr) {
-      device_->from_half(wide, half, r.count, model_.precision());
-    } else {
-      kernels::from_half(wide, half, r.count, model_.precision());
-    }
+    kernels::from_half_on(device_, wide, half, r.count, model_.precision());
   }
 }
 

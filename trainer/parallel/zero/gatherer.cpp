@@ -67,11 +67,7 @@ void ParamGatherer::issue(int unit) {
 
 void ParamGatherer::widen(int unit) {
   for (const ParamRange& r : half_.widen[unit]) {
-    if (device_ != nullptr) {
-      device_->from_half(half_.wide + r.offset, half_.half + r.offset, r.count, half_.type);
-    } else {
-      kernels::from_half(half_.wide + r.offset, half_.half + r.offset, r.count, half_.type);
-    }
+    kernels::from_half_on(device_, half_.wide + r.offset, half_.half + r.offset, r.count, half_.type);
   }
 }
 
@@ -84,11 +80,7 @@ void ParamGatherer::wait(int unit) {
   if (half_.half != nullptr) widen(unit);
   if (rounded_.half != nullptr) {
     const ParamRange slice = shards_.slice(unit);
-    if (device_ != nullptr) {
-      device_->to_half(rounded_.half + slice.offset, params_ + slice.offset, slice.count, rounded_.type);
-    } else {
-      kernels::to_half(rounded_.half + slice.offset, params_ + slice.offset, slice.count, rounded_.type);
-    }
+    kernels::to_half_on(device_, rounded_.half + slice.offset, params_ + slice.offset, slice.count, rounded_.type);
   }
   state_[unit] = State::gathered;
 }

@@ -90,11 +90,7 @@ void ZeroReducer::start_unit(int unit) {
   // Zero-filled by the kernel (buffers.h): pages resident only where a unit's slice is written.
   if (half_ == nullptr) half_ = buffers_->allocate_half(shards_.padded_params(), "ZeRO's 16-bit gradient copy");
   std::uint16_t* half = half_ + slice.offset;
-  if (device_ != nullptr) {
-    device_->to_half(half, grads_ + slice.offset, slice.count, reduce_type_);
-  } else {
-    kernels::to_half(half, grads_ + slice.offset, slice.count, reduce_type_);
-  }
+  kernels::to_half_on(device_, half, grads_ + slice.offset, slice.count, reduce_type_);
   std::uint16_t* mine = half_ + own.offset;
   pending_.push_back({unit, comm_.reduce_scatter_half(half, mine, own.count, reduce_type_)});
   bytes_sent_ += ring_bytes_sent(slice.count, shards_.world(), sizeof(std::uint16_t));
