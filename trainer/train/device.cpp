@@ -54,6 +54,20 @@ ComputeDevice cuda_device() {
   return device;
 }
 
+// The NCCL communicator for a GPU: DTRAIN_COMM_BACKEND may be unset, auto or nccl; a host backend cannot read
+// device memory and is refused.
+CommOptions nccl_options() {
+  const char* chosen = std::getenv("DTRAIN_COMM_BACKEND");
+  const std::string asked = chosen == nullptr ? "" : chosen;
+  if (!asked.empty() && asked != "auto" && asked != "nccl") {
+    throw std::invalid_argument("DTRAIN_COMM_BACKEND=" + asked + " reduces host memory, but --device cuda keeps the "
+                                "gradients on the GPU: unset it (or set nccl), or train with --device cpu");
+  }
+  CommOptions options;
+  options.backend = "nccl";
+  return options;
+}
+
 }  // namespace
 
 std::string ComputeDevice::name() const {
@@ -75,20 +89,8 @@ ComputeDevice choose_device(const std::string& device) {
 
 std::unique_ptr<Communicator> device_communicator(const ComputeDevice& device) {
   if (!device.cuda) return make_communicator_from_env();
-  if (device.standin) {
-    std::unique_ptr<Communicator> comm = standin_communicator(make_communicator_from_env());
-    comm->order_after(device.backend->compute_stream());
-    return comm;
-  }
-  CommOptions options;
-  const char* chosen = std::getenv("DTRAIN_COMM_BACKEND");
-  const std::string asked = chosen == nullptr ? "" : chosen;
-  if (!asked.empty() && asked != "auto" && asked != "nccl") {
-    throw std::invalid_argument("DTRAIN_COMM_BACKEND=" + asked + " reduces host memory, but --device cuda keeps the "
-                                "gradients on the GPU: unset it (or set nccl), or train with --device cpu");
-  }
-  options.backend = "nccl";
-  std::unique_ptr<Communicator> comm = make_communicator_from_env(options);
+  std::unique_ptr<Communicator> comm =
+      device.standin ? standin_communicator(make_communicator_from_env()) : make_communicator_from_env(nccl_options());
   comm->order_after(device.backend->compute_stream());
   return comm;
 }

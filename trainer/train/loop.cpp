@@ -1,8 +1,5 @@
 #include "trainer/train/loop.h"
 
-#include "trainer/train/dry_run.h"
-#include "trainer/train/training.h"
-
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -36,11 +33,13 @@
 #include "trainer/parallel/zero/engine.h"
 #include "trainer/train/checkpointing.h"
 #include "trainer/train/collectives.h"
+#include "trainer/train/dry_run.h"
 #include "trainer/train/report/console.h"
 #include "trainer/train/report/error_file.h"
 #include "trainer/train/precision.h"
 #include "trainer/train/setup.h"
 #include "trainer/train/report/step_report.h"
+#include "trainer/train/training.h"
 #include "trainer/train/trial.h"
 
 namespace dtrain::trainer {
