@@ -4,8 +4,12 @@ ends in SIGKILL:
            second of the stop (the agent sends SIGCONT right after every SIGTERM of its stop path), and it exits 0;
   gdb      a hang on 4 PyTorch gloo DDP ranks with stack collection: gdb on 4 torch processes at once does not finish
            within the evidence budget on 2 cores, and ending it used to leave ranks group-stopped with SIGTERM
-           pending (SIGKILLed after the grace, signal 9 in events.jsonl). Over 5 runs every rank now ends by its
-           SIGTERM (signal 15), none by signal 9.
+           pending (SIGKILLed after the grace, signal 9 in events.jsonl). Over 2 runs every rank now ends by its
+           SIGTERM (signal 15), none by signal 9. On 2 cores each run cuts short all 4 gdbs while they are attached
+           (a rank's stacks file then holds gdb's attach lines and no frame; each run prints how many), so each run
+           ends 4 of them the way this is about; the moment within gdb's work at which it is cut short is swept over
+           15 budgets by tests/unit/agent_evidence_test.cpp, so these runs are the end-to-end check (agent,
+           launcher, torch ranks, events.jsonl), the second one to catch a rank left stopped now and then.
 Each run also leaves no process behind."""
 
 import glob
@@ -55,7 +59,7 @@ check(ended.get(0, {}).get("signal") == 0 and ended.get(0, {}).get("exit_code") 
 check(took < 2 + 4, "the job ended %.1f s after it started (the grace period is 15 s)" % took)
 run.assert_no_leaks()
 
-# ---- gdb: a hang on 4 PyTorch ranks, stacks collected, 5 runs
+# ---- gdb: a hang on 4 PyTorch ranks, stacks collected, 2 runs
 HANG = r"""
 import os, time
 import torch
@@ -89,7 +93,19 @@ health: {hang_timeout_s: 3, startup_timeout_s: 120}
 logs: {dir: runs, console: rank0}
 """
 
-RUNS = 5
+
+def cut_short(stacks):
+    """How many of these stacks files hold a gdb that attached (its 'New LWP' lines) and printed no frame."""
+    count = 0
+    for path in stacks:
+        with open(path) as f:
+            lines = f.read().split("gdb -batch", 1)[-1].splitlines()
+        if any(line.startswith("[New LWP") for line in lines) and not any(line.startswith("#") for line in lines):
+            count += 1
+    return count
+
+
+RUNS = 2
 sigkilled = 0
 for attempt in range(RUNS):
     run = Run([], timeout=120)
@@ -98,12 +114,13 @@ for attempt in range(RUNS):
     began = time.monotonic()
     run.run()
     took = time.monotonic() - began
-    print("run %d: exit %s after %.1f s" % (attempt, run.code, took), flush=True)
+    stacks = glob.glob(os.path.join(run.dir, "runs", "*", "attempt_0", "stacks", "rank_[0-9].txt"))
+    print("run %d: exit %s after %.1f s, gdb cut short on %d of %d ranks" % (attempt, run.code, took, cut_short(stacks),
+                                                                          len(stacks)), flush=True)
     if run.code != 124:
         run.show()
     check(run.code == 124, "run %d: the hang fails the job with 124 (got %s)" % (attempt, run.code))
     check(re.search(r"made no step progress for 3\.\d s", run.err), "run %d: the hang check fired" % attempt)
-    stacks = glob.glob(os.path.join(run.dir, "runs", "*", "attempt_0", "stacks", "rank_[0-9].txt"))
     check(len(stacks) == 4, "run %d: every rank's stacks were collected (%d files)" % (attempt, len(stacks)))
     ended = exits(run)
     check(sorted(ended) == [0, 1, 2, 3], "run %d: every rank's exit is recorded: %s" % (attempt, sorted(ended)))
