@@ -1,5 +1,6 @@
 """`dtrain run` with torchrun's options on one node, side by side with Debian's torchrun 1.13 (`/usr/bin/python3 -m
-torch.distributed.run`, the same flags, the same environment, the same directory):
+torch.distributed.run`, the same flags, the same environment, the same directory; torchrun also gets
+--monitor_interval=0.1, so that it exits when its workers have, not up to 5 s later):
   script    `--redirects 1 --tee 1 --log_dir DIR --standalone --nproc_per_node=2 --max_restarts=1 --role default
             envdump.py OUT a --b`: each rank's argv and environment (names and values) are torchrun's, but for the
             known differences listed in KNOWN below (a new difference fails the test); both ranks' output is on the
@@ -131,8 +132,10 @@ def run_pair(case, flags, program, dtrain_extra=()):
         args += [a.replace("OUT", out) for a in program]
         if side == "torchrun":
             env = dict(base.env)
-            p = subprocess.run([PYTHON, "-m", "torch.distributed.run"] + [underscores(a) for a in args[:len(flags)]] +
-                               args[len(flags):], cwd=base.dir, env=env,
+            # --monitor_interval: torchrun's agent looks at its workers every 5 s by default, so it would exit up
+            # to 5 s after they did; the interval changes neither their argv nor their environment.
+            p = subprocess.run([PYTHON, "-m", "torch.distributed.run", "--monitor_interval=0.1"] +
+                               [underscores(a) for a in args[:len(flags)]] + args[len(flags):], cwd=base.dir, env=env,
                                capture_output=True, text=True, timeout=120)
             code, stdout, stderr = p.returncode, p.stdout, p.stderr
         else:
