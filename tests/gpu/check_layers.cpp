@@ -134,6 +134,11 @@ void crossentropy(Context& x) {
     x.report.close("softmax_crossentropy_forward probs", shape, probs, d_probs.read(), kFp32Tol);
     x.report.close("softmax_crossentropy_forward losses", shape, losses, d_losses.read(), kFp32Tol);
     x.report.scalar("softmax_crossentropy_forward mean loss", shape, loss, d_loss, kFp32Tol);
+    // The same mean left on the device (a step that reads nothing back): the same kernels, the same bits.
+    DeviceBuffer<float> d_mean(x.gpu, 1);
+    x.gpu.softmax_crossentropy_mean(d_mean.get(), d_probs.get(), d_losses.get(), d_logits.get(), d_targets.get(), N,
+                                    V, Vp);
+    x.report.exact("softmax_crossentropy_mean", shape, Floats{d_loss}, d_mean.read());
     x.report.scalar("softmax_crossentropy_forward no targets", shape, 0.0,
                     x.gpu.softmax_crossentropy_forward(d_probs.get(), nullptr, d_logits.get(), nullptr, N, V, Vp),
                     0.0);

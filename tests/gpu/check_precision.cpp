@@ -1,6 +1,6 @@
 // Kernel checks of the optimizer, the reductions and mixed precision: AdamW, sum of squares, scale, the 16-bit
 // conversions (with the special values half.h defines: NaN, infinities, overflow, subnormals), 16-bit matrix
-// products in every transpose, and the loss scaler's unscale.
+// products in every transpose, the loss scaler's unscale, and the step's scalars that stay on the device.
 
 #include <array>
 #include <cmath>
@@ -142,11 +142,68 @@ void unscale(Context& x) {
   }
 }
 
+// A step's scalars kept on the device (backend.h), each against the CPU backend's host arithmetic, and the loader's
+// asynchronous copy from page-locked memory with a fence polled until the device has passed it.
+void step_scalars(Context& x) {
+  const std::size_t n = 1000003;
+  const Floats losses = random_floats(7, 4, 121);
+  DeviceBuffer<float> d_losses(x.gpu, losses), d_out(x.gpu, 8);
+  float mean = 0;
+  x.cpu.mean_of(&mean, losses.data(), losses.size());
+  x.gpu.mean_of(d_out.get(), d_losses.get(), losses.size());
+  x.report.exact("mean_of", dims({{"n", 7}}), Floats{mean}, Floats{d_out.read()[0]});
+
+  Floats grads = random_floats(n, 1, 122);
+  DeviceBuffer<float> d_grads(x.gpu, grads);
+  double sum_sq = 1.5;  // add_sum_squares adds to what is there
+  DeviceBuffer<double> d_sum(x.gpu, std::vector<double>{1.5});
+  x.cpu.add_sum_squares(&sum_sq, grads.data(), n);
+  x.gpu.add_sum_squares(d_sum.get(), d_grads.get(), n);
+  x.report.scalar("add_sum_squares", dims({{"n", long(n)}}), sum_sq, d_sum.read()[0], 1e-9);
+  // From here on both start from the CPU's double, so every result must have the same bits.
+  DeviceBuffer<double> d_value(x.gpu, std::vector<double>{sum_sq});
+  float parts[2];
+  x.cpu.split_double(parts, &sum_sq);
+  x.gpu.split_double(d_out.get(), d_value.get());
+  const Floats d_parts = d_out.read();
+  x.report.exact("split_double", "one double", Floats{parts[0], parts[1]}, Floats{d_parts[0], d_parts[1]});
+  const Floats many = random_floats(9, 1e3f, 123);
+  DeviceBuffer<float> d_many(x.gpu, many);
+  double total = 0;
+  x.cpu.sum_parts(&total, many.data(), many.size());
+  x.gpu.sum_parts(d_value.get(), d_many.get(), many.size());
+  x.report.scalar("sum_parts", dims({{"n", 9}}), total, d_value.read()[0], 0);
+  float norm = 0;
+  DeviceBuffer<double> d_norm_sq(x.gpu, std::vector<double>{sum_sq});
+  x.cpu.norm_of(&norm, &sum_sq);
+  x.gpu.norm_of(d_out.get(), d_norm_sq.get());
+  x.report.exact("norm_of", "one double", Floats{norm}, Floats{d_out.read()[0]});
+  for (float max_norm : {1.0f, 1e6f}) {  // clipped, and left as it is
+    x.cpu.clip_to(grads.data(), n, &norm, max_norm);
+    x.gpu.clip_to(d_grads.get(), n, d_out.get(), max_norm);
+    x.report.exact("clip_to", dims({{"n", long(n)}, {"max_norm", long(max_norm)}}), grads, d_grads.read());
+  }
+
+  const std::vector<std::int32_t> tokens = random_tokens(4097, 50257, 124);
+  auto* pinned = static_cast<std::int32_t*>(x.gpu.allocate_host(tokens.size() * sizeof(std::int32_t)));
+  std::memcpy(pinned, tokens.data(), tokens.size() * sizeof(std::int32_t));
+  DeviceBuffer<std::int32_t> d_tokens(x.gpu, tokens.size());
+  x.gpu.copy_in_async(d_tokens.get(), pinned, tokens.size() * sizeof(std::int32_t));
+  const std::uint64_t fence = x.gpu.record_fence();
+  long polls = 1;
+  while (!x.gpu.fence_done(fence)) ++polls;
+  const std::vector<std::int32_t> copied = d_tokens.read();
+  x.gpu.release_host(pinned);
+  x.report.flag("copy_in_async + fence (" + std::to_string(polls) + " polls)", dims({{"n", 4097}}), true,
+                copied == tokens);
+}
+
 }  // namespace
 
 std::vector<Case> precision_cases() {
   return {{"adamw", adamw},         {"sum_squares/scale", reductions}, {"to_half/from_half", conversions},
-          {"gemm_half", gemm_half}, {"matmul_half", matmul_half},      {"unscale_and_check", unscale}};
+          {"gemm_half", gemm_half}, {"matmul_half", matmul_half},      {"unscale_and_check", unscale},
+          {"step scalars", step_scalars}};
 }
 
 std::vector<Case> all_cases() {

@@ -21,10 +21,13 @@ import trainer_harness as h  # noqa: E402
 h.require_binaries(h.TRAINER, h.DTRAIN)
 work = h.workdir()
 data = h.make_text_shard(work)
+# --log-every 3: on the stand-in the host reads the losses and norms after steps 3 and 4 (the window's end, the
+# last step), not after each (trainer/train/step_window.h).
 STEPS = ["--seq-len", "32", "--batch-size", "2", "--steps", "4", "--lr", "1e-3", "--grad-clip", "1.0",
-         "--threads", "1", "--data", data]
+         "--threads", "1", "--log-every", "3", "--data", data]
 MODEL = ["--layers", "2", "--channels", "64", "--heads", "4", "--max-seq-len", "32", "--vocab", "256"]
-STANDIN = {"DTRAIN_DEVICE_STANDIN": "1"}
+# DTRAIN_SYNC_DEBUG=error: a host wait for the "device" inside a step fails the run (trainer/common/host_wait.h).
+STANDIN = {"DTRAIN_DEVICE_STANDIN": "1", "DTRAIN_SYNC_DEBUG": "error"}
 
 
 def steps(name, device, extra=(), nproc=1, env=None, expect=0):

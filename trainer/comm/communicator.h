@@ -46,6 +46,14 @@ class Work {
   // How long the collective ran on the backend's thread, from its start to its end, without the time it queued
   // behind earlier ones; meaningful once wait() has returned. 0 for a backend that does no communication.
   virtual double elapsed_ms() const { return 0; }
+  // Device backends (nccl): the work queued on `stream` (a cudaStream_t; kernels::Backend::compute_stream()) after
+  // this call waits, on the device, for this collective, and the host goes on at once; the caller still wait()s
+  // later (before it reads a result on the host, and to hear of a failure or a timeout). The default, for host
+  // backends, is wait().
+  virtual void order_before(void* stream) {
+    (void)stream;
+    wait();
+  }
 };
 
 // A Work that has already finished, successfully: what a collective without communication returns (one rank).

@@ -6,8 +6,11 @@
 
 namespace dtrain::trainer {
 
-Prefetcher::Prefetcher(const DataLoader& loader, std::uint64_t first_step, std::size_t capacity)
-    : loader_(loader), capacity_(capacity < 1 ? 1 : capacity) {
+Prefetcher::Prefetcher(const DataLoader& loader, std::uint64_t first_step, std::size_t capacity,
+                       kernels::Backend* device)
+    : loader_(loader),
+      capacity_(capacity < 1 ? 1 : capacity),
+      pool_(std::make_shared<TokenPool>(device, loader.batch_tokens())) {
   thread_ = std::thread([this, first_step] { run(first_step); });
 }
 
@@ -20,8 +23,8 @@ void Prefetcher::run(std::uint64_t first_step) {
       Batch batch;
       batch.step = step;
       batch.micro_step = micro;
-      batch.tokens.resize(loader_.batch_tokens());
       try {
+        batch.tokens = TokenSlot(pool_, pool_->take());
         loader_.read(step, micro, batch.tokens.data());
       } catch (...) {
         std::lock_guard lock(mutex_);

@@ -12,8 +12,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cmath>
 #include <cstring>
+#include <new>
 #include <string>
+#include <utility>
 
 #include "trainer/kernels/half.h"
 
@@ -21,6 +24,8 @@ namespace dtrain::trainer::kernels {
 
 class Backend {
  public:
+  static constexpr std::align_val_t kHostAlign{64};
+
   virtual ~Backend() = default;
 
   // "cpu", "cuda".
@@ -51,6 +56,59 @@ class Backend {
   // The device as torch.cuda.get_device_name names it ("NVIDIA H200"), or "cpu" for a backend that computes with
   // the host's cores.
   virtual std::string device_name() const { return "cpu"; }
+
+  // Asynchronous copies of the loader's token ids. allocate_host() gives host memory the device copies from without
+  // staging (cuda: page-locked, cudaMallocHost), release_host() frees it; copy_in_async() queues a copy from such
+  // memory on the compute stream and returns at once; record_fence() marks the work queued so far and fence_done()
+  // says, without waiting, whether the device has passed that mark (then the host memory of a copy queued before
+  // it may be written again). allocate_host, release_host and fence_done may be called from any thread. Defaults,
+  // for a backend that computes on the host: aligned host memory, copy_in, every fence passed.
+  virtual void* allocate_host(std::size_t bytes) { return ::operator new(bytes == 0 ? 1 : bytes, kHostAlign); }
+  virtual void release_host(void* data) { ::operator delete(data, kHostAlign); }
+  virtual void copy_in_async(void* dst, const void* host, std::size_t bytes) { copy_in(dst, host, bytes); }
+  virtual std::uint64_t record_fence() { return 0; }
+  virtual bool fence_done(std::uint64_t fence) {
+    (void)fence;
+    return true;
+  }
+
+  // A step's scalars, kept in the backend's memory so that a step on a device reads nothing back (the loop reads
+  // them once per --log-every window: trainer/train/report/step_window.h). A `double*` is 8 bytes of the backend's
+  // memory (two floats of allocate()). The defaults compute on the host, for backends whose memory it can touch; a device
+  // backend computes them with the same arithmetic, so the bits are the same.
+  // softmax_crossentropy_forward with targets, the mean loss written to *mean rather than returned.
+  virtual void softmax_crossentropy_mean(float* mean, float* probs, float* losses, const float* logits,
+                                         const std::int32_t* targets, int N, int V, int Vp) {
+    *mean = softmax_crossentropy_forward(probs, losses, logits, targets, N, V, Vp);
+  }
+  // *out = float((in[0] + ... + in[n - 1], added in order in double) / n).
+  virtual void mean_of(float* out, const float* in, std::size_t n) {
+    double sum = 0;
+    for (std::size_t i = 0; i < n; ++i) sum += in[i];
+    *out = static_cast<float>(sum / static_cast<double>(n));
+  }
+  // *acc += sum_squares(data, n).
+  virtual void add_sum_squares(double* acc, const float* data, std::size_t n) { *acc += sum_squares(data, n); }
+  // parts[0] = float(*value), parts[1] = float(*value - parts[0]): a double as two floats, for a float collective.
+  virtual void split_double(float* parts, const double* value) {
+    parts[0] = static_cast<float>(*value);
+    parts[1] = static_cast<float>(*value - static_cast<double>(parts[0]));
+  }
+  // *out = parts[0] + ... + parts[n - 1], added in order in double.
+  virtual void sum_parts(double* out, const float* parts, std::size_t n) {
+    double sum = 0;
+    for (std::size_t i = 0; i < n; ++i) sum += parts[i];
+    *out = sum;
+  }
+  // *norm = float(sqrt(*sum_sq)).
+  virtual void norm_of(float* norm, const double* sum_sq) { *norm = static_cast<float>(std::sqrt(*sum_sq)); }
+  // torch.nn.utils.clip_grad_norm_ with the norm where the backend keeps it: coef = max_norm / (*norm + 1e-6f);
+  // data[0, n) *= coef when coef < 1. Nothing when max_norm <= 0.
+  virtual void clip_to(float* data, std::size_t n, const float* norm, float max_norm) {
+    if (max_norm <= 0.0f) return;
+    const float coef = max_norm / (*norm + 1e-6f);
+    if (coef < 1.0f) scale(data, n, coef);
+  }
 
   // out (N, C) = wte[tokens[n]] + wpe[n % T]; tokens (N) with N = B*T.
   virtual void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B,
@@ -139,6 +197,32 @@ class Backend {
   // Dynamic loss scaling's unscale (torch's _amp_foreach_non_finite_check_and_unscale_): data[0, n) *= inv_scale;
   // returns whether any element was inf or NaN (those stay non-finite).
   virtual bool unscale_and_check(float* data, std::size_t n, float inv_scale) = 0;
+};
+
+// `count` floats of a backend's memory, zeroed, released with the owner: a step's scalars and scratch.
+class BackendArray {
+ public:
+  BackendArray() = default;
+  BackendArray(Backend& backend, std::size_t count) : backend_(&backend), data_(backend.allocate(count)) {}
+  ~BackendArray() {
+    if (backend_ != nullptr) backend_->release(data_);
+  }
+  BackendArray(BackendArray&& other) noexcept : backend_(other.backend_), data_(other.data_) {
+    other.backend_ = nullptr;
+    other.data_ = nullptr;
+  }
+  BackendArray& operator=(BackendArray&& other) noexcept {
+    std::swap(backend_, other.backend_);
+    std::swap(data_, other.data_);
+    return *this;
+  }
+  float* data() const { return data_; }
+  // The 8 bytes at floats [at, at + 2) as a double (`at` even: allocate() aligns the start).
+  double* as_double(std::size_t at) const { return reinterpret_cast<double*>(data_ + at); }
+
+ private:
+  Backend* backend_ = nullptr;
+  float* data_ = nullptr;
 };
 
 // The 16-bit conversions where the buffers are, for code that serves host and device memory alike (the reducers,

@@ -148,7 +148,7 @@ void Gpt::ensure_activations(int B, int T) {
   acts_->T = T;
 }
 
-float Gpt::forward(const std::int32_t* inputs, const std::int32_t* targets, int B, int T) {
+void Gpt::check_and_size(const std::int32_t* inputs, const std::int32_t* targets, int B, int T) {
   const GptConfig& c = config();
   if (B <= 0 || T <= 0 || T > c.max_seq_len)
     throw std::invalid_argument("Gpt::forward: batch " + std::to_string(B) + " x " + std::to_string(T) +
@@ -166,12 +166,41 @@ float Gpt::forward(const std::int32_t* inputs, const std::int32_t* targets, int 
   check_tokens(inputs, "input");
   if (targets != nullptr) check_tokens(targets, "target");
   ensure_activations(B, T);
+}
+
+float Gpt::forward(const std::int32_t* inputs, const std::int32_t* targets, int B, int T) {
+  check_and_size(inputs, targets, B, T);
   Activations& a = *acts_;
+  const std::size_t BT = static_cast<std::size_t>(B) * T;
   backend_.copy_in(a.inputs, inputs, BT * sizeof(std::int32_t));
   a.has_targets = targets != nullptr;
   if (a.has_targets) backend_.copy_in(a.targets, targets, BT * sizeof(std::int32_t));
+  forward_layers();
+  if (!a.has_targets) return std::numeric_limits<float>::quiet_NaN();
+  const GptConfig& c = config();
+  return backend_.softmax_crossentropy_forward(a.probs, a.losses, logits_, a.targets, static_cast<int>(BT),
+                                               c.vocab_size, c.padded_vocab_size);
+}
 
-  const int C = c.channels, NH = c.num_heads, V = c.vocab_size, Vp = c.padded_vocab_size;
+void Gpt::forward_batch(const std::int32_t* tokens, int B, int T, float* loss) {
+  check_and_size(tokens, tokens + 1, B, T);
+  Activations& a = *acts_;
+  const std::size_t BT = static_cast<std::size_t>(B) * T;
+  backend_.copy_in_async(a.inputs, tokens, BT * sizeof(std::int32_t));
+  backend_.copy_in_async(a.targets, tokens + 1, BT * sizeof(std::int32_t));
+  a.has_targets = true;
+  forward_layers();
+  const GptConfig& c = config();
+  backend_.softmax_crossentropy_mean(loss, a.probs, a.losses, logits_, a.targets, static_cast<int>(BT), c.vocab_size,
+                                     c.padded_vocab_size);
+}
+
+void Gpt::forward_layers() {
+  const GptConfig& c = config();
+  Activations& a = *acts_;
+  const int B = a.B, T = a.T;
+  const std::size_t BT = static_cast<std::size_t>(B) * T;
+  const int C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
   const int N = static_cast<int>(BT);
   const std::size_t att_size = static_cast<std::size_t>(B) * NH * T * T;
   kernels::Backend& k = backend_;
@@ -212,8 +241,6 @@ float Gpt::forward(const std::int32_t* inputs, const std::int32_t* targets, int 
   stage_done(a.lnf, 0, BT * C);
   release(lnf_unit);
   linear(logits_, a.lnf, 0, layout_.wte().offset, nullptr, N, C, Vp);
-  if (!a.has_targets) return std::numeric_limits<float>::quiet_NaN();
-  return k.softmax_crossentropy_forward(a.probs, a.losses, logits_, a.targets, N, V, Vp);
 }
 
 void Gpt::zero_grad() { backend_.zero(grads_, buffer_size()); }

@@ -114,6 +114,11 @@ class Gpt {
   // NaN when targets is null (logits only; backward() then throws std::logic_error).
   // Throws std::invalid_argument for bad B, T or token ids (naming the position).
   float forward(const std::int32_t* inputs, const std::int32_t* targets, int B, int T);
+  // forward() of a micro-batch as the loader holds it, B*T + 1 consecutive ids (inputs tokens[0, B*T), targets
+  // tokens[1, B*T + 1)), for a step that reads nothing back: the ids are copied with Backend::copy_in_async (so
+  // `tokens` should be Backend::allocate_host memory, and stays untouched until a fence recorded after this call
+  // has passed), and the mean loss is written to *loss, in the backend's memory. Same checks and bits as forward().
+  void forward_batch(const std::int32_t* tokens, int B, int T, float* loss);
   // (B, T, Vp) logits of the last forward(); valid until the next forward().
   const float* logits() const { return logits_; }
 
@@ -126,6 +131,10 @@ class Gpt {
  private:
   struct Activations;
   void ensure_activations(int B, int T);
+  // forward()'s checks of B, T and the ids (inputs, and targets when not null), then its activations for B x T.
+  void check_and_size(const std::int32_t* inputs, const std::int32_t* targets, int B, int T);
+  // The layers, from the ids in the activations to the logits.
+  void forward_layers();
   void gather(int unit) { if (hooks_.gather) hooks_.gather(unit); }
   void release(int unit) { if (hooks_.release) hooks_.release(unit); }
   // The matrix products of forward and backward in the model's precision: the input activation x (layer l of it)

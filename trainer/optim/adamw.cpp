@@ -76,4 +76,12 @@ float clip_grad_norm(kernels::Backend& backend, float* grads, std::size_t n, flo
   return norm;
 }
 
+void clip_grad_norm_to(kernels::Backend& backend, float* grads, std::size_t n, float max_norm, float* norm,
+                       double* sum_sq) {
+  backend.zero(reinterpret_cast<float*>(sum_sq), 2);  // +0.0
+  backend.add_sum_squares(sum_sq, grads, n);
+  backend.norm_of(norm, sum_sq);
+  backend.clip_to(grads, n, norm, max_norm);
+}
+
 }  // namespace dtrain::trainer

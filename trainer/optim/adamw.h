@@ -68,5 +68,9 @@ class AdamW {
 // max_norm / (norm + 1e-6) < 1, grads are scaled by that factor. Returns the norm before clipping.
 // max_norm <= 0 only measures.
 float clip_grad_norm(kernels::Backend& backend, float* grads, std::size_t n, float max_norm);
+// The same with the norm left where the backend keeps it, so that a step on a device reads nothing back: *norm
+// (backend memory) = the norm before clipping; sum_sq: a double of the backend's memory, scratch. Same bits.
+void clip_grad_norm_to(kernels::Backend& backend, float* grads, std::size_t n, float max_norm, float* norm,
+                       double* sum_sq);
 
 }  // namespace dtrain::trainer

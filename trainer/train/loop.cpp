@@ -18,6 +18,7 @@
 #include "trainer/ckpt/state_file.h"
 #include "trainer/comm/communicator.h"
 #include "trainer/common/env.h"
+#include "trainer/common/host_wait.h"
 #include "trainer/data/loader.h"
 #include "trainer/data/prefetch.h"
 #include "trainer/health/phase.h"
@@ -40,6 +41,7 @@
 #include "trainer/train/setup.h"
 #include "trainer/train/report/step_report.h"
 #include "trainer/train/training.h"
+#include "trainer/train/report/step_window.h"
 #include "trainer/train/trial.h"
 
 namespace dtrain::trainer {
@@ -71,6 +73,7 @@ int Training::run(TrialRun& trial) {
   prepare_steps(start);
   trial.set_device(device_.cuda ? "cuda" : "cpu");
   std::uint64_t data_step = start.point.data_step;
+  const SyncDebug sync_debug = sync_debug_from_env();
   for (std::uint64_t step = start.point.step; step < steps(); ++step) {
     // --debug-stall-step (tests): stuck before the step's collectives while the reporter's heartbeats go on; with
     // --debug-stall-rank only that rank, so the others wait for it inside the step's first collective.
@@ -79,12 +82,17 @@ int Training::run(TrialRun& trial) {
     if (stall) set_phase("stalled (--debug-stall-step)");
     while (stall) std::this_thread::sleep_for(std::chrono::seconds(1));
     StepTimes times;
-    const StepMetrics m = train_step(step, schedule, times);
-    trial.record(m, times, *comm_, shape_);
+    StepMetrics m;
+    {
+      const HostWaitCheck check(sync_debug);  // DTRAIN_SYNC_DEBUG (common/host_wait.h)
+      m = train_step(step, schedule, times);
+    }
+    window_->close_step(m, times);
     ++data_step;
-    report_step(m, times, {metrics_.get(), health_.get(), rank_, world_, o_.log_every, o_.steps, n_,
-                           model_flops_per_token(config_, T_, n_), k().device_name()});
-    if (o_.save_every > 0 && (m.step % static_cast<std::uint64_t>(o_.save_every) == 0 || m.step == steps())) {
+    const bool saving =
+        o_.save_every > 0 && (m.step % static_cast<std::uint64_t>(o_.save_every) == 0 || m.step == steps());
+    if (window_->due(m.step, steps(), saving)) report(window_->read(), trial);
+    if (saving) {
       set_phase("checkpoint");
       save(m.step, data_step);
     }
@@ -108,11 +116,24 @@ void Training::prepare_steps(const Start& start) {
     ddp_ = start_ddp(o_, *comm_, model_, ddp_comm_dtype_);
     grads_ready_ = [this](std::size_t offset, std::size_t count) { ddp_->grads_ready(offset, count); };
   }
-  prefetch_ = std::make_unique<Prefetcher>(loader_, start.point.data_step, 2 * static_cast<std::size_t>(K_));
+  prefetch_ = std::make_unique<Prefetcher>(loader_, start.point.data_step, 2 * static_cast<std::size_t>(K_), &k());
+  window_ = std::make_unique<StepWindow>(k(), *comm_, K_, o_.log_every);
+}
+
+// The steps a window read gives (report/step_window.h), in order: the trial's record, then the metrics line, the
+// console line and the health report.
+void Training::report(const std::vector<WindowStep>& read, TrialRun& trial) {
+  for (const WindowStep& s : read) {
+    trial.record(s.metrics, s.times, *comm_, shape_, window_->deferred());
+    report_step(s.metrics, s.times,
+                {metrics_.get(), health_.get(), rank_, world_, o_.log_every, o_.steps, n_,
+                 model_flops_per_token(config_, T_, n_), k().device_name()});
+  }
 }
 
 // One optimizer step (0-based `step`): K micro-steps of forward and backward, the loss over all ranks, loss
-// scaling (fp16), clipping and AdamW; returns what it measured, and in `times` where the time went.
+// scaling (fp16), clipping and AdamW; returns what it measured, and in `times` where the time went. The loss and
+// the gradient norm stay in the window's slots (report/step_window.h) until it is read.
 StepMetrics Training::train_step(std::uint64_t step, const LrSchedule& schedule, StepTimes& times) {
   const Clock::time_point began = Clock::now();
   const CommTime comm_at_start = comm_time();
@@ -125,20 +146,20 @@ StepMetrics Training::train_step(std::uint64_t step, const LrSchedule& schedule,
   } else {
     model_.zero_grad();
   }
-  double loss_sum = 0;
-  for (int micro = 0; micro < K_; ++micro) micro_step(micro, loss_scale, times, loss_sum);
-  const float loss = timed("reduce (the loss allreduce)", times, &StepTimes::comm_exposed_ms, [&] {
-    return allreduce_sum(*comm_, static_cast<float>(loss_sum / K_)) / static_cast<float>(world_);
+  for (int micro = 0; micro < K_; ++micro) micro_step(micro, loss_scale, times);
+  timed("reduce (the loss allreduce)", times, &StepTimes::comm_exposed_ms, [&] {
+    float* loss = window_->loss();
+    k().mean_of(loss, window_->micro_losses(), static_cast<std::size_t>(K_));
+    if (world_ > 1) wait_collective(comm_->allreduce(loss, 1), "allreduce (the loss)");
   });
 
   StepMetrics m;
   m.step = step + 1;
-  m.loss = loss;
   m.lr = schedule.at(static_cast<long>(step));
-  m.grad_norm = timed("optimizer", times, &StepTimes::optimizer_ms, [&] {
+  timed("optimizer", times, &StepTimes::optimizer_ms, [&] {
     const bool skipped = scaling_ && scaling_->finish(step + 1, model_.grads(), reduced_spans());
     if (scaling_) m.skipped = skipped;
-    return clip_and_update(static_cast<float>(m.lr), skipped);
+    clip_and_update(static_cast<float>(m.lr), skipped);
   });
   if (scaling_) m.loss_scale = scale_used;
   m.step_ms = ms_since(began);
@@ -150,11 +171,14 @@ StepMetrics Training::train_step(std::uint64_t step, const LrSchedule& schedule,
 // One micro-step: its batch, forward, backward and, on the last, the wait for the gradient reductions that backward
 // did not hide (DDP's allreduces, ZeRO's reduce-scatters), each timed into `times`. The communication that backward
 // overlaps counts as compute: it cost the step nothing; what forward or backward wait for (ZeRO-3's all-gathers)
-// is exposed communication (timed, trainer/metrics/step_times.h).
-void Training::micro_step(int micro, float loss_scale, StepTimes& times, double& loss_sum) {
+// is exposed communication (timed, trainer/metrics/step_times.h). The batch's ids are copied asynchronously and its
+// buffer is free again once the device has passed the fence recorded after forward.
+void Training::micro_step(int micro, float loss_scale, StepTimes& times) {
   Batch batch = timed("data", times, &StepTimes::data_wait_ms, [&] { return prefetch_->next(); });
-  loss_sum += timed("forward", times, &StepTimes::compute_ms,
-                    [&] { return model_.forward(batch.inputs(), batch.targets(), B_, T_); });
+  timed("forward", times, &StepTimes::compute_ms, [&] {
+    model_.forward_batch(batch.tokens.data(), B_, T_, window_->micro_losses() + micro);
+    batch.tokens.free_after(k().record_fence());
+  });
   timed("backward", times, &StepTimes::compute_ms, [&] {
     if (ddp_) ddp_->begin_backward(micro == K_ - 1);
     if (zero_) zero_->begin_backward(micro == K_ - 1);
@@ -174,21 +198,20 @@ GradSpans Training::reduced_spans() const {
   return spans;
 }
 
-// Clipping, then AdamW unless the loss scaler skips the step, then the 16-bit working copy; returns the norm.
-float Training::clip_and_update(float lr, bool skipped) {
-  float grad_norm = 0;
+// Clipping (the norm to the window's slot), then AdamW unless the loss scaler skips the step, then the 16-bit
+// working copy.
+void Training::clip_and_update(float lr, bool skipped) {
   if (zero_) {
-    grad_norm = zero_->clip_grad_norm(o_.grad_clip);
+    zero_->clip_grad_norm_to(o_.grad_clip, window_->norm());
     if (!skipped) zero_->step(lr, optimizer_steps_ + 1);
   } else {
-    grad_norm = clip_grad_norm(k(), model_.grads(), n_, o_.grad_clip);
+    clip_grad_norm_to(k(), model_.grads(), n_, o_.grad_clip, window_->norm(), window_->scratch());
     if (!skipped) adamw_->step(model_.params(), model_.grads(), lr, optimizer_steps_ + 1);
   }
   if (!skipped) {
     ++optimizer_steps_;
     refresh_working_params();
   }
-  return grad_norm;
 }
 
 // A checkpoint after optimizer step `step`, whose successor reads data step `data_step`.

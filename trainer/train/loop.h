@@ -13,6 +13,14 @@
 //   AdamW step with lr = schedule(step)
 //   metrics line, console line (rank 0), health report (every rank), checkpoint every --save-every steps
 //
+// The loss and the norm stay in the backend's memory (report/step_window.h): on a GPU a step queues its work and reads
+// nothing back, its collectives are ordered on the device rather than waited for, and the host reads a window of
+// steps once every --log-every steps (or 10 s, or before a checkpoint), then reports each. On the CPU the window is
+// one step. The exception is fp16, whose overflow flag is read every step (AdamW steps or not: the host decides),
+// as torch.cuda.amp.GradScaler does. DTRAIN_SYNC_DEBUG=warn|error reports any other host wait inside a step
+// (trainer/common/host_wait.h). Batches come from the prefetcher in page-locked memory and are copied
+// asynchronously (data/token_pool.h).
+//
 // Start: parameters come from a checkpoint (resume), --init-from, or init_weights(--seed), and are then broadcast
 // from rank 0, so every rank starts from rank 0's weights. Resume: rank 0 picks the newest complete checkpoint pair
 // in --checkpoint-dir (trainer/ckpt/checkpoint_dir.h), loads it and broadcasts weights, AdamW moments and the step,

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "trainer/common/host_wait.h"
 #include "trainer/metrics/comm_time.h"
 #include "trainer/train/collectives.h"
 
@@ -61,6 +62,9 @@ LossScaling::LossScaling(const TrainOptions& o, Communicator& comm, kernels::Bac
       inject_(o.inject_inf_steps) {}
 
 bool LossScaling::finish(std::uint64_t step, float* grads, const GradSpans& spans) {
+  // On a device the overflow flag is read back every step (common/host_wait.h), as torch.cuda.amp.GradScaler's
+  // step() reads found_inf: whether AdamW steps is the host's decision.
+  const AllowedHostWait allowed("fp16's overflow flag");
   const bool inject = std::find(inject_.begin(), inject_.end(), static_cast<long>(step)) != inject_.end();
   // Rank 0 only: the other ranks learn of it through the combined flag, as they would of a real overflow there.
   if (inject && comm_.rank() == 0 && !spans.empty()) {

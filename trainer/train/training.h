@@ -42,6 +42,7 @@
 #include "trainer/train/precision.h"
 #include "trainer/train/setup.h"
 #include "trainer/train/report/step_report.h"
+#include "trainer/train/report/step_window.h"
 #include "trainer/train/trial.h"
 
 namespace dtrain::trainer {
@@ -94,12 +95,13 @@ class Training {
   float load_start(bool want_resume, StartPoint& start, std::exception_ptr& failure);
   void prepare_steps(const Start& start);
   StepMetrics train_step(std::uint64_t step, const LrSchedule& schedule, StepTimes& times);
-  void micro_step(int micro, float loss_scale, StepTimes& times, double& loss_sum);
+  void micro_step(int micro, float loss_scale, StepTimes& times);
+  void report(const std::vector<WindowStep>& read, TrialRun& trial);
   void save(std::uint64_t step, std::uint64_t data_step);
   void share_moments();
   kernels::Backend& k() { return model_.backend(); }
   GradSpans reduced_spans() const;
-  float clip_and_update(float lr, bool skipped);
+  void clip_and_update(float lr, bool skipped);
   // Mixed precision: the 16-bit working copy from the fp32 master (ZeRO-3: the owned shards of both).
   void refresh_working_params() { zero_ ? zero_->refresh_working_params() : model_.refresh_working_params(); }
 
@@ -130,6 +132,7 @@ class Training {
   std::unique_ptr<DdpReducer> ddp_;
   Gpt::GradsReady grads_ready_;
   std::unique_ptr<Prefetcher> prefetch_;
+  std::unique_ptr<StepWindow> window_;  // the steps not read yet (report/step_window.h)
 };
 
 }  // namespace dtrain::trainer

@@ -224,12 +224,12 @@ TrialRun::TrialRun(const TrainOptions& options) : plan_(trial_plan_from_env()), 
 }
 
 void TrialRun::record(const StepMetrics& m, const StepTimes& times, const Communicator& comm,
-                      const TrainState& shape) {
+                      const TrainState& shape, bool windowed) {
   if (!plan_) return;
   const Clock::time_point now = Clock::now();
   // The process's first step has no step before it: train_step's own span, from zero_grad and the first batch.
-  const double took_s =
-      report_.steps == 0 ? m.step_ms / 1000 : std::chrono::duration<double>(now - last_end_).count();
+  const double took_s = report_.steps == 0 || windowed ? m.step_ms / 1000
+                                                       : std::chrono::duration<double>(now - last_end_).count();
   last_end_ = now;
   if (!report_.described) describe(comm, shape);
   const long step = ++report_.steps;

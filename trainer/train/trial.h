@@ -90,8 +90,10 @@ class TrialRun {
   // The options to train with: the given ones, or in a trial --steps W + N, no --save-every, no --resume.
   const TrainOptions& options() const { return options_; }
   // After each optimizer step (train_step's return): its metrics and times; `comm` and `shape` say the rank, the
-  // backend and the batch.
-  void record(const StepMetrics& m, const StepTimes& times, const Communicator& comm, const TrainState& shape);
+  // backend and the batch. `windowed`: the step was read with others after the fact (a device's window,
+  // report/step_window.h), so its time is m.step_ms rather than the time since the last record.
+  void record(const StepMetrics& m, const StepTimes& times, const Communicator& comm, const TrainState& shape,
+              bool windowed = false);
   // Where the rank computes: "cpu" (the default) or "cuda".
   void set_device(const std::string& device) { report_.device = device; }
   // At the run's end with its exit code: writes the line to stderr (once), complete when the code is 0 and every

@@ -16,6 +16,7 @@
 #include "trainer/comm/describe.h"
 #include "trainer/comm/nccl/communicator.h"
 #include "trainer/comm/nccl/runtime.h"
+#include "trainer/common/host_wait.h"
 
 namespace dtrain::trainer {
 
@@ -55,6 +56,7 @@ struct NcclCommunicator::State {
   void copy(float* to, const float* from, std::size_t count, cudaMemcpyKind kind) {
     if (count == 0) return;
     use_device();
+    note_host_wait(kind == cudaMemcpyHostToDevice ? "copy to the device" : "copy to the host");
     wait_for_producer("copy");
     cudaError_t error = rt().cudaMemcpyAsync(to, from, count * sizeof(float), kind, stream);
     if (error == cudaSuccess) error = rt().cudaStreamSynchronize(stream);

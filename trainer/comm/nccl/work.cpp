@@ -9,6 +9,7 @@
 
 #include "trainer/comm/describe.h"
 #include "trainer/comm/nccl/runtime.h"
+#include "trainer/common/host_wait.h"
 
 namespace dtrain::trainer {
 namespace {
@@ -28,6 +29,7 @@ class NcclWork : public Work {
 
   void wait() override {
     std::lock_guard<std::mutex> lock(wait_mutex_);
+    if (!finished_) note_host_wait(what_.c_str());
     if (finished_) {
       if (!failure_.empty()) throw CommError(failure_);
       return;
@@ -52,6 +54,19 @@ class NcclWork : public Work {
   }
 
   double elapsed_ms() const override { return elapsed_ms_; }
+
+  // The compute stream waits for the end event on the GPU; wait() later polls it (the timeout and NCCL's errors).
+  void order_before(void* stream) override {
+    {
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      if (state_->broken) throw CommError(failed("the communicator was aborted: " + state_->first_failure));
+    }
+    state_->use_device();
+    const cudaError_t error = rt().cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), end_, 0);
+    if (error != cudaSuccess) {
+      throw CommError(state_->abort(failed("ordering the compute stream after it failed: " + cuda_text(error))));
+    }
+  }
 
  private:
   std::string failed(const std::string& why) const {

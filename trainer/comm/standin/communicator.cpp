@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "trainer/common/host_wait.h"
 #include "trainer/kernels/standin/arena.h"
 #include "trainer/kernels/standin/backend.h"
 
@@ -23,14 +24,29 @@ float* StandinCommunicator::allocate(std::size_t count) {
 void StandinCommunicator::release(float* data) { kernels::standin_release(data); }
 
 void StandinCommunicator::copy_in(float* buffer, const float* host, std::size_t count) {
+  note_host_wait("copy to the device");
   const StandinOpen open;
   if (count > 0) std::memcpy(buffer, host, count * sizeof(float));
 }
 
 void StandinCommunicator::copy_out(float* host, const float* buffer, std::size_t count) {
+  note_host_wait("copy to the host");
   const StandinOpen open;
   if (count > 0) std::memcpy(host, buffer, count * sizeof(float));
 }
+
+namespace {
+
+// A stand-in collective: finished when it was issued (run() below). Waiting for it is what waiting for a device
+// collective is on a GPU, a host wait (common/host_wait.h); ordering it before the compute stream costs nothing.
+class StandinWork final : public Work {
+ public:
+  void wait() override { note_host_wait("a device collective waited for"); }
+  bool done() const override { return true; }
+  void order_before(void* stream) override { (void)stream; }
+};
+
+}  // namespace
 
 template <class Issue>
 std::shared_ptr<Work> StandinCommunicator::run(const char* what,
@@ -51,7 +67,7 @@ std::shared_ptr<Work> StandinCommunicator::run(const char* what,
     issue()->wait();
   }
   count_sent(host_->bytes_sent() - before);
-  return done_work();
+  return std::make_shared<StandinWork>();
 }
 
 std::shared_ptr<Work> StandinCommunicator::allreduce(float* data, std::size_t count) {

@@ -3,8 +3,13 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <deque>
+#include <mutex>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
+#include "trainer/common/host_wait.h"
 #include "trainer/kernels/cuda/blaslt.h"
 #include "trainer/kernels/cuda/error.h"
 #include "trainer/kernels/cuda/launch.h"
@@ -34,12 +39,19 @@ struct CudaBackend::Device {
   // The values that return to the host, in one small device allocation.
   struct Results {
     double sum_squares;
+    double step_sum;  // add_sum_squares' addend
     float mean_loss;
     int non_finite;
   };
 
   explicit Device(cudaStream_t stream) : blas(stream) {}
   cuda::BlasLt blas;
+  // record_fence's events, oldest first, and the ones passed, for reuse; fence ids count from 1.
+  std::mutex fence_mutex;
+  std::deque<std::pair<std::uint64_t, cudaEvent_t>> fences;
+  std::vector<cudaEvent_t> spare_events;
+  std::uint64_t last_fence = 0;
+  std::uint64_t passed_fence = 0;
   Results* results = nullptr;  // device
   void* scratch = nullptr;     // device, scratch_bytes
   std::size_t scratch_bytes = 0;
@@ -57,6 +69,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 CudaBackend::~CudaBackend() {
   // Errors ignored: at exit the driver may be shutting down, and a destructor must not throw.
   if (state_ != nullptr) {
+    for (auto& fence : state_->fences) cudaEventDestroy(fence.second);
+    for (cudaEvent_t event : state_->spare_events) cudaEventDestroy(event);
     cudaFree(state_->scratch);
     cudaFree(state_->results);
   }
@@ -66,12 +80,12 @@ CudaBackend::~CudaBackend() {
 
 void CudaBackend::copy_to_device(void* device, const void* host, std::size_t bytes) {
   check(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_), "copy to the device");
-  synchronize();
+  wait_stream("copy to the device");
 }
 
 void CudaBackend::copy_to_host(void* host, const void* device, std::size_t bytes) {
   check(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_), "copy to the host");
-  synchronize();
+  wait_stream("copy to the host");
 }
 
 std::string CudaBackend::device_name() const {
@@ -80,7 +94,12 @@ std::string CudaBackend::device_name() const {
   return properties.name;
 }
 
-void CudaBackend::synchronize() { check(cudaStreamSynchronize(stream_), "a kernel on the backend's stream"); }
+void CudaBackend::synchronize() { wait_stream("synchronize"); }
+
+void CudaBackend::wait_stream(const char* what) {
+  note_host_wait(what);
+  check(cudaStreamSynchronize(stream_), "a kernel on the backend's stream");
+}
 
 void* CudaBackend::allocate_bytes(std::size_t bytes) {
   void* data = nullptr;
@@ -284,6 +303,87 @@ bool CudaBackend::unscale_and_check(float* data, std::size_t n, float inv_scale)
   int flag = 0;
   copy_to_host(&flag, &state_->results->non_finite, sizeof(flag));
   return flag != 0;
+}
+
+void* CudaBackend::allocate_host(std::size_t bytes) {
+  void* data = nullptr;
+  check(cudaMallocHost(&data, bytes == 0 ? 1 : bytes), "cudaMallocHost of " + std::to_string(bytes) + " bytes");
+  return data;
+}
+
+void CudaBackend::release_host(void* data) {
+  if (data != nullptr) check(cudaFreeHost(data), "cudaFreeHost");
+}
+
+void CudaBackend::copy_in_async(void* dst, const void* host, std::size_t bytes) {
+  if (bytes > 0) check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_), "copy to the device");
+}
+
+std::uint64_t CudaBackend::record_fence() {
+  std::lock_guard lock(state_->fence_mutex);
+  cudaEvent_t event = nullptr;
+  if (state_->spare_events.empty()) {
+    check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags (a fence)");
+  } else {
+    event = state_->spare_events.back();
+    state_->spare_events.pop_back();
+  }
+  check(cudaEventRecord(event, stream_), "cudaEventRecord (a fence)");
+  state_->fences.emplace_back(++state_->last_fence, event);
+  return state_->last_fence;
+}
+
+bool CudaBackend::fence_done(std::uint64_t fence) {
+  std::lock_guard lock(state_->fence_mutex);
+  // Events on one stream complete in order: the oldest ones are retired until one is still pending.
+  while (fence > state_->passed_fence && !state_->fences.empty()) {
+    const auto [id, event] = state_->fences.front();
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaErrorNotReady) break;
+    check(status, "a fence on the backend's stream");
+    state_->passed_fence = id;
+    state_->spare_events.push_back(event);
+    state_->fences.pop_front();
+  }
+  return fence <= state_->passed_fence;
+}
+
+void CudaBackend::softmax_crossentropy_mean(float* mean, float* probs, float* losses, const float* logits,
+                                            const std::int32_t* targets, int N, int V, int Vp) {
+  cuda::softmax_crossentropy_forward(stream_, probs, losses, mean, logits, targets, N, V, Vp);
+  check_launch("softmax_crossentropy_mean");
+}
+
+void CudaBackend::mean_of(float* out, const float* in, std::size_t n) {
+  cuda::mean_of(stream_, out, in, n);
+  check_launch("mean_of");
+}
+
+void CudaBackend::add_sum_squares(double* acc, const float* data, std::size_t n) {
+  double* partial = static_cast<double*>(scratch(cuda::kSumBlocks * sizeof(double)));
+  cuda::add_sum_squares(stream_, acc, &state_->results->step_sum, partial, data, n);
+  check_launch("add_sum_squares");
+}
+
+void CudaBackend::split_double(float* parts, const double* value) {
+  cuda::split_double(stream_, parts, value);
+  check_launch("split_double");
+}
+
+void CudaBackend::sum_parts(double* out, const float* parts, std::size_t n) {
+  cuda::sum_parts(stream_, out, parts, n);
+  check_launch("sum_parts");
+}
+
+void CudaBackend::norm_of(float* norm, const double* sum_sq) {
+  cuda::norm_of(stream_, norm, sum_sq);
+  check_launch("norm_of");
+}
+
+void CudaBackend::clip_to(float* data, std::size_t n, const float* norm, float max_norm) {
+  if (max_norm <= 0.0f) return;
+  cuda::clip_to(stream_, data, n, norm, max_norm);
+  check_launch("clip_to");
 }
 
 }  // namespace dtrain::trainer::kernels

@@ -47,7 +47,8 @@ class CudaBackend final : public Backend {
   // Copies on the stream; both wait for it to finish, so `host` may be reused on return.
   void copy_to_device(void* device, const void* host, std::size_t bytes);
   void copy_to_host(void* host, const void* device, std::size_t bytes);
-  // Waits for everything enqueued so far; throws what a failed kernel left behind.
+  // Waits for everything enqueued so far; throws what a failed kernel left behind. Like the two copies above and
+  // the three methods that return a value, a host wait (trainer/common/host_wait.h).
   void synchronize() override;
   // Device memory for 16-bit values or token ids (allocate() is for floats): `bytes` zeroed, freed with release().
   void* allocate_bytes(std::size_t bytes);
@@ -100,9 +101,28 @@ class CudaBackend final : public Backend {
                             int C, int OC) override;
   bool unscale_and_check(float* data, std::size_t n, float inv_scale) override;
 
+  // The loader's token ids: page-locked host memory (cudaMallocHost / cudaFreeHost), cudaMemcpyAsync on the stream,
+  // and fences that are CUDA events recorded on it (queried with cudaEventQuery, never waited for).
+  void* allocate_host(std::size_t bytes) override;
+  void release_host(void* data) override;
+  void copy_in_async(void* dst, const void* host, std::size_t bytes) override;
+  std::uint64_t record_fence() override;
+  bool fence_done(std::uint64_t fence) override;
+  // A step's scalars on the device (scalars.cu), nothing read back.
+  void softmax_crossentropy_mean(float* mean, float* probs, float* losses, const float* logits,
+                                 const std::int32_t* targets, int N, int V, int Vp) override;
+  void mean_of(float* out, const float* in, std::size_t n) override;
+  void add_sum_squares(double* acc, const float* data, std::size_t n) override;
+  void split_double(float* parts, const double* value) override;
+  void sum_parts(double* out, const float* parts, std::size_t n) override;
+  void norm_of(float* norm, const double* sum_sq) override;
+  void clip_to(float* data, std::size_t n, const float* norm, float max_norm) override;
+
  private:
   struct Device;  // what needs CUDA's headers: the cuBLASLt handle, the reduction scratch (backend.cpp)
 
+  // Waits for the stream, noted as the host wait `what` (common/host_wait.h).
+  void wait_stream(const char* what);
   // Device scratch of at least `bytes` for the reductions' partial sums; grown (reallocated) on demand.
   void* scratch(std::size_t bytes);
   // out = inp weight^T + bias for both matmul forwards: cuBLASLt's bias epilogue, or the bias broadcast into out

@@ -3,7 +3,7 @@
 // The kernels of the CUDA backend as host functions that launch them on `stream` (asynchronously: nothing here
 // waits for the GPU). Every pointer is device memory. Shapes and accumulation rules are those of the Backend
 // method of the same name (trainer/kernels/backend.h); only what differs is said here. Defined in elementwise.cu,
-// reduce.cu, crossentropy.cu and attention.cu.
+// reduce.cu, crossentropy.cu, scalars.cu and attention.cu.
 
 #include <cuda_runtime_api.h>
 
@@ -56,6 +56,16 @@ void softmax_crossentropy_forward(cudaStream_t stream, float* probs, float* loss
                                   const float* logits, const std::int32_t* targets, int N, int V, int Vp);
 void softmax_crossentropy_backward(cudaStream_t stream, float* dlogits, const float* probs,
                                    const std::int32_t* targets, float dloss, int N, int V, int Vp);
+
+// scalars.cu: the step's scalars of kernels/backend.h, one thread each except clip_to.
+void mean_of(cudaStream_t stream, float* out, const float* in, std::size_t n);
+// *acc += sum of squares of data[0, n); sum: one double of scratch, partial: kSumBlocks doubles.
+void add_sum_squares(cudaStream_t stream, double* acc, double* sum, double* partial, const float* data,
+                     std::size_t n);
+void split_double(cudaStream_t stream, float* parts, const double* value);
+void sum_parts(cudaStream_t stream, double* out, const float* parts, std::size_t n);
+void norm_of(cudaStream_t stream, float* norm, const double* sum_sq);
+void clip_to(cudaStream_t stream, float* data, std::size_t n, const float* norm, float max_norm);
 
 // attention.cu: flash-attention style, no T x T matrix. lse (B, NH, T) = log of each row's softmax denominator
 // (with its max), written by the forward and read by the backward, which recomputes the probabilities from it.

@@ -2,8 +2,10 @@
 
 #include "trainer/kernels/standin/backend.h"
 
+#include <atomic>
 #include <cstring>
 
+#include "trainer/common/host_wait.h"
 #include "trainer/kernels/cpu/backend.h"
 #include "trainer/kernels/standin/arena.h"
 
@@ -11,6 +13,7 @@ namespace dtrain::trainer::kernels {
 namespace {
 
 int stream_token = 0;  // compute_stream()'s non-null token
+std::atomic<bool> fences_held{false};
 
 class StandinBackend final : public Backend {
  public:
@@ -25,13 +28,32 @@ class StandinBackend final : public Backend {
     const StandinOpen open;
     cpu().zero(data, count);
   }
+  // The waits a GPU's backend makes the host do (kernels/cuda/backend.h) are noted as such (common/host_wait.h).
   void copy_in(void* dst, const void* host, std::size_t bytes) override {
+    note_host_wait("copy to the device");
     const StandinOpen open;
     if (bytes > 0) std::memcpy(dst, host, bytes);
   }
   void copy_out(void* host, const void* src, std::size_t bytes) override {
+    note_host_wait("copy to the host");
     const StandinOpen open;
     if (bytes > 0) std::memcpy(host, src, bytes);
+  }
+  void synchronize() override { note_host_wait("synchronize"); }
+  void copy_in_async(void* dst, const void* host, std::size_t bytes) override {
+    const StandinOpen open;
+    if (bytes > 0) std::memcpy(dst, host, bytes);
+  }
+  // Every op has finished when it returns: each fence is passed as soon as it is recorded, unless fences are held
+  // (standin_hold_fences): then only those recorded before the hold are.
+  std::uint64_t record_fence() override {
+    const std::uint64_t fence = ++fences_;
+    if (!fences_held) passed_ = fence;
+    return fence;
+  }
+  bool fence_done(std::uint64_t fence) override {
+    if (!fences_held) passed_ = fences_.load();
+    return fence <= passed_;
   }
 
   void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T,
@@ -90,6 +112,7 @@ class StandinBackend final : public Backend {
   }
   float softmax_crossentropy_forward(float* probs, float* losses, const float* logits, const std::int32_t* targets,
                                      int N, int V, int Vp) override {
+    if (targets != nullptr) note_host_wait("the mean loss read back");
     const StandinOpen open;
     return cpu().softmax_crossentropy_forward(probs, losses, logits, targets, N, V, Vp);
   }
@@ -104,6 +127,7 @@ class StandinBackend final : public Backend {
     cpu().adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
   }
   double sum_squares(const float* data, std::size_t n) override {
+    note_host_wait("a sum of squares read back");
     const StandinOpen open;
     return cpu().sum_squares(data, n);
   }
@@ -136,15 +160,50 @@ class StandinBackend final : public Backend {
     cpu().matmul_backward_half(type, dinp, dweight, dbias, dout, dout_half, inp, weight, N, C, OC);
   }
   bool unscale_and_check(float* data, std::size_t n, float inv_scale) override {
+    note_host_wait("the overflow flag read back");
     const StandinOpen open;
     return cpu().unscale_and_check(data, n, inv_scale);
   }
 
+  void softmax_crossentropy_mean(float* mean, float* probs, float* losses, const float* logits,
+                                 const std::int32_t* targets, int N, int V, int Vp) override {
+    const StandinOpen open;
+    *mean = cpu().softmax_crossentropy_forward(probs, losses, logits, targets, N, V, Vp);
+  }
+  void mean_of(float* out, const float* in, std::size_t n) override {
+    const StandinOpen open;
+    cpu().mean_of(out, in, n);
+  }
+  void add_sum_squares(double* acc, const float* data, std::size_t n) override {
+    const StandinOpen open;
+    cpu().add_sum_squares(acc, data, n);
+  }
+  void split_double(float* parts, const double* value) override {
+    const StandinOpen open;
+    cpu().split_double(parts, value);
+  }
+  void sum_parts(double* out, const float* parts, std::size_t n) override {
+    const StandinOpen open;
+    cpu().sum_parts(out, parts, n);
+  }
+  void norm_of(float* norm, const double* sum_sq) override {
+    const StandinOpen open;
+    cpu().norm_of(norm, sum_sq);
+  }
+  void clip_to(float* data, std::size_t n, const float* norm, float max_norm) override {
+    const StandinOpen open;
+    cpu().clip_to(data, n, norm, max_norm);
+  }
+
  private:
   static Backend& cpu() { return cpu_backend(); }
+  std::atomic<std::uint64_t> fences_{0};
+  std::atomic<std::uint64_t> passed_{0};
 };
 
 }  // namespace
+
+void standin_hold_fences(bool hold) { fences_held = hold; }
 
 Backend& standin_backend() {
   static StandinBackend backend;

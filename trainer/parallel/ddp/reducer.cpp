@@ -116,7 +116,7 @@ std::string DdpReducer::drain() {
   std::string failure;
   for (const Pending& p : pending_) {
     try {
-      wait_collective(*p.work, phases_[p.bucket]);
+      wait_collective(p.work, phases_[p.bucket]);
     } catch (const std::exception& error) {
       if (failure.empty()) failure = error.what();
     }

@@ -43,7 +43,8 @@ ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, const AdamWOpt
       optimizer_(model.backend(), shards_.shard_params(), model.layout().decay_ranges(), options,
                  shards_.padded_params()),
       reducer_(comm, shards_, model.grads(), stage >= 2, dtypes.reduce, &model.buffers(), device_),
-      gather_phases_(numbered_phases("all-gather unit", shards_.num_units())) {
+      gather_phases_(numbered_phases("all-gather unit", shards_.num_units())),
+      norm_scratch_(model.backend(), 2 * static_cast<std::size_t>(shards_.world()) + 5) {
   grads_ready_ = [this](std::size_t offset, std::size_t count) { reducer_.grads_ready(offset, count); };
   const kernels::Dtype param_dtype = dtypes.param.value_or(model.precision());
   if (param_dtype != kernels::Dtype::fp32 && param_dtype != model.precision())
@@ -129,7 +130,7 @@ std::uint64_t ZeroEngine::all_gather_master() {
                                      own.count));
     bytes += ring_bytes_sent(shards_.slice(u).count, shards_.world());
   }
-  for (int u = 0; u < shards_.num_units(); ++u) wait_collective(*works[u], gather_phases_[u]);
+  for (int u = 0; u < shards_.num_units(); ++u) wait_collective(works[u], gather_phases_[u]);
   return bytes;
 }
 
@@ -146,7 +147,7 @@ std::uint64_t ZeroEngine::all_gather_working() {
   }
   // Each unit is widened as soon as it has arrived, while the later ones are still on the wire.
   for (int u = 0; u < shards_.num_units(); ++u) {
-    if (!works.empty()) wait_collective(*works[u], gather_phases_[u]);
+    if (!works.empty()) wait_collective(works[u], gather_phases_[u]);
     widen_unit(u);
   }
   return bytes;
@@ -252,30 +253,29 @@ void ZeroEngine::begin_backward(bool last_micro_step) {
 void ZeroEngine::finish_backward() { reducer_.finish_backward(); }
 
 float ZeroEngine::clip_grad_norm(float max_norm) {
-  double local = 0;
+  float* norm = norm_scratch_.data() + 2 * shards_.world() + 4;
+  clip_grad_norm_to(max_norm, norm);
+  float value = 0;
+  model_.backend().copy_out(&value, norm, sizeof(value));
+  return value;
+}
+
+void ZeroEngine::clip_grad_norm_to(float max_norm, float* norm) {
   kernels::Backend& k = model_.backend();
-  for (const ShardSpan& own : shards_.owned()) local += k.sum_squares(model_.grads() + own.offset, own.count);
   // Every rank's sum travels as two floats (its float and the float of the rest), so the total keeps double
-  // precision and the norm rounds to the float DDP's clip_grad_norm gets from its one double sum.
+  // precision and the norm rounds to the float DDP's clip_grad_norm gets from its one double sum. All of it in the
+  // backend's memory, so that on a device the host reads nothing.
   const int W = shards_.world(), r = shards_.rank();
-  std::vector<float> parts(2 * static_cast<std::size_t>(W));
-  parts[2 * r] = static_cast<float>(local);
-  parts[2 * r + 1] = static_cast<float>(local - static_cast<double>(parts[2 * r]));
-  if (W > 1) {
-    // Through the communicator's memory when it takes device buffers (the whole vector: in place, own chunk in).
-    on_host_floats(comm_, parts.data(), parts.size(), [&](float* p) {
-      wait_collective(*comm_.all_gather(p + 2 * r, p, 2), "all-gather (the gradient norms)");
-    });
-  }
-  double total = 0;
-  for (float part : parts) total += part;
-  const float norm = static_cast<float>(std::sqrt(total));
-  if (max_norm > 0.0f) {
-    const float coef = max_norm / (norm + 1e-6f);
-    if (coef < 1.0f)
-      for (const ShardSpan& own : shards_.owned()) k.scale(model_.grads() + own.offset, own.count, coef);
-  }
-  return norm;
+  float* parts = norm_scratch_.data();
+  double* local = norm_scratch_.as_double(2 * static_cast<std::size_t>(W));
+  double* total = norm_scratch_.as_double(2 * static_cast<std::size_t>(W) + 2);
+  k.zero(parts + 2 * W, 2);  // local = +0.0
+  for (const ShardSpan& own : shards_.owned()) k.add_sum_squares(local, model_.grads() + own.offset, own.count);
+  k.split_double(parts + 2 * r, local);
+  if (W > 1) wait_collective(comm_.all_gather(parts + 2 * r, parts, 2), "all-gather (the gradient norms)");
+  k.sum_parts(total, parts, 2 * static_cast<std::size_t>(W));
+  k.norm_of(norm, total);
+  for (const ShardSpan& own : shards_.owned()) k.clip_to(model_.grads() + own.offset, own.count, norm, max_norm);
 }
 
 void ZeroEngine::step(float lr, long t) {

@@ -107,8 +107,11 @@ class ZeroEngine {
   void begin_backward(bool last_micro_step);
   const Gpt::GradsReady& grads_ready() const { return grads_ready_; }
   void finish_backward();
-  // torch.nn.utils.clip_grad_norm_ over the shards of all ranks; returns the norm before clipping.
+  // torch.nn.utils.clip_grad_norm_ over the shards of all ranks; returns the norm before clipping (read back to
+  // the host: a host wait on a device).
   float clip_grad_norm(float max_norm);
+  // The same with the norm written to *norm (backend memory) and nothing read back: for a step on a device.
+  void clip_grad_norm_to(float max_norm, float* norm);
   void step(float lr, long t);
   // The step's measurements; starts counting the next one.
   ZeroStepStats take_stats();
@@ -137,6 +140,9 @@ class ZeroEngine {
 
   Gpt::GradsReady grads_ready_;
   std::vector<const char*> gather_phases_;  // "all-gather unit u" (health/phase.h), stages 1-2's all-gathers
+  // clip_grad_norm's scalars in the backend's memory: each rank's sum of squares as two floats (2W), then this
+  // rank's sum and the total as doubles, then the norm.
+  kernels::BackendArray norm_scratch_;
   bool sharded_master_ = false;      // 16-bit, param dtype = the precision: only the owned master shards exist
   bool rounded_on_gather_ = false;   // stage 3, 16-bit model, fp32 gathers: the gatherer rounds the working copy
   std::uint64_t counted_bytes_ = 0;  // the parameter all-gathers of step()

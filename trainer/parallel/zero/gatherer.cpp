@@ -75,7 +75,7 @@ void ParamGatherer::wait(int unit) {
   if (state_[unit] != State::gathering) return;
   if (work_[unit]) {
     std::shared_ptr<Work> work = std::move(work_[unit]);
-    wait_collective(*work, phases_[unit]);
+    wait_collective(work, phases_[unit]);
   }
   if (half_.half != nullptr) widen(unit);
   if (rounded_.half != nullptr) {

@@ -153,7 +153,7 @@ void ZeroReducer::release_unit(int unit) {
 std::string ZeroReducer::complete(const Pending& p) {
   std::string failed;
   try {
-    wait_collective(*p.work, phases_[p.unit]);
+    wait_collective(p.work, phases_[p.unit]);
     if (reduce_type_ != kernels::Dtype::fp32) widen_owned(p);
   } catch (const std::exception& error) {
     failed = error.what();
