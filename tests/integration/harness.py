@@ -254,8 +254,9 @@ while not os.path.exists(stop) and time.monotonic() - began < limit:
 
 
 # A real PyTorch DDP job (gloo) that reports through the Python health helper (worker/python/dtrain_health.py: timed, step,
-# watch), 200 steps on every rank. argv[1] picks a straggler: "data" (rank 2's loader sleeps 60 ms per batch, the
-# others wait for it inside DDP's allreduce) or "compute" (rank 1 spends 60 ms more inside each step).
+# watch), argv[2] steps on every rank (200 if not given). argv[1] picks a straggler: "data" (rank 2's loader sleeps
+# 60 ms per batch, the others wait for it inside DDP's allreduce) or "compute" (rank 1 spends 60 ms more inside each
+# step).
 STRAGGLER_TORCH_WORKER = r"""
 import os, sys, time
 import torch
@@ -264,6 +265,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import dtrain_health as health
 
 rank, mode = int(os.environ["RANK"]), sys.argv[1]
+steps = int(sys.argv[2]) if len(sys.argv) > 2 else 200
 torch.set_num_threads(1)
 dist.init_process_group("gloo")
 torch.manual_seed(0)
@@ -287,7 +289,7 @@ for step, (x, y) in enumerate(health.timed(batches())):
         loss.backward()
         opt.step()
         health.report(loss=loss, tokens=32)
-    if step + 1 == 200:   # the same number of steps on every rank: each step's allreduce needs them all
+    if step + 1 == steps:   # the same number of steps on every rank: each step's allreduce needs them all
         break
 time.sleep(1.5)   # a heartbeat carries the last step
 # torch 1.13: DDP (and ZeroRedundancyOptimizer) keep the process group alive past destroy_process_group(), and

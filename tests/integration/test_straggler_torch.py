@@ -5,7 +5,9 @@
            the straggler, with data wait as its cause;
   compute  rank 1 spends 60 ms more per step inside the step (a slow compute step): it is named, with compute.
 The helper reports once per DTRAIN_HEALTH_INTERVAL_MS (a fifth of heartbeat_timeout_s: 600 ms here), and a
-straggler takes 3 windows of at least 3 new steps each, so 200 steps of about 70 ms leave room for several."""
+straggler takes 3 windows of at least 3 new steps each, at one evaluation a second: on 2 busy cores it was named
+about 5 s after the first step (at step 60 to 85), so STEPS (150) steps of 55-70 ms (8-10 s) leave 3 to 5 more
+evaluations."""
 
 import glob
 import json
@@ -14,11 +16,13 @@ import re
 
 from harness import PYTHON, STRAGGLER_TORCH_WORKER, Run, check, finish, write
 
+STEPS = 150
+
 SPEC = """
 name: %s
 nodes: {provider: local, count: 2}
 workers_per_node: 2
-command: [%s, %s, %s]
+command: [%s, %s, %s, %d]
 stop: {grace_s: 1}
 health: {startup_timeout_s: 120, heartbeat_timeout_s: 3}
 logs: {dir: runs, console: all}
@@ -29,7 +33,7 @@ def launch(mode):
     run = Run([], timeout=240)
     script = write(os.path.join(run.dir, "worker.py"), STRAGGLER_TORCH_WORKER)
     run.args += ["launch", write(os.path.join(run.dir, "job.yaml"), SPEC % ("straggler-" + mode, PYTHON, script,
-                                                                            mode))]
+                                                                            mode, STEPS))]
     run.run()
     run.show()
     return run
