@@ -73,6 +73,11 @@ void conversions(Context& x) {
     x.cpu.from_half(back.data(), half.data(), half.size(), type);
     x.gpu.from_half(d_back.get(), d_half.get(), half.size(), type);
     x.report.exact("from_half " + name, shape, back, d_back.read());
+    for (float world : {2.0f, 3.0f}) {  // DDP's 16-bit bucket divided by the world (3: not a power of two)
+      x.cpu.to_half_divided(half.data(), in.data(), in.size(), world, type);
+      x.gpu.to_half_divided(d_half.get(), d_in.get(), in.size(), world, type);
+      x.report.exact("to_half_divided " + name + " / " + std::to_string(int(world)), shape, half, d_half.read());
+    }
   }
 }
 

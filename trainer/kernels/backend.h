@@ -176,6 +176,11 @@ class Backend {
   // out (n) = in rounded to `type`; from_half: out (n) = in as fp32 (exact).
   virtual void to_half(std::uint16_t* out, const float* in, std::size_t n, Dtype type) = 0;
   virtual void from_half(float* out, const std::uint16_t* in, std::size_t n, Dtype type) = 0;
+  // out (n) = round(float(round(in)) / divisor): half.h's to_half_divided, PyTorch's fp16/bf16 DDP compression hook
+  // (`bucket.to(dtype).div_(world)`). Default: on the host.
+  virtual void to_half_divided(std::uint16_t* out, const float* in, std::size_t n, float divisor, Dtype type) {
+    kernels::to_half_divided(out, in, n, divisor, type);
+  }
   // C (M, N) = alpha op(A) op(B) + beta C, row-major as cblas_sgemm with op(X) = X or X^T: op(A) is (M, K),
   // op(B) is (K, N). A and B hold 16-bit values of `type`, C is fp32, and the products accumulate in fp32 (as
   // cuBLAS's gemmEx with CUBLAS_COMPUTE_32F): the result is an fp32 product of the 16-bit inputs, only the order

@@ -348,6 +348,11 @@ bool CudaBackend::fence_done(std::uint64_t fence) {
   return fence <= state_->passed_fence;
 }
 
+void CudaBackend::to_half_divided(std::uint16_t* out, const float* in, std::size_t n, float divisor, Dtype type) {
+  cuda::to_half_divided(stream_, out, in, n, divisor, half_of(type, "to_half_divided"));
+  check_launch("to_half_divided");
+}
+
 void CudaBackend::softmax_crossentropy_mean(float* mean, float* probs, float* losses, const float* logits,
                                             const std::int32_t* targets, int N, int V, int Vp) {
   cuda::softmax_crossentropy_forward(stream_, probs, losses, mean, logits, targets, N, V, Vp);

@@ -92,6 +92,7 @@ class CudaBackend final : public Backend {
   void scale(float* data, std::size_t n, float factor) override;
   void to_half(std::uint16_t* out, const float* in, std::size_t n, Dtype type) override;
   void from_half(float* out, const std::uint16_t* in, std::size_t n, Dtype type) override;
+  void to_half_divided(std::uint16_t* out, const float* in, std::size_t n, float divisor, Dtype type) override;
   void gemm_half(Dtype type, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const std::uint16_t* A,
                  int lda, const std::uint16_t* B, int ldb, float beta, float* C, int ldc) override;
   void matmul_forward_half(Dtype type, float* out, const std::uint16_t* inp, const std::uint16_t* weight,

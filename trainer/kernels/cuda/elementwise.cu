@@ -139,6 +139,18 @@ __global__ void to_half_kernel(std::uint16_t* out, const float* in, std::size_t 
   DTRAIN_GRID_STRIDE(i, n) out[i] = bf16 ? bf16_from_float(in[i]) : fp16_from_float(in[i]);
 }
 
+__device__ float float_from_half(std::uint16_t value, bool bf16) {
+  return bf16 ? __uint_as_float(static_cast<std::uint32_t>(value) << 16) : float_from_fp16(value);
+}
+
+__global__ void to_half_divided_kernel(std::uint16_t* out, const float* in, std::size_t n, float divisor, bool bf16) {
+  DTRAIN_GRID_STRIDE(i, n) {
+    const float rounded = float_from_half(bf16 ? bf16_from_float(in[i]) : fp16_from_float(in[i]), bf16);
+    const float divided = __fdiv_rn(rounded, divisor);
+    out[i] = bf16 ? bf16_from_float(divided) : fp16_from_float(divided);
+  }
+}
+
 __global__ void from_half_kernel(float* out, const std::uint16_t* in, std::size_t n, bool bf16) {
   DTRAIN_GRID_STRIDE(i, n) {
     out[i] = bf16 ? __uint_as_float(static_cast<std::uint32_t>(in[i]) << 16) : float_from_fp16(in[i]);
@@ -195,6 +207,11 @@ void adamw(cudaStream_t stream, float* params, const float* grads, float* m, flo
 
 void to_half(cudaStream_t stream, std::uint16_t* out, const float* in, std::size_t n, Half type) {
   to_half_kernel<<<elementwise_blocks(n), kThreads, 0, stream>>>(out, in, n, type == Half::bf16);
+}
+
+void to_half_divided(cudaStream_t stream, std::uint16_t* out, const float* in, std::size_t n, float divisor,
+                     Half type) {
+  to_half_divided_kernel<<<elementwise_blocks(n), kThreads, 0, stream>>>(out, in, n, divisor, type == Half::bf16);
 }
 
 void from_half(cudaStream_t stream, float* out, const std::uint16_t* in, std::size_t n, Half type) {

@@ -36,6 +36,9 @@ void adamw(cudaStream_t stream, float* params, const float* grads, float* m, flo
 // Rounding as kernels/half.h, bit for bit.
 void to_half(cudaStream_t stream, std::uint16_t* out, const float* in, std::size_t n, Half type);
 void from_half(cudaStream_t stream, float* out, const std::uint16_t* in, std::size_t n, Half type);
+// out = round(float(round(in)) / divisor) (kernels/half.h's to_half_divided), the division rounded as the host's.
+void to_half_divided(cudaStream_t stream, std::uint16_t* out, const float* in, std::size_t n, float divisor,
+                     Half type);
 
 // reduce.cu
 // *out (one double) = sum of squares of data[0, n); partial: kSumBlocks doubles of scratch.

@@ -143,6 +143,10 @@ class StandinBackend final : public Backend {
     const StandinOpen open;
     cpu().from_half(out, in, n, type);
   }
+  void to_half_divided(std::uint16_t* out, const float* in, std::size_t n, float divisor, Dtype type) override {
+    const StandinOpen open;
+    cpu().to_half_divided(out, in, n, divisor, type);
+  }
   void gemm_half(Dtype type, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const std::uint16_t* A,
                  int lda, const std::uint16_t* B, int ldb, float beta, float* C, int ldc) override {
     const StandinOpen open;

@@ -81,11 +81,7 @@ void DdpReducer::start_bucket(std::size_t index) {
   if (comm_dtype_ != kernels::Dtype::fp32) {
     std::uint16_t* half = half_ + offset;
     if (device_ != nullptr) {
-      // On the device: scaled in place (cast_back overwrites the bucket afterwards), then rounded. PyTorch's hook
-      // rounds first and divides in 16 bits (to_half_divided); for a world that is a power of two the bits are the
-      // same, otherwise the two may differ in the last bit of some values.
-      device_->scale(grads_ + offset, count, 1.0f / static_cast<float>(world));
-      device_->to_half(half, grads_ + offset, count, comm_dtype_);
+      device_->to_half_divided(half, grads_ + offset, count, static_cast<float>(world), comm_dtype_);
     } else {
       kernels::to_half_divided(half, grads_ + offset, count, static_cast<float>(world), comm_dtype_);
     }
