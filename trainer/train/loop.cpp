@@ -239,10 +239,11 @@ int run_training(const TrainOptions& options) {
     // And the dump of phase and collectives on the agent's signal, for the evidence of a hang (stack_dump.h).
     if (options.dry_run) return dry_run(options);
     // --tp/--pp checked (and refused above 1) before any rank waits for its peers.
-    check_parallel_flags(options, model_config(options));
+    const GptConfig config = model_config(options);
+    check_parallel_flags(options, config);
     install_stack_dump();
     trial = TrialRun(options);
-    return trial.end(Training(trial.options(), HealthReporter::from_env()).run(trial));
+    return trial.end(Training(trial.options(), config, HealthReporter::from_env()).run(trial));
   } catch (const std::invalid_argument& e) {
     spdlog::error("{}", e.what());
     write_error_file(e.what());

@@ -58,14 +58,15 @@ struct Start {
 // optimizer step is train_step(), report() and, every --save-every steps, save().
 class Training {
  public:
-  Training(const TrainOptions& o, std::unique_ptr<HealthReporter> health)
+  // `config`: model_config(o), resolved once by the caller (it reads --init-from's header).
+  Training(const TrainOptions& o, const GptConfig& config, std::unique_ptr<HealthReporter> health)
       : o_(o),
         device_(choose_device(o.device)),
         comm_(start_communicator(o, device_)),
         buffers_(model_buffers(*comm_, *device_.backend)),
         rank_(comm_->rank()),
         world_(comm_->size()),
-        config_(model_config(o)),
+        config_(config),
         B_(o.batch_size),
         T_(o.seq_len > 0 ? o.seq_len : config_.max_seq_len),
         K_(o.grad_accum),
