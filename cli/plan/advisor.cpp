@@ -160,8 +160,16 @@ Evaluation evaluate(const PlanRequest& request, const Layout& layout) {
   e.states = r.framework == Framework::megatron && l.stage <= 1
                  ? megatron_model_states(l.stage == 1, w.precision, gpu_params(w, l), e.dp)
                  : zero_model_states(l.stage, w.precision, gpu_params(w, l), e.dp);
-  if (r.trainer_accounting && w.trainer && l.tp == 1 && l.pp == 1)
+  if (r.trainer_accounting && w.trainer && l.tp == 1 && l.pp == 1) {
     e.trainer = trainer_model_states(*w.trainer, l.stage, w.precision, e.dp);
+    if (w.shape) {
+      const trainer::Recompute recompute = l.recompute == Recompute::full        ? trainer::Recompute::full
+                                           : l.recompute == Recompute::selective ? trainer::Recompute::selective
+                                                                                 : trainer::Recompute::none;
+      e.trainer_activations = static_cast<double>(
+          trainer_activation_bytes(*w.trainer, l.micro_batch, w.shape->seq_len, w.precision, recompute));
+    }
+  }
   e.accumulation = w.global_batch ? accumulation(*w.global_batch, l.micro_batch, e.dp)
                                   : Accumulation{1, static_cast<long long>(l.micro_batch) * e.dp, true};
   const int micro_steps = static_cast<int>(std::min<long long>(e.accumulation.micro_steps, 1 << 30));

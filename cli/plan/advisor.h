@@ -80,6 +80,8 @@ struct Evaluation {
   int dp = 1;                                  // data-parallel ranks: GPUs / (tp * pp)
   ModelStates states;                          // the ZeRO paper's accounting
   std::optional<trainer::ZeroMemory> trainer;  // what dtrain-trainer reports (request.trainer_accounting, tp = pp = 1)
+  // Its mem_activations_bytes at this layout's micro-batch and recomputation (the same, with the shape known).
+  std::optional<double> trainer_activations;
   std::optional<double> activations;           // when the shape is known
   double total = 0;                            // states + activations
   bool fits = false;                           // total within the GPU's memory less the headroom

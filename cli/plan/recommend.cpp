@@ -153,6 +153,7 @@ std::vector<std::string> trainer_args(const PlanRequest& r, const Evaluation& c)
                            "--batch-size", std::to_string(c.layout.micro_batch), "--grad-accum",
                            std::to_string(c.accumulation.micro_steps)});
   if (w.shape) args.insert(args.end(), {"--seq-len", std::to_string(w.shape->seq_len)});
+  if (c.layout.recompute != Recompute::none) args.insert(args.end(), {"--recompute", recompute_name(c.layout.recompute)});
   return args;
 }
 

@@ -54,6 +54,10 @@ json evaluation_json(const Evaluation& e) {
     trainer = {{"params_bytes", e.trainer->params}, {"grads_bytes", e.trainer->grads},
                {"optim_bytes", e.trainer->optim},
                {"model_states_bytes", e.trainer->params + e.trainer->grads + e.trainer->optim}};
+  if (e.trainer_activations) {
+    if (trainer.is_null()) trainer = json::object();
+    trainer["activations_bytes"] = *e.trainer_activations;
+  }
   json scaling = nullptr, predicted = nullptr;
   if (e.scaling) {
     scaling = {{"ideal_compute_s", e.scaling->ideal_s}, {"compute_s", e.scaling->compute_s},

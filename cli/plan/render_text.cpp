@@ -82,18 +82,22 @@ std::string row(const Evaluation& e) {
 std::string trainer_table(const PlanReport& report) {
   std::string out = line("\ndtrain-trainer's own accounting (its --metrics mem_*_bytes per rank; fp32 gradients, "
                          "widened fp32 tensors at stages 1-2: README \"Mixed precision\"):");
-  out += line("%-12s %14s %14s %14s %14s", "strategy", "params", "grads", "optim", "total");
+  out += line("%-29s %14s %14s %14s %14s %14s", "strategy", "params", "grads", "optim", "total", "activations");
+  auto bytes = [](const std::optional<double>& value) {
+    return value ? std::to_string(static_cast<unsigned long long>(*value)) : std::string("-");
+  };
   for (const Evaluation& e : report.strategies) {
+    const std::string activations = bytes(e.trainer_activations);
     if (!e.trainer) {
-      out += line("%-12s %14s   (dtrain-trainer reports no mem_* metrics at --zero 0)", layout_name(e.layout).c_str(),
-                  "-");
+      out += line("%-29s %14s %14s %14s %14s %14s   (no mem_* model-state metrics at --zero 0)",
+                  layout_name(e.layout).c_str(), "-", "-", "-", "-", activations.c_str());
       continue;
     }
     const auto& t = *e.trainer;
-    out += line("%-12s %14llu %14llu %14llu %14llu", layout_name(e.layout).c_str(),
+    out += line("%-29s %14llu %14llu %14llu %14llu %14s", layout_name(e.layout).c_str(),
                 static_cast<unsigned long long>(t.params), static_cast<unsigned long long>(t.grads),
-                static_cast<unsigned long long>(t.optim),
-                static_cast<unsigned long long>(t.params + t.grads + t.optim));
+                static_cast<unsigned long long>(t.optim), static_cast<unsigned long long>(t.params + t.grads + t.optim),
+                activations.c_str());
   }
   return out;
 }

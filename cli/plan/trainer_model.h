@@ -31,4 +31,11 @@ std::size_t fp32_kernel_values(const trainer::ParamLayout& layout);
 std::optional<trainer::ZeroMemory> trainer_model_states(const trainer::GptConfig& config, int stage,
                                                         Precision precision, int world);
 
+// The activations one rank of dtrain-trainer keeps for a micro-batch of micro_batch x seq_len at `precision` with
+// `recompute` (its --metrics mem_activations_bytes, Gpt::activation_bytes): the buffers of trainer/model/
+// activations.h and the logits, counted from the shapes. Not counted: attention backward's scratch (CPU: threads x
+// 64 x T floats, a few hundred KiB) and the token ids.
+std::size_t trainer_activation_bytes(const trainer::GptConfig& config, int micro_batch, int seq_len,
+                                     Precision precision, trainer::Recompute recompute);
+
 }  // namespace dtrain::plan

@@ -109,8 +109,26 @@ for trainer_model, plan_model, precision in cases:
         predicted = predicted and {k: predicted[f"{k}_bytes"] for k in ("params", "grads", "optim")}
         h.check(measured is not None and measured == predicted,
                 f"{' '.join(plan_model)} {precision} --zero {zero}: dtrain plan {predicted} == trainer {measured}")
-    h.check(advice is not None and advice["strategies"][0]["trainer"] is None,
-            "--zero 0 has no trainer column (dtrain-trainer reports no mem_* metrics there)")
+    zero0 = (advice or {"strategies": [{}]})["strategies"][0].get("trainer") or {}
+    h.check("params_bytes" not in zero0, "--zero 0 has no model-state columns (dtrain-trainer reports no mem_* "
+            f"model-state metrics there): {zero0}")
+
+# Activations: the trainer's mem_activations_bytes (1 rank, --zero 1, B=1, T=32) against the plan's accounting
+# for each recomputation, within 5% (the plan leaves out attention backward's scratch, threads x 64 x T floats).
+for precision in ("fp32", "bf16"):
+    for recompute in ("none", "selective", "full"):
+        metrics = os.path.join(work, f"act_{precision}_{recompute}.jsonl")
+        run = h.trainer(["--model", "tiny", "--data", shard, "--batch-size", "1", "--seq-len", "32", "--steps", "1",
+                         "--threads", "1", "--zero", "1", "--precision", precision, "--recompute", recompute,
+                         "--metrics", metrics], work)
+        measured = h.metrics(metrics)[-1].get("mem_activations_bytes") if run.code == 0 else None
+        advice = plan_json("--model", "tiny", "--gpus", "1", "--precision", precision, "--trainer-accounting",
+                           "--micro-batch", "1", "--seq-len", "32", "--recompute", recompute, "--zero", "1")
+        strategies = (advice or {}).get("strategies") or [{}]
+        predicted = (strategies[0].get("trainer") or {}).get("activations_bytes")
+        h.check(measured and predicted and abs(predicted - measured) <= 0.05 * measured,
+                f"tiny {precision} --recompute {recompute}: dtrain plan's activations {predicted} within 5% of the "
+                f"trainer's {measured}")
 
 # --- The recommendation runs: its spec validates, its flags train ---
 advice = plan_json("--model", "tiny", "--gpus", "2", "--global-batch", "8", "--micro-batch", "2")

@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iterator>
 #include <string>
@@ -139,6 +140,33 @@ TEST_CASE("presets: a GPT-2 the trainer has no name for gets its shape flags") {
         std::vector<std::string>{"--layers", "24", "--channels", "1024", "--heads", "16", "--max-seq-len", "1024",
                                  "--vocab", "50257"});
   CHECK(report.strategies[1].trainer.has_value());
+}
+
+TEST_CASE("presets: a recomputing layout tells dtrain-trainer to recompute, and its activations shrink") {
+  PlanArgs a;
+  a.model = "gpt2-124m";
+  a.gpus = 1;
+  a.trainer_accounting = true;
+  std::vector<double> activations;
+  for (const char* recompute : {"none", "selective", "full"}) {
+    a.recompute = recompute;
+    const auto r = make_request(a);
+    REQUIRE_MESSAGE(r.ok(), r.status.message());
+    const PlanReport report = make_report(r.value);
+    REQUIRE(report.recommendation.choice.has_value());
+    const auto& args = report.recommendation.trainer_args;
+    const auto flag = std::find(args.begin(), args.end(), "--recompute");
+    if (std::string(recompute) == "none") {
+      CHECK(flag == args.end());
+    } else {
+      REQUIRE(flag != args.end());
+      CHECK(*(flag + 1) == recompute);
+    }
+    REQUIRE(report.recommendation.choice->trainer_activations.has_value());
+    activations.push_back(*report.recommendation.choice->trainer_activations);
+  }
+  CHECK(activations[0] > activations[1]);
+  CHECK(activations[1] > activations[2]);
 }
 
 TEST_CASE("presets: tensor parallelism splits whole key/value heads") {

@@ -4,10 +4,14 @@
 
 namespace dtrain::trainer {
 
-Gpt::Activations::Activations(kernels::Backend& b, const GptConfig& c, kernels::Dtype precision, std::size_t BT,
-                              std::size_t BTT)
+Gpt::Activations::Activations(kernels::Backend& b, const GptConfig& c, kernels::Dtype precision, Recompute recompute,
+                              std::size_t BT, std::size_t BTT)
     : backend(b), capacity_bt(BT), capacity_att(BTT) {
-  const std::size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
+  const std::size_t C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
+  // Layers kept: of the block's activations (full recompute: one, rebuilt before each block's backward), and of
+  // attention's probabilities (selective and full: one).
+  const std::size_t L = recompute == Recompute::full ? 1 : static_cast<std::size_t>(c.num_layers);
+  const std::size_t L_att = recompute == Recompute::none ? L : 1;
   // Token ids are 4 bytes, as a float is.
   static_assert(sizeof(std::int32_t) == sizeof(float));
   inputs = reinterpret_cast<std::int32_t*>(backend.allocate(BT));
@@ -18,14 +22,14 @@ Gpt::Activations::Activations(kernels::Backend& b, const GptConfig& c, kernels::
   ln1_rstd = take(L * BT);
   qkv = take(L * BT * 3 * C);
   atty = take_input(precision, L, BT * C);
-  att = take(L * NH * BTT);
+  att = take(L_att * NH * BTT);
   residual2 = take(L * BT * C);
   ln2 = take_input(precision, L, BT * C);
   ln2_mean = take(L * BT);
   ln2_rstd = take(L * BT);
   fch = take(L * BT * 4 * C);
   fch_gelu = take_input(precision, L, BT * 4 * C);
-  residual3 = take(L * BT * C);
+  residual3 = take(static_cast<std::size_t>(c.num_layers) * BT * C);  // each block's output: the next one's input
   lnf = take_input(precision, 1, BT * C);
   lnf_mean = take(BT);
   lnf_rstd = take(BT);

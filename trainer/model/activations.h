@@ -1,6 +1,7 @@
 #pragma once
 
-// Gpt's forward activations kept for backward (per-layer ones stacked over L), plus backward's scratch buffers.
+// Gpt's forward activations kept for backward (per-layer ones stacked over L, or one layer of those that backward
+// recomputes: gpt.h's Recompute), plus backward's scratch buffers.
 // Buffers are laid out for the current (B, T) from their start, so any shape within the capacity fits; Gpt grows
 // them (never shrinks) when a forward needs more.
 //
@@ -28,8 +29,10 @@ struct MatmulInput {
 };
 
 struct Gpt::Activations {
-  Activations(kernels::Backend& backend, const GptConfig& config, kernels::Dtype precision, std::size_t BT,
-              std::size_t BTT);
+  // The per-layer buffers hold one layer where `recompute` recomputes them (gpt.h's Recompute): full keeps L
+  // layers of the residual stream (residual3) only, selective keeps one layer of att.
+  Activations(kernels::Backend& backend, const GptConfig& config, kernels::Dtype precision, Recompute recompute,
+              std::size_t BT, std::size_t BTT);
   ~Activations();
   Activations(const Activations&) = delete;
   Activations& operator=(const Activations&) = delete;
@@ -41,6 +44,7 @@ struct Gpt::Activations {
   std::vector<float*> owned;
   std::size_t owned_count = 0;      // floats in `owned` (16-bit buffers count half a float per value)
   int B = 0, T = 0;                 // shape of the last forward()
+  std::size_t att_stride = 0;       // floats of att per layer at that shape: B * NH * T * T
   std::size_t capacity_bt = 0;      // B*T the buffers hold
   std::size_t capacity_att = 0;     // B*T*T the attention buffers hold (per head and layer)
   // The last forward's token ids (B*T each), in the backend's memory (copied in by forward); not in owned_count.

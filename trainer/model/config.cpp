@@ -42,4 +42,13 @@ std::string GptConfig::describe() const {
          " Vp=" + std::to_string(padded_vocab_size);
 }
 
+const char* recompute_name(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::none: return "none";
+    case Recompute::selective: return "selective";
+    case Recompute::full: return "full";
+  }
+  return "none";
+}
+
 }  // namespace dtrain::trainer

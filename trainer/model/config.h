@@ -33,4 +33,12 @@ struct GptConfig {
   std::string describe() const;
 };
 
+// Activation recomputation (--recompute; Korthikanti et al. 2022): none keeps every layer's activations for
+// backward; selective keeps all but attention's probabilities (B, NH, T, T per layer), which backward recomputes
+// from the kept q, k, v one layer at a time; full keeps only each block's input (the residual stream) and runs the
+// block's forward again just before its backward. The recomputed values are the forward's bits, so the losses and
+// gradients are those of none; the cost is one more attention forward (selective) or block forward (full) per layer.
+enum class Recompute { none, selective, full };
+const char* recompute_name(Recompute recompute);
+
 }  // namespace dtrain::trainer

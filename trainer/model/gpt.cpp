@@ -92,6 +92,14 @@ void Gpt::linear_backward(float* dinp, std::size_t weight, float* dbias, const f
   }
 }
 
+void Gpt::set_recompute(Recompute recompute) {
+  if (recompute == recompute_) return;
+  recompute_ = recompute;
+  acts_.reset();  // sized anew, for what is kept, at the next forward
+  backend_.release(logits_);
+  logits_ = nullptr;
+}
+
 std::size_t Gpt::activation_bytes() const {
   if (!acts_) return 0;
   const std::size_t logits = acts_->capacity_bt * static_cast<std::size_t>(config().padded_vocab_size);
@@ -141,11 +149,12 @@ void Gpt::ensure_activations(int B, int T) {
     acts_.reset();
     backend_.release(logits_);
     logits_ = nullptr;
-    acts_ = std::make_unique<Activations>(backend_, config(), precision_, BT, BTT);
+    acts_ = std::make_unique<Activations>(backend_, config(), precision_, recompute_, BT, BTT);
     logits_ = backend_.allocate(BT * config().padded_vocab_size);
   }
   acts_->B = B;
   acts_->T = T;
+  acts_->att_stride = static_cast<std::size_t>(B) * config().num_heads * T * T;
 }
 
 void Gpt::check_and_size(const std::int32_t* inputs, const std::int32_t* targets, int B, int T) {
@@ -198,39 +207,16 @@ void Gpt::forward_batch(const std::int32_t* tokens, int B, int T, float* loss) {
 void Gpt::forward_layers() {
   const GptConfig& c = config();
   Activations& a = *acts_;
-  const int B = a.B, T = a.T;
-  const std::size_t BT = static_cast<std::size_t>(B) * T;
-  const int C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
+  const std::size_t BT = static_cast<std::size_t>(a.B) * a.T;
+  const int C = c.channels, Vp = c.padded_vocab_size;
   const int N = static_cast<int>(BT);
-  const std::size_t att_size = static_cast<std::size_t>(B) * NH * T * T;
   kernels::Backend& k = backend_;
   const float* p = compute_;
   gather(0);
-  k.embedding_forward(a.encoded, a.inputs, p + layout_.wte().offset, p + layout_.wpe().offset, B, T, C);
+  k.embedding_forward(a.encoded, a.inputs, p + layout_.wte().offset, p + layout_.wpe().offset, a.B, a.T, C);
   for (int l = 0; l < c.num_layers; ++l) {
-    auto w = [&](LayerTensor t) { return p + layout_.layer_tensor(l, t).offset; };
-    auto at = [&](LayerTensor t) { return layout_.layer_tensor(l, t).offset; };
-    const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
-    float* qkv = a.qkv + l * BT * 3 * C;
-    float* residual2 = a.residual2 + l * BT * C;
-    float* fch = a.fch + l * BT * 4 * C;
     gather(1 + l);
-    k.layernorm_forward(staging(a.ln1, l), a.ln1_mean + l * BT, a.ln1_rstd + l * BT, residual, w(LayerTensor::ln1w),
-                        w(LayerTensor::ln1b), N, C);
-    stage_done(a.ln1, l, BT * C);
-    linear(qkv, a.ln1, l, at(LayerTensor::qkvw), w(LayerTensor::qkvb), N, C, 3 * C);
-    k.attention_forward(staging(a.atty, l), a.att + l * att_size, qkv, B, T, C, NH);
-    stage_done(a.atty, l, BT * C);
-    linear(a.proj, a.atty, l, at(LayerTensor::attprojw), w(LayerTensor::attprojb), N, C, C);
-    k.residual_forward(residual2, residual, a.proj, BT * C);
-    k.layernorm_forward(staging(a.ln2, l), a.ln2_mean + l * BT, a.ln2_rstd + l * BT, residual2,
-                        w(LayerTensor::ln2w), w(LayerTensor::ln2b), N, C);
-    stage_done(a.ln2, l, BT * C);
-    linear(fch, a.ln2, l, at(LayerTensor::fcw), w(LayerTensor::fcb), N, C, 4 * C);
-    k.gelu_forward(staging(a.fch_gelu, l), fch, BT * 4 * C);
-    stage_done(a.fch_gelu, l, BT * 4 * C);
-    linear(a.proj, a.fch_gelu, l, at(LayerTensor::fcprojw), w(LayerTensor::fcprojb), N, 4 * C, C);
-    k.residual_forward(a.residual3 + l * BT * C, residual2, a.proj, BT * C);
+    forward_block(l, l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C);
     release(1 + l);
   }
   const float* last = a.residual3 + (c.num_layers - 1) * BT * C;
@@ -243,6 +229,38 @@ void Gpt::forward_layers() {
   linear(logits_, a.lnf, 0, layout_.wte().offset, nullptr, N, C, Vp);
 }
 
+void Gpt::forward_block(int l, const float* residual) {
+  const GptConfig& c = config();
+  Activations& a = *acts_;
+  const int B = a.B, T = a.T, C = c.channels, NH = c.num_heads;
+  const std::size_t BT = static_cast<std::size_t>(B) * T;
+  const int N = static_cast<int>(BT);
+  kernels::Backend& k = backend_;
+  const float* p = compute_;
+  const int s = slot(l);
+  auto w = [&](LayerTensor t) { return p + layout_.layer_tensor(l, t).offset; };
+  auto at = [&](LayerTensor t) { return layout_.layer_tensor(l, t).offset; };
+  float* qkv = a.qkv + s * BT * 3 * C;
+  float* residual2 = a.residual2 + s * BT * C;
+  float* fch = a.fch + s * BT * 4 * C;
+  k.layernorm_forward(staging(a.ln1, s), a.ln1_mean + s * BT, a.ln1_rstd + s * BT, residual, w(LayerTensor::ln1w),
+                      w(LayerTensor::ln1b), N, C);
+  stage_done(a.ln1, s, BT * C);
+  linear(qkv, a.ln1, s, at(LayerTensor::qkvw), w(LayerTensor::qkvb), N, C, 3 * C);
+  k.attention_forward(staging(a.atty, s), a.att + att_slot(l) * a.att_stride, qkv, B, T, C, NH);
+  stage_done(a.atty, s, BT * C);
+  linear(a.proj, a.atty, s, at(LayerTensor::attprojw), w(LayerTensor::attprojb), N, C, C);
+  k.residual_forward(residual2, residual, a.proj, BT * C);
+  k.layernorm_forward(staging(a.ln2, s), a.ln2_mean + s * BT, a.ln2_rstd + s * BT, residual2, w(LayerTensor::ln2w),
+                      w(LayerTensor::ln2b), N, C);
+  stage_done(a.ln2, s, BT * C);
+  linear(fch, a.ln2, s, at(LayerTensor::fcw), w(LayerTensor::fcb), N, C, 4 * C);
+  k.gelu_forward(staging(a.fch_gelu, s), fch, BT * 4 * C);
+  stage_done(a.fch_gelu, s, BT * 4 * C);
+  linear(a.proj, a.fch_gelu, s, at(LayerTensor::fcprojw), w(LayerTensor::fcprojb), N, 4 * C, C);
+  k.residual_forward(a.residual3 + l * BT * C, residual2, a.proj, BT * C);
+}
+
 void Gpt::zero_grad() { backend_.zero(grads_, buffer_size()); }
 
 void Gpt::backward(float loss_scale, const GradsReady& grads_ready) {
@@ -253,7 +271,6 @@ void Gpt::backward(float loss_scale, const GradsReady& grads_ready) {
   const int B = a.B, T = a.T, C = c.channels, NH = c.num_heads, V = c.vocab_size, Vp = c.padded_vocab_size;
   const std::size_t BT = static_cast<std::size_t>(B) * T;
   const int N = static_cast<int>(BT);
-  const std::size_t att_size = static_cast<std::size_t>(B) * NH * T * T;
   kernels::Backend& k = backend_;
   const float* p = compute_;
   float* g = grads_;
@@ -282,31 +299,39 @@ void Gpt::backward(float loss_scale, const GradsReady& grads_ready) {
     auto w = [&](LayerTensor t) { return p + layout_.layer_tensor(l, t).offset; };
     auto dw = [&](LayerTensor t) { return g + layout_.layer_tensor(l, t).offset; };
     auto start = [&](LayerTensor t) { return layout_.layer_tensor(l, t).offset; };
+    const int s = slot(l);
     const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
-    const float* qkv = a.qkv + l * BT * 3 * C;
-    const float* residual2 = a.residual2 + l * BT * C;
-    const float* fch = a.fch + l * BT * 4 * C;
+    const float* qkv = a.qkv + s * BT * 3 * C;
+    const float* residual2 = a.residual2 + s * BT * C;
+    const float* fch = a.fch + s * BT * 4 * C;
+    float* att = a.att + att_slot(l) * a.att_stride;
 
     gather(1 + l);
+    // Full recompute: the block's forward again, from its kept input, into slot 0 (dbig and proj, which it uses as
+    // scratch, hold nothing backward needs here).
+    if (recompute_ == Recompute::full) forward_block(l, residual);
     // dresidual holds d residual3[l]; the MLP branch.
-    linear_backward(a.dbig, start(LayerTensor::fcprojw), dw(LayerTensor::fcprojb), a.dresidual, a.fch_gelu, l, N,
+    linear_backward(a.dbig, start(LayerTensor::fcprojw), dw(LayerTensor::fcprojb), a.dresidual, a.fch_gelu, s, N,
                     4 * C, C);
     ready_from(start(LayerTensor::fcprojw));
     k.gelu_backward(a.dbig, fch, a.dbig, BT * 4 * C);
-    linear_backward(a.dbtc, start(LayerTensor::fcw), dw(LayerTensor::fcb), a.dbig, a.ln2, l, N, C, 4 * C);
+    linear_backward(a.dbtc, start(LayerTensor::fcw), dw(LayerTensor::fcb), a.dbig, a.ln2, s, N, C, 4 * C);
     ready_from(start(LayerTensor::fcw));
     k.layernorm_backward(a.dresidual, dw(LayerTensor::ln2w), dw(LayerTensor::ln2b), a.dbtc, residual2,
-                         w(LayerTensor::ln2w), a.ln2_mean + l * BT, a.ln2_rstd + l * BT, N, C);
+                         w(LayerTensor::ln2w), a.ln2_mean + s * BT, a.ln2_rstd + s * BT, N, C);
     ready_from(start(LayerTensor::ln2w));
     // dresidual now holds d residual2[l]; the attention branch.
-    linear_backward(a.dbtc, start(LayerTensor::attprojw), dw(LayerTensor::attprojb), a.dresidual, a.atty, l, N, C,
+    linear_backward(a.dbtc, start(LayerTensor::attprojw), dw(LayerTensor::attprojb), a.dresidual, a.atty, s, N, C,
                     C);
     ready_from(start(LayerTensor::attprojw));
-    k.attention_backward(a.dbig, a.att_scratch, a.dbtc, qkv, a.att + l * att_size, B, T, C, NH);
-    linear_backward(a.dbtc, start(LayerTensor::qkvw), dw(LayerTensor::qkvb), a.dbig, a.ln1, l, N, C, 3 * C);
+    // Selective recompute: this layer's attention probabilities again, from the kept q, k, v (the output, which
+    // atty keeps, goes to proj's scratch).
+    if (recompute_ == Recompute::selective) k.attention_forward(a.proj, att, qkv, B, T, C, NH);
+    k.attention_backward(a.dbig, a.att_scratch, a.dbtc, qkv, att, B, T, C, NH);
+    linear_backward(a.dbtc, start(LayerTensor::qkvw), dw(LayerTensor::qkvb), a.dbig, a.ln1, s, N, C, 3 * C);
     ready_from(start(LayerTensor::qkvw));
     k.layernorm_backward(a.dresidual, dw(LayerTensor::ln1w), dw(LayerTensor::ln1b), a.dbtc, residual,
-                         w(LayerTensor::ln1w), a.ln1_mean + l * BT, a.ln1_rstd + l * BT, N, C);
+                         w(LayerTensor::ln1w), a.ln1_mean + s * BT, a.ln1_rstd + s * BT, N, C);
     release(1 + l);
     ready_from(start(LayerTensor::ln1w));
   }

@@ -80,6 +80,9 @@ class Gpt {
   std::size_t buffer_size() const { return layout_.buffer_size(); }
   // Bytes of activations (and backward's scratch) held now: sized by the largest B*T seen so far.
   std::size_t activation_bytes() const;
+  // What backward recomputes (Recompute above; none by default). Activations are sized anew at the next forward.
+  void set_recompute(Recompute recompute);
+  Recompute recompute() const { return recompute_; }
   // Mixed precision: the 16-bit working copy = params() rounded to nearest even; nothing with fp32 precision.
   void refresh_working_params();
   // The same for params()[range] only (ZeRO-3: a rank holds only its shards of the master).
@@ -135,6 +138,13 @@ class Gpt {
   void check_and_size(const std::int32_t* inputs, const std::int32_t* targets, int B, int T);
   // The layers, from the ids in the activations to the logits.
   void forward_layers();
+  // Block l's forward from its input `residual` (B*T*C) to residual3[l], its activations kept at slot(l) (and
+  // att_slot(l)); the unit hooks are the caller's.
+  void forward_block(int l, const float* residual);
+  // Where layer l's kept activations are: full recompute keeps one layer's, at 0; selective keeps one layer's
+  // attention probabilities.
+  int slot(int l) const { return recompute_ == Recompute::full ? 0 : l; }
+  int att_slot(int l) const { return recompute_ == Recompute::none ? l : 0; }
   void gather(int unit) { if (hooks_.gather) hooks_.gather(unit); }
   void release(int unit) { if (hooks_.release) hooks_.release(unit); }
   // The matrix products of forward and backward in the model's precision: the input activation x (layer l of it)
@@ -154,6 +164,7 @@ class Gpt {
   float* compute_ = nullptr;  // params_, or its own buffer after read_params_from_working_copy()
   std::uint16_t* params_half_ = nullptr;  // mixed precision's working copy (allocated as floats, two per float)
   float* grads_ = nullptr;
+  Recompute recompute_ = Recompute::none;
   float* logits_ = nullptr;
   std::unique_ptr<Activations> acts_;
   UnitHooks hooks_;

@@ -166,6 +166,10 @@ void add_run_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--pp", o.pp, "pipeline-parallel size (layout only, as --tp)")
       ->check(CLI::Range(1, 4096))->capture_default_str();
   app.add_flag("--allow-cross-node-tp", o.allow_cross_node_tp, "accept a tensor-parallel group that spans nodes");
+  app.add_option("--recompute", o.recompute, "activation recomputation: none, selective (attention's probabilities "
+                 "recomputed in backward, one layer kept) or full (each block's forward again before its backward; "
+                 "only the blocks' inputs kept)")
+      ->check(CLI::IsMember({"none", "selective", "full"}))->capture_default_str();
   app.add_flag("--dry-run", o.dry_run, "print the model and each rank's TP/DP/PP coordinates and groups (world from "
                "WORLD_SIZE and LOCAL_WORLD_SIZE), then exit without training; --data is not needed");
   app.add_option("--device", o.device, "where to compute: cpu, cuda (GPU LOCAL_RANK; gradients over NCCL) or auto "

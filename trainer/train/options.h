@@ -84,6 +84,9 @@ struct TrainOptions {
   int tp = 1;
   int pp = 1;
   bool allow_cross_node_tp = false;  // --allow-cross-node-tp: accept a TP group that spans nodes
+  // --recompute: none | selective | full (trainer/model/gpt.h's Recompute): what backward recomputes instead of
+  // keeping; the losses are none's to the bit, the activations fewer (the --metrics line's mem_activations_bytes).
+  std::string recompute = "none";
   // --dry-run: print the model and each rank's TP/DP/PP coordinates and groups, then exit without training (the
   // world and the ranks per node from WORLD_SIZE and LOCAL_WORLD_SIZE, as a launcher sets them; 1 without).
   bool dry_run = false;

@@ -54,6 +54,12 @@ std::unique_ptr<DdpReducer> start_ddp(const TrainOptions& o, Communicator& comm,
   return ddp;
 }
 
+Recompute recompute_mode(const TrainOptions& o) {
+  if (o.recompute == "selective") return Recompute::selective;
+  if (o.recompute == "full") return Recompute::full;
+  return Recompute::none;
+}
+
 GptConfig model_config(const TrainOptions& o) {
   std::optional<GptConfig> file_config;
   if (!o.init_from.empty()) file_config = read_model_header(o.init_from);

@@ -36,6 +36,9 @@ std::unique_ptr<DdpReducer> start_ddp(const TrainOptions& options, Communicator&
 // The model shape the options give, with --init-from's header when there is one.
 GptConfig model_config(const TrainOptions& options);
 
+// --recompute as the model's Recompute (the option's values are checked when parsed).
+Recompute recompute_mode(const TrainOptions& options);
+
 // This rank's data, with a warning for each shard too small for one step.
 DataLoader open_data(const TrainOptions& options, int B, int T, int rank, int world, const GptConfig& config);
 

@@ -76,6 +76,7 @@ class Training {
         shape_(run_shape(o, config_, T_, world_, n_)),
         ddp_comm_dtype_(ddp_comm_dtype(o)),
         health_(std::move(health)) {
+    model_.set_recompute(recompute_mode(o));
     const AdamWOptions adamw{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
     if (model_.precision() == kernels::Dtype::fp16) scaling_ = std::make_unique<LossScaling>(o, *comm_, k());
     // Read (and refused when they do not fit --zero) whatever the stage.
