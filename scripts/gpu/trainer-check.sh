@@ -3,7 +3,8 @@
 # (LD_LIBRARY_PATH for the bundle's libraries and cuBLASLt).
 #   trainer-data                                           3.5 M tokens: README.md and BENCHMARKS.md 12 times
 #   trainer-cpu-fp32 / trainer-gpu-fp32 / gpu-vs-cpu-fp32   10 AdamW steps of a small GPT on each device (TF32 off);
-#                                                          losses within 1e-4 relative
+#                                                          losses within 1e-4 relative. Every GPU run has
+#                                                          DTRAIN_SYNC_DEBUG=error: no host wait inside a step
 #   trainer-gpu-bf16 / bf16-vs-fp32                        the same in bf16 on the GPU, within 0.05 of fp32
 #   trainer-gpu-zero3 / zero3-vs-ddp                      --zero 3 on one GPU: the 1-rank DDP run's losses
 #   ckpt-gpu-to-cpu / ckpt-cpu-to-gpu / resumed-vs-cpu     a checkpoint saved on one device resumes on the other
@@ -22,7 +23,8 @@ step trainer-data "prepare-text writes the shard (README.md and BENCHMARKS.md 12
   env "$TRAINER_ENV" "$gpu_dir/tokens.sh" "$TRAINER" "$data" 12 "$root/README.md" "$root/BENCHMARKS.md"
 small=(--layers 2 --channels 128 --heads 4 --vocab 256 --max-seq-len 64 --seq-len 64 --batch-size 4 --steps 10
        --seed 1 --lr 1e-3 --warmup-steps 3 --lr-schedule cosine --grad-clip 1.0 --data "$data")
-gpu=(env "$TRAINER_ENV" NVIDIA_TF32_OVERRIDE=0 "$TRAINER")
+# DTRAIN_SYNC_DEBUG=error: a host wait for the GPU inside a training step fails the run (trainer/common/host_wait.h).
+gpu=(env "$TRAINER_ENV" NVIDIA_TF32_OVERRIDE=0 DTRAIN_SYNC_DEBUG=error "$TRAINER")
 step trainer-cpu-fp32 "trains 10 steps on the CPU (the reference)" 120 \
   env "$TRAINER_ENV" "$TRAINER" "${small[@]}" --device cpu --metrics "$WORK/cpu-fp32.jsonl"
 step trainer-gpu-fp32 "trains 10 steps with --device cuda" 120 \
@@ -69,7 +71,7 @@ for mode in ddp zero3; do
   extra=()
   [ "$mode" = zero3 ] && extra=(--zero 3)
   step "$mode-nccl" "2 ranks over NCCL train 10 steps (skipped when NCCL refuses two ranks on one GPU)" 120 \
-    "$gpu_dir/shared-gpu.sh" env "$TRAINER_ENV" DTRAIN_COMM_BACKEND=nccl "$DTRAIN" run -n 2 \
+    "$gpu_dir/shared-gpu.sh" env "$TRAINER_ENV" DTRAIN_COMM_BACKEND=nccl DTRAIN_SYNC_DEBUG=error "$DTRAIN" run -n 2 \
     --logs-dir "$WORK/runs-$mode" -- "$TRAINER" "${small[@]}" --device cuda "${extra[@]}" \
     --metrics "$WORK/$mode-nccl.jsonl"
 done
