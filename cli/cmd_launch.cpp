@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/controller/controller.h"
 #include "cli/controller/providers/remote_agents.h"
+#include "cli/launching/trainer_grid.h"
 #include "cli/tune/overlay.h"
 #include "common/address.h"
 #include "common/clock.h"
@@ -81,6 +82,24 @@ void print_remote_agent_commands(const spec::Spec& spec, int count) {
   }
 }
 
+// dtrain-trainer with --tp / --pp: the layout of its ranks (launching/trainer_grid.h). False, with the reason on
+// stderr, when the trainer would refuse it.
+bool print_trainer_grid(const spec::Spec& spec, const spec::Plan& plan) {
+  if (spec.shell || plan.workers_per_node == 0) return true;
+  const auto flags = trainer_parallel_flags(spec.command);
+  if (!flags) return true;
+  std::string refusal;
+  const std::string grid = trainer_grid_text(*flags, static_cast<int>(plan.world_size),
+                                                        static_cast<int>(plan.workers_per_node), &refusal);
+  if (!refusal.empty()) {
+    std::fprintf(stderr, "dtrain: dtrain-trainer would refuse this layout: %s\n", refusal.c_str());
+    return false;
+  }
+  std::printf("\ndtrain-trainer's tensor, data and pipeline layout (--tp %d --pp %d):\n%s", flags->tp, flags->pp,
+              grid.c_str());
+  return true;
+}
+
 }  // namespace
 
 int print_dry_run(const spec::Spec& input) {
@@ -151,6 +170,7 @@ int print_dry_run(const spec::Spec& input) {
     std::string text = spec::render_plan(spec, plan);
     std::fwrite(text.data(), 1, text.size(), stdout);
     print_remote_agent_commands(spec, count);
+    if (!print_trainer_grid(spec, plan)) return 2;
   } catch (const spec::PlanError& e) {
     std::fprintf(stderr, "dtrain: cannot plan the job: %s\n", e.what());
     return 2;

@@ -1,5 +1,6 @@
 """`dtrain validate`, `launch --dry-run` and `--set` from the command line: exit 2 with file:line:col on bad specs,
-the full plan on a good one, and nothing started by a dry run."""
+the full plan on a good one, and nothing started by a dry run; for dtrain-trainer with --tp / --pp, the dry run's
+tensor/data/pipeline layout of its ranks, or the trainer's refusal (exit 2)."""
 
 import os
 
@@ -47,6 +48,32 @@ for rank in range(6):
 check("FOO=bar" in r.out and "WORLD_SIZE=6" in r.out, "dry run shows user env and WORLD_SIZE from --set")
 check(not os.path.exists(os.path.join(run.dir, "runs")), "dry run creates no log directory")
 check(not tagged_pids(r.tag), "dry run leaves nothing running")
+
+# dtrain-trainer with --tp / --pp: the dry run adds its tensor/data/pipeline layout (2 nodes x 4 ranks), or exits 2
+# with the trainer's own refusal; another program gets no layout.
+TRAINER = GOOD.replace("command: [/bin/true]", "command: [%s]").replace("workers_per_node: 2", "workers_per_node: 4")
+for argv, want, tp in ((["dtrain-trainer", "--model", "tiny", "--tp", "2", "--pp=2"], 0, 2),
+                       (["env", "OMP_NUM_THREADS=1", "/opt/bin/dtrain-trainer", "--tp=4", "--pp", "2"], 0, 4),
+                       (["dtrain-trainer", "--tp", "3"], 2, 3),
+                       (["dtrain-trainer", "--tp", "8"], 2, 8),
+                       (["/bin/true", "--tp", "2"], 0, None)):
+    spec = write(os.path.join(run.dir, "trainer.yaml"), TRAINER % ", ".join('"%s"' % a for a in argv))
+    r = Run(["launch", spec, "--dry-run"], cwd=run.dir).run()
+    check(r.code == want, "dry run of %s -> %d, got %s: %s" % (" ".join(argv), want, r.code, r.err.strip()[-300:]))
+    grid = r.out.split("dtrain-trainer's tensor, data and pipeline layout", 1)[-1] if "layout (--tp" in r.out else ""
+    if tp is None:
+        check(not grid, "no layout for a program that is not dtrain-trainer")
+    elif want == 0:
+        rows = [line for line in grid.splitlines() if line.startswith("rank ")]
+        group = "tp group %s " % ",".join(str(r) for r in range(tp))
+        check(len(rows) == 8 and group in grid, "the layout of 8 ranks, TP groups of %d consecutive ranks: %s"
+              % (tp, grid[:300]))
+    else:
+        check("dtrain-trainer would refuse this layout" in r.err and "--tp" in r.err,
+              "the trainer's refusal, naming --tp: %s" % r.err.strip()[-300:])
+check("node 1" in Run(["launch", write(os.path.join(run.dir, "t2.yaml"), TRAINER % '"dtrain-trainer", "--pp", "2"'),
+                       "--dry-run"], cwd=run.dir).run().out.split("pipeline layout", 1)[-1],
+      "pipeline stages on the second node")
 
 r = Run(["run", "-n", "0", "--", "/bin/true"], cwd=run.dir).run()
 check(r.code == 2, "dtrain run -n 0 -> exit 2, got %s" % r.code)

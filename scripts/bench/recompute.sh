@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# dtrain-trainer --recompute none|selective|full: step time, activations kept and dtrain plan's prediction (see
+# recompute.py). Usage: recompute.sh [ROUNDS, default 3]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${DTRAIN_BUILD_DIR:-$root/build}
+[ -x "$build/bin/dtrain-trainer" ] && [ -x "$build/bin/dtrain" ] || "$root/scripts/build.sh"
+exec /usr/bin/python3 "$root/scripts/bench/recompute.py" --trainer "$build/bin/dtrain-trainer" \
+  --dtrain "$build/bin/dtrain" --rounds "${1:-3}"
