@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 namespace dtrain::trainer {
 
@@ -17,43 +18,120 @@ std::size_t round_up(std::size_t count, int multiple) {
   return (count + m - 1) / m * m;
 }
 
+// How a layer tensor splits over tensor-parallel ranks (layout.h's TensorParallel).
+enum class Split { none, rows, columns, qkv_rows };
+constexpr Split kLayerSplit[kLayerTensors] = {Split::none, Split::none,    Split::qkv_rows, Split::qkv_rows,
+                                              Split::columns, Split::none, Split::none,     Split::none,
+                                              Split::rows,    Split::rows, Split::columns,  Split::none};
+
+std::size_t elements(const std::vector<int>& shape) {
+  std::size_t count = 1;
+  for (int d : shape) count *= static_cast<std::size_t>(d);
+  return count;
+}
+
+// This rank's slice of a tensor of `full` shape split by `split` over tp.size ranks: its local shape and pieces.
+std::vector<SlicePiece> slice_pieces(Split split, const std::vector<int>& full, const TensorParallel& tp,
+                                     std::vector<int>& local) {
+  const std::size_t T = static_cast<std::size_t>(tp.size), r = static_cast<std::size_t>(tp.rank);
+  const std::size_t rows = static_cast<std::size_t>(full[0]);
+  const std::size_t cols = full.size() > 1 ? static_cast<std::size_t>(full[1]) : 1;
+  local = full;
+  std::vector<SlicePiece> pieces;
+  switch (split) {
+    case Split::none:
+      pieces.push_back({0, 0, rows * cols});
+      break;
+    case Split::rows:
+      local[0] = static_cast<int>(rows / T);
+      pieces.push_back({0, r * (rows / T) * cols, (rows / T) * cols});
+      break;
+    case Split::qkv_rows: {  // q, k and v each (C, ...) split by rows: this rank's heads of each
+      const std::size_t part = rows / 3, mine = part / T;
+      local[0] = static_cast<int>(3 * mine);
+      for (std::size_t p = 0; p < 3; ++p) {
+        pieces.push_back({p * mine * cols, (p * part + r * mine) * cols, mine * cols});
+      }
+      break;
+    }
+    case Split::columns:
+      local[1] = static_cast<int>(cols / T);
+      for (std::size_t i = 0; i < rows; ++i) pieces.push_back({i * (cols / T), i * cols + r * (cols / T), cols / T});
+      break;
+  }
+  return pieces;
+}
+
+void check_tensor_parallel(const GptConfig& c, const TensorParallel& tp) {
+  if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size)
+    throw std::invalid_argument("ParamLayout: tensor-parallel rank " + std::to_string(tp.rank) + " of " +
+                                std::to_string(tp.size) + " is not a rank of the group");
+  if (c.num_heads % tp.size != 0 || c.padded_vocab_size % tp.size != 0)
+    throw std::invalid_argument("ParamLayout: " + std::to_string(c.num_heads) + " heads and the padded vocabulary of " +
+                                std::to_string(c.padded_vocab_size) + " must both divide by the tensor-parallel size " +
+                                std::to_string(tp.size));
+}
+
 }  // namespace
 
-ParamLayout::ParamLayout(const GptConfig& config, int unit_multiple) : config_(config), multiple_(unit_multiple) {
+ParamLayout::ParamLayout(const GptConfig& config, int unit_multiple, TensorParallel tp)
+    : config_(config), tp_(tp), multiple_(unit_multiple) {
   config_.validate();
   if (unit_multiple < 1)
     throw std::invalid_argument("ParamLayout: unit_multiple " + std::to_string(unit_multiple) +
                                 " must be at least 1 (the ZeRO world size, or 1 for no padding)");
-  const std::size_t C = config_.channels;
-  wte_count_ = static_cast<std::size_t>(config_.padded_vocab_size) * C;
-  wpe_count_ = static_cast<std::size_t>(config_.max_seq_len) * C;
-  const std::vector<int> shapes[kLayerTensors] = {
-      {int(C)},         {int(C)}, {int(3 * C), int(C)}, {int(3 * C)}, {int(C), int(C)},     {int(C)},
-      {int(C)},         {int(C)}, {int(4 * C), int(C)}, {int(4 * C)}, {int(C), int(4 * C)}, {int(C)}};
+  check_tensor_parallel(config_, tp_);
+  const int C = config_.channels;
+  const std::vector<int> full_shapes[kLayerTensors] = {{C},        {C}, {3 * C, C}, {3 * C}, {C, C},     {C},
+                                                       {C},        {C}, {4 * C, C}, {4 * C}, {C, 4 * C}, {C}};
+  std::vector<int> shapes[kLayerTensors];
+  std::vector<SlicePiece> pieces[kLayerTensors];
   for (int i = 0; i < kLayerTensors; ++i) {
-    std::size_t count = 1;
-    for (int d : shapes[i]) count *= static_cast<std::size_t>(d);
+    pieces[i] = slice_pieces(kLayerSplit[i], full_shapes[i], tp_, shapes[i]);
     layer_offsets_[i] = layer_count_;
-    layer_counts_[i] = count;
-    layer_count_ += count;
+    layer_counts_[i] = elements(shapes[i]);
+    layer_count_ += layer_counts_[i];
   }
+  std::vector<int> wte_shape;
+  const std::vector<int> wte_full{config_.padded_vocab_size, C};
+  const std::vector<SlicePiece> wte_pieces = slice_pieces(Split::rows, wte_full, tp_, wte_shape);
+  wte_count_ = elements(wte_shape);
+  wpe_count_ = static_cast<std::size_t>(config_.max_seq_len) * static_cast<std::size_t>(C);
   const std::size_t L = config_.num_layers;
-  total_ = wte_count_ + wpe_count_ + L * layer_count_ + 2 * C;
+  total_ = wte_count_ + wpe_count_ + L * layer_count_ + 2 * channels();
   emb_slice_ = round_up(wte_count_ + wpe_count_, multiple_);
   layer_slice_ = round_up(layer_count_, multiple_);
   lnf_offset_ = emb_slice_ + L * layer_slice_;
-  buffer_ = lnf_offset_ + round_up(2 * C, multiple_);
+  buffer_ = lnf_offset_ + round_up(2 * channels(), multiple_);
 
-  tensors_.push_back({"wte", -1, 0, wte_count_, {config_.padded_vocab_size, int(C)}, true});
-  tensors_.push_back({"wpe", -1, wte_count_, wpe_count_,
-                      {config_.max_seq_len, int(C)}, true});
+  std::size_t full_at = 0;
+  // One tensor of the checkpoint order: its place here (offset, count, shape: this rank's slice), then the whole.
+  auto add = [&](const char* name, int layer, ParamRange at, std::vector<int> shape, bool decay,
+                 const std::vector<int>& full, std::vector<SlicePiece> slice, bool split) {
+    TensorInfo t;
+    t.name = name;
+    t.layer = layer;
+    t.offset = at.offset;
+    t.count = at.count;
+    t.shape = std::move(shape);
+    t.decay = decay;
+    t.full_shape = full;
+    t.full_at = full_at;
+    t.pieces = std::move(slice);
+    t.replicated = !split || tp_.size == 1;
+    full_at += elements(full);
+    tensors_.push_back(std::move(t));
+  };
+  add("wte", -1, wte(), wte_shape, true, wte_full, wte_pieces, true);
+  const std::vector<int> wpe_shape{config_.max_seq_len, C};
+  add("wpe", -1, wpe(), wpe_shape, true, wpe_shape, {{0, 0, wpe_count_}}, false);
   for (int i = 0; i < kLayerTensors; ++i)
     for (int l = 0; l < config_.num_layers; ++l) {
-      const ParamRange r = layer_tensor(l, static_cast<LayerTensor>(i));
-      tensors_.push_back({kLayerNames[i], l, r.offset, r.count, shapes[i], kLayerDecay[i]});
+      add(kLayerNames[i], l, layer_tensor(l, static_cast<LayerTensor>(i)), shapes[i], kLayerDecay[i], full_shapes[i],
+          pieces[i], kLayerSplit[i] != Split::none);
     }
-  tensors_.push_back({"lnfw", -1, lnfw().offset, C, {int(C)}, false});
-  tensors_.push_back({"lnfb", -1, lnfb().offset, C, {int(C)}, false});
+  add("lnfw", -1, lnfw(), {C}, false, {C}, {{0, 0, channels()}}, false);
+  add("lnfb", -1, lnfb(), {C}, false, {C}, {{0, 0, channels()}}, false);
 }
 
 ParamRange ParamLayout::layer(int l) const {
@@ -128,6 +206,18 @@ void ParamLayout::from_checkpoint_order(const float* checkpoint, float* ours) co
     std::memcpy(ours + t.offset, checkpoint + at, t.count * sizeof(float));
     at += t.count;
   }
+}
+
+void ParamLayout::take_slices(const float* whole, float* ours) const {
+  for (const TensorInfo& t : tensors_)
+    for (const SlicePiece& p : t.pieces)
+      std::memcpy(ours + t.offset + p.local, whole + t.full_at + p.full, p.count * sizeof(float));
+}
+
+void ParamLayout::put_slices(const float* ours, float* whole) const {
+  for (const TensorInfo& t : tensors_)
+    for (const SlicePiece& p : t.pieces)
+      std::memcpy(whole + t.full_at + p.full, ours + t.offset + p.local, p.count * sizeof(float));
 }
 
 }  // namespace dtrain::trainer

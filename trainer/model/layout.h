@@ -41,20 +41,49 @@ struct ParamRange {
 enum class LayerTensor { ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb };
 inline constexpr int kLayerTensors = 12;
 
+// A run of a tensor-parallel rank's slice of a tensor: `count` elements at `local` in the slice (row-major, its
+// local shape) are those at `full` in the whole tensor (row-major, its full shape).
+struct SlicePiece {
+  std::size_t local = 0;
+  std::size_t full = 0;
+  std::size_t count = 0;
+};
+
 // One tensor as llm.c's checkpoint lists it.
 struct TensorInfo {
   std::string name;         // llm.c's name: "wte", "wpe", "ln1w", ..., "fcprojb", "lnfw", "lnfb"
   int layer = -1;           // block index for per-layer tensors, -1 for wte, wpe, lnfw, lnfb
   std::size_t offset = 0;   // first element in our flat buffer
   std::size_t count = 0;    // elements
-  std::vector<int> shape;   // row-major, PyTorch's shape (e.g. qkvw: {3C, C})
+  std::vector<int> shape;   // row-major, PyTorch's shape (e.g. qkvw: {3C, C}); a tensor-parallel rank's slice's
   bool decay = false;       // 2-D weight: gets AdamW weight decay (nanoGPT: every parameter with dim >= 2)
+  // Tensor parallelism (TensorParallel below): the whole tensor's shape, where it starts in the whole model's
+  // checkpoint order, and where this rank's slice sits in it (one piece covering it all when not split).
+  std::vector<int> full_shape;
+  std::size_t full_at = 0;
+  std::vector<SlicePiece> pieces;
+  bool replicated = true;   // every rank of the group holds all of it (LayerNorms, wpe, the row-parallel biases)
+};
+
+// A rank's place in its tensor-parallel group (trainer/parallel/grid/rank_grid.h): Megatron-LM's split of GPT-2
+// over `size` ranks, each holding
+//   wte                  rows [rank Vp/T, (rank + 1) Vp/T)        vocabulary-parallel embedding and tied head
+//   qkvw, qkvb           the rows of its NH/T heads, of each of q, k and v: (3C/T, C) ordered q | k | v
+//   attprojw             columns [rank C/T, (rank + 1) C/T): (C, C/T)          row-parallel
+//   fcw, fcb             rows [rank 4C/T, (rank + 1) 4C/T): (4C/T, C)          column-parallel
+//   fcprojw              columns [rank 4C/T, (rank + 1) 4C/T): (C, 4C/T)       row-parallel
+// and all of wpe, the LayerNorms and the row-parallel layers' biases (attprojb, fcprojb). Heads and Vp must divide
+// by size (check_model_split in rank_grid.h says so with the numbers).
+struct TensorParallel {
+  int size = 1;
+  int rank = 0;
 };
 
 class ParamLayout {
  public:
-  // unit_multiple: every unit's slice is padded to a multiple of it (the ZeRO world size; 1 = no padding).
-  explicit ParamLayout(const GptConfig& config, int unit_multiple = 1);
+  // unit_multiple: every unit's slice is padded to a multiple of it (the ZeRO world size; 1 = no padding). tp: this
+  // rank's slices of the split tensors (TensorParallel above); the layout is then of those slices, in the same order.
+  explicit ParamLayout(const GptConfig& config, int unit_multiple = 1, TensorParallel tp = {});
 
   const GptConfig& config() const { return config_; }
   // Parameters of the model, without padding (what checkpoints hold).
@@ -90,10 +119,18 @@ class ParamLayout {
   void pack(const float* buffer, float* packed) const;
   void unpack(const float* packed, float* buffer) const;
 
+  const TensorParallel& tensor_parallel() const { return tp_; }
+  // Between the whole model in llm.c's checkpoint order (ParamLayout(config()).num_params() floats, what checkpoints
+  // and --init-from hold) and this rank's slices in our buffer: take_slices() copies them out of it, put_slices()
+  // writes them into it (each element of a split tensor from the one rank holding it; a replicated tensor from any).
+  void take_slices(const float* whole, float* ours) const;
+  void put_slices(const float* ours, float* whole) const;
+
  private:
   std::size_t channels() const { return static_cast<std::size_t>(config_.channels); }
 
   GptConfig config_;
+  TensorParallel tp_;
   std::size_t wte_count_ = 0;
   std::size_t wpe_count_ = 0;
   std::array<std::size_t, kLayerTensors> layer_offsets_{};  // within a block

@@ -39,7 +39,7 @@ void JobStatus::round_started(std::uint32_t round, const spec::Plan& plan) {
   nodes_.clear();
   for (const auto& w : plan.workers) {
     rows_[w.rank] = Row{w.node_rank, w.host, 0, "starting", std::nullopt, 0, {}, false, w.omp_threads};
-    nodes_[w.node_rank] = NodeRow{w.host, true};
+    nodes_[w.node_rank] = NodeRow{w.host, true, {}};
   }
 }
 
