@@ -1,7 +1,8 @@
 // The vocabulary-parallel embedding and cross-entropy (trainer/parallel/tp/vocab_parallel.h) on 2 and 4 Gloo ranks
 // (threads of this process) against the CPU backend's unsplit ops on the whole vocabulary: the same embeddings once
 // the slices are summed, the same losses, probabilities and logit gradients, with a padded vocabulary (V = 250 of
-// Vp = 256, so the last slice holds padding columns that take no part) and targets in every slice.
+// Vp = 256, so the last slice holds padding columns that take no part) and targets in every slice. And the gradient
+// norm over a tensor-parallel group (tp/grad_norm.h): the whole model's, with replicated tensors counted once.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -12,6 +13,8 @@
 
 #include "tests/unit/gloo_ranks.h"
 #include "trainer/kernels/cpu/backend.h"
+#include "trainer/model/layout.h"
+#include "trainer/parallel/tp/grad_norm.h"
 #include "trainer/parallel/tp/vocab_parallel.h"
 
 using namespace dtrain::trainer;
@@ -106,3 +109,25 @@ TEST_CASE("the slices' embeddings summed over the group are the whole embedding,
 }
 
 }  // namespace trainer_tp_vocab_test
+
+namespace trainer_tp_grad_norm_test {
+
+TEST_CASE("the tensor-parallel sum of squares counts every element of the whole model once") {
+  const GptConfig config{16, 250, 256, 2, 4, 32};
+  const ParamLayout whole_layout(config);
+  const std::vector<float> whole = trainer_tp_vocab_test::randoms(whole_layout.num_params(), 1.0f, 9);
+  double want = 0;
+  for (float g : whole) want += double(g) * g;
+  for (int size : {1, 2, 4}) {
+    GlooRanks ranks("tp-norm-" + std::to_string(size));
+    on_ranks(ranks, size, "norm", [&](int rank, GlooCommunicator& comm) {
+      const ParamLayout layout(config, 1, {size, rank});
+      std::vector<float> grads(layout.buffer_size());
+      layout.take_slices(whole.data(), grads.data());
+      const double got = tensor_parallel_sum_squares(kernels::cpu_backend(), comm, layout, grads.data());
+      CHECK(got == doctest::Approx(want).epsilon(1e-9));
+    });
+  }
+}
+
+}  // namespace trainer_tp_grad_norm_test
