@@ -36,13 +36,15 @@ PyTorch (Debian's 1.13 under /usr/bin/python3):
             refused with exit 2.
 
 Run with no argument, every case but reducer (integration.instrument_torch, beside other tests); with `--only reducer`,
-that case alone (integration.instrument_reducer, with nothing else running: it compares parts of a step's time)."""
+that case alone (integration.instrument_reducer, with nothing else running: it compares parts of a step's time).
+The hang and phases jobs run side by side (each its own launcher, agents and tag), as neither checks a time."""
 
 import json
 import os
 import re
 import subprocess
 import sys
+import threading
 
 from harness import PYTHON, SOURCE_DIR, Run, check, finish, status_json, write
 
@@ -259,9 +261,9 @@ def ranks_of(run):
     return {r["rank"]: r for r in status_json(run).get("ranks", [])}
 
 
-def launch(name, nodes, command, overrides=()):
+def launch(name, nodes, command, overrides=(), wait=True):
     """`dtrain launch` of a job whose workers run `command` (a function of the run's directory), with a user
-    sitecustomize in the directory the spec puts on PYTHONPATH."""
+    sitecustomize in the directory the spec puts on PYTHONPATH; with wait=False, started and not waited for."""
     run = Run([], timeout=240)
     user_path = os.path.join(run.dir, "user-modules")
     write(os.path.join(user_path, "sitecustomize.py"), USER_SITECUSTOMIZE)
@@ -270,9 +272,11 @@ def launch(name, nodes, command, overrides=()):
     run.args += ["launch", spec]
     for override in overrides:
         run.args += ["--set", override]
+    run.user_path = user_path
+    if not wait:
+        return run.start()
     run.run()
     run.show()
-    run.user_path = user_path
     return run
 
 
@@ -372,9 +376,19 @@ for rank in (0, 1):
           "sigterm: rank %d's last report (step %d) is its last step (%d written)" % (rank, reported, written))
 run.assert_no_leaks()
 
+# ---- hang and phases, started together (each mostly waits out its hang timeout and the stacks), checked in turn
+hung = [launch("instrument-hang", 2, lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, "hang.py"), HANG)),
+               ["health.hang_timeout_s=3"], wait=False),
+        launch("instrument-phases", 2, lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, "phases.py"), PHASES)),
+               ["health.hang_timeout_s=3"], wait=False)]
+waiters = [threading.Thread(target=job.wait) for job in hung]
+for waiter in waiters:
+    waiter.start()
+for waiter in waiters:
+    waiter.join()
 # ---- hang: the collective a rank is blocked in
-run = launch("instrument-hang", 2, lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, "hang.py"), HANG)),
-             ["health.hang_timeout_s=3"])
+run = hung[0]
+run.show()
 check(run.code == 124, "hang: the job fails with 124, got %s" % run.code)
 row = ranks_of(run).get(1, {})
 check(row.get("step") == 3 and row.get("phase") == "torch.distributed.all_reduce",
@@ -409,8 +423,8 @@ for rank in ("0", "1"):
         check(not said, "lacking: nothing said on rank 1: %s" % said)
 
 # ---- phases: where a hung rank stopped, and its Python frames
-run = launch("instrument-phases", 2, lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, "phases.py"), PHASES)),
-             ["health.hang_timeout_s=3"])
+run = hung[1]
+run.show()
 check(run.code == 124, "phases: the job fails with 124, got %s" % run.code)
 ranks = ranks_of(run)
 check(ranks.get(0, {}).get("phase") == "data" and ranks.get(0, {}).get("step") == 3,
