@@ -1,6 +1,7 @@
 """A rank waiting in init_process_group for a late peer is not a stopped rank (real agents, the real datagram socket,
 Debian's torch 1.13 over gloo): 2 ranks import dtrain_health before init_process_group (its reporter heartbeats
-from then on), rank 1 sleeps 6 s before init_process_group, and rank 0 waits there for it, holding the interpreter
+from then on), rank 1 calls init_process_group 6 s after rank 0 has reached it (rank 0 leaves a file just before
+its call, whatever its own imports took), and rank 0 waits there for it, holding the interpreter
 lock all along (its own ticker thread, which wakes every 0.1 s, measures the longest gap, so the test shows that the
 reporter really could not run); health.heartbeat_timeout_s is 2.
   auto  health.instrument: auto (the default): the bootstrap runs init_process_group through dtrain_health's
@@ -32,9 +33,17 @@ def ticker():
         gaps.append(now - last)
         last = now
 threading.Thread(target=ticker, daemon=True).start()
+MARK = "@MARK@"
 if rank == 1:
-    time.sleep(6)   # a late peer: a slow node's imports, say
+    # A late peer (a slow node's imports, say): 6 s after rank 0 is at init_process_group, however long rank 0's own
+    # imports took on a loaded machine.
+    deadline = time.monotonic() + 60
+    while not os.path.exists(MARK) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(6)
 began = time.monotonic()
+if rank == 0:
+    open(MARK, "w").close()
 dist.init_process_group("gloo")
 print("rank %d waited %.1f s in init_process_group, longest ticker gap %.1f s"
       % (rank, time.monotonic() - began, max(gaps)), flush=True)
@@ -59,7 +68,7 @@ logs: {dir: runs, console: all}
 
 def launch(instrument):
     run = Run([], timeout=120)
-    script = write(run.dir + "/worker.py", WORKER)
+    script = write(run.dir + "/worker.py", WORKER.replace("@MARK@", run.dir + "/rank0-at-init"))
     run.args += ["launch", write(run.dir + "/job.yaml", SPEC % (instrument, PYTHON, script, instrument))]
     start = time.monotonic()
     run.run()
