@@ -163,11 +163,8 @@ Evaluation evaluate(const PlanRequest& request, const Layout& layout) {
   if (r.trainer_accounting && w.trainer && l.tp == 1 && l.pp == 1) {
     e.trainer = trainer_model_states(*w.trainer, l.stage, w.precision, e.dp);
     if (w.shape) {
-      const trainer::Recompute recompute = l.recompute == Recompute::full        ? trainer::Recompute::full
-                                           : l.recompute == Recompute::selective ? trainer::Recompute::selective
-                                                                                 : trainer::Recompute::none;
       e.trainer_activations = static_cast<double>(
-          trainer_activation_bytes(*w.trainer, l.micro_batch, w.shape->seq_len, w.precision, recompute));
+          trainer_activation_bytes(*w.trainer, l.micro_batch, w.shape->seq_len, w.precision, l.recompute));
     }
   }
   e.accumulation = w.global_batch ? accumulation(*w.global_batch, l.micro_batch, e.dp)

@@ -59,15 +59,6 @@ double stage_params(double params, const Shape& shape, int tp, int pp) {
   return (layers / shape.layers * stage_layers(shape.layers, pp) + embedding) / tp;
 }
 
-const char* recompute_name(Recompute recompute) {
-  switch (recompute) {
-    case Recompute::none: return "none";
-    case Recompute::selective: return "selective";
-    case Recompute::full: return "full";
-  }
-  return "?";
-}
-
 double layer_activation_bytes(const Shape& shape, int tp, Precision precision, Recompute recompute,
                               bool sequence_parallel) {
   const double s = shape.seq_len, b = shape.micro_batch, h = shape.hidden, a = shape.heads, t = tp;

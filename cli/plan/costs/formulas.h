@@ -6,6 +6,7 @@
 // t tensor-parallel ranks, p pipeline stages, m (or k) micro-batches per optimizer step, and for one micro-batch
 // s sequence length, b micro-batch size, h hidden size, a attention heads, L layers.
 
+#include "trainer/model/config.h"
 #include "trainer/parallel/ddp/buckets.h"
 
 namespace dtrain::plan {
@@ -62,8 +63,9 @@ struct Shape {
 // recomputes the attention core (QK^T, softmax, dropout, attention over V), whose activations are the 5as^2b term;
 // full keeps only each layer's input and runs the layer's forward again in backward (Megatron-LM
 // --recompute-granularity selective | full).
-enum class Recompute { none, selective, full };
-const char* recompute_name(Recompute recompute);  // "none", "selective", "full"
+// The trainer's own (trainer/model/config.h): the plan's layouts and dtrain-trainer's --recompute are one thing.
+using trainer::Recompute;
+using trainer::recompute_name;  // "none", "selective", "full"
 
 // Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models" (arXiv:2205.05198, Sec. 4 and
 // Table 2), bytes one transformer layer keeps for backward with 16-bit activations (attention 11sbh + 5as^2b, MLP
