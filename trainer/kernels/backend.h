@@ -22,6 +22,18 @@
 
 namespace dtrain::trainer::kernels {
 
+// A double as two floats, for a float collective that must keep double precision (gradient norms over ranks):
+// parts[0] = float(value), parts[1] = float(value - parts[0]); and back, summing n such floats in order in double.
+inline void split_double(float* parts, double value) {
+  parts[0] = static_cast<float>(value);
+  parts[1] = static_cast<float>(value - static_cast<double>(parts[0]));
+}
+inline double sum_in_double(const float* parts, std::size_t n) {
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) sum += parts[i];
+  return sum;
+}
+
 class Backend {
  public:
   static constexpr std::align_val_t kHostAlign{64};
@@ -90,16 +102,9 @@ class Backend {
   // *acc += sum_squares(data, n).
   virtual void add_sum_squares(double* acc, const float* data, std::size_t n) { *acc += sum_squares(data, n); }
   // parts[0] = float(*value), parts[1] = float(*value - parts[0]): a double as two floats, for a float collective.
-  virtual void split_double(float* parts, const double* value) {
-    parts[0] = static_cast<float>(*value);
-    parts[1] = static_cast<float>(*value - static_cast<double>(parts[0]));
-  }
+  virtual void split_double(float* parts, const double* value) { kernels::split_double(parts, *value); }
   // *out = parts[0] + ... + parts[n - 1], added in order in double.
-  virtual void sum_parts(double* out, const float* parts, std::size_t n) {
-    double sum = 0;
-    for (std::size_t i = 0; i < n; ++i) sum += parts[i];
-    *out = sum;
-  }
+  virtual void sum_parts(double* out, const float* parts, std::size_t n) { *out = sum_in_double(parts, n); }
   // *norm = float(sqrt(*sum_sq)).
   virtual void norm_of(float* norm, const double* sum_sq) { *norm = static_cast<float>(std::sqrt(*sum_sq)); }
   // torch.nn.utils.clip_grad_norm_ with the norm where the backend keeps it: coef = max_norm / (*norm + 1e-6f);
@@ -238,6 +243,14 @@ inline void to_half_on(Backend* device, std::uint16_t* out, const float* in, std
     device->to_half(out, in, n, type);
   } else {
     to_half(out, in, n, type);
+  }
+}
+inline void to_half_divided_on(Backend* device, std::uint16_t* out, const float* in, std::size_t n, float divisor,
+                               Dtype type) {
+  if (device != nullptr) {
+    device->to_half_divided(out, in, n, divisor, type);
+  } else {
+    to_half_divided(out, in, n, divisor, type);
   }
 }
 inline void from_half_on(Backend* device, float* out, const std::uint16_t* in, std::size_t n, Dtype type) {

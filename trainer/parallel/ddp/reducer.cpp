@@ -80,11 +80,7 @@ void DdpReducer::start_bucket(std::size_t index) {
   auto [offset, count] = buckets_[index];
   if (comm_dtype_ != kernels::Dtype::fp32) {
     std::uint16_t* half = half_ + offset;
-    if (device_ != nullptr) {
-      device_->to_half_divided(half, grads_ + offset, count, static_cast<float>(world), comm_dtype_);
-    } else {
-      kernels::to_half_divided(half, grads_ + offset, count, static_cast<float>(world), comm_dtype_);
-    }
+    kernels::to_half_divided_on(device_, half, grads_ + offset, count, static_cast<float>(world), comm_dtype_);
     started_.push_back(index);
     if (world > 1) pending_.push_back({index, comm_.allreduce_half(half, count, comm_dtype_)});
     return;

@@ -18,13 +18,11 @@ double tensor_parallel_sum_squares(kernels::Backend& backend, Communicator& grou
     // all-gathered (a float sum would round), and the parts are added in double.
     const int W = group.size(), r = group.rank();
     std::vector<float> parts(2 * static_cast<std::size_t>(W));
-    parts[2 * r] = static_cast<float>(split);
-    parts[2 * r + 1] = static_cast<float>(split - static_cast<double>(parts[2 * r]));
+    kernels::split_double(parts.data() + 2 * r, split);
     on_host_floats(group, parts.data(), parts.size(), [&](float* p) {
       wait_collective(*group.all_gather(p + 2 * r, p, 2), "all-gather (the tensor-parallel gradient norms)");
     });
-    split = 0;
-    for (float part : parts) split += part;
+    split = kernels::sum_in_double(parts.data(), parts.size());
   }
   return split + replicated;
 }
