@@ -6,6 +6,8 @@
 #                                                          losses within 1e-4 relative. Every GPU run has
 #                                                          DTRAIN_SYNC_DEBUG=error: no host wait inside a step
 #   trainer-gpu-bf16 / bf16-vs-fp32                        the same in bf16 on the GPU, within 0.05 of fp32
+#   trainer-gpu-fp16 / fp16-vs-fp32                        fp16 with loss scaling (its overflow flag the one host read
+#                                                          a step makes), within 0.05 of fp32
 #   trainer-gpu-zero3 / zero3-vs-ddp                      --zero 3 on one GPU: the 1-rank DDP run's losses
 #   ckpt-gpu-to-cpu / ckpt-cpu-to-gpu / resumed-vs-cpu     a checkpoint saved on one device resumes on the other
 #                                                          with the uninterrupted CPU run's losses (1e-4)
@@ -35,6 +37,10 @@ step trainer-gpu-bf16 "trains 10 steps with --device cuda --precision bf16" 120 
   "${gpu[@]}" "${small[@]}" --device cuda --precision bf16 --metrics "$WORK/gpu-bf16.jsonl"
 step bf16-vs-fp32 "every step's bf16 loss within 0.05 absolute of fp32's on the GPU" 30 \
   python3 "$gpu_dir/compare_losses.py" abs 0.05 "$WORK/gpu-bf16.jsonl" "$WORK/gpu-fp32.jsonl"
+step trainer-gpu-fp16 "trains 10 steps with --device cuda --precision fp16 (loss scaling)" 120 \
+  "${gpu[@]}" "${small[@]}" --device cuda --precision fp16 --metrics "$WORK/gpu-fp16.jsonl"
+step fp16-vs-fp32 "every step's fp16 loss within 0.05 absolute of fp32's on the GPU" 30 \
+  python3 "$gpu_dir/compare_losses.py" abs 0.05 "$WORK/gpu-fp16.jsonl" "$WORK/gpu-fp32.jsonl"
 # ZeRO-3 on one GPU (its gathers, reductions and moments through NCCL's device buffers) is plain AdamW: the losses of
 # the DDP run above. Then a checkpoint written on the GPU resumes on the CPU, and the reverse.
 step trainer-gpu-zero3 "trains 10 steps with --device cuda --zero 3 on one rank" 120 \

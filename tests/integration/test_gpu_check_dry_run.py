@@ -12,11 +12,12 @@ from harness import DTRAIN, SOURCE_DIR, check, finish
 
 SCRIPT = os.path.join(SOURCE_DIR, "scripts", "gpu-check.sh")
 # topo and doctor, the NCCL unit tests, bench allreduce over NCCL, the kernel check and perf probe, then the
-# trainer: its data, fp32 on the GPU against the CPU, bf16 against fp32, ZeRO-3 on one GPU, checkpoints moving
+# trainer: its data, fp32 on the GPU against the CPU, bf16 and fp16 against fp32, ZeRO-3 on one GPU, checkpoints moving
 # between the devices, GPT-2 124M, DDP and ZeRO-3 over NCCL.
 STEPS = ["topo-doctor", "nccl-unit", "nccl-bench", "kernel-check", "kernel-perf", "trainer-data", "trainer-cpu-fp32",
-         "trainer-gpu-fp32", "gpu-vs-cpu-fp32", "trainer-gpu-bf16", "bf16-vs-fp32", "trainer-gpu-zero3",
-         "zero3-vs-ddp", "trainer-cpu-const", "ckpt-gpu-to-cpu", "ckpt-cpu-to-gpu", "resumed-vs-cpu", "gpt2-124m",
+         "trainer-gpu-fp32", "gpu-vs-cpu-fp32", "trainer-gpu-bf16", "bf16-vs-fp32", "trainer-gpu-fp16",
+         "fp16-vs-fp32", "trainer-gpu-zero3", "zero3-vs-ddp", "trainer-cpu-const", "ckpt-gpu-to-cpu", "ckpt-cpu-to-gpu",
+         "resumed-vs-cpu", "gpt2-124m",
          "gpt2-124m-rate", "ddp-nccl", "zero3-nccl"]
 
 
@@ -58,12 +59,16 @@ check("prepare-text" in open(os.path.join(SOURCE_DIR, "scripts", "gpu", "tokens.
       and "tokens.sh" in command("trainer-data"), "trainer-data makes a shard with prepare-text")
 small = "--layers 2 --channels 128 --heads 4 --vocab 256 --max-seq-len 64 --seq-len 64 --batch-size 4 --steps 10 --seed 1"
 for name, device in (("trainer-cpu-fp32", "--device cpu"), ("trainer-gpu-fp32", "--device cuda"),
-                     ("trainer-gpu-bf16", "--device cuda --precision bf16")):
+                     ("trainer-gpu-bf16", "--device cuda --precision bf16"),
+                     ("trainer-gpu-fp16", "--device cuda --precision fp16")):
     check(small in command(name) and device in command(name) and "--metrics" in command(name),
           f"{name}: the small model, {device}, with --metrics")
 check("NVIDIA_TF32_OVERRIDE=0" in command("trainer-gpu-fp32"), "the GPU fp32 run turns TF32 off")
-check("rel 1e-4" in command("gpu-vs-cpu-fp32") and "abs 0.05" in command("bf16-vs-fp32"),
-      "the tolerances: 1e-4 relative (GPU vs CPU), 0.05 absolute (bf16 vs fp32)")
+check("rel 1e-4" in command("gpu-vs-cpu-fp32") and "abs 0.05" in command("bf16-vs-fp32")
+      and "abs 0.05" in command("fp16-vs-fp32"),
+      "the tolerances: 1e-4 relative (GPU vs CPU), 0.05 absolute (16-bit vs fp32)")
+check(all("DTRAIN_SYNC_DEBUG=error" in command(n) for n in ("trainer-gpu-fp32", "trainer-gpu-fp16", "gpt2-124m")),
+      "the GPU runs fail on a host wait inside a step")
 check("--model gpt2-124m --seq-len 1024 --batch-size 8 --steps 20 --precision bf16 --device cuda" in command("gpt2-124m"),
       "GPT-2 124M at T=1024, batch 8, bf16 on the GPU")
 check("124475904" in command("gpt2-124m-rate") and "989e12" in command("gpt2-124m-rate"),

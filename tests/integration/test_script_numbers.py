@@ -13,12 +13,13 @@ micro-batches' losses, before scaling), token ids, samples and step time. Cases:
 While each job runs, `dtrain status --json` is read over and over; after it, status.json and events.jsonl's health
 events: every rank row at a step past the first (the first step starts where each side begins counting) must
 match the script's line for that rank and step: loss to 1e-6 (relative), tokens/s and samples/s to the script's
-counts over its step time within 2%, and model_params (once the launcher carries the field) to the script's
-sum(p.numel() for p in model.parameters() if p.requires_grad), and MFU to 6N x the script's tokens over its step
-time, over the rank's peak (its node's fp32 GEMM rate, measured by `dtrain doctor` into this test's own
-$XDG_STATE_HOME first), within 2%.
+counts over its step time within 2% (or 5 ms of step time: JITTER_S), and model_params (once the launcher carries
+the field) to the script's sum(p.numel() for p in model.parameters() if p.requires_grad), and MFU to 6N x the
+script's tokens over its step time, over the rank's peak (its node's fp32 GEMM rate, measured by `dtrain doctor`
+into this test's own $XDG_STATE_HOME first), within the same bounds.
 The samples events' per-step points (what the report's curves draw): a point for at least 25 of each rank's 30
-steps, each with the script's loss (to the 4 significant digits the samples keep) and, from step 3, tokens/s (2%).
+steps, each with the script's loss (to the 4 significant digits the samples keep) and, from step 3, tokens/s (as
+above; their step times summed within 2% of the script's).
   direct          the K=4 scaler case on 1 rank without a launcher, its reports read from the health socket: the
                   report body carries model_params (N, as the script counts it), model_flops_per_token (6N) and
                   device_name ("cpu"), whatever the launcher does with them."""
@@ -52,6 +53,19 @@ def close(ours, theirs, relative):
     return theirs != 0 and abs(ours - theirs) <= relative * abs(theirs)
 
 
+# A step's time as dtrain measured it may differ from the script's by the wait for the GIL: the instrument reads the
+# clock at the end of the optimizer step and the script just after, in the same thread, and the reporter thread can
+# hold the GIL between the two reads for up to sys.getswitchinterval() (5 ms); the next step's times differ by the
+# same amount the other way. So a per-step rate is held to the script's within 2% or 5 ms of step time, and the sum of
+# the step times over every compared step within 2%.
+JITTER_S = 0.005
+
+
+def rate_close(rate, count, step_s):
+    """Whether a rate (count per second) is count over the script's step time within 2% or JITTER_S."""
+    return rate > 0 and step_s > 0 and abs(count / rate - step_s) <= max(0.02 * step_s, JITTER_S)
+
+
 def compare(name, row, params, own):
     """One rank row of dtrain's (status or a health event) against the script's line for its step; whether compared."""
     line = own.get(row.get("step"))
@@ -60,7 +74,7 @@ def compare(name, row, params, own):
     what = "%s: rank %d step %d" % (name, row["rank"], row["step"])
     check(close(row["loss"], line["loss"], 1e-6), "%s: loss %r is the script's %r" % (what, row["loss"], line["loss"]))
     for key, count in (("tokens_per_s", "tokens"), ("samples_per_s", "samples")):
-        check(close(row.get(key, 0), line[count] / line["step_s"], 0.02),
+        check(rate_close(row.get(key, 0), line[count], line["step_s"]),
               "%s: %s %r is the script's %d %s over its %.4f s step (%r)" %
               (what, key, row.get(key), line[count], count, line["step_s"], line[count] / line["step_s"]))
     if "model_params" in row:
@@ -68,7 +82,8 @@ def compare(name, row, params, own):
     if "mfu" in row:  # dtrain status --json, status.json (a health event carries no peak)
         peak = row.get("peak_flops_per_s") or 0
         own = 6.0 * params * line["tokens"] / line["step_s"] / peak if peak else None
-        check(own is not None and row["mfu"] is not None and close(row["mfu"], own, 0.02),
+        check(own is not None and row["mfu"] is not None and
+              rate_close(row["mfu"], own * line["step_s"], line["step_s"]),
               "%s: MFU %r is 6N x the script's tokens/s over the peak %r: %r" % (what, row.get("mfu"), peak, own))
     return True
 
@@ -114,12 +129,17 @@ def launched(name, flags):
     for rank, (_, own) in numbers.items():
         mine = {p[1]: p for p in points if p[0] == rank}
         check(len(mine) >= 25, "%s: rank %d has a point for most of its 30 steps: %s" % (name, rank, sorted(mine)))
+        timed = [(own[step]["tokens"] / p[4], own[step]["step_s"]) for step, p in mine.items()
+                 if step >= 3 and step in own and p[4] > 0]
+        ours, theirs = sum(t[0] for t in timed), sum(t[1] for t in timed)
+        check(close(ours, theirs, 0.02), "%s: rank %d's points add up to %.4f s over %d steps, the script's %.4f s" %
+              (name, rank, ours, len(timed), theirs))
         for step, (_, _, loss, _, tokens_per_s) in mine.items():
             line = own.get(step)
             # Losses in the samples events keep 4 significant digits (cli/report/model/samples.cpp): 5e-4. Step 2 is
             # measured from the end of the first step's report, which the script does not count: its rate from step 3.
             check(line is not None and close(loss, line["loss"], 5e-4) and
-                  (step < 3 or close(tokens_per_s, line["tokens"] / line["step_s"], 0.02)),
+                  (step < 3 or rate_close(tokens_per_s, line["tokens"], line["step_s"])),
                   "%s: rank %d step %d's point (loss %r, %r tokens/s) is the script's %s" %
                   (name, rank, step, loss, tokens_per_s, line))
     run.assert_no_leaks()

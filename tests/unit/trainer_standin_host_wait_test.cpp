@@ -87,18 +87,22 @@ TEST_CASE("a deferred device collective is ordered, not waited for, until the wi
   StandinCommunicator comm(local);
   kernels::Backend& device = kernels::standin_backend();
   float* data = device.allocate(8);
-  const HostWaitCheck check(SyncDebug::error);
-  // Without deferral, waiting for a device collective is a host wait.
-  CHECK(thrown([&] { wait_collective(comm.allreduce(data, 8)); }).find("device collective") != std::string::npos);
-  {
-    DeferredCollectives deferred(device.compute_stream());
-    CHECK(thrown([&] { wait_collective(comm.allreduce(data, 8), "test"); }).empty());
-    CHECK(deferred.kept() == 1);
-    // The Work& form is for results the host reads: it always waits.
-    CHECK(!thrown([&] { wait_collective(*comm.allreduce(data, 8)); }).empty());
-    const AllowedHostWait allowed("the window's read");
-    deferred.wait_all();
-    CHECK(deferred.kept() == 0);
+  {  // the check ends before `data` is freed
+    const HostWaitCheck check(SyncDebug::error);
+    // Without deferral, waiting for a device collective is a host wait.
+    CHECK(thrown([&] { wait_collective(comm.allreduce(data, 8)); }).find("device collective") != std::string::npos);
+    {
+      DeferredCollectives deferred(device.compute_stream());
+      CHECK(thrown([&] { wait_collective(comm.allreduce(data, 8), "test"); }).empty());
+      CHECK(deferred.kept() == 1);
+      // The Work& form is for results the host reads: it always waits.
+      CHECK(!thrown([&] { wait_collective(*comm.allreduce(data, 8)); }).empty());
+      const AllowedHostWait allowed("the window's read");
+      deferred.wait_all();
+      CHECK(deferred.kept() == 0);
+    }
+    // A free waits for the device too.
+    CHECK(thrown([&] { device.release(device.allocate(1)); }).find("cudaFree") != std::string::npos);
   }
   device.release(data);
 }

@@ -174,6 +174,7 @@ float* NcclCommunicator::allocate(std::size_t count) {
 
 void NcclCommunicator::release(float* data) {
   if (data == nullptr) return;
+  note_host_wait("cudaFree");  // cudaFree waits for the whole device
   state_->use_device();
   rt().cudaFree(data);
 }

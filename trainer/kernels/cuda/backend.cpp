@@ -71,7 +71,8 @@ CudaBackend::~CudaBackend() {
   if (state_ != nullptr) {
     for (auto& fence : state_->fences) cudaEventDestroy(fence.second);
     for (cudaEvent_t event : state_->spare_events) cudaEventDestroy(event);
-    cudaFree(state_->scratch);
+    if (state_->scratch != nullptr) cudaFreeAsync(state_->scratch, stream_);
+    cudaStreamSynchronize(stream_);
     cudaFree(state_->results);
   }
   state_.reset();
@@ -108,8 +109,11 @@ void* CudaBackend::allocate_bytes(std::size_t bytes) {
   return data;
 }
 
+// cudaFree waits for the whole device: a host wait (common/host_wait.h), so a buffer freed inside a step is reported.
 void CudaBackend::release_bytes(void* data) {
-  if (data != nullptr) check(cudaFree(data), "cudaFree");
+  if (data == nullptr) return;
+  note_host_wait("cudaFree");
+  check(cudaFree(data), "cudaFree");
 }
 
 float* CudaBackend::allocate(std::size_t count) { return static_cast<float*>(allocate_bytes(count * sizeof(float))); }
@@ -120,13 +124,15 @@ void CudaBackend::zero(float* data, std::size_t count) {
   check(cudaMemsetAsync(data, 0, count * sizeof(float), stream_), "zero");
 }
 
+// Grown in stream order (cudaMallocAsync / cudaFreeAsync on the backend's stream): the old scratch is freed after the
+// kernels already queued have read it, and the host does not wait, so a first step that grows it stays asynchronous.
 void* CudaBackend::scratch(std::size_t bytes) {
   if (bytes > state_->scratch_bytes) {
-    synchronize();  // the old scratch may still be read by enqueued kernels
-    check(cudaFree(state_->scratch), "cudaFree of the scratch");
+    if (state_->scratch != nullptr) check(cudaFreeAsync(state_->scratch, stream_), "cudaFreeAsync of the scratch");
     state_->scratch = nullptr;
     state_->scratch_bytes = 0;
-    check(cudaMalloc(&state_->scratch, bytes), "cudaMalloc of " + std::to_string(bytes) + " bytes of scratch");
+    check(cudaMallocAsync(&state_->scratch, bytes, stream_),
+          "cudaMallocAsync of " + std::to_string(bytes) + " bytes of scratch");
     state_->scratch_bytes = bytes;
   }
   return state_->scratch;
@@ -312,7 +318,9 @@ void* CudaBackend::allocate_host(std::size_t bytes) {
 }
 
 void CudaBackend::release_host(void* data) {
-  if (data != nullptr) check(cudaFreeHost(data), "cudaFreeHost");
+  if (data == nullptr) return;
+  note_host_wait("cudaFreeHost");  // as cudaFree, it waits for the device
+  check(cudaFreeHost(data), "cudaFreeHost");
 }
 
 void CudaBackend::copy_in_async(void* dst, const void* host, std::size_t bytes) {

@@ -146,7 +146,8 @@ __device__ float float_from_half(std::uint16_t value, bool bf16) {
 __global__ void to_half_divided_kernel(std::uint16_t* out, const float* in, std::size_t n, float divisor, bool bf16) {
   DTRAIN_GRID_STRIDE(i, n) {
     const float rounded = float_from_half(bf16 ? bf16_from_float(in[i]) : fp16_from_float(in[i]), bf16);
-    const float divided = __fdiv_rn(rounded, divisor);
+    // A NaN passes as it is: the GPU's divide returns its canonical NaN, the host's keeps sign and payload.
+    const float divided = isnan(rounded) ? rounded : __fdiv_rn(rounded, divisor);
     out[i] = bf16 ? bf16_from_float(divided) : fp16_from_float(divided);
   }
 }

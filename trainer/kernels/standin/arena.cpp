@@ -11,6 +11,7 @@
 #include <new>
 #include <vector>
 
+#include "trainer/common/host_wait.h"
 #include "trainer/kernels/standin/arena.h"
 #include "trainer/kernels/standin/backend.h"
 
@@ -94,6 +95,7 @@ void standin_release(void* data) {
   if (found == a.sizes.end()) std::abort();  // not the stand-in's: a programming error
   a.free[found->second].push_back(static_cast<char*>(data));
   a.sizes.erase(found);
+  note_host_wait("cudaFree");  // as a GPU's free waits for the device (kernels/cuda/backend.cpp); once freed
 }
 
 bool standin_owns(const void* data, std::size_t bytes) {
