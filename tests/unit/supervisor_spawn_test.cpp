@@ -97,7 +97,9 @@ TEST_CASE("spawn: a natural exit is reported within 100 ms of the process ending
   MESSAGE("exit notification after the process's last write: " << latency.count() << " us");
   CHECK(latency >= 0us);
   CHECK(latency < 100ms);
-  CHECK(exit->exit.runtime >= 200ms);
+  // From before the spawn to the exit: at least the 0.2 s sleep, less the millisecond runtime's truncation and this
+  // machine's clock (a loaded VM once measured 198 ms), but nowhere near the exit-to-report latency alone.
+  CHECK(exit->exit.runtime >= 190ms);
 }
 
 TEST_CASE("spawn: a missing program is a spawn error that names it and the PATH searched") {

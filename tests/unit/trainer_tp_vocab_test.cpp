@@ -1,4 +1,4 @@
-// The vocabulary-parallel embedding and cross-entropy (trainer/parallel/tp/vocab_parallel.h) on 2 and 4 Gloo ranks
+// The vocabulary-parallel embedding and cross-entropy (trainer/model/vocab_parallel.h) on 2 and 4 Gloo ranks
 // (threads of this process) against the CPU backend's unsplit ops on the whole vocabulary: the same embeddings once
 // the slices are summed, the same losses, probabilities and logit gradients, with a padded vocabulary (V = 250 of
 // Vp = 256, so the last slice holds padding columns that take no part) and targets in every slice. And the gradient
@@ -15,7 +15,7 @@
 #include "trainer/kernels/cpu/backend.h"
 #include "trainer/model/layout.h"
 #include "trainer/parallel/tp/grad_norm.h"
-#include "trainer/parallel/tp/vocab_parallel.h"
+#include "trainer/model/vocab_parallel.h"
 
 using namespace dtrain::trainer;
 

@@ -4,10 +4,11 @@
 
 namespace dtrain::trainer {
 
-Gpt::Activations::Activations(kernels::Backend& b, const GptConfig& c, kernels::Dtype precision, Recompute recompute,
-                              std::size_t BT, std::size_t BTT)
+Gpt::Activations::Activations(kernels::Backend& b, const GptConfig& c, const Widths& w, kernels::Dtype precision,
+                              Recompute recompute, std::size_t BT, std::size_t BTT)
     : backend(b), capacity_bt(BT), capacity_att(BTT) {
-  const std::size_t C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
+  const std::size_t C = c.channels, NH = w.heads, Vp = w.vocab;
+  const std::size_t QKV = w.qkv, ATT = w.att, FC = w.fc;
   // Layers kept: of the block's activations (full recompute: one, rebuilt before each block's backward), and of
   // attention's probabilities (selective and full: one).
   const std::size_t L = recompute == Recompute::full ? 1 : static_cast<std::size_t>(c.num_layers);
@@ -20,15 +21,15 @@ Gpt::Activations::Activations(kernels::Backend& b, const GptConfig& c, kernels::
   ln1 = take_input(precision, L, BT * C);
   ln1_mean = take(L * BT);
   ln1_rstd = take(L * BT);
-  qkv = take(L * BT * 3 * C);
-  atty = take_input(precision, L, BT * C);
+  qkv = take(L * BT * QKV);
+  atty = take_input(precision, L, BT * ATT);
   att = take(L_att * NH * BTT);
   residual2 = take(L * BT * C);
   ln2 = take_input(precision, L, BT * C);
   ln2_mean = take(L * BT);
   ln2_rstd = take(L * BT);
-  fch = take(L * BT * 4 * C);
-  fch_gelu = take_input(precision, L, BT * 4 * C);
+  fch = take(L * BT * FC);
+  fch_gelu = take_input(precision, L, BT * FC);
   residual3 = take(static_cast<std::size_t>(c.num_layers) * BT * C);  // each block's output: the next one's input
   lnf = take_input(precision, 1, BT * C);
   lnf_mean = take(BT);
@@ -38,8 +39,8 @@ Gpt::Activations::Activations(kernels::Backend& b, const GptConfig& c, kernels::
   proj = take(BT * C);
   dresidual = take(BT * C);
   dbtc = take(BT * C);
-  dbig = take(BT * 4 * C);
-  if (precision != kernels::Dtype::fp32) dout_half = take_half(BT * std::max(Vp, 4 * C));
+  dbig = take(BT * std::max({C, QKV, FC}));
+  if (precision != kernels::Dtype::fp32) dout_half = take_half(BT * std::max({Vp, FC, QKV, C}));
 }
 
 Gpt::Activations::~Activations() {

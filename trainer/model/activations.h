@@ -31,8 +31,9 @@ struct MatmulInput {
 struct Gpt::Activations {
   // The per-layer buffers hold one layer where `recompute` recomputes them (gpt.h's Recompute): full keeps L
   // layers of the residual stream (residual3) only, selective keeps one layer of att.
-  Activations(kernels::Backend& backend, const GptConfig& config, kernels::Dtype precision, Recompute recompute,
-              std::size_t BT, std::size_t BTT);
+  // widths: the model's (a tensor-parallel rank's local widths of q/k/v, attention, MLP, heads and logits).
+  Activations(kernels::Backend& backend, const GptConfig& config, const Widths& widths, kernels::Dtype precision,
+              Recompute recompute, std::size_t BT, std::size_t BTT);
   ~Activations();
   Activations(const Activations&) = delete;
   Activations& operator=(const Activations&) = delete;
@@ -52,6 +53,8 @@ struct Gpt::Activations {
   std::int32_t* targets = nullptr;
   bool has_targets = false;
 
+  // Shapes with T = 1; a tensor-parallel rank holds 3C/T of qkv, C/T of atty, NH/T heads of att, 4C/T of fch
+  // and fch_gelu, and Vp/T of probs (Gpt::Widths).
   float* encoded = nullptr;     // (B, T, C)
   MatmulInput ln1;              // (L, B, T, C)
   float* ln1_mean = nullptr;    // (L, B, T)
@@ -74,8 +77,8 @@ struct Gpt::Activations {
   float* proj = nullptr;        // (B, T, C): projection output before the residual add
   float* dresidual = nullptr;   // (B, T, C)
   float* dbtc = nullptr;        // (B, T, C)
-  float* dbig = nullptr;        // (B, T, 4C): dfch, and dqkv (3C); in forward, 16-bit inputs' fp32 staging
-  std::uint16_t* dout_half = nullptr;  // (B, T, max(Vp, 4C)): 16-bit products' rounded dout; 16 bits only
+  float* dbig = nullptr;        // (B, T, max(C, 3C, 4C)): dfch, and dqkv; in forward, 16-bit inputs' fp32 staging
+  std::uint16_t* dout_half = nullptr;  // (B, T, max(Vp, 4C, 3C, C)): 16-bit products' rounded dout; 16 bits only
   float* att_scratch = nullptr;  // attention_backward's scratch; its size depends on the thread count too
   std::size_t att_scratch_count = 0;
 

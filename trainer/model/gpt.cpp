@@ -8,19 +8,24 @@
 #include <string>
 #include <vector>
 
+#include "trainer/comm/communicator.h"
 #include "trainer/kernels/cpu/backend.h"
 #include "trainer/model/activations.h"
 #include "trainer/model/host_mirror.h"
+#include "trainer/model/vocab_parallel.h"
 
 namespace dtrain::trainer {
 
 Gpt::Gpt(const GptConfig& config, kernels::Backend& backend, int unit_multiple, kernels::Dtype precision,
-         BufferSource* buffers)
-    : layout_(config, unit_multiple),
+         BufferSource* buffers, TensorParallel tp)
+    : layout_(config, unit_multiple, tp),
       backend_(backend),
       own_buffers_(buffers == nullptr ? std::make_unique<BackendBuffers>(backend) : nullptr),
       buffers_(buffers == nullptr ? *own_buffers_ : *buffers),
       precision_(precision) {
+  if (tp.size > 1 && !backend.host_accessible())
+    throw std::invalid_argument("Gpt: tensor parallelism runs on host backends only so far (the vocabulary-parallel "
+                                "embedding and cross-entropy read host memory); '" + backend.name() + "' is not one");
   params_ = buffers_.allocate(layout_.buffer_size(), "the parameter buffer");
   compute_ = params_;
   grads_ = buffers_.allocate(layout_.buffer_size(), "the gradient buffer");
@@ -102,11 +107,26 @@ void Gpt::set_recompute(Recompute recompute) {
 
 std::size_t Gpt::activation_bytes() const {
   if (!acts_) return 0;
-  const std::size_t logits = acts_->capacity_bt * static_cast<std::size_t>(config().padded_vocab_size);
+  const std::size_t logits = acts_->capacity_bt * static_cast<std::size_t>(widths().vocab);
   return (acts_->owned_count + acts_->att_scratch_count + logits) * sizeof(float);
 }
 
 void Gpt::init_weights(std::uint64_t seed) {
+  HostMirror mirror(backend_, params_, buffer_size(), HostMirror::Read::no);
+  if (tp_size() == 1) {
+    init_layout(layout_, mirror.data(), seed);
+  } else {  // this rank's slices of the whole model's initialisation
+    const ParamLayout whole(config());
+    std::vector<float> params(whole.buffer_size()), ordered(whole.num_params());
+    init_layout(whole, params.data(), seed);
+    whole.to_checkpoint_order(params.data(), ordered.data());
+    std::fill_n(mirror.data(), buffer_size(), 0.0f);
+    layout_.take_slices(ordered.data(), mirror.data());
+  }
+  mirror.commit();
+}
+
+void Gpt::init_layout(const ParamLayout& layout, float* params, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   // Box-Muller on 53-bit uniforms: the same numbers on every platform (std::normal_distribution is not specified).
   auto normal = [&rng](float* out, std::size_t count, double stddev) {
@@ -119,16 +139,14 @@ void Gpt::init_weights(std::uint64_t seed) {
       if (i + 1 < count) out[i + 1] = static_cast<float>(stddev * r * std::sin(kTwoPi * u2));
     }
   };
-  const GptConfig& c = config();
+  const GptConfig& c = layout.config();
   const double residual_std = 0.02 / std::sqrt(2.0 * c.num_layers);
-  HostMirror mirror(backend_, params_, buffer_size(), HostMirror::Read::no);
-  float* const params = mirror.data();
-  std::fill_n(params, buffer_size(), 0.0f);
+  std::fill_n(params, layout.buffer_size(), 0.0f);
   normal(params, static_cast<std::size_t>(c.vocab_size) * c.channels, 0.02);  // padded rows stay 0
-  normal(params + layout_.wpe().offset, layout_.wpe().count, 0.02);
+  normal(params + layout.wpe().offset, layout.wpe().count, 0.02);
   auto fill = [params](ParamRange r, float value) { std::fill_n(params + r.offset, r.count, value); };
   for (int l = 0; l < c.num_layers; ++l) {
-    auto range = [&](LayerTensor t) { return layout_.layer_tensor(l, t); };
+    auto range = [&](LayerTensor t) { return layout.layer_tensor(l, t); };
     fill(range(LayerTensor::ln1w), 1.0f);
     fill(range(LayerTensor::ln2w), 1.0f);
     normal(params + range(LayerTensor::qkvw).offset, range(LayerTensor::qkvw).count, 0.02);
@@ -136,8 +154,7 @@ void Gpt::init_weights(std::uint64_t seed) {
     normal(params + range(LayerTensor::fcw).offset, range(LayerTensor::fcw).count, 0.02);
     normal(params + range(LayerTensor::fcprojw).offset, range(LayerTensor::fcprojw).count, residual_std);
   }
-  fill(layout_.lnfw(), 1.0f);
-  mirror.commit();
+  fill(layout.lnfw(), 1.0f);
 }
 
 // Any shape within the capacity fits (activations.h); a larger one regrows every buffer.
@@ -149,12 +166,12 @@ void Gpt::ensure_activations(int B, int T) {
     acts_.reset();
     backend_.release(logits_);
     logits_ = nullptr;
-    acts_ = std::make_unique<Activations>(backend_, config(), precision_, recompute_, BT, BTT);
-    logits_ = backend_.allocate(BT * config().padded_vocab_size);
+    acts_ = std::make_unique<Activations>(backend_, config(), widths(), precision_, recompute_, BT, BTT);
+    logits_ = backend_.allocate(BT * widths().vocab);
   }
   acts_->B = B;
   acts_->T = T;
-  acts_->att_stride = static_cast<std::size_t>(B) * config().num_heads * T * T;
+  acts_->att_stride = static_cast<std::size_t>(B) * widths().heads * T * T;
 }
 
 void Gpt::check_and_size(const std::int32_t* inputs, const std::int32_t* targets, int B, int T) {
@@ -186,9 +203,17 @@ float Gpt::forward(const std::int32_t* inputs, const std::int32_t* targets, int 
   if (a.has_targets) backend_.copy_in(a.targets, targets, BT * sizeof(std::int32_t));
   forward_layers();
   if (!a.has_targets) return std::numeric_limits<float>::quiet_NaN();
+  return loss_forward();
+}
+
+float Gpt::loss_forward() {
+  Activations& a = *acts_;
+  const int N = a.B * a.T;
   const GptConfig& c = config();
-  return backend_.softmax_crossentropy_forward(a.probs, a.losses, logits_, a.targets, static_cast<int>(BT),
-                                               c.vocab_size, c.padded_vocab_size);
+  if (tp_size() > 1)
+    return vocab_parallel_crossentropy_forward(*tp_group_, a.probs, a.losses, logits_, a.targets, N, vocab_slice());
+  return backend_.softmax_crossentropy_forward(a.probs, a.losses, logits_, a.targets, N, c.vocab_size,
+                                               c.padded_vocab_size);
 }
 
 void Gpt::forward_batch(const std::int32_t* tokens, int B, int T, float* loss) {
@@ -200,6 +225,10 @@ void Gpt::forward_batch(const std::int32_t* tokens, int B, int T, float* loss) {
   a.has_targets = true;
   forward_layers();
   const GptConfig& c = config();
+  if (tp_size() > 1) {  // a host backend (the constructor's check): the loss is host memory
+    *loss = loss_forward();
+    return;
+  }
   backend_.softmax_crossentropy_mean(loss, a.probs, a.losses, logits_, a.targets, static_cast<int>(BT), c.vocab_size,
                                      c.padded_vocab_size);
 }
@@ -208,12 +237,12 @@ void Gpt::forward_layers() {
   const GptConfig& c = config();
   Activations& a = *acts_;
   const std::size_t BT = static_cast<std::size_t>(a.B) * a.T;
-  const int C = c.channels, Vp = c.padded_vocab_size;
+  const int C = c.channels;
   const int N = static_cast<int>(BT);
   kernels::Backend& k = backend_;
   const float* p = compute_;
   gather(0);
-  k.embedding_forward(a.encoded, a.inputs, p + layout_.wte().offset, p + layout_.wpe().offset, a.B, a.T, C);
+  embed();
   for (int l = 0; l < c.num_layers; ++l) {
     gather(1 + l);
     forward_block(l, l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C);
@@ -226,13 +255,24 @@ void Gpt::forward_layers() {
                       p + layout_.lnfb().offset, N, C);
   stage_done(a.lnf, 0, BT * C);
   release(lnf_unit);
-  linear(logits_, a.lnf, 0, layout_.wte().offset, nullptr, N, C, Vp);
+  linear(logits_, a.lnf, 0, layout_.wte().offset, nullptr, N, C, widths().vocab);
+}
+
+void Gpt::embed() {
+  Activations& a = *acts_;
+  const float* wte = compute_ + layout_.wte().offset;
+  const float* wpe = compute_ + layout_.wpe().offset;
+  const int C = config().channels;
+  if (tp_size() == 1) return backend_.embedding_forward(a.encoded, a.inputs, wte, wpe, a.B, a.T, C);
+  slice_embedding_forward(a.encoded, a.inputs, wte, row_bias(wpe), a.B, a.T, C, vocab_slice());
+  tp_allreduce(a.encoded, static_cast<std::size_t>(a.B) * a.T * C, "allreduce (the vocabulary-parallel embedding)");
 }
 
 void Gpt::forward_block(int l, const float* residual) {
   const GptConfig& c = config();
   Activations& a = *acts_;
-  const int B = a.B, T = a.T, C = c.channels, NH = c.num_heads;
+  const Widths wd = widths();
+  const int B = a.B, T = a.T, C = c.channels;
   const std::size_t BT = static_cast<std::size_t>(B) * T;
   const int N = static_cast<int>(BT);
   kernels::Backend& k = backend_;
@@ -240,107 +280,27 @@ void Gpt::forward_block(int l, const float* residual) {
   const int s = slot(l);
   auto w = [&](LayerTensor t) { return p + layout_.layer_tensor(l, t).offset; };
   auto at = [&](LayerTensor t) { return layout_.layer_tensor(l, t).offset; };
-  float* qkv = a.qkv + s * BT * 3 * C;
+  float* qkv = a.qkv + s * BT * wd.qkv;
   float* residual2 = a.residual2 + s * BT * C;
-  float* fch = a.fch + s * BT * 4 * C;
+  float* fch = a.fch + s * BT * wd.fc;
   k.layernorm_forward(staging(a.ln1, s), a.ln1_mean + s * BT, a.ln1_rstd + s * BT, residual, w(LayerTensor::ln1w),
                       w(LayerTensor::ln1b), N, C);
   stage_done(a.ln1, s, BT * C);
-  linear(qkv, a.ln1, s, at(LayerTensor::qkvw), w(LayerTensor::qkvb), N, C, 3 * C);
-  k.attention_forward(staging(a.atty, s), a.att + att_slot(l) * a.att_stride, qkv, B, T, C, NH);
-  stage_done(a.atty, s, BT * C);
-  linear(a.proj, a.atty, s, at(LayerTensor::attprojw), w(LayerTensor::attprojb), N, C, C);
+  linear(qkv, a.ln1, s, at(LayerTensor::qkvw), w(LayerTensor::qkvb), N, C, wd.qkv);
+  k.attention_forward(staging(a.atty, s), a.att + att_slot(l) * a.att_stride, qkv, B, T, wd.att, wd.heads);
+  stage_done(a.atty, s, BT * wd.att);
+  linear(a.proj, a.atty, s, at(LayerTensor::attprojw), row_bias(w(LayerTensor::attprojb)), N, wd.att, C);
+  tp_allreduce(a.proj, BT * C, "allreduce (the attention's row-parallel output)");
   k.residual_forward(residual2, residual, a.proj, BT * C);
   k.layernorm_forward(staging(a.ln2, s), a.ln2_mean + s * BT, a.ln2_rstd + s * BT, residual2, w(LayerTensor::ln2w),
                       w(LayerTensor::ln2b), N, C);
   stage_done(a.ln2, s, BT * C);
-  linear(fch, a.ln2, s, at(LayerTensor::fcw), w(LayerTensor::fcb), N, C, 4 * C);
-  k.gelu_forward(staging(a.fch_gelu, s), fch, BT * 4 * C);
-  stage_done(a.fch_gelu, s, BT * 4 * C);
-  linear(a.proj, a.fch_gelu, s, at(LayerTensor::fcprojw), w(LayerTensor::fcprojb), N, 4 * C, C);
+  linear(fch, a.ln2, s, at(LayerTensor::fcw), w(LayerTensor::fcb), N, C, wd.fc);
+  k.gelu_forward(staging(a.fch_gelu, s), fch, BT * wd.fc);
+  stage_done(a.fch_gelu, s, BT * wd.fc);
+  linear(a.proj, a.fch_gelu, s, at(LayerTensor::fcprojw), row_bias(w(LayerTensor::fcprojb)), N, wd.fc, C);
+  tp_allreduce(a.proj, BT * C, "allreduce (the MLP's row-parallel output)");
   k.residual_forward(a.residual3 + l * BT * C, residual2, a.proj, BT * C);
-}
-
-void Gpt::zero_grad() { backend_.zero(grads_, buffer_size()); }
-
-void Gpt::backward(float loss_scale, const GradsReady& grads_ready) {
-  if (!acts_ || !acts_->has_targets)
-    throw std::logic_error("Gpt::backward needs a forward() with targets first");
-  Activations& a = *acts_;
-  const GptConfig& c = config();
-  const int B = a.B, T = a.T, C = c.channels, NH = c.num_heads, V = c.vocab_size, Vp = c.padded_vocab_size;
-  const std::size_t BT = static_cast<std::size_t>(B) * T;
-  const int N = static_cast<int>(BT);
-  kernels::Backend& k = backend_;
-  const float* p = compute_;
-  float* g = grads_;
-
-  // Everything from `unreported` to the end of the buffer has been handed to grads_ready.
-  std::size_t unreported = buffer_size();
-  auto ready_from = [&](std::size_t offset) {
-    if (grads_ready) grads_ready(offset, unreported - offset);
-    unreported = offset;
-  };
-
-  a.ensure_scratch(k.attention_scratch_size(B, T, C, NH));
-  float* dlogits = a.probs;
-  k.softmax_crossentropy_backward(dlogits, a.probs, a.targets, loss_scale / static_cast<float>(N), N, V, Vp);
-  linear_backward(a.dbtc, layout_.wte().offset, nullptr, dlogits, a.lnf, 0, N, C, Vp);
-  k.zero(a.dresidual, BT * C);
-  const float* last = a.residual3 + (c.num_layers - 1) * BT * C;
-  const int lnf_unit = layout_.num_units() - 1;
-  gather(lnf_unit);
-  k.layernorm_backward(a.dresidual, g + layout_.lnfw().offset, g + layout_.lnfb().offset, a.dbtc, last,
-                       p + layout_.lnfw().offset, a.lnf_mean, a.lnf_rstd, N, C);
-  release(lnf_unit);
-  ready_from(layout_.lnfw().offset);
-
-  for (int l = c.num_layers - 1; l >= 0; --l) {
-    auto w = [&](LayerTensor t) { return p + layout_.layer_tensor(l, t).offset; };
-    auto dw = [&](LayerTensor t) { return g + layout_.layer_tensor(l, t).offset; };
-    auto start = [&](LayerTensor t) { return layout_.layer_tensor(l, t).offset; };
-    const int s = slot(l);
-    const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
-    const float* qkv = a.qkv + s * BT * 3 * C;
-    const float* residual2 = a.residual2 + s * BT * C;
-    const float* fch = a.fch + s * BT * 4 * C;
-    float* att = a.att + att_slot(l) * a.att_stride;
-
-    gather(1 + l);
-    // Full recompute: the block's forward again, from its kept input, into slot 0 (dbig and proj, which it uses as
-    // scratch, hold nothing backward needs here).
-    if (recompute_ == Recompute::full) forward_block(l, residual);
-    // dresidual holds d residual3[l]; the MLP branch.
-    linear_backward(a.dbig, start(LayerTensor::fcprojw), dw(LayerTensor::fcprojb), a.dresidual, a.fch_gelu, s, N,
-                    4 * C, C);
-    ready_from(start(LayerTensor::fcprojw));
-    k.gelu_backward(a.dbig, fch, a.dbig, BT * 4 * C);
-    linear_backward(a.dbtc, start(LayerTensor::fcw), dw(LayerTensor::fcb), a.dbig, a.ln2, s, N, C, 4 * C);
-    ready_from(start(LayerTensor::fcw));
-    k.layernorm_backward(a.dresidual, dw(LayerTensor::ln2w), dw(LayerTensor::ln2b), a.dbtc, residual2,
-                         w(LayerTensor::ln2w), a.ln2_mean + s * BT, a.ln2_rstd + s * BT, N, C);
-    ready_from(start(LayerTensor::ln2w));
-    // dresidual now holds d residual2[l]; the attention branch.
-    linear_backward(a.dbtc, start(LayerTensor::attprojw), dw(LayerTensor::attprojb), a.dresidual, a.atty, s, N, C,
-                    C);
-    ready_from(start(LayerTensor::attprojw));
-    // Selective recompute: this layer's attention probabilities again, from the kept q, k, v (the output, which
-    // atty keeps, goes to proj's scratch).
-    if (recompute_ == Recompute::selective) k.attention_forward(a.proj, att, qkv, B, T, C, NH);
-    k.attention_backward(a.dbig, a.att_scratch, a.dbtc, qkv, att, B, T, C, NH);
-    linear_backward(a.dbtc, start(LayerTensor::qkvw), dw(LayerTensor::qkvb), a.dbig, a.ln1, s, N, C, 3 * C);
-    ready_from(start(LayerTensor::qkvw));
-    k.layernorm_backward(a.dresidual, dw(LayerTensor::ln1w), dw(LayerTensor::ln1b), a.dbtc, residual,
-                         w(LayerTensor::ln1w), a.ln1_mean + s * BT, a.ln1_rstd + s * BT, N, C);
-    release(1 + l);
-    ready_from(start(LayerTensor::ln1w));
-  }
-  k.embedding_backward(g + layout_.wte().offset, g + layout_.wpe().offset, a.dresidual, a.inputs, B, T, C);
-  release(0);
-  ready_from(layout_.wpe().offset);
-  ready_from(0);
-  // probs were overwritten by dlogits: another backward() needs another forward().
-  a.has_targets = false;
 }
 
 }  // namespace dtrain::trainer

@@ -18,6 +18,16 @@
 // activations, and accumulates in fp32; embeddings, LayerNorm, attention's softmax, GELU, the residual adds and the
 // loss run in fp32 on fp32 parameters, as CUDA autocast runs them. Backward rounds each product's incoming gradient
 // to 16 bits and accumulates parameter gradients in fp32. activations.h says which activations are kept in 16 bits.
+//
+// Tensor parallelism (Shoeybi et al. 2019): built with TensorParallel{T, rank} and given its group's communicator
+// (set_tensor_parallel_group), the model holds this rank's slices (layout.h) and computes its share of each block:
+// q, k, v and the first MLP projection column-parallel (NH/T heads, 4C/T hidden units), the attention output and the
+// second MLP projection row-parallel (their outputs allreduced over the group, the bias added by TP rank 0 alone),
+// the embedding and the tied output head vocabulary-parallel (vocab_parallel.h: no rank holds a full row of logits).
+// Backward allreduces the input gradient of each column-parallel product and of the head. The replicated tensors
+// (wpe, the LayerNorms, the row-parallel biases) get the same gradient on every rank of the group, computed from the
+// same values, so they stay equal without a collective. Host backends only (the vocabulary-parallel ops read host
+// memory); logits() is then this rank's Vp/T columns.
 
 #include <cstddef>
 #include <cstdint>
@@ -33,7 +43,9 @@
 
 namespace dtrain::trainer {
 
+class Communicator;
 struct MatmulInput;
+struct VocabSlice;
 
 class Gpt {
  public:
@@ -57,8 +69,12 @@ class Gpt {
   // fp32, or bf16 / fp16 for mixed precision (top of this file). buffers: where the buffers that collectives read and
   // write live (params(), grads(), working_params(); buffers.h), memory `backend` computes on; null: the backend's
   // own. It must outlive the model.
+  // tp: this rank's place in its tensor-parallel group (top of this file); a group of more than one rank needs a
+  // backend with host-accessible memory (std::invalid_argument otherwise) and set_tensor_parallel_group() before the
+  // first forward().
   explicit Gpt(const GptConfig& config, kernels::Backend& backend, int unit_multiple = 1,
-               kernels::Dtype precision = kernels::Dtype::fp32, BufferSource* buffers = nullptr);
+               kernels::Dtype precision = kernels::Dtype::fp32, BufferSource* buffers = nullptr,
+               TensorParallel tp = {});
   explicit Gpt(const GptConfig& config);  // the CPU backend
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -106,11 +122,16 @@ class Gpt {
 
   // Hooks around each unit's parameter use (ZeRO-3); empty hooks (the default) do nothing.
   void set_unit_hooks(UnitHooks hooks) { hooks_ = std::move(hooks); }
+  // The tensor-parallel group's communicator (its size layout().tensor_parallel().size and this rank's rank in it, or
+  // std::invalid_argument); it must outlive the model. Every rank of the group runs the same forward() and
+  // backward() on the same batch.
+  void set_tensor_parallel_group(Communicator* group);
 
   // GPT-2 initialisation as nanoGPT: Linear and Embedding weights ~ normal(0, 0.02), the two residual projections
   // (attprojw, fcprojw) ~ normal(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm weights 1 and biases 0; padded wte rows
   // (V..Vp) are 0, as in llm.c's checkpoints. Random numbers: std::mt19937_64 seeded with `seed`, Box-Muller
-  // (deterministic on every platform; it does not reproduce torch's generator).
+  // (deterministic on every platform; it does not reproduce torch's generator). A tensor-parallel rank takes its
+  // slices of the whole model's initialisation, so T ranks together hold the model T = 1 starts from.
   void init_weights(std::uint64_t seed);
 
   // inputs, targets: (B, T) token ids in [0, V); T <= max_seq_len. Returns the mean cross-entropy over B*T, or
@@ -133,6 +154,23 @@ class Gpt {
 
  private:
   struct Activations;
+  // A rank's widths: 3C/T (q, k, v), C/T (attention's output), 4C/T (MLP), NH/T heads and Vp/T logits of
+  // its T-rank tensor-parallel group (the whole model's with T = 1).
+  struct Widths {
+    int qkv, att, fc, heads, vocab;
+  };
+  Widths widths() const;
+  int tp_size() const { return layout_.tensor_parallel().size; }
+  VocabSlice vocab_slice() const;
+  // Sums `count` floats in place over the tensor-parallel group (nothing with T = 1); `what` names it in errors.
+  void tp_allreduce(float* data, std::size_t count, const char* what);
+  // The row-parallel layers' bias: added by TP rank 0 only, before the allreduce sums the ranks' partial outputs.
+  const float* row_bias(const float* bias) const { return layout_.tensor_parallel().rank == 0 ? bias : nullptr; }
+  // The embeddings' forward into the activations (vocabulary-parallel with T > 1), and the loss of its logits.
+  void embed();
+  float loss_forward();
+  // Initialises params (a host buffer of `layout`) with nanoGPT's initialisation (init_weights).
+  static void init_layout(const ParamLayout& layout, float* params, std::uint64_t seed);
   void ensure_activations(int B, int T);
   // forward()'s checks of B, T and the ids (inputs, and targets when not null), then its activations for B x T.
   void check_and_size(const std::int32_t* inputs, const std::int32_t* targets, int B, int T);
@@ -141,6 +179,9 @@ class Gpt {
   // Block l's forward from its input `residual` (B*T*C) to residual3[l], its activations kept at slot(l) (and
   // att_slot(l)); the unit hooks are the caller's.
   void forward_block(int l, const float* residual);
+  // Block l's backward, from d residual3[l] in the activations' dresidual to d of its input there; ready_from(offset)
+  // hands the gradients from `offset` on to backward()'s GradsReady as they become final.
+  void backward_block(int l, const std::function<void(std::size_t)>& ready_from);
   // Where layer l's kept activations are: full recompute keeps one layer's, at 0; selective keeps one layer's
   // attention probabilities.
   int slot(int l) const { return recompute_ == Recompute::full ? 0 : l; }
@@ -168,6 +209,7 @@ class Gpt {
   float* logits_ = nullptr;
   std::unique_ptr<Activations> acts_;
   UnitHooks hooks_;
+  Communicator* tp_group_ = nullptr;
 };
 
 }  // namespace dtrain::trainer

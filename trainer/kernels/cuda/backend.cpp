@@ -109,7 +109,6 @@ void* CudaBackend::allocate_bytes(std::size_t bytes) {
   return data;
 }
 
-// cudaFree waits for the whole device: a host wait (common/host_wait.h), so a buffer freed inside a step is reported.
 void CudaBackend::release_bytes(void* data) {
   if (data == nullptr) return;
   note_host_wait("cudaFree");
@@ -124,8 +123,7 @@ void CudaBackend::zero(float* data, std::size_t count) {
   check(cudaMemsetAsync(data, 0, count * sizeof(float), stream_), "zero");
 }
 
-// Grown in stream order (cudaMallocAsync / cudaFreeAsync on the backend's stream): the old scratch is freed after the
-// kernels already queued have read it, and the host does not wait, so a first step that grows it stays asynchronous.
+// Grown in stream order (cudaMallocAsync / cudaFreeAsync): freed after the queued kernels read it, with no host wait.
 void* CudaBackend::scratch(std::size_t bytes) {
   if (bytes > state_->scratch_bytes) {
     if (state_->scratch != nullptr) check(cudaFreeAsync(state_->scratch, stream_), "cudaFreeAsync of the scratch");
@@ -319,7 +317,7 @@ void* CudaBackend::allocate_host(std::size_t bytes) {
 
 void CudaBackend::release_host(void* data) {
   if (data == nullptr) return;
-  note_host_wait("cudaFreeHost");  // as cudaFree, it waits for the device
+  note_host_wait("cudaFreeHost");
   check(cudaFreeHost(data), "cudaFreeHost");
 }
 

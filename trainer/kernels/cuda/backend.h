@@ -12,7 +12,8 @@
 //   softmax_crossentropy_forward   the mean loss (not when targets is null: then it returns 0 without waiting)
 //   sum_squares                    the double
 //   unscale_and_check              the bool
-// allocate() and release() (cudaMalloc / cudaFree) may synchronise the whole device; allocate outside the step.
+// allocate() and release() (cudaMalloc / cudaFree) may synchronise the whole device; allocate outside the step. Every
+// free (release(), release_host()) is noted as a host wait (common/host_wait.h): one inside a step is reported.
 // Threads: the backend makes its device current on the thread that creates it; call it from that thread.
 // Attention: attention_forward writes no T x T matrix. `att` holds, in its first B * NH * T floats, the log of each
 // row's softmax denominator (lse), which attention_backward reads to recompute the probabilities; the rest of att

@@ -1,4 +1,4 @@
-#include "trainer/parallel/tp/vocab_parallel.h"
+#include "trainer/model/vocab_parallel.h"
 
 #include <algorithm>
 #include <cmath>
