@@ -23,6 +23,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "trainer/kernels/half.h"
 
@@ -181,5 +182,15 @@ struct CommOptions {
 // CommError that says so. `auto` never picks nccl: GPU buffers need it asked for. Throws CommError naming the
 // missing or bad variable or backend.
 std::unique_ptr<Communicator> make_communicator_from_env(const CommOptions& options = {});
+
+// A communicator over some of the job's ranks (a tensor- or data-parallel group; trainer/parallel/grid/rank_grid.h):
+// `members` are world ranks in increasing order, RANK among them, and `name` is the same on every member and
+// different for every group of the job (it names the group's rendezvous keys in the job's store). Every member must
+// call it, and every rank must make its groups in the same order. One member: the "local" communicator. Otherwise
+// gloo (CPU, TCP, whatever nodes the members are on); nccl groups are not built yet (CommError saying so). Throws
+// CommError for a RANK that is not among the members.
+std::unique_ptr<Communicator> make_group_communicator_from_env(const std::vector<int>& members,
+                                                               const std::string& name,
+                                                               const CommOptions& options = {});
 
 }  // namespace dtrain::trainer

@@ -19,12 +19,21 @@ RankGrid parallel_layout(const TrainOptions& o, const GptConfig& config) {
 
 void check_parallel_flags(const TrainOptions& o, const GptConfig& config) {
   const RankGrid grid = parallel_layout(o, config);
-  if (grid.tp() > 1 || grid.pp() > 1) {
-    throw std::invalid_argument("--tp " + std::to_string(grid.tp()) + " --pp " + std::to_string(grid.pp()) +
-                                ": dtrain-trainer has the layout of tensor and pipeline parallelism (--dry-run "
-                                "prints it) but does not train with them yet; train with --tp 1 --pp 1 (data "
-                                "parallelism, --zero 0..3)");
+  if (grid.pp() > 1) {
+    throw std::invalid_argument("--pp " + std::to_string(grid.pp()) + ": dtrain-trainer has the layout of pipeline "
+                                "parallelism (--dry-run prints it) but does not train with it yet; train with --pp 1 "
+                                "(tensor parallelism with --tp, data parallelism, --zero 0..3)");
   }
+  if (grid.tp() == 1) return;
+  const std::string tp = "--tp " + std::to_string(grid.tp()) + ": ";
+  if (o.device == "cuda")
+    throw std::invalid_argument(tp + "tensor parallelism runs on the CPU backend only so far; use --device cpu");
+  if (o.zero > 0)
+    throw std::invalid_argument(tp + "--zero " + std::to_string(o.zero) + " is not built with tensor parallelism "
+                                "yet (the data-parallel group reduces with DDP); use --zero 0");
+  if (o.resume || o.save_every > 0)
+    throw std::invalid_argument(tp + "checkpoints of a tensor-parallel run (--save-every, --resume) are not written "
+                                "yet; train without them, or with --tp 1");
 }
 
 int dry_run(const TrainOptions& o) {

@@ -14,8 +14,8 @@ namespace dtrain::trainer {
 // the numbers when the layout is refused.
 RankGrid parallel_layout(const TrainOptions& o, const GptConfig& config);
 
-// Before training: the layout checked, and --tp/--pp above 1 refused (std::invalid_argument) since only the layout
-// is built so far.
+// Before training: the layout checked; --pp above 1 refused (std::invalid_argument: only its layout is built), and
+// --tp above 1 with what it does not run with yet (--device cuda, --zero 1..3, checkpoints).
 void check_parallel_flags(const TrainOptions& o, const GptConfig& config);
 
 // --dry-run: prints the model shape and the grid (describe_grid) on stdout; returns the exit code (0; a refused

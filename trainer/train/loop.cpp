@@ -31,6 +31,7 @@
 #include "trainer/optim/adamw.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/parallel/ddp/reducer.h"
+#include "trainer/parallel/tp/grad_norm.h"
 #include "trainer/parallel/zero/engine.h"
 #include "trainer/train/checkpointing.h"
 #include "trainer/train/collectives.h"
@@ -61,8 +62,12 @@ int Training::run(TrialRun& trial) {
   const LrSchedule schedule = lr_schedule(o_);
   spdlog::info("model {} ({} parameters), batch {} x seq {} x world {} x accum {} = {} tokens per step, {} "
                "threads, device {}, comm {}",
-               config_.describe(), n_, B_, T_, world_, K_, global_batch_tokens(shape_), kernels::cpu_threads(),
-               device_.name(), comm_->backend());
+               config_.describe(), model_params_, B_, T_, grid_.dp(), K_, global_batch_tokens(shape_),
+               kernels::cpu_threads(), device_.name(), comm_->backend());
+  if (grid_.tp() > 1) {
+    spdlog::info("tensor parallel: {} group(s) of {} ranks ({} parameters on each rank), data parallel over {}",
+                 grid_.dp(), grid_.tp(), n_, grid_.dp());
+  }
   if (start.resumed && !o_.init_from.empty()) {
     spdlog::info("--init-from {} is not used: training resumes from {}", o_.init_from, start.point.checkpoint);
   }
@@ -112,8 +117,8 @@ void Training::prepare_steps(const Start& start) {
     // ZeRO's engine runs at any world size (one rank holds every shard): backward must report to it, as it does on
     // more ranks, or its finish_backward refuses the step.
     grads_ready_ = zero_->grads_ready();
-  } else if (world_ > 1) {
-    ddp_ = start_ddp(o_, *comm_, model_, ddp_comm_dtype_);
+  } else if (replicas().size() > 1) {
+    ddp_ = start_ddp(o_, replicas(), model_, ddp_comm_dtype_);
     grads_ready_ = [this](std::size_t offset, std::size_t count) { ddp_->grads_ready(offset, count); };
   }
   prefetch_ = std::make_unique<Prefetcher>(loader_, start.point.data_step, 2 * static_cast<std::size_t>(K_), &k());
@@ -127,7 +132,7 @@ void Training::report(const std::vector<WindowStep>& read, TrialRun& trial) {
     trial.record(s.metrics, s.times, *comm_, shape_, window_->deferred());
     report_step(s.metrics, s.times,
                 {metrics_.get(), health_.get(), rank_, world_, o_.log_every, o_.steps, n_,
-                 model_flops_per_token(config_, T_, n_), k().device_name()});
+                 model_flops_per_token(config_, T_, model_params_), k().device_name()});
   }
 }
 
@@ -204,6 +209,13 @@ void Training::clip_and_update(float lr, bool skipped) {
   if (zero_) {
     zero_->clip_grad_norm_to(o_.grad_clip, window_->norm());
     if (!skipped) zero_->step(lr, optimizer_steps_ + 1);
+  } else if (groups_.tp) {
+    // The whole model's norm: the split tensors' squares summed over the tensor-parallel group, the replicated
+    // ones counted once (tp/grad_norm.h); a host backend (check_parallel_flags), so the slots are host memory.
+    *window_->scratch() = tensor_parallel_sum_squares(k(), *groups_.tp, model_.layout(), model_.grads());
+    k().norm_of(window_->norm(), window_->scratch());
+    k().clip_to(model_.grads(), n_, window_->norm(), o_.grad_clip);
+    if (!skipped) adamw_->step(model_.params(), model_.grads(), lr, optimizer_steps_ + 1);
   } else {
     clip_grad_norm_to(k(), model_.grads(), n_, o_.grad_clip, window_->norm(), window_->scratch());
     if (!skipped) adamw_->step(model_.params(), model_.grads(), lr, optimizer_steps_ + 1);

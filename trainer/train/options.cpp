@@ -160,10 +160,11 @@ void add_run_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--reduce-dtype", o.reduce_dtype, "--zero 1..3 gradient reduce-scatter dtype: fp32, or bf16 / fp16 "
                  "(half the bytes on the wire; gradients stay fp32 on each rank)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))->capture_default_str();
-  app.add_option("--tp", o.tp, "tensor-parallel size (layout only: --dry-run prints it; training with --tp above 1 "
-                 "is refused until tensor parallelism is built)")
+  app.add_option("--tp", o.tp, "tensor-parallel size: each group of --tp consecutive ranks splits every block's "
+                 "heads, MLP and the vocabulary (CPU; no --zero or checkpoints yet); DP = world / (TP x PP)")
       ->check(CLI::Range(1, 4096))->capture_default_str();
-  app.add_option("--pp", o.pp, "pipeline-parallel size (layout only, as --tp)")
+  app.add_option("--pp", o.pp, "pipeline-parallel size (layout only: --dry-run prints it; training with --pp above 1 "
+                 "is refused until pipeline parallelism is built)")
       ->check(CLI::Range(1, 4096))->capture_default_str();
   app.add_flag("--allow-cross-node-tp", o.allow_cross_node_tp, "accept a tensor-parallel group that spans nodes");
   app.add_option("--recompute", o.recompute, "activation recomputation: none, selective (attention's probabilities "

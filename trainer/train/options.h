@@ -79,8 +79,9 @@ struct TrainOptions {
   std::string device = "auto";
   int threads = 0;             // --threads: CPU threads; 0 = OMP_NUM_THREADS if set, else all cores
   // --tp, --pp: tensor- and pipeline-parallel sizes (DP = world / (TP x PP); rank order as Megatron-LM's,
-  // trainer/parallel/grid/rank_grid.h). Only the layout exists yet: --dry-run prints it, and training with either
-  // above 1 is refused (exit 2) until tensor and pipeline parallelism are built.
+  // trainer/parallel/grid/rank_grid.h); --dry-run prints the layout. --tp trains (trainer/model/gpt.h's tensor
+  // parallelism) on the CPU, without --zero or checkpoints so far; --pp above 1 is refused (exit 2) until pipeline
+  // parallelism is built.
   int tp = 1;
   int pp = 1;
   bool allow_cross_node_tp = false;  // --allow-cross-node-tp: accept a TP group that spans nodes

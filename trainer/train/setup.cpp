@@ -34,6 +34,15 @@ std::unique_ptr<BufferSource> model_buffers(Communicator& comm, kernels::Backend
   });
 }
 
+ParallelGroups start_groups(const RankGrid& grid, int rank) {
+  ParallelGroups groups;
+  if (grid.tp() == 1) return groups;
+  const GridCoords place = grid.coords(rank);
+  groups.tp = make_group_communicator_from_env(grid.tp_group(rank), "tp-dp" + std::to_string(place.dp));
+  groups.dp = make_group_communicator_from_env(grid.dp_group(rank), "dp-tp" + std::to_string(place.tp));
+  return groups;
+}
+
 std::unique_ptr<DdpReducer> start_ddp(const TrainOptions& o, Communicator& comm, Gpt& model,
                                       kernels::Dtype comm_dtype) {
   DdpOptions options;

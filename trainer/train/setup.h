@@ -13,6 +13,7 @@
 #include "trainer/model/config.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/parallel/ddp/reducer.h"
+#include "trainer/parallel/grid/rank_grid.h"
 #include "trainer/train/device.h"
 #include "trainer/train/options.h"
 
@@ -27,6 +28,14 @@ std::unique_ptr<Communicator> start_communicator(const TrainOptions& options, co
 // room for one, that buffer is ordinary memory and rank 0 says so once on stderr (what, why, the fix). On a GPU
 // (`backend` not host-accessible): the backend's device memory.
 std::unique_ptr<BufferSource> model_buffers(Communicator& comm, kernels::Backend& backend);
+
+// The communicators of a rank's tensor-parallel group and of its data-parallel group (the ranks holding the same
+// slices), made when the grid has TP above 1, in that order on every rank; both null without tensor parallelism.
+struct ParallelGroups {
+  std::unique_ptr<Communicator> tp;
+  std::unique_ptr<Communicator> dp;
+};
+ParallelGroups start_groups(const RankGrid& grid, int rank);
 
 // DDP's reducer over the model's gradients (--ddp-bucket-mb, --ddp-comm-dtype), its 16-bit copy from the model's
 // buffers; says on the console how the gradient was cut into buckets.

@@ -27,15 +27,24 @@ Start Training::choose_start() {
       o_.resume || (restart_count > 0 && (o_.save_every > 0 || !list_checkpoints(o_.checkpoint_dir).empty()));
   StartPoint start;
   std::exception_ptr failure;
+  // With --tp every rank starts its own slices (the same whole model: --init-from's file or --seed's weights); a
+  // restarted run finds no checkpoint of its own (check_parallel_flags refuses --save-every), and none of another's.
+  const bool every_rank = groups_.tp != nullptr;
+  if (every_rank && want_resume && !list_checkpoints(o_.checkpoint_dir).empty()) {
+    throw std::invalid_argument("--tp " + std::to_string(grid_.tp()) + ": " + o_.checkpoint_dir + " holds "
+                                "checkpoints, which a tensor-parallel run cannot resume from yet; use another "
+                                "--checkpoint-dir, or --tp 1");
+  }
   // 1 resumed, 0 fresh, -1 failed (every rank then stops).
-  float status = rank_ == 0 ? load_start(want_resume, start, failure) : 0;
+  float status = rank_ == 0 || every_rank ? load_start(want_resume && !every_rank, start, failure) : 0;
+  if (every_rank && status < 0) std::rethrow_exception(failure);
   status = broadcast_float(*comm_, status);
   if (status < 0) {
     if (rank_ == 0) std::rethrow_exception(failure);
     throw std::runtime_error("rank 0 could not load the starting weights; see rank 0's log");
   }
   if (status > 0) share_start_point(*comm_, start);
-  if (world_ > 1) comm_->broadcast(model_.params(), model_.buffer_size(), 0)->wait();
+  if (world_ > 1 && !every_rank) comm_->broadcast(model_.params(), model_.buffer_size(), 0)->wait();
   if (status > 0) share_moments();
   // The 16-bit working copy: the ZeRO engine makes it as it shards.
   if (zero_) {
@@ -99,10 +108,14 @@ float Training::load_start(bool want_resume, StartPoint& start, std::exception_p
       return 1;
     }
     if (!o_.init_from.empty()) {
-      std::vector<float> ordered(n_);
-      read_model_file(o_.init_from, config_, ordered.data(), n_);
+      std::vector<float> ordered(model_params_);
+      read_model_file(o_.init_from, config_, ordered.data(), model_params_);
       HostMirror params(k(), model_.params(), model_.buffer_size());
-      model_.layout().from_checkpoint_order(ordered.data(), params.data());
+      if (grid_.tp() > 1) {
+        model_.layout().take_slices(ordered.data(), params.data());  // this rank's slices of the whole model
+      } else {
+        model_.layout().from_checkpoint_order(ordered.data(), params.data());
+      }
       params.commit();
     } else {
       model_.init_weights(o_.seed);

@@ -37,6 +37,7 @@
 #include "trainer/parallel/zero/engine.h"
 #include "trainer/train/checkpointing.h"
 #include "trainer/train/collectives.h"
+#include "trainer/train/dry_run.h"
 #include "trainer/train/report/console.h"
 #include "trainer/train/report/error_file.h"
 #include "trainer/train/precision.h"
@@ -66,16 +67,22 @@ class Training {
         buffers_(model_buffers(*comm_, *device_.backend)),
         rank_(comm_->rank()),
         world_(comm_->size()),
+        grid_(parallel_layout(o, config)),
+        place_(grid_.coords(rank_)),
+        groups_(start_groups(grid_, rank_)),
         config_(config),
         B_(o.batch_size),
         T_(o.seq_len > 0 ? o.seq_len : config_.max_seq_len),
         K_(o.grad_accum),
-        loader_(open_data(o, B_, T_, rank_, world_, config_)),
-        model_(config_, *device_.backend, o.zero > 0 ? world_ : 1, training_precision(o), buffers_.get()),
+        loader_(open_data(o, B_, T_, place_.dp, grid_.dp(), config_)),
+        model_(config_, *device_.backend, o.zero > 0 ? world_ : 1, training_precision(o), buffers_.get(),
+               TensorParallel{grid_.tp(), place_.tp}),
         n_(model_.num_params()),
-        shape_(run_shape(o, config_, T_, world_, n_)),
+        model_params_(ParamLayout(config_).num_params()),
+        shape_(run_shape(o, config_, T_, grid_.dp(), model_params_)),
         ddp_comm_dtype_(ddp_comm_dtype(o)),
         health_(std::move(health)) {
+    model_.set_tensor_parallel_group(groups_.tp.get());
     model_.set_recompute(recompute_mode(o));
     const AdamWOptions adamw{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
     if (model_.precision() == kernels::Dtype::fp16) scaling_ = std::make_unique<LossScaling>(o, *comm_, k());
@@ -102,6 +109,8 @@ class Training {
   void save(std::uint64_t step, std::uint64_t data_step);
   void share_moments();
   kernels::Backend& k() { return model_.backend(); }
+  // The ranks that hold the same slices as this one and see different data (DDP's group; the world without --tp).
+  Communicator& replicas() { return groups_.dp ? *groups_.dp : *comm_; }
   GradSpans reduced_spans() const;
   void clip_and_update(float lr, bool skipped);
   // Mixed precision: the 16-bit working copy from the fp32 master (ZeRO-3: the owned shards of both).
@@ -113,11 +122,15 @@ class Training {
   std::unique_ptr<BufferSource> buffers_;  // the model's and the reducers' (setup.h), dying after them
   const int rank_;
   const int world_;
+  const RankGrid grid_;       // --tp (--pp is refused above 1): this rank's groups
+  const GridCoords place_;
+  ParallelGroups groups_;     // with --tp above 1 (setup.h)
   const GptConfig config_;
   const int B_, T_, K_;
-  DataLoader loader_;
+  DataLoader loader_;         // of this rank's data-parallel index: a tensor-parallel group reads one batch
   Gpt model_;
-  const std::size_t n_;
+  const std::size_t n_;       // this rank's parameters (its slices with --tp)
+  const std::size_t model_params_;  // the whole model's
   const TrainState shape_;
   const kernels::Dtype ddp_comm_dtype_;
   // fp16: the dynamic loss scale; AdamW's step count, which skipped steps do not advance.

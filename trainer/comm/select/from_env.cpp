@@ -2,10 +2,12 @@
 // choice by where its ranks run. It includes every backend, and every backend includes trainer/comm/: in a folder
 // of its own, trainer/comm/ never includes its sub-folders (no include cycle between folders).
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "trainer/comm/communicator.h"
 #include "trainer/comm/gloo/communicator.h"
@@ -152,6 +154,24 @@ std::unique_ptr<Communicator> make_communicator_from_env(const CommOptions& opti
                     layout.why + "; use DTRAIN_COMM_BACKEND=gloo (or auto, which falls back to it)");
   }
   return make_hier(layout, options);
+}
+
+std::unique_ptr<Communicator> make_group_communicator_from_env(const std::vector<int>& members,
+                                                               const std::string& name, const CommOptions& options) {
+  const int world = launcher_int("WORLD_SIZE", 1);
+  const int rank = world > 1 || std::getenv("RANK") != nullptr ? checked_rank(std::max(world, 1)) : 0;
+  const auto me = std::find(members.begin(), members.end(), rank);
+  if (me == members.end()) {
+    throw CommError("rank " + std::to_string(rank) + " is not a member of the group '" + name + "' it was asked to "
+                    "join (" + std::to_string(members.size()) + " ranks)");
+  }
+  if (members.size() == 1) return std::make_unique<LocalCommunicator>();
+  if (chosen_backend(options) == "nccl") {
+    throw CommError("group '" + name + "': communicators over part of the job (tensor- or data-parallel groups) "
+                    "are built for the CPU backends only so far; nccl groups are not");
+  }
+  return GlooCommunicator::from_env(static_cast<int>(me - members.begin()), static_cast<int>(members.size()),
+                                    options, "group/" + name + "/");
 }
 
 }  // namespace dtrain::trainer

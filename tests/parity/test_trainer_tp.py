@@ -1,0 +1,57 @@
+"""Tensor parallelism in dtrain-trainer (--tp) against the single-process PyTorch reference
+(trainer/python/gpt_reference.py): both start from one llm.c checkpoint and train 10 AdamW steps in fp32 (warmup,
+cosine schedule, clipping to 1.0, weight decay) on the same shard and global batch of 4 sequences. Every step's loss
+must agree within 1e-5 relative, and the gradient norm (the whole model's: the split tensors' squares summed over
+the tensor-parallel group, the replicated ones counted once) within 1e-5 of the 1-rank dtrain-trainer run's (the
+reference does not write its norm). Layouts, through the real launcher:
+  T=2             2 ranks, one tensor-parallel group, batch 4;
+  T=2 x DP=2      4 ranks: two TP groups (ranks 0-1, 2-3), DDP between them over the data-parallel groups, batch 2
+                  each (the launcher's ranks read the shard as 2 data-parallel ranks would);
+  T=4, selective  4 ranks, one head each, the vocabulary in slices of 64, attention's probabilities recomputed;
+  T=2, full       2 ranks with full recomputation;
+  T=2, bf16       2 ranks in bf16 mixed precision: within 0.05 absolute of the reference's fp32 losses.
+The refusals (--zero, checkpoints, --device cuda and --pp with --tp) are in test_trainer_cli.py."""
+
+import os
+
+import trainer_harness as h
+
+h.require_binaries(h.TRAINER, h.DTRAIN)
+work = h.workdir()
+shard = h.make_text_shard(work)
+model = h.reference_init(work)
+common = ["--init-from", model, "--data", shard, "--threads", "1"] + h.TEN_STEPS
+
+theirs = os.path.join(work, "torch.jsonl")
+ref = h.run([h.PYTHON, h.REFERENCE, "train", "-B", "4", "--metrics", theirs] + common, work, timeout=240)
+h.check(ref.code == 0, "the PyTorch reference exits 0")
+single = os.path.join(work, "single.jsonl")
+one = h.trainer(common + ["--batch-size", "4", "--metrics", single], work)
+h.check(one.code == 0, "1 rank of dtrain-trainer exits 0")
+if ref.code != 0 or one.code != 0:
+    h.finish()
+reference, one_rank = h.metrics(theirs), h.metrics(single)
+
+CASES = (("T=2", 2, 2, 4, []),
+         ("T=2 x DP=2", 4, 2, 2, []),
+         ("T=4, selective", 4, 4, 4, ["--recompute", "selective"]),
+         ("T=2, full", 2, 2, 4, ["--recompute", "full"]),
+         ("T=2, bf16", 2, 2, 4, ["--precision", "bf16"]))
+for label, ranks, tp, batch, extra in CASES:
+    path = os.path.join(work, label.replace(" ", "").replace(",", "_").replace("=", "") + ".jsonl")
+    run = h.launched(ranks, common + ["--tp", str(tp), "--batch-size", str(batch), "--metrics", path] + extra, work)
+    h.check(run.code == 0, f"{label}: `dtrain run -n {ranks}` exits 0")
+    if run.code != 0:
+        continue
+    ours = h.metrics(path)
+    if "bf16" in extra:
+        worst = max(abs(a["loss"] - b["loss"]) for a, b in zip(ours, reference))
+        h.check(len(ours) == 10 and worst <= 0.05,
+                f"{label}: every step within 0.05 of fp32 PyTorch (worst {worst:.4f})")
+        continue
+    h.compare_losses(f"{label} vs PyTorch", [m["loss"] for m in ours], [m["loss"] for m in reference], 1e-5)
+    worst = max(abs(a["grad_norm"] - b["grad_norm"]) / b["grad_norm"] for a, b in zip(ours, one_rank))
+    h.check(worst <= 1e-5, f"{label}: gradient norms within 1e-5 of 1 rank's (worst {worst:.2e})")
+    said = f"tensor parallel: {ranks // tp} group(s) of {tp} ranks"
+    h.check(said in run.out + run.err, f"{label}: rank 0 says '{said}'")
+h.finish()
