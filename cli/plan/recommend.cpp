@@ -172,8 +172,9 @@ std::vector<std::string> spec_lines(const PlanRequest& r, const Evaluation& c, c
     return lines;
   }
   if (args.empty()) {
-    lines.push_back("command: [...]   # dtrain-trainer has no tensor or pipeline parallelism: run a framework that "
-                    "has, e.g. Megatron-LM with --tensor-model-parallel-size " + std::to_string(c.layout.tp) +
+    lines.push_back("command: [...]   # dtrain-trainer has no pipeline parallelism, and its tensor parallelism "
+                    "(--tp) runs on CPUs only so far: run a framework that has them on GPUs, e.g. Megatron-LM with "
+                    "--tensor-model-parallel-size " + std::to_string(c.layout.tp) +
                     " --pipeline-model-parallel-size " + std::to_string(c.layout.pp));
     return lines;
   }
