@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -112,9 +114,12 @@ std::uint64_t global_batch_tokens(const TrainState& s) {
 }
 
 std::optional<StartPoint> load_newest_checkpoint(const std::string& dir, const TrainState& shape, Gpt& model,
-                                                 float* m_out, float* v_out) {
-  const std::size_t n = model.num_params();
-  for (const std::string& line : remove_interrupted_saves(dir)) say(line);
+                                                 float* m_out, float* v_out, bool tidy) {
+  const ParamLayout whole(model.config());  // what the files hold, whatever slices this rank keeps
+  const std::size_t n = whole.num_params();
+  if (tidy) {
+    for (const std::string& line : remove_interrupted_saves(dir)) say(line);
+  }
   std::vector<CheckpointPair> pairs = list_checkpoints(dir);
   if (pairs.empty()) {
     say("no complete checkpoint in " + dir + ": starting from step 1");
@@ -137,10 +142,19 @@ std::optional<StartPoint> load_newest_checkpoint(const std::string& dir, const T
           read_checkpoint_pair(pair, shape.config, ordered.data(), m.data(), v.data(), n, model_checked);
       check_precision(pair.state, state);
       HostMirror params(model.backend(), model.params(), model.buffer_size());
-      model.layout().from_checkpoint_order(ordered.data(), params.data());
+      if (model.layout().tensor_parallel().size > 1) {
+        // This rank's slices of the whole model and of its moments (stored in the whole model's unpadded layout).
+        model.layout().take_slices(ordered.data(), params.data());
+        for (auto [stored, out] : {std::pair{&m, m_out}, std::pair{&v, v_out}}) {
+          whole.to_checkpoint_order(stored->data(), ordered.data());
+          model.layout().take_slices(ordered.data(), out);
+        }
+      } else {
+        model.layout().from_checkpoint_order(ordered.data(), params.data());
+        model.layout().unpack(m.data(), m_out);
+        model.layout().unpack(v.data(), v_out);
+      }
       params.commit();
-      model.layout().unpack(m.data(), m_out);
-      model.layout().unpack(v.data(), v_out);
       if (found.world_size != shape.world_size || found.batch_size != shape.batch_size ||
           found.grad_accum != shape.grad_accum) {
         spdlog::warn("checkpoint {} was written with batch {} x world {} x accum {}; this run splits the same "
@@ -168,6 +182,17 @@ std::optional<StartPoint> load_newest_checkpoint(const std::string& dir, const T
 
 void save_checkpoint(Communicator& comm, const std::string& dir, const Gpt& model, const float* m, const float* v,
                      const TrainState& state) {
+  write_checkpoint(comm, dir, model.config(), model.layout(), m, v, state, [&model] {
+    std::vector<float> ordered(model.num_params());
+    const HostMirror params(model.backend(), model.params(), model.buffer_size());
+    model.layout().to_checkpoint_order(params.data(), ordered.data());
+    return ordered;
+  });
+}
+
+void write_checkpoint(Communicator& comm, const std::string& dir, const GptConfig& config, const ParamLayout& layout,
+                      const float* m, const float* v, const TrainState& state,
+                      const std::function<std::vector<float>()>& ordered_params) {
   float failed = 0;
   std::string failure;
   CheckpointPair pair = checkpoint_pair(dir, state.step);
@@ -176,13 +201,11 @@ void save_checkpoint(Communicator& comm, const std::string& dir, const Gpt& mode
       std::error_code ec;
       std::filesystem::create_directories(dir, ec);
       if (ec) throw CheckpointError("cannot create --checkpoint-dir " + dir + " (" + ec.message() + ")");
-      std::vector<float> ordered(model.num_params());
-      const HostMirror params(model.backend(), model.params(), model.buffer_size());
-      model.layout().to_checkpoint_order(params.data(), ordered.data());
+      const std::vector<float> ordered = ordered_params();
       TrainState recorded = state;
-      recorded.model_crc = write_model_file(pair.model, model.config(), ordered.data(), ordered.size());
+      recorded.model_crc = write_model_file(pair.model, config, ordered.data(), ordered.size());
       try {
-        write_moments(pair.state, recorded, model.layout(), m, v);
+        write_moments(pair.state, recorded, layout, m, v);
       } catch (const CheckpointError& e) {
         // The new model file would pair with nothing, or with an older state file of this step that no longer
         // matches it; it also holds space that the next try needs.
@@ -220,6 +243,36 @@ void save_zero_checkpoint(Communicator& comm, const std::string& dir, const Gpt&
     throw;
   }
   zero.release_params();
+}
+
+}  // namespace dtrain::trainer
+
+namespace dtrain::trainer {
+
+void save_tensor_parallel_checkpoint(Communicator& comm, Communicator& tp, const std::string& dir, const Gpt& model,
+                                     const float* m, const float* v, const TrainState& state) {
+  const ParamLayout whole(model.config());
+  const ParamLayout& mine = model.layout();
+  // The whole model's values in checkpoint order on every rank of the group: each rank puts its slices of the split
+  // tensors (and TP rank 0 the replicated ones) into zeros, and the group sums them.
+  auto gather = [&](const float* ours, const char* what) {
+    std::vector<float> all(whole.num_params());
+    mine.put_slices(ours, all.data());
+    if (tp.rank() != 0) {
+      for (const TensorInfo& t : mine.checkpoint_tensors())
+        if (t.replicated) std::fill_n(all.begin() + static_cast<std::ptrdiff_t>(t.full_at), t.count, 0.0f);
+    }
+    on_host_floats(tp, all.data(), all.size(), [&](float* p) { wait_collective(*tp.allreduce(p, all.size()), what); });
+    return all;
+  };
+  const HostMirror params(model.backend(), model.params(), model.buffer_size());
+  std::vector<float> ordered = gather(params.data(), "allreduce (the checkpoint's parameters)");
+  // The moments in the whole model's buffer layout, as the state file stores them.
+  std::vector<float> whole_m(whole.buffer_size()), whole_v(whole.buffer_size());
+  whole.from_checkpoint_order(gather(m, "allreduce (the checkpoint's first moments)").data(), whole_m.data());
+  whole.from_checkpoint_order(gather(v, "allreduce (the checkpoint's second moments)").data(), whole_v.data());
+  write_checkpoint(comm, dir, model.config(), whole, whole_m.data(), whole_v.data(), state,
+                   [&ordered] { return std::move(ordered); });
 }
 
 }  // namespace dtrain::trainer

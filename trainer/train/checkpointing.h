@@ -5,8 +5,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "trainer/ckpt/state_file.h"
 #include "trainer/comm/communicator.h"
@@ -56,8 +58,11 @@ std::uint64_t global_batch_tokens(const TrainState& state);
 // with another W or stage as long as the global batch is the same. The precision state comes back as the file holds
 // it, whatever the run's --precision (an fp16 checkpoint's AdamW step count stays right under bf16 or fp32); an
 // fp16 run resuming a checkpoint without one is told on stderr that the loss scaler starts afresh.
+// With tensor parallelism (the model's layout has TensorParallel size above 1) every rank loads: the model gets this
+// rank's slices of the whole model and m, v its slices of the moments (model.buffer_size() floats each); `tidy`
+// (one rank only, the world's rank 0) removes what interrupted saves left, which the other ranks' listing skips.
 std::optional<StartPoint> load_newest_checkpoint(const std::string& dir, const TrainState& shape, Gpt& model,
-                                                 float* m, float* v);
+                                                 float* m, float* v, bool tidy = true);
 
 // Every rank: rank 0 writes model_<step>.bin then state_<step>.bin (state.step and state.precision, with the model
 // file's CRC-32C)
@@ -68,6 +73,19 @@ std::optional<StartPoint> load_newest_checkpoint(const std::string& dir, const T
 // whole (it may be device memory: it is copied out).
 void save_checkpoint(Communicator& comm, const std::string& dir, const Gpt& model, const float* m, const float* v,
                      const TrainState& state);
+// save_checkpoint's collective part for a model given as `layout` (m and v in its buffer layout) and, on rank 0, the
+// parameters in checkpoint order from ordered_params().
+void write_checkpoint(Communicator& comm, const std::string& dir, const GptConfig& config, const ParamLayout& layout,
+                      const float* m, const float* v, const TrainState& state,
+                      const std::function<std::vector<float>()>& ordered_params);
+
+// The same with tensor parallelism, on every rank: the tensor-parallel group `tp` sums its ranks' slices into the
+// whole model and moments (the split tensors from the rank holding each piece, the replicated ones from TP rank 0),
+// so rank 0 of `comm` (the world) writes the same files as a run without tensor parallelism, which resume at any
+// --tp (the logical layout, as PyTorch DCP and DeepSpeed's universal checkpoint keep it). m and v: this rank's
+// AdamW moments in its buffer layout, host memory.
+void save_tensor_parallel_checkpoint(Communicator& comm, Communicator& tp, const std::string& dir, const Gpt& model,
+                                     const float* m, const float* v, const TrainState& state);
 
 // The same with --zero 1..3, on every rank: the moments are all-gathered from the shards (and stage 3's parameters
 // gathered for the write and released after), so rank 0 writes the consolidated pair, the same files as --zero 0.

@@ -31,9 +31,6 @@ void check_parallel_flags(const TrainOptions& o, const GptConfig& config) {
   if (o.zero > 0)
     throw std::invalid_argument(tp + "--zero " + std::to_string(o.zero) + " is not built with tensor parallelism "
                                 "yet (the data-parallel group reduces with DDP); use --zero 0");
-  if (o.resume || o.save_every > 0)
-    throw std::invalid_argument(tp + "checkpoints of a tensor-parallel run (--save-every, --resume) are not written "
-                                "yet; train without them, or with --tp 1");
 }
 
 int dry_run(const TrainOptions& o) {

@@ -234,6 +234,9 @@ void Training::save(std::uint64_t step, std::uint64_t data_step) {
   if (scaling_) state.precision = scaling_->checkpoint_state(static_cast<std::uint64_t>(optimizer_steps_));
   if (zero_) {
     save_zero_checkpoint(*comm_, o_.checkpoint_dir, model_, *zero_, state);
+  } else if (groups_.tp) {
+    const HostMirror m(k(), adamw_->m(), n_), v(k(), adamw_->v(), n_);  // every rank's slices
+    save_tensor_parallel_checkpoint(*comm_, *groups_.tp, o_.checkpoint_dir, model_, m.data(), v.data(), state);
   } else {
     // Rank 0 writes the moments: only it copies them to the host.
     const std::size_t count = rank_ == 0 ? n_ : 0;

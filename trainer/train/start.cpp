@@ -27,16 +27,11 @@ Start Training::choose_start() {
       o_.resume || (restart_count > 0 && (o_.save_every > 0 || !list_checkpoints(o_.checkpoint_dir).empty()));
   StartPoint start;
   std::exception_ptr failure;
-  // With --tp every rank starts its own slices (the same whole model: --init-from's file or --seed's weights); a
-  // restarted run finds no checkpoint of its own (check_parallel_flags refuses --save-every), and none of another's.
+  // With --tp every rank starts its own slices of the same whole model (a checkpoint, --init-from's file or --seed's
+  // weights), with its slices of the moments when resumed.
   const bool every_rank = groups_.tp != nullptr;
-  if (every_rank && want_resume && !list_checkpoints(o_.checkpoint_dir).empty()) {
-    throw std::invalid_argument("--tp " + std::to_string(grid_.tp()) + ": " + o_.checkpoint_dir + " holds "
-                                "checkpoints, which a tensor-parallel run cannot resume from yet; use another "
-                                "--checkpoint-dir, or --tp 1");
-  }
   // 1 resumed, 0 fresh, -1 failed (every rank then stops).
-  float status = rank_ == 0 || every_rank ? load_start(want_resume && !every_rank, start, failure) : 0;
+  float status = rank_ == 0 || every_rank ? load_start(want_resume, start, failure) : 0;
   if (every_rank && status < 0) std::rethrow_exception(failure);
   status = broadcast_float(*comm_, status);
   if (status < 0) {
@@ -45,7 +40,7 @@ Start Training::choose_start() {
   }
   if (status > 0) share_start_point(*comm_, start);
   if (world_ > 1 && !every_rank) comm_->broadcast(model_.params(), model_.buffer_size(), 0)->wait();
-  if (status > 0) share_moments();
+  if (status > 0 && !every_rank) share_moments();
   // The 16-bit working copy: the ZeRO engine makes it as it shards.
   if (zero_) {
     zero_->shard_params();
@@ -97,7 +92,7 @@ float Training::load_start(bool want_resume, StartPoint& start, std::exception_p
       }
       float* m = zero_ ? resumed_m_.data() : m_host->data();
       float* v = zero_ ? resumed_v_.data() : v_host->data();
-      resumed = load_newest_checkpoint(o_.checkpoint_dir, shape_, model_, m, v);
+      resumed = load_newest_checkpoint(o_.checkpoint_dir, shape_, model_, m, v, rank_ == 0);
       if (resumed && !zero_) {
         m_host->commit();
         v_host->commit();
