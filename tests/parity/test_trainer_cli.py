@@ -46,7 +46,7 @@ h.check(zero.code == 2 and "--zero 1" in zero.err, "--pp 2 with --zero 3 is refu
 train = h.run([h.TRAINER] + base + ["--pp", "2", "--steps", "1"], work, env={"WORLD_SIZE": "2", "RANK": "0"})
 h.check(train.code == 2 and "does not train with it yet" in train.err, "training with --pp 2 is refused, exit 2")
 # --tp trains (tests/parity/test_trainer_tp.py), but not with what it does not have yet.
-for extra, said in ((["--zero", "1"], "--zero 1 is not built with tensor parallelism"),
+for extra, said in ((["--zero", "2"], "--zero 2 is not built with tensor parallelism"),
                     (["--device", "cuda"], "CPU backend only")):
     refused = h.run([h.TRAINER] + base + ["--tp", "2", "--steps", "1"] + extra, work,
                     env={"WORLD_SIZE": "2", "RANK": "0"})

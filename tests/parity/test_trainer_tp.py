@@ -7,10 +7,12 @@ reference does not write its norm). Layouts, through the real launcher:
   T=2             2 ranks, one tensor-parallel group, batch 4;
   T=2 x DP=2      4 ranks: two TP groups (ranks 0-1, 2-3), DDP between them over the data-parallel groups, batch 2
                   each (the launcher's ranks read the shard as 2 data-parallel ranks would);
+  T=2 x DP=2, ZeRO-1  the same with AdamW's state sharded over each data-parallel group (the clip norm from the
+                  owned shards, summed over both groups);
   T=4, selective  4 ranks, one head each, the vocabulary in slices of 64, attention's probabilities recomputed;
   T=2, full       2 ranks with full recomputation;
   T=2, bf16       2 ranks in bf16 mixed precision: within 0.05 absolute of the reference's fp32 losses.
-The refusals (--zero, checkpoints, --device cuda and --pp with --tp) are in test_trainer_cli.py."""
+The refusals (--zero 2, --device cuda, --pp) are in test_trainer_cli.py."""
 
 import os
 
@@ -34,6 +36,7 @@ reference, one_rank = h.metrics(theirs), h.metrics(single)
 
 CASES = (("T=2", 2, 2, 4, []),
          ("T=2 x DP=2", 4, 2, 2, []),
+         ("T=2 x DP=2, ZeRO-1", 4, 2, 2, ["--zero", "1"]),
          ("T=4, selective", 4, 4, 4, ["--recompute", "selective"]),
          ("T=2, full", 2, 2, 4, ["--recompute", "full"]),
          ("T=2, bf16", 2, 2, 4, ["--precision", "bf16"]))

@@ -28,9 +28,10 @@ void check_parallel_flags(const TrainOptions& o, const GptConfig& config) {
   const std::string tp = "--tp " + std::to_string(grid.tp()) + ": ";
   if (o.device == "cuda")
     throw std::invalid_argument(tp + "tensor parallelism runs on the CPU backend only so far; use --device cpu");
-  if (o.zero > 0)
+  if (o.zero > 1)
     throw std::invalid_argument(tp + "--zero " + std::to_string(o.zero) + " is not built with tensor parallelism "
-                                "yet (the data-parallel group reduces with DDP); use --zero 0");
+                                "yet; use --zero 1 (the optimizer state sharded over each data-parallel group, as "
+                                "Megatron-LM's distributed optimizer) or --zero 0");
 }
 
 int dry_run(const TrainOptions& o) {

@@ -15,7 +15,7 @@ namespace dtrain::trainer {
 RankGrid parallel_layout(const TrainOptions& o, const GptConfig& config);
 
 // Before training: the layout checked; --pp above 1 refused (std::invalid_argument: only its layout is built), and
-// --tp above 1 with what it does not run with yet (--device cuda, --zero 1..3).
+// --tp above 1 with what it does not run with yet (--device cuda, --zero 2|3).
 void check_parallel_flags(const TrainOptions& o, const GptConfig& config);
 
 // --dry-run: prints the model shape and the grid (describe_grid) on stdout; returns the exit code (0; a refused

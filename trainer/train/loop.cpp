@@ -142,8 +142,8 @@ void Training::report(const std::vector<WindowStep>& read, TrialRun& trial) {
 StepMetrics Training::train_step(std::uint64_t step, const LrSchedule& schedule, StepTimes& times) {
   const Clock::time_point began = Clock::now();
   const CommTime comm_at_start = comm_time();
-  // ZeRO reduce-scatters sum over ranks: each rank's gradients are divided by W up front.
-  float loss_scale = 1.0f / static_cast<float>(zero_ ? K_ * world_ : K_);
+  // ZeRO reduce-scatters sum over the data-parallel ranks: each rank's gradients are divided by their count up front.
+  float loss_scale = 1.0f / static_cast<float>(zero_ ? K_ * grid_.dp() : K_);
   if (scaling_) loss_scale *= scaling_->scale();
   const float scale_used = scaling_ ? scaling_->scale() : 1.0f;
   if (zero_) {
@@ -206,7 +206,18 @@ GradSpans Training::reduced_spans() const {
 // Clipping (the norm to the window's slot), then AdamW unless the loss scaler skips the step, then the 16-bit
 // working copy.
 void Training::clip_and_update(float lr, bool skipped) {
-  if (zero_) {
+  if (zero_ && groups_.tp) {
+    // ZeRO over the data-parallel group of a tensor-parallel model (host memory: check_parallel_flags): the whole
+    // model's norm from the owned shards, summed over both groups (tp/grad_norm.h).
+    std::vector<ParamRange> owned;
+    for (const ShardSpan& own : zero_->shards().owned()) owned.push_back({own.offset, own.count});
+    *window_->scratch() =
+        sharded_tensor_parallel_sum_squares(k(), replicas(), *groups_.tp, model_.layout(), model_.grads(), owned);
+    k().norm_of(window_->norm(), window_->scratch());
+    for (const ParamRange& own : owned)
+      k().clip_to(model_.grads() + own.offset, own.count, window_->norm(), o_.grad_clip);
+    if (!skipped) zero_->step(lr, optimizer_steps_ + 1);
+  } else if (zero_) {
     zero_->clip_grad_norm_to(o_.grad_clip, window_->norm());
     if (!skipped) zero_->step(lr, optimizer_steps_ + 1);
   } else if (groups_.tp) {
@@ -232,7 +243,11 @@ void Training::save(std::uint64_t step, std::uint64_t data_step) {
   state.step = step;
   state.data_step = data_step;
   if (scaling_) state.precision = scaling_->checkpoint_state(static_cast<std::uint64_t>(optimizer_steps_));
-  if (zero_) {
+  if (zero_ && groups_.tp) {
+    std::vector<float> m, v;  // this rank's slices, gathered from the data-parallel group's shards
+    zero_->gather_moments(m, v);
+    save_tensor_parallel_checkpoint(*comm_, *groups_.tp, o_.checkpoint_dir, model_, m.data(), v.data(), state);
+  } else if (zero_) {
     save_zero_checkpoint(*comm_, o_.checkpoint_dir, model_, *zero_, state);
   } else if (groups_.tp) {
     const HostMirror m(k(), adamw_->m(), n_), v(k(), adamw_->v(), n_);  // every rank's slices

@@ -80,7 +80,7 @@ struct TrainOptions {
   int threads = 0;             // --threads: CPU threads; 0 = OMP_NUM_THREADS if set, else all cores
   // --tp, --pp: tensor- and pipeline-parallel sizes (DP = world / (TP x PP); rank order as Megatron-LM's,
   // trainer/parallel/grid/rank_grid.h); --dry-run prints the layout. --tp trains (trainer/model/gpt.h's tensor
-  // parallelism) on the CPU, without --zero so far; --pp above 1 is refused (exit 2) until pipeline
+  // parallelism) on the CPU, with --zero 0 or 1 so far; --pp above 1 is refused (exit 2) until pipeline
   // parallelism is built.
   int tp = 1;
   int pp = 1;

@@ -40,7 +40,7 @@ Start Training::choose_start() {
   }
   if (status > 0) share_start_point(*comm_, start);
   if (world_ > 1 && !every_rank) comm_->broadcast(model_.params(), model_.buffer_size(), 0)->wait();
-  if (status > 0 && !every_rank) share_moments();
+  if (status > 0) share_moments(!every_rank);
   // The 16-bit working copy: the ZeRO engine makes it as it shards.
   if (zero_) {
     zero_->shard_params();
@@ -52,10 +52,11 @@ Start Training::choose_start() {
   return {start, status > 0};
 }
 
-// Resumed: every rank gets rank 0's AdamW moments (with --zero 1..3, its shards of them).
-void Training::share_moments() {
+// Resumed: every rank gets rank 0's AdamW moments (with --zero 1..3, its shards of them); with `broadcast` false
+// (--tp: every rank loaded its own) each keeps what it loaded.
+void Training::share_moments(bool broadcast) {
   if (!zero_) {
-    if (world_ > 1) {
+    if (world_ > 1 && broadcast) {
       comm_->broadcast(adamw_->m(), n_, 0)->wait();
       comm_->broadcast(adamw_->v(), n_, 0)->wait();
     }
@@ -63,7 +64,7 @@ void Training::share_moments() {
   }
   resumed_m_.resize(model_.buffer_size());
   resumed_v_.resize(model_.buffer_size());
-  if (world_ > 1) {
+  if (world_ > 1 && broadcast) {
     for (std::vector<float>* moments : {&resumed_m_, &resumed_v_}) {
       on_host_floats(*comm_, moments->data(), moments->size(),
                      [&](float* p) { comm_->broadcast(p, moments->size(), 0)->wait(); });

@@ -75,7 +75,7 @@ class Training {
         T_(o.seq_len > 0 ? o.seq_len : config_.max_seq_len),
         K_(o.grad_accum),
         loader_(open_data(o, B_, T_, place_.dp, grid_.dp(), config_)),
-        model_(config_, *device_.backend, o.zero > 0 ? world_ : 1, training_precision(o), buffers_.get(),
+        model_(config_, *device_.backend, o.zero > 0 ? grid_.dp() : 1, training_precision(o), buffers_.get(),
                TensorParallel{grid_.tp(), place_.tp}),
         n_(model_.num_params()),
         model_params_(ParamLayout(config_).num_params()),
@@ -89,7 +89,7 @@ class Training {
     // Read (and refused when they do not fit --zero) whatever the stage.
     const ZeroDtypes dtypes{param_dtype(o), reduce_dtype(o)};
     if (o.zero > 0) {
-      zero_ = std::make_unique<ZeroEngine>(o.zero, *comm_, model_, adamw, dtypes);
+      zero_ = std::make_unique<ZeroEngine>(o.zero, replicas(), model_, adamw, dtypes);
     } else {
       adamw_ = std::make_unique<AdamW>(model_.backend(), n_, model_.layout().decay_ranges(), adamw);
     }
@@ -107,7 +107,7 @@ class Training {
   void micro_step(int micro, float loss_scale, StepTimes& times);
   void report(const std::vector<WindowStep>& read, TrialRun& trial);
   void save(std::uint64_t step, std::uint64_t data_step);
-  void share_moments();
+  void share_moments(bool broadcast);
   kernels::Backend& k() { return model_.backend(); }
   // The ranks that hold the same slices as this one and see different data (DDP's group; the world without --tp).
   Communicator& replicas() { return groups_.dp ? *groups_.dp : *comm_; }

@@ -3,8 +3,10 @@
 // The global gradient norm of a model split over a tensor-parallel group (trainer/model/layout.h's TensorParallel),
 // for clipping: every element of the whole model counted once. A split tensor's squares are summed over the group
 // (each rank holds its own slice); a replicated tensor (LayerNorms, wpe, the row-parallel biases) has the same
-// gradient on every rank of the group and is counted from this rank alone. The data-parallel and pipeline groups
-// add their own sums on top (issue: TP/PP in dtrain-trainer).
+// gradient on every rank of the group and is counted from this rank alone. With ZeRO the data-parallel group's
+// shards are summed first (sharded_tensor_parallel_sum_squares).
+
+#include <vector>
 
 #include "trainer/comm/communicator.h"
 #include "trainer/kernels/backend.h"
@@ -16,5 +18,12 @@ namespace dtrain::trainer {
 // Collective over the group: one all-gather of 2 floats a rank (the split part in double precision as two floats).
 double tensor_parallel_sum_squares(kernels::Backend& backend, Communicator& group, const ParamLayout& layout,
                                    const float* grads);
+
+// The same with the gradients sharded over a data-parallel group `dp` (ZeRO): this rank's `owned` ranges of its
+// buffer hold its reduced shards; their squares are summed over `dp`, and the split tensors' part over `tp` too.
+// Collective over both groups (all-gathers of 2 floats a rank), the same on every rank.
+double sharded_tensor_parallel_sum_squares(kernels::Backend& backend, Communicator& dp, Communicator& tp,
+                                           const ParamLayout& layout, const float* grads,
+                                           const std::vector<ParamRange>& owned);
 
 }  // namespace dtrain::trainer
