@@ -265,7 +265,7 @@ void Gpt::embed() {
   const int C = config().channels;
   if (tp_size() == 1) return backend_.embedding_forward(a.encoded, a.inputs, wte, wpe, a.B, a.T, C);
   slice_embedding_forward(a.encoded, a.inputs, wte, row_bias(wpe), a.B, a.T, C, vocab_slice());
-  tp_allreduce(a.encoded, static_cast<std::size_t>(a.B) * a.T * C, "allreduce (the vocabulary-parallel embedding)");
+  tp_allreduce(a.encoded, static_cast<std::size_t>(a.B) * a.T * C, "tp-allreduce (the vocabulary-parallel embedding)");
 }
 
 void Gpt::forward_block(int l, const float* residual) {
@@ -290,7 +290,7 @@ void Gpt::forward_block(int l, const float* residual) {
   k.attention_forward(staging(a.atty, s), a.att + att_slot(l) * a.att_stride, qkv, B, T, wd.att, wd.heads);
   stage_done(a.atty, s, BT * wd.att);
   linear(a.proj, a.atty, s, at(LayerTensor::attprojw), row_bias(w(LayerTensor::attprojb)), N, wd.att, C);
-  tp_allreduce(a.proj, BT * C, "allreduce (the attention's row-parallel output)");
+  tp_allreduce(a.proj, BT * C, "tp-allreduce (the attention's row-parallel output)");
   k.residual_forward(residual2, residual, a.proj, BT * C);
   k.layernorm_forward(staging(a.ln2, s), a.ln2_mean + s * BT, a.ln2_rstd + s * BT, residual2, w(LayerTensor::ln2w),
                       w(LayerTensor::ln2b), N, C);
@@ -299,7 +299,7 @@ void Gpt::forward_block(int l, const float* residual) {
   k.gelu_forward(staging(a.fch_gelu, s), fch, BT * wd.fc);
   stage_done(a.fch_gelu, s, BT * wd.fc);
   linear(a.proj, a.fch_gelu, s, at(LayerTensor::fcprojw), row_bias(w(LayerTensor::fcprojb)), N, wd.fc, C);
-  tp_allreduce(a.proj, BT * C, "allreduce (the MLP's row-parallel output)");
+  tp_allreduce(a.proj, BT * C, "tp-allreduce (the MLP's row-parallel output)");
   k.residual_forward(a.residual3 + l * BT * C, residual2, a.proj, BT * C);
 }
 

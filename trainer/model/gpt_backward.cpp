@@ -70,7 +70,7 @@ void Gpt::backward(float loss_scale, const GradsReady& grads_ready) {
     k.softmax_crossentropy_backward(dlogits, a.probs, a.targets, dloss, N, c.vocab_size, c.padded_vocab_size);
   }
   linear_backward(a.dbtc, layout_.wte().offset, nullptr, dlogits, a.lnf, 0, N, C, wd.vocab);
-  tp_allreduce(a.dbtc, BT * C, "allreduce (the output head's input gradient)");
+  tp_allreduce(a.dbtc, BT * C, "tp-allreduce (the output head's input gradient)");
   k.zero(a.dresidual, BT * C);
   const float* last = a.residual3 + (c.num_layers - 1) * BT * C;
   const int lnf_unit = layout_.num_units() - 1;
@@ -123,7 +123,7 @@ void Gpt::backward_block(int l, const std::function<void(std::size_t)>& ready_fr
   k.gelu_backward(a.dbig, fch, a.dbig, BT * wd.fc);
   linear_backward(a.dbtc, start(LayerTensor::fcw), dw(LayerTensor::fcb), a.dbig, a.ln2, s, N, C, wd.fc);
   ready_from(start(LayerTensor::fcw));
-  tp_allreduce(a.dbtc, BT * C, "allreduce (the MLP's column-parallel input gradient)");
+  tp_allreduce(a.dbtc, BT * C, "tp-allreduce (the MLP's column-parallel input gradient)");
   k.layernorm_backward(a.dresidual, dw(LayerTensor::ln2w), dw(LayerTensor::ln2b), a.dbtc, residual2,
                        w(LayerTensor::ln2w), a.ln2_mean + s * BT, a.ln2_rstd + s * BT, N, C);
   ready_from(start(LayerTensor::ln2w));
@@ -137,7 +137,7 @@ void Gpt::backward_block(int l, const std::function<void(std::size_t)>& ready_fr
   k.attention_backward(a.dbig, a.att_scratch, a.dbtc, qkv, att, B, T, wd.att, wd.heads);
   linear_backward(a.dbtc, start(LayerTensor::qkvw), dw(LayerTensor::qkvb), a.dbig, a.ln1, s, N, C, wd.qkv);
   ready_from(start(LayerTensor::qkvw));
-  tp_allreduce(a.dbtc, BT * C, "allreduce (the attention's column-parallel input gradient)");
+  tp_allreduce(a.dbtc, BT * C, "tp-allreduce (the attention's column-parallel input gradient)");
   k.layernorm_backward(a.dresidual, dw(LayerTensor::ln1w), dw(LayerTensor::ln1b), a.dbtc, residual,
                        w(LayerTensor::ln1w), a.ln1_mean + s * BT, a.ln1_rstd + s * BT, N, C);
   release(1 + l);

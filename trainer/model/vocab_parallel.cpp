@@ -56,7 +56,7 @@ float vocab_parallel_crossentropy_forward(Communicator& group, float* probs, flo
   float* own = maxima.data() + static_cast<std::size_t>(group.rank()) * rows;
   for (std::size_t n = 0; n < rows; ++n)
     for (int v = 0; v < real; ++v) own[n] = std::max(own[n], logits[n * width + v]);
-  if (W > 1) wait_collective(*group.all_gather(own, maxima.data(), rows), "all-gather (the logits' row maxima)");
+  if (W > 1) wait_collective(*group.all_gather(own, maxima.data(), rows), "tp-all-gather (the logits' row maxima)");
   std::vector<float> row_max(rows, -std::numeric_limits<float>::infinity());
   for (int r = 0; r < W; ++r)
     for (std::size_t n = 0; n < rows; ++n) row_max[n] = std::max(row_max[n], maxima[r * rows + n]);
@@ -71,7 +71,7 @@ float vocab_parallel_crossentropy_forward(Communicator& group, float* probs, flo
     sums[n] = sum;
     if (in_slice(targets[n], slice)) sums[rows + n] = x[targets[n] - slice.start] - row_max[n];
   }
-  if (W > 1) wait_collective(*group.allreduce(sums.data(), sums.size()), "allreduce (the softmax's sums)");
+  if (W > 1) wait_collective(*group.allreduce(sums.data(), sums.size()), "tp-allreduce (the softmax's sums)");
   double total = 0;
   for (std::size_t n = 0; n < rows; ++n) {
     const float inv = 1.0f / sums[n];

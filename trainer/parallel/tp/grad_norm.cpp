@@ -40,7 +40,7 @@ double tensor_parallel_sum_squares(kernels::Backend& backend, Communicator& grou
   for (const TensorInfo& t : layout.checkpoint_tensors()) {
     (t.replicated ? replicated : split) += backend.sum_squares(grads + t.offset, t.count);
   }
-  return sum_over(group, split, "all-gather (the tensor-parallel gradient norms)") + replicated;
+  return sum_over(group, split, "tp-all-gather (the gradient norms)") + replicated;
 }
 
 double sharded_tensor_parallel_sum_squares(kernels::Backend& backend, Communicator& dp, Communicator& tp,
@@ -50,7 +50,7 @@ double sharded_tensor_parallel_sum_squares(kernels::Backend& backend, Communicat
   for (const ParamRange& range : owned) add_squares(backend, layout, grads, range, split, replicated);
   split = sum_over(dp, split, "all-gather (the data-parallel gradient norms)");
   replicated = sum_over(dp, replicated, "all-gather (the data-parallel gradient norms)");
-  return sum_over(tp, split, "all-gather (the tensor-parallel gradient norms)") + replicated;
+  return sum_over(tp, split, "tp-all-gather (the gradient norms)") + replicated;
 }
 
 }  // namespace dtrain::trainer
