@@ -151,13 +151,14 @@ while time.monotonic() - began < 20:
     time.sleep(0.05)
 """
 
-# The child steps first, so that every report of its own would fall between the worker's.
+# The child steps first, so that every report of its own would fall between the worker's. The worker starts it before
+# it imports torch itself, so that the two imports run side by side.
 HANG = WORKER_PID + r"""
 import subprocess, sys, time
-import torch
 here = os.path.dirname(os.path.abspath(__file__))
 stepping = os.path.join(here, "child-stepping")
 child = subprocess.Popen([sys.executable, os.path.join(here, "stepping_child.py"), stepping])
+import torch
 while not os.path.exists(stepping):
     time.sleep(0.02)
 model = torch.nn.Linear(4, 1)
@@ -229,8 +230,8 @@ check("the child steps: wrappers function, dtrain_health loaded False" in run.ou
       "hang: the stepping child runs with the bootstrap unarmed and no reporter")
 check(re.search(r"rank 0 made no step progress for 2\.\d s \(stuck at step 3", run.err),
       "hang: the hang check names rank 0 at step 3")
-# Start-up (two torch imports, one after the other), the 2 s timeout, the stacks (at most 5 s) and the stop (grace
-# 1 s); the child's 20 s of steps, taken for progress, would keep it going past 20 s.
+# Start-up (two torch imports, side by side), the 2 s timeout, the stacks (at most 5 s) and the stop (grace 1 s); the
+# child's 20 s of steps, taken for progress, would keep it going past 20 s.
 check(run.took < 17, "hang: caught within about the timeout (the job took %.1f s)" % run.took)
 run.assert_no_leaks()
 

@@ -26,10 +26,11 @@ PyTorch (Debian's 1.13 under /usr/bin/python3):
             and its last report names the collective as its phase;
   lacking   a torch without the DataLoader's iterator or DDP (a stand-in module armed directly): one line on rank 0
             names what is not measured (nothing on rank 1), and the rest is still armed;
-  phases    with health.hang_timeout_s 3, two independent ranks step 3 times, then rank 0 blocks inside its DataLoader
-            (`stuck_in_dataset`) and rank 1 inside backward() (`stuck_in_backward`, a custom autograd Function): the
-            job fails with 124, their last reports name the phases data and backward, and the summary shows the
-            hung rank's Python frames from the dump the agent asked for;
+  phases    with health.hang_timeout_s 3, two independent ranks (rank 1 starts once rank 0 does) step 3 times, then
+            rank 0 blocks inside its DataLoader (`stuck_in_dataset`) and rank 1 inside backward()
+            (`stuck_in_backward`, a custom autograd Function): the job fails with 124, their last reports name the
+            phases data and backward, and the summary shows the hung rank's Python frames from the dump the agent
+            asked for;
   no torch  a Python program that never imports torch runs unchanged (its output, no torch imported, the user's
             sitecustomize ran), and a program that is not Python (/bin/sh) gets no bootstrap on its PYTHONPATH;
   dtrain run  `--instrument off` sees no steps where the default (auto) sees them all; `--instrument sometimes` is
@@ -37,7 +38,10 @@ PyTorch (Debian's 1.13 under /usr/bin/python3):
 
 Run with no argument, every case but reducer (integration.instrument_torch, beside other tests); with `--only reducer`,
 that case alone (integration.instrument_reducer, with nothing else running: it compares parts of a step's time).
-The hang and phases jobs run side by side (each its own launcher, agents and tag), as neither checks a time."""
+The cases' jobs run in four lanes side by side (each job its own launcher, agents, directory and tag; none of these
+cases checks a time), each lane's jobs one after another: hang, then `dtrain run` (auto); phases, then `dtrain run
+--instrument off`; auto, -m and sigterm; off, fault, lacking and no torch. Each job is checked for leftover processes
+as its launcher exits, and every case is checked, in the order listed above, once all have run."""
 
 import json
 import os
@@ -47,6 +51,19 @@ import sys
 import threading
 
 from harness import PYTHON, SOURCE_DIR, Run, check, finish, status_json, write
+
+LACKING = r"""
+import importlib.util, sys, types
+import torch
+spec = importlib.util.spec_from_file_location("bootstrap", sys.argv[1])
+bootstrap = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bootstrap)
+stand_in = types.SimpleNamespace(__version__="0.0-stand-in", optim=torch.optim, Tensor=torch.Tensor, cuda=torch.cuda,
+                                 distributed=torch.distributed, utils=types.SimpleNamespace(),
+                                 nn=types.SimpleNamespace(parallel=types.SimpleNamespace()))
+bootstrap._arm(stand_in)
+print("armed", bootstrap._state.on, getattr(torch.optim.Optimizer.__init__, "__wrapped__", None) is not None)
+"""
 
 STEPS = 12
 
@@ -164,10 +181,10 @@ del model, opt
 dist.destroy_process_group()
 """
 
-# Ranks 0 and 1 step until rank 2 fails the job; each writes its step count after every step.
+# Ranks 0 and 1 step until rank 2 fails the job; each writes its step count after every step. Rank 2, which only
+# watches their counts, does not import torch.
 SIGTERM = r"""
 import os, sys, time
-import torch
 rank = int(os.environ["RANK"])
 here = os.path.dirname(os.path.abspath(__file__))
 def count(r):
@@ -180,6 +197,7 @@ if rank == 2:
     while count(0) < 150 or count(1) < 150:
         time.sleep(0.02)
     sys.exit(3)
+import torch
 model = torch.nn.Linear(4, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 if rank == 1:
@@ -199,11 +217,15 @@ while True:
     os.replace(os.path.join(here, "steps-%d.new" % rank), os.path.join(here, "steps-%d" % rank))
 """
 
-# Three steps each, then rank 0 blocks in its DataLoader and rank 1 in backward(); no process group.
+# Three steps each, then rank 0 blocks in its DataLoader and rank 1 in backward(); no process group. Rank 1 takes its
+# first step once rank 0 is about to (the file rank-0-stepping): started side by side with other jobs, rank 0's
+# start-up (its torch import) lagged rank 1's by more than hang_timeout_s, and the hang was caught before rank 0's
+# first step.
 PHASES = r"""
 import os, time
 import torch
 rank = int(os.environ["RANK"])
+stepping = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank-0-stepping")
 
 def stuck_in_dataset():
     time.sleep(300)
@@ -230,6 +252,10 @@ class Stuck(torch.autograd.Function):
 
 model = torch.nn.Linear(4, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
+if rank == 0:
+    open(stepping, "w").close()
+while not os.path.exists(stepping):
+    time.sleep(0.02)
 for step, x in enumerate(torch.utils.data.DataLoader(Items(), batch_size=1)):
     out = model(x).sum()
     if rank == 1 and step == 3:
@@ -305,7 +331,6 @@ def check_counted(run, what):
         check(own is not None and row["loss"] is not None and abs(row["loss"] - float(own.group(1))) < 1e-5,
               "%s: rank %d's loss is the sum of the losses its last step's backward()s ran from: %s vs %s" %
               (what, rank, row["loss"], own and own.group(1)))
-    run.assert_no_leaks()
 
 
 if sys.argv[1:] not in ([], ["--only", "reducer"]):
@@ -333,15 +358,93 @@ if ONLY_REDUCER:
     reducer_case()
     finish()
 
+
+def ended(run):
+    """Waits for the started `run` and checks at once that its launcher left no process behind."""
+    run.wait()
+    run.assert_no_leaks()
+    return run
+
+
+def job(name, nodes, command, overrides=(), leaks=True):
+    """A lane's step: `launch` of the job, waited for (and its leftovers checked, unless not leaks)."""
+    def step():
+        run = launch(name, nodes, command, overrides, wait=False)
+        return ended(run) if leaks else run.wait()
+    return step
+
+
+def lacking():
+    """The stand-in torch armed directly, as rank 0 and as rank 1 (two processes side by side)."""
+    bootstrap = os.path.join(SOURCE_DIR, "worker", "python", "bootstrap", "sitecustomize.py")
+    procs = {rank: subprocess.Popen([PYTHON, "-c", LACKING, bootstrap], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, env=dict(os.environ, RANK=rank)) for rank in ("0", "1")}
+    ran = {}
+    for rank, proc in procs.items():
+        try:
+            out, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            err += "\n(killed after 120 s)"
+        ran[rank] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return ran
+
+
+def dtrain_run(flag):
+    """`dtrain run -n 2` of the DDP script with the instrument flag `flag` (a list)."""
+    def step():
+        run = Run([], timeout=240)
+        script = write(os.path.join(run.dir, "ddp_job.py"), DDP)
+        run.args += ["run", "-n", "2", "--console", "all"] + flag + ["--", PYTHON, script]
+        return ended(run.start())
+    return step
+
+
+def script(name, text):
+    return lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, name), text))
+
+
+done = {}
+
+
+def lane(*steps):
+    """Runs the (key, step) pairs one after another in a thread of its own; each result goes to done[key]."""
+    def run_steps():
+        for key, step in steps:
+            done[key] = step()
+    thread = threading.Thread(target=run_steps)
+    thread.start()
+    return thread
+
+
+lanes = [lane(("hang", job("instrument-hang", 2, script("hang.py", HANG), ["health.hang_timeout_s=3"])),
+              ("run auto", dtrain_run([]))),
+         lane(("phases", job("instrument-phases", 2, script("phases.py", PHASES), ["health.hang_timeout_s=3"])),
+              ("run off", dtrain_run(["--instrument", "off"]))),
+         lane(("auto", job("instrument-auto", 2, script("ddp_job.py", DDP))),
+              ("module", job("instrument-module", 2, lambda d: "[%s, -m, ddp_job]" % PYTHON)),
+              ("sigterm", job("instrument-sigterm", 3, script("sigterm.py", SIGTERM)))),
+         lane(("off", job("instrument-off", 2, script("ddp_job.py", DDP), ["health.instrument=off"])),
+              ("fault", job("instrument-fault", 2, script("fault_job.py", FAULT))),
+              ("lacking", lacking),
+              ("no torch", job("no-torch", 1, script("plain.py", NO_TORCH))),
+              ("not python", job("not-python", 1, lambda d: "[/bin/sh, -c, 'echo \"path=$PYTHONPATH\"']",
+                                 leaks=False)))]
+for thread in lanes:
+    thread.join()
+
 # ---- auto: the script as a path, and as -m module
-run = launch("instrument-auto", 2, lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, "ddp_job.py"), DDP)))
+run = done["auto"]
+run.show()
 check_counted(run, "script")
-run = launch("instrument-module", 2, lambda d: "[%s, -m, ddp_job]" % PYTHON)
+run = done["module"]
+run.show()
 check_counted(run, "-m module")
 
 # ---- off
-run = launch("instrument-off", 2, lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, "ddp_job.py"), DDP)),
-             ["health.instrument=off"])
+run = done["off"]
+run.show()
 check(run.code == 0, "off: the job succeeds, got %s" % run.code)
 losses = re.findall(r"rank \d trained %d steps, loss ([\d.]+)" % STEPS, run.out)
 check(len(losses) == 2, "off: both ranks trained")
@@ -351,10 +454,10 @@ check("bootstrap" not in run.out, "off: no bootstrap on any PYTHONPATH")
 ranks = ranks_of(run)
 check(sorted(ranks) == [0, 1] and all(r["step"] == 0 for r in ranks.values()),
       "off: no steps seen: %s" % [(r["rank"], r["step"]) for r in ranks.values()])
-run.assert_no_leaks()
 
 # ---- fault: the same training result as with instrument off
-run = launch("instrument-fault", 2, lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, "fault_job.py"), FAULT)))
+run = done["fault"]
+run.show()
 check(run.code == 0, "fault: the job succeeds, got %s" % run.code)
 said = re.findall(r"dtrain: the PyTorch instrumentation \(health.instrument: auto\) is off in this process after an "
                   r"error of its own: RuntimeError: planted fault", run.out + run.err)
@@ -362,10 +465,10 @@ check(len(said) == 2, "fault: said once per rank (%d times)" % len(said))
 faulted = re.findall(r"rank \d trained %d steps, loss ([\d.]+)" % STEPS, run.out)
 check(sorted(faulted) == sorted(losses) and len(losses) == 2,
       "fault: the same losses as with instrument off: %s vs %s" % (faulted, losses))
-run.assert_no_leaks()
 
 # ---- sigterm: the last step is sent when the launcher stops a rank
-run = launch("instrument-sigterm", 3, lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, "sigterm.py"), SIGTERM)))
+run = done["sigterm"]
+run.show()
 check(run.code == 3, "sigterm: rank 2's exit code is the job's, got %s" % run.code)
 ranks = ranks_of(run)
 for rank in (0, 1):
@@ -374,47 +477,20 @@ for rank in (0, 1):
     reported = ranks.get(rank, {}).get("step", -1)
     check(written <= reported <= written + 1,
           "sigterm: rank %d's last report (step %d) is its last step (%d written)" % (rank, reported, written))
-run.assert_no_leaks()
 
-# ---- hang and phases, started together (each mostly waits out its hang timeout and the stacks), checked in turn
-hung = [launch("instrument-hang", 2, lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, "hang.py"), HANG)),
-               ["health.hang_timeout_s=3"], wait=False),
-        launch("instrument-phases", 2, lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, "phases.py"), PHASES)),
-               ["health.hang_timeout_s=3"], wait=False)]
-waiters = [threading.Thread(target=job.wait) for job in hung]
-for waiter in waiters:
-    waiter.start()
-for waiter in waiters:
-    waiter.join()
 # ---- hang: the collective a rank is blocked in
-run = hung[0]
+run = done["hang"]
 run.show()
 check(run.code == 124, "hang: the job fails with 124, got %s" % run.code)
 row = ranks_of(run).get(1, {})
 check(row.get("step") == 3 and row.get("phase") == "torch.distributed.all_reduce",
       "hang: rank 1's last report is at step 3 in torch.distributed.all_reduce: %s" % row)
-run.assert_no_leaks()
 
 # ---- lacking: a torch without some of the hooks
-LACKING = r"""
-import importlib.util, sys, types
-import torch
-spec = importlib.util.spec_from_file_location("bootstrap", sys.argv[1])
-bootstrap = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bootstrap)
-stand_in = types.SimpleNamespace(__version__="0.0-stand-in", optim=torch.optim, Tensor=torch.Tensor, cuda=torch.cuda,
-                                 distributed=torch.distributed, utils=types.SimpleNamespace(),
-                                 nn=types.SimpleNamespace(parallel=types.SimpleNamespace()))
-bootstrap._arm(stand_in)
-print("armed", bootstrap._state.on, getattr(torch.optim.Optimizer.__init__, "__wrapped__", None) is not None)
-"""
-bootstrap = os.path.join(SOURCE_DIR, "worker", "python", "bootstrap", "sitecustomize.py")
-for rank in ("0", "1"):
-    done = subprocess.run([PYTHON, "-c", LACKING, bootstrap], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, RANK=rank))
-    said = [line for line in done.stderr.splitlines() if "lacks what the PyTorch instrumentation hooks into" in line]
-    check(done.returncode == 0 and "armed True True" in done.stdout,
-          "lacking: rank %s is still armed for the rest: %s %s" % (rank, done.stdout, done.stderr[-2000:]))
+for rank, ran in sorted(done["lacking"].items()):
+    said = [line for line in ran.stderr.splitlines() if "lacks what the PyTorch instrumentation hooks into" in line]
+    check(ran.returncode == 0 and "armed True True" in ran.stdout,
+          "lacking: rank %s is still armed for the rest: %s %s" % (rank, ran.stdout, ran.stderr[-2000:]))
     if rank == "0":
         check(len(said) == 1 and "torch 0.0-stand-in" in said[0] and "data wait, tokens/s and samples/s" in said[0]
               and "DDP's gradient reduction" in said[0] and "steps" not in said[0].split("not measured:")[1],
@@ -423,7 +499,7 @@ for rank in ("0", "1"):
         check(not said, "lacking: nothing said on rank 1: %s" % said)
 
 # ---- phases: where a hung rank stopped, and its Python frames
-run = hung[1]
+run = done["phases"]
 run.show()
 check(run.code == 124, "phases: the job fails with 124, got %s" % run.code)
 ranks = ranks_of(run)
@@ -433,31 +509,27 @@ check(ranks.get(1, {}).get("phase") == "backward" and ranks.get(1, {}).get("step
       "phases: rank 1's last report is at step 3 in backward: %s" % ranks.get(1))
 check(re.search(r"File \"\S+phases\.py\", line \d+ in stuck_in_(dataset|backward)", run.err) is not None,
       "phases: the summary shows the hung rank's Python frames: %s" % run.err[-3000:])
-run.assert_no_leaks()
 
 # ---- a Python program without torch; a program that is not Python
-run = launch("no-torch", 1, lambda d: "[%s, %s]" % (PYTHON, write(os.path.join(d, "plain.py"), NO_TORCH)))
+run = done["no torch"]
+run.show()
 check(run.code == 0 and "no torch: True, sitecustomize True, sum 45" in run.out,
       "a program without torch runs as it would without dtrain: %s" % run.code)
 check("user sitecustomize ran in rank 0" in run.out, "its user sitecustomize ran")
 check("dtrain: the PyTorch instrumentation" not in run.err, "nothing said about the instrumentation")
-run.assert_no_leaks()
-run = launch("not-python", 1, lambda d: "[/bin/sh, -c, 'echo \"path=$PYTHONPATH\"']")
+run = done["not python"]
+run.show()
 path = re.search(r"path=(\S*)", run.out)
 check(run.code == 0 and path is not None and "bootstrap" not in path.group(1) and run.user_path in path.group(1),
       "a program that is not Python gets no bootstrap on its PYTHONPATH: %s" % (path and path.group(1)))
 
 # ---- dtrain run --instrument
-for flag, expected in (([], STEPS), (["--instrument", "off"], 0)):
-    run = Run([], timeout=240)
-    script = write(os.path.join(run.dir, "ddp_job.py"), DDP)
-    run.args += ["run", "-n", "2", "--console", "all"] + flag + ["--", PYTHON, script]
-    run.run()
+for key, flag, expected in (("run auto", [], STEPS), ("run off", ["--instrument", "off"], 0)):
+    run = done[key]
     run.show()
     steps = sorted((r["rank"], r["step"]) for r in ranks_of(run).values())
     check(run.code == 0 and steps == [(0, expected), (1, expected)],
           "dtrain run %s: each rank at step %d: %s" % (" ".join(flag) or "(auto)", expected, steps))
-    run.assert_no_leaks()
 run = Run(["run", "-n", "1", "--instrument", "sometimes", "--", PYTHON, "-c", "pass"]).run()
 check(run.code == 2 and "--instrument must be auto or off (got 'sometimes')" in run.err,
       "dtrain run --instrument sometimes is refused: %s %s" % (run.code, run.err))

@@ -16,6 +16,8 @@ network namespace per pod (tests/integration/netns.py), and every pod's containe
     0..W-1 with W = pods x CPUs, each pod's ranks in its node rank's group (index 0 or the Master is node 0, the
     launcher), equal weights on every rank after the steps, an all_reduce summing every rank, MASTER_ADDR pod 0's
     address, /dev/shm the sizeLimit.
+The three examples run side by side, each on 2 network namespaces of its own (hosts 2k and 2k+1 of one Cluster),
+with its own results directory: their pods' names, addresses and files are apart, as two jobs in one cluster would be.
 Replaced, because they cannot run here: the image (dtrain from this build on PATH, /usr/bin's python3 and torch; the
 working directory a fresh directory per pod holding train.py), the GPU resources (ignored: --nproc-per-node auto
 starts a worker per CPU where no GPU is), and the cluster's other environment (no KUBERNETES_* service variables, no
@@ -40,7 +42,8 @@ import yaml  # noqa: E402 - after the skip (python3-yaml, scripts/setup.sh --tes
 
 K8S_DIR = os.path.join(SOURCE_DIR, "configs", "k8s")
 WORK = tempfile.mkdtemp(prefix="dtrain-k8s-")     # the test's scratch directory (scratch.py) removes it
-RESULTS = os.path.join(WORK, "results")
+RESULTS = os.path.join(WORK, "results")         # <RESULTS>/<example>/ per example
+EXAMPLES = ("indexed-job.yaml", "jobset.yaml", "pytorchjob.yaml")
 DOMAIN = "default.svc.cluster.local"
 IMAGE_PATH = os.path.dirname(DTRAIN) + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TRAIN = r"""
@@ -70,7 +73,7 @@ with open(os.path.join(%r, "%%s-%%s.json" %% (out["host"], out["LOCAL_RANK"])), 
     json.dump(out, f)
 del model
 dist.destroy_process_group()
-""" % RESULTS
+"""   # % the example's results directory
 
 
 class Pod:
@@ -203,45 +206,52 @@ def kubelet_secret_dir(pod, vol):
     return root
 
 
-def write_names(c, pods):
-    """Each pod's /etc/hosts (the kubelet's lines, then cluster DNS's answers) and resolv.conf (loopback only)."""
+def write_names(c, pods, hosts):
+    """Each pod's /etc/hosts (the kubelet's lines, then cluster DNS's answers) and resolv.conf (loopback only); pod i
+    is on the cluster's host hosts[i]."""
     published = []
-    for i, p in enumerate(pods):
-        published += ["%s\t%s" % (c.hosts[i].addr, " ".join(sum(([n, "%s.%s" % (n, DOMAIN)] for n in p.dns), [])))]
-    for i, p in enumerate(pods):
+    for h, p in zip(hosts, pods):
+        published += ["%s\t%s" % (c.hosts[h].addr, " ".join(sum(([n, "%s.%s" % (n, DOMAIN)] for n in p.dns), [])))]
+    for h, p in zip(hosts, pods):
         own = "%s.%s.%s\t%s" % (p.hostname, p.subdomain, DOMAIN, p.hostname) if p.subdomain else p.hostname
-        d = os.path.join(ETC_NETNS, c.hosts[i].ns)
+        d = os.path.join(ETC_NETNS, c.hosts[h].ns)
         write(os.path.join(d, "hosts"), "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost "
-              "ip6-localhost ip6-loopback\n%s\t%s\n# cluster DNS\n%s\n" % (c.hosts[i].addr, own, "\n".join(published)))
+              "ip6-localhost ip6-loopback\n%s\t%s\n# cluster DNS\n%s\n" % (c.hosts[h].addr, own, "\n".join(published)))
         write(os.path.join(d, "resolv.conf"), "nameserver 127.0.0.1\nsearch %s svc.cluster.local cluster.local\n"
               "options ndots:5\n" % DOMAIN)
-        c.hosts[i].hostname = p.hostname
+        c.hosts[h].hostname = p.hostname
 
 
-def run_example(c, name):
+def start_example(c, name, hosts):
+    """Starts the example's pods on the cluster's hosts `hosts` (one each); None when it does not make 2 pods."""
     with open(os.path.join(K8S_DIR, name)) as f:
         pods = pods_of([d for d in yaml.safe_load_all(f) if d])
     check(len(pods) == 2, "%s: 2 pods: %s" % (name, [p.hostname for p in pods]))
     if len(pods) != 2:
-        return
-    shutil.rmtree(RESULTS, ignore_errors=True)
-    os.makedirs(RESULTS)
-    write_names(c, pods)
+        return None
+    results = os.path.join(RESULTS, name)
+    os.makedirs(results)
+    write_names(c, pods, hosts)
     procs = []
-    for i, p in enumerate(pods):
+    for h, p in zip(hosts, pods):
         container = copy.deepcopy(p.spec["containers"][0])
         env = container_env(p, container)
         argv = [expand(a, env) for a in container.get("command", []) + container.get("args", [])]
-        workdir = write(os.path.join(WORK, "pods", name, p.hostname, "workspace", "train.py"), TRAIN)
+        workdir = write(os.path.join(WORK, "pods", name, p.hostname, "workspace", "train.py"), TRAIN % results)
         out = open(os.path.join(WORK, "%s-%s.log" % (name, p.hostname)), "w")
-        proc = c.spawn(i, ["/bin/sh", "-c", mount_script(p, container), "pod"] + ["env", "-i"] +
+        proc = c.spawn(h, ["/bin/sh", "-c", mount_script(p, container), "pod"] + ["env", "-i"] +
                        ["%s=%s" % kv for kv in env.items()] + argv,
                        cwd=os.path.dirname(workdir), stdout=out, stderr=subprocess.STDOUT)
         procs.append((p, proc, out))
-    deadline = time.monotonic() + 60
-    for p, proc, out in procs:
+    return {"name": name, "hosts": hosts, "pods": pods, "procs": procs, "results": results,
+            "deadline": time.monotonic() + 60, "began": time.monotonic()}
+
+
+def finish_example(c, example):
+    name = example["name"]
+    for p, proc, out in example["procs"]:
         try:
-            code = proc.wait(timeout=max(1, deadline - time.monotonic()))
+            code = proc.wait(timeout=max(1, example["deadline"] - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
             code = None
@@ -249,28 +259,30 @@ def run_example(c, name):
         with open(out.name) as f:
             print("--- %s %s: exit %s\n%s" % (name, p.hostname, code, f.read()[-3000:]), flush=True)
         check(code == 0, "%s: pod %s exits 0 (got %s)" % (name, p.hostname, code))
-    check_results(name, pods, c)
+    print("timing: %s %.1f s" % (name, time.monotonic() - example["began"]), flush=True)
+    check_results(name, example["pods"], c, example["hosts"], example["results"])
 
 
-def check_results(name, pods, c):
+def check_results(name, pods, c, hosts, results):
     got = []
-    for path in sorted(glob.glob(os.path.join(RESULTS, "*.json"))):
+    for path in sorted(glob.glob(os.path.join(results, "*.json"))):
         with open(path) as f:
             got.append(json.load(f))
     world = len(pods) * os.cpu_count()
     check(sorted(int(r["RANK"]) for r in got) == list(range(world)) and
           all(r["WORLD_SIZE"] == str(world) for r in got),
-          "%s: ranks 0..%d of one job of %d: %s" % (name, world - 1, world, [(r["RANK"], r["WORLD_SIZE"]) for r in got]))
+          "%s: ranks 0..%d of one job of %d: %s" % (name, world - 1, world,
+                                                    [(r["RANK"], r["WORLD_SIZE"]) for r in got]))
     for p in pods:
         mine = [r for r in got if r["host"] == p.hostname]
         check(len(mine) == os.cpu_count() and all(r["GROUP_RANK"] == str(p.node_rank) for r in mine),
               "%s: pod %s runs %d ranks of node %d: %s" % (name, p.hostname, os.cpu_count(), p.node_rank, mine))
     shm = {quantity(v["emptyDir"]["sizeLimit"]) for v in pods[0].spec["volumes"] if "emptyDir" in v}
     check(len(got) == world and len({json.dumps(r["weights"]) for r in got}) == 1 and
-          all(r["sum"] == world * (world - 1) / 2 and r["MASTER_ADDR"] == c.hosts[0].addr and {r["shm"]} == shm
-              for r in got),
+          all(r["sum"] == world * (world - 1) / 2 and r["MASTER_ADDR"] == c.hosts[hosts[0]].addr and
+              {r["shm"]} == shm for r in got),
           "%s: DDP in step (equal weights), all_reduce over every rank, MASTER_ADDR %s, /dev/shm %s: %s" % (
-              name, c.hosts[0].addr, shm, got))
+              name, c.hosts[hosts[0]].addr, shm, got))
 
 
 def main():
@@ -278,14 +290,14 @@ def main():
                    stdout=subprocess.DEVNULL)
     namespaces = []
     try:
-        with Cluster(2) as c:
+        with Cluster(2 * len(EXAMPLES)) as c:
             namespaces = [h.ns for h in c.hosts]
-            for name in ("indexed-job.yaml", "jobset.yaml", "pytorchjob.yaml"):
-                t = time.monotonic()
-                run_example(c, name)
-                print("timing: %s %.1f s" % (name, time.monotonic() - t), flush=True)
-                left = c.processes_besides((0, 1), set(), 10)
-                check(not left, "%s: nothing left in the pods: %s" % (name, {i: describe(p) for i, p in left.items()}))
+            started = [start_example(c, name, (2 * k, 2 * k + 1)) for k, name in enumerate(EXAMPLES)]
+            for example in (e for e in started if e):
+                finish_example(c, example)
+                left = c.processes_besides(example["hosts"], set(), 10)
+                check(not left, "%s: nothing left in the pods: %s" % (example["name"],
+                                                                      {i: describe(p) for i, p in left.items()}))
     finally:
         for d in MADE_DIRS:
             try:

@@ -3,12 +3,17 @@ its own host. Checks a 3-node x 2-worker job (store exchange and a PyTorch gloo 
 killed mid-job (restart on the nodes left when nodes.count's MIN allows, clean failure when not), a cut link and a
 silent partition (detected within node_timeout + 2 s), and a rate-limited link (6 mbit, which the job's store
 traffic keeps saturated for over 4 x node_timeout: the job still succeeds). Every scenario ends with no process of
-the job left on any host; the suite prints its fault ledger."""
+the job left on any host; the suite prints its fault ledger.
+The rate-limited link's job (hosts 4-6, its launcher on host 7) and the PyTorch job (hosts 8-10, its launcher on host
+11) run on agents of their own, each with its own tag, while the other scenarios run one after another on hosts 0-2
+(launcher on host 3): none of their traffic crosses the limited link, and none of their faults touches the other
+hosts. The network faults, whose detection has a time bound, start once the PyTorch job has ended."""
 
 import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 
 from harness import BUILD_DIR, DTRAIN, PYTHON, SOURCE_DIR, Run, check, describe, finish, tagged_pids, write
@@ -19,6 +24,8 @@ require_netns()
 NODE_TIMEOUT = 3
 AGENT_PORT = 29400
 LAUNCHER = 3  # host index the launcher runs on
+SLOW_AGENTS, SLOW_LAUNCHER = (4, 5, 6), 7   # the rate-limited link's job: its agents and its launcher
+TORCH_AGENTS, TORCH_LAUNCHER = (8, 9, 10), 11   # the PyTorch job's
 
 TORCH_WORKER = r"""
 import os, torch, torch.distributed as dist
@@ -37,9 +44,10 @@ RESTARTABLE = ('if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then echo started rank
 
 
 class Suite:
-    def __init__(self, cluster, tag):
+    def __init__(self, cluster, tag, launcher=LAUNCHER):
         self.c = cluster
         self.tag = tag
+        self.launcher = launcher
         self.agents = {}
         self.dir = Run([]).dir
         self.secret = os.path.join(self.dir, "secret")
@@ -51,7 +59,8 @@ class Suite:
                                           "--secret-dir", self.secret, "--lease-s", str(NODE_TIMEOUT),
                                           "--run-dir", os.path.join(self.dir, "agent-runs-%d" % i)],
                                       env={"DTRAIN_TEST_TAG": self.tag}, stdout=log, stderr=log)
-        check(self.c.wait_listening(LAUNCHER, self.c.hosts[i].addr, AGENT_PORT, 10), "agent on host %d listening" % i)
+        check(self.c.wait_listening(self.launcher, self.c.hosts[i].addr, AGENT_PORT, 10),
+              "agent on host %d listening" % i)
 
     def spec(self, name, command, count, nodes=(0, 1, 2), extra=""):
         agents = ", ".join("'%s:%d'" % (self.c.hosts[i].addr, AGENT_PORT) for i in nodes)
@@ -67,7 +76,7 @@ class Suite:
         merged = {"DTRAIN_TEST_TAG": self.tag}
         merged.update(env or {})
         flags = flags if flags is not None else ["--secret-dir", self.secret]
-        proc = self.c.spawn(LAUNCHER, [DTRAIN, "launch", spec] + flags, env=merged, stdout=out, stderr=err,
+        proc = self.c.spawn(self.launcher, [DTRAIN, "launch", spec] + flags, env=merged, stdout=out, stderr=err,
                             cwd=self.dir)
         return proc, out, err_path
 
@@ -104,20 +113,29 @@ class Suite:
             time.sleep(0.05)
 
 
-def scenario_store_and_torch(s):
+def scenario_store(s):
     store_worker = os.path.join(BUILD_DIR, "bin", "dtrain-store-worker")
     proc, out, err = s.launch(s.spec("store3", "[%s]" % store_worker, 3))
     code, stdout, _ = s.finish_launch(proc, out, err)
     check(code == 0, "3-node store exchange exits 0, got %s" % code)
-    check(all("[%d] store-worker rank %d ok" % (r, r) in stdout for r in range(6)), "all 6 ranks exchanged via the store")
+    check(all("[%d] store-worker rank %d ok" % (r, r) in stdout for r in range(6)),
+          "all 6 ranks exchanged via the store")
+    check(not s.workers_left(2), "no worker left after the 3-node store job")
 
-    script = write(os.path.join(s.dir, "allreduce.py"), TORCH_WORKER)
-    proc, out, err = s.launch(s.spec("torch3", "[%s, %s]" % (PYTHON, script), 3))
-    code, stdout, _ = s.finish_launch(proc, out, err, timeout=120)
+
+def start_torch(t):
+    """Starts the 3-node PyTorch job on t's agents (TORCH_AGENTS); finish_torch checks it."""
+    script = write(os.path.join(t.dir, "allreduce.py"), TORCH_WORKER)
+    return t.launch(t.spec("torch3", "[%s, %s]" % (PYTHON, script), 3, nodes=TORCH_AGENTS)), time.monotonic()
+
+
+def finish_torch(t, job):
+    (proc, out, err), began = job
+    code, stdout, _ = t.finish_launch(proc, out, err, timeout=max(1, 120 - (time.monotonic() - began)))
     check(code == 0, "3-node PyTorch gloo allreduce exits 0, got %s" % code)
     check(stdout.count("allreduce ok") == 6 and "world 6 via eth0" in stdout,
           "6 ranks allreduced across hosts over eth0")
-    check(not s.workers_left(2), "no worker left after the 3-node jobs")
+    check(not t.workers_left(2), "no worker left after the 3-node PyTorch job")
 
 
 def scenario_agent_killed(s, restartable):
@@ -179,49 +197,71 @@ def scenario_refused(s):
         check(not os.path.exists(marker), "%s: nothing was started" % name)
         check(not s.workers_left(0), "%s: no worker process exists" % name)
     # A refused launcher exits cleanly every time: gRPC's background reconnects once crashed it (exit 139, about one
-    # run in five) in OpenSSL after exit had cleaned it up.
+    # run in five) in OpenSSL after exit had cleaned it up. 20 launchers, each a process of its own with its own job
+    # name (so their files and run directories stay apart), 10 at a time.
     codes = []
-    for _ in range(20):
-        proc, out, err = s.launch(s.spec("refused-again", "[/bin/sh, -c, 'touch %s']" % marker, 3),
-                                  flags=["--secret-dir", other_ca])
-        codes.append(s.finish_launch(proc, out, err)[0])
-    check(all(code == 1 for code in codes), "20 refusals by another cluster's agents all exit 1: %s" % codes)
+    for first in range(0, 20, 10):
+        started = [s.launch(s.spec("refused-again-%d" % n, "[/bin/sh, -c, 'touch %s']" % marker, 3),
+                            flags=["--secret-dir", other_ca]) for n in range(first, first + 10)]
+        codes += [s.finish_launch(proc, out, err)[0] for proc, out, err in started]
+    check(len(codes) == 20 and all(code == 1 for code in codes),
+          "20 refusals by another cluster's agents all exit 1: %s" % codes)
+    check(not os.path.exists(marker), "the refusals started nothing")
 
 
-def scenario_slow_link(s):
+def start_slow_link(s):
+    """Starts the rate-limited link's job on s's agents (SLOW_AGENTS); finish_slow_link checks it. It runs while
+    the other scenarios run on their own agents."""
     # Node 1's 2 ranks each read the store worker's 5 MiB value through the limited link: 10 MiB at 6 mbit keep it
     # saturated for about 14 s, over 4 x NODE_TIMEOUT, while the agent's session shares it (at 2 mbit, 45 s).
-    s.c.rate_limit(1, rate="6mbit", burst="64kbit", latency="100ms")
+    s.c.rate_limit(SLOW_AGENTS[1], rate="6mbit", burst="64kbit", latency="100ms")
     store_worker = os.path.join(BUILD_DIR, "bin", "dtrain-store-worker")
-    proc, out, err = s.launch(s.spec("slow", "[%s]" % store_worker, 3))
+    proc, out, err = s.launch(s.spec("slow", "[%s]" % store_worker, 3, nodes=SLOW_AGENTS))
     began = time.monotonic()
-    code, stdout, _ = s.finish_launch(proc, out, err, timeout=120)
-    print("the job over the rate-limited link took %.1f s" % (time.monotonic() - began), flush=True)
+    ended = []
+    waiter = threading.Thread(target=lambda: (proc.wait(), ended.append(time.monotonic())), daemon=True)
+    waiter.start()
+    return proc, out, err, began, ended
+
+
+def finish_slow_link(s, job):
+    proc, out, err, began, ended = job
+    code, _, _ = s.finish_launch(proc, out, err, timeout=max(1, 120 - (time.monotonic() - began)))
+    print("the job over the rate-limited link took %.1f s" % ((ended or [time.monotonic()])[0] - began), flush=True)
     s.c.ledger.expect(code == 0, "a rate-limited link (6 mbit) to node 1: the job still succeeds (exit %s)" % code)
-    s.c.unlimit(1)
+    left = s.workers_left(NODE_TIMEOUT + 2)
+    check(not left, "nothing left after the rate-limited link's job: " + describe(left))
+    s.c.unlimit(SLOW_AGENTS[1])
 
 
 def main():
-    tag = Run([]).tag
-    with Cluster(4) as cluster:
-        s = Suite(cluster, tag)
-        for i in range(3):
-            s.start_agent(i)
+    tags = [Run([]).tag for _ in range(3)]
+    with Cluster(12) as cluster:
+        s = Suite(cluster, tags[0])
+        slow = Suite(cluster, tags[1], launcher=SLOW_LAUNCHER)
+        torch_suite = Suite(cluster, tags[2], launcher=TORCH_LAUNCHER)
+        for suite, hosts in ((s, range(3)), (slow, SLOW_AGENTS), (torch_suite, TORCH_AGENTS)):
+            for i in hosts:
+                suite.start_agent(i)
+        slow_job = start_slow_link(slow)
+        torch_job = start_torch(torch_suite)
         scenario_refused(s)
-        scenario_store_and_torch(s)
+        scenario_store(s)
         scenario_agent_killed(s, restartable=True)
         scenario_agent_killed(s, restartable=False)
+        finish_torch(torch_suite, torch_job)
         scenario_network_fault(s, cluster.link_down, cluster.link_up, "link down")
         scenario_network_fault(s, cluster.partition, cluster.heal, "silent partition")
-        scenario_slow_link(s)
-        for p in s.agents.values():
+        finish_slow_link(slow, slow_job)
+        agents = [p for suite in (s, slow, torch_suite) for p in suite.agents.values()]
+        for p in agents:
             p.send_signal(signal.SIGTERM)
-        for p in s.agents.values():
+        for p in agents:
             try:
                 p.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 check(False, "agent exits on SIGTERM")
-        left = tagged_pids(tag)
+        left = [pid for tag in tags for pid in tagged_pids(tag)]
         check(not left, "no process of the suite left on any host: " + describe(left))
         print(cluster.ledger.line(leaked=left), flush=True)
     finish()
