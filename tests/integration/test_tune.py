@@ -1,29 +1,36 @@
 """`dtrain tune` on ordinary PyTorch scripts (tests/integration/scripts/tune_train.py; real launcher, real agents,
 Debian's torch 1.13 over gloo, 2 ranks unless said), with short trials (4 warm-up + 12 measured steps; 2 repeats for
-slow data, 1 for the others, whose checks are not speeds):
-  slow data   (--parts data) a dataset that waits 2 ms a sample (a read from slow storage) under a DataLoader with num_workers=0:
-              the bottleneck is data, tune tries num_workers=1 (each rank may use 1 of the 2 CPUs), reports its
-              speed-up with an interval that excludes 1, recommends it with the same losses, prints the DataLoader
-              line and writes tune.yaml; tune.json, events.jsonl (a tune_trial line per trial) and report.html with
-              its Tuning section are written; a later `dtrain run --tune tune.yaml` of the unchanged script is faster
-              than a plain `dtrain run` (the script's own samples/s), by a ratio inside the interval tune reported,
-              widened by the spread of the plain runs;
-  buckets     (--parts communication,compute) a DDP model of 129 small layers with bucket_cap_mb=1: bucket sizes (5 and 25 MB) and
-              gradient_as_bucket_view are tried, each with its interval and a loss check of "same" (what they gain
-              here is in BENCHMARKS.md, measured with 3 repeats);
+slow data, 1 for the others, whose checks are not speeds; losses and the dataset that fails in workers, whose checks
+are on the first losses and on failures, 2 warm-up + 3 measured: tune compares the first 5 steps' losses either way)
+and a stop grace of 1 s where a trial ends by itself (--grace-s 1: with the default 10 s, a trial's launcher was seen
+waiting those 10 s after both ranks had exited 0, about one trial in twenty):
+  slow data   (--parts data) a dataset that waits 2 ms a sample (a read from slow storage) under a DataLoader with
+              num_workers=0: the bottleneck is data, tune tries num_workers=1 (each rank may use 1 of the 2 CPUs),
+              reports its speed-up with an interval that excludes 1, recommends it with the same losses, prints the
+              DataLoader line and writes tune.yaml; tune.json, events.jsonl (a tune_trial line per trial) and
+              report.html with its Tuning section are written; a later `dtrain run --tune tune.yaml` of the unchanged
+              script is faster than a plain `dtrain run` (the script's own samples/s), by a ratio inside the interval
+              tune reported, widened by the spread of the plain runs;
+  buckets     (--parts communication,compute) a DDP model of 129 small layers with bucket_cap_mb=1: bucket sizes (5
+              and 25 MB) and gradient_as_bucket_view are tried, each with its interval and a loss check of "same"
+              (what they gain here is in BENCHMARKS.md, measured with 3 repeats);
   trainer     the job-spec form (`dtrain tune job.yaml --set ...`) with dtrain-trainer on 2 simulated nodes: its
               flags and the communication backend across nodes are the candidates, every trial is measured with the
               losses kept; a script-form option given with a spec is refused;
   tuned       one rank, no data wait, no communication, a thread per CPU: tune says the job is already tuned, recommends
               nothing and writes no tune.yaml, after one trial;
-  losses      (1 rank, --parts data) the slow dataset adds noise from the global generator: in DataLoader workers that noise differs, so
-              num_workers changes the losses; that candidate is reported as loss_changed and not recommended;
+  losses      (1 rank, --parts data) the slow dataset adds noise from the global generator: in DataLoader workers that
+              noise differs, so num_workers changes the losses; that candidate is reported as loss_changed and not
+              recommended;
   (slow data, whose measure is a speed-up, runs alone as integration.tune_speedup: `--only speedup`; the others'
-  checks do not depend on how fast the machine is at the moment)
+  checks do not depend on how fast the machine is at the moment, so after tuned, whose verdict rests on the shares of
+  a step and which runs alone, buckets and trainer run beside losses and refused)
   refused     each a clear message and nothing left running: a script that never steps an optimizer (exit 2), one that
-              ends before the warm-up (exit 2), one whose dataset fails in workers (1 rank, --parts data) (that candidate "failed", the
-              tuning goes on, exit 0), a budget too small for one trial (exit 2), a program that is not Python."""
+              ends before the warm-up (exit 2), one whose dataset fails in workers (1 rank, --parts data) (that
+              candidate "failed", the tuning goes on, exit 0), a budget too small for one trial (exit 2), a program
+              that is not Python."""
 
+import concurrent.futures
 import json
 import os
 import re
@@ -36,11 +43,17 @@ from harness import DTRAIN, PYTHON, Run, check, finish, write
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "scripts", "tune_train.py")
 SHORT = ["--warmup-steps", "4", "--trial-steps", "12"]
+# For the checks on losses and failures, not speeds: tune compares the first min(5, warm-up + measured) steps'
+# losses, so 2 + 3 (the fewest --trial-steps takes) compares as many as SHORT does.
+FEWEST = ["--warmup-steps", "2", "--trial-steps", "3"]
+# For the runs that end by themselves (the budget case, stopped at its deadline, keeps the default; see the docstring).
+GRACE = ["--grace-s", "1"]
 
 
-def tune(args, ranks=2, repeats=3, parts=None, timeout=240):
-    run = Run(["tune"] + SHORT + ["--budget", "4m", "--repeats", str(repeats)] + (["--parts", parts] if parts else [])
-              + ["-n", str(ranks), "--", PYTHON, SCRIPT] + args, timeout=timeout)
+def tune(args, ranks=2, repeats=3, parts=None, timeout=240, steps=SHORT):
+    run = Run(["tune"] + steps + GRACE + ["--budget", "4m", "--repeats", str(repeats)]
+              + (["--parts", parts] if parts else []) + ["-n", str(ranks), "--", PYTHON, SCRIPT] + args,
+              timeout=timeout)
     run.run()
     return run
 
@@ -65,7 +78,8 @@ def named(result, name):
 
 def own_rate(dir, extra):
     """The script's own samples/s in a plain `dtrain run` (extra: dtrain's options)."""
-    run = Run(extra + ["-n", "2", "--", PYTHON, SCRIPT, "--delay-ms", "2", "--steps", "40"], cwd=dir, timeout=120)
+    run = Run(extra + GRACE + ["-n", "2", "--", PYTHON, SCRIPT, "--delay-ms", "2", "--steps", "40"], cwd=dir,
+              timeout=120)
     run.args[1:1] = ["run"]
     run.run()
     found = re.search(r"samples/s ([\d.]+)", run.out)
@@ -150,7 +164,7 @@ def already_tuned():
 
 
 def losses_change():
-    run = tune(["--delay-ms", "2", "--augment"], ranks=1, repeats=1, parts="data")
+    run = tune(["--delay-ms", "2", "--augment"], ranks=1, repeats=1, parts="data", steps=FEWEST)
     check(run.code == 0, "losses: exit 0, got %s: %s" % (run.code, run.err[-600:]))
     result = result_of(run)
     if result is None:
@@ -203,14 +217,14 @@ def trainer_spec():
 def refused():
     never = os.path.join(Run([]).dir, "never.py")
     write(never, "import torch\nmodel = torch.nn.Linear(2, 2)\nprint(model(torch.ones(1, 2)).sum().item())\n")
-    run = Run(["tune"] + SHORT + ["-n", "1", "--", PYTHON, never], timeout=60).run()
+    run = Run(["tune"] + SHORT + GRACE + ["-n", "1", "--", PYTHON, never], timeout=60).run()
     check(run.code == 2 and "without an optimizer step" in run.err, "never steps: exit 2 and why: %s" % run.err)
     run.assert_no_leaks()
-    run = Run(["tune"] + SHORT + ["-n", "2", "--", PYTHON, SCRIPT, "--steps", "4"], timeout=60).run()
+    run = Run(["tune"] + SHORT + GRACE + ["-n", "2", "--", PYTHON, SCRIPT, "--steps", "4"], timeout=60).run()
     check(run.code == 2 and "after 4 optimizer step(s)" in run.err and "= 16" in run.err,
           "too few steps: exit 2 and why: %s" % run.err)
     run.assert_no_leaks()
-    run = tune(["--delay-ms", "2", "--main-process-only"], ranks=1, repeats=1, parts="data")
+    run = tune(["--delay-ms", "2", "--main-process-only"], ranks=1, repeats=1, parts="data", steps=FEWEST)
     result = result_of(run)
     failed = named(result, "num_workers=1") if result else None
     check(run.code == 0 and failed is not None and failed["status"] == "failed" and "exited with code" in
@@ -234,9 +248,12 @@ def refused():
 if sys.argv[1:] == ["--only", "speedup"]:
     slow_data()
 else:
-    buckets()
-    trainer_spec()
+    # Tuned first, alone: its verdict rests on the shares of a step. Then two lines of cases side by side, each one
+    # case after another (two jobs at once at most): their checks are on statuses, losses and messages.
     already_tuned()
-    losses_change()
-    refused()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        beside = pool.submit(lambda: (losses_change(), refused()))
+        buckets()
+        trainer_spec()
+        beside.result()
 finish()
