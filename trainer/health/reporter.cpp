@@ -15,9 +15,14 @@
 #include "common/os/stop_thread.h"
 #include "trainer/common/env.h"
 #include "trainer/health/phase.h"
+#include "trainer/health/stack_dump.h"
 
 namespace dtrain::trainer {
 namespace {
+
+// Reports that carry the stack-dump announcement again (stack_dump.h): enough for any start-up race, few enough to
+// cost nothing.
+constexpr std::uint64_t kReannouncements = 8;
 
 std::string env_or_empty(const char* name) {
   const char* value = std::getenv(name);
@@ -96,6 +101,8 @@ void HealthReporter::run() {
     const bool stopping = stop_;
     lock.unlock();
     const Status status = client_ ? client_->send(report, {steps_done, current_phase(), dump_signal}) : Status{};
+    // The stack-dump announcement with the first reports (stack_dump.h): the agent may have dropped the first one.
+    if (sent_ + failed_ < kReannouncements) reannounce_stack_dump();
     lock.lock();
     if (stopping) return;
     if (!client_) continue;

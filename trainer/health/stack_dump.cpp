@@ -31,6 +31,8 @@ void on_dump_signal(int) {
 
 // {"rank": R, "token": ..., "report_token": ..., "dump_signal": S} to the agent's health socket. The tokens are hex
 // (agent/security), so they need no JSON escaping; a missing variable or socket just means no announcement.
+int installed_signal = 0;  // set by install_stack_dump()
+
 void announce(int signal) {
   const char* socket_path = std::getenv("DTRAIN_HEALTH_SOCKET");
   const char* rank = std::getenv("RANK");
@@ -71,7 +73,12 @@ int install_stack_dump() {
     return 0;
   }
   announce(SIGUSR2);
+  installed_signal = SIGUSR2;
   return SIGUSR2;
+}
+
+void reannounce_stack_dump() {
+  if (installed_signal != 0) announce(installed_signal);
 }
 
 }  // namespace dtrain::trainer

@@ -24,4 +24,10 @@ namespace dtrain::trainer {
 // cannot be opened, or the signal is taken).
 int install_stack_dump();
 
+// The announcement again, when install_stack_dump() installed the handler (nothing otherwise). The agent drops an
+// announcement that arrives before it has recorded this process as the rank's worker (a worker can start faster
+// than its agent's bookkeeping, as on a loaded machine), and would then never ask for the dump: the health reporter
+// repeats it with its first reports.
+void reannounce_stack_dump();
+
 }  // namespace dtrain::trainer
