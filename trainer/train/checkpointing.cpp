@@ -142,19 +142,18 @@ std::optional<StartPoint> load_newest_checkpoint(const std::string& dir, const T
           read_checkpoint_pair(pair, shape.config, ordered.data(), m.data(), v.data(), n, model_checked);
       check_precision(pair.state, state);
       HostMirror params(model.backend(), model.params(), model.buffer_size());
+      model.layout().take_slices(ordered.data(), params.data());  // this rank's slices (all of it without --tp)
+      params.commit();
       if (model.layout().tensor_parallel().size > 1) {
-        // This rank's slices of the whole model and of its moments (stored in the whole model's unpadded layout).
-        model.layout().take_slices(ordered.data(), params.data());
+        // The moments are stored in the whole model's unpadded layout: this rank's slices of them.
         for (auto [stored, out] : {std::pair{&m, m_out}, std::pair{&v, v_out}}) {
           whole.to_checkpoint_order(stored->data(), ordered.data());
           model.layout().take_slices(ordered.data(), out);
         }
       } else {
-        model.layout().from_checkpoint_order(ordered.data(), params.data());
         model.layout().unpack(m.data(), m_out);
         model.layout().unpack(v.data(), v_out);
       }
-      params.commit();
       if (found.world_size != shape.world_size || found.batch_size != shape.batch_size ||
           found.grad_accum != shape.grad_accum) {
         spdlog::warn("checkpoint {} was written with batch {} x world {} x accum {}; this run splits the same "

@@ -206,35 +206,40 @@ GradSpans Training::reduced_spans() const {
 // Clipping (the norm to the window's slot), then AdamW unless the loss scaler skips the step, then the 16-bit
 // working copy.
 void Training::clip_and_update(float lr, bool skipped) {
-  if (zero_ && groups_.tp) {
-    // ZeRO over the data-parallel group of a tensor-parallel model (host memory: check_parallel_flags): the whole
-    // model's norm from the owned shards, summed over both groups (tp/grad_norm.h).
-    std::vector<ParamRange> owned;
-    for (const ShardSpan& own : zero_->shards().owned()) owned.push_back({own.offset, own.count});
-    *window_->scratch() =
-        sharded_tensor_parallel_sum_squares(k(), replicas(), *groups_.tp, model_.layout(), model_.grads(), owned);
-    k().norm_of(window_->norm(), window_->scratch());
-    for (const ParamRange& own : owned)
-      k().clip_to(model_.grads() + own.offset, own.count, window_->norm(), o_.grad_clip);
-    if (!skipped) zero_->step(lr, optimizer_steps_ + 1);
+  if (groups_.tp) {
+    clip_tensor_parallel();
   } else if (zero_) {
     zero_->clip_grad_norm_to(o_.grad_clip, window_->norm());
-    if (!skipped) zero_->step(lr, optimizer_steps_ + 1);
-  } else if (groups_.tp) {
-    // The whole model's norm: the split tensors' squares summed over the tensor-parallel group, the replicated
-    // ones counted once (tp/grad_norm.h); a host backend (check_parallel_flags), so the slots are host memory.
-    *window_->scratch() = tensor_parallel_sum_squares(k(), *groups_.tp, model_.layout(), model_.grads());
-    k().norm_of(window_->norm(), window_->scratch());
-    k().clip_to(model_.grads(), n_, window_->norm(), o_.grad_clip);
-    if (!skipped) adamw_->step(model_.params(), model_.grads(), lr, optimizer_steps_ + 1);
   } else {
     clip_grad_norm_to(k(), model_.grads(), n_, o_.grad_clip, window_->norm(), window_->scratch());
-    if (!skipped) adamw_->step(model_.params(), model_.grads(), lr, optimizer_steps_ + 1);
   }
   if (!skipped) {
+    if (zero_) {
+      zero_->step(lr, optimizer_steps_ + 1);
+    } else {
+      adamw_->step(model_.params(), model_.grads(), lr, optimizer_steps_ + 1);
+    }
     ++optimizer_steps_;
     refresh_working_params();
   }
+}
+
+// Clipping with --tp (a host backend: check_parallel_flags, so the window's slots are host memory): the whole model's
+// norm over the gradients this rank holds reduced, the split tensors' squares summed over the tensor-parallel group
+// and the replicated ones counted once; with ZeRO, from the owned shards, summed over the data-parallel group first
+// (tp/grad_norm.h).
+void Training::clip_tensor_parallel() {
+  const GradSpans spans = reduced_spans();
+  if (zero_) {
+    std::vector<ParamRange> owned;
+    for (const auto& [offset, count] : spans) owned.push_back({offset, count});
+    *window_->scratch() =
+        sharded_tensor_parallel_sum_squares(k(), replicas(), *groups_.tp, model_.layout(), model_.grads(), owned);
+  } else {
+    *window_->scratch() = tensor_parallel_sum_squares(k(), *groups_.tp, model_.layout(), model_.grads());
+  }
+  k().norm_of(window_->norm(), window_->scratch());
+  for (const auto& [offset, count] : spans) k().clip_to(model_.grads() + offset, count, window_->norm(), o_.grad_clip);
 }
 
 // A checkpoint after optimizer step `step`, whose successor reads data step `data_step`.

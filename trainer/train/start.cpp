@@ -107,11 +107,7 @@ float Training::load_start(bool want_resume, StartPoint& start, std::exception_p
       std::vector<float> ordered(model_params_);
       read_model_file(o_.init_from, config_, ordered.data(), model_params_);
       HostMirror params(k(), model_.params(), model_.buffer_size());
-      if (grid_.tp() > 1) {
-        model_.layout().take_slices(ordered.data(), params.data());  // this rank's slices of the whole model
-      } else {
-        model_.layout().from_checkpoint_order(ordered.data(), params.data());
-      }
+      model_.layout().take_slices(ordered.data(), params.data());  // this rank's slices (all of it without --tp)
       params.commit();
     } else {
       model_.init_weights(o_.seed);

@@ -113,6 +113,7 @@ class Training {
   Communicator& replicas() { return groups_.dp ? *groups_.dp : *comm_; }
   GradSpans reduced_spans() const;
   void clip_and_update(float lr, bool skipped);
+  void clip_tensor_parallel();
   // Mixed precision: the 16-bit working copy from the fp32 master (ZeRO-3: the owned shards of both).
   void refresh_working_params() { zero_ ? zero_->refresh_working_params() : model_.refresh_working_params(); }
 

@@ -37,9 +37,7 @@ void add_squares(kernels::Backend& backend, const ParamLayout& layout, const flo
 double tensor_parallel_sum_squares(kernels::Backend& backend, Communicator& group, const ParamLayout& layout,
                                    const float* grads) {
   double split = 0, replicated = 0;
-  for (const TensorInfo& t : layout.checkpoint_tensors()) {
-    (t.replicated ? replicated : split) += backend.sum_squares(grads + t.offset, t.count);
-  }
+  add_squares(backend, layout, grads, {0, layout.buffer_size()}, split, replicated);
   return sum_over(group, split, "tp-all-gather (the gradient norms)") + replicated;
 }
 
