@@ -4,14 +4,14 @@
 
 namespace dtrain::trainer {
 
-Gpt::Activations::Activations(kernels::Backend& b, const GptConfig& c, const Widths& w, kernels::Dtype precision,
-                              Recompute recompute, std::size_t BT, std::size_t BTT)
+Gpt::Activations::Activations(kernels::Backend& b, const GptConfig& c, int layers, const Widths& w,
+                              kernels::Dtype precision, Recompute recompute, std::size_t BT, std::size_t BTT)
     : backend(b), capacity_bt(BT), capacity_att(BTT) {
   const std::size_t C = c.channels, NH = w.heads, Vp = w.vocab;
   const std::size_t QKV = w.qkv, ATT = w.att, FC = w.fc;
   // Layers kept: of the block's activations (full recompute: one, rebuilt before each block's backward), and of
   // attention's probabilities (selective and full: one).
-  const std::size_t L = recompute == Recompute::full ? 1 : static_cast<std::size_t>(c.num_layers);
+  const std::size_t L = recompute == Recompute::full ? 1 : static_cast<std::size_t>(layers);
   const std::size_t L_att = recompute == Recompute::none ? L : 1;
   // Token ids are 4 bytes, as a float is.
   static_assert(sizeof(std::int32_t) == sizeof(float));
@@ -30,7 +30,7 @@ Gpt::Activations::Activations(kernels::Backend& b, const GptConfig& c, const Wid
   ln2_rstd = take(L * BT);
   fch = take(L * BT * FC);
   fch_gelu = take_input(precision, L, BT * FC);
-  residual3 = take(static_cast<std::size_t>(c.num_layers) * BT * C);  // each block's output: the next one's input
+  residual3 = take(static_cast<std::size_t>(layers) * BT * C);  // each block's output: the next one's input
   lnf = take_input(precision, 1, BT * C);
   lnf_mean = take(BT);
   lnf_rstd = take(BT);

@@ -31,9 +31,10 @@ struct MatmulInput {
 struct Gpt::Activations {
   // The per-layer buffers hold one layer where `recompute` recomputes them (gpt.h's Recompute): full keeps L
   // layers of the residual stream (residual3) only, selective keeps one layer of att.
-  // widths: the model's (a tensor-parallel rank's local widths of q/k/v, attention, MLP, heads and logits).
-  Activations(kernels::Backend& backend, const GptConfig& config, const Widths& widths, kernels::Dtype precision,
-              Recompute recompute, std::size_t BT, std::size_t BTT);
+  // widths: the model's (a tensor-parallel rank's local widths of q/k/v, attention, MLP, heads and logits). layers:
+  // how many the model runs (a pipeline stage's; L below), indexed from 0 (Gpt::local).
+  Activations(kernels::Backend& backend, const GptConfig& config, int layers, const Widths& widths,
+              kernels::Dtype precision, Recompute recompute, std::size_t BT, std::size_t BTT);
   ~Activations();
   Activations(const Activations&) = delete;
   Activations& operator=(const Activations&) = delete;

@@ -17,12 +17,13 @@
 namespace dtrain::trainer {
 
 Gpt::Gpt(const GptConfig& config, kernels::Backend& backend, int unit_multiple, kernels::Dtype precision,
-         BufferSource* buffers, TensorParallel tp)
-    : layout_(config, unit_multiple, tp),
+         BufferSource* buffers, TensorParallel tp, PipelineStage stage)
+    : layout_(config, unit_multiple, tp, stage),
       backend_(backend),
       own_buffers_(buffers == nullptr ? std::make_unique<BackendBuffers>(backend) : nullptr),
       buffers_(buffers == nullptr ? *own_buffers_ : *buffers),
-      precision_(precision) {
+      precision_(precision),
+      sets_(1) {
   if (tp.size > 1 && !backend.host_accessible())
     throw std::invalid_argument("Gpt: tensor parallelism runs on host backends only so far (the vocabulary-parallel "
                                 "embedding and cross-entropy read host memory); '" + backend.name() + "' is not one");
@@ -37,6 +38,7 @@ Gpt::Gpt(const GptConfig& config) : Gpt(config, kernels::cpu_backend()) {}
 
 Gpt::~Gpt() {
   acts_.reset();
+  sets_.clear();
   backend_.release(logits_);
   buffers_.release_half(params_half_);
   buffers_.release(grads_);
@@ -100,22 +102,27 @@ void Gpt::linear_backward(float* dinp, std::size_t weight, float* dbias, const f
 void Gpt::set_recompute(Recompute recompute) {
   if (recompute == recompute_) return;
   recompute_ = recompute;
-  acts_.reset();  // sized anew, for what is kept, at the next forward
-  backend_.release(logits_);
-  logits_ = nullptr;
+  set_activation_sets(activation_sets());  // sized anew, for what is kept, at the next forward
 }
 
 std::size_t Gpt::activation_bytes() const {
-  if (!acts_) return 0;
-  const std::size_t logits = acts_->capacity_bt * static_cast<std::size_t>(widths().vocab);
-  return (acts_->owned_count + acts_->att_scratch_count + logits) * sizeof(float);
+  std::size_t floats = 0, bt = 0;
+  auto add = [&](const std::unique_ptr<Activations>& set) {
+    if (!set) return;
+    floats += set->owned_count + set->att_scratch_count;
+    bt = std::max(bt, set->capacity_bt);
+  };
+  add(acts_);
+  for (const auto& set : sets_) add(set);
+  if (logits_ != nullptr) floats += bt * static_cast<std::size_t>(widths().vocab);  // one for every set
+  return floats * sizeof(float);
 }
 
 void Gpt::init_weights(std::uint64_t seed) {
   HostMirror mirror(backend_, params_, buffer_size(), HostMirror::Read::no);
-  if (tp_size() == 1) {
+  if (layout_.whole()) {
     init_layout(layout_, mirror.data(), seed);
-  } else {  // this rank's slices of the whole model's initialisation
+  } else {  // this rank's slices (and stage) of the whole model's initialisation
     const ParamLayout whole(config());
     std::vector<float> params(whole.buffer_size()), ordered(whole.num_params());
     init_layout(whole, params.data(), seed);
@@ -166,8 +173,9 @@ void Gpt::ensure_activations(int B, int T) {
     acts_.reset();
     backend_.release(logits_);
     logits_ = nullptr;
-    acts_ = std::make_unique<Activations>(backend_, config(), widths(), precision_, recompute_, BT, BTT);
-    logits_ = backend_.allocate(BT * widths().vocab);
+    acts_ = std::make_unique<Activations>(backend_, config(), layout_.stage_layers(), widths(), precision_,
+                                          recompute_, BT, BTT);
+    if (stage().last()) logits_ = backend_.allocate(BT * widths().vocab);
   }
   acts_->B = B;
   acts_->T = T;
@@ -203,7 +211,7 @@ float Gpt::forward(const std::int32_t* inputs, const std::int32_t* targets, int 
   if (a.has_targets) backend_.copy_in(a.targets, targets, BT * sizeof(std::int32_t));
   forward_layers();
   if (!a.has_targets) return std::numeric_limits<float>::quiet_NaN();
-  return loss_forward();
+  return stage().last() ? loss_forward() : 0.0f;
 }
 
 float Gpt::loss_forward() {
@@ -225,6 +233,7 @@ void Gpt::forward_batch(const std::int32_t* tokens, int B, int T, float* loss) {
   a.has_targets = true;
   forward_layers();
   const GptConfig& c = config();
+  if (!stage().last()) return backend_.zero(loss, 1);
   if (tp_size() > 1) {  // a host backend (the constructor's check): the loss is host memory
     *loss = loss_forward();
     return;
@@ -242,13 +251,15 @@ void Gpt::forward_layers() {
   kernels::Backend& k = backend_;
   const float* p = compute_;
   gather(0);
-  embed();
-  for (int l = 0; l < c.num_layers; ++l) {
+  if (stage().first()) embed();  // later stages' input was received into a.encoded (stage_input())
+  const int first = layout_.first_layer(), end = first + layout_.stage_layers();
+  for (int l = first; l < end; ++l) {
     gather(1 + l);
-    forward_block(l, l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C);
+    forward_block(l, l == first ? a.encoded : a.residual3 + (local(l) - 1) * BT * C);
     release(1 + l);
   }
-  const float* last = a.residual3 + (c.num_layers - 1) * BT * C;
+  if (!stage().last()) return;
+  const float* last = a.residual3 + (layout_.stage_layers() - 1) * BT * C;
   const int lnf_unit = layout_.num_units() - 1;
   gather(lnf_unit);
   k.layernorm_forward(staging(a.lnf, 0), a.lnf_mean, a.lnf_rstd, last, p + layout_.lnfw().offset,
@@ -300,7 +311,7 @@ void Gpt::forward_block(int l, const float* residual) {
   stage_done(a.fch_gelu, s, BT * wd.fc);
   linear(a.proj, a.fch_gelu, s, at(LayerTensor::fcprojw), row_bias(w(LayerTensor::fcprojb)), N, wd.fc, C);
   tp_allreduce(a.proj, BT * C, "tp-allreduce (the MLP's row-parallel output)");
-  k.residual_forward(a.residual3 + l * BT * C, residual2, a.proj, BT * C);
+  k.residual_forward(a.residual3 + local(l) * BT * C, residual2, a.proj, BT * C);
 }
 
 }  // namespace dtrain::trainer

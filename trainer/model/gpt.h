@@ -28,6 +28,16 @@
 // (wpe, the LayerNorms, the row-parallel biases) get the same gradient on every rank of the group, computed from the
 // same values, so they stay equal without a collective. Host backends only (the vocabulary-parallel ops read host
 // memory); logits() is then this rank's Vp/T columns.
+//
+// Pipeline parallelism (Huang et al. 2019; Narayanan et al. 2021): built with PipelineStage{P, stage}, the model holds
+// that stage's layers (layout.h) and runs only them. A stage after the first takes its input from stage_input()
+// (the previous stage's output, received there before forward_batch()); a stage before the last leaves its output in
+// stage_output() and, before backward(), takes d output in stage_output_grad(); after backward() a stage after the
+// first has d input in stage_input_grad(). Only the last stage computes the loss; forward_batch() writes 0 to *loss
+// elsewhere. Several micro-batches in flight (the pipeline's schedule) each keep their own activations:
+// set_activation_sets(n) keeps n sets and use_activation_set(i) picks the one that the next forward_batch(), the
+// stage buffers and backward() use. The tied wte's two copies (first and last stage) each get their own stage's
+// gradient: the caller sums them (layout.h).
 
 #include <cstddef>
 #include <cstdint>
@@ -72,9 +82,10 @@ class Gpt {
   // tp: this rank's place in its tensor-parallel group (top of this file); a group of more than one rank needs a
   // backend with host-accessible memory (std::invalid_argument otherwise) and set_tensor_parallel_group() before the
   // first forward().
+  // stage: this rank's pipeline stage (top of this file).
   explicit Gpt(const GptConfig& config, kernels::Backend& backend, int unit_multiple = 1,
                kernels::Dtype precision = kernels::Dtype::fp32, BufferSource* buffers = nullptr,
-               TensorParallel tp = {});
+               TensorParallel tp = {}, PipelineStage stage = {});
   explicit Gpt(const GptConfig& config);  // the CPU backend
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -146,6 +157,21 @@ class Gpt {
   // (B, T, Vp) logits of the last forward(); valid until the next forward().
   const float* logits() const { return logits_; }
 
+  // Pipeline parallelism (top of this file). set_activation_sets(n >= 1) frees every set (they are sized anew at
+  // their next forward); use_activation_set(i) picks set i in [0, n) (std::out_of_range otherwise).
+  void set_activation_sets(int n);
+  void use_activation_set(int i);
+  int activation_sets() const { return static_cast<int>(sets_.size()); }
+  // The current set's (B, T, C) input of the stage, sized for B x T (a stage after the first receives into it before
+  // forward_batch(); the first stage's embedding writes it).
+  float* stage_input(int B, int T);
+  // The current set's (B, T, C) output of the stage's last layer, after forward_batch().
+  const float* stage_output() const;
+  // The current set's (B, T, C) d loss / d output (a stage before the last receives into it, after forward_batch()
+  // and before backward()); after backward(), d loss / d input (stage_input_grad(), the same buffer).
+  float* stage_output_grad();
+  const float* stage_input_grad() const;
+
   // grads[0, buffer_size()) = 0.
   void zero_grad();
   // grads += d(loss_scale * loss)/dparams for the last forward(), once per forward() (it consumes the softmax
@@ -161,6 +187,11 @@ class Gpt {
   };
   Widths widths() const;
   int tp_size() const { return layout_.tensor_parallel().size; }
+  const PipelineStage& stage() const { return layout_.pipeline_stage(); }
+  // Layer l's index among this stage's layers (the activations hold this stage's layers only).
+  int local(int l) const { return l - layout_.first_layer(); }
+  // The activations of the current set, or std::logic_error naming `what` when it has none yet.
+  Activations& current(const char* what) const;
   VocabSlice vocab_slice() const;
   // Sums `count` floats in place over the tensor-parallel group (nothing with T = 1); `what` names it in errors.
   void tp_allreduce(float* data, std::size_t count, const char* what);
@@ -182,10 +213,12 @@ class Gpt {
   // Block l's backward, from d residual3[l] in the activations' dresidual to d of its input there; ready_from(offset)
   // hands the gradients from `offset` on to backward()'s GradsReady as they become final.
   void backward_block(int l, const std::function<void(std::size_t)>& ready_from);
+  // The last stage's loss, output head and final LayerNorm backward, into the activations' dresidual.
+  void head_backward(float loss_scale, const std::function<void(std::size_t)>& ready_from);
   // Where layer l's kept activations are: full recompute keeps one layer's, at 0; selective keeps one layer's
   // attention probabilities.
-  int slot(int l) const { return recompute_ == Recompute::full ? 0 : l; }
-  int att_slot(int l) const { return recompute_ == Recompute::none ? l : 0; }
+  int slot(int l) const { return recompute_ == Recompute::full ? 0 : local(l); }
+  int att_slot(int l) const { return recompute_ == Recompute::none ? local(l) : 0; }
   void gather(int unit) { if (hooks_.gather) hooks_.gather(unit); }
   void release(int unit) { if (hooks_.release) hooks_.release(unit); }
   // The matrix products of forward and backward in the model's precision: the input activation x (layer l of it)
@@ -207,7 +240,9 @@ class Gpt {
   float* grads_ = nullptr;
   Recompute recompute_ = Recompute::none;
   float* logits_ = nullptr;
-  std::unique_ptr<Activations> acts_;
+  std::unique_ptr<Activations> acts_;                // the current set's
+  std::vector<std::unique_ptr<Activations>> sets_;   // the others (set_ is acts_, moved out)
+  int set_ = 0;
   UnitHooks hooks_;
   Communicator* tp_group_ = nullptr;
 };

@@ -49,19 +49,47 @@ void Gpt::backward(float loss_scale, const GradsReady& grads_ready) {
   const GptConfig& c = config();
   const Widths wd = widths();
   const int B = a.B, T = a.T, C = c.channels;
-  const std::size_t BT = static_cast<std::size_t>(B) * T;
-  const int N = static_cast<int>(BT);
   kernels::Backend& k = backend_;
   float* g = grads_;
 
   // Everything from `unreported` to the end of the buffer has been handed to grads_ready.
   std::size_t unreported = buffer_size();
   auto ready_from = [&](std::size_t offset) {
+    if (offset >= unreported) return;  // nothing new (another stage's tensors)
     if (grads_ready) grads_ready(offset, unreported - offset);
     unreported = offset;
   };
 
   a.ensure_scratch(k.attention_scratch_size(B, T, wd.att, wd.heads));
+  // A stage before the last starts from d output, received into dresidual (stage_output_grad()).
+  if (stage().last()) head_backward(loss_scale, ready_from);
+  const int first = layout_.first_layer();
+  for (int l = first + layout_.stage_layers() - 1; l >= first; --l) backward_block(l, ready_from);
+  if (stage().first()) {
+    if (tp_size() > 1) {
+      slice_embedding_backward(g + layout_.wte().offset, g + layout_.wpe().offset, a.dresidual, a.inputs, B, T, C,
+                               vocab_slice());
+    } else {
+      k.embedding_backward(g + layout_.wte().offset, g + layout_.wpe().offset, a.dresidual, a.inputs, B, T, C);
+    }
+  }
+  // A stage after the first leaves d input in dresidual (stage_input_grad()).
+  release(0);
+  ready_from(layout_.wpe().offset);
+  ready_from(0);
+  // probs were overwritten by dlogits: another backward() needs another forward().
+  a.has_targets = false;
+}
+
+// The last stage's loss, head and final LayerNorm backward: d residual3 of the last layer into dresidual.
+void Gpt::head_backward(float loss_scale, const std::function<void(std::size_t)>& ready_from) {
+  Activations& a = *acts_;
+  const GptConfig& c = config();
+  const Widths wd = widths();
+  const int C = c.channels;
+  const std::size_t BT = static_cast<std::size_t>(a.B) * a.T;
+  const int N = static_cast<int>(BT);
+  kernels::Backend& k = backend_;
   float* dlogits = a.probs;
   const float dloss = loss_scale / static_cast<float>(N);
   if (tp_size() > 1) {
@@ -72,26 +100,13 @@ void Gpt::backward(float loss_scale, const GradsReady& grads_ready) {
   linear_backward(a.dbtc, layout_.wte().offset, nullptr, dlogits, a.lnf, 0, N, C, wd.vocab);
   tp_allreduce(a.dbtc, BT * C, "tp-allreduce (the output head's input gradient)");
   k.zero(a.dresidual, BT * C);
-  const float* last = a.residual3 + (c.num_layers - 1) * BT * C;
+  const float* last = a.residual3 + static_cast<std::size_t>(layout_.stage_layers() - 1) * BT * C;
   const int lnf_unit = layout_.num_units() - 1;
   gather(lnf_unit);
-  k.layernorm_backward(a.dresidual, g + layout_.lnfw().offset, g + layout_.lnfb().offset, a.dbtc, last,
+  k.layernorm_backward(a.dresidual, grads_ + layout_.lnfw().offset, grads_ + layout_.lnfb().offset, a.dbtc, last,
                        compute_ + layout_.lnfw().offset, a.lnf_mean, a.lnf_rstd, N, C);
   release(lnf_unit);
   ready_from(layout_.lnfw().offset);
-
-  for (int l = c.num_layers - 1; l >= 0; --l) backward_block(l, ready_from);
-  if (tp_size() > 1) {
-    slice_embedding_backward(g + layout_.wte().offset, g + layout_.wpe().offset, a.dresidual, a.inputs, B, T, C,
-                             vocab_slice());
-  } else {
-    k.embedding_backward(g + layout_.wte().offset, g + layout_.wpe().offset, a.dresidual, a.inputs, B, T, C);
-  }
-  release(0);
-  ready_from(layout_.wpe().offset);
-  ready_from(0);
-  // probs were overwritten by dlogits: another backward() needs another forward().
-  a.has_targets = false;
 }
 
 void Gpt::backward_block(int l, const std::function<void(std::size_t)>& ready_from) {
@@ -105,7 +120,7 @@ void Gpt::backward_block(int l, const std::function<void(std::size_t)>& ready_fr
   auto dw = [&](LayerTensor t) { return grads_ + layout_.layer_tensor(l, t).offset; };
   auto start = [&](LayerTensor t) { return layout_.layer_tensor(l, t).offset; };
   const int s = slot(l);
-  const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
+  const float* residual = local(l) == 0 ? a.encoded : a.residual3 + (local(l) - 1) * BT * C;
   const float* qkv = a.qkv + s * BT * wd.qkv;
   const float* residual2 = a.residual2 + s * BT * C;
   const float* fch = a.fch + s * BT * wd.fc;

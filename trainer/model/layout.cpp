@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace dtrain::trainer {
@@ -72,15 +73,28 @@ void check_tensor_parallel(const GptConfig& c, const TensorParallel& tp) {
                                 std::to_string(tp.size));
 }
 
+void check_pipeline_stage(const GptConfig& c, const PipelineStage& stage) {
+  if (stage.size < 1 || stage.rank < 0 || stage.rank >= stage.size)
+    throw std::invalid_argument("ParamLayout: pipeline stage " + std::to_string(stage.rank) + " of " +
+                                std::to_string(stage.size) + " is not a stage of the pipeline");
+  if (c.num_layers % stage.size != 0)
+    throw std::invalid_argument("ParamLayout: " + std::to_string(c.num_layers) +
+                                " layers must divide by the pipeline-parallel size " + std::to_string(stage.size));
+}
+
 }  // namespace
 
-ParamLayout::ParamLayout(const GptConfig& config, int unit_multiple, TensorParallel tp)
-    : config_(config), tp_(tp), multiple_(unit_multiple) {
+ParamLayout::ParamLayout(const GptConfig& config, int unit_multiple, TensorParallel tp, PipelineStage stage)
+    : config_(config), tp_(tp), stage_(stage) {
   config_.validate();
   if (unit_multiple < 1)
     throw std::invalid_argument("ParamLayout: unit_multiple " + std::to_string(unit_multiple) +
                                 " must be at least 1 (the ZeRO world size, or 1 for no padding)");
+  multiple_ = unit_multiple;
   check_tensor_parallel(config_, tp_);
+  check_pipeline_stage(config_, stage_);
+  stage_layers_ = config_.num_layers / stage_.size;
+  first_layer_ = stage_.rank * stage_layers_;
   const int C = config_.channels;
   const std::vector<int> full_shapes[kLayerTensors] = {{C},        {C}, {3 * C, C}, {3 * C}, {C, C},     {C},
                                                        {C},        {C}, {4 * C, C}, {4 * C}, {C, 4 * C}, {C}};
@@ -95,50 +109,69 @@ ParamLayout::ParamLayout(const GptConfig& config, int unit_multiple, TensorParal
   std::vector<int> wte_shape;
   const std::vector<int> wte_full{config_.padded_vocab_size, C};
   const std::vector<SlicePiece> wte_pieces = slice_pieces(Split::rows, wte_full, tp_, wte_shape);
-  wte_count_ = elements(wte_shape);
-  wpe_count_ = static_cast<std::size_t>(config_.max_seq_len) * static_cast<std::size_t>(C);
-  const std::size_t L = config_.num_layers;
-  total_ = wte_count_ + wpe_count_ + L * layer_count_ + 2 * channels();
+  const bool has_wte = stage_.first() || stage_.last();
+  wte_count_ = has_wte ? elements(wte_shape) : 0;
+  wpe_count_ = stage_.first() ? static_cast<std::size_t>(config_.max_seq_len) * static_cast<std::size_t>(C) : 0;
+  lnf_count_ = stage_.last() ? channels() : 0;
+  const std::size_t L = static_cast<std::size_t>(stage_layers_);
+  total_ = wte_count_ + wpe_count_ + L * layer_count_ + 2 * lnf_count_;
   emb_slice_ = round_up(wte_count_ + wpe_count_, multiple_);
   layer_slice_ = round_up(layer_count_, multiple_);
   lnf_offset_ = emb_slice_ + L * layer_slice_;
-  buffer_ = lnf_offset_ + round_up(2 * channels(), multiple_);
+  buffer_ = lnf_offset_ + round_up(2 * lnf_count_, multiple_);
+  list_tensors(shapes, pieces, full_shapes, wte_shape, wte_pieces);
+}
 
+// checkpoint_tensors(): this stage's tensors in llm.c's order, each placed in the whole model (full_at) too.
+void ParamLayout::list_tensors(const std::vector<int>* shapes, const std::vector<SlicePiece>* pieces,
+                               const std::vector<int>* full_shapes, const std::vector<int>& wte_shape,
+                               const std::vector<SlicePiece>& wte_pieces) {
+  const int C = config_.channels;
   std::size_t full_at = 0;
-  // One tensor of the checkpoint order: its place here (offset, count, shape: this rank's slice), then the whole.
-  auto add = [&](const char* name, int layer, ParamRange at, std::vector<int> shape, bool decay,
+  // One tensor of the checkpoint order: its place here (offset, count, shape: this rank's slice), then the whole;
+  // a tensor of another stage only moves full_at on.
+  auto add = [&](bool here, const char* name, int layer, ParamRange at, std::vector<int> shape, bool decay,
                  const std::vector<int>& full, std::vector<SlicePiece> slice, bool split) {
-    TensorInfo t;
-    t.name = name;
-    t.layer = layer;
-    t.offset = at.offset;
-    t.count = at.count;
-    t.shape = std::move(shape);
-    t.decay = decay;
-    t.full_shape = full;
-    t.full_at = full_at;
-    t.pieces = std::move(slice);
-    t.replicated = !split || tp_.size == 1;
+    if (here) {
+      TensorInfo t;
+      t.name = name;
+      t.layer = layer;
+      t.offset = at.offset;
+      t.count = at.count;
+      t.shape = std::move(shape);
+      t.decay = decay;
+      t.full_shape = full;
+      t.full_at = full_at;
+      t.pieces = std::move(slice);
+      t.replicated = !split || tp_.size == 1;
+      t.tied_copy = layer < 0 && std::string(name) == "wte" && !stage_.first();
+      tensors_.push_back(std::move(t));
+    }
     full_at += elements(full);
-    tensors_.push_back(std::move(t));
   };
-  add("wte", -1, wte(), wte_shape, true, wte_full, wte_pieces, true);
+  const std::vector<int> wte_full{config_.padded_vocab_size, C};
+  add(wte_count_ > 0, "wte", -1, wte(), wte_shape, true, wte_full, wte_pieces, true);
   const std::vector<int> wpe_shape{config_.max_seq_len, C};
-  add("wpe", -1, wpe(), wpe_shape, true, wpe_shape, {{0, 0, wpe_count_}}, false);
+  add(stage_.first(), "wpe", -1, wpe(), wpe_shape, true, wpe_shape, {{0, 0, wpe_count_}}, false);
   for (int i = 0; i < kLayerTensors; ++i)
     for (int l = 0; l < config_.num_layers; ++l) {
-      add(kLayerNames[i], l, layer_tensor(l, static_cast<LayerTensor>(i)), shapes[i], kLayerDecay[i], full_shapes[i],
-          pieces[i], kLayerSplit[i] != Split::none);
+      const bool here = has_layer(l);
+      add(here, kLayerNames[i], l, here ? layer_tensor(l, static_cast<LayerTensor>(i)) : ParamRange{}, shapes[i],
+          kLayerDecay[i], full_shapes[i], pieces[i], kLayerSplit[i] != Split::none);
     }
-  add("lnfw", -1, lnfw(), {C}, false, {C}, {{0, 0, channels()}}, false);
-  add("lnfb", -1, lnfb(), {C}, false, {C}, {{0, 0, channels()}}, false);
+  add(stage_.last(), "lnfw", -1, lnfw(), {C}, false, {C}, {{0, 0, channels()}}, false);
+  add(stage_.last(), "lnfb", -1, lnfb(), {C}, false, {C}, {{0, 0, channels()}}, false);
 }
 
 ParamRange ParamLayout::layer(int l) const {
   if (l < 0 || l >= config_.num_layers)
     throw std::out_of_range("layer " + std::to_string(l) + " out of range [0, " +
                             std::to_string(config_.num_layers) + ")");
-  return {emb_slice_ + static_cast<std::size_t>(l) * layer_slice_, layer_count_};
+  if (!has_layer(l))
+    throw std::out_of_range("layer " + std::to_string(l) + " is on another pipeline stage; stage " +
+                            std::to_string(stage_.rank) + " holds layers [" + std::to_string(first_layer_) + ", " +
+                            std::to_string(first_layer_ + stage_layers_) + ")");
+  return {emb_slice_ + static_cast<std::size_t>(l - first_layer_) * layer_slice_, layer_count_};
 }
 
 ParamRange ParamLayout::unit_slice(int u) const {
@@ -147,13 +180,15 @@ ParamRange ParamLayout::unit_slice(int u) const {
                             ")");
   if (u == 0) return {0, emb_slice_};
   if (u == num_units() - 1) return {lnf_offset_, buffer_ - lnf_offset_};
-  return {layer(u - 1).offset, layer_slice_};
+  const int l = u - 1;
+  if (!has_layer(l)) return {l < first_layer_ ? emb_slice_ : lnf_offset_, 0};  // another stage's layer: empty
+  return {layer(l).offset, layer_slice_};
 }
 
 std::size_t ParamLayout::unit_params(int u) const {
   if (u == 0) return wte_count_ + wpe_count_;
-  if (u == num_units() - 1) return 2 * channels();
-  return layer(u - 1).count;
+  if (u == num_units() - 1) return 2 * lnf_count_;
+  return has_layer(u - 1) ? layer(u - 1).count : 0;
 }
 
 ParamRange ParamLayout::layer_tensor(int l, LayerTensor t) const {
@@ -163,7 +198,7 @@ ParamRange ParamLayout::layer_tensor(int l, LayerTensor t) const {
 
 std::vector<ParamRange> ParamLayout::decay_ranges() const {
   std::vector<ParamRange> ranges{{0, wte_count_ + wpe_count_}};
-  for (int l = 0; l < config_.num_layers; ++l)
+  for (int l = first_layer_; l < first_layer_ + stage_layers_; ++l)
     for (int i = 0; i < kLayerTensors; ++i)
       if (kLayerDecay[i]) {
         const ParamRange r = layer_tensor(l, static_cast<LayerTensor>(i));

@@ -63,6 +63,9 @@ struct TensorInfo {
   std::size_t full_at = 0;
   std::vector<SlicePiece> pieces;
   bool replicated = true;   // every rank of the group holds all of it (LayerNorms, wpe, the row-parallel biases)
+  // Pipeline parallelism: the last stage's copy of wte for the tied output head (PipelineStage below); the first
+  // stage's copy is the one that counts once (checkpoints, the gradient norm).
+  bool tied_copy = false;
 };
 
 // A rank's place in its tensor-parallel group (trainer/parallel/grid/rank_grid.h): Megatron-LM's split of GPT-2
@@ -79,11 +82,27 @@ struct TensorParallel {
   int rank = 0;
 };
 
+// A rank's stage of a pipeline of `size` stages (trainer/parallel/grid/rank_grid.h), Megatron-LM's split of GPT-2:
+// stage `rank` holds layers [rank L/P, (rank + 1) L/P); the first stage also holds the embeddings (wte, wpe), the last
+// the final LayerNorm and its own copy of wte for the tied output head (Megatron-LM's "word embeddings" on the last
+// stage: the two copies start equal and their gradients are summed after backward, so they stay equal). Layers must
+// divide by size (check_model_split in rank_grid.h).
+struct PipelineStage {
+  int size = 1;
+  int rank = 0;
+  bool first() const { return rank == 0; }
+  bool last() const { return rank == size - 1; }
+};
+
 class ParamLayout {
  public:
   // unit_multiple: every unit's slice is padded to a multiple of it (the ZeRO world size; 1 = no padding). tp: this
   // rank's slices of the split tensors (TensorParallel above); the layout is then of those slices, in the same order.
-  explicit ParamLayout(const GptConfig& config, int unit_multiple = 1, TensorParallel tp = {});
+  // stage: this rank's pipeline stage (PipelineStage above); the layout then holds that stage's tensors only, in the
+  // same order, and keeps the whole model's numbering of layers and ZeRO units: a unit of another stage is empty
+  // (count 0), and layer(l) of a layer another stage holds throws std::out_of_range.
+  explicit ParamLayout(const GptConfig& config, int unit_multiple = 1, TensorParallel tp = {},
+                       PipelineStage stage = {});
 
   const GptConfig& config() const { return config_; }
   // Parameters of the model, without padding (what checkpoints hold).
@@ -103,10 +122,13 @@ class ParamLayout {
   ParamRange wpe() const { return {wte_count_, wpe_count_}; }
   ParamRange layer(int l) const;  // the whole block l
   ParamRange layer_tensor(int l, LayerTensor t) const;
-  ParamRange lnfw() const { return {lnf_offset_, channels()}; }
-  ParamRange lnfb() const { return {lnf_offset_ + channels(), channels()}; }
+  // Of another pipeline stage's tensors (PipelineStage above): wte() and wpe() on the middle stages, wpe() on the last
+  // and lnfw(), lnfb() before it are empty ranges.
+  ParamRange lnfw() const { return {lnf_offset_, lnf_count_}; }
+  ParamRange lnfb() const { return {lnf_offset_ + lnf_count_, lnf_count_}; }
 
-  // Every tensor in llm.c's checkpoint order (16 kinds; per-layer kinds expanded to L entries, layer 0 first).
+  // Every tensor in llm.c's checkpoint order (16 kinds; per-layer kinds expanded to L entries, layer 0 first); of a
+  // pipeline stage, its own tensors only (full_at still places them in the whole model).
   const std::vector<TensorInfo>& checkpoint_tensors() const { return tensors_; }
   // The ranges that get weight decay, in increasing offset order, adjacent ones merged.
   std::vector<ParamRange> decay_ranges() const;
@@ -120,17 +142,32 @@ class ParamLayout {
   void unpack(const float* packed, float* buffer) const;
 
   const TensorParallel& tensor_parallel() const { return tp_; }
+  const PipelineStage& pipeline_stage() const { return stage_; }
+  // This stage's layers: [first_layer(), first_layer() + stage_layers()).
+  int first_layer() const { return first_layer_; }
+  int stage_layers() const { return stage_layers_; }
+  bool has_layer(int l) const { return l >= first_layer_ && l < first_layer_ + stage_layers_; }
+  // Whether the layout holds the whole model (no tensor or pipeline split): its checkpoint order is then the whole
+  // model's, and take_slices() / put_slices() copy everything.
+  bool whole() const { return tp_.size == 1 && stage_.size == 1; }
   // Between the whole model in llm.c's checkpoint order (ParamLayout(config()).num_params() floats, what checkpoints
   // and --init-from hold) and this rank's slices in our buffer: take_slices() copies them out of it, put_slices()
-  // writes them into it (each element of a split tensor from the one rank holding it; a replicated tensor from any).
+  // writes them into it (each element of a split tensor from the one rank holding it; a replicated tensor from any;
+  // only the tensors of this rank's pipeline stage).
   void take_slices(const float* whole, float* ours) const;
   void put_slices(const float* ours, float* whole) const;
 
  private:
   std::size_t channels() const { return static_cast<std::size_t>(config_.channels); }
+  void list_tensors(const std::vector<int>* shapes, const std::vector<SlicePiece>* pieces,
+                    const std::vector<int>* full_shapes, const std::vector<int>& wte_shape,
+                    const std::vector<SlicePiece>& wte_pieces);
 
   GptConfig config_;
   TensorParallel tp_;
+  PipelineStage stage_;
+  int first_layer_ = 0;
+  int stage_layers_ = 0;
   std::size_t wte_count_ = 0;
   std::size_t wpe_count_ = 0;
   std::array<std::size_t, kLayerTensors> layer_offsets_{};  // within a block
@@ -141,6 +178,7 @@ class ParamLayout {
   std::size_t emb_slice_ = 0;    // wte + wpe + padding
   std::size_t layer_slice_ = 0;  // one block + padding
   std::size_t lnf_offset_ = 0;
+  std::size_t lnf_count_ = 0;    // C on the last pipeline stage, else 0
   std::size_t buffer_ = 0;
   std::vector<TensorInfo> tensors_;
 };
