@@ -43,14 +43,18 @@ cross = h.run([h.TRAINER, "--model", "tiny", "--tp", "4", "--dry-run"], work, en
 h.check(cross.code == 2 and "--allow-cross-node-tp" in cross.err, "a TP group across nodes is refused, exit 2")
 zero = h.run([h.TRAINER, "--model", "tiny", "--pp", "2", "--zero", "3", "--dry-run"], work, env=grid)
 h.check(zero.code == 2 and "--zero 1" in zero.err, "--pp 2 with --zero 3 is refused, exit 2")
-train = h.run([h.TRAINER] + base + ["--pp", "2", "--steps", "1"], work, env={"WORLD_SIZE": "2", "RANK": "0"})
-h.check(train.code == 2 and "does not train with it yet" in train.err, "training with --pp 2 is refused, exit 2")
-# --tp trains (tests/parity/test_trainer_tp.py), but not with what it does not have yet.
-for extra, said in ((["--zero", "2"], "--zero 2 is not built with tensor parallelism"),
-                    (["--device", "cuda"], "CPU backend only")):
-    refused = h.run([h.TRAINER] + base + ["--tp", "2", "--steps", "1"] + extra, work,
-                    env={"WORLD_SIZE": "2", "RANK": "0"})
-    h.check(refused.code == 2 and said in refused.err, f"--tp 2 with {' '.join(extra)} is refused, exit 2")
+layers = h.run([h.TRAINER, "--model", "tiny", "--layers", "3", "--pp", "2", "--dry-run"], work, env=grid)
+h.check(layers.code == 2 and "3 layers" in layers.err, "--pp 2 on a 3-layer model is refused, exit 2")
+world = h.run([h.TRAINER, "--model", "tiny", "--pp", "3", "--dry-run"], work, env=grid)
+h.check(world.code == 2 and "8" in world.err and "3" in world.err, "--pp 3 on 8 ranks is refused, exit 2")
+bad = h.run([h.TRAINER] + base + ["--pp", "2", "--pp-schedule", "zigzag"], work, env={"WORLD_SIZE": "2"})
+h.check(bad.code == 2 and "--pp-schedule" in bad.err, "--pp-schedule zigzag is refused, exit 2")
+# --tp and --pp train (tests/parity/test_trainer_tp.py, test_trainer_pp.py), but not with what they do not have yet.
+for extra, said in ((["--tp", "2", "--zero", "2"], "is not built with --zero 2"),
+                    (["--tp", "2", "--device", "cuda"], "CPU backend only"),
+                    (["--pp", "2", "--device", "cuda"], "pipeline parallelism runs on the CPU backend only")):
+    refused = h.run([h.TRAINER] + base + ["--steps", "1"] + extra, work, env={"WORLD_SIZE": "2", "RANK": "0"})
+    h.check(refused.code == 2 and said in refused.err, f"{' '.join(extra)} is refused, exit 2")
 
 expect(base + ["--bogus"], 2, "--bogus", "an unknown flag")
 expect(base + ["--lr-schedule", "linear"], 2, "--lr-schedule", "a schedule that does not exist")

@@ -5,6 +5,8 @@
 #include <new>
 #include <string>
 
+#include "trainer/comm/describe.h"
+
 namespace dtrain::trainer {
 
 namespace {
@@ -55,6 +57,18 @@ std::shared_ptr<Work> Communicator::reduce_scatter_half(const std::uint16_t*, st
   throw CommError("the " + backend() + " communicator has no 16-bit reduce_scatter (asked for " +
                   std::to_string(count_per_rank) + " " + kernels::dtype_name(type) + " values per rank); use "
                   "reduce_scatter() on fp32, or the gloo or nccl backend");
+}
+
+std::shared_ptr<Work> Communicator::send(const float*, std::size_t count, int peer) {
+  throw CommError("point-to-point is not supported by the " + backend() + " backend (send of " +
+                  describe_floats(count) + " to rank " + std::to_string(peer) + "); pipeline parallelism needs the "
+                  "gloo backend (DTRAIN_COMM_BACKEND=gloo)");
+}
+
+std::shared_ptr<Work> Communicator::recv(float*, std::size_t count, int peer) {
+  throw CommError("point-to-point is not supported by the " + backend() + " backend (recv of " +
+                  describe_floats(count) + " from rank " + std::to_string(peer) + "); pipeline parallelism needs "
+                  "the gloo backend (DTRAIN_COMM_BACKEND=gloo)");
 }
 
 void Communicator::refuse_fp32(kernels::Dtype type, const std::string& what, const char* fp32_collective) const {

@@ -1,11 +1,13 @@
 #pragma once
 
-// The trainer's communication interface: asynchronous collectives on fp32 buffers over every rank of the job.
+// The trainer's communication interface: asynchronous collectives on fp32 buffers over every rank of the job, and
+// point-to-point send()/recv() between two of them (pipeline parallelism; see send() below).
 // Backends are siblings with the same file names: comm/local/ (one rank), comm/gloo/ (CPU, TCP), comm/shm/ (CPU,
 // the ranks of one node through shared memory), comm/hier/ (shm within nodes composed with gloo across them) and
-// comm/nccl/ (GPU); select/from_env.cpp picks one. Every rank must issue the same collectives in the same order. A call returns at once with a Work handle;
-// collectives run in issue order (gloo: on the backend's own thread; nccl: on its own CUDA stream), so a caller
-// (backward, in DDP) keeps computing while they run. Buffers must stay valid and untouched until wait() returns.
+// comm/nccl/ (GPU); select/from_env.cpp picks one. Every rank must issue the same collectives in the same order.
+// A call returns at once with a Work handle; collectives run in issue order (gloo: on the backend's own thread;
+// nccl: on its own CUDA stream), so a caller (backward, in DDP) keeps computing while they run. Buffers must stay
+// valid and untouched until wait() returns.
 //
 // WHERE BUFFERS LIVE depends on the backend, and device_buffers() says which:
 //   local, gloo, shm, hier: host memory (device_buffers() == false); shm's (and hier's) allocate() places buffers
@@ -36,7 +38,7 @@ class CommError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Handle on one queued collective.
+// Handle on one queued collective, or on one send() or recv().
 class Work {
  public:
   virtual ~Work() = default;
@@ -45,7 +47,8 @@ class Work {
   // Whether it has finished (successfully or not); never blocks.
   virtual bool done() const = 0;
   // How long the collective ran on the backend's thread, from its start to its end, without the time it queued
-  // behind earlier ones; meaningful once wait() has returned. 0 for a backend that does no communication.
+  // behind earlier ones; meaningful once wait() has returned. 0 for a backend that does no communication. send(),
+  // recv(): from posting to completion, the wait for the peer included.
   virtual double elapsed_ms() const { return 0; }
   // Device backends (nccl): the work queued on `stream` (a cudaStream_t; kernels::Backend::compute_stream()) after
   // this call waits, on the device, for this collective, and the host goes on at once; the caller still wait()s
@@ -116,8 +119,18 @@ class Communicator {
   virtual std::shared_ptr<Work> reduce_scatter_half(const std::uint16_t* in, std::uint16_t* out,
                                                     std::size_t count_per_rank, kernels::Dtype type);
 
+  // Point-to-point (pipeline parallelism): send() sends data[0, count) to rank `peer`; recv() receives `count`
+  // floats from rank `peer` into data. Messages from one rank to another arrive in the order they were sent.
+  // Both return at once with a Work; wait() returns once the buffer may be reused (send) / holds the data (recv).
+  // They do not go through the collective queue: a recv waiting for its peer never holds back a collective issued
+  // after it, nor a send. Default: a CommError naming the backend ("point-to-point is not supported by the X
+  // backend ...").
+  virtual std::shared_ptr<Work> send(const float* data, std::size_t count, int peer);
+  virtual std::shared_ptr<Work> recv(float* data, std::size_t count, int peer);
+
   // Bytes this rank has sent for the collectives issued so far, counted when each is issued, as ring algorithms
-  // send them (ring_bytes_per_rank below); a single rank sends none. Callers take differences (bytes per step).
+  // send them (ring_bytes_per_rank below), and for its send()s (count * 4 each); a single rank sends none. Callers
+  // take differences (bytes per step).
   std::uint64_t bytes_sent() const { return bytes_sent_.load(std::memory_order_relaxed); }
 
  protected:

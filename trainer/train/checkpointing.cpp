@@ -144,7 +144,7 @@ std::optional<StartPoint> load_newest_checkpoint(const std::string& dir, const T
       HostMirror params(model.backend(), model.params(), model.buffer_size());
       model.layout().take_slices(ordered.data(), params.data());  // this rank's slices (all of it without --tp)
       params.commit();
-      if (model.layout().tensor_parallel().size > 1) {
+      if (!model.layout().whole()) {
         // The moments are stored in the whole model's unpadded layout: this rank's slices of them.
         for (auto [stored, out] : {std::pair{&m, m_out}, std::pair{&v, v_out}}) {
           whole.to_checkpoint_order(stored->data(), ordered.data());
@@ -248,20 +248,23 @@ void save_zero_checkpoint(Communicator& comm, const std::string& dir, const Gpt&
 
 namespace dtrain::trainer {
 
-void save_tensor_parallel_checkpoint(Communicator& comm, Communicator& tp, const std::string& dir, const Gpt& model,
-                                     const float* m, const float* v, const TrainState& state) {
+void save_tensor_parallel_checkpoint(Communicator& comm, Communicator& tp, Communicator& pp, const std::string& dir,
+                                     const Gpt& model, const float* m, const float* v, const TrainState& state) {
   const ParamLayout whole(model.config());
   const ParamLayout& mine = model.layout();
-  // The whole model's values in checkpoint order on every rank of the group: each rank puts its slices of the split
-  // tensors (and TP rank 0 the replicated ones) into zeros, and the group sums them.
+  // The whole model's values in checkpoint order on every rank of the groups: each rank puts its slices of the split
+  // tensors (and TP rank 0 the replicated ones; the tied copy of wte none) into zeros, and the groups sum them.
   auto gather = [&](const float* ours, const char* what) {
     std::vector<float> all(whole.num_params());
     mine.put_slices(ours, all.data());
-    if (tp.rank() != 0) {
-      for (const TensorInfo& t : mine.checkpoint_tensors())
-        if (t.replicated) std::fill_n(all.begin() + static_cast<std::ptrdiff_t>(t.full_at), t.count, 0.0f);
+    for (const TensorInfo& t : mine.checkpoint_tensors())
+      if ((t.replicated && tp.rank() != 0) || t.tied_copy)
+        std::fill_n(all.begin() + static_cast<std::ptrdiff_t>(t.full_at), t.count, 0.0f);
+    for (Communicator* group : {&tp, &pp}) {
+      if (group->size() == 1) continue;
+      on_host_floats(*group, all.data(), all.size(),
+                     [&](float* p) { wait_collective(*group->allreduce(p, all.size()), what); });
     }
-    on_host_floats(tp, all.data(), all.size(), [&](float* p) { wait_collective(*tp.allreduce(p, all.size()), what); });
     return all;
   };
   const HostMirror params(model.backend(), model.params(), model.buffer_size());

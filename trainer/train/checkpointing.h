@@ -58,8 +58,8 @@ std::uint64_t global_batch_tokens(const TrainState& state);
 // with another W or stage as long as the global batch is the same. The precision state comes back as the file holds
 // it, whatever the run's --precision (an fp16 checkpoint's AdamW step count stays right under bf16 or fp32); an
 // fp16 run resuming a checkpoint without one is told on stderr that the loss scaler starts afresh.
-// With tensor parallelism (the model's layout has TensorParallel size above 1) every rank loads: the model gets this
-// rank's slices of the whole model and m, v its slices of the moments (model.buffer_size() floats each); `tidy`
+// With tensor or pipeline parallelism (the model's layout is not whole()) every rank loads: the model gets this
+// rank's slices (of its stage) of the whole model and m, v its slices of the moments (model.buffer_size() floats each); `tidy`
 // (one rank only, the world's rank 0) removes what interrupted saves left, which the other ranks' listing skips.
 std::optional<StartPoint> load_newest_checkpoint(const std::string& dir, const TrainState& shape, Gpt& model,
                                                  float* m, float* v, bool tidy = true);
@@ -79,13 +79,14 @@ void write_checkpoint(Communicator& comm, const std::string& dir, const GptConfi
                       const float* m, const float* v, const TrainState& state,
                       const std::function<std::vector<float>()>& ordered_params);
 
-// The same with tensor parallelism, on every rank: the tensor-parallel group `tp` sums its ranks' slices into the
-// whole model and moments (the split tensors from the rank holding each piece, the replicated ones from TP rank 0),
-// so rank 0 of `comm` (the world) writes the same files as a run without tensor parallelism, which resume at any
-// --tp (the logical layout, as PyTorch DCP and DeepSpeed's universal checkpoint keep it). m and v: this rank's
-// AdamW moments in its buffer layout, host memory.
-void save_tensor_parallel_checkpoint(Communicator& comm, Communicator& tp, const std::string& dir, const Gpt& model,
-                                     const float* m, const float* v, const TrainState& state);
+// The same with tensor and pipeline parallelism, on every rank: the tensor-parallel group `tp` sums its ranks' slices
+// into the stage's whole tensors (the split tensors from the rank holding each piece, the replicated ones from TP
+// rank 0), then the pipeline group `pp` the stages' into the whole model and moments (wte from the first stage, not
+// the last stage's tied copy), so rank 0 of `comm` (the world) writes the same files as a run without model
+// parallelism, which resume at any --tp and --pp (the logical layout, as PyTorch DCP and DeepSpeed's universal
+// checkpoint keep it). m and v: this rank's AdamW moments in its buffer layout, host memory.
+void save_tensor_parallel_checkpoint(Communicator& comm, Communicator& tp, Communicator& pp, const std::string& dir,
+                                     const Gpt& model, const float* m, const float* v, const TrainState& state);
 
 // The same with --zero 1..3, on every rank: the moments are all-gathered from the shards (and stage 3's parameters
 // gathered for the write and released after), so rank 0 writes the consolidated pair, the same files as --zero 0.

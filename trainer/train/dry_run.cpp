@@ -19,19 +19,15 @@ RankGrid parallel_layout(const TrainOptions& o, const GptConfig& config) {
 
 void check_parallel_flags(const TrainOptions& o, const GptConfig& config) {
   const RankGrid grid = parallel_layout(o, config);
-  if (grid.pp() > 1) {
-    throw std::invalid_argument("--pp " + std::to_string(grid.pp()) + ": dtrain-trainer has the layout of pipeline "
-                                "parallelism (--dry-run prints it) but does not train with it yet; train with --pp 1 "
-                                "(tensor parallelism with --tp, data parallelism, --zero 0..3)");
-  }
-  if (grid.tp() == 1) return;
-  const std::string tp = "--tp " + std::to_string(grid.tp()) + ": ";
+  if (grid.tp() == 1 && grid.pp() == 1) return;
+  const std::string what = grid.tp() > 1 ? "--tp " + std::to_string(grid.tp()) + ": tensor parallelism"
+                                         : "--pp " + std::to_string(grid.pp()) + ": pipeline parallelism";
   if (o.device == "cuda")
-    throw std::invalid_argument(tp + "tensor parallelism runs on the CPU backend only so far; use --device cpu");
+    throw std::invalid_argument(what + " runs on the CPU backend only so far; use --device cpu");
   if (o.zero > 1)
-    throw std::invalid_argument(tp + "--zero " + std::to_string(o.zero) + " is not built with tensor parallelism "
-                                "yet; use --zero 1 (the optimizer state sharded over each data-parallel group, as "
-                                "Megatron-LM's distributed optimizer) or --zero 0");
+    throw std::invalid_argument(what + " is not built with --zero " + std::to_string(o.zero) + " yet; use --zero 1 "
+                                "(the optimizer state sharded over each data-parallel group, as Megatron-LM's "
+                                "distributed optimizer) or --zero 0");
 }
 
 int dry_run(const TrainOptions& o) {

@@ -64,9 +64,11 @@ int Training::run(TrialRun& trial) {
                "threads, device {}, comm {}",
                config_.describe(), model_params_, B_, T_, grid_.dp(), K_, global_batch_tokens(shape_),
                kernels::cpu_threads(), device_.name(), comm_->backend());
-  if (grid_.tp() > 1) {
-    spdlog::info("tensor parallel: {} group(s) of {} ranks ({} parameters on each rank), data parallel over {}",
-                 grid_.dp(), grid_.tp(), n_, grid_.dp());
+  if (grid_.tp() > 1 || grid_.pp() > 1) {
+    spdlog::info("tensor parallel {} x pipeline parallel {} ({} schedule, {} micro-batches) x data parallel {}: {} "
+                 "parameters on rank {} (stage {}, layers [{}, {}))",
+                 grid_.tp(), grid_.pp(), o_.pp_schedule, K_, grid_.dp(), n_, rank_, place_.pp,
+                 model_.layout().first_layer(), model_.layout().first_layer() + model_.layout().stage_layers());
   }
   if (start.resumed && !o_.init_from.empty()) {
     spdlog::info("--init-from {} is not used: training resumes from {}", o_.init_from, start.point.checkpoint);
@@ -121,6 +123,7 @@ void Training::prepare_steps(const Start& start) {
     ddp_ = start_ddp(o_, replicas(), model_, ddp_comm_dtype_);
     grads_ready_ = [this](std::size_t offset, std::size_t count) { ddp_->grads_ready(offset, count); };
   }
+  if (grid_.pp() > 1) start_pipeline(grads_ready_);
   prefetch_ = std::make_unique<Prefetcher>(loader_, start.point.data_step, 2 * static_cast<std::size_t>(K_), &k());
   window_ = std::make_unique<StepWindow>(k(), *comm_, K_, o_.log_every);
 }
@@ -151,10 +154,16 @@ StepMetrics Training::train_step(std::uint64_t step, const LrSchedule& schedule,
   } else {
     model_.zero_grad();
   }
-  for (int micro = 0; micro < K_; ++micro) micro_step(micro, loss_scale, times);
+  if (grid_.pp() > 1) {
+    pipeline_micro_steps(loss_scale, times);
+  } else {
+    for (int micro = 0; micro < K_; ++micro) micro_step(micro, loss_scale, times);
+  }
   timed("reduce (the loss allreduce)", times, &StepTimes::comm_exposed_ms, [&] {
     float* loss = window_->loss();
     k().mean_of(loss, window_->micro_losses(), static_cast<std::size_t>(K_));
+    // With --pp the last stage's loss (the others hold 0) to every stage first (a host backend: check_parallel_flags).
+    if (grid_.pp() > 1) wait_collective(groups_.pp->allreduce(loss, 1), "pp-allreduce (the last stage's loss)");
     if (world_ > 1) wait_collective(comm_->allreduce(loss, 1), "allreduce (the loss)");
   });
 
@@ -224,10 +233,10 @@ void Training::clip_and_update(float lr, bool skipped) {
   }
 }
 
-// Clipping with --tp (a host backend: check_parallel_flags, so the window's slots are host memory): the whole model's
-// norm over the gradients this rank holds reduced, the split tensors' squares summed over the tensor-parallel group
-// and the replicated ones counted once; with ZeRO, from the owned shards, summed over the data-parallel group first
-// (tp/grad_norm.h).
+// Clipping with --tp or --pp (a host backend: check_parallel_flags, so the window's slots are host memory): the whole
+// model's norm over the gradients this rank holds reduced, the split tensors' squares summed over the tensor-parallel
+// group and the replicated ones counted once; with ZeRO, from the owned shards, summed over the data-parallel group
+// first (tp/grad_norm.h); then the stages' sums added over the pipeline group (the tied wte copy counted once).
 void Training::clip_tensor_parallel() {
   const GradSpans spans = reduced_spans();
   if (zero_) {
@@ -238,6 +247,7 @@ void Training::clip_tensor_parallel() {
   } else {
     *window_->scratch() = tensor_parallel_sum_squares(k(), *groups_.tp, model_.layout(), model_.grads());
   }
+  *window_->scratch() = sum_over_group(*groups_.pp, *window_->scratch(), "pp-all-gather (the stages' gradient norms)");
   k().norm_of(window_->norm(), window_->scratch());
   for (const auto& [offset, count] : spans) k().clip_to(model_.grads() + offset, count, window_->norm(), o_.grad_clip);
 }
@@ -251,12 +261,12 @@ void Training::save(std::uint64_t step, std::uint64_t data_step) {
   if (zero_ && groups_.tp) {
     std::vector<float> m, v;  // this rank's slices, gathered from the data-parallel group's shards
     zero_->gather_moments(m, v);
-    save_tensor_parallel_checkpoint(*comm_, *groups_.tp, o_.checkpoint_dir, model_, m.data(), v.data(), state);
+    save_tensor_parallel_checkpoint(*comm_, *groups_.tp, *groups_.pp, o_.checkpoint_dir, model_, m.data(), v.data(), state);
   } else if (zero_) {
     save_zero_checkpoint(*comm_, o_.checkpoint_dir, model_, *zero_, state);
   } else if (groups_.tp) {
     const HostMirror m(k(), adamw_->m(), n_), v(k(), adamw_->v(), n_);  // every rank's slices
-    save_tensor_parallel_checkpoint(*comm_, *groups_.tp, o_.checkpoint_dir, model_, m.data(), v.data(), state);
+    save_tensor_parallel_checkpoint(*comm_, *groups_.tp, *groups_.pp, o_.checkpoint_dir, model_, m.data(), v.data(), state);
   } else {
     // Rank 0 writes the moments: only it copies them to the host.
     const std::size_t count = rank_ == 0 ? n_ : 0;

@@ -163,9 +163,12 @@ void add_run_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--tp", o.tp, "tensor-parallel size: each group of --tp consecutive ranks splits every block's "
                  "heads, MLP and the vocabulary (CPU; with --zero 0 or 1); DP = world / (TP x PP)")
       ->check(CLI::Range(1, 4096))->capture_default_str();
-  app.add_option("--pp", o.pp, "pipeline-parallel size (layout only: --dry-run prints it; training with --pp above 1 "
-                 "is refused until pipeline parallelism is built)")
+  app.add_option("--pp", o.pp, "pipeline-parallel size: the layers split into --pp stages (CPU; with --zero 0 or 1), "
+                 "--grad-accum micro-batches through them; DP = world / (TP x PP)")
       ->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--pp-schedule", o.pp_schedule, "pipeline schedule: gpipe (every forward, then every backward) or "
+                 "1f1b (one forward, one backward: at most --pp micro-batches' activations kept)")
+      ->check(CLI::IsMember({"gpipe", "1f1b"}))->capture_default_str();
   app.add_flag("--allow-cross-node-tp", o.allow_cross_node_tp, "accept a tensor-parallel group that spans nodes");
   app.add_option("--recompute", o.recompute, "activation recomputation: none, selective (attention's probabilities "
                  "recomputed in backward, one layer kept) or full (each block's forward again before its backward; "

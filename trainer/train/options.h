@@ -79,11 +79,12 @@ struct TrainOptions {
   std::string device = "auto";
   int threads = 0;             // --threads: CPU threads; 0 = OMP_NUM_THREADS if set, else all cores
   // --tp, --pp: tensor- and pipeline-parallel sizes (DP = world / (TP x PP); rank order as Megatron-LM's,
-  // trainer/parallel/grid/rank_grid.h); --dry-run prints the layout. --tp trains (trainer/model/gpt.h's tensor
-  // parallelism) on the CPU, with --zero 0 or 1 so far; --pp above 1 is refused (exit 2) until pipeline
-  // parallelism is built.
+  // trainer/parallel/grid/rank_grid.h); --dry-run prints the layout. Both train on the CPU (trainer/model/gpt.h's
+  // tensor and pipeline parallelism), with --zero 0 or 1 so far. --pp-schedule: gpipe | 1f1b (the order of a stage's
+  // forwards and backwards, trainer/parallel/pipeline/schedule.h); the micro-batches are --grad-accum's.
   int tp = 1;
   int pp = 1;
+  std::string pp_schedule = "1f1b";
   bool allow_cross_node_tp = false;  // --allow-cross-node-tp: accept a TP group that spans nodes
   // --recompute: none | selective | full (trainer/model/gpt.h's Recompute): what backward recomputes instead of
   // keeping; the losses are none's to the bit, the activations fewer (the --metrics line's mem_activations_bytes).

@@ -36,10 +36,16 @@ std::unique_ptr<BufferSource> model_buffers(Communicator& comm, kernels::Backend
 
 ParallelGroups start_groups(const RankGrid& grid, int rank) {
   ParallelGroups groups;
-  if (grid.tp() == 1) return groups;
+  if (grid.tp() == 1 && grid.pp() == 1) return groups;
   const GridCoords place = grid.coords(rank);
-  groups.tp = make_group_communicator_from_env(grid.tp_group(rank), "tp-dp" + std::to_string(place.dp));
-  groups.dp = make_group_communicator_from_env(grid.dp_group(rank), "dp-tp" + std::to_string(place.tp));
+  const std::string tp = std::to_string(place.tp), dp = std::to_string(place.dp), pp = std::to_string(place.pp);
+  groups.tp = make_group_communicator_from_env(grid.tp_group(rank), "tp-dp" + dp + "-pp" + pp);
+  groups.dp = make_group_communicator_from_env(grid.dp_group(rank), "dp-tp" + tp + "-pp" + pp);
+  groups.pp = make_group_communicator_from_env(grid.pp_group(rank), "pp-tp" + tp + "-dp" + dp);
+  if (grid.pp() > 1 && (place.pp == 0 || place.pp == grid.pp() - 1)) {
+    const std::vector<int> ends{grid.rank_of({place.tp, place.dp, 0}), grid.rank_of({place.tp, place.dp, grid.pp() - 1})};
+    groups.emb = make_group_communicator_from_env(ends, "emb-tp" + tp + "-dp" + dp);
+  }
   return groups;
 }
 

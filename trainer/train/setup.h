@@ -29,11 +29,15 @@ std::unique_ptr<Communicator> start_communicator(const TrainOptions& options, co
 // (`backend` not host-accessible): the backend's device memory.
 std::unique_ptr<BufferSource> model_buffers(Communicator& comm, kernels::Backend& backend);
 
-// The communicators of a rank's tensor-parallel group and of its data-parallel group (the ranks holding the same
-// slices), made when the grid has TP above 1, in that order on every rank; both null without tensor parallelism.
+// The communicators of a rank's tensor-parallel group, its data-parallel group (the ranks holding the same slices),
+// its pipeline group (its stage's peers: the pipeline's ranks in stage order) and, on the first and last stage with
+// PP above 1, the embedding group (the two ranks holding a wte copy), made when the grid has TP or PP above 1, in that
+// order on every rank (a group of one rank is the local communicator); all null without model parallelism.
 struct ParallelGroups {
   std::unique_ptr<Communicator> tp;
   std::unique_ptr<Communicator> dp;
+  std::unique_ptr<Communicator> pp;
+  std::unique_ptr<Communicator> emb;
 };
 ParallelGroups start_groups(const RankGrid& grid, int rank);
 

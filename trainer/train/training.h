@@ -34,6 +34,7 @@
 #include "trainer/optim/adamw.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/parallel/ddp/reducer.h"
+#include "trainer/parallel/pipeline/schedule.h"
 #include "trainer/parallel/zero/engine.h"
 #include "trainer/train/checkpointing.h"
 #include "trainer/train/collectives.h"
@@ -76,7 +77,7 @@ class Training {
         K_(o.grad_accum),
         loader_(open_data(o, B_, T_, place_.dp, grid_.dp(), config_)),
         model_(config_, *device_.backend, o.zero > 0 ? grid_.dp() : 1, training_precision(o), buffers_.get(),
-               TensorParallel{grid_.tp(), place_.tp}),
+               TensorParallel{grid_.tp(), place_.tp}, PipelineStage{grid_.pp(), place_.pp}),
         n_(model_.num_params()),
         model_params_(ParamLayout(config_).num_params()),
         shape_(run_shape(o, config_, T_, grid_.dp(), model_params_)),
@@ -105,11 +106,17 @@ class Training {
   void prepare_steps(const Start& start);
   StepMetrics train_step(std::uint64_t step, const LrSchedule& schedule, StepTimes& times);
   void micro_step(int micro, float loss_scale, StepTimes& times);
+  // --pp above 1 (pipeline.cpp): the schedule and the gradients' hand-over, then each step's micro-batches through
+  // this stage in the schedule's order.
+  void start_pipeline(const Gpt::GradsReady& inner);
+  void pipeline_micro_steps(float loss_scale, StepTimes& times);
+  void sum_tied();
   void report(const std::vector<WindowStep>& read, TrialRun& trial);
   void save(std::uint64_t step, std::uint64_t data_step);
   void share_moments(bool broadcast);
   kernels::Backend& k() { return model_.backend(); }
-  // The ranks that hold the same slices as this one and see different data (DDP's group; the world without --tp).
+  // The ranks that hold the same slices as this one and see different data (DDP's group; the world without --tp
+  // and --pp).
   Communicator& replicas() { return groups_.dp ? *groups_.dp : *comm_; }
   GradSpans reduced_spans() const;
   void clip_and_update(float lr, bool skipped);
@@ -123,14 +130,14 @@ class Training {
   std::unique_ptr<BufferSource> buffers_;  // the model's and the reducers' (setup.h), dying after them
   const int rank_;
   const int world_;
-  const RankGrid grid_;       // --tp (--pp is refused above 1): this rank's groups
+  const RankGrid grid_;       // --tp, --pp: this rank's groups
   const GridCoords place_;
-  ParallelGroups groups_;     // with --tp above 1 (setup.h)
+  ParallelGroups groups_;     // with --tp or --pp above 1 (setup.h)
   const GptConfig config_;
   const int B_, T_, K_;
   DataLoader loader_;         // of this rank's data-parallel index: a tensor-parallel group reads one batch
   Gpt model_;
-  const std::size_t n_;       // this rank's parameters (its slices with --tp)
+  const std::size_t n_;       // this rank's parameters (its slices with --tp, its stage's with --pp)
   const std::size_t model_params_;  // the whole model's
   const TrainState shape_;
   const kernels::Dtype ddp_comm_dtype_;
@@ -149,6 +156,12 @@ class Training {
   Gpt::GradsReady grads_ready_;
   std::unique_ptr<Prefetcher> prefetch_;
   std::unique_ptr<StepWindow> window_;  // the steps not read yet (report/step_window.h)
+  // --pp above 1 (pipeline.cpp): this stage's ops, the GradsReady that sums the tied embedding first, and whether the
+  // backward running is the step's last.
+  std::vector<PipeOp> schedule_;
+  Gpt::GradsReady pipeline_grads_ready_, inner_grads_ready_;
+  bool syncing_ = false;
+  std::size_t tied_count_ = 0;  // the gradient range at 0 that waits for sum_tied()
 };
 
 }  // namespace dtrain::trainer

@@ -6,8 +6,6 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/types.h>
-#include <pthread.h>
-#include <signal.h>
 
 #include <algorithm>
 #include <atomic>
@@ -17,10 +15,10 @@
 #include <vector>
 
 #include "trainer/comm/describe.h"
+#include "trainer/comm/gloo/impl.h"
 #include "trainer/comm/gloo/network.h"
 #include "trainer/comm/gloo/store_adapter.h"
 #include "trainer/comm/job_store.h"
-#include "trainer/comm/work_queue.h"
 
 namespace dtrain::trainer {
 namespace {
@@ -51,145 +49,107 @@ void gloo_sum_fp16(void* out, const void* a, const void* b, std::size_t n) {
                     static_cast<const std::uint16_t*>(b), n, kernels::Dtype::fp16);
 }
 
-// An element type of our ring reduce-scatter: its size and its sum (one of the above).
-struct RingSum {
-  std::size_t element_bytes;
-  void (*add)(void* out, const void* a, const void* b, std::size_t n);
-};
-constexpr RingSum kFloatSum{sizeof(float), &gloo_sum_floats};
-constexpr RingSum kBf16Sum{sizeof(std::uint16_t), &gloo_sum_bf16};
-constexpr RingSum kFp16Sum{sizeof(std::uint16_t), &gloo_sum_fp16};
+// The element types of our ring reduce-scatter (impl.h).
+constexpr GlooRingSum kFloatSum{sizeof(float), &gloo_sum_floats};
+constexpr GlooRingSum kBf16Sum{sizeof(std::uint16_t), &gloo_sum_bf16};
+constexpr GlooRingSum kFp16Sum{sizeof(std::uint16_t), &gloo_sum_fp16};
 
 std::atomic<int> gloo_communicators_created{0};
 
-// A write to a socket whose peer is gone raises SIGPIPE, which kills the process by default, and gloo writes with
-// writev (no MSG_NOSIGNAL). While this is alive, SIGPIPE is blocked on the calling thread, and threads started
-// meanwhile inherit that: the communicator's queue thread and gloo's event-loop thread, the two that write to its
-// sockets, so a dead peer surfaces as EPIPE, a CommError. On the way out, a SIGPIPE raised on this thread meanwhile
-// is consumed before the old mask comes back.
-class SigpipeBlocked {
- public:
-  SigpipeBlocked() {
-    sigemptyset(&pipe_);
-    sigaddset(&pipe_, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
-  }
-  ~SigpipeBlocked() {
-    if (!sigismember(&old_, SIGPIPE)) {
-      const timespec now{0, 0};
-      while (sigtimedwait(&pipe_, nullptr, &now) == SIGPIPE) {
-      }
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-  SigpipeBlocked(const SigpipeBlocked&) = delete;
-  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
-
- private:
-  sigset_t pipe_;
-  sigset_t old_;
-};
-
 }  // namespace
 
-struct GlooCommunicator::Impl {
-  GlooCommOptions options;
-  std::string endpoint;
-  std::shared_ptr<gloo::rendezvous::Context> context;
-  uint32_t next_tag = 0;       // used on the queue's thread only
-  // reduce_scatter's receive and partial-sum buffers, bytes of any element type; the queue's thread only.
-  std::vector<std::byte> scratch;
-  // Last member: destroyed first, so its thread has finished before the context goes.
-  CollectiveTrace trace{"gloo communicator"};
-  WorkQueue queue{&trace};
+// A collective issued after a send() or recv() failed is not run: the queue knows only the collectives' failures.
+std::shared_ptr<Work> GlooCommunicator::Impl::submit(std::string what, std::function<void(uint32_t tag)> run) {
+  return queue.submit(what, [this, what, run = std::move(run)] {
+    const std::string earlier = failure->first();
+    if (!earlier.empty()) {
+      throw CommError(what + " was not run: an earlier operation on this communicator failed: " + earlier);
+    }
+    try {
+      run(next_tag++);
+    } catch (const std::exception& error) {
+      const int left = (options.rank + options.size - 1) % options.size;
+      const int right = (options.rank + 1) % options.size;
+      throw CommError(failure->record(
+          "gloo " + what + " failed on rank " + std::to_string(options.rank) + " of " + std::to_string(options.size) +
+          " (" + endpoint + "; its ring neighbours are ranks " + std::to_string(left) + " and " +
+          std::to_string(right) + "): " + error.what() +
+          ". A peer that exited closes its connections at once; one that stopped answering fails the collective "
+          "after the timeout of " + describe_seconds(options.timeout) +
+          ". Check the other ranks' logs, and that every rank issues the same collectives in the same order with the "
+          "same sizes"));
+    }
+  });
+}
 
-  // Queues `run` and turns a gloo failure into a CommError that names the collective, the rank and what to check.
-  std::shared_ptr<Work> submit(std::string what, std::function<void(uint32_t tag)> run) {
-    return queue.submit(what, [this, what, run = std::move(run)] {
-      try {
-        run(next_tag++);
-      } catch (const std::exception& error) {
-        const int left = (options.rank + options.size - 1) % options.size;
-        const int right = (options.rank + 1) % options.size;
-        throw CommError("gloo " + what + " failed on rank " + std::to_string(options.rank) + " of " +
-                        std::to_string(options.size) + " (" + endpoint + "; its ring neighbours are ranks " +
-                        std::to_string(left) + " and " + std::to_string(right) + "): " + error.what() +
-                        ". A peer that exited closes its connections at once; one that stopped answering fails the "
-                        "collective after the timeout of " + describe_seconds(options.timeout) +
-                        ". Check the other ranks' logs, and that every rank issues the same collectives in the "
-                        "same order with the same sizes");
-      }
-    });
-  }
+std::shared_ptr<Work> GlooCommunicator::Impl::reduce_scatter(std::string what, const void* in, void* out,
+                                                             std::size_t n, GlooRingSum sum) {
+  return submit(std::move(what), [this, in, out, n, sum](uint32_t tag) {
+    if (n == 0) return;
+    if (options.size == 1) {
+      if (in != out) std::memcpy(out, in, n * sum.element_bytes);
+      return;
+    }
+    ring_reduce_scatter(static_cast<const std::byte*>(in), static_cast<std::byte*>(out), n, sum, tag);
+  });
+}
 
-  // Queues a reduce-scatter of `n` elements per rank (sum.element_bytes each) from in to out under `what`.
-  std::shared_ptr<Work> reduce_scatter(std::string what, const void* in, void* out, std::size_t n, RingSum sum) {
-    return submit(std::move(what), [this, in, out, n, sum](uint32_t tag) {
-      if (n == 0) return;
-      if (options.size == 1) {
-        if (in != out) std::memcpy(out, in, n * sum.element_bytes);
-        return;
-      }
-      ring_reduce_scatter(static_cast<const std::byte*>(in), static_cast<std::byte*>(out), n, sum, tag);
-    });
-  }
+// Ring reduce-scatter over unbound buffers, of `n` elements per rank added by `sum` (the chunk below is n of them,
+// in bytes). In step s, rank r sends its partial sum of chunk (r - s - 1) to its right neighbour and receives its
+// left neighbour's partial sum of chunk (r - s - 2), adding its own input to it; after size - 1 steps that sum is
+// chunk r over every rank. Each rank sends (size - 1) / size of the input, like NCCL's ring. Chunks travel in
+// segments so that summing one overlaps receiving the next; step 0 sends straight from the input and the last step
+// sums straight into the output, so 2 ranks need no scratch copy at all.
+void GlooCommunicator::Impl::ring_reduce_scatter(const std::byte* in, std::byte* out, std::size_t n, GlooRingSum sum,
+                                                 uint32_t tag) {
+  const int p = options.size;
+  const int r = options.rank;
+  const auto deadline = Clock::now() + options.timeout;
+  const auto remaining = [&] {
+    return std::max(std::chrono::milliseconds(1),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+  };
+  const int right = (r + 1) % p;
+  const int left = (r + p - 1) % p;
+  const auto slot = gloo::Slot::build(kReduceScatterSlotPrefix, tag);
+  const std::size_t chunk = n * sum.element_bytes;
+  const std::size_t segments = (chunk + kSegmentBytes - 1) / kSegmentBytes;
+  const auto segment_bytes = [&](std::size_t k) { return std::min(kSegmentBytes, chunk - k * kSegmentBytes); };
 
-  // Ring reduce-scatter over unbound buffers, of `n` elements per rank added by `sum` (the chunk below is n of
-  // them, in bytes). In step s, rank r sends its partial sum of chunk (r - s - 1) to its right neighbour and
-  // receives its left neighbour's partial sum of chunk (r - s - 2), adding its own input to it; after size - 1 steps
-  // that sum is chunk r over every rank. Each rank sends (size - 1) / size of the input, like NCCL's ring. Chunks
-  // travel in segments so that summing one overlaps receiving the next; step 0 sends straight from the input and
-  // the last step sums straight into the output, so 2 ranks need no scratch copy at all.
-  void ring_reduce_scatter(const std::byte* in, std::byte* out, std::size_t n, RingSum sum, uint32_t tag) {
-    const int p = options.size;
-    const int r = options.rank;
-    const auto deadline = Clock::now() + options.timeout;
-    const auto remaining = [&] {
-      return std::max(std::chrono::milliseconds(1),
-                      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
-    };
-    const int right = (r + 1) % p;
-    const int left = (r + p - 1) % p;
-    const auto slot = gloo::Slot::build(kReduceScatterSlotPrefix, tag);
-    const std::size_t chunk = n * sum.element_bytes;
-    const std::size_t segments = (chunk + kSegmentBytes - 1) / kSegmentBytes;
-    const auto segment_bytes = [&](std::size_t k) { return std::min(kSegmentBytes, chunk - k * kSegmentBytes); };
+  scratch.resize(p > 2 ? 2 * chunk : chunk);
+  std::byte* incoming = scratch.data();
+  std::byte* partial = p > 2 ? scratch.data() + chunk : nullptr;  // what this rank sends in the next step
+  auto in_buffer = context->createUnboundBuffer(const_cast<std::byte*>(in), static_cast<std::size_t>(p) * chunk);
+  auto incoming_buffer = context->createUnboundBuffer(incoming, chunk);
+  auto partial_buffer = p > 2 ? context->createUnboundBuffer(partial, chunk) : nullptr;
 
-    scratch.resize(p > 2 ? 2 * chunk : chunk);
-    std::byte* incoming = scratch.data();
-    std::byte* partial = p > 2 ? scratch.data() + chunk : nullptr;  // what this rank sends in the next step
-    auto in_buffer = context->createUnboundBuffer(const_cast<std::byte*>(in), static_cast<std::size_t>(p) * chunk);
-    auto incoming_buffer = context->createUnboundBuffer(incoming, chunk);
-    auto partial_buffer = p > 2 ? context->createUnboundBuffer(partial, chunk) : nullptr;
-
-    for (int step = 0; step < p - 1; ++step) {
-      const std::size_t send_chunk = static_cast<std::size_t>(((r - step - 1) % p + p) % p);
-      const std::size_t recv_chunk = static_cast<std::size_t>(((r - step - 2) % p + p) % p);
-      for (std::size_t k = 0; k < segments; ++k) {
-        incoming_buffer->recv(left, slot, k * kSegmentBytes, segment_bytes(k));
-      }
-      for (std::size_t k = 0; k < segments; ++k) {
-        if (step == 0) {
-          in_buffer->send(right, slot, send_chunk * chunk + k * kSegmentBytes, segment_bytes(k));
-        } else {
-          partial_buffer->send(right, slot, k * kSegmentBytes, segment_bytes(k));
-        }
-      }
-      std::byte* target = step == p - 2 ? out : partial;
-      const std::byte* own = in + recv_chunk * chunk;
-      auto& sending = step == 0 ? in_buffer : partial_buffer;
-      for (std::size_t k = 0; k < segments; ++k) {
-        if (!incoming_buffer->waitRecv(remaining())) {
-          throw CommError("receive from rank " + std::to_string(left) + " was aborted");
-        }
-        // Segments complete in order on one pair, so segment k of what is being sent has left once k sends have.
-        if (!sending->waitSend(remaining())) throw CommError("send to rank " + std::to_string(right) + " was aborted");
-        const std::size_t at = k * kSegmentBytes;
-        sum.add(target + at, incoming + at, own + at, segment_bytes(k) / sum.element_bytes);
+  for (int step = 0; step < p - 1; ++step) {
+    const std::size_t send_chunk = static_cast<std::size_t>(((r - step - 1) % p + p) % p);
+    const std::size_t recv_chunk = static_cast<std::size_t>(((r - step - 2) % p + p) % p);
+    for (std::size_t k = 0; k < segments; ++k) {
+      incoming_buffer->recv(left, slot, k * kSegmentBytes, segment_bytes(k));
+    }
+    for (std::size_t k = 0; k < segments; ++k) {
+      if (step == 0) {
+        in_buffer->send(right, slot, send_chunk * chunk + k * kSegmentBytes, segment_bytes(k));
+      } else {
+        partial_buffer->send(right, slot, k * kSegmentBytes, segment_bytes(k));
       }
     }
+    std::byte* target = step == p - 2 ? out : partial;
+    const std::byte* own = in + recv_chunk * chunk;
+    auto& sending = step == 0 ? in_buffer : partial_buffer;
+    for (std::size_t k = 0; k < segments; ++k) {
+      if (!incoming_buffer->waitRecv(remaining())) {
+        throw CommError("receive from rank " + std::to_string(left) + " was aborted");
+      }
+      // Segments complete in order on one pair, so segment k of what is being sent has left once k sends have.
+      if (!sending->waitSend(remaining())) throw CommError("send to rank " + std::to_string(right) + " was aborted");
+      const std::size_t at = k * kSegmentBytes;
+      sum.add(target + at, incoming + at, own + at, segment_bytes(k) / sum.element_bytes);
+    }
   }
-};
+}
 
 GlooCommunicator::GlooCommunicator(std::shared_ptr<store::StoreClient> store, GlooCommOptions options) {
   if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {

@@ -5,7 +5,9 @@
 // with gloo's algorithms (allreduce: ring; all_gather, broadcast: gloo's; reduce_scatter: a ring over gloo's
 // unbound buffers), so the caller keeps computing while they run. Every collective has the end-to-end deadline
 // GlooCommOptions::timeout; after the first failure the communicator is broken and every later collective fails at
-// once with that first error (a gloo context cannot be trusted after a failed exchange).
+// once with that first error (a gloo context cannot be trusted after a failed exchange). send() and recv() (p2p.cpp)
+// post their message on the calling thread instead, with unbound buffers of their own slots, and share that
+// deadline and that first failure: one that fails breaks the communicator for the collectives too.
 //
 // Network interface (from_env): GLOO_SOCKET_IFNAME when set (the launcher sets it; like PyTorch, only its first
 // comma-separated name is used); else the local address this host uses to reach MASTER_ADDR (the route the kernel
@@ -68,6 +70,16 @@ class GlooCommunicator : public Communicator {
   // rank c + 1 and adds the next rank's input at each step, ((x[c+1] + x[c+2]) + ...) + x[c], rounded every time.
   std::shared_ptr<Work> reduce_scatter_half(const std::uint16_t* in, std::uint16_t* out, std::size_t count_per_rank,
                                             kernels::Dtype type) override;
+  // Posted on the calling thread, never queued behind a collective; the n-th send() to a peer matches that peer's
+  // n-th recv() from this rank, and the two must agree on the count: gloo checks nothing, so a recv() longer than
+  // its send() completes with only the front of its buffer written, and a shorter one aborts the process (an
+  // enforce on gloo's event-loop thread). A count of 0 sends nothing. A thread of the Work's own waits for
+  // completion, so done() never blocks, and a peer that stopped answering fails wait() after
+  // GlooCommOptions::timeout from posting. The Work must be waited for: one destroyed before its message completed
+  // gives the message up, which gloo can only do by closing every connection of the context, so the communicator
+  // fails every later operation. Throws CommError for a peer that is not another rank of this communicator.
+  std::shared_ptr<Work> send(const float* data, std::size_t count, int peer) override;
+  std::shared_ptr<Work> recv(float* data, std::size_t count, int peer) override;
 
  private:
   struct Impl;

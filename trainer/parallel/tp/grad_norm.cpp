@@ -7,12 +7,8 @@
 #include "trainer/metrics/comm_time.h"
 
 namespace dtrain::trainer {
-namespace {
 
-// The sum of `value` over the group, on every rank. As ZeRO's norm does (zero/engine.cpp): each rank's double
-// travels as its float and the float of the rest, all-gathered (a float sum would round), and the parts are added in
-// double.
-double sum_over(Communicator& group, double value, const char* what) {
+double sum_over_group(Communicator& group, double value, const char* what) {
   if (group.size() == 1) return value;
   const int W = group.size(), r = group.rank();
   std::vector<float> parts(2 * static_cast<std::size_t>(W));
@@ -22,13 +18,18 @@ double sum_over(Communicator& group, double value, const char* what) {
   return kernels::sum_in_double(parts.data(), parts.size());
 }
 
-// The squares of grads[range] split into the part in split tensors and the part in replicated ones.
+namespace {
+
+double sum_over(Communicator& group, double value, const char* what) { return sum_over_group(group, value, what); }
+
+// The squares of grads[range] split into the part in split tensors and the part in replicated ones; the last
+// pipeline stage's copy of wte is left out (the first stage counts it).
 void add_squares(kernels::Backend& backend, const ParamLayout& layout, const float* grads, ParamRange range,
                  double& split, double& replicated) {
   for (const TensorInfo& t : layout.checkpoint_tensors()) {
     const std::size_t begin = std::max(range.offset, t.offset);
     const std::size_t end = std::min(range.offset + range.count, t.offset + t.count);
-    if (begin < end) (t.replicated ? replicated : split) += backend.sum_squares(grads + begin, end - begin);
+    if (begin < end && !t.tied_copy) (t.replicated ? replicated : split) += backend.sum_squares(grads + begin, end - begin);
   }
 }
 

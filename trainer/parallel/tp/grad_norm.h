@@ -14,6 +14,13 @@
 
 namespace dtrain::trainer {
 
+// The sum of `value` over the group, on every rank (the pipeline stages' sums of squares). As ZeRO's norm does
+// (zero/engine.cpp): each rank's double travels as its float and the float of the rest, all-gathered (a float sum
+// would round), and the parts are added in double. `what` names the wait (health/phase.h).
+double sum_over_group(Communicator& group, double value, const char* what);
+
+// With pipeline parallelism (layout.h's PipelineStage) the sums below are of this stage's tensors (the last stage's
+// copy of wte left out): add the stages' with sum_over_group over the pipeline group.
 // The whole model's sum of squares of `grads` (this rank's buffer in `layout`), the same on every rank of `group`.
 // Collective over the group: one all-gather of 2 floats a rank (the split part in double precision as two floats).
 double tensor_parallel_sum_squares(kernels::Backend& backend, Communicator& group, const ParamLayout& layout,

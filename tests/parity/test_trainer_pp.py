@@ -1,0 +1,66 @@
+"""Pipeline parallelism in dtrain-trainer (--pp, with --tp and data parallelism) against the single-process PyTorch
+reference (trainer/python/gpt_reference.py): both start from one llm.c checkpoint of a 4-layer model and train 10
+AdamW steps in fp32 (warmup, cosine schedule, clipping to 1.0, weight decay) on the same shard and global batch of 4
+sequences, the pipeline's micro-batches being --grad-accum's. Every step's loss must agree within 1e-5 relative with
+the reference's, and the gradient norm (the whole model's: the stages' sums of squares added over the pipeline group,
+the tied wte counted once) within 1e-5 of the 1-rank dtrain-trainer run's. Layouts, through the real launcher:
+  P=2, 1f1b          2 ranks, 4 micro-batches of 1 sequence;
+  P=2, gpipe         the same with every forward before the backwards;
+  P=4, 1f1b          4 ranks, one layer each (the middle stages hold neither embedding nor head);
+  P=4, gpipe, full   with full recomputation;
+  P=2 x DP=2         4 ranks: two pipelines, DDP between their stages, 2 micro-batches each;
+  T=2 x P=2, selective   4 ranks: each stage split over a tensor-parallel pair, attention recomputed;
+  T=2 x P=2 x DP=2, ZeRO-1   8 ranks, AdamW's state sharded over each data-parallel group;
+  T=2 x P=2, bf16    within 0.05 absolute of the reference's fp32 losses.
+Every run's rank 0 names its layout. The refusals are in test_trainer_cli.py."""
+
+import os
+
+import trainer_harness as h
+
+h.require_binaries(h.TRAINER, h.DTRAIN)
+work = h.workdir()
+shard = h.make_text_shard(work)
+MODEL = ["--layers", "4", "--channels", "64", "--heads", "4", "--max-seq-len", "64", "--vocab", "256"]
+model = h.reference_init(work, MODEL)
+common = ["--init-from", model, "--data", shard, "--threads", "1"] + h.TEN_STEPS
+
+theirs = os.path.join(work, "torch.jsonl")
+ref = h.run([h.PYTHON, h.REFERENCE, "train", "-B", "4", "--metrics", theirs] + common, work, timeout=240)
+h.check(ref.code == 0, "the PyTorch reference exits 0")
+single = os.path.join(work, "single.jsonl")
+one = h.trainer(common + ["--batch-size", "4", "--metrics", single], work)
+h.check(one.code == 0, "1 rank of dtrain-trainer exits 0")
+if ref.code != 0 or one.code != 0:
+    h.finish()
+reference, one_rank = h.metrics(theirs), h.metrics(single)
+
+# label, ranks, tp, pp, batch, micro-batches, extra flags
+CASES = (("P=2, 1f1b", 2, 1, 2, 1, 4, []),
+         ("P=2, gpipe", 2, 1, 2, 1, 4, ["--pp-schedule", "gpipe"]),
+         ("P=4, 1f1b", 4, 1, 4, 1, 4, []),
+         ("P=4, gpipe, full", 4, 1, 4, 2, 2, ["--pp-schedule", "gpipe", "--recompute", "full"]),
+         ("P=2 x DP=2", 4, 1, 2, 1, 2, []),
+         ("T=2 x P=2, selective", 4, 2, 2, 1, 4, ["--recompute", "selective"]),
+         ("T=2 x P=2 x DP=2, ZeRO-1", 8, 2, 2, 1, 2, ["--zero", "1"]),
+         ("T=2 x P=2, bf16", 4, 2, 2, 1, 4, ["--precision", "bf16"]))
+for label, ranks, tp, pp, batch, micro, extra in CASES:
+    path = os.path.join(work, "".join(c for c in label if c.isalnum()) + ".jsonl")
+    args = ["--tp", str(tp), "--pp", str(pp), "--batch-size", str(batch), "--grad-accum", str(micro)]
+    run = h.launched(ranks, common + args + ["--metrics", path] + extra, work, timeout=240)
+    h.check(run.code == 0, f"{label}: `dtrain run -n {ranks}` exits 0")
+    if run.code != 0:
+        print((run.out + run.err)[-3000:])
+        continue
+    ours = h.metrics(path)
+    said = f"tensor parallel {tp} x pipeline parallel {pp}"
+    h.check(said in run.out + run.err, f"{label}: rank 0 says '{said}'")
+    if "bf16" in extra:
+        worst = max(abs(a["loss"] - b["loss"]) for a, b in zip(ours, reference))
+        h.check(len(ours) == 10 and worst <= 0.05,
+                f"{label}: every step within 0.05 of fp32 PyTorch (worst {worst:.4f})")
+        continue
+    h.compare_losses(f"{label} vs PyTorch", [m["loss"] for m in ours], [m["loss"] for m in reference], 1e-5)
+    worst = max(abs(a["grad_norm"] - b["grad_norm"]) / b["grad_norm"] for a, b in zip(ours, one_rank))
+    h.check(worst <= 1e-5, f"{label}: gradient norms within 1e-5 of 1 rank's (worst {worst:.2e})")
+h.finish()

@@ -1,0 +1,106 @@
+// A training step's micro-batches through this rank's pipeline stage (--pp above 1; training.h).
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainer/health/phase.h"
+#include "trainer/metrics/comm_time.h"
+#include "trainer/parallel/pipeline/schedule.h"
+#include "trainer/train/training.h"
+
+namespace dtrain::trainer {
+
+// The schedule's ops in order (--pp-schedule; trainer/parallel/pipeline/schedule.h), micro-batch i in activation set
+// i % sets: a stage keeps at most `sets` micro-batches between their forward and their backward, consecutive ones
+// (both run in micro-batch order), so no two of them share a set. A stage after the first receives its input from
+// the stage before it and one before the last its output's gradient from the stage after it, each waited for where
+// the op needs it ("pp-recv": the time a stage waits for its neighbour, the pipeline's bubble, plus the transfer);
+// the sends go out asynchronously and are waited for only before their buffers' set is used again, and at the end of
+// the step ("pp-send"). The DDP / ZeRO reduction and the tied embedding's sum run with the last backward
+// (tied_grads_ready below).
+void Training::pipeline_micro_steps(float loss_scale, StepTimes& times) {
+  const PipelineStage stage = model_.layout().pipeline_stage();
+  Communicator& pp = *groups_.pp;
+  const std::size_t count = static_cast<std::size_t>(B_) * T_ * config_.channels;
+  const int sets = model_.activation_sets();
+  std::vector<std::vector<std::shared_ptr<Work>>> sending(static_cast<std::size_t>(sets));
+  auto settle = [&](int set) {
+    for (const std::shared_ptr<Work>& work : sending[static_cast<std::size_t>(set)]) {
+      timed("pp-send (waiting for a stage to take this one's send)", times, &StepTimes::comm_exposed_ms,
+            [&] { wait_collective(*work); });
+    }
+    sending[static_cast<std::size_t>(set)].clear();
+  };
+  int backwards = 0;
+  for (const PipeOp& op : schedule_) {
+    const int set = op.micro % sets;
+    settle(set);
+    model_.use_activation_set(set);
+    if (op.kind == PipeOp::forward) {
+      Batch batch = timed("data", times, &StepTimes::data_wait_ms, [&] { return prefetch_->next(); });
+      if (!stage.first()) {
+        float* input = model_.stage_input(B_, T_);
+        timed("pp-recv (the activations from the stage before)", times, &StepTimes::comm_exposed_ms,
+              [&] { wait_collective(*pp.recv(input, count, stage.rank - 1)); });
+      }
+      timed("forward", times, &StepTimes::compute_ms, [&] {
+        model_.forward_batch(batch.tokens.data(), B_, T_, window_->micro_losses() + op.micro);
+        batch.tokens.free_after(k().record_fence());
+      });
+      if (!stage.last()) sending[set].push_back(pp.send(model_.stage_output(), count, stage.rank + 1));
+      continue;
+    }
+    if (!stage.last()) {
+      float* grad = model_.stage_output_grad();
+      timed("pp-recv (the output's gradient from the stage after)", times, &StepTimes::comm_exposed_ms,
+            [&] { wait_collective(*pp.recv(grad, count, stage.rank + 1)); });
+    }
+    const bool last = ++backwards == K_;
+    timed("backward", times, &StepTimes::compute_ms, [&] {
+      if (ddp_) ddp_->begin_backward(last);
+      if (zero_) zero_->begin_backward(last);
+      syncing_ = last;
+      model_.backward(loss_scale, pipeline_grads_ready_);
+    });
+    if (!stage.first()) sending[set].push_back(pp.send(model_.stage_input_grad(), count, stage.rank - 1));
+    if (last) timed("reduce (the tied embedding's gradient)", times, &StepTimes::comm_exposed_ms, [&] { sum_tied(); });
+    timed("reduce (waiting for the gradient reductions)", times, &StepTimes::comm_exposed_ms, [&] {
+      if (ddp_) ddp_->finish_backward();
+      if (zero_) zero_->finish_backward();
+    });
+  }
+  for (int set = 0; set < sets; ++set) settle(set);
+}
+
+// The gradients' reduction with pipeline parallelism: the model's GradsReady, except that on the first and last stage,
+// in the step's last backward, the range that starts at 0 (wte, which backward hands over last) waits for sum_tied().
+// The tied gradient is summed before the data-parallel reduction sees it, so that DDP's buckets and ZeRO's shards (cut
+// differently on the two stages) reduce it whole; and after the stage has sent its input's gradient on, since the
+// first stage's last backward needs that gradient before it can join the sum.
+void Training::start_pipeline(const Gpt::GradsReady& inner) {
+  const PipeSchedule schedule = parse_pipe_schedule(o_.pp_schedule);
+  const int P = grid_.pp(), stage = place_.pp;
+  schedule_ = pipeline_schedule(schedule, P, stage, K_);
+  model_.set_activation_sets(activation_sets(schedule, P, stage, K_));
+  inner_grads_ready_ = inner;
+  pipeline_grads_ready_ = [this](std::size_t offset, std::size_t count) {
+    if (offset == 0 && syncing_ && groups_.emb) {
+      tied_count_ = count;
+    } else if (inner_grads_ready_) {
+      inner_grads_ready_(offset, count);
+    }
+  };
+}
+
+// Megatron-LM's embedding allreduce: the two wte copies' gradients summed over the embedding group (first and last
+// stage), then handed to the data-parallel reduction.
+void Training::sum_tied() {
+  if (!groups_.emb) return;
+  const ParamRange wte = model_.layout().wte();
+  wait_collective(*groups_.emb->allreduce(model_.grads() + wte.offset, wte.count),
+                  "pp-allreduce (the tied embedding's gradient, first and last stage)");
+  if (inner_grads_ready_) inner_grads_ready_(0, tied_count_);
+}
+
+}  // namespace dtrain::trainer
