@@ -18,6 +18,9 @@ struct StepTimes {
   double compute_ms = 0;
   double comm_exposed_ms = 0;
   double optimizer_ms = 0;
+  // Pipeline parallelism (--pp above 1): the time this stage waited for a neighbour's activations or gradients
+  // ("pp-recv": the pipeline's bubble, (P-1)/m of the step at best, plus the transfers), not in comm_exposed_ms.
+  double bubble_ms = 0;
 };
 
 // Enters `phase` (health/phase.h), does `body` and adds its wall time in ms to times.*part, less the time this

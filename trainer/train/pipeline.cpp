@@ -27,10 +27,17 @@ void Training::pipeline_micro_steps(float loss_scale, StepTimes& times) {
   std::vector<std::vector<std::shared_ptr<Work>>> sending(static_cast<std::size_t>(sets));
   auto settle = [&](int set) {
     for (const std::shared_ptr<Work>& work : sending[static_cast<std::size_t>(set)]) {
-      timed("pp-send (waiting for a stage to take this one's send)", times, &StepTimes::comm_exposed_ms,
-            [&] { wait_collective(*work); });
+      timed(send_phase_, times, &StepTimes::comm_exposed_ms, [&] { wait_collective(*work); });
     }
     sending[static_cast<std::size_t>(set)].clear();
+  };
+  // A receive's whole wait is the bubble's (step_times.h), the part wait_collective counted as communication too.
+  auto receive = [&](float* data, int peer, const char* phase) {
+    const double waited_before = comm_time().waited_ms;
+    timed(phase, times, &StepTimes::bubble_ms, [&] { wait_collective(*pp.recv(data, count, peer)); });
+    const double waited = comm_time().waited_ms - waited_before;
+    times.comm_exposed_ms -= waited;
+    times.bubble_ms += waited;
   };
   int backwards = 0;
   for (const PipeOp& op : schedule_) {
@@ -39,11 +46,7 @@ void Training::pipeline_micro_steps(float loss_scale, StepTimes& times) {
     model_.use_activation_set(set);
     if (op.kind == PipeOp::forward) {
       Batch batch = timed("data", times, &StepTimes::data_wait_ms, [&] { return prefetch_->next(); });
-      if (!stage.first()) {
-        float* input = model_.stage_input(B_, T_);
-        timed("pp-recv (the activations from the stage before)", times, &StepTimes::comm_exposed_ms,
-              [&] { wait_collective(*pp.recv(input, count, stage.rank - 1)); });
-      }
+      if (!stage.first()) receive(model_.stage_input(B_, T_), stage.rank - 1, recv_forward_phase_);
       timed("forward", times, &StepTimes::compute_ms, [&] {
         model_.forward_batch(batch.tokens.data(), B_, T_, window_->micro_losses() + op.micro);
         batch.tokens.free_after(k().record_fence());
@@ -51,11 +54,7 @@ void Training::pipeline_micro_steps(float loss_scale, StepTimes& times) {
       if (!stage.last()) sending[set].push_back(pp.send(model_.stage_output(), count, stage.rank + 1));
       continue;
     }
-    if (!stage.last()) {
-      float* grad = model_.stage_output_grad();
-      timed("pp-recv (the output's gradient from the stage after)", times, &StepTimes::comm_exposed_ms,
-            [&] { wait_collective(*pp.recv(grad, count, stage.rank + 1)); });
-    }
+    if (!stage.last()) receive(model_.stage_output_grad(), stage.rank + 1, recv_backward_phase_);
     const bool last = ++backwards == K_;
     timed("backward", times, &StepTimes::compute_ms, [&] {
       if (ddp_) ddp_->begin_backward(last);
@@ -84,6 +83,14 @@ void Training::start_pipeline(const Gpt::GradsReady& inner) {
   schedule_ = pipeline_schedule(schedule, P, stage, K_);
   model_.set_activation_sets(activation_sets(schedule, P, stage, K_));
   inner_grads_ready_ = inner;
+  // The phases name the stage and its neighbours (health/phase.h; a hang's evidence shows where each rank waits).
+  const std::string here = "stage " + std::to_string(stage) + " of " + std::to_string(P) + ", tensor-parallel rank " +
+                           std::to_string(place_.tp);
+  recv_forward_phase_ =
+      lasting_phase("pp-recv (" + here + " waits for stage " + std::to_string(stage - 1) + "'s activations)");
+  recv_backward_phase_ =
+      lasting_phase("pp-recv (" + here + " waits for stage " + std::to_string(stage + 1) + "'s gradient)");
+  send_phase_ = lasting_phase("pp-send (" + here + " waits for a neighbour to take its send)");
   pipeline_grads_ready_ = [this](std::size_t offset, std::size_t count) {
     if (offset == 0 && syncing_ && groups_.emb) {
       tied_count_ = count;

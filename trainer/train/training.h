@@ -162,6 +162,9 @@ class Training {
   Gpt::GradsReady pipeline_grads_ready_, inner_grads_ready_;
   bool syncing_ = false;
   std::size_t tied_count_ = 0;  // the gradient range at 0 that waits for sum_tied()
+  const char* recv_forward_phase_ = nullptr;  // lasting_phase()s naming this stage (start_pipeline)
+  const char* recv_backward_phase_ = nullptr;
+  const char* send_phase_ = nullptr;
 };
 
 }  // namespace dtrain::trainer
