@@ -179,6 +179,14 @@ StepMetrics Training::train_step(std::uint64_t step, const LrSchedule& schedule,
   m.step_ms = ms_since(began);
   m.tokens_per_s = static_cast<double>(global_batch_tokens(shape_)) / (m.step_ms / 1000.0);
   measure_comm_and_memory(m, times, comm_at_start, ddp_.get(), zero_.get(), model_.activation_bytes(), world_);
+  if (!zero_ && groups_.tp) {
+    // --tp / --pp without ZeRO: this rank's whole buffers (its slices of its stage), for `dtrain plan
+    // --trainer-accounting`'s comparison: fp32 parameters (and the 16-bit working copy), gradients, AdamW's m and v.
+    const std::uint64_t floats = model_.buffer_size();
+    const std::uint64_t half = model_.precision() == kernels::Dtype::fp32 ? 0 : 2 * floats;
+    m.sharding = ShardingMetrics{4 * floats + half, 4 * floats, 8 * static_cast<std::uint64_t>(n_),
+                                 model_.activation_bytes(), std::nullopt};
+  }
   return m;
 }
 

@@ -1,5 +1,6 @@
 // A training step's micro-batches through this rank's pipeline stage (--pp above 1; training.h).
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,6 +11,18 @@
 #include "trainer/train/training.h"
 
 namespace dtrain::trainer {
+namespace {
+
+// Runs `wait` (outside timed(), so none of it counts as exposed communication) and counts its time as the pipeline's
+// bubble (step_times.h).
+template <class Wait>
+void as_bubble(StepTimes& times, Wait&& wait) {
+  const auto began = std::chrono::steady_clock::now();
+  wait();
+  times.bubble_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
+}
+
+}  // namespace
 
 // The schedule's ops in order (--pp-schedule; trainer/parallel/pipeline/schedule.h), micro-batch i in activation set
 // i % sets: a stage keeps at most `sets` micro-batches between their forward and their backward, consecutive ones
@@ -31,13 +44,9 @@ void Training::pipeline_micro_steps(float loss_scale, StepTimes& times) {
     }
     sending[static_cast<std::size_t>(set)].clear();
   };
-  // A receive's whole wait is the bubble's (step_times.h), the part wait_collective counted as communication too.
   auto receive = [&](float* data, int peer, const char* phase) {
-    const double waited_before = comm_time().waited_ms;
-    timed(phase, times, &StepTimes::bubble_ms, [&] { wait_collective(*pp.recv(data, count, peer)); });
-    const double waited = comm_time().waited_ms - waited_before;
-    times.comm_exposed_ms -= waited;
-    times.bubble_ms += waited;
+    set_phase(phase);
+    as_bubble(times, [&] { wait_collective(*pp.recv(data, count, peer)); });
   };
   int backwards = 0;
   for (const PipeOp& op : schedule_) {
@@ -63,7 +72,8 @@ void Training::pipeline_micro_steps(float loss_scale, StepTimes& times) {
       model_.backward(loss_scale, pipeline_grads_ready_);
     });
     if (!stage.first()) sending[set].push_back(pp.send(model_.stage_input_grad(), count, stage.rank - 1));
-    if (last) timed("reduce (the tied embedding's gradient)", times, &StepTimes::comm_exposed_ms, [&] { sum_tied(); });
+    // The last stage's wait in the tied sum is for the first stage's last backward: the pipeline's drain, a bubble.
+    if (last) as_bubble(times, [&] { sum_tied(); });
     timed("reduce (waiting for the gradient reductions)", times, &StepTimes::comm_exposed_ms, [&] {
       if (ddp_) ddp_->finish_backward();
       if (zero_) zero_->finish_backward();
