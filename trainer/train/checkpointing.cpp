@@ -259,7 +259,8 @@ void save_tensor_parallel_checkpoint(Communicator& comm, Communicator& tp, Commu
     mine.put_slices(ours, all.data());
     for (const TensorInfo& t : mine.checkpoint_tensors())
       if ((t.replicated && tp.rank() != 0) || t.tied_copy)
-        std::fill_n(all.begin() + static_cast<std::ptrdiff_t>(t.full_at), t.count, 0.0f);
+        for (const SlicePiece& piece : t.pieces)  // this rank's part of the whole tensor (a slice, with --tp)
+          std::fill_n(all.begin() + static_cast<std::ptrdiff_t>(t.full_at + piece.full), piece.count, 0.0f);
     for (Communicator* group : {&tp, &pp}) {
       if (group->size() == 1) continue;
       on_host_floats(*group, all.data(), all.size(),

@@ -1,0 +1,73 @@
+"""Checkpoints across pipeline-parallel layouts: a --pp run's checkpoint holds the whole model and its AdamW moments
+in the logical layout (the stages' tensors put together, the tied wte once, from the first stage), so it resumes at
+another --tp, --pp and data-parallel split of the same global batch (4 sequences), and a checkpoint written without
+them resumes with them. Against an uninterrupted T=2 x P=2 run of 10 AdamW steps (warmup, cosine schedule, clipping,
+weight decay; 4 ranks, 4 micro-batches of 1 sequence) that saves at steps 5 and 10, every resumed run's steps 6-10
+must have its losses and gradient norms within 1e-5 relative:
+  T=2 x P=2 -> T=1 x P=2 x DP=2   4 ranks, 2 micro-batches each
+  T=2 x P=2 -> T=2 x P=1 x DP=2   4 ranks, batch 2 each
+  T=2 x P=2 -> 1 rank             batch 4
+  DP=2 -> T=2 x P=2               the step-5 checkpoint of a 2-rank DDP run, resumed as a pipeline
+  P=2 x DP=2, ZeRO-1 -> 1 rank    the checkpoint of a ZeRO-1 pipeline run (its moments gathered from the shards,
+                                  then put together over the stages), resumed without either."""
+
+import os
+import shutil
+
+import trainer_harness as h
+
+h.require_binaries(h.TRAINER, h.DTRAIN)
+work = h.workdir()
+shard = h.make_text_shard(work)
+common = h.MODEL + ["--data", shard, "--seed", "3", "--threads", "1", "--save-every", "5"] + h.TEN_STEPS
+
+
+def launch(ranks, label, flags):
+    """`dtrain run -n ranks` (or one process) of dtrain-trainer with flags; its metrics, or None when it failed."""
+    path = os.path.join(work, label + ".jsonl")
+    args = common + flags + ["--metrics", path]
+    run = h.launched(ranks, args, work) if ranks > 1 else h.trainer(args, work)
+    if not h.check(run.code == 0, f"{label}: exits 0"):
+        run.show()
+        return None
+    return h.metrics(path)
+
+
+def checkpoint_at_5(source, label):
+    """A copy of `source`'s checkpoint directory with the step-5 pair only."""
+    directory = os.path.join(work, "ckpt-" + label)
+    shutil.copytree(source, directory)
+    for name in os.listdir(directory):
+        if not name.endswith("_5.bin"):
+            os.remove(os.path.join(directory, name))
+    return directory
+
+
+PIPE = ["--tp", "2", "--pp", "2", "--batch-size", "1", "--grad-accum", "4"]
+pp_dir = os.path.join(work, "ckpt-tp2pp2")
+whole = launch(4, "tp2pp2", PIPE + ["--checkpoint-dir", pp_dir])
+dp_dir = os.path.join(work, "ckpt-dp2")
+ddp = launch(2, "dp2", ["--batch-size", "2", "--checkpoint-dir", dp_dir])
+zero_dir = os.path.join(work, "ckpt-pp2-zero1")
+zero = launch(4, "pp2-zero1", ["--pp", "2", "--zero", "1", "--batch-size", "1", "--grad-accum", "2",
+                               "--checkpoint-dir", zero_dir])
+if whole is None or ddp is None or zero is None:
+    h.finish()
+h.check(sorted(os.listdir(pp_dir)) == ["model_10.bin", "model_5.bin", "state_10.bin", "state_5.bin"],
+        f"the T=2 x P=2 run saves at steps 5 and 10: {sorted(os.listdir(pp_dir))}")
+h.compare_steps("uninterrupted T=2 x P=2 vs DDP on 2 ranks", whole, ddp, 1e-5)
+h.compare_steps("uninterrupted P=2 x DP=2 with ZeRO-1 vs T=2 x P=2", zero, whole, 1e-5)
+
+CASES = (("T=2 x P=2 -> T=1 x P=2 x DP=2", pp_dir, 4, ["--pp", "2", "--batch-size", "1", "--grad-accum", "2"]),
+         ("T=2 x P=2 -> T=2 x P=1 x DP=2", pp_dir, 4, ["--tp", "2", "--batch-size", "2"]),
+         ("T=2 x P=2 -> 1 rank", pp_dir, 1, ["--batch-size", "4"]),
+         ("DP=2 -> T=2 x P=2", dp_dir, 4, PIPE),
+         ("P=2 x DP=2, ZeRO-1 -> 1 rank", zero_dir, 1, ["--batch-size", "4"]))
+for index, (label, source, ranks, flags) in enumerate(CASES):
+    directory = checkpoint_at_5(source, str(index))
+    resumed = launch(ranks, f"resumed{index}", flags + ["--resume", "--checkpoint-dir", directory])
+    if resumed is None:
+        continue
+    h.check([m["step"] for m in resumed] == list(range(6, 11)), f"{label}: resumes at step 6")
+    h.compare_steps(f"{label}: steps 6-10 vs uninterrupted T=2 x P=2", resumed, whole[5:], 1e-5)
+h.finish()
