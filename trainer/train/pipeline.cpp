@@ -37,10 +37,11 @@ void Training::pipeline_micro_steps(float loss_scale, StepTimes& times) {
   Communicator& pp = *groups_.pp;
   const std::size_t count = static_cast<std::size_t>(B_) * T_ * config_.channels;
   const int sets = model_.activation_sets();
-  std::vector<std::vector<std::shared_ptr<Work>>> sending(static_cast<std::size_t>(sets));
+  // Each set's sends in flight, with the phase of waiting for them.
+  std::vector<std::vector<std::pair<std::shared_ptr<Work>, const char*>>> sending(static_cast<std::size_t>(sets));
   auto settle = [&](int set) {
-    for (const std::shared_ptr<Work>& work : sending[static_cast<std::size_t>(set)]) {
-      timed(send_phase_, times, &StepTimes::comm_exposed_ms, [&] { wait_collective(*work); });
+    for (const auto& [work, phase] : sending[static_cast<std::size_t>(set)]) {
+      timed(phase, times, &StepTimes::comm_exposed_ms, [&] { wait_collective(*work); });
     }
     sending[static_cast<std::size_t>(set)].clear();
   };
@@ -60,7 +61,8 @@ void Training::pipeline_micro_steps(float loss_scale, StepTimes& times) {
         model_.forward_batch(batch.tokens.data(), B_, T_, window_->micro_losses() + op.micro);
         batch.tokens.free_after(k().record_fence());
       });
-      if (!stage.last()) sending[set].push_back(pp.send(model_.stage_output(), count, stage.rank + 1));
+      if (!stage.last())
+        sending[set].emplace_back(pp.send(model_.stage_output(), count, stage.rank + 1), send_forward_phase_);
       continue;
     }
     if (!stage.last()) receive(model_.stage_output_grad(), stage.rank + 1, recv_backward_phase_);
@@ -71,7 +73,8 @@ void Training::pipeline_micro_steps(float loss_scale, StepTimes& times) {
       syncing_ = last;
       model_.backward(loss_scale, pipeline_grads_ready_);
     });
-    if (!stage.first()) sending[set].push_back(pp.send(model_.stage_input_grad(), count, stage.rank - 1));
+    if (!stage.first()) sending[set].emplace_back(pp.send(model_.stage_input_grad(), count, stage.rank - 1),
+                                                    send_backward_phase_);
     // The last stage's wait in the tied sum is for the first stage's last backward: the pipeline's drain, a bubble.
     if (last) as_bubble(times, [&] { sum_tied(); });
     timed("reduce (waiting for the gradient reductions)", times, &StepTimes::comm_exposed_ms, [&] {
@@ -100,7 +103,10 @@ void Training::start_pipeline(const Gpt::GradsReady& inner) {
       lasting_phase("pp-recv (" + here + " waits for stage " + std::to_string(stage - 1) + "'s activations)");
   recv_backward_phase_ =
       lasting_phase("pp-recv (" + here + " waits for stage " + std::to_string(stage + 1) + "'s gradient)");
-  send_phase_ = lasting_phase("pp-send (" + here + " waits for a neighbour to take its send)");
+  send_forward_phase_ =
+      lasting_phase("pp-send (" + here + " waits for stage " + std::to_string(stage + 1) + " to take its activations)");
+  send_backward_phase_ =
+      lasting_phase("pp-send (" + here + " waits for stage " + std::to_string(stage - 1) + " to take its gradient)");
   pipeline_grads_ready_ = [this](std::size_t offset, std::size_t count) {
     if (offset == 0 && syncing_ && groups_.emb) {
       tied_count_ = count;

@@ -164,7 +164,8 @@ class Training {
   std::size_t tied_count_ = 0;  // the gradient range at 0 that waits for sum_tied()
   const char* recv_forward_phase_ = nullptr;  // lasting_phase()s naming this stage (start_pipeline)
   const char* recv_backward_phase_ = nullptr;
-  const char* send_phase_ = nullptr;
+  const char* send_forward_phase_ = nullptr;
+  const char* send_backward_phase_ = nullptr;
 };
 
 }  // namespace dtrain::trainer
