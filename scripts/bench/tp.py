@@ -36,7 +36,7 @@ def run(args, work, index, layout):
     done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env, timeout=600)
     with open(metrics) as f:
         lines = [json.loads(line) for line in f][2:]
-    held = re.search(r"\((\d+) parameters on each rank\)", done.stdout + done.stderr)
+    held = re.search(r": (\d+) parameters on rank 0", done.stdout + done.stderr)
     return {"ms": statistics.median(m["step_ms"] for m in lines),
             "comm": statistics.median(m.get("comm_exposed_ms", 0.0) for m in lines),
             "params": int(held.group(1)) if held else None}

@@ -55,6 +55,6 @@ for label, ranks, tp, batch, extra in CASES:
     h.compare_losses(f"{label} vs PyTorch", [m["loss"] for m in ours], [m["loss"] for m in reference], 1e-5)
     worst = max(abs(a["grad_norm"] - b["grad_norm"]) / b["grad_norm"] for a, b in zip(ours, one_rank))
     h.check(worst <= 1e-5, f"{label}: gradient norms within 1e-5 of 1 rank's (worst {worst:.2e})")
-    said = f"tensor parallel: {ranks // tp} group(s) of {tp} ranks"
+    said = f"tensor parallel {tp} x pipeline parallel 1 x data parallel {ranks // tp}"
     h.check(said in run.out + run.err, f"{label}: rank 0 says '{said}'")
 h.finish()

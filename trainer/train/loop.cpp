@@ -65,10 +65,12 @@ int Training::run(TrialRun& trial) {
                config_.describe(), model_params_, B_, T_, grid_.dp(), K_, global_batch_tokens(shape_),
                kernels::cpu_threads(), device_.name(), comm_->backend());
   if (grid_.tp() > 1 || grid_.pp() > 1) {
-    spdlog::info("tensor parallel {} x pipeline parallel {} ({} schedule, {} micro-batches) x data parallel {}: {} "
-                 "parameters on rank {} (stage {}, layers [{}, {}))",
-                 grid_.tp(), grid_.pp(), o_.pp_schedule, K_, grid_.dp(), n_, rank_, place_.pp,
-                 model_.layout().first_layer(), model_.layout().first_layer() + model_.layout().stage_layers());
+    const std::string pipeline =
+        grid_.pp() > 1 ? fmt::format(", {} schedule over {} micro-batches", o_.pp_schedule, K_) : std::string();
+    spdlog::info("tensor parallel {} x pipeline parallel {} x data parallel {}: {} parameters on rank {} (stage {}, "
+                 "layers [{}, {}){})",
+                 grid_.tp(), grid_.pp(), grid_.dp(), n_, rank_, place_.pp, model_.layout().first_layer(),
+                 model_.layout().first_layer() + model_.layout().stage_layers(), pipeline);
   }
   if (start.resumed && !o_.init_from.empty()) {
     spdlog::info("--init-from {} is not used: training resumes from {}", o_.init_from, start.point.checkpoint);
