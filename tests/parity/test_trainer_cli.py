@@ -50,7 +50,7 @@ h.check(world.code == 2 and "8" in world.err and "3" in world.err, "--pp 3 on 8 
 bad = h.run([h.TRAINER] + base + ["--pp", "2", "--pp-schedule", "zigzag"], work, env={"WORLD_SIZE": "2"})
 h.check(bad.code == 2 and "--pp-schedule" in bad.err, "--pp-schedule zigzag is refused, exit 2")
 # --tp and --pp train (tests/parity/test_trainer_tp.py, test_trainer_pp.py), but not with what they do not have yet.
-for extra, said in ((["--tp", "2", "--zero", "2"], "is not built with --zero 2"),
+for extra, said in ((["--pp", "2", "--zero", "2"], "--zero 2 with --pp 2"),
                     (["--tp", "2", "--device", "cuda"], "CPU backend only"),
                     (["--pp", "2", "--device", "cuda"], "pipeline parallelism runs on the CPU backend only")):
     refused = h.run([h.TRAINER] + base + ["--steps", "1"] + extra, work, env={"WORLD_SIZE": "2", "RANK": "0"})

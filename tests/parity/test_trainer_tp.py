@@ -9,10 +9,12 @@ reference does not write its norm). Layouts, through the real launcher:
                   each (the launcher's ranks read the shard as 2 data-parallel ranks would);
   T=2 x DP=2, ZeRO-1  the same with AdamW's state sharded over each data-parallel group (the clip norm from the
                   owned shards, summed over both groups);
+  T=2 x DP=2, ZeRO-2 and ZeRO-3  the gradients (and with 3 the parameters, all-gathered around each unit's use)
+                  sharded over each data-parallel group too;
   T=4, selective  4 ranks, one head each, the vocabulary in slices of 64, attention's probabilities recomputed;
   T=2, full       2 ranks with full recomputation;
   T=2, bf16       2 ranks in bf16 mixed precision: within 0.05 absolute of the reference's fp32 losses.
-The refusals (--zero 2, --device cuda, --pp) are in test_trainer_cli.py."""
+The refusals (--device cuda, --zero 2|3 with --pp) are in test_trainer_cli.py."""
 
 import os
 
@@ -37,6 +39,8 @@ reference, one_rank = h.metrics(theirs), h.metrics(single)
 CASES = (("T=2", 2, 2, 4, []),
          ("T=2 x DP=2", 4, 2, 2, []),
          ("T=2 x DP=2, ZeRO-1", 4, 2, 2, ["--zero", "1"]),
+         ("T=2 x DP=2, ZeRO-2", 4, 2, 2, ["--zero", "2"]),
+         ("T=2 x DP=2, ZeRO-3", 4, 2, 2, ["--zero", "3"]),
          ("T=4, selective", 4, 4, 4, ["--recompute", "selective"]),
          ("T=2, full", 2, 2, 4, ["--recompute", "full"]),
          ("T=2, bf16", 2, 2, 4, ["--precision", "bf16"]))

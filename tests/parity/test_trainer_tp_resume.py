@@ -9,7 +9,8 @@ resumed run's steps 6-10 must have its losses and gradient norms within 1e-5 rel
   DP=2 -> T=2         the step-5 checkpoint of a 2-rank DDP run (batch 2 each), resumed on one TP group of 2
   T=2 -> T=2 x DP=2, ZeRO-1   the moments sharded over each data-parallel group as they are loaded
   T=2 x DP=2, ZeRO-1 -> 1 rank   the checkpoint of a ZeRO-1 tensor-parallel run (its moments gathered from the
-                      shards, then summed over the TP group), resumed without either."""
+                      shards, then summed over the TP group), resumed without either;
+  T=2 x DP=2, ZeRO-3 -> 1 rank   the same with the parameters sharded too (gathered for the write)."""
 
 import os
 import shutil
@@ -49,19 +50,23 @@ dp_dir = os.path.join(work, "ckpt-dp2")
 ddp = launch(2, "dp2", ["--batch-size", "2", "--checkpoint-dir", dp_dir])
 zero_dir = os.path.join(work, "ckpt-tp2-zero1")
 zero = launch(4, "tp2-zero1", ["--tp", "2", "--zero", "1", "--batch-size", "2", "--checkpoint-dir", zero_dir])
-if whole is None or ddp is None or zero is None:
+zero3_dir = os.path.join(work, "ckpt-tp2-zero3")
+zero3 = launch(4, "tp2-zero3", ["--tp", "2", "--zero", "3", "--batch-size", "2", "--checkpoint-dir", zero3_dir])
+if whole is None or ddp is None or zero is None or zero3 is None:
     h.finish()
 h.check(sorted(os.listdir(tp_dir)) == ["model_10.bin", "model_5.bin", "state_10.bin", "state_5.bin"],
         f"the T=2 run saves at steps 5 and 10: {sorted(os.listdir(tp_dir))}")
 h.compare_steps("uninterrupted T=2 vs DDP on 2 ranks", whole, ddp, 1e-5)
 h.compare_steps("uninterrupted T=2 x DP=2 with ZeRO-1 vs T=2", zero, whole, 1e-5)
+h.compare_steps("uninterrupted T=2 x DP=2 with ZeRO-3 vs T=2", zero3, whole, 1e-5)
 
 CASES = (("T=2 -> T=1 x DP=2", tp_dir, 2, ["--batch-size", "2"]),
          ("T=2 -> T=2 x DP=2", tp_dir, 4, ["--tp", "2", "--batch-size", "2"]),
          ("T=2 -> 1 rank", tp_dir, 1, ["--batch-size", "4"]),
          ("DP=2 -> T=2", dp_dir, 2, ["--tp", "2", "--batch-size", "4"]),
          ("T=2 -> T=2 x DP=2, ZeRO-1", tp_dir, 4, ["--tp", "2", "--zero", "1", "--batch-size", "2"]),
-         ("T=2 x DP=2, ZeRO-1 -> 1 rank", zero_dir, 1, ["--batch-size", "4"]))
+         ("T=2 x DP=2, ZeRO-1 -> 1 rank", zero_dir, 1, ["--batch-size", "4"]),
+         ("T=2 x DP=2, ZeRO-3 -> 1 rank", zero3_dir, 1, ["--batch-size", "4"]))
 for index, (label, source, ranks, flags) in enumerate(CASES):
     directory = checkpoint_at_5(source, str(index))
     resumed = launch(ranks, f"resumed{index}", flags + ["--resume", "--checkpoint-dir", directory])

@@ -24,10 +24,6 @@ void check_parallel_flags(const TrainOptions& o, const GptConfig& config) {
                                          : "--pp " + std::to_string(grid.pp()) + ": pipeline parallelism";
   if (o.device == "cuda")
     throw std::invalid_argument(what + " runs on the CPU backend only so far; use --device cpu");
-  if (o.zero > 1)
-    throw std::invalid_argument(what + " is not built with --zero " + std::to_string(o.zero) + " yet; use --zero 1 "
-                                "(the optimizer state sharded over each data-parallel group, as Megatron-LM's "
-                                "distributed optimizer) or --zero 0");
 }
 
 int dry_run(const TrainOptions& o) {

@@ -14,8 +14,8 @@ namespace dtrain::trainer {
 // the numbers when the layout is refused.
 RankGrid parallel_layout(const TrainOptions& o, const GptConfig& config);
 
-// Before training: the layout checked; --pp above 1 refused (std::invalid_argument: only its layout is built), and
-// --tp above 1 with what it does not run with yet (--device cuda, --zero 2|3).
+// Before training: the layout checked (rank_grid.h: --zero 2|3 with --pp above 1 refused), and --tp or --pp above 1
+// refused with what they do not run with yet (--device cuda); std::invalid_argument with the reason.
 void check_parallel_flags(const TrainOptions& o, const GptConfig& config);
 
 // --dry-run: prints the model shape and the grid (describe_grid) on stdout; returns the exit code (0; a refused

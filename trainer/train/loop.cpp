@@ -271,7 +271,15 @@ void Training::save(std::uint64_t step, std::uint64_t data_step) {
   if (zero_ && groups_.tp) {
     std::vector<float> m, v;  // this rank's slices, gathered from the data-parallel group's shards
     zero_->gather_moments(m, v);
-    save_tensor_parallel_checkpoint(*comm_, *groups_.tp, *groups_.pp, o_.checkpoint_dir, model_, m.data(), v.data(), state);
+    zero_->gather_params();  // stage 3: this rank's slices whole for the write, released after
+    try {
+      save_tensor_parallel_checkpoint(*comm_, *groups_.tp, *groups_.pp, o_.checkpoint_dir, model_, m.data(), v.data(),
+                                      state);
+    } catch (...) {
+      zero_->release_params();
+      throw;
+    }
+    zero_->release_params();
   } else if (zero_) {
     save_zero_checkpoint(*comm_, o_.checkpoint_dir, model_, *zero_, state);
   } else if (groups_.tp) {

@@ -161,7 +161,7 @@ void add_run_flags(CLI::App& app, TrainOptions& o) {
                  "(half the bytes on the wire; gradients stay fp32 on each rank)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))->capture_default_str();
   app.add_option("--tp", o.tp, "tensor-parallel size: each group of --tp consecutive ranks splits every block's "
-                 "heads, MLP and the vocabulary (CPU; with --zero 0 or 1); DP = world / (TP x PP)")
+                 "heads, MLP and the vocabulary (CPU; with --zero 0..3 when --pp is 1); DP = world / (TP x PP)")
       ->check(CLI::Range(1, 4096))->capture_default_str();
   app.add_option("--pp", o.pp, "pipeline-parallel size: the layers split into --pp stages (CPU; with --zero 0 or 1), "
                  "--grad-accum micro-batches through them; DP = world / (TP x PP)")

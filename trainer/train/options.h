@@ -80,8 +80,9 @@ struct TrainOptions {
   int threads = 0;             // --threads: CPU threads; 0 = OMP_NUM_THREADS if set, else all cores
   // --tp, --pp: tensor- and pipeline-parallel sizes (DP = world / (TP x PP); rank order as Megatron-LM's,
   // trainer/parallel/grid/rank_grid.h); --dry-run prints the layout. Both train on the CPU (trainer/model/gpt.h's
-  // tensor and pipeline parallelism), with --zero 0 or 1 so far. --pp-schedule: gpipe | 1f1b (the order of a stage's
-  // forwards and backwards, trainer/parallel/pipeline/schedule.h); the micro-batches are --grad-accum's.
+  // tensor and pipeline parallelism); --zero 2|3 with --pp above 1 is refused (rank_grid.h). --pp-schedule: gpipe |
+  // 1f1b (the order of a stage's forwards and backwards, trainer/parallel/pipeline/schedule.h); the micro-batches are
+  // --grad-accum's.
   int tp = 1;
   int pp = 1;
   std::string pp_schedule = "1f1b";

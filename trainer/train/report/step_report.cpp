@@ -48,6 +48,11 @@ HealthReport health_report(const StepMetrics& m, const StepTimes& times, const S
   r.compute_ms = times.compute_ms;
   r.comm_exposed_ms = times.comm_exposed_ms;
   r.optimizer_ms = times.optimizer_ms;
+  r.pipeline_bubble_ms = times.bubble_ms;
+  r.tp_rank = static_cast<std::uint32_t>(to.tp_rank);
+  r.tp_size = static_cast<std::uint32_t>(to.tp);
+  r.pp_stage = static_cast<std::uint32_t>(to.pp_stage);
+  r.pp_size = static_cast<std::uint32_t>(to.pp);
   if (m.sharding) {
     r.mem_params_bytes = m.sharding->mem_params_bytes;
     r.mem_grads_bytes = m.sharding->mem_grads_bytes;
@@ -64,7 +69,11 @@ HealthReport health_report(const StepMetrics& m, const StepTimes& times, const S
 }
 
 void report_step(const StepMetrics& m, const StepTimes& times, const StepReportTargets& to) {
-  if (to.metrics) to.metrics->write(m);
+  if (to.metrics) {
+    StepMetrics line = m;
+    if (to.pp > 1) line.pp_bubble_ms = times.bubble_ms;
+    to.metrics->write(line);
+  }
   if (m.step % static_cast<std::uint64_t>(to.log_every) == 0 || m.step == static_cast<std::uint64_t>(to.steps)) {
     spdlog::info("step {}/{} | loss {:.6f} | lr {:.3e} | norm {:.4f} | {:.0f} tok/s | {:.1f} ms{}", m.step,
                  to.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_ms,

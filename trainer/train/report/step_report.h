@@ -38,6 +38,13 @@ struct StepReportTargets {
   // What the rank computes on, as torch.cuda.get_device_name names a GPU ("NVIDIA H200"), or "cpu": the launcher
   // takes the peak FLOP/s for MFU from it (cli/mfu/device_peaks.h).
   std::string device_name = "cpu";
+  // This rank's place in the --tp x --pp grid (trainer/parallel/grid/rank_grid.h: the RankGrid's tp() and pp(), its
+  // GridCoords' tp and pp), in every health report: the launcher names a rank by it. With pp above 1 the metrics line
+  // also has the step's pp_bubble_ms. The defaults are a rank of a model that is not split.
+  int tp = 1;
+  int pp = 1;
+  int tp_rank = 0;
+  int pp_stage = 0;
 };
 
 // The model FLOPs of one token, forward and backward, as PaLM counts them (Chowdhery et al., arXiv:2204.02311,
@@ -48,12 +55,13 @@ struct StepReportTargets {
 double model_flops_per_token(const GptConfig& config, int seq_len, std::uint64_t params);
 
 // The health report of a step on `to.rank` of `to.world`: tokens/s is this rank's share of the job's, the memory and
-// traffic are the metrics line's (0 where it has none), the resident set is read now, the model is `to`'s, and the
-// device is `to.device_name`. No points: the reporter keeps the step's point
+// traffic are the metrics line's (0 where it has none), the times (the pipeline's bubble among them) are `times`, the
+// resident set is read now, the model, the device and the grid place are `to`'s. No points: the reporter keeps the step's point
 // ({step, loss, step_ms, tokens_per_s}) with those of the other steps since its last send (trainer/health/reporter.h).
 HealthReport health_report(const StepMetrics& m, const StepTimes& times, const StepReportTargets& to);
 
-// Writes the step's metrics line, console line and health report; throws std::runtime_error when the loss is not
+// Writes the step's metrics line (with pp_bubble_ms, times.bubble_ms, when `to.pp` is above 1: a stage's bubble can
+// be 0, so the pipeline is told by its size), console line and health report; throws std::runtime_error when the loss is not
 // finite (the agent would refuse it in a report: the run has diverged).
 void report_step(const StepMetrics& m, const StepTimes& times, const StepReportTargets& to);
 

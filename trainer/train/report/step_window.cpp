@@ -61,7 +61,8 @@ std::vector<WindowStep> StepWindow::read() {
       StepMetrics& m = s.metrics;
       m.tokens_per_s *= m.step_ms / step_ms;  // the batch's tokens over the window's time per step
       m.step_ms = step_ms;
-      s.times.compute_ms = std::max(0.0, step_ms - s.times.data_wait_ms - s.times.comm_exposed_ms);
+      s.times.compute_ms =
+          std::max(0.0, step_ms - s.times.data_wait_ms - s.times.comm_exposed_ms - s.times.bubble_ms);
       s.times.optimizer_ms = 0;
       if (m.comm_ms) {
         m.comm_ms = comm_ms;

@@ -11,8 +11,8 @@
 //
 // What a device step cannot time on the host: its phases run on the device, behind the host. A window's steps are
 // reported with the window's wall time, from the read before to this one, divided evenly (step_ms, tokens/s), the
-// host's time for the data and the exposed communication as measured, and the rest of the step as compute; their
-// communication time (comm_ms) is the window's collectives' own durations, divided evenly.
+// host's time for the data, the exposed communication and the pipeline's bubble as measured, and the rest of the
+// step as compute; their communication time (comm_ms) is the window's collectives' own durations, divided evenly.
 
 #include <chrono>
 #include <cstdint>
