@@ -49,6 +49,12 @@ world = h.run([h.TRAINER, "--model", "tiny", "--pp", "3", "--dry-run"], work, en
 h.check(world.code == 2 and "8" in world.err and "3" in world.err, "--pp 3 on 8 ranks is refused, exit 2")
 bad = h.run([h.TRAINER] + base + ["--pp", "2", "--pp-schedule", "zigzag"], work, env={"WORLD_SIZE": "2"})
 h.check(bad.code == 2 and "--pp-schedule" in bad.err, "--pp-schedule zigzag is refused, exit 2")
+alone = h.run([h.TRAINER, "--model", "tiny", "--sequence-parallel", "--dry-run"], work, env=grid)
+h.check(alone.code == 2 and "needs --tp above 1" in alone.err, "--sequence-parallel without --tp is refused, exit 2")
+uneven = h.run([h.TRAINER, "--model", "tiny", "--tp", "4", "--sequence-parallel", "--batch-size", "1", "--seq-len",
+                "6", "--dry-run"], work, env=grid)
+h.check(uneven.code == 2 and "do not divide by --tp 4" in uneven.err,
+        "--sequence-parallel with 1 x 6 tokens on --tp 4 is refused, exit 2")
 # --tp and --pp train (tests/parity/test_trainer_tp.py, test_trainer_pp.py), but not with what they do not have yet.
 for extra, said in ((["--pp", "2", "--zero", "2"], "--zero 2 with --pp 2"),
                     (["--tp", "2", "--device", "cuda"], "CPU backend only"),

@@ -10,6 +10,7 @@ the tied wte counted once) within 1e-5 of the 1-rank dtrain-trainer run's. Layou
   P=4, gpipe, full   with full recomputation;
   P=2 x DP=2         4 ranks: two pipelines, DDP between their stages, 2 micro-batches each;
   T=2 x P=2, selective   4 ranks: each stage split over a tensor-parallel pair, attention recomputed;
+  T=2 x P=2, sequence parallel   the stages' activations sent as each TP rank's half of the tokens;
   T=2 x P=2 x DP=2, ZeRO-1   8 ranks, AdamW's state sharded over each data-parallel group;
   T=2 x P=2, bf16    within 0.05 absolute of the reference's fp32 losses.
 Every run's rank 0 names its layout. The refusals are in test_trainer_cli.py."""
@@ -42,6 +43,7 @@ CASES = (("P=2, 1f1b", 2, 1, 2, 1, 4, []),
          ("P=4, gpipe, full", 4, 1, 4, 2, 2, ["--pp-schedule", "gpipe", "--recompute", "full"]),
          ("P=2 x DP=2", 4, 1, 2, 1, 2, []),
          ("T=2 x P=2, selective", 4, 2, 2, 1, 4, ["--recompute", "selective"]),
+         ("T=2 x P=2, sequence parallel", 4, 2, 2, 1, 4, ["--sequence-parallel"]),
          ("T=2 x P=2 x DP=2, ZeRO-1", 8, 2, 2, 1, 2, ["--zero", "1"]),
          ("T=2 x P=2, bf16", 4, 2, 2, 1, 4, ["--precision", "bf16"]))
 for label, ranks, tp, pp, batch, micro, extra in CASES:

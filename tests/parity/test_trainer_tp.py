@@ -13,6 +13,7 @@ reference does not write its norm). Layouts, through the real launcher:
                   sharded over each data-parallel group too;
   T=4, selective  4 ranks, one head each, the vocabulary in slices of 64, attention's probabilities recomputed;
   T=2, full       2 ranks with full recomputation;
+  T=2 and T=4, sequence parallel  the residual stream's tokens split over the group (T=4 with full recomputation);
   T=2, bf16       2 ranks in bf16 mixed precision: within 0.05 absolute of the reference's fp32 losses.
 The refusals (--device cuda, --zero 2|3 with --pp) are in test_trainer_cli.py."""
 
@@ -43,6 +44,8 @@ CASES = (("T=2", 2, 2, 4, []),
          ("T=2 x DP=2, ZeRO-3", 4, 2, 2, ["--zero", "3"]),
          ("T=4, selective", 4, 4, 4, ["--recompute", "selective"]),
          ("T=2, full", 2, 2, 4, ["--recompute", "full"]),
+         ("T=2, sequence parallel", 2, 2, 4, ["--sequence-parallel"]),
+         ("T=4, sequence parallel, full", 4, 4, 4, ["--sequence-parallel", "--recompute", "full"]),
          ("T=2, bf16", 2, 2, 4, ["--precision", "bf16"]))
 for label, ranks, tp, batch, extra in CASES:
     path = os.path.join(work, label.replace(" ", "").replace(",", "_").replace("=", "") + ".jsonl")

@@ -5,7 +5,9 @@
 // slices of the whole model's, bit for bit; every rank's loss is the whole model's (1e-6 relative); the ranks'
 // gradients, put back together, are the whole model's gradient, tensor by tensor, within 1e-5 relative L2; and the
 // replicated tensors (wpe, the LayerNorms, the row-parallel biases) get the same gradient on every rank, bit for bit.
-// With recompute full and selective too (the same gradients). And the refusals: a TP model on a device backend, a
+// With recompute full and selective too (the same gradients), and with sequence parallelism (the residual stream split
+// by tokens: LayerNorm gradients summed over the group, so the replicated tensors stay equal bit for bit). And the
+// refusals: a TP model on a device backend, a
 // communicator of the wrong group, a forward without one.
 #include <doctest/doctest.h>
 
@@ -80,17 +82,19 @@ double relative_l2(const float* a, const float* b, std::size_t n) {
   return norm == 0 ? std::sqrt(diff) : std::sqrt(diff / norm);
 }
 
-void check_split(int size, Recompute recompute) {
+void check_split(int size, Recompute recompute, bool sequence = false) {
   CAPTURE(size);
+  CAPTURE(sequence);
   CAPTURE(recompute_name(recompute));
   const Result whole = whole_model(recompute);
   const ParamLayout whole_layout(config());
   std::vector<std::vector<float>> rank_grads(size);  // each rank's slices in a whole-model buffer (checkpoint order)
   std::vector<float> losses(size);
   std::vector<int> same_params(size);
-  GlooRanks ranks("tp-model-" + std::to_string(size) + recompute_name(recompute));
+  GlooRanks ranks("tp-model-" + std::to_string(size) + recompute_name(recompute) + (sequence ? "-sp" : ""));
   on_ranks(ranks, size, "tp", [&](int rank, GlooCommunicator& comm) {
-    Gpt model(config(), kernels::cpu_backend(), 1, kernels::Dtype::fp32, nullptr, TensorParallel{size, rank});
+    Gpt model(config(), kernels::cpu_backend(), 1, kernels::Dtype::fp32, nullptr,
+              TensorParallel{size, rank, sequence});
     model.set_tensor_parallel_group(&comm);
     model.set_recompute(recompute);
     model.init_weights(5);
@@ -133,6 +137,13 @@ TEST_CASE("a tensor-parallel GPT computes the whole model's loss and gradients")
   check_split(4, Recompute::none);
   check_split(2, Recompute::full);
   check_split(4, Recompute::selective);
+}
+
+TEST_CASE("a sequence-parallel GPT computes the whole model's loss and gradients") {
+  check_split(2, Recompute::none, true);
+  check_split(4, Recompute::none, true);
+  check_split(2, Recompute::full, true);
+  check_split(4, Recompute::selective, true);
 }
 
 TEST_CASE("a tensor-parallel GPT refuses what it cannot run") {

@@ -5,7 +5,8 @@
 namespace dtrain::trainer {
 
 Gpt::Activations::Activations(kernels::Backend& b, const GptConfig& c, int layers, const Widths& w,
-                              kernels::Dtype precision, Recompute recompute, std::size_t BT, std::size_t BTT)
+                              kernels::Dtype precision, Recompute recompute, std::size_t BT, std::size_t BTT,
+                              int shards)
     : backend(b), capacity_bt(BT), capacity_att(BTT) {
   const std::size_t C = c.channels, NH = w.heads, Vp = w.vocab;
   const std::size_t QKV = w.qkv, ATT = w.att, FC = w.fc;
@@ -13,31 +14,33 @@ Gpt::Activations::Activations(kernels::Backend& b, const GptConfig& c, int layer
   // attention's probabilities (selective and full: one).
   const std::size_t L = recompute == Recompute::full ? 1 : static_cast<std::size_t>(layers);
   const std::size_t L_att = recompute == Recompute::none ? L : 1;
+  const std::size_t n = BT / static_cast<std::size_t>(shards);  // this rank's tokens of the residual stream
   // Token ids are 4 bytes, as a float is.
   static_assert(sizeof(std::int32_t) == sizeof(float));
   inputs = reinterpret_cast<std::int32_t*>(backend.allocate(BT));
   targets = reinterpret_cast<std::int32_t*>(backend.allocate(BT));
-  encoded = take(BT * C);
+  encoded = take(n * C);
   ln1 = take_input(precision, L, BT * C);
-  ln1_mean = take(L * BT);
-  ln1_rstd = take(L * BT);
+  ln1_mean = take(L * n);
+  ln1_rstd = take(L * n);
   qkv = take(L * BT * QKV);
   atty = take_input(precision, L, BT * ATT);
   att = take(L_att * NH * BTT);
-  residual2 = take(L * BT * C);
+  residual2 = take(L * n * C);
   ln2 = take_input(precision, L, BT * C);
-  ln2_mean = take(L * BT);
-  ln2_rstd = take(L * BT);
+  ln2_mean = take(L * n);
+  ln2_rstd = take(L * n);
   fch = take(L * BT * FC);
   fch_gelu = take_input(precision, L, BT * FC);
-  residual3 = take(static_cast<std::size_t>(layers) * BT * C);  // each block's output: the next one's input
+  residual3 = take(static_cast<std::size_t>(layers) * n * C);  // each block's output: the next one's input
   lnf = take_input(precision, 1, BT * C);
-  lnf_mean = take(BT);
-  lnf_rstd = take(BT);
+  lnf_mean = take(n);
+  lnf_rstd = take(n);
   probs = take(BT * Vp);
   losses = take(BT);
   proj = take(BT * C);
-  dresidual = take(BT * C);
+  dresidual = take(n * C);
+  if (shards > 1) dln = take(2 * C);
   dbtc = take(BT * C);
   dbig = take(BT * std::max({C, QKV, FC}));
   if (precision != kernels::Dtype::fp32) dout_half = take_half(BT * std::max({Vp, FC, QKV, C}));

@@ -32,9 +32,11 @@ struct Gpt::Activations {
   // The per-layer buffers hold one layer where `recompute` recomputes them (gpt.h's Recompute): full keeps L
   // layers of the residual stream (residual3) only, selective keeps one layer of att.
   // widths: the model's (a tensor-parallel rank's local widths of q/k/v, attention, MLP, heads and logits). layers:
-  // how many the model runs (a pipeline stage's; L below), indexed from 0 (Gpt::local).
+  // how many the model runs (a pipeline stage's; L below), indexed from 0 (Gpt::local). shards: sequence parallelism's
+  // split of the B*T tokens (1 without): the residual stream (encoded, residual2, residual3, dresidual) and the
+  // LayerNorm statistics hold BT / shards tokens, this rank's; everything else all of them.
   Activations(kernels::Backend& backend, const GptConfig& config, int layers, const Widths& widths,
-              kernels::Dtype precision, Recompute recompute, std::size_t BT, std::size_t BTT);
+              kernels::Dtype precision, Recompute recompute, std::size_t BT, std::size_t BTT, int shards = 1);
   ~Activations();
   Activations(const Activations&) = delete;
   Activations& operator=(const Activations&) = delete;
@@ -77,6 +79,7 @@ struct Gpt::Activations {
   float* losses = nullptr;      // (B, T)
   float* proj = nullptr;        // (B, T, C): projection output before the residual add
   float* dresidual = nullptr;   // (B, T, C)
+  float* dln = nullptr;         // (2C): sequence parallelism's LayerNorm gradients before their sum over the group
   float* dbtc = nullptr;        // (B, T, C)
   float* dbig = nullptr;        // (B, T, max(C, 3C, 4C)): dfch, and dqkv; in forward, 16-bit inputs' fp32 staging
   std::uint16_t* dout_half = nullptr;  // (B, T, max(Vp, 4C, 3C, C)): 16-bit products' rounded dout; 16 bits only

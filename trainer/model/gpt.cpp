@@ -166,6 +166,11 @@ void Gpt::init_layout(const ParamLayout& layout, float* params, std::uint64_t se
 
 // Any shape within the capacity fits (activations.h); a larger one regrows every buffer.
 void Gpt::ensure_activations(int B, int T) {
+  if (static_cast<std::size_t>(B) * T % static_cast<std::size_t>(shards()) != 0)
+    throw std::invalid_argument("Gpt: sequence parallelism splits the " + std::to_string(B) + " x " +
+                                std::to_string(T) + " tokens of a micro-batch over " + std::to_string(shards()) +
+                                " tensor-parallel ranks, which does not divide them; choose --batch-size and "
+                                "--seq-len whose product divides by --tp");
   const std::size_t need_bt = static_cast<std::size_t>(B) * T, need_att = need_bt * T;
   if (!acts_ || need_bt > acts_->capacity_bt || need_att > acts_->capacity_att) {
     const std::size_t BT = std::max(need_bt, acts_ ? acts_->capacity_bt : 0);
@@ -174,7 +179,7 @@ void Gpt::ensure_activations(int B, int T) {
     backend_.release(logits_);
     logits_ = nullptr;
     acts_ = std::make_unique<Activations>(backend_, config(), layout_.stage_layers(), widths(), precision_,
-                                          recompute_, BT, BTT);
+                                          recompute_, BT, BTT, shards());
     if (stage().last()) logits_ = backend_.allocate(BT * widths().vocab);
   }
   acts_->B = B;
@@ -253,18 +258,29 @@ void Gpt::forward_layers() {
   gather(0);
   if (stage().first()) embed();  // later stages' input was received into a.encoded (stage_input())
   const int first = layout_.first_layer(), end = first + layout_.stage_layers();
+  const std::size_t rows = BT / static_cast<std::size_t>(shards());  // this rank's tokens of the residual stream
   for (int l = first; l < end; ++l) {
     gather(1 + l);
-    forward_block(l, l == first ? a.encoded : a.residual3 + (local(l) - 1) * BT * C);
+    const float* residual = l == first ? a.encoded : a.residual3 + (local(l) - 1) * rows * C;
+    if (sequence_parallel()) {
+      forward_block_sp(l, residual);
+    } else {
+      forward_block(l, residual);
+    }
     release(1 + l);
   }
   if (!stage().last()) return;
-  const float* last = a.residual3 + (layout_.stage_layers() - 1) * BT * C;
+  const float* last = a.residual3 + (layout_.stage_layers() - 1) * rows * C;
   const int lnf_unit = layout_.num_units() - 1;
   gather(lnf_unit);
-  k.layernorm_forward(staging(a.lnf, 0), a.lnf_mean, a.lnf_rstd, last, p + layout_.lnfw().offset,
-                      p + layout_.lnfb().offset, N, C);
-  stage_done(a.lnf, 0, BT * C);
+  if (sequence_parallel()) {
+    layernorm_gather(a.lnf, 0, a.lnf_mean, a.lnf_rstd, last, p + layout_.lnfw().offset, p + layout_.lnfb().offset,
+                     "tp-all-gather (the final LayerNorm, sequence parallel)");
+  } else {
+    k.layernorm_forward(staging(a.lnf, 0), a.lnf_mean, a.lnf_rstd, last, p + layout_.lnfw().offset,
+                        p + layout_.lnfb().offset, N, C);
+    stage_done(a.lnf, 0, BT * C);
+  }
   release(lnf_unit);
   linear(logits_, a.lnf, 0, layout_.wte().offset, nullptr, N, C, widths().vocab);
 }
@@ -275,6 +291,7 @@ void Gpt::embed() {
   const float* wpe = compute_ + layout_.wpe().offset;
   const int C = config().channels;
   if (tp_size() == 1) return backend_.embedding_forward(a.encoded, a.inputs, wte, wpe, a.B, a.T, C);
+  if (sequence_parallel()) return embed_sp();
   slice_embedding_forward(a.encoded, a.inputs, wte, row_bias(wpe), a.B, a.T, C, vocab_slice());
   tp_allreduce(a.encoded, static_cast<std::size_t>(a.B) * a.T * C, "tp-allreduce (the vocabulary-parallel embedding)");
 }

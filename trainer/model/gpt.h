@@ -24,7 +24,9 @@
 // q, k, v and the first MLP projection column-parallel (NH/T heads, 4C/T hidden units), the attention output and the
 // second MLP projection row-parallel (their outputs allreduced over the group, the bias added by TP rank 0 alone),
 // the embedding and the tied output head vocabulary-parallel (vocab_parallel.h: no rank holds a full row of logits).
-// Backward allreduces the input gradient of each column-parallel product and of the head. The replicated tensors
+// Backward allreduces the input gradient of each column-parallel product and of the head. With sequence_parallel
+// (TensorParallel, layout.h) the residual stream is split over the group by tokens instead (gpt_sequence.cpp). The
+// replicated tensors
 // (wpe, the LayerNorms, the row-parallel biases) get the same gradient on every rank of the group, computed from the
 // same values, so they stay equal without a collective. Host backends only (the vocabulary-parallel ops read host
 // memory); logits() is then this rank's Vp/T columns.
@@ -171,6 +173,11 @@ class Gpt {
   // and before backward()); after backward(), d loss / d input (stage_input_grad(), the same buffer).
   float* stage_output_grad();
   const float* stage_input_grad() const;
+  // Floats in each of those buffers for a B x T micro-batch: B*T*C, or this rank's B*T/T tokens' with sequence
+  // parallelism.
+  std::size_t stage_floats(int B, int T) const {
+    return static_cast<std::size_t>(B) * T / static_cast<std::size_t>(shards()) * config().channels;
+  }
 
   // grads[0, buffer_size()) = 0.
   void zero_grad();
@@ -187,6 +194,11 @@ class Gpt {
   };
   Widths widths() const;
   int tp_size() const { return layout_.tensor_parallel().size; }
+  // Sequence parallelism's split of the tokens (gpt_sequence.cpp): the group's size with it, else 1.
+  int shards() const { return layout_.tensor_parallel().sequence_parallel ? tp_size() : 1; }
+  bool sequence_parallel() const { return shards() > 1; }
+  // This rank's tokens of the residual stream in the current activations: B*T / shards().
+  std::size_t shard_tokens() const;
   const PipelineStage& stage() const { return layout_.pipeline_stage(); }
   // Layer l's index among this stage's layers (the activations hold this stage's layers only).
   int local(int l) const { return l - layout_.first_layer(); }
@@ -215,6 +227,17 @@ class Gpt {
   void backward_block(int l, const std::function<void(std::size_t)>& ready_from);
   // The last stage's loss, output head and final LayerNorm backward, into the activations' dresidual.
   void head_backward(float loss_scale, const std::function<void(std::size_t)>& ready_from);
+  // Sequence parallelism (gpt_sequence.cpp): the block's forward and backward, the embedding's, and their collectives.
+  void forward_block_sp(int l, const float* residual);
+  void backward_block_sp(int l, const std::function<void(std::size_t)>& ready_from);
+  void embed_sp();
+  void embed_backward_sp();
+  void tp_all_gather(const float* shard, float* whole, std::size_t count, const char* what);
+  void tp_reduce_scatter(const float* whole, float* shard, std::size_t count, const char* what);
+  void layernorm_gather(MatmulInput& x, int l, float* mean, float* rstd, const float* in, const float* weight,
+                        const float* bias, const char* what);
+  void layernorm_backward_shard(std::size_t at, const float* dout, const float* in, const float* weight,
+                                const float* mean, const float* rstd, const char* what);
   // Where layer l's kept activations are: full recompute keeps one layer's, at 0; selective keeps one layer's
   // attention probabilities.
   int slot(int l) const { return recompute_ == Recompute::full ? 0 : local(l); }

@@ -64,9 +64,17 @@ void Gpt::backward(float loss_scale, const GradsReady& grads_ready) {
   // A stage before the last starts from d output, received into dresidual (stage_output_grad()).
   if (stage().last()) head_backward(loss_scale, ready_from);
   const int first = layout_.first_layer();
-  for (int l = first + layout_.stage_layers() - 1; l >= first; --l) backward_block(l, ready_from);
+  for (int l = first + layout_.stage_layers() - 1; l >= first; --l) {
+    if (sequence_parallel()) {
+      backward_block_sp(l, ready_from);
+    } else {
+      backward_block(l, ready_from);
+    }
+  }
   if (stage().first()) {
-    if (tp_size() > 1) {
+    if (sequence_parallel()) {
+      embed_backward_sp();
+    } else if (tp_size() > 1) {
       slice_embedding_backward(g + layout_.wte().offset, g + layout_.wpe().offset, a.dresidual, a.inputs, B, T, C,
                                vocab_slice());
     } else {
@@ -98,10 +106,22 @@ void Gpt::head_backward(float loss_scale, const std::function<void(std::size_t)>
     k.softmax_crossentropy_backward(dlogits, a.probs, a.targets, dloss, N, c.vocab_size, c.padded_vocab_size);
   }
   linear_backward(a.dbtc, layout_.wte().offset, nullptr, dlogits, a.lnf, 0, N, C, wd.vocab);
+  const int lnf_unit = layout_.num_units() - 1;
+  if (sequence_parallel()) {  // this rank's tokens of d lnf's output, summed over the group
+    const std::size_t n = shard_tokens(), mine = static_cast<std::size_t>(layout_.tensor_parallel().rank) * n * C;
+    tp_reduce_scatter(a.dbtc, a.dbtc + mine, n * C, "tp-reduce-scatter (the output head's input gradient)");
+    k.zero(a.dresidual, n * C);
+    const float* last = a.residual3 + static_cast<std::size_t>(layout_.stage_layers() - 1) * n * C;
+    gather(lnf_unit);
+    layernorm_backward_shard(layout_.lnfw().offset, a.dbtc + mine, last, compute_ + layout_.lnfw().offset,
+                             a.lnf_mean, a.lnf_rstd, "tp-allreduce (the final LayerNorm's gradients)");
+    release(lnf_unit);
+    ready_from(layout_.lnfw().offset);
+    return;
+  }
   tp_allreduce(a.dbtc, BT * C, "tp-allreduce (the output head's input gradient)");
   k.zero(a.dresidual, BT * C);
   const float* last = a.residual3 + static_cast<std::size_t>(layout_.stage_layers() - 1) * BT * C;
-  const int lnf_unit = layout_.num_units() - 1;
   gather(lnf_unit);
   k.layernorm_backward(a.dresidual, grads_ + layout_.lnfw().offset, grads_ + layout_.lnfb().offset, a.dbtc, last,
                        compute_ + layout_.lnfw().offset, a.lnf_mean, a.lnf_rstd, N, C);

@@ -49,8 +49,7 @@ float* Gpt::stage_input(int B, int T) {
 
 const float* Gpt::stage_output() const {
   const Activations& a = current("stage_output");
-  const std::size_t BTC = static_cast<std::size_t>(a.B) * a.T * config().channels;
-  return a.residual3 + static_cast<std::size_t>(layout_.stage_layers() - 1) * BTC;
+  return a.residual3 + static_cast<std::size_t>(layout_.stage_layers() - 1) * stage_floats(a.B, a.T);
 }
 
 float* Gpt::stage_output_grad() { return current("stage_output_grad").dresidual; }

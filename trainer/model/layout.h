@@ -77,9 +77,11 @@ struct TensorInfo {
 //   fcprojw              columns [rank 4C/T, (rank + 1) 4C/T): (C, 4C/T)       row-parallel
 // and all of wpe, the LayerNorms and the row-parallel layers' biases (attprojb, fcprojb). Heads and Vp must divide
 // by size (check_model_split in rank_grid.h says so with the numbers).
+// sequence_parallel (Korthikanti et al. 2022): the group also splits the tokens of the residual stream (gpt.h).
 struct TensorParallel {
   int size = 1;
   int rank = 0;
+  bool sequence_parallel = false;
 };
 
 // A rank's stage of a pipeline of `size` stages (trainer/parallel/grid/rank_grid.h), Megatron-LM's split of GPT-2:

@@ -19,6 +19,16 @@ RankGrid parallel_layout(const TrainOptions& o, const GptConfig& config) {
 
 void check_parallel_flags(const TrainOptions& o, const GptConfig& config) {
   const RankGrid grid = parallel_layout(o, config);
+  if (o.sequence_parallel) {
+    const int T = o.seq_len > 0 ? o.seq_len : config.max_seq_len;
+    if (grid.tp() == 1)
+      throw std::invalid_argument("--sequence-parallel splits tokens over a tensor-parallel group; it needs --tp above "
+                                  "1");
+    if (static_cast<long>(o.batch_size) * T % grid.tp() != 0)
+      throw std::invalid_argument("--sequence-parallel: the " + std::to_string(o.batch_size) + " x " +
+                                  std::to_string(T) + " tokens of a micro-batch do not divide by --tp " +
+                                  std::to_string(grid.tp()) + "; choose --batch-size and --seq-len whose product does");
+  }
   if (grid.tp() == 1 && grid.pp() == 1) return;
   const std::string what = grid.tp() > 1 ? "--tp " + std::to_string(grid.tp()) + ": tensor parallelism"
                                          : "--pp " + std::to_string(grid.pp()) + ": pipeline parallelism";
@@ -28,6 +38,7 @@ void check_parallel_flags(const TrainOptions& o, const GptConfig& config) {
 
 int dry_run(const TrainOptions& o) {
   const GptConfig config = model_config(o);
+  check_parallel_flags(o, config);  // what training would refuse, --dry-run refuses too
   const RankGrid grid = parallel_layout(o, config);
   std::printf("model %s, --zero %d\n%s", config.describe().c_str(), o.zero, describe_grid(grid).c_str());
   std::fflush(stdout);

@@ -86,6 +86,9 @@ struct TrainOptions {
   int tp = 1;
   int pp = 1;
   std::string pp_schedule = "1f1b";
+  // --sequence-parallel: with --tp above 1, the residual stream's tokens split over the tensor-parallel group
+  // (trainer/model/gpt_sequence.cpp); B x T must divide by --tp.
+  bool sequence_parallel = false;
   bool allow_cross_node_tp = false;  // --allow-cross-node-tp: accept a TP group that spans nodes
   // --recompute: none | selective | full (trainer/model/gpt.h's Recompute): what backward recomputes instead of
   // keeping; the losses are none's to the bit, the activations fewer (the --metrics line's mem_activations_bytes).

@@ -35,7 +35,7 @@ void as_bubble(StepTimes& times, Wait&& wait) {
 void Training::pipeline_micro_steps(float loss_scale, StepTimes& times) {
   const PipelineStage stage = model_.layout().pipeline_stage();
   Communicator& pp = *groups_.pp;
-  const std::size_t count = static_cast<std::size_t>(B_) * T_ * config_.channels;
+  const std::size_t count = model_.stage_floats(B_, T_);  // this rank's tokens' activations (sequence parallel: 1/T)
   const int sets = model_.activation_sets();
   // Each set's sends in flight, with the phase of waiting for them.
   std::vector<std::vector<std::pair<std::shared_ptr<Work>, const char*>>> sending(static_cast<std::size_t>(sets));

@@ -77,7 +77,7 @@ class Training {
         K_(o.grad_accum),
         loader_(open_data(o, B_, T_, place_.dp, grid_.dp(), config_)),
         model_(config_, *device_.backend, o.zero > 0 ? grid_.dp() : 1, training_precision(o), buffers_.get(),
-               TensorParallel{grid_.tp(), place_.tp}, PipelineStage{grid_.pp(), place_.pp}),
+               TensorParallel{grid_.tp(), place_.tp, o.sequence_parallel}, PipelineStage{grid_.pp(), place_.pp}),
         n_(model_.num_params()),
         model_params_(ParamLayout(config_).num_params()),
         shape_(run_shape(o, config_, T_, grid_.dp(), model_params_)),
