@@ -49,6 +49,12 @@ world = h.run([h.TRAINER, "--model", "tiny", "--pp", "3", "--dry-run"], work, en
 h.check(world.code == 2 and "8" in world.err and "3" in world.err, "--pp 3 on 8 ranks is refused, exit 2")
 bad = h.run([h.TRAINER] + base + ["--pp", "2", "--pp-schedule", "zigzag"], work, env={"WORLD_SIZE": "2"})
 h.check(bad.code == 2 and "--pp-schedule" in bad.err, "--pp-schedule zigzag is refused, exit 2")
+for extra, said in ((["--pp-virtual", "2"], "needs --pp above 1"),
+                    (["--pp", "2", "--pp-virtual", "2", "--pp-schedule", "gpipe"], "drop --pp-schedule gpipe"),
+                    (["--pp", "2", "--pp-virtual", "3"], "do not divide into --pp x --pp-virtual = 6"),
+                    (["--pp", "2", "--pp-virtual", "2", "--grad-accum", "3"], "3")):
+    virtual = h.run([h.TRAINER, "--model", "tiny", "--layers", "4", "--dry-run"] + extra, work, env=grid)
+    h.check(virtual.code == 2 and said in virtual.err, f"{' '.join(extra)} is refused, exit 2: {virtual.err[-200:]}")
 alone = h.run([h.TRAINER, "--model", "tiny", "--sequence-parallel", "--dry-run"], work, env=grid)
 h.check(alone.code == 2 and "needs --tp above 1" in alone.err, "--sequence-parallel without --tp is refused, exit 2")
 uneven = h.run([h.TRAINER, "--model", "tiny", "--tp", "4", "--sequence-parallel", "--batch-size", "1", "--seq-len",

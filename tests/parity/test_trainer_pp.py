@@ -9,6 +9,8 @@ the tied wte counted once) within 1e-5 of the 1-rank dtrain-trainer run's. Layou
   P=4, 1f1b          4 ranks, one layer each (the middle stages hold neither embedding nor head);
   P=4, gpipe, full   with full recomputation;
   P=2 x DP=2         4 ranks: two pipelines, DDP between their stages, 2 micro-batches each;
+  P=2, V=2           interleaved 1F1B: 2 chunks of one layer per stage (stage 0 holds layers 0 and 2);
+  P=2, V=2 x DP=2, ZeRO-1   the chunks' gradients reduce-scattered as each chunk's last backward ends;
   T=2 x P=2, selective   4 ranks: each stage split over a tensor-parallel pair, attention recomputed;
   T=2 x P=2, sequence parallel   the stages' activations sent as each TP rank's half of the tokens;
   T=2 x P=2 x DP=2, ZeRO-1   8 ranks, AdamW's state sharded over each data-parallel group;
@@ -42,6 +44,9 @@ CASES = (("P=2, 1f1b", 2, 1, 2, 1, 4, []),
          ("P=4, 1f1b", 4, 1, 4, 1, 4, []),
          ("P=4, gpipe, full", 4, 1, 4, 2, 2, ["--pp-schedule", "gpipe", "--recompute", "full"]),
          ("P=2 x DP=2", 4, 1, 2, 1, 2, []),
+         ("P=2, V=2", 2, 1, 2, 1, 4, ["--pp-virtual", "2"]),
+         ("P=2, V=2 x DP=2, ZeRO-1", 4, 1, 2, 1, 2, ["--pp-virtual", "2", "--zero", "1"]),
+         ("P=2 x DP=2, ZeRO-1, bf16", 4, 1, 2, 1, 2, ["--zero", "1", "--precision", "bf16"]),
          ("T=2 x P=2, selective", 4, 2, 2, 1, 4, ["--recompute", "selective"]),
          ("T=2 x P=2, sequence parallel", 4, 2, 2, 1, 4, ["--sequence-parallel"]),
          ("T=2 x P=2 x DP=2, ZeRO-1", 8, 2, 2, 1, 2, ["--zero", "1"]),

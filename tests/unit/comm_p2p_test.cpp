@@ -95,6 +95,30 @@ TEST_CASE("point-to-point: three messages of different sizes arrive in the order
   });
 }
 
+TEST_CASE("point-to-point: streams keep their own orders: received in another order than sent across streams") {
+  GlooRanks ranks(kP2pToken);
+  on_p2p_ranks(ranks, 2, "p2p-streams/", 5s, [&](GlooCommunicator& comm) {
+    if (comm.rank() == 0) {  // stream 0 first, then stream 1
+      std::vector<float> first = p2p_message(0, 0, 1'000), second = p2p_message(0, 1, 1'000);
+      auto a = comm.send(first.data(), first.size(), 1, 0);
+      auto b = comm.send(second.data(), second.size(), 1, 1);
+      a->wait();
+      b->wait();
+    } else {  // stream 1 first: it gets stream 1's message, not the first one sent
+      std::vector<float> got1(1'000, -1.0f), got0(1'000, -1.0f);
+      comm.recv(got1.data(), got1.size(), 0, 1)->wait();
+      comm.recv(got0.data(), got0.size(), 0, 0)->wait();
+      CHECK(p2p_wrong(got1, 0, 1) == 0);
+      CHECK(p2p_wrong(got0, 0, 0) == 0);
+    }
+  });
+  on_p2p_ranks(ranks, 2, "p2p-bad-stream/", 5s, [&](GlooCommunicator& comm) {
+    std::vector<float> data(4);
+    CHECK(message_of([&] { comm.send(data.data(), data.size(), 1 - comm.rank(), Communicator::kP2pStreams); })
+              .find("stream 16 is not in [0, 16)") != std::string::npos);
+  });
+}
+
 TEST_CASE("point-to-point: every rank sends, then receives, at once: 2 ranks both ways, 4 ranks in a ring") {
   GlooRanks ranks(kP2pToken);
   // Several MiB: more than the sockets hold, so a send() that waited for its receiver before returning would leave

@@ -1,6 +1,7 @@
 // Gpt as a pipeline stage (trainer/model/gpt.h): a small GPT (L = 4) split into P = 2 and P = 4 stages in one thread,
 // the stages handing their outputs and input gradients on by copies, K = 3 micro-batches in flight (one activation set
-// each, all forwards before the backwards, as GPipe runs them), against the whole model accumulating the same K
+// each, all forwards before the backwards, as GPipe runs them), and P = 2 with 2 virtual stages each (chunks of one
+// layer, stage 0 holding layers 0 and 2), against the whole model accumulating the same K
 // micro-batches. Every stage holds its slices of the whole model's initialisation; the last stage's loss is the
 // whole model's (1e-6 relative) and the others write 0; every gradient, put back together (the two wte copies
 // summed), is the whole model's within 1e-6 relative L2. With recompute full and selective too. And the layout: empty
@@ -72,43 +73,51 @@ double relative_l2(const float* a, const float* b, std::size_t n) {
   return norm == 0 ? std::sqrt(diff) : std::sqrt(diff / norm);
 }
 
-void check_pipeline(int P, Recompute recompute) {
+void check_pipeline(int P, Recompute recompute, int V = 1) {
   CAPTURE(P);
+  CAPTURE(V);
   CAPTURE(recompute_name(recompute));
   const Result whole = whole_model(recompute);
   const std::size_t BTC = static_cast<std::size_t>(B) * T * config().channels;
   std::vector<std::unique_ptr<Gpt>> stages;
   for (int s = 0; s < P; ++s) {
     stages.push_back(std::make_unique<Gpt>(config(), kernels::cpu_backend(), 1, kernels::Dtype::fp32, nullptr,
-                                           TensorParallel{}, PipelineStage{P, s}));
+                                           TensorParallel{}, PipelineStage{P, s, V}));
     Gpt& model = *stages.back();
     model.set_recompute(recompute);
-    model.set_activation_sets(K);
+    model.set_activation_sets(K * V);
     model.init_weights(5);
     std::vector<float> expected(model.buffer_size());
     model.layout().take_slices(whole.params.data(), expected.data());
     CHECK(std::vector<float>(model.params(), model.params() + model.buffer_size()) == expected);
     model.zero_grad();
   }
+  // Global chunk g (of P x V) is chunk g / P of stage g % P; micro-batch m's activations of chunk v in set m V + v.
+  auto use = [&](int g, int m) -> Gpt& {
+    Gpt& model = *stages[g % P];
+    model.use_activation_set(m * V + g / P, g / P);
+    return model;
+  };
   for (int m = 0; m < K; ++m) {
     const std::vector<std::int32_t> ids = batch(m);
-    for (int s = 0; s < P; ++s) {
-      Gpt& model = *stages[s];
-      model.use_activation_set(m);
-      if (s > 0) std::memcpy(model.stage_input(B, T), stages[s - 1]->stage_output(), BTC * sizeof(float));
+    for (int g = 0; g < P * V; ++g) {
+      Gpt& model = use(g, m);
+      if (g > 0) {
+        const float* before = use(g - 1, m).stage_output();
+        std::memcpy(model.stage_input(B, T), before, BTC * sizeof(float));
+        use(g, m);
+      }
       const float loss = model.forward(ids.data(), ids.data() + 1, B, T);
-      CHECK(std::abs(loss - (s == P - 1 ? whole.losses[m] : 0.0f)) <= 1e-6 * std::abs(whole.losses[m]));
+      CHECK(std::abs(loss - (g == P * V - 1 ? whole.losses[m] : 0.0f)) <= 1e-6 * std::abs(whole.losses[m]));
     }
   }
   for (int m = 0; m < K; ++m)
-    for (int s = P - 1; s >= 0; --s) {
-      Gpt& model = *stages[s];
-      model.use_activation_set(m);
-      if (s < P - 1) {
-        stages[s + 1]->use_activation_set(m);
-        std::memcpy(model.stage_output_grad(), stages[s + 1]->stage_input_grad(), BTC * sizeof(float));
+    for (int g = P * V - 1; g >= 0; --g) {
+      if (g < P * V - 1) {
+        const float* after = use(g + 1, m).stage_input_grad();
+        std::memcpy(use(g, m).stage_output_grad(), after, BTC * sizeof(float));
       }
-      model.backward(1.0f / K, {});
+      use(g, m).backward(1.0f / K, {});
     }
   // The stages' gradients put together; the tied copy of wte (last stage) added to the first stage's.
   std::vector<float> grads(whole.grads.size(), 0.0f), tied(whole.grads.size(), 0.0f);
@@ -122,10 +131,11 @@ void check_pipeline(int P, Recompute recompute) {
   CHECK(relative_l2(grads.data(), whole.grads.data(), grads.size()) <= 1e-6);
 }
 
-TEST_CASE("pipeline stages: losses and gradients of the whole model, P = 2 and 4") {
+TEST_CASE("pipeline stages: losses and gradients of the whole model, P = 2 and 4, and 2 x 2 virtual stages") {
   for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
     check_pipeline(2, r);
     check_pipeline(4, r);
+    check_pipeline(2, r, 2);
   }
 }
 
@@ -158,6 +168,15 @@ TEST_CASE("pipeline stage layout: its tensors only, the whole model's numbering"
   CHECK_THROWS_AS(model.use_activation_set(1), std::out_of_range);
   CHECK_THROWS_AS(model.stage_output(), std::logic_error);
   CHECK_THROWS_AS(model.set_activation_sets(0), std::invalid_argument);
+  const ParamLayout chunked(c, 1, {}, PipelineStage{2, 0, 2});
+  CHECK(chunked.has_layer(0));
+  CHECK_FALSE(chunked.has_layer(1));
+  CHECK(chunked.has_layer(2));
+  CHECK(chunked.chunk_first_layer(1) == 2);
+  CHECK(chunked.layer(2).offset == chunked.layer(0).offset + chunked.layer(0).count);
+  CHECK(chunked.unit_slice(2).count == 0);  // layer 1, stage 1's
+  CHECK_THROWS_WITH_AS(ParamLayout(c, 1, {}, PipelineStage{4, 0, 2}), doctest::Contains("4 x 2 virtual stages"),
+                       std::invalid_argument);
 }
 
 }  // namespace trainer_pipeline_stage_test

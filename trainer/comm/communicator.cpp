@@ -59,13 +59,13 @@ std::shared_ptr<Work> Communicator::reduce_scatter_half(const std::uint16_t*, st
                   "reduce_scatter() on fp32, or the gloo or nccl backend");
 }
 
-std::shared_ptr<Work> Communicator::send(const float*, std::size_t count, int peer) {
+std::shared_ptr<Work> Communicator::send(const float*, std::size_t count, int peer, int) {
   throw CommError("point-to-point is not supported by the " + backend() + " backend (send of " +
                   describe_floats(count) + " to rank " + std::to_string(peer) + "); pipeline parallelism needs the "
                   "gloo backend (DTRAIN_COMM_BACKEND=gloo)");
 }
 
-std::shared_ptr<Work> Communicator::recv(float*, std::size_t count, int peer) {
+std::shared_ptr<Work> Communicator::recv(float*, std::size_t count, int peer, int) {
   throw CommError("point-to-point is not supported by the " + backend() + " backend (recv of " +
                   describe_floats(count) + " from rank " + std::to_string(peer) + "); pipeline parallelism needs "
                   "the gloo backend (DTRAIN_COMM_BACKEND=gloo)");

@@ -123,10 +123,13 @@ class Communicator {
   // floats from rank `peer` into data. Messages from one rank to another arrive in the order they were sent.
   // Both return at once with a Work; wait() returns once the buffer may be reused (send) / holds the data (recv).
   // They do not go through the collective queue: a recv waiting for its peer never holds back a collective issued
-  // after it, nor a send. Default: a CommError naming the backend ("point-to-point is not supported by the X
-  // backend ...").
-  virtual std::shared_ptr<Work> send(const float* data, std::size_t count, int peer);
-  virtual std::shared_ptr<Work> recv(float* data, std::size_t count, int peer);
+  // after it, nor a send. `stream` (0 .. kP2pStreams - 1) keeps independent orders: the n-th send of a stream to a
+  // peer pairs with the peer's n-th recv of that stream from this rank, whatever the other streams do (a pipeline's
+  // activations and gradients, which two ranks may exchange in different orders with interleaved stages). Default:
+  // a CommError naming the backend ("point-to-point is not supported by the X backend ...").
+  static constexpr int kP2pStreams = 16;
+  virtual std::shared_ptr<Work> send(const float* data, std::size_t count, int peer, int stream = 0);
+  virtual std::shared_ptr<Work> recv(float* data, std::size_t count, int peer, int stream = 0);
 
   // Bytes this rank has sent for the collectives issued so far, counted when each is issued, as ring algorithms
   // send them (ring_bytes_per_rank below), and for its send()s (count * 4 each); a single rank sends none. Callers

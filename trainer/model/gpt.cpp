@@ -65,6 +65,7 @@ void Gpt::read_params_from_working_copy() {
 std::vector<ParamRange> Gpt::fp32_tensors(int unit) const {
   if (unit == 0) return {layout_.wte(), layout_.wpe()};
   if (unit == layout_.num_units() - 1) return {layout_.lnfw(), layout_.lnfb()};
+  if (!layout_.has_layer(unit - 1)) return {};  // another pipeline stage's layer
   std::vector<ParamRange> ranges;
   for (LayerTensor t : {LayerTensor::ln1w, LayerTensor::ln1b, LayerTensor::qkvb, LayerTensor::attprojb,
                         LayerTensor::ln2w, LayerTensor::ln2b, LayerTensor::fcb, LayerTensor::fcprojb})
@@ -178,7 +179,7 @@ void Gpt::ensure_activations(int B, int T) {
     acts_.reset();
     backend_.release(logits_);
     logits_ = nullptr;
-    acts_ = std::make_unique<Activations>(backend_, config(), layout_.stage_layers(), widths(), precision_,
+    acts_ = std::make_unique<Activations>(backend_, config(), layout_.chunk_layers(), widths(), precision_,
                                           recompute_, BT, BTT, shards());
     if (stage().last()) logits_ = backend_.allocate(BT * widths().vocab);
   }
@@ -216,7 +217,7 @@ float Gpt::forward(const std::int32_t* inputs, const std::int32_t* targets, int 
   if (a.has_targets) backend_.copy_in(a.targets, targets, BT * sizeof(std::int32_t));
   forward_layers();
   if (!a.has_targets) return std::numeric_limits<float>::quiet_NaN();
-  return stage().last() ? loss_forward() : 0.0f;
+  return heads() ? loss_forward() : 0.0f;
 }
 
 float Gpt::loss_forward() {
@@ -238,7 +239,7 @@ void Gpt::forward_batch(const std::int32_t* tokens, int B, int T, float* loss) {
   a.has_targets = true;
   forward_layers();
   const GptConfig& c = config();
-  if (!stage().last()) return backend_.zero(loss, 1);
+  if (!heads()) return backend_.zero(loss, 1);
   if (tp_size() > 1) {  // a host backend (the constructor's check): the loss is host memory
     *loss = loss_forward();
     return;
@@ -256,8 +257,8 @@ void Gpt::forward_layers() {
   kernels::Backend& k = backend_;
   const float* p = compute_;
   gather(0);
-  if (stage().first()) embed();  // later stages' input was received into a.encoded (stage_input())
-  const int first = layout_.first_layer(), end = first + layout_.stage_layers();
+  if (embeds()) embed();  // later chunks' input was received into a.encoded (stage_input())
+  const int first = layout_.chunk_first_layer(chunk_), end = first + layout_.chunk_layers();
   const std::size_t rows = BT / static_cast<std::size_t>(shards());  // this rank's tokens of the residual stream
   for (int l = first; l < end; ++l) {
     gather(1 + l);
@@ -269,8 +270,8 @@ void Gpt::forward_layers() {
     }
     release(1 + l);
   }
-  if (!stage().last()) return;
-  const float* last = a.residual3 + (layout_.stage_layers() - 1) * rows * C;
+  if (!heads()) return;
+  const float* last = a.residual3 + (layout_.chunk_layers() - 1) * rows * C;
   const int lnf_unit = layout_.num_units() - 1;
   gather(lnf_unit);
   if (sequence_parallel()) {

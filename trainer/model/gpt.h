@@ -162,7 +162,8 @@ class Gpt {
   // Pipeline parallelism (top of this file). set_activation_sets(n >= 1) frees every set (they are sized anew at
   // their next forward); use_activation_set(i) picks set i in [0, n) (std::out_of_range otherwise).
   void set_activation_sets(int n);
-  void use_activation_set(int i);
+  // chunk: the model chunk (layout.h's virtual stages, 0 .. chunks() - 1) that the set's micro-batch runs through.
+  void use_activation_set(int i, int chunk = 0);
   int activation_sets() const { return static_cast<int>(sets_.size()); }
   // The current set's (B, T, C) input of the stage, sized for B x T (a stage after the first receives into it before
   // forward_batch(); the first stage's embedding writes it).
@@ -201,7 +202,15 @@ class Gpt {
   std::size_t shard_tokens() const;
   const PipelineStage& stage() const { return layout_.pipeline_stage(); }
   // Layer l's index among this stage's layers (the activations hold this stage's layers only).
-  int local(int l) const { return l - layout_.first_layer(); }
+  int local(int l) const { return l - layout_.chunk_first_layer(chunk_); }
+  // Whether the current chunk starts with the embeddings (the first stage's first) or ends with the head (the last
+  // stage's last).
+  bool embeds() const { return stage().first() && chunk_ == 0; }
+  bool heads() const { return stage().last() && chunk_ == layout_.chunks() - 1; }
+  // Where the current chunk's gradients start and end in the buffer (backward hands over [begin, end)); the first chunk
+  // from 0, the last to the buffer's end.
+  std::size_t chunk_grads_begin() const;
+  std::size_t chunk_grads_end() const;
   // The activations of the current set, or std::logic_error naming `what` when it has none yet.
   Activations& current(const char* what) const;
   VocabSlice vocab_slice() const;
@@ -266,6 +275,7 @@ class Gpt {
   std::unique_ptr<Activations> acts_;                // the current set's
   std::vector<std::unique_ptr<Activations>> sets_;   // the others (set_ is acts_, moved out)
   int set_ = 0;
+  int chunk_ = 0;
   UnitHooks hooks_;
   Communicator* tp_group_ = nullptr;
 };

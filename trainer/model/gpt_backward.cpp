@@ -53,7 +53,7 @@ void Gpt::backward(float loss_scale, const GradsReady& grads_ready) {
   float* g = grads_;
 
   // Everything from `unreported` to the end of the buffer has been handed to grads_ready.
-  std::size_t unreported = buffer_size();
+  std::size_t unreported = chunk_grads_end();
   auto ready_from = [&](std::size_t offset) {
     if (offset >= unreported) return;  // nothing new (another stage's tensors)
     if (grads_ready) grads_ready(offset, unreported - offset);
@@ -62,16 +62,16 @@ void Gpt::backward(float loss_scale, const GradsReady& grads_ready) {
 
   a.ensure_scratch(k.attention_scratch_size(B, T, wd.att, wd.heads));
   // A stage before the last starts from d output, received into dresidual (stage_output_grad()).
-  if (stage().last()) head_backward(loss_scale, ready_from);
-  const int first = layout_.first_layer();
-  for (int l = first + layout_.stage_layers() - 1; l >= first; --l) {
+  if (heads()) head_backward(loss_scale, ready_from);
+  const int first = layout_.chunk_first_layer(chunk_);
+  for (int l = first + layout_.chunk_layers() - 1; l >= first; --l) {
     if (sequence_parallel()) {
       backward_block_sp(l, ready_from);
     } else {
       backward_block(l, ready_from);
     }
   }
-  if (stage().first()) {
+  if (embeds()) {
     if (sequence_parallel()) {
       embed_backward_sp();
     } else if (tp_size() > 1) {
@@ -83,8 +83,8 @@ void Gpt::backward(float loss_scale, const GradsReady& grads_ready) {
   }
   // A stage after the first leaves d input in dresidual (stage_input_grad()).
   release(0);
-  ready_from(layout_.wpe().offset);
-  ready_from(0);
+  if (chunk_ == 0) ready_from(layout_.wpe().offset);  // wte last: the last stage's copy got the head's gradient first
+  ready_from(chunk_grads_begin());
   // probs were overwritten by dlogits: another backward() needs another forward().
   a.has_targets = false;
 }
@@ -111,7 +111,7 @@ void Gpt::head_backward(float loss_scale, const std::function<void(std::size_t)>
     const std::size_t n = shard_tokens(), mine = static_cast<std::size_t>(layout_.tensor_parallel().rank) * n * C;
     tp_reduce_scatter(a.dbtc, a.dbtc + mine, n * C, "tp-reduce-scatter (the output head's input gradient)");
     k.zero(a.dresidual, n * C);
-    const float* last = a.residual3 + static_cast<std::size_t>(layout_.stage_layers() - 1) * n * C;
+    const float* last = a.residual3 + static_cast<std::size_t>(layout_.chunk_layers() - 1) * n * C;
     gather(lnf_unit);
     layernorm_backward_shard(layout_.lnfw().offset, a.dbtc + mine, last, compute_ + layout_.lnfw().offset,
                              a.lnf_mean, a.lnf_rstd, "tp-allreduce (the final LayerNorm's gradients)");
@@ -121,7 +121,7 @@ void Gpt::head_backward(float loss_scale, const std::function<void(std::size_t)>
   }
   tp_allreduce(a.dbtc, BT * C, "tp-allreduce (the output head's input gradient)");
   k.zero(a.dresidual, BT * C);
-  const float* last = a.residual3 + static_cast<std::size_t>(layout_.stage_layers() - 1) * BT * C;
+  const float* last = a.residual3 + static_cast<std::size_t>(layout_.chunk_layers() - 1) * BT * C;
   gather(lnf_unit);
   k.layernorm_backward(a.dresidual, grads_ + layout_.lnfw().offset, grads_ + layout_.lnfb().offset, a.dbtc, last,
                        compute_ + layout_.lnfw().offset, a.lnf_mean, a.lnf_rstd, N, C);

@@ -21,10 +21,14 @@ void Gpt::set_activation_sets(int n) {
   logits_ = nullptr;
 }
 
-void Gpt::use_activation_set(int i) {
+void Gpt::use_activation_set(int i, int chunk) {
   if (i < 0 || i >= activation_sets())
     throw std::out_of_range("Gpt::use_activation_set: set " + std::to_string(i) + " of " +
                             std::to_string(activation_sets()) + "; set_activation_sets() first");
+  if (chunk < 0 || chunk >= layout_.chunks())
+    throw std::out_of_range("Gpt::use_activation_set: chunk " + std::to_string(chunk) + " of " +
+                            std::to_string(layout_.chunks()));
+  chunk_ = chunk;
   if (i == set_) return;
   sets_[static_cast<std::size_t>(set_)] = std::move(acts_);
   acts_ = std::move(sets_[static_cast<std::size_t>(i)]);
@@ -49,7 +53,15 @@ float* Gpt::stage_input(int B, int T) {
 
 const float* Gpt::stage_output() const {
   const Activations& a = current("stage_output");
-  return a.residual3 + static_cast<std::size_t>(layout_.stage_layers() - 1) * stage_floats(a.B, a.T);
+  return a.residual3 + static_cast<std::size_t>(layout_.chunk_layers() - 1) * stage_floats(a.B, a.T);
+}
+
+std::size_t Gpt::chunk_grads_begin() const {
+  return chunk_ == 0 ? 0 : layout_.layer(layout_.chunk_first_layer(chunk_)).offset;
+}
+
+std::size_t Gpt::chunk_grads_end() const {
+  return chunk_ == layout_.chunks() - 1 ? buffer_size() : layout_.layer(layout_.chunk_first_layer(chunk_ + 1)).offset;
 }
 
 float* Gpt::stage_output_grad() { return current("stage_output_grad").dresidual; }

@@ -1,5 +1,6 @@
 #include "trainer/model/layout.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -77,9 +78,15 @@ void check_pipeline_stage(const GptConfig& c, const PipelineStage& stage) {
   if (stage.size < 1 || stage.rank < 0 || stage.rank >= stage.size)
     throw std::invalid_argument("ParamLayout: pipeline stage " + std::to_string(stage.rank) + " of " +
                                 std::to_string(stage.size) + " is not a stage of the pipeline");
-  if (c.num_layers % stage.size != 0)
+  if (stage.virtual_stages < 1)
+    throw std::invalid_argument("ParamLayout: " + std::to_string(stage.virtual_stages) +
+                                " virtual pipeline stages; at least 1");
+  if (c.num_layers % (stage.size * stage.virtual_stages) != 0)
     throw std::invalid_argument("ParamLayout: " + std::to_string(c.num_layers) +
-                                " layers must divide by the pipeline-parallel size " + std::to_string(stage.size));
+                                " layers must divide by the pipeline-parallel size " + std::to_string(stage.size) +
+                                (stage.virtual_stages > 1 ? " x " + std::to_string(stage.virtual_stages) +
+                                                                " virtual stages"
+                                                          : std::string()));
 }
 
 }  // namespace
@@ -93,8 +100,7 @@ ParamLayout::ParamLayout(const GptConfig& config, int unit_multiple, TensorParal
   multiple_ = unit_multiple;
   check_tensor_parallel(config_, tp_);
   check_pipeline_stage(config_, stage_);
-  stage_layers_ = config_.num_layers / stage_.size;
-  first_layer_ = stage_.rank * stage_layers_;
+  chunk_layers_ = config_.num_layers / (stage_.size * stage_.virtual_stages);
   const int C = config_.channels;
   const std::vector<int> full_shapes[kLayerTensors] = {{C},        {C}, {3 * C, C}, {3 * C}, {C, C},     {C},
                                                        {C},        {C}, {4 * C, C}, {4 * C}, {C, 4 * C}, {C}};
@@ -113,7 +119,7 @@ ParamLayout::ParamLayout(const GptConfig& config, int unit_multiple, TensorParal
   wte_count_ = has_wte ? elements(wte_shape) : 0;
   wpe_count_ = stage_.first() ? static_cast<std::size_t>(config_.max_seq_len) * static_cast<std::size_t>(C) : 0;
   lnf_count_ = stage_.last() ? channels() : 0;
-  const std::size_t L = static_cast<std::size_t>(stage_layers_);
+  const std::size_t L = static_cast<std::size_t>(stage_layers());
   total_ = wte_count_ + wpe_count_ + L * layer_count_ + 2 * lnf_count_;
   emb_slice_ = round_up(wte_count_ + wpe_count_, multiple_);
   layer_slice_ = round_up(layer_count_, multiple_);
@@ -169,9 +175,12 @@ ParamRange ParamLayout::layer(int l) const {
                             std::to_string(config_.num_layers) + ")");
   if (!has_layer(l))
     throw std::out_of_range("layer " + std::to_string(l) + " is on another pipeline stage; stage " +
-                            std::to_string(stage_.rank) + " holds layers [" + std::to_string(first_layer_) + ", " +
-                            std::to_string(first_layer_ + stage_layers_) + ")");
-  return {emb_slice_ + static_cast<std::size_t>(l - first_layer_) * layer_slice_, layer_count_};
+                            std::to_string(stage_.rank) + " holds layers [" + std::to_string(first_layer()) + ", " +
+                            std::to_string(first_layer() + chunk_layers_) + ")" +
+                            (chunks() > 1 ? " and every " + std::to_string(stage_.size * chunk_layers_) +
+                                                "th layer from there in runs of " + std::to_string(chunk_layers_)
+                                          : std::string()));
+  return {emb_slice_ + static_cast<std::size_t>(stage_index(l)) * layer_slice_, layer_count_};
 }
 
 ParamRange ParamLayout::unit_slice(int u) const {
@@ -181,7 +190,12 @@ ParamRange ParamLayout::unit_slice(int u) const {
   if (u == 0) return {0, emb_slice_};
   if (u == num_units() - 1) return {lnf_offset_, buffer_ - lnf_offset_};
   const int l = u - 1;
-  if (!has_layer(l)) return {l < first_layer_ ? emb_slice_ : lnf_offset_, 0};  // another stage's layer: empty
+  if (!has_layer(l)) {  // another stage's layer: empty, where it would be among this stage's
+    std::size_t before = 0;
+    for (int v = 0; v < chunks(); ++v)
+      before += static_cast<std::size_t>(std::clamp(l - chunk_first_layer(v), 0, chunk_layers_));
+    return {emb_slice_ + before * layer_slice_, 0};
+  }
   return {layer(l).offset, layer_slice_};
 }
 
@@ -198,7 +212,8 @@ ParamRange ParamLayout::layer_tensor(int l, LayerTensor t) const {
 
 std::vector<ParamRange> ParamLayout::decay_ranges() const {
   std::vector<ParamRange> ranges{{0, wte_count_ + wpe_count_}};
-  for (int l = first_layer_; l < first_layer_ + stage_layers_; ++l)
+  for (int l = 0; l < config_.num_layers; ++l) {
+    if (!has_layer(l)) continue;
     for (int i = 0; i < kLayerTensors; ++i)
       if (kLayerDecay[i]) {
         const ParamRange r = layer_tensor(l, static_cast<LayerTensor>(i));
@@ -207,6 +222,7 @@ std::vector<ParamRange> ParamLayout::decay_ranges() const {
         else
           ranges.push_back(r);
       }
+  }
   return ranges;
 }
 

@@ -89,9 +89,14 @@ struct TensorParallel {
 // the final LayerNorm and its own copy of wte for the tied output head (Megatron-LM's "word embeddings" on the last
 // stage: the two copies start equal and their gradients are summed after backward, so they stay equal). Layers must
 // divide by size (check_model_split in rank_grid.h).
+// virtual_stages V > 1 (interleaved 1F1B, Narayanan et al. 2021): the layers are cut into size x V chunks and stage
+// `rank` holds chunks rank, rank + size, rank + 2 size, ... (Megatron-LM's model chunks): its chunk v is layers
+// [(v size + rank) Lc, +Lc) with Lc = L / (size V), the first chunk of the first stage holds the embeddings and the
+// last chunk of the last stage the head. Layers must divide by size x V.
 struct PipelineStage {
   int size = 1;
   int rank = 0;
+  int virtual_stages = 1;
   bool first() const { return rank == 0; }
   bool last() const { return rank == size - 1; }
 };
@@ -145,10 +150,16 @@ class ParamLayout {
 
   const TensorParallel& tensor_parallel() const { return tp_; }
   const PipelineStage& pipeline_stage() const { return stage_; }
-  // This stage's layers: [first_layer(), first_layer() + stage_layers()).
-  int first_layer() const { return first_layer_; }
-  int stage_layers() const { return stage_layers_; }
-  bool has_layer(int l) const { return l >= first_layer_ && l < first_layer_ + stage_layers_; }
+  // This stage's layers: stage_layers() of them, in chunks() chunks of chunk_layers() each, chunk v's starting at
+  // chunk_first_layer(v) (one chunk without virtual stages: [first_layer(), first_layer() + stage_layers())).
+  int first_layer() const { return chunk_first_layer(0); }
+  int stage_layers() const { return chunk_layers_ * stage_.virtual_stages; }
+  int chunks() const { return stage_.virtual_stages; }
+  int chunk_layers() const { return chunk_layers_; }
+  int chunk_first_layer(int v) const { return (v * stage_.size + stage_.rank) * chunk_layers_; }
+  bool has_layer(int l) const { return l >= 0 && (l / chunk_layers_) % stage_.size == stage_.rank; }
+  // Layer l's index among this stage's layers (its place in the buffer): chunk by chunk.
+  int stage_index(int l) const { return l / chunk_layers_ / stage_.size * chunk_layers_ + l % chunk_layers_; }
   // Whether the layout holds the whole model (no tensor or pipeline split): its checkpoint order is then the whole
   // model's, and take_slices() / put_slices() copy everything.
   bool whole() const { return tp_.size == 1 && stage_.size == 1; }
@@ -168,8 +179,7 @@ class ParamLayout {
   GptConfig config_;
   TensorParallel tp_;
   PipelineStage stage_;
-  int first_layer_ = 0;
-  int stage_layers_ = 0;
+  int chunk_layers_ = 0;
   std::size_t wte_count_ = 0;
   std::size_t wpe_count_ = 0;
   std::array<std::size_t, kLayerTensors> layer_offsets_{};  // within a block

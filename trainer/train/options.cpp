@@ -169,6 +169,9 @@ void add_run_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--pp-schedule", o.pp_schedule, "pipeline schedule: gpipe (every forward, then every backward) or "
                  "1f1b (one forward, one backward: at most --pp micro-batches' activations kept)")
       ->check(CLI::IsMember({"gpipe", "1f1b"}))->capture_default_str();
+  app.add_option("--pp-virtual", o.pp_virtual, "model chunks per pipeline stage: above 1, interleaved 1F1B (stage s "
+                 "holds chunks s, s + PP, ...; the bubble is 1/V as large; --grad-accum must divide by --pp)")
+      ->check(CLI::Range(1, 64))->capture_default_str();
   app.add_flag("--sequence-parallel", o.sequence_parallel, "with --tp: LayerNorms and residual adds on 1/TP of the "
                "tokens each, all-gathers and reduce-scatters in place of the allreduces (less activation memory)");
   app.add_flag("--allow-cross-node-tp", o.allow_cross_node_tp, "accept a tensor-parallel group that spans nodes");

@@ -86,6 +86,9 @@ struct TrainOptions {
   int tp = 1;
   int pp = 1;
   std::string pp_schedule = "1f1b";
+  // --pp-virtual V: model chunks per stage (interleaved 1F1B, Narayanan et al. 2021; layout.h's virtual stages): the
+  // bubble shrinks V times; layers must divide by --pp x V and --grad-accum by --pp.
+  int pp_virtual = 1;
   // --sequence-parallel: with --tp above 1, the residual stream's tokens split over the tensor-parallel group
   // (trainer/model/gpt_sequence.cpp); B x T must divide by --tp.
   bool sequence_parallel = false;

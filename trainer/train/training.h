@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <exception>
 #include <memory>
+#include <list>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -77,7 +78,8 @@ class Training {
         K_(o.grad_accum),
         loader_(open_data(o, B_, T_, place_.dp, grid_.dp(), config_)),
         model_(config_, *device_.backend, o.zero > 0 ? grid_.dp() : 1, training_precision(o), buffers_.get(),
-               TensorParallel{grid_.tp(), place_.tp, o.sequence_parallel}, PipelineStage{grid_.pp(), place_.pp}),
+               TensorParallel{grid_.tp(), place_.tp, o.sequence_parallel},
+               PipelineStage{grid_.pp(), place_.pp, o.pp_virtual}),
         n_(model_.num_params()),
         model_params_(ParamLayout(config_).num_params()),
         shape_(run_shape(o, config_, T_, grid_.dp(), model_params_)),
@@ -110,6 +112,19 @@ class Training {
   // this stage in the schedule's order.
   void start_pipeline(const Gpt::GradsReady& inner);
   void pipeline_micro_steps(float loss_scale, StepTimes& times);
+  struct PipeState;
+  void pipeline_forward(const PipeOp& op, PipeState& state);
+  void pipeline_backward(const PipeOp& op, float loss_scale, PipeState& state);
+  // A send in flight: its own copy of what it sends (so that no activation set waits for a neighbour to take it: a
+  // wait there would add a dependency the schedule does not have, and interleaved schedules deadlock on it), its Work,
+  // and the phase of waiting for it.
+  struct PipeSend {
+    std::vector<float> data;
+    std::shared_ptr<Work> work;
+    const char* phase = nullptr;
+  };
+  void send_copy(const float* data, int peer, int stream, const char* phase);
+  void receive(PipeState& state, float* data, int peer, int stream, const char* phase);
   void sum_tied();
   void report(const std::vector<WindowStep>& read, TrialRun& trial);
   void save(std::uint64_t step, std::uint64_t data_step);
@@ -156,9 +171,10 @@ class Training {
   Gpt::GradsReady grads_ready_;
   std::unique_ptr<Prefetcher> prefetch_;
   std::unique_ptr<StepWindow> window_;  // the steps not read yet (report/step_window.h)
-  // --pp above 1 (pipeline.cpp): this stage's ops, the GradsReady that sums the tied embedding first, and whether the
-  // backward running is the step's last.
+  // --pp above 1 (pipeline.cpp): this stage's ops, the GradsReady that hands over the last micro-batch's gradients
+  // only (the tied embedding's after its sum), and whether the backward running is of the last micro-batch.
   std::vector<PipeOp> schedule_;
+  std::list<PipeSend> sends_;  // the sends' buffers, reused once their send has finished (pipeline.cpp)
   Gpt::GradsReady pipeline_grads_ready_, inner_grads_ready_;
   bool syncing_ = false;
   std::size_t tied_count_ = 0;  // the gradient range at 0 that waits for sum_tied()

@@ -78,8 +78,8 @@ class GlooCommunicator : public Communicator {
   // GlooCommOptions::timeout from posting. The Work must be waited for: one destroyed before its message completed
   // gives the message up, which gloo can only do by closing every connection of the context, so the communicator
   // fails every later operation. Throws CommError for a peer that is not another rank of this communicator.
-  std::shared_ptr<Work> send(const float* data, std::size_t count, int peer) override;
-  std::shared_ptr<Work> recv(float* data, std::size_t count, int peer) override;
+  std::shared_ptr<Work> send(const float* data, std::size_t count, int peer, int stream = 0) override;
+  std::shared_ptr<Work> recv(float* data, std::size_t count, int peer, int stream = 0) override;
 
  private:
   struct Impl;

@@ -87,8 +87,9 @@ struct GlooCommunicator::Impl {
   uint32_t next_tag = 0;       // used on the queue's thread only
   // reduce_scatter's receive and partial-sum buffers, bytes of any element type; the queue's thread only.
   std::vector<std::byte> scratch;
-  // Point-to-point: the tag of the next send() to each peer and of the next recv() from each peer (indexed by rank;
-  // empty until the first). The training thread issues them while collectives run on the queue's thread.
+  // Point-to-point: the tag of the next send() to each peer and of the next recv() from each peer, per stream
+  // (indexed by stream * size + rank; empty until the first). The training thread issues them while collectives run
+  // on the queue's thread.
   std::mutex p2p_mutex;
   std::vector<uint32_t> send_tags;
   std::vector<uint32_t> recv_tags;
@@ -102,7 +103,7 @@ struct GlooCommunicator::Impl {
   std::shared_ptr<Work> reduce_scatter(std::string what, const void* in, void* out, std::size_t n, GlooRingSum sum);
   void ring_reduce_scatter(const std::byte* in, std::byte* out, std::size_t n, GlooRingSum sum, uint32_t tag);
   // send() (sending) and recv() (p2p.cpp): checks `peer`, numbers the message and posts it on the calling thread.
-  std::shared_ptr<Work> point_to_point(bool sending, float* data, std::size_t count, int peer);
+  std::shared_ptr<Work> point_to_point(bool sending, float* data, std::size_t count, int peer, int stream);
 };
 
 }  // namespace dtrain::trainer

@@ -24,9 +24,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Slot prefix of send() and recv(); our ring reduce-scatter uses 0x40, gloo's own collectives 0x01..0x08. The tag
-// under it is the message's number on its (peer, direction), so the n-th send to a peer meets that peer's n-th recv
-// from this rank whatever else is in flight between the two.
+// Slot prefix of send() and recv() on stream 0; stream s uses 0x50 + s (up to 0x5f); our ring reduce-scatter uses 0x40,
+// gloo's own collectives 0x01..0x08. The tag under it is the message's number on its (peer, direction, stream), so the
+// n-th send of a stream to a peer meets that peer's n-th recv of the stream from this rank whatever else is in flight.
 constexpr uint8_t kP2pSlotPrefix = 0x50;
 
 // How long a Work destroyed before its message completed gives it a last chance before giving it up.
@@ -158,7 +158,8 @@ class P2pWork final : public Work {
 
 }  // namespace
 
-std::shared_ptr<Work> GlooCommunicator::Impl::point_to_point(bool sending, float* data, std::size_t count, int peer) {
+std::shared_ptr<Work> GlooCommunicator::Impl::point_to_point(bool sending, float* data, std::size_t count, int peer,
+                                                             int stream) {
   const std::string op = sending ? "send of " + describe_floats(count) + " to rank " + std::to_string(peer)
                                  : "recv of " + describe_floats(count) + " from rank " + std::to_string(peer);
   const std::string here = "rank " + std::to_string(options.rank) + " of " + std::to_string(options.size);
@@ -175,14 +176,19 @@ std::shared_ptr<Work> GlooCommunicator::Impl::point_to_point(bool sending, float
     return std::make_shared<FailedWork>("gloo " + op + " was not posted on " + here +
                                         ": an earlier operation on this communicator failed: " + earlier);
   }
+  if (stream < 0 || stream >= kP2pStreams) {
+    throw CommError("gloo " + op + " on " + here + ": stream " + std::to_string(stream) + " is not in [0, " +
+                    std::to_string(kP2pStreams) + ")");
+  }
   if (count == 0) return done_work();
 
   uint32_t tag;
   {
     std::lock_guard lock(p2p_mutex);
     auto& tags = sending ? send_tags : recv_tags;
-    if (tags.empty()) tags.assign(static_cast<std::size_t>(options.size), 0);
-    tag = tags[static_cast<std::size_t>(peer)]++;
+    if (tags.empty()) tags.assign(static_cast<std::size_t>(kP2pStreams) * static_cast<std::size_t>(options.size), 0);
+    tag = tags[static_cast<std::size_t>(stream) * static_cast<std::size_t>(options.size) +
+               static_cast<std::size_t>(peer)]++;
   }
   const std::string peer_rank = "rank " + std::to_string(peer);
   std::string advice = "The peer stage (" + peer_rank + ") may have exited, or be stuck before its matching " +
@@ -195,7 +201,7 @@ std::shared_ptr<Work> GlooCommunicator::Impl::point_to_point(bool sending, float
   auto work = std::make_shared<P2pWork>(std::move(buffer), sending,
                                         "gloo " + op + " failed on " + here + " (" + endpoint + ")",
                                         std::move(advice), failure, options.timeout);
-  const auto slot = gloo::Slot::build(kP2pSlotPrefix, tag);
+  const auto slot = gloo::Slot::build(static_cast<uint8_t>(kP2pSlotPrefix + stream), tag);
   try {
     SigpipeBlocked sigpipe_blocked;  // gloo writes the message's first bytes on this thread
     if (sending) {
@@ -216,15 +222,15 @@ std::shared_ptr<Work> GlooCommunicator::Impl::point_to_point(bool sending, float
   return work;
 }
 
-std::shared_ptr<Work> GlooCommunicator::send(const float* data, std::size_t count, int peer) {
+std::shared_ptr<Work> GlooCommunicator::send(const float* data, std::size_t count, int peer, int stream) {
   // gloo's unbound buffer takes a mutable pointer; a send only reads from it.
-  auto work = impl_->point_to_point(true, const_cast<float*>(data), count, peer);
+  auto work = impl_->point_to_point(true, const_cast<float*>(data), count, peer, stream);
   count_sent(count * sizeof(float));
   return work;
 }
 
-std::shared_ptr<Work> GlooCommunicator::recv(float* data, std::size_t count, int peer) {
-  return impl_->point_to_point(false, data, count, peer);
+std::shared_ptr<Work> GlooCommunicator::recv(float* data, std::size_t count, int peer, int stream) {
+  return impl_->point_to_point(false, data, count, peer, stream);
 }
 
 }  // namespace dtrain::trainer
