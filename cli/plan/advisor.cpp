@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <tuple>
 
-#include "cli/plan/trainer_model.h"
+#include "cli/plan/presets.h"
 
 namespace dtrain::plan {
 namespace {
@@ -32,6 +32,7 @@ int data_parallel_nodes(const Cluster& c, const Layout& l, int dp) {
 struct Latency {
   double data_parallel = 0;
   double tensor_parallel = 0;
+  double pipeline = 0;
 };
 
 Latency latencies(const PlanRequest& r, const Layout& l, int dp, int steps) {
@@ -43,12 +44,16 @@ Latency latencies(const PlanRequest& r, const Layout& l, int dp, int steps) {
   Latency out;
   out.data_parallel = dp_count * collective_latency_seconds(dp_kind, dp, data_parallel_nodes(r.cluster, l, dp));
   if (l.tp > 1 && w.shape) {
-    // Megatron: 4 allreduces per layer per micro-batch, or with sequence parallelism 4 all-gathers and 4
-    // reduce-scatters (Korthikanti Sec. 4.2.2).
-    const double per_layer = l.sequence_parallel ? 8 * collective_latency_seconds(Collective::all_gather, l.tp, 1)
-                                                 : 4 * collective_latency_seconds(Collective::allreduce, l.tp, 1);
-    out.tensor_parallel = per_layer * layers * steps;
+    // Megatron: the allreduces of formulas.h's tensor_parallel_allreduces per micro-batch, or with sequence
+    // parallelism an all-gather and a reduce-scatter for each (Korthikanti Sec. 4.2.2).
+    const double each = l.sequence_parallel ? 2 * collective_latency_seconds(Collective::all_gather, l.tp, 1)
+                                            : collective_latency_seconds(Collective::allreduce, l.tp, 1);
+    out.tensor_parallel = each * tensor_parallel_allreduces(layers, l.pp, l.recompute) * steps;
   }
+  // The tied embedding's gradient sum between the first and the last stage, once a step (on two nodes when the
+  // pipeline leaves the node: stages are outermost, advisor.h).
+  if (w.shape && tied_embedding_bytes(*w.shape, l.tp, l.pp, w.precision) > 0)
+    out.pipeline = collective_latency_seconds(Collective::allreduce, 2, r.cluster.nodes() > 1 ? 2 : 1);
   return out;
 }
 
@@ -59,9 +64,11 @@ Comm communication(const PlanRequest& r, const Layout& l, int dp, long long micr
   Comm comm;
   comm.data_parallel = data_parallel_bytes(l.stage, gpu_params(w, l), dp, steps, w.precision);
   if (w.shape) {
-    comm.tensor_parallel = tensor_parallel_bytes(*w.shape, l.tp, stage_layers(w.shape->layers, l.pp), steps,
-                                                 w.precision);
-    comm.pipeline = pipeline_bytes(*w.shape, l.pp, steps, w.precision, l.virtual_stages);
+    const double allreduces = tensor_parallel_allreduces(stage_layers(w.shape->layers, l.pp), l.pp, l.recompute);
+    comm.tensor_parallel = tensor_parallel_bytes(*w.shape, l.tp, allreduces, steps, w.precision);
+    comm.pipeline = pipeline_bytes(*w.shape, l.pp, steps, w.precision, l.virtual_stages,
+                                   l.sequence_parallel ? l.tp : 1) +
+                    tied_embedding_bytes(*w.shape, l.tp, l.pp, w.precision);
   }
   comm.data_parallel_crosses_nodes = l.tp * dp > c.gpus_per_node;
   comm.pipeline_crosses_nodes = l.pp > 1 && c.nodes() > 1;
@@ -71,9 +78,11 @@ Comm communication(const PlanRequest& r, const Layout& l, int dp, long long micr
   const auto pp_s =
       transfer_seconds(comm.pipeline, comm.pipeline_crosses_nodes ? c.inter_node_bw : c.intra_node_bw);
   const Latency latency = latencies(r, l, dp, steps);
-  comm.latency_s = latency.data_parallel + latency.tensor_parallel;
+  comm.latency_s = latency.data_parallel + latency.tensor_parallel + latency.pipeline;
   if (dp_s && tp_s && pp_s) comm.seconds = *dp_s + *tp_s + *pp_s + comm.latency_s;
   if (dp_s) comm.data_parallel_seconds = *dp_s + latency.data_parallel;
+  if (tp_s) comm.tensor_parallel_seconds = *tp_s + latency.tensor_parallel;
+  if (pp_s) comm.pipeline_seconds = *pp_s + latency.pipeline;
   return comm;
 }
 
@@ -86,9 +95,12 @@ std::optional<Scaling> scaling(const PlanRequest& r, const Evaluation& e) {
   const double step_flops = model_flops * recompute_flops_factor(shape, e.layout.recompute);
   Scaling s;
   s.ideal_s = model_flops / c.gpus / *c.gpu_flops;
-  // The slowest stage sets the pace: with stages uneven (formulas.h, stage_layers) it computes more than L/p layers.
-  const double imbalance = static_cast<double>(stage_layers(shape.layers, e.layout.pp)) * e.layout.pp / shape.layers;
-  s.compute_s = step_flops / c.gpus / *c.gpu_flops * imbalance / (1 - e.bubble);
+  // The slowest stage sets the pace (formulas.h, stage_imbalance: uneven stages, the output layer on the last), and
+  // the bubble stretches it: (p - 1)/m of its busy time for 1F1B and GPipe (formulas.h, pipeline_bubble).
+  const double busy =
+      step_flops / c.gpus / *c.gpu_flops * stage_imbalance(r.workload.params, shape, e.layout.pp, e.layout.recompute);
+  s.compute_s = busy / (1 - e.bubble);
+  s.bubble_s = s.compute_s - busy;
   s.efficiency_serial = s.ideal_s / (s.compute_s + *e.comm.seconds);
   const double dp_s = *e.comm.data_parallel_seconds;
   const double grad_bytes = gpu_params(r.workload, e.layout) * value_bytes(r.workload.precision);
@@ -96,8 +108,11 @@ std::optional<Scaling> scaling(const PlanRequest& r, const Evaluation& e) {
       static_cast<double>(default_bucket_bytes(static_cast<std::uint64_t>(grad_bytes))));
   const double last_share = last_bucket_bytes(grad_bytes, bucket_bytes) / grad_bytes;
   const int micro_steps = static_cast<int>(std::min<long long>(e.accumulation.micro_steps, 1 << 30));
-  s.exposed_s = exposed_data_parallel_seconds(e.layout.stage, dp_s, s.compute_s, micro_steps, last_share) +
-                (*e.comm.seconds - dp_s);
+  s.data_parallel_exposed_s = exposed_data_parallel_seconds(e.layout.stage, dp_s, s.compute_s, micro_steps,
+                                                            last_share);
+  s.tensor_parallel_s = e.comm.tensor_parallel_seconds.value_or(0);
+  s.pipeline_s = e.comm.pipeline_seconds.value_or(0);
+  s.exposed_s = s.data_parallel_exposed_s + s.tensor_parallel_s + s.pipeline_s;
   const double shard = gpu_params(r.workload, e.layout) / (e.layout.stage >= 1 ? e.dp : 1);
   s.optimizer_s = optimizer_seconds(shard, c.memory_bw.value_or(0));
   s.step_s = s.compute_s + s.exposed_s + s.optimizer_s;
@@ -134,7 +149,67 @@ std::vector<int> interleavings(const PlanRequest& r, const Shape& shape, int tp,
   return out;
 }
 
+// dtrain-trainer's own numbers for the layout (Evaluation::trainer): without tensor or pipeline parallelism its ZeRO
+// engine's (none at stage 0) and one activation set; with them every stage's, the largest in front.
+void add_trainer_accounting(const PlanRequest& r, Evaluation& e) {
+  const Workload& w = r.workload;
+  const Layout& l = e.layout;
+  if (l.tp * l.pp == 1) {
+    e.trainer = trainer_model_states(*w.trainer, l.stage, w.precision, e.dp);
+    if (w.shape) {
+      e.trainer_activations = static_cast<double>(
+          trainer_activation_bytes(*w.trainer, l.micro_batch, w.shape->seq_len, w.precision, l.recompute));
+    }
+    return;
+  }
+  e.trainer_refusal = trainer_refusal(r, l);
+  if (!e.trainer_refusal.empty()) return;
+  e.trainer_stages = trainer_stage_memory(*w.trainer, trainer_layout(r, e), w.precision);
+  const auto largest = std::max_element(e.trainer_stages.begin(), e.trainer_stages.end(),
+                                        [](const auto& a, const auto& b) { return a.total() < b.total(); });
+  e.trainer = largest->states;
+  e.trainer_activations = static_cast<double>(largest->activations);
+}
+
 }  // namespace
+
+std::string trainer_refusal(const PlanRequest& r, const Layout& l) {
+  if (l.tp * l.pp == 1) return "";
+  const Workload& w = r.workload;
+  if (!w.trainer && find_preset(w.model_name))
+    return "dtrain-trainer runs GPT-2 only, not " + w.model_name;
+  if (!w.trainer)
+    return "dtrain-trainer splits its own GPT-2 only: give the model as its shape, --layers --hidden --heads "
+           "--seq-len with --vocab and no --params (or a GPT-2 preset), for its --tp/--pp flags";
+  if (l.virtual_stages > 1)
+    return "dtrain-trainer has no interleaved pipeline schedule (its --pp-schedule is gpipe or 1f1b)";
+  TrainerLayout t;
+  t.tp = l.tp;
+  t.pp = l.pp;
+  t.dp = r.cluster.gpus / (l.tp * l.pp);
+  t.ranks_per_node = r.cluster.gpus_per_node;
+  t.zero = l.stage;
+  t.sequence_parallel = l.sequence_parallel;
+  t.micro_batch = l.micro_batch > 0 ? l.micro_batch : w.micro_batch;
+  t.seq_len = w.shape ? w.shape->seq_len : w.trainer->max_seq_len;
+  return trainer_layout_refusal(*w.trainer, t);
+}
+
+TrainerLayout trainer_layout(const PlanRequest& r, const Evaluation& e) {
+  TrainerLayout t;
+  t.tp = e.layout.tp;
+  t.pp = e.layout.pp;
+  t.dp = e.dp;
+  t.ranks_per_node = r.cluster.gpus_per_node;
+  t.zero = e.layout.stage;
+  t.recompute = e.layout.recompute;
+  t.sequence_parallel = e.layout.sequence_parallel;
+  t.schedule = trainer::PipeSchedule::one_f_one_b;
+  t.micro_batches = static_cast<int>(std::min<long long>(e.accumulation.micro_steps, 1 << 30));
+  t.micro_batch = e.layout.micro_batch;
+  t.seq_len = r.workload.shape ? r.workload.shape->seq_len : r.workload.trainer->max_seq_len;
+  return t;
+}
 
 std::string layout_name(const Layout& layout) {
   static const char* const kStages[] = {"DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3/FSDP"};
@@ -160,16 +235,10 @@ Evaluation evaluate(const PlanRequest& request, const Layout& layout) {
   e.states = r.framework == Framework::megatron && l.stage <= 1
                  ? megatron_model_states(l.stage == 1, w.precision, gpu_params(w, l), e.dp)
                  : zero_model_states(l.stage, w.precision, gpu_params(w, l), e.dp);
-  if (r.trainer_accounting && w.trainer && l.tp == 1 && l.pp == 1) {
-    e.trainer = trainer_model_states(*w.trainer, l.stage, w.precision, e.dp);
-    if (w.shape) {
-      e.trainer_activations = static_cast<double>(
-          trainer_activation_bytes(*w.trainer, l.micro_batch, w.shape->seq_len, w.precision, l.recompute));
-    }
-  }
   e.accumulation = w.global_batch ? accumulation(*w.global_batch, l.micro_batch, e.dp)
                                   : Accumulation{1, static_cast<long long>(l.micro_batch) * e.dp, true};
   const int micro_steps = static_cast<int>(std::min<long long>(e.accumulation.micro_steps, 1 << 30));
+  if (r.trainer_accounting && w.trainer) add_trainer_accounting(r, e);
   if (w.shape) {
     e.activations = activation_bytes(*w.shape, l.tp, l.pp, micro_steps, w.precision, l.recompute,
                                      l.sequence_parallel, l.virtual_stages);

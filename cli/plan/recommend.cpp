@@ -67,13 +67,14 @@ void explain_memory(const PlanRequest& r, const std::vector<Evaluation>& strateg
   }
   const int stage = c.layout.stage;
   if (c.layout.tp * c.layout.pp > 1) {
+    const std::string bubble = c.layout.virtual_stages > 1
+                                   ? "(p - 1)/(v*m + p - 1), v = " + std::to_string(c.layout.virtual_stages) + ","
+                                   : std::string("(p - 1)/(m + p - 1)");
     out.push_back("very large model: tensor parallelism " + std::to_string(c.layout.tp) +
-                  " within a node splits every layer (4 allreduces of its activations per layer, at intra-node "
-                  "bandwidth) and " + std::to_string(c.layout.pp) + " pipeline stage(s) split the layers; the "
-                  "bubble " + (c.layout.virtual_stages > 1 ? "(p - 1)/(v*m + p - 1), v = " +
-                                                                   std::to_string(c.layout.virtual_stages) + ","
-                                                             : std::string("(p - 1)/(m + p - 1)")) +
-                  " idles " + percent(c.bubble) + " of a step with " +
+                  " within a node splits every layer (4 allreduces of its activations per layer, 6 with full "
+                  "recomputation, at intra-node bandwidth) and " + std::to_string(c.layout.pp) +
+                  " pipeline stage(s) split the layers; the bubble " + bubble + " idles " + percent(c.bubble) +
+                  " of a step with " +
                   std::to_string(c.accumulation.micro_steps) + " micro-batches (a larger --global-batch shrinks it)");
   } else if (stage == 0) {
     out.push_back("the model fits: DDP needs " + needs(c) + " of the " + usable +
@@ -149,12 +150,26 @@ std::vector<std::string> trainer_args(const PlanRequest& r, const Evaluation& c)
             "--heads", std::to_string(w.trainer->num_heads), "--max-seq-len", std::to_string(w.trainer->max_seq_len),
             "--vocab", std::to_string(w.trainer->vocab_size)};
   }
-  args.insert(args.end(), {"--zero", std::to_string(c.layout.stage), "--precision", precision_name(w.precision),
-                           "--batch-size", std::to_string(c.layout.micro_batch), "--grad-accum",
+  const Layout& l = c.layout;
+  if (l.tp * l.pp > 1) {
+    // The pipeline's micro-batches are --grad-accum's: global batch / (micro-batch x DP), as the plan counts them.
+    args.insert(args.end(), {"--tp", std::to_string(l.tp), "--pp", std::to_string(l.pp)});
+    if (l.pp > 1) args.insert(args.end(), {"--pp-schedule", "1f1b"});
+    if (l.sequence_parallel) args.push_back("--sequence-parallel");
+  }
+  args.insert(args.end(), {"--zero", std::to_string(l.stage), "--precision", precision_name(w.precision),
+                           "--batch-size", std::to_string(l.micro_batch), "--grad-accum",
                            std::to_string(c.accumulation.micro_steps)});
   if (w.shape) args.insert(args.end(), {"--seq-len", std::to_string(w.shape->seq_len)});
-  if (c.layout.recompute != Recompute::none) args.insert(args.end(), {"--recompute", recompute_name(c.layout.recompute)});
+  if (l.recompute != Recompute::none) args.insert(args.end(), {"--recompute", recompute_name(l.recompute)});
+  // --device auto would take a GPU where there is one, and the trainer splits models on the CPU backend only.
+  if (l.tp * l.pp > 1) args.insert(args.end(), {"--device", "cpu"});
   return args;
+}
+
+std::string megatron_sizes(const Layout& l) {
+  return "--tensor-model-parallel-size " + std::to_string(l.tp) + " --pipeline-model-parallel-size " +
+         std::to_string(l.pp);
 }
 
 std::vector<std::string> spec_lines(const PlanRequest& r, const Evaluation& c, const std::vector<std::string>& args) {
@@ -172,16 +187,28 @@ std::vector<std::string> spec_lines(const PlanRequest& r, const Evaluation& c, c
     return lines;
   }
   if (args.empty()) {
-    lines.push_back("command: [...]   # dtrain-trainer has no pipeline parallelism, and its tensor parallelism "
-                    "(--tp) runs on CPUs only so far: run a framework that has them on GPUs, e.g. Megatron-LM with "
-                    "--tensor-model-parallel-size " + std::to_string(c.layout.tp) +
-                    " --pipeline-model-parallel-size " + std::to_string(c.layout.pp));
+    lines.push_back("command: [...]   # " + trainer_refusal(r, c.layout) + "; Megatron-LM runs the layout: " +
+                    megatron_sizes(c.layout) + " (below)");
     return lines;
   }
   std::string command = "command: [dtrain-trainer";
   for (const std::string& arg : args) command += ", " + quoted(arg);
-  lines.push_back(command + ", --data, \"data/*.bin\"]");
+  command += ", --data, \"data/*.bin\"]";
+  if (c.layout.tp * c.layout.pp > 1)
+    command += "   # CPUs only so far; on GPUs, Megatron-LM with " + megatron_sizes(c.layout);
+  lines.push_back(command);
   return lines;
+}
+
+// The dtrain-trainer line's notes: why there is none for a layout it does not run, or where it runs.
+std::vector<std::string> trainer_notes(const PlanRequest& r, const Evaluation& c, bool has_args) {
+  const Layout& l = c.layout;
+  if (l.tp * l.pp == 1) return {};
+  if (!has_args) {
+    return {trainer_refusal(r, l) + "; no dtrain-trainer line for this layout: the Megatron-LM line below runs it"};
+  }
+  return {"dtrain-trainer runs tensor and pipeline parallelism on CPUs only so far (--device cpu): on GPUs, use the "
+          "Megatron-LM line below (" + megatron_sizes(l) + ")"};
 }
 
 }  // namespace
@@ -218,7 +245,8 @@ Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& st
   explain_memory(r, strategies, c, out.reasons);
   explain_batch(r, c, out.reasons);
   explain_network(r, c, out.reasons);
-  if (c.layout.tp * c.layout.pp == 1) out.trainer_args = trainer_args(r, c);
+  if (trainer_refusal(r, c.layout).empty()) out.trainer_args = trainer_args(r, c);
+  out.trainer_notes = trainer_notes(r, c, !out.trainer_args.empty());
   out.spec_lines = spec_lines(r, c, out.trainer_args);
   out.launch = launch_lines(r, c);
   return out;

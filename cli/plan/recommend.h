@@ -17,8 +17,12 @@ namespace dtrain::plan {
 struct Recommendation {
   std::optional<Evaluation> choice;    // nullopt: no layout fits
   std::vector<std::string> reasons;    // why this one, in the order they apply
-  std::vector<std::string> trainer_args;  // dtrain-trainer's flags for it; empty when it needs TP or PP
-  std::vector<std::string> spec_lines;    // job-spec lines (YAML) that run it
+  // dtrain-trainer's flags for it (with --tp/--pp/--pp-schedule 1f1b and --device cpu for a tensor- or
+  // pipeline-parallel layout); empty when dtrain-trainer does not run it (advisor.h, trainer_refusal).
+  std::vector<std::string> trainer_args;
+  // Why there are none, or what to know of them (tensor and pipeline parallelism on CPUs only so far).
+  std::vector<std::string> trainer_notes;
+  std::vector<std::string> spec_lines;    // job-spec lines (YAML) that run it: workers_per_node x nodes ranks
   std::optional<LaunchLines> launch;      // Megatron-LM, torchtitan and DeepSpeed lines for it (launch_lines.h)
 };
 

@@ -48,16 +48,52 @@ json request_json(const PlanRequest& r) {
           {"bottleneck", bottleneck_name(r.bottleneck)}};
 }
 
-json evaluation_json(const Evaluation& e) {
+json states_json(const dtrain::trainer::ZeroMemory& m) {
+  return {{"params_bytes", m.params}, {"grads_bytes", m.grads}, {"optim_bytes", m.optim},
+          {"model_states_bytes", m.params + m.grads + m.optim}};
+}
+
+// dtrain-trainer's numbers (Evaluation::trainer): with tensor or pipeline parallelism the largest stage's ("stage"
+// names it), and each stage's under "stages"; {"refusal": why} for a layout it does not run; null without
+// --trainer-accounting.
+json trainer_json(const Evaluation& e) {
+  if (!e.trainer_refusal.empty()) return {{"refusal", e.trainer_refusal}};
   json trainer = nullptr;
-  if (e.trainer)
-    trainer = {{"params_bytes", e.trainer->params}, {"grads_bytes", e.trainer->grads},
-               {"optim_bytes", e.trainer->optim},
-               {"model_states_bytes", e.trainer->params + e.trainer->grads + e.trainer->optim}};
+  if (e.trainer) trainer = states_json(*e.trainer);
   if (e.trainer_activations) {
     if (trainer.is_null()) trainer = json::object();
     trainer["activations_bytes"] = *e.trainer_activations;
   }
+  if (e.trainer_stages.empty()) return trainer;
+  json stages = json::array();
+  int largest = 0;
+  for (const TrainerStageMemory& s : e.trainer_stages) {
+    json stage = states_json(s.states);
+    stage["stage"] = s.stage;
+    stage["layers"] = s.layers;
+    stage["activation_sets"] = s.activation_sets;
+    stage["activations_bytes"] = s.activations;
+    stage["total_bytes"] = s.total();
+    if (s.total() > e.trainer_stages[largest].total()) largest = s.stage;
+    stages.push_back(stage);
+  }
+  trainer["stage"] = largest;
+  trainer["stages"] = stages;
+  return trainer;
+}
+
+// The predicted step's parts, which add up to step_s: the busy stage's compute (recomputation and the stages'
+// imbalance counted), the pipeline's bubble, the tensor-parallel allreduces, the pipeline's sends and tied-embedding
+// sum, the data-parallel communication left exposed, and the optimizer step.
+json breakdown_json(const Scaling& s) {
+  return {{"compute_s", s.compute_s - s.bubble_s},          {"pipeline_bubble_s", s.bubble_s},
+          {"tensor_parallel_s", s.tensor_parallel_s},       {"pipeline_transfer_s", s.pipeline_s},
+          {"data_parallel_exposed_s", s.data_parallel_exposed_s}, {"optimizer_s", s.optimizer_s},
+          {"step_s", s.step_s}};
+}
+
+json evaluation_json(const Evaluation& e) {
+  const json trainer = trainer_json(e);
   json scaling = nullptr, predicted = nullptr;
   if (e.scaling) {
     scaling = {{"ideal_compute_s", e.scaling->ideal_s}, {"compute_s", e.scaling->compute_s},
@@ -67,7 +103,8 @@ json evaluation_json(const Evaluation& e) {
                {"efficiency_overlap", e.scaling->efficiency_overlap}};
     predicted = {{"step_s", e.scaling->step_s}, {"tokens_per_s", e.scaling->tokens_per_s},
                  {"tflops_per_gpu", e.scaling->tflops_per_gpu},
-                 {"mfu", e.scaling->mfu ? json(*e.scaling->mfu) : json(nullptr)}, {"bubble", e.bubble}};
+                 {"mfu", e.scaling->mfu ? json(*e.scaling->mfu) : json(nullptr)}, {"bubble", e.bubble},
+                 {"breakdown", breakdown_json(*e.scaling)}};
   }
   return {{"name", layout_name(e.layout)},
           {"zero_stage", e.layout.stage},
@@ -101,7 +138,10 @@ json evaluation_json(const Evaluation& e) {
             {"data_parallel_crosses_nodes", e.comm.data_parallel_crosses_nodes},
             {"pipeline_crosses_nodes", e.comm.pipeline_crosses_nodes},
             {"latency_s", e.comm.latency_s},
-            {"seconds", optional_seconds(e.comm.seconds)}}},
+            {"seconds", optional_seconds(e.comm.seconds)},
+            {"data_parallel_s", optional_seconds(e.comm.data_parallel_seconds)},
+            {"tensor_parallel_s", optional_seconds(e.comm.tensor_parallel_seconds)},
+            {"pipeline_s", optional_seconds(e.comm.pipeline_seconds)}}},
           {"scaling", scaling}};
 }
 
@@ -123,6 +163,7 @@ std::string render_json(const PlanReport& report) {
   json recommendation = {{"strategy", rec.choice ? evaluation_json(*rec.choice) : json(nullptr)},
                          {"reasons", rec.reasons},
                          {"trainer_args", rec.trainer_args},
+                         {"trainer_notes", rec.trainer_notes},
                          {"job_spec", rec.spec_lines},
                          {"launch", rec.launch ? launch_json(*rec.launch) : json(nullptr)}};
   json out = {{"request", request_json(report.request)},

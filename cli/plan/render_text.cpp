@@ -50,8 +50,9 @@ std::string header(const PlanRequest& r) {
                                    ? " (" + std::to_string(s.kv_heads) + " key/value)" : std::string();
     const std::string micro_batch =
         w.micro_batch_given ? std::to_string(w.micro_batch) : std::string("searched over 1, 2, 4, 8");
-    out += line("shape: %d layers, hidden %d, %d heads%s, sequence %d, micro-batch %s, %s attention", s.layers, s.hidden,
-                s.heads, groups.c_str(), s.seq_len, micro_batch.c_str(), s.flash_attention ? "flash" : "eager");
+    out += line("shape: %d layers, hidden %d, %d heads%s, sequence %d, micro-batch %s, %s attention", s.layers,
+                s.hidden, s.heads, groups.c_str(), s.seq_len, micro_batch.c_str(),
+                s.flash_attention ? "flash" : "eager");
   } else {
     out += line("activations not counted: give --layers --hidden --heads --seq-len (or --model)");
   }
@@ -79,15 +80,38 @@ std::string row(const Evaluation& e) {
               e.scaling ? format_seconds(e.scaling->step_s).c_str() : "-");
 }
 
+// A tensor- or pipeline-parallel layout: a row per pipeline stage (every rank of a stage reports the same).
+std::string stage_rows(const Evaluation& e) {
+  std::string out;
+  for (const TrainerStageMemory& s : e.trainer_stages) {
+    const std::string name = layout_name(e.layout) + (e.layout.pp > 1 ? ", stage " + std::to_string(s.stage) : "");
+    out += line("%-29s %14llu %14llu %14llu %14llu %14llu   (%d layers, %d micro-batch(es) in flight)",
+                name.c_str(), static_cast<unsigned long long>(s.states.params),
+                static_cast<unsigned long long>(s.states.grads), static_cast<unsigned long long>(s.states.optim),
+                static_cast<unsigned long long>(s.states.params + s.states.grads + s.states.optim),
+                static_cast<unsigned long long>(s.activations), s.layers, s.activation_sets);
+  }
+  return out;
+}
+
 std::string trainer_table(const PlanReport& report) {
   std::string out = line("\ndtrain-trainer's own accounting (its --metrics mem_*_bytes per rank; fp32 gradients, "
-                         "widened fp32 tensors at stages 1-2: README \"Mixed precision\"):");
+                         "widened fp32 tensors at stages 1-2: README \"Mixed precision\"; with --tp/--pp a row per "
+                         "pipeline stage, 1F1B over the accumulation's micro-batches):");
   out += line("%-29s %14s %14s %14s %14s %14s", "strategy", "params", "grads", "optim", "total", "activations");
   auto bytes = [](const std::optional<double>& value) {
     return value ? std::to_string(static_cast<unsigned long long>(*value)) : std::string("-");
   };
   for (const Evaluation& e : report.strategies) {
     const std::string activations = bytes(e.trainer_activations);
+    if (!e.trainer_refusal.empty()) {
+      out += line("%-29s   (%s)", layout_name(e.layout).c_str(), e.trainer_refusal.c_str());
+      continue;
+    }
+    if (!e.trainer_stages.empty()) {
+      out += stage_rows(e);
+      continue;
+    }
     if (!e.trainer) {
       out += line("%-29s %14s %14s %14s %14s %14s   (no mem_* model-state metrics at --zero 0)",
                   layout_name(e.layout).c_str(), "-", "-", "-", "-", activations.c_str());
@@ -150,8 +174,10 @@ std::string recommendation(const PlanReport& report) {
   if (!rec.trainer_args.empty()) {
     std::string args = "dtrain-trainer";
     for (const std::string& arg : rec.trainer_args) args += " " + arg;
-    out += line("\ndtrain-trainer flags:\n  %s", args.c_str());
+    out += "\ndtrain-trainer flags:\n  " + args + "\n";
   }
+  if (!rec.trainer_notes.empty())
+    out += (rec.trainer_args.empty() ? "\ndtrain-trainer:\n" : "") + notes_text(rec.trainer_notes);
   if (!rec.spec_lines.empty()) {
     out += "\njob spec:\n";
     for (const std::string& spec : rec.spec_lines) out += "  " + spec + "\n";

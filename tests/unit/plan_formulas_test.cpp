@@ -106,8 +106,8 @@ TEST_CASE("communication: ring bytes per GPU for data, tensor and pipeline paral
   CHECK(data_parallel_bytes(3, 1e9, 4, 3, Precision::bf16) == doctest::Approx(13.5e9));  // 3 x (2 AG + RS)
   CHECK(data_parallel_bytes(1, 1e9, 4, 1, Precision::fp32) == doctest::Approx(6e9));
   // 16,777,216 bytes of activations per allreduce, 2 * 7/8 of it per GPU, 4 per layer, 8 layers, 2 micro-steps.
-  CHECK(tensor_parallel_bytes(kLayer, 8, 8, 2, Precision::bf16) == doctest::Approx(1879048192.0));
-  CHECK(tensor_parallel_bytes(kLayer, 1, 8, 2, Precision::bf16) == 0);
+  CHECK(tensor_parallel_bytes(kLayer, 8, 4 * 8, 2, Precision::bf16) == doctest::Approx(1879048192.0));
+  CHECK(tensor_parallel_bytes(kLayer, 1, 4 * 8, 2, Precision::bf16) == 0);
   // Forward activations and backward gradients per micro-batch: 2 * 8 * 16,777,216.
   CHECK(pipeline_bytes(kLayer, 4, 8, Precision::bf16) == doctest::Approx(268435456.0));
   CHECK(pipeline_bytes(kLayer, 1, 8, Precision::bf16) == 0);

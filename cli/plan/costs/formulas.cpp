@@ -111,17 +111,41 @@ double data_parallel_bytes(int stage, double params, int dp, int micro_steps, Pr
   return collectives * ring_gather_bytes(params * value_bytes(precision), dp);
 }
 
-double tensor_parallel_bytes(const Shape& shape, int tp, int layers_per_stage, int micro_steps,
+double tensor_parallel_allreduces(int layers_per_stage, int pp, Recompute recompute) {
+  const double per_layer = recompute == Recompute::full ? 6 : 4;
+  return per_layer * layers_per_stage + (pp > 1 ? 1 : 2);
+}
+
+double tensor_parallel_bytes(const Shape& shape, int tp, double allreduces_per_micro_batch, int micro_steps,
                              Precision precision) {
   const double activations = static_cast<double>(shape.seq_len) * shape.micro_batch * shape.hidden *
                              value_bytes(precision);
-  return 4.0 * layers_per_stage * micro_steps * ring_allreduce_bytes(activations, tp);
+  return allreduces_per_micro_batch * micro_steps * ring_allreduce_bytes(activations, tp);
 }
 
-double pipeline_bytes(const Shape& shape, int pp, int micro_steps, Precision precision, int virtual_stages) {
+double tied_embedding_bytes(const Shape& shape, int tp, int pp, Precision precision) {
+  if (pp <= 1 || shape.vocab <= 0 || shape.untied_embeddings) return 0;
+  const double values = static_cast<double>(shape.vocab) * shape.hidden / tp;
+  return ring_allreduce_bytes(values * value_bytes(precision), 2);
+}
+
+double stage_imbalance(double params, const Shape& shape, int pp, Recompute recompute) {
+  if (pp <= 1 || shape.layers <= 0) return 1;
+  const double L = shape.layers, h = shape.hidden, V = shape.vocab;
+  const double embeddings = V * h * (shape.untied_embeddings ? 2 : 1);
+  const double layer = (6 * std::max(0.0, params - embeddings) / L + 12 * h * shape.seq_len) *
+                       recompute_flops_factor(shape, recompute);
+  const double head = 6 * V * h;
+  const int most = stage_layers(shape.layers, pp);
+  const double first = most * layer, last = (shape.layers - (pp - 1) * most) * layer + head;
+  return pp * std::max(first, last) / (L * layer + head);
+}
+
+double pipeline_bytes(const Shape& shape, int pp, int micro_steps, Precision precision, int virtual_stages,
+                      int sequence_shards) {
   if (pp <= 1) return 0;
   const double activations = static_cast<double>(shape.seq_len) * shape.micro_batch * shape.hidden *
-                             value_bytes(precision);
+                             value_bytes(precision) / sequence_shards;
   return 2.0 * micro_steps * activations * virtual_stages;
 }
 

@@ -168,14 +168,44 @@ double data_parallel_collectives(int stage, double params, int dp, int micro_ste
 double data_parallel_bytes(int stage, double params, int dp, int micro_steps, Precision precision);
 
 // Megatron tensor parallelism (Shoeybi et al., arXiv:1909.08053, Sec. 3 and Fig. 4): every layer allreduces its
-// s*b*h activations over the t ranks twice in forward (after attention and after the MLP) and twice in backward:
-// 4 ring allreduces per layer per micro-batch.
-double tensor_parallel_bytes(const Shape& shape, int tp, int layers_per_stage, int micro_steps, Precision precision);
+// s*b*h activations over the t ranks twice in forward (g, after attention and after the MLP) and twice in backward
+// (f, before them): 4 per layer per micro-batch. Full recomputation runs each layer's forward again before its
+// backward, its two allreduces with it: 6 (Megatron-LM's CheckpointFunction reruns the layer's forward,
+// megatron/core/tensor_parallel/random.py, core_v0.12.0; dtrain-trainer's Gpt::backward_block calls forward_block).
+// The vocabulary-parallel embedding allreduces its output in forward and the column-parallel output layer its input
+// gradient in backward (Shoeybi et al. Sec. 3: both embedding matrices split along the vocabulary; dtrain-trainer's
+// Gpt::embed and head_backward), each an allreduce of s*b*h: with one stage both are on every GPU,
+// with p stages one on the first and one on the last, and the first (ceil(L/p) layers, the most) is counted. The
+// cross-entropy's collectives of s*b values (the row maxima and sums) are 1/h of these and left out.
+// tensor_parallel_allreduces: the allreduces of s*b*h one GPU of the most loaded stage runs per micro-batch.
+double tensor_parallel_allreduces(int layers_per_stage, int pp, Recompute recompute = Recompute::none);
+// Bytes one GPU sends for them in a step of micro_steps micro-batches: each a ring allreduce of s*b*h values.
+double tensor_parallel_bytes(const Shape& shape, int tp, double allreduces_per_micro_batch, int micro_steps,
+                             Precision precision);
+
+// With p > 1 stages and the embedding tied to the output layer (GPT), the first stage's embedding and the last
+// stage's copy of it sum their gradients once a step, so the two copies stay equal: an allreduce of V*h/t values
+// between the two (Megatron-LM's _allreduce_word_embedding_grads, megatron/core/distributed/
+// finalize_model_grads.py, core_v0.12.0: "Reduce grads across first and last stages to ensure that word_embeddings
+// parameters stay in sync"; dtrain-trainer's Training::sum_tied), at the gradients' value_bytes. 0 without the
+// vocabulary, with one stage or with an untied output layer.
+double tied_embedding_bytes(const Shape& shape, int tp, int pp, Precision precision);
+
+// The slowest stage's compute over the mean stage's: the pipeline runs at its pace. Each of the L layers costs the
+// same (the 6P of its parameters and attention's 12hs per token: model_flops_per_token, times recomputation's
+// factor); the last stage also runs the output layer, 6*V*h per token (its V x h matrix; not recomputed), the first
+// stage's embedding lookup none. Stages hold ceil(L/p) layers but the last, which holds the rest (stage_layers).
+// p * max(stage) / sum(stages): 1 with one stage; ceil(L/p) * p / L without the vocabulary.
+double stage_imbalance(double params, const Shape& shape, int pp, Recompute recompute = Recompute::none);
 
 // Pipeline parallelism: each micro-batch's s*b*h activations go to the next stage and their gradient comes back,
 // so a middle stage sends 2*s*b*h values per micro-batch (Narayanan et al. Sec. 2.2; 0 for one stage); v times that
-// with v interleaved stages (Sec. 2.2.2: "the amount of communication also increases by v").
-double pipeline_bytes(const Shape& shape, int pp, int micro_steps, Precision precision, int virtual_stages = 1);
+// with v interleaved stages (Sec. 2.2.2: "the amount of communication also increases by v"). With sequence
+// parallelism each of the t tensor-parallel ranks holds and sends s/t of the tokens (sequence_shards = t: Megatron-LM's
+// get_tensor_shapes divides seq_length by the tensor-parallel size, megatron/core/pipeline_parallel/schedules.py,
+// core_v0.12.0; dtrain-trainer's Gpt::stage_floats).
+double pipeline_bytes(const Shape& shape, int pp, int micro_steps, Precision precision, int virtual_stages = 1,
+                      int sequence_shards = 1);
 
 // Gradient accumulation: a step's global batch is micro-batch * dp * micro-steps; the fewest micro-steps that reach
 // the wanted global batch (the batch then reached, which is larger when dp * micro-batch does not divide it).
