@@ -163,7 +163,8 @@ TEST_CASE("pipeline stage layout: its tensors only, the whole model's numbering"
   CHECK(tied);
   for (const TensorInfo& t : first.checkpoint_tensors()) CHECK_FALSE(t.tied_copy);
   CHECK_THROWS_WITH_AS(ParamLayout(c, 1, {}, PipelineStage{3, 0}),
-                       doctest::Contains("4 layers must divide by the pipeline-parallel size 3"), std::invalid_argument);
+                       doctest::Contains("4 layers must divide by the pipeline-parallel size 3"),
+                       std::invalid_argument);
   Gpt model(c, kernels::cpu_backend(), 1, kernels::Dtype::fp32, nullptr, {}, PipelineStage{2, 1});
   CHECK_THROWS_AS(model.use_activation_set(1), std::out_of_range);
   CHECK_THROWS_AS(model.stage_output(), std::logic_error);

@@ -29,7 +29,8 @@ void add_squares(kernels::Backend& backend, const ParamLayout& layout, const flo
   for (const TensorInfo& t : layout.checkpoint_tensors()) {
     const std::size_t begin = std::max(range.offset, t.offset);
     const std::size_t end = std::min(range.offset + range.count, t.offset + t.count);
-    if (begin < end && !t.tied_copy) (t.replicated ? replicated : split) += backend.sum_squares(grads + begin, end - begin);
+    if (begin < end && !t.tied_copy)
+      (t.replicated ? replicated : split) += backend.sum_squares(grads + begin, end - begin);
   }
 }
 
