@@ -97,6 +97,31 @@ Status check_points(const v1::WorkerReport& report) {
   return {};
 }
 
+// The grid place's rules (report_values.h), or invalid_argument naming the field.
+Status check_grid(const v1::WorkerReport& report) {
+  struct Place {
+    const char* index_name;
+    std::uint32_t index;
+    const char* size_name;
+    std::uint32_t size;
+  };
+  const Place places[] = {{"tp_rank", report.tp_rank(), "tp_size", report.tp_size()},
+                          {"pp_stage", report.pp_stage(), "pp_size", report.pp_size()}};
+  for (const Place& p : places) {
+    if (p.size > kMaxReportedGridSize) {
+      return {StatusCode::invalid_argument, std::string(p.size_name) + " " + std::to_string(p.size) + " is over " +
+                                                std::to_string(kMaxReportedGridSize) +
+                                                " (the most ranks a job has); not a value this field can have"};
+    }
+    if (p.index >= std::max<std::uint32_t>(p.size, 1)) {
+      return {StatusCode::invalid_argument,
+              std::string(p.index_name) + " " + std::to_string(p.index) + " is not below " + p.size_name + " " +
+                  std::to_string(p.size) + (p.size == 0 ? " (not known: send the size with the place)" : "")};
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 Status check_report_values(const v1::WorkerReport& report) {
@@ -118,6 +143,7 @@ Status check_report_values(const v1::WorkerReport& report) {
       {"compute_ms", report.compute_ms(), kMaxReportedMs, "a week"},
       {"comm_exposed_ms", report.comm_exposed_ms(), kMaxReportedMs, "a week"},
       {"optimizer_ms", report.optimizer_ms(), kMaxReportedMs, "a week"},
+      {"pipeline_bubble_ms", report.pipeline_bubble_ms(), kMaxReportedMs, "a week"},
       {"loss_scale", report.loss_scale(), kMaxReportedLossScale, "the largest float"},
       {"model_flops_per_token", report.model_flops_per_token(), kMaxReportedFlopsPerToken,
        "past 6 FLOPs for each of 2^50 parameters"},
@@ -152,6 +178,7 @@ Status check_report_values(const v1::WorkerReport& report) {
                                                 size.most_in_words + "); not a value this field can have"};
     }
   }
+  if (Status grid = check_grid(report); !grid.ok()) return grid;
   return check_points(report);
 }
 

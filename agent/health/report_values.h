@@ -37,18 +37,21 @@ inline constexpr std::uint64_t kMaxReportedParams = std::uint64_t{1} << 50;
 // The most model FLOPs per token: 10^18, past 6 x 2^50 (the 6N of the most parameters above) plus any attention
 // term (12 x layers x width x sequence: 10^14 at 200 layers, a width of 50,000 and a million-token sequence).
 inline constexpr double kMaxReportedFlopsPerToken = 1e18;
+// The largest tensor- or pipeline-parallel size a report may carry (tp_size, pp_size): 65,536, the most ranks a job
+// spec allows (cli/spec's kMaxWorldSize); a larger size is garbage.
+inline constexpr std::uint32_t kMaxReportedGridSize = 65536;
 // The longest device name the launcher is given; a longer one is cut (device_name_of). torch's names are under 40.
 inline constexpr std::size_t kMaxDeviceNameBytes = 128;
 
 // Whether a report's values can be real, or invalid_argument naming the first that cannot: loss must be finite;
-// tokens/s, samples/s, loss_scale and the times (step_ms, data_wait_ms, compute_ms, comm_exposed_ms, optimizer_ms)
-// finite and not negative; step, the byte counts, the times, loss_scale, dump_signal, model_params and
-// model_flops_per_token (finite, not negative) within the bounds above; points (step_points.h) at most
-// kMaxStepPoints, their steps increasing and at most kMaxReportedStep, each loss finite, each step_ms and
-// tokens_per_s finite and not negative (step_ms at most kMaxReportedMs). A
-// loss may be negative (not every objective is a cross-entropy). A run whose loss stopped being finite has diverged;
-// it says so in its error, not in a health report. The phase and the device name are never refused: phase_of and
-// device_name_of cut them.
+// tokens/s, samples/s, loss_scale and the times (step_ms, data_wait_ms, compute_ms, comm_exposed_ms, optimizer_ms,
+// pipeline_bubble_ms) finite and not negative; step, the byte counts, the times, loss_scale, dump_signal, model_params
+// and model_flops_per_token (finite, not negative) within the bounds above; tp_size and pp_size at most
+// kMaxReportedGridSize, tp_rank below tp_size and pp_stage below pp_size (both 0 when their size is 0); points
+// (step_points.h) at most kMaxStepPoints, their steps increasing and at most kMaxReportedStep, each loss finite, each
+// step_ms and tokens_per_s finite and not negative (step_ms at most kMaxReportedMs). A loss may be negative (not every
+// objective is a cross-entropy). A run whose loss stopped being finite has diverged; it says so in its error, not in a
+// health report. The phase and the device name are never refused: phase_of and device_name_of cut them.
 Status check_report_values(const v1::WorkerReport& report);
 
 // The phase as the launcher gets it: at most kMaxPhaseBytes, cut before the first byte that does not continue valid

@@ -122,7 +122,7 @@ void Controller::report_incomplete_logs() {
 
 std::optional<int> Controller::after_failure(const Round& round, int restarts) {
   const auto& root = round.root_cause();
-  const std::string what = root ? "rank " + std::to_string(root->rank) + " " + describe_failure(*root)
+  const std::string what = root ? rank_name_of(*root) + " " + describe_failure(*root)
                                 : round.node_failure().value_or("a node failed");
   if (!policy_.may_restart(restarts)) {
     if (root) {

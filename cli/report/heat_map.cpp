@@ -13,8 +13,12 @@ constexpr double kMapLabelWidth = 130;
 constexpr double kMapPlotWidth = 840;
 constexpr double kMapTop = 10;
 
-// The rank's own part of a step: the step less what it waited for its peers; the step alone when not broken down.
-double own_ms(const RankSample& s) { return s.comm_exposed_ms > 0 ? s.step_ms - s.comm_exposed_ms : s.step_ms; }
+// The rank's own part of a step: the step less what it waited for its peers (exposed communication, a pipeline
+// stage's bubble); the step alone when not broken down.
+double own_ms(const RankSample& s) {
+  const double waited = s.comm_exposed_ms + s.pipeline_bubble_ms;
+  return waited > 0 ? s.step_ms - waited : s.step_ms;
+}
 
 struct Grid {
   std::size_t columns = 0;
@@ -88,7 +92,7 @@ std::string heat_map(const RunModel& model, const ChartRows& rows) {
                     "\" role=\"img\" aria-label=\"own step time per rank over time\">";
   for (std::size_t r = 0; r < rows.rows.size(); ++r) {
     const double y = kMapTop + r * row_h;
-    out += "<g class=\"hm-row\"" + rows.attributes(r) + "><title>" + escape(rows.rows[r].label) + "</title>";
+    out += "<g class=\"hm-row\"" + rows.attributes(r) + "><title>" + escape(rows.rows[r].title) + "</title>";
     if (row_h >= 8 || rows.rows[r].straggler) {
       out += "<text x=\"" + coord(kMapLabelWidth - 6) + "\" y=\"" + coord(y + std::min(row_h, 11.0) - 1) +
              "\" text-anchor=\"end\" class=\"" + (row_h >= 8 ? "label" : "label small") + "\">" +

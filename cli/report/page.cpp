@@ -124,8 +124,9 @@ std::string render_page(const RunModel& model, const std::string& after_header) 
   const std::string heat = heat_map(model, rows);
   out += section("heat-map", "Own step time per " + std::string(rows.by_node ? "node" : "rank") + " over time",
                  heat.empty() ? ""
-                              : "<p>Each cell: the step time less exposed communication (in data-parallel training "
-                                "every step waits for the slowest rank, so this is what tells the ranks apart). "
+                              : "<p>Each cell: the step time less exposed communication and a pipeline stage's "
+                                "bubble (in data-parallel training every step waits for the slowest rank, so this is "
+                                "what tells the ranks apart). "
                                 "Outlined: stragglers.</p>" + heat,
                  none);
   out += section("breakdown", "Where the step went", step_breakdown(model, rows), none);

@@ -8,20 +8,29 @@
 namespace dtrain::report {
 
 std::string step_breakdown(const RunModel& model, const ChartRows& rows) {
-  BarChart chart{"step-breakdown", "ms", {"data wait", "compute", "exposed communication", "optimizer", "other"}, {}};
-  chart.values.assign(rows.rows.size(), std::vector<double>(5, 0));
+  // The pipeline's bubble is a part of its own where some rank had one; a job that is not pipelined keeps its five.
+  bool pipelined = false;
+  for (const auto& w : model.samples) {
+    for (const auto& s : w.ranks) pipelined = pipelined || s.pipeline_bubble_ms > 0;
+  }
+  BarChart chart{"step-breakdown", "ms", {"data wait", "compute", "exposed communication", "optimizer"}, {}};
+  if (pipelined) chart.parts.push_back("pipeline bubble");
+  chart.parts.push_back("other");
+  const std::size_t parts = chart.parts.size();
+  chart.values.assign(rows.rows.size(), std::vector<double>(parts, 0));
   std::vector<int> count(rows.rows.size(), 0);
   for (const auto& w : model.samples) {
     for (const auto& s : w.ranks) {
       const auto row = rows.row_of.find(s.rank);
       if (row == rows.row_of.end() || s.step_ms <= 0) continue;
       auto& v = chart.values[row->second];
-      const double known = s.data_wait_ms + s.compute_ms + s.comm_exposed_ms + s.optimizer_ms;
+      const double known = s.data_wait_ms + s.compute_ms + s.comm_exposed_ms + s.optimizer_ms + s.pipeline_bubble_ms;
       v[0] += s.data_wait_ms;
       v[1] += s.compute_ms;
       v[2] += s.comm_exposed_ms;
       v[3] += s.optimizer_ms;
-      v[4] += std::max(0.0, s.step_ms - known);
+      if (pipelined) v[4] += s.pipeline_bubble_ms;
+      v[parts - 1] += std::max(0.0, s.step_ms - known);
       ++count[row->second];
     }
   }

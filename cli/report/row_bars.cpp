@@ -40,7 +40,7 @@ std::string row_bars(const ChartRows& rows, const BarChart& chart) {
     const double y = kBarsTop + r * row_h;
     const auto& v = chart.values[r];
     const double total = std::accumulate(v.begin(), v.end(), 0.0);
-    out += "<g class=\"bar-row\"" + rows.attributes(r) + "><title>" + escape(rows.rows[r].label) + ": " +
+    out += "<g class=\"bar-row\"" + rows.attributes(r) + "><title>" + escape(rows.rows[r].title) + ": " +
            total_text(total, chart.unit) + "</title>";
     if (row_h >= 8) {
       out += "<text x=\"" + coord(kBarsLabelWidth - 6) + "\" y=\"" + coord(y + row_h - 3) + "\" text-anchor=\"end\">" +

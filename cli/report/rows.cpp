@@ -4,6 +4,7 @@
 #include <set>
 
 #include "cli/report/svg.h"
+#include "common/report/grid_place.h"
 
 namespace dtrain::report {
 
@@ -11,6 +12,7 @@ std::string ChartRows::attributes(std::size_t row) const {
   const ChartRow& r = rows[row];
   std::string out = r.rank >= 0 ? " data-rank=\"" + std::to_string(r.rank) + "\""
                                 : " data-node=\"" + std::to_string(r.node) + "\"";
+  if (r.pp_stage >= 0) out += " data-pp-stage=\"" + std::to_string(r.pp_stage) + "\"";
   return out + " data-straggler=\"" + (r.straggler ? "1" : "0") + "\"";
 }
 
@@ -34,7 +36,10 @@ ChartRows chart_rows(const RunModel& model, std::size_t max_rank_rows) {
   if (!out.by_node) {
     for (const auto& [rank, node] : node_of) {
       out.row_of[rank] = out.rows.size();
-      out.rows.push_back({"rank " + std::to_string(rank), static_cast<int>(rank), -1, {rank}, slow.count(rank) > 0});
+      const auto place = model.grid_of.find(rank);
+      const GridPlace grid = place == model.grid_of.end() ? GridPlace{} : place->second;
+      out.rows.push_back({"rank " + std::to_string(rank), rank_name(rank, grid), static_cast<int>(rank), -1, {rank},
+                          slow.count(rank) > 0, grid.pipelined() ? static_cast<int>(grid.pp_stage) : -1});
     }
     return out;
   }
@@ -45,7 +50,7 @@ ChartRows chart_rows(const RunModel& model, std::size_t max_rank_rows) {
       const auto host = model.hosts.find(node);
       std::string label = "node " + std::to_string(node);
       if (host != model.hosts.end() && !host->second.empty()) label += " (" + host->second + ")";
-      out.rows.push_back({label, -1, static_cast<int>(node), {}, false});
+      out.rows.push_back({label, label, -1, static_cast<int>(node), {}, false});
     }
     ChartRow& row = out.rows[it->second];
     row.ranks.push_back(rank);

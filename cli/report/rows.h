@@ -17,10 +17,14 @@ inline constexpr std::size_t kMaxRankRows = 64;
 
 struct ChartRow {
   std::string label;             // "rank 3" or "node 2 (gpu-07)"
+  // What a row's tooltip calls it: its label, with a rank's place in a grid that splits the model ("rank 3 (pipeline
+  // stage 1 of 2)", too long for the label column).
+  std::string title;
   int rank = -1;                 // the rank of a rank row; -1 for a node row
   int node = -1;                 // the node of a node row; -1 for a rank row
   std::vector<unsigned> ranks;   // the ranks it stands for
   bool straggler = false;        // a straggler diagnosis names it (or, for a node row, one of its ranks)
+  int pp_stage = -1;             // the pipeline stage of a rank row of a pipeline; -1 otherwise
 };
 
 struct ChartRows {
@@ -28,7 +32,8 @@ struct ChartRows {
   std::vector<ChartRow> rows;
   std::map<unsigned, std::size_t> row_of;   // rank -> index into rows
 
-  // The data attributes every row element carries, so a reader (or a test) finds a rank's row in the DOM.
+  // The data attributes every row element carries, so a reader (or a test) finds a rank's row in the DOM (and a
+  // pipeline stage's by data-pp-stage).
   std::string attributes(std::size_t row) const;
   // What a row stands for, said once above the charts.
   std::string note() const;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/report/grid_place.h"
 #include "common/report/step_points.h"
 
 namespace dtrain {
@@ -28,6 +29,7 @@ struct HealthValues {
   double compute_ms = 0;                // forward + backward, less exposed communication
   double comm_exposed_ms = 0;           // communication not hidden behind compute
   double optimizer_ms = 0;              // clip, update, refresh or gather of the working copy
+  double pipeline_bubble_ms = 0;        // a pipeline stage's waits for its neighbours (in none of the above)
   std::uint64_t device_mem_used_bytes = 0;
   std::uint64_t device_mem_total_bytes = 0;
   std::uint64_t device_mem_peak_bytes = 0;  // the most its tensors held (torch.cuda.max_memory_allocated)
@@ -48,8 +50,15 @@ struct HealthValues {
   std::uint64_t model_params = 0;
   double model_flops_per_token = 0;
   std::string device_name;
+  // Its place in a tensor- and pipeline-parallel grid (grid_place.h; 0 sizes: not known).
+  std::uint32_t tp_rank = 0;
+  std::uint32_t tp_size = 0;
+  std::uint32_t pp_stage = 0;
+  std::uint32_t pp_size = 0;
   // The steps since the previous report, oldest first, at most kMaxStepPoints (step_points.h); none in a heartbeat.
   std::vector<StepPoint> points;
 };
+
+inline GridPlace grid_place_of(const HealthValues& v) { return {v.tp_rank, v.tp_size, v.pp_stage, v.pp_size}; }
 
 }  // namespace dtrain

@@ -20,6 +20,7 @@ const ReportField<double> kAmounts[] = {
     DTRAIN_REPORT_FIELD(double, compute_ms, 9),     DTRAIN_REPORT_FIELD(double, comm_exposed_ms, 10),
     DTRAIN_REPORT_FIELD(double, optimizer_ms, 11),  DTRAIN_REPORT_FIELD(double, loss_scale, 21),
     DTRAIN_REPORT_FIELD(double, samples_per_s, 23), DTRAIN_REPORT_FIELD(double, model_flops_per_token, 28),
+    DTRAIN_REPORT_FIELD(double, pipeline_bubble_ms, 31),
 };
 const ReportField<std::uint64_t> kCounts[] = {
     DTRAIN_REPORT_FIELD(std::uint64_t, step, 2),
@@ -39,6 +40,10 @@ const ReportField<std::uint64_t> kCounts[] = {
 const ReportField<std::uint32_t> kIds[] = {
     DTRAIN_REPORT_FIELD(std::uint32_t, rank, 1),
     DTRAIN_REPORT_FIELD(std::uint32_t, dump_signal, 22),
+    DTRAIN_REPORT_FIELD(std::uint32_t, tp_rank, 32),
+    DTRAIN_REPORT_FIELD(std::uint32_t, tp_size, 33),
+    DTRAIN_REPORT_FIELD(std::uint32_t, pp_stage, 34),
+    DTRAIN_REPORT_FIELD(std::uint32_t, pp_size, 35),
 };
 const ReportField<bool> kFlags[] = {
     DTRAIN_REPORT_FIELD(bool, exiting, 25),

@@ -28,7 +28,7 @@ struct ReportField {
 
 std::span<const ReportField<double>> report_amounts();        // double fields
 std::span<const ReportField<std::uint64_t>> report_counts();  // uint64 fields
-std::span<const ReportField<std::uint32_t>> report_ids();     // uint32 fields: rank, dump_signal
+std::span<const ReportField<std::uint32_t>> report_ids();     // uint32 fields: rank, dump_signal, the grid place
 std::span<const ReportField<bool>> report_flags();            // bool fields
 std::span<const ReportField<std::string>> report_texts();     // bytes fields: phase, device_name
 

@@ -166,7 +166,8 @@ _, types = parse_exposition(body)
 check(types == {"dtrain_worker_step": "gauge", "dtrain_worker_step_seconds": "gauge",
                 "dtrain_worker_tokens_per_second": "gauge", "dtrain_worker_samples_per_second": "gauge",
                 "dtrain_worker_device_mem_peak_bytes": "gauge", "dtrain_worker_data_wait_ratio": "gauge",
-                "dtrain_worker_comm_exposed_ratio": "gauge", "dtrain_worker_rss_bytes": "gauge",
+                "dtrain_worker_comm_exposed_ratio": "gauge", "dtrain_worker_pipeline_bubble_ratio": "gauge",
+                "dtrain_worker_rss_bytes": "gauge",
                 "dtrain_worker_model_flops_per_second": "gauge", "dtrain_worker_mfu": "gauge",
                 "dtrain_job_restarts_total": "counter", "dtrain_node_up": "gauge"}, "the families: %s" % types)
 if shutil.which("promtool"):

@@ -53,7 +53,8 @@ dies = ('"if [ \\"$RANK\\" = 1 ]; then (sleep 3; kill -9 $$) & fi; '
         'exec %s %s --data %s --steps 100000 --log-every 50"')
 run = launch("pp-dies", dies, "hang_timeout_s: 30")
 check(run.code == 137, "a killed stage -> exit 137, got %s" % run.code)
-check(re.search(r"root cause: rank 1 on node 1", run.err), "rank 1 (stage 1) is named as the root cause")
+check(re.search(r"root cause: rank 1 \(pipeline stage 1 of 2\) on node 1", run.err),
+      "rank 1 is named as the root cause, with its stage")
 check(re.search(r"step \d+/100000", run.out + run.err), "the pipeline trained before the stage died")
 # start-up (~1-2 s), 3 s of training, the teardown (grace 1 s), and a margin: never the 30 s hang bound.
 check(run.took < 15, "the job ended %.1f s after it started (the surviving stage did not hang)" % run.took)
@@ -63,12 +64,12 @@ run.assert_no_leaks()
 hangs = '"exec %s %s --data %s --steps 50 --debug-stall-step 3 --debug-stall-rank 1"'
 run = launch("pp-hangs", hangs, "hang_timeout_s: 3")
 check(run.code == 124, "a stalled stage -> exit 124, got %s" % run.code)
-check(re.search(r"rank \d made no step progress", run.err), "the hang check names the rank")
+check(re.search(r"rank \d \(pipeline stage \d of 2\) made no step progress", run.err),
+      "the hang check names the rank and its stage")
 dumps = sorted(glob.glob(os.path.join(run.dir, "runs", "*", "attempt_0", "stacks", "rank_*.dump.txt")))
 text = "".join(open(p).read() for p in dumps)
 check(len(dumps) == 2, "both ranks dumped their phase (%s)" % dumps)
-# In 1F1B stage 0 waits for stage 1 to take its first activations (before its first backward reuses their buffer) or
-# for stage 1's gradient, depending on where stage 1 stalled.
+# Stage 0 waits for stage 1's gradient (pp-recv), or at the end of a step for stage 1 to take its sends (pp-send).
 check(re.search(r"pp-(recv|send) \(stage 0 of 2, tensor-parallel rank 0 waits for stage 1", text + run.err),
       "stage 0's phase says it waits for stage 1 in the pipeline")
 check('phase "stalled (--debug-stall-step)"' in text, "stage 1's phase says it stalled")

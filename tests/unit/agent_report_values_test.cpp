@@ -241,7 +241,7 @@ TEST_CASE("health_of carries every field of WorkerReport inside WorkerHealth, an
       default: CHECK(h->GetString(health, g) == reflection->GetString(report, f)); break;
     }
   }
-  CHECK(shared == 30);
+  CHECK(shared == 35);
 }
 
 TEST_CASE("model_params past 2^50 and a model_flops_per_token not finite, negative or past 1e18 are refused") {

@@ -125,8 +125,8 @@ TEST_CASE("the job's metrics are the status snapshot's numbers: reported ranks, 
         != std::string::npos);
   CHECK(text.find("dtrain_node_up{job=\"job \\\"q\\\"\\\\x\",node=\"0\"} 1\n") != std::string::npos);
   CHECK(text.find("dtrain_node_up{job=\"job \\\"q\\\"\\\\x\",node=\"1\"} 0\n") != std::string::npos);
-  CHECK(count_of(text, "# HELP ") == 12);
-  CHECK(count_of(text, "# TYPE ") == 12);
+  CHECK(count_of(text, "# HELP ") == 13);
+  CHECK(count_of(text, "# TYPE ") == 13);
 }
 
 TEST_CASE("the snapshot names the metrics address and every node of the round") {

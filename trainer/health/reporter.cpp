@@ -99,10 +99,13 @@ void HealthReporter::run() {
     const std::uint32_t dump_signal = dump_signal_;
     fresh_ = false;
     const bool stopping = stop_;
+    const bool reannounce = sent_ + failed_ < kReannouncements;
     lock.unlock();
-    const Status status = client_ ? client_->send(report, {steps_done, current_phase(), dump_signal}) : Status{};
     // The stack-dump announcement with the first reports (stack_dump.h): the agent may have dropped the first one.
-    if (sent_ + failed_ < kReannouncements) reannounce_stack_dump();
+    // Before the report, not after: the agent forwards an announcement as a report of its own (step 0, no values),
+    // and the launcher keeps a rank's latest, which must be the step's (a short run's last report is among these).
+    if (reannounce) reannounce_stack_dump();
+    const Status status = client_ ? client_->send(report, {steps_done, current_phase(), dump_signal}) : Status{};
     lock.lock();
     if (stopping) return;
     if (!client_) continue;

@@ -3,7 +3,8 @@
 // Health reports from a worker to its node's agent (WorkerReports.Report at DTRAIN_AGENT_ADDR, with this round's
 // DTRAIN_JOB_TOKEN and this worker's own DTRAIN_REPORT_TOKEN, which the agent requires of a report for this rank;
 // the call itself is worker/report/report_client.h's) after every step: step, loss, tokens/s, resident memory, where
-// the step's time went, the --metrics memory and traffic, and the phase the worker is in (phase.h).
+// the step's time went (a pipeline stage's bubble among it), the --metrics memory and traffic, the rank's place in
+// the --tp x --pp grid, and the phase the worker is in (phase.h).
 // The agent refuses values that cannot be real (a loss that is not finite, say: agent/service/report_service.h).
 // Training never waits for it: report() only stores the newest values and a background thread sends them, each
 // call with a short deadline; values that arrive while a call is in flight replace each other (the agent wants the

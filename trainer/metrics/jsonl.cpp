@@ -52,6 +52,7 @@ std::string to_json(const StepMetrics& m) {
   if (m.comm_hidden) append(out, "comm_hidden", *m.comm_hidden);
   if (m.comm_ms) append(out, "comm_ms", *m.comm_ms);
   if (m.comm_exposed_ms) append(out, "comm_exposed_ms", *m.comm_exposed_ms);
+  if (m.pp_bubble_ms) append(out, "pp_bubble_ms", *m.pp_bubble_ms);
   if (m.sharding) append(out, *m.sharding);
   if (m.comm_bytes) append(out, "comm_bytes", *m.comm_bytes);
   if (m.loss_scale) append(out, "loss_scale", *m.loss_scale);

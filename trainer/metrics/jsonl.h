@@ -4,15 +4,17 @@
 // crashed run still has every finished step):
 //   {"step": 1, "loss": 5.541, "lr": 0.0006, "grad_norm": 1.93, "tokens_per_s": 10412.3, "step_ms": 196.7}
 // step is 1-based (the number of optimizer steps done); loss is the mean over the global batch (all ranks, all
-// micro-steps); grad_norm is before clipping; tokens_per_s counts the global batch's tokens over step_ms, the wall
-// time from zero_grad to the end of the optimizer update (a checkpoint written after the step is not included).
-// With more than one rank, "comm_ms" is the time the step's collectives ran (each one's duration on the communicator's
-// thread, summed: gradient reductions, parameter all-gathers, the loss and the other scalar collectives, hidden or
-// not), "comm_exposed_ms" the part of the step's wall time the training thread spent on communication rather than
-// computing (waiting for collectives, and the loop's reduce phases; the health report's comm_exposed_ms,
-// metrics/step_times.h) and "comm_hidden" = 1 - comm_exposed_ms / comm_ms, clamped to [0, 1]: the fraction of the
-// communication that compute hid (1 with no communication). With --zero 1..3 each line also has what this rank holds
-// (integers, bytes; README "--zero" gives the formulas): "mem_params_bytes", "mem_grads_bytes", "mem_optim_bytes"
+// micro-steps); grad_norm is before clipping; tokens_per_s counts the global batch's tokens over step_ms, the wall time
+// from zero_grad to the end of the optimizer update (a checkpoint written after the step is not included). With more
+// than one rank, "comm_ms" is the time the step's collectives ran (each one's duration on the communicator's thread,
+// summed: gradient reductions, parameter all-gathers, the loss and the other scalar collectives, hidden or not),
+// "comm_exposed_ms" the part of the step's wall time the training thread spent on communication rather than computing
+// (waiting for collectives, and the loop's reduce phases; the health report's comm_exposed_ms, metrics/step_times.h)
+// and "comm_hidden" = 1 - comm_exposed_ms / comm_ms, clamped to [0, 1]: the fraction of the communication that compute
+// hid (1 with no communication). With --pp above 1, "pp_bubble_ms" is the time rank 0's pipeline stage (the first)
+// waited for its neighbour's gradients (the pipeline's bubble plus the transfers; metrics/step_times.h's bubble_ms), in
+// none of the other times; it can be 0 on a stage that never waited. With --zero 1..3 each line also has what this rank
+// holds (integers, bytes; README "--zero" gives the formulas): "mem_params_bytes", "mem_grads_bytes", "mem_optim_bytes"
 // (steady state, padding included), "mem_activations_bytes" and, stage 3 only, "mem_gathered_peak_bytes" (the most
 // bytes of all-gathered units alive at once during the step). With DDP over more than one rank or any --zero stage,
 // "comm_bytes" is what this rank sent during the step (DDP's allreduces, or ZeRO's reduce-scatters and all-gathers;
@@ -47,6 +49,7 @@ struct StepMetrics {
   std::optional<double> comm_hidden;
   std::optional<double> comm_ms;
   std::optional<double> comm_exposed_ms;
+  std::optional<double> pp_bubble_ms;       // only with --pp above 1
   std::optional<ShardingMetrics> sharding;  // only with --zero 1..3
   std::optional<std::uint64_t> comm_bytes;  // with DDP over more than one rank, or --zero 1..3
   std::optional<double> loss_scale;         // only with --precision fp16

@@ -137,7 +137,8 @@ void Training::report(const std::vector<WindowStep>& read, TrialRun& trial) {
     trial.record(s.metrics, s.times, *comm_, shape_, window_->deferred());
     report_step(s.metrics, s.times,
                 {metrics_.get(), health_.get(), rank_, world_, o_.log_every, o_.steps, n_,
-                 model_flops_per_token(config_, T_, model_params_), k().device_name()});
+                 model_flops_per_token(config_, T_, model_params_), k().device_name(), grid_.tp(), grid_.pp(),
+                 place_.tp, place_.pp});
   }
 }
 
@@ -284,7 +285,8 @@ void Training::save(std::uint64_t step, std::uint64_t data_step) {
     save_zero_checkpoint(*comm_, o_.checkpoint_dir, model_, *zero_, state);
   } else if (groups_.tp) {
     const HostMirror m(k(), adamw_->m(), n_), v(k(), adamw_->v(), n_);  // every rank's slices
-    save_tensor_parallel_checkpoint(*comm_, *groups_.tp, *groups_.pp, o_.checkpoint_dir, model_, m.data(), v.data(), state);
+    save_tensor_parallel_checkpoint(*comm_, *groups_.tp, *groups_.pp, o_.checkpoint_dir, model_, m.data(), v.data(),
+                                    state);
   } else {
     // Rank 0 writes the moments: only it copies them to the host.
     const std::size_t count = rank_ == 0 ? n_ : 0;

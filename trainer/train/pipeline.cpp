@@ -65,9 +65,11 @@ void Training::pipeline_micro_steps(float loss_scale, StepTimes& times) {
       pipeline_backward(op, loss_scale, state);
     }
   }
+  // Waiting for a neighbour to take this stage's last sends is waiting for the neighbour: bubble, as a receive's is.
   for (PipeSend& send : sends_) {
     if (!send.work) continue;
-    timed(send.phase, times, &StepTimes::comm_exposed_ms, [&] { wait_collective(*send.work); });
+    set_phase(send.phase);
+    as_bubble(times, [&] { wait_collective(*send.work); });
     send.work.reset();
   }
 }

@@ -21,8 +21,11 @@ namespace dtrain::worker {
 // Of dtrain-trainer's, each part of the step's time is wall time of the training thread, disjoint from the others,
 // so their sum is at most step_ms: data_wait_ms blocked in the prefetcher's next(), compute_ms forward and backward,
 // comm_exposed_ms waiting for gradient reductions after backward and for the loss allreduce, optimizer_ms loss-scale
-// bookkeeping, clipping, AdamW, the working copy's refresh or gather; the mem_* values are the --metrics line's
-// (trainer/metrics/jsonl.h). steps_done, phase, dump_signal and exiting are the ReportContext's at the call.
+// bookkeeping, clipping, AdamW, the working copy's refresh or gather, and with --pp above 1 pipeline_bubble_ms a
+// stage's waits for its neighbours' activations and gradients (the --metrics line's pp_bubble_ms); the mem_* values
+// are the --metrics line's (trainer/metrics/jsonl.h); tp_rank, tp_size, pp_stage and pp_size the rank's place in the
+// --tp x --pp grid (sizes 1 without them). steps_done, phase, dump_signal and exiting are the ReportContext's at the
+// call.
 using HealthReport = HealthValues;
 
 // What a report carries besides the step's values: the sender's state as the call goes out.

@@ -1,6 +1,7 @@
 #include "cli/controller/console/console.h"
 
 #include "common/io/terminal_text.h"
+#include "common/report/grid_place.h"
 #include "common/os/syscalls.h"
 #include "common/io/text_out.h"
 
@@ -126,7 +127,9 @@ void append_health(std::ostringstream& s, const Failure& root, const WorkerHealt
   s << "\n";
   if (h.step_ms > 0) {
     s << "    its last step: " << h.step_ms << " ms (data wait " << h.data_wait_ms << ", compute " << h.compute_ms
-      << ", comm exposed " << h.comm_exposed_ms << ", optimizer " << h.optimizer_ms << ")";
+      << ", comm exposed " << h.comm_exposed_ms << ", optimizer " << h.optimizer_ms;
+    if (h.pipeline_bubble_ms > 0) s << ", pipeline bubble " << h.pipeline_bubble_ms;
+    s << ")";
     if (h.samples_per_s > 0) s << ", " << h.samples_per_s << " samples/s";
     if (h.loss_scale > 0) s << ", loss scale " << h.loss_scale;
     s << "\n";
@@ -189,6 +192,10 @@ void Console::note(std::string_view text) {
   write_whole(err_, shown);
 }
 
+std::string rank_name_of(const Failure& f) {
+  return rank_name(f.rank, f.last_health ? grid_place_of(*f.last_health) : GridPlace{});
+}
+
 std::string describe_exit(const WorkerExit& exit) {
   if (!exit.spawn_error.empty()) return "could not start: " + exit.spawn_error;
   if (exit.signal != 0) {
@@ -229,7 +236,7 @@ std::string failure_summary(const std::string& job_id, const Failure& root, cons
   std::ostringstream s;
   s << "job " << job_id << " failed";
   if (max_restarts > 0) s << " after " << attempt + 1 << " attempt" << (attempt == 0 ? "" : "s");
-  s << "\n  root cause: rank " << root.rank << " on node " << root.node << " (" << root.host << "), pid "
+  s << "\n  root cause: " << rank_name_of(root) << " on node " << root.node << " (" << root.host << "), pid "
     << root.exit.pid << ", " << describe_failure(root);
   if (root.exit.runtime_ms > 0 && root.health_failure.empty()) s << " after " << root.exit.runtime_ms / 1000.0 << " s";
   s << "\n";
@@ -258,7 +265,7 @@ std::string failure_summary(const std::string& job_id, const Failure& root, cons
   constexpr std::size_t kOthersShown = 8;
   for (std::size_t i = 0; i < others.size() && i < kOthersShown; ++i) {
     const auto& other = others[i];
-    s << "  also failed: rank " << other.rank << " on node " << other.node << " (" << other.host << "), "
+    s << "  also failed: " << rank_name_of(other) << " on node " << other.node << " (" << other.host << "), "
       << describe_exit(other.exit) << "\n";
   }
   if (others.size() > kOthersShown) s << "  and " << others.size() - kOthersShown << " more ranks failed\n";

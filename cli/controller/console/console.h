@@ -50,6 +50,9 @@ class Console {
   std::FILE* err_;
 };
 
+// "rank 3", or with its place in a grid that splits the model as its last health report gave it: "rank 3 (pipeline
+// stage 1 of 2, tensor-parallel rank 1 of 2)" (common/report/grid_place.h).
+std::string rank_name_of(const Failure& failure);
 // "exit code 3", "signal 9 (SIGKILL)", "could not start: ...".
 std::string describe_exit(const WorkerExit& exit);
 // The launcher's exit code for a failed worker: its own code, 128+signal, or 127 when it never ran.

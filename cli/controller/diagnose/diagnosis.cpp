@@ -29,7 +29,16 @@ double median_without(const std::vector<double>& sorted, std::size_t skip) {
   return n % 2 == 1 ? at(n / 2) : (at(n / 2 - 1) + at(n / 2)) / 2;
 }
 
-// "ranks 0, 2 and 5"; a long list is cut: thousands of ranks would bury the message.
+// The time a rank waited for its peers: exposed communication and a pipeline stage's bubble.
+double waited_ms(const RankSample& s) { return s.comm_exposed_ms + s.pipeline_bubble_ms; }
+
+// A rank's step time; without step_ms, the parts it reported.
+double step_of(const RankSample& s) { return s.step_ms > 0 ? s.step_ms : s.own_work_ms() + waited_ms(s); }
+
+double unaccounted_ms(const RankSample& s) { return s.step_ms - (s.own_work_ms() + waited_ms(s)); }
+
+}  // namespace
+
 std::string rank_list(const std::vector<unsigned>& ranks) {
   constexpr std::size_t kShown = 8;
   std::string out = ranks.size() == 1 ? "rank " : "ranks ";
@@ -41,20 +50,12 @@ std::string rank_list(const std::vector<unsigned>& ranks) {
   return out;
 }
 
-// A rank's step time; without step_ms, the parts it reported.
-double step_of(const RankSample& s) { return s.step_ms > 0 ? s.step_ms : s.own_work_ms() + s.comm_exposed_ms; }
-
-double unaccounted_ms(const RankSample& s) {
-  return s.step_ms - (s.data_wait_ms + s.compute_ms + s.comm_exposed_ms + s.optimizer_ms);
-}
-
-}  // namespace
-
 RankSample sample_of(const WorkerHealth& h) {
   return {.rank = h.rank, .step = h.step, .step_ms = h.step_ms, .loss = h.loss, .tokens_per_s = h.tokens_per_s,
           .data_wait_ms = h.data_wait_ms, .compute_ms = h.compute_ms, .comm_exposed_ms = h.comm_exposed_ms,
           .optimizer_ms = h.optimizer_ms, .rss_bytes = h.rss_bytes, .device_mem_used_bytes = h.device_mem_used_bytes,
-          .device_mem_total_bytes = h.device_mem_total_bytes};
+          .device_mem_total_bytes = h.device_mem_total_bytes, .pipeline_bubble_ms = h.pipeline_bubble_ms,
+          .grid = grid_place_of(h)};
 }
 
 const char* to_string(DiagnosisKind kind) {
@@ -64,6 +65,7 @@ const char* to_string(DiagnosisKind kind) {
     case DiagnosisKind::communication: return "communication";
     case DiagnosisKind::memory: return "memory";
     case DiagnosisKind::sync: return "sync";
+    case DiagnosisKind::pipeline_bubble: return "pipeline_bubble";
     case DiagnosisKind::hang: return "hang";
   }
   return "?";
@@ -85,13 +87,19 @@ void Diagnoser::node_memory(unsigned node, std::uint64_t total_bytes) {
 void Diagnoser::add(unsigned rank, const RankSample& sample) {
   // Resident memory is a level, not a per-step cost: a heartbeat's is as current as a step's.
   if (sample.rss_bytes > 0) rss_[rank] = sample.rss_bytes;
+  if (sample.grid.split()) grid_[rank] = sample.grid;
   series_[rank].open.add(sample);
 }
 
-std::string Diagnoser::where(unsigned rank) const {
+std::string Diagnoser::on_node(unsigned rank) const {
   auto it = places_.find(rank);
-  if (it == places_.end()) return "rank " + std::to_string(rank);
-  return "rank " + std::to_string(rank) + " on node " + std::to_string(it->second.node) + " (" + it->second.host + ")";
+  if (it == places_.end()) return "";
+  return " on node " + std::to_string(it->second.node) + " (" + it->second.host + ")";
+}
+
+std::string Diagnoser::where(unsigned rank) const {
+  const auto grid = grid_.find(rank);
+  return rank_name(rank, grid == grid_.end() ? GridPlace{} : grid->second) + on_node(rank);
 }
 
 std::vector<unsigned> Diagnoser::close_windows() {
@@ -261,6 +269,7 @@ void Diagnoser::find_bottlenecks(const Latest& means) {
       "time that no phase accounts for",
       "look for host-device synchronisation in the step (.item(), .cpu(), printing tensors), logging or "
       "checkpointing every step, and barriers between steps");
+  find_bubbles(means);
 }
 
 // The host side of memory: ranks of one node share its RAM, so a node runs out long before any one rank looks big.
@@ -331,6 +340,7 @@ std::optional<WindowMeans> Diagnoser::means(unsigned rank) const {
   w.mean = it->second.closed ? *it->second.closed : it->second.open.mean();
   w.data_wait_ratio = share_of(w.mean.data_wait_ms, w.mean.step_ms);
   w.comm_exposed_ratio = share_of(w.mean.comm_exposed_ms, w.mean.step_ms);
+  w.pipeline_bubble_ratio = share_of(w.mean.pipeline_bubble_ms, w.mean.step_ms);
   return w;
 }
 

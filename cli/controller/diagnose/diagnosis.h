@@ -16,8 +16,10 @@
 //   memory          device memory above kMemoryShare of the device's, or the resident memory of a node's ranks
 //                   together (the latest rss_bytes of each) above kMemoryShare of the node's RAM (its agent's
 //                   MemTotal; a node whose RAM is not known is not judged)
-//   sync            the part of the step no phase accounts for (step - data - compute - comm - optimizer) above
-//                   kSyncShare: host-device synchronisation, logging, barriers between steps
+//   sync            the part of the step no phase accounts for (step - data - compute - comm - optimizer -
+//                   bubble) above kSyncShare: host-device synchronisation, logging, barriers between steps
+//   pipeline_bubble a pipeline stage's waits for its neighbours (the bubble, its own part of a report, never
+//                   exposed communication) above kBubbleShare of the step; named with the stage
 //   hang            a worker failed a health check (health_watch.h)
 //
 // Plain C++ over per-rank sample series. Each rank's steps go into its open window (report::RankWindow, the
@@ -26,7 +28,8 @@
 // it and compares the closed windows. So the windows slide along with time and never overlap: "3 windows in a row"
 // are 3 separate stretches of at least kMinWindowSteps steps each, and one slow stretch (a checkpoint, a page-cache
 // miss) is not counted three times. Stragglers and hangs stay named once found (the summary says what happened
-// during the job); the other kinds reflect the latest windows.
+// during the job); the other kinds reflect the latest windows. A rank of a grid that splits the model (dtrain-trainer's
+// --tp, --pp) is named with its place, as its reports give it: "rank 3 (pipeline stage 1 of 2) on node 1 (host)".
 
 #include <cstddef>
 #include <cstdint>
@@ -37,13 +40,17 @@
 
 #include "cli/controller/session/session_messages.h"
 #include "cli/report/model/rank_sample.h"
+#include "common/report/grid_place.h"
 
 namespace dtrain::controller {
 
 // The one conversion from a worker's report to a rank's sample, for the diagnoser and the samples of events.jsonl.
 report::RankSample sample_of(const WorkerHealth& health);
 
-enum class DiagnosisKind { straggler, data_loading, communication, memory, sync, hang };
+// "ranks 0, 2 and 5" (or "rank 3"); a long list is cut: thousands of ranks would bury a message.
+std::string rank_list(const std::vector<unsigned>& ranks);
+
+enum class DiagnosisKind { straggler, data_loading, communication, memory, sync, pipeline_bubble, hang };
 const char* to_string(DiagnosisKind kind);
 
 struct Diagnosis {
@@ -65,6 +72,7 @@ struct WindowMeans {
   report::RankSample mean;       // step is the latest step of the window
   double data_wait_ratio = 0;    // data wait / step (0 without step_ms)
   double comm_exposed_ratio = 0;
+  double pipeline_bubble_ratio = 0;
 };
 
 class Diagnoser {
@@ -74,6 +82,9 @@ class Diagnoser {
   static constexpr double kCommShare = 0.20;
   static constexpr double kSyncShare = 0.20;
   static constexpr double kMemoryShare = 0.90;
+  // A pipeline's bubble past which more micro-batches pay: the ideal bubble (P-1)/m is under it once m is above
+  // 4 x (P-1), a --grad-accum that costs nothing but activation memory (and 1F1B bounds that).
+  static constexpr double kBubbleShare = 0.25;
   // Steps a window needs before it is closed and compared: enough that one odd step does not decide, few enough
   // that jobs with steps of several seconds are still diagnosed within a minute or two.
   static constexpr std::size_t kMinWindowSteps = 3;
@@ -93,7 +104,8 @@ class Diagnoser {
   void place(unsigned rank, RankPlace place);
   // The RAM of node rank `node`, in bytes; 0 = not known, and the node's ranks' resident memory is not judged.
   void node_memory(unsigned node, std::uint64_t total_bytes);
-  // A report of `rank`; its resident memory is kept as the rank's latest (a level, judged per node, not per window).
+  // A report of `rank`; its resident memory and its grid place are kept as the rank's latest (a level, judged per
+  // node, not per window; a place, for its name).
   void add(unsigned rank, const report::RankSample& sample);
   // One window per rank with new steps since the last call: compares them and updates the diagnoses.
   void evaluate();
@@ -111,7 +123,9 @@ class Diagnoser {
     int evaluations = 0;                       // evaluations since `open` opened
   };
 
+  // "rank 3 (pipeline stage 1 of 2) on node 1 (host)": its grid place when it has one, its node when it is placed.
   std::string where(unsigned rank) const;
+  std::string on_node(unsigned rank) const;   // " on node 1 (host)", or "" when not placed
   // Closes the windows that are due; returns their ranks, in order.
   std::vector<unsigned> close_windows();
   // Judges each rank whose window closed now (`fresh`) against every other rank's latest closed window (`latest`,
@@ -125,11 +139,14 @@ class Diagnoser {
                       double slower) const;
   void find_bottlenecks(const Latest& means);
   void find_full_nodes();
+  // The pipeline_bubble diagnosis (pipeline_bubble.cpp).
+  void find_bubbles(const Latest& means);
 
   double ratio_;
   std::map<unsigned, RankPlace> places_;
   std::map<unsigned, std::uint64_t> node_ram_;   // by node rank, known ones only
   std::map<unsigned, std::uint64_t> rss_;        // by rank: its latest report's resident memory
+  std::map<unsigned, GridPlace> grid_;           // by rank: its latest report's grid place, when it has one
   std::map<unsigned, Series> series_;
   std::map<unsigned, Diagnosis> stragglers_;   // by rank, sticky
   std::vector<Diagnosis> bottlenecks_;         // from the latest evaluation

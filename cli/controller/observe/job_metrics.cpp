@@ -33,6 +33,10 @@ constexpr WorkerGauge kWorkerGauges[] = {
     {"dtrain_worker_comm_exposed_ratio",
      "Communication not hidden behind compute over step time, mean of the rank's latest window of steps.",
      [](const auto& r) { return number(r, "comm_exposed_ratio"); }},
+    {"dtrain_worker_pipeline_bubble_ratio",
+     "A pipeline stage's waits for its neighbours' activations and gradients (the bubble) over step time, mean of "
+     "the rank's latest window of steps (only of ranks of a pipeline).",
+     [](const auto& r) { return number(r, "pipeline_bubble_ratio"); }, "pipeline_bubble_ratio"},
     {"dtrain_worker_rss_bytes", "Resident memory of the rank's process, in bytes.",
      [](const auto& r) { return number(r, "rss_bytes"); }},
     {"dtrain_worker_device_mem_peak_bytes",

@@ -9,6 +9,7 @@
 //   dtrain_worker_samples_per_second{job,rank,node}     gauge    batch elements per second (0: not reported)
 //   dtrain_worker_data_wait_ratio{job,rank,node}        gauge    data wait / step, over the rank's latest window
 //   dtrain_worker_comm_exposed_ratio{job,rank,node}     gauge    exposed communication / step, same window
+//   dtrain_worker_pipeline_bubble_ratio{job,rank,node}  gauge    a pipeline stage's bubble / step, same window
 //   dtrain_worker_rss_bytes{job,rank,node}              gauge
 //   dtrain_worker_device_mem_peak_bytes{job,rank,node}  gauge    the most its tensors held on the accelerator
 //   dtrain_worker_model_flops_per_second{job,rank,node} gauge   model FLOPs per token x tokens/s (once known)
@@ -18,7 +19,8 @@
 //
 // A rank has worker samples once it reported: a rank that never reported has no value, which Prometheus shows as
 // absent rather than as a 0 that looks like a measurement; the same for the model FLOP/s and MFU of a rank whose
-// model, tokens/s or device peak is not known (cli/mfu/model_flops.h). `node` is the node rank, as in `dtrain status`.
+// model, tokens/s or device peak is not known (cli/mfu/model_flops.h), and for the pipeline bubble of a rank that is
+// not a pipeline stage. `node` is the node rank, as in `dtrain status`.
 
 #include <vector>
 

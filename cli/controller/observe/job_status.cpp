@@ -115,6 +115,16 @@ nlohmann::ordered_json JobStatus::rank_json(unsigned rank, const Diagnoser& diag
   // Over the rank's window of steps: one step's ratios jump with every page fault.
   out["data_wait_ratio"] = means ? means->data_wait_ratio : 0.0;
   out["comm_exposed_ratio"] = means ? means->comm_exposed_ratio : 0.0;
+  // Only of a pipeline stage: elsewhere there is no bubble to measure, and a 0 would read as a measurement.
+  if (h.pp_size > 1) {
+    out["pipeline_bubble_ratio"] = means ? means->pipeline_bubble_ratio : 0.0;
+  } else {
+    out["pipeline_bubble_ratio"] = nullptr;
+  }
+  out["tp_rank"] = h.tp_rank;
+  out["tp_size"] = h.tp_size;
+  out["pp_stage"] = h.pp_stage;
+  out["pp_size"] = h.pp_size;
   out["rss_bytes"] = h.rss_bytes;
   out["device_mem_used_bytes"] = h.device_mem_used_bytes;
   out["device_mem_total_bytes"] = h.device_mem_total_bytes;

@@ -5,7 +5,8 @@
 // directory keeps (status.json):
 //   {"job", "state": "running|succeeded|failed", "attempt", "updated_unix_ms",
 //    "ranks": [{"rank", "node", "host", "pid", "state", "step", "step_ms", "tokens_per_s", "samples_per_s", "loss",
-//               "data_wait_ratio", "comm_exposed_ratio", "rss_bytes", "device_mem_used_bytes",
+//               "data_wait_ratio", "comm_exposed_ratio", "pipeline_bubble_ratio", "tp_rank", "tp_size",
+//               "pp_stage", "pp_size", "rss_bytes", "device_mem_used_bytes",
 //               "device_mem_total_bytes", "device_mem_peak_bytes", "model_params", "model_flops_per_token",
 //               "flops_basis", "device_name", "model_flops_per_s", "peak_flops_per_s", "peak_basis", "mfu",
 //               "phase", "exiting", "report_age_s", "recent_step_ms": [oldest .. newest]}],
@@ -17,6 +18,9 @@
 // (ended by a stop of its group). exiting is true once the rank sent its last report (its process finished and is
 // exiting: of health_watch.h's checks only the teardown one, health.exit_timeout_s, applies), whatever its state.
 // report_age_s is null until it reports. A node of the round is up until the launcher gives it up (node_lost);
+// pipeline_bubble_ratio is a pipeline stage's waits for its neighbours over its step, over its window as the other
+// ratios (null unless the rank reported pp_size above 1); tp_rank, tp_size, pp_stage and pp_size its place in a --tp x
+// --pp grid as its reports say it (sizes 0: not reported, 1: not split that way).
 // recent_step_ms holds the step times of the rank's last kRecentSteps new steps as its reports told them (a heartbeat
 // that repeats a step adds nothing), for `dtrain status --watch`'s sparklines; metrics_address is where /metrics is
 // served (observe.metrics_addr). The model fields are null until known: model_flops_per_s is model_flops_per_token x

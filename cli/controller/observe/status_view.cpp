@@ -77,7 +77,35 @@ std::string sparkline(const std::vector<double>& values, double lo, double hi, b
 
 namespace {
 
-std::string rank_row(const Json& r, double lo, double hi, bool straggler, const StatusView& view) {
+// The columns only some jobs have: a pipeline's stage and bubble, a tensor-parallel rank.
+struct GridColumns {
+  bool pipelined = false;   // some rank reported pp_size above 1
+  bool tensor = false;      // some rank reported tp_size above 1
+};
+
+GridColumns grid_columns(const Json& ranks) {
+  GridColumns out;
+  for (const auto& r : ranks) {
+    out.pipelined = out.pipelined || r.value("pp_size", 0u) > 1;
+    out.tensor = out.tensor || r.value("tp_size", 0u) > 1;
+  }
+  return out;
+}
+
+// "1/2": a place of its size; "-" while the rank has not reported one.
+std::string place_text(const Json& r, const char* index, const char* size) {
+  const unsigned of = r.value(size, 0u);
+  return of == 0 ? "-" : std::to_string(r.value(index, 0u)) + "/" + std::to_string(of);
+}
+
+std::string column(const char* format, const std::string& text) {
+  char cell[64];
+  std::snprintf(cell, sizeof cell, format, text.c_str());
+  return cell;
+}
+
+std::string rank_row(const Json& r, double lo, double hi, bool straggler, const StatusView& view,
+                     const GridColumns& grid) {
   const std::vector<double> recent = recent_of(r);
   const std::string spark = sparkline(recent, lo, hi, view.terminal);
   const std::string node = std::to_string(r.value("node", 0)) + " (" + text_of(r, "host") + ")";
@@ -87,23 +115,46 @@ std::string rank_row(const Json& r, double lo, double hi, bool straggler, const 
   // Few workers count samples (0: not reported): a dash, not a 0 that reads as a measurement.
   const double samples = r.value("samples_per_s", 0.0);
   const Json mfu = r.value("mfu", Json());
+  std::string out = column("%5s", std::to_string(r.value("rank", 0u)));
+  if (grid.pipelined) out += column(" %5s", place_text(r, "pp_stage", "pp_size"));
+  if (grid.tensor) out += column(" %5s", place_text(r, "tp_rank", "tp_size"));
   char line[256];
-  std::snprintf(line, sizeof line, "%5u %-18s %8u %-9s %8llu %9s %10s %9s %5s %6s %6s %8s %7s  ", r.value("rank", 0u),
-                node.substr(0, 18).c_str(), r.value("pid", 0u), text_of(r, "state").c_str(),
+  std::snprintf(line, sizeof line, " %-18s %8u %-9s %8llu %9s %10s %9s %5s %6s %6s", node.substr(0, 18).c_str(),
+                r.value("pid", 0u), text_of(r, "state").c_str(),
                 static_cast<unsigned long long>(r.value("step", std::uint64_t{0})),
                 number_text(r.value("step_ms", 0.0), "%.1f").c_str(),
                 number_text(r.value("tokens_per_s", 0.0), "%.0f").c_str(),
                 samples > 0 ? number_text(samples, "%.1f").c_str() : "-",
                 mfu.is_number() ? number_text(mfu.get<double>() * 100, "%.1f").c_str() : "-",
                 number_text(r.value("data_wait_ratio", 0.0) * 100, "%.0f").c_str(),
-                number_text(r.value("comm_exposed_ratio", 0.0) * 100, "%.0f").c_str(), memory.c_str(),
+                number_text(r.value("comm_exposed_ratio", 0.0) * 100, "%.0f").c_str());
+  out += line;
+  if (grid.pipelined) {
+    const Json bubble = r.value("pipeline_bubble_ratio", Json());
+    out += column(" %7s", bubble.is_number() ? number_text(bubble.get<double>() * 100, "%.0f") : "-");
+  }
+  std::snprintf(line, sizeof line, " %8s %7s  ", memory.c_str(),
                 age.is_number() ? number_text(age.get<double>(), "%.1f").c_str() : "-");
-  std::string out = line;
+  out += line;
   if (straggler && view.terminal) out += "\033[1;31m" + spark + "\033[0m";
   else out += spark;
   if (straggler) out += std::string(kSparkWidth - recent.size(), ' ') + " straggler";
   out.erase(out.find_last_not_of(' ') + 1);
   return out + "\n";
+}
+
+// The header line of the rank rows, with the columns `grid` adds.
+std::string header_row(const GridColumns& grid, const std::string& recent) {
+  std::string out = column("%5s", "rank");
+  if (grid.pipelined) out += column(" %5s", "stage");
+  if (grid.tensor) out += column(" %5s", "tp");
+  char line[256];
+  std::snprintf(line, sizeof line, " %-18s %8s %-9s %8s %9s %10s %9s %5s %6s %6s", "node", "pid", "state", "step",
+                "step ms", "tokens/s", "samples/s", "mfu%", "data%", "comm%");
+  out += line;
+  if (grid.pipelined) out += column(" %7s", "bubble%");
+  std::snprintf(line, sizeof line, " %8s %7s  ", "memory", "age s");
+  return out + line + recent + "\n";
 }
 
 // Whether a CPU rank has model FLOP/s but no MFU: its node has no measured GEMM rate (none cached, or a stale one).
@@ -156,15 +207,12 @@ std::string render_status(const Json& s, const std::string& note, const StatusVi
       any = true;
     }
   }
-  char line[256];
-  std::snprintf(line, sizeof line, "%5s %-18s %8s %-9s %8s %9s %10s %9s %5s %6s %6s %8s %7s  %s\n", "rank", "node",
-                "pid", "state", "step", "step ms", "tokens/s", "samples/s", "mfu%", "data%", "comm%", "memory", "age s",
-                any ? ("recent steps, " + number_text(lo, "%.1f") + " to " + number_text(hi, "%.1f") + " ms").c_str()
-                    : "recent steps");
-  out << line;
+  const GridColumns grid = grid_columns(ranks);
+  out << header_row(grid, any ? "recent steps, " + number_text(lo, "%.1f") + " to " + number_text(hi, "%.1f") + " ms"
+                              : "recent steps");
   const std::set<unsigned> stragglers = stragglers_of(s);
   for (const auto& r : ranks) {
-    out << rank_row(r, lo, hi, stragglers.count(r.value("rank", 0u)) > 0, view);
+    out << rank_row(r, lo, hi, stragglers.count(r.value("rank", 0u)) > 0, view, grid);
   }
   const Json diagnoses = s.value("diagnoses", Json::array());
   if (diagnoses.empty()) out << "diagnoses: none\n";

@@ -2,10 +2,12 @@
 
 // The text `dtrain status` prints for a snapshot (job_status.h's JSON): a header (with the job's model FLOP/s and MFU
 // once known), one row per rank (its MFU in percent, "-" when not known), its recent step times as a sparkline, and
-// the diagnoses. On a terminal the sparkline uses block characters and a straggler's is
-// drawn in bold red; elsewhere (a pipe, a file) the text is plain ASCII with no escape sequences, and a straggler's
-// row says "straggler" in words. Every sparkline shares one scale, the lowest to the highest step time of all the
-// ranks' recent steps, so a rank that is slower than the others stands out as taller bars.
+// the diagnoses. A job whose ranks report a pipeline (pp_size above 1) gets a "stage" column (1/2: stage 1 of 2) and a
+// "bubble%" column (the stage's waits for its neighbours over its step); one with tensor parallelism a "tp" column. On
+// a terminal the sparkline uses block characters and a straggler's is drawn in bold red; elsewhere (a pipe, a file) the
+// text is plain ASCII with no escape sequences, and a straggler's row says "straggler" in words. Every sparkline shares
+// one scale, the lowest to the highest step time of all the ranks' recent steps, so a rank that is slower than the
+// others stands out as taller bars.
 
 #include <string>
 #include <vector>

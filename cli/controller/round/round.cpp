@@ -7,6 +7,7 @@
 #include "agent/security/x509.h"
 #include "cli/controller/diagnose/collective_hang.h"
 #include "common/clock.h"
+#include "common/report/grid_place.h"
 
 namespace dtrain::controller {
 
@@ -155,7 +156,9 @@ void Round::wait() {
 // The worker is the round's root cause from now on (a crash it causes in its peers meanwhile is not); then its
 // evidence, which the summary shows.
 void Round::on_health_failure(const HealthFailure& failure) {
-  console_.note("attempt " + std::to_string(setup_.number) + ": rank " + std::to_string(failure.rank) + " " +
+  const auto health = last_health_.find(failure.rank);
+  const GridPlace place = health == last_health_.end() ? GridPlace{} : grid_place_of(health->second);
+  console_.note("attempt " + std::to_string(setup_.number) + ": " + rank_name(failure.rank, place) + " " +
                 failure.what + "; collecting every worker's stacks, then stopping the round");
   Failure f;
   f.rank = failure.rank;
@@ -169,7 +172,7 @@ void Round::on_health_failure(const HealthFailure& failure) {
   f.exit.round = setup_.number;
   f.exit.rank = failure.rank;
   f.exit.pid = workers_[failure.rank].pid;
-  if (auto h = last_health_.find(failure.rank); h != last_health_.end()) f.last_health = h->second;
+  if (health != last_health_.end()) f.last_health = health->second;
   if (auto p = last_sample_.find(failure.rank); p != last_sample_.end()) f.last_sample = p->second;
   f.failed_unix_ms = unix_ms();
   root_cause_ = std::move(f);

@@ -21,11 +21,13 @@ bool RankWindow::add(const RankSample& s) {
   sum_.step = s.step;
   sum_.loss = s.loss;
   sum_.tokens_per_s = s.tokens_per_s;
+  sum_.grid = s.grid;
   sum_.step_ms += s.step_ms;
   sum_.data_wait_ms += s.data_wait_ms;
   sum_.compute_ms += s.compute_ms;
   sum_.comm_exposed_ms += s.comm_exposed_ms;
   sum_.optimizer_ms += s.optimizer_ms;
+  sum_.pipeline_bubble_ms += s.pipeline_bubble_ms;
   sum_.rss_bytes = std::max(sum_.rss_bytes, s.rss_bytes);
   sum_.device_mem_used_bytes = std::max(sum_.device_mem_used_bytes, s.device_mem_used_bytes);
   sum_.device_mem_total_bytes = std::max(sum_.device_mem_total_bytes, s.device_mem_total_bytes);
@@ -36,7 +38,8 @@ RankSample RankWindow::mean() const {
   RankSample m = sum_;
   const double n = steps_ > 0 ? static_cast<double>(steps_) : 1.0;
   for (double RankSample::*field : {&RankSample::step_ms, &RankSample::data_wait_ms, &RankSample::compute_ms,
-                                    &RankSample::comm_exposed_ms, &RankSample::optimizer_ms}) {
+                                    &RankSample::comm_exposed_ms, &RankSample::optimizer_ms,
+                                    &RankSample::pipeline_bubble_ms}) {
     m.*field /= n;
   }
   return m;

@@ -10,6 +10,8 @@
 #include <optional>
 #include <vector>
 
+#include "common/report/grid_place.h"
+
 namespace dtrain::report {
 
 // One rank's report, or its means over a window. Times in ms (the last completed step's), memory in bytes; 0 = not
@@ -27,8 +29,11 @@ struct RankSample {
   std::uint64_t rss_bytes = 0;              // the process's resident memory
   std::uint64_t device_mem_used_bytes = 0;  // the accelerator's memory in use by the process
   std::uint64_t device_mem_total_bytes = 0;
+  // Last, so that the samples written positionally ({rank, step, ..., device_mem_total_bytes}) keep their meaning.
+  double pipeline_bubble_ms = 0;            // a pipeline stage's waits for its neighbours (in none of the times above)
+  GridPlace grid;                           // its place in a --tp x --pp grid (sizes 0: not reported)
 
-  // The work that is the rank's own: what it waits for from its peers (comm) is left out.
+  // The work that is the rank's own: what it waits for from its peers (comm, a pipeline's bubble) is left out.
   double own_work_ms() const { return data_wait_ms + compute_ms + optimizer_ms; }
   bool has_breakdown() const { return own_work_ms() > 0; }
 };
@@ -41,9 +46,9 @@ class RankWindow {
   bool add(const RankSample& sample);
   // New steps since the window opened.
   std::size_t steps() const { return steps_; }
-  // The window as one sample: the times are the means over its steps; rank, step, loss and tokens/s the latest
-  // step's; memory (resident, device used and device total) the peak, since the question is whether it comes close
-  // to running out. All 0 before the first step.
+  // The window as one sample: the times are the means over its steps; rank, step, loss, tokens/s and the grid place the
+  // latest step's; memory (resident, device used and device total) the peak, since the question is whether it comes
+  // close to running out. All 0 before the first step.
   RankSample mean() const;
   // mean(), then the next window opens. The last step is kept: a heartbeat repeating it is still no new step.
   RankSample take();

@@ -121,7 +121,16 @@ std::string status_text(const json& object, const char* key) {
   return it != object.end() && it->is_string() ? clipped(it->get<std::string>()) : std::string();
 }
 
-// status.json: the hosts of the nodes, the diagnoses the launcher ended with (with their fixes), the model FLOP/s.
+// A small count of a status.json rank row (a rank, a grid place or size); 0 when missing or not one.
+unsigned grid_number(const json& row, const char* key) {
+  const auto it = row.find(key);
+  return it != row.end() && it->is_number_unsigned() && it->get<std::uint64_t>() <= kMaxSampleRanks
+             ? it->get<unsigned>()
+             : 0;
+}
+
+// status.json: the hosts of the nodes, the ranks' places in a grid that splits the model (at most kMaxSampleRanks),
+// the diagnoses the launcher ended with (with their fixes), the model FLOP/s.
 // Missing or not JSON (a launcher killed while writing it) it adds nothing; a FIFO, a device or an oversized file is
 // refused (invalid_argument).
 Status read_status(RunModel& model, const fs::path& path) {
@@ -131,6 +140,14 @@ Status read_status(RunModel& model, const fs::path& path) {
   if (!text.ok() || !status.is_object()) return {};
   if (const auto nodes = status.find("nodes"); nodes != status.end() && nodes->is_array()) {
     for (const auto& n : *nodes) model.hosts[n.value("node", 0u)] = clipped(n.value("host", ""));
+  }
+  if (const auto ranks = status.find("ranks"); ranks != status.end() && ranks->is_array()) {
+    for (const auto& r : *ranks) {
+      if (!r.is_object() || model.grid_of.size() >= kMaxSampleRanks) continue;
+      const GridPlace place{grid_number(r, "tp_rank"), grid_number(r, "tp_size"), grid_number(r, "pp_stage"),
+                            grid_number(r, "pp_size")};
+      if (place.split()) model.grid_of[grid_number(r, "rank")] = place;
+    }
   }
   if (const auto d = status.find("diagnoses"); d != status.end() && d->is_array()) {
     for (const auto& one : *d) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/report/model/samples.h"
+#include "common/report/grid_place.h"
 #include "common/status.h"
 
 namespace dtrain::report {
@@ -62,6 +63,8 @@ struct RunModel {
   std::vector<DiagnosisInfo> diagnoses;      // the final ones (status.json), else every one the log made
   std::map<unsigned, unsigned> node_of;      // rank -> node rank, as the latest round placed it
   std::map<unsigned, std::string> hosts;     // node rank -> host
+  // rank -> its place in a --tp x --pp grid, as status.json's rows give it; only ranks of a model split that way.
+  std::map<unsigned, GridPlace> grid_of;
   std::vector<SampleWindow> samples;
   std::vector<std::string> stacks_files;     // hang evidence: attempt_<n>/stacks/rank_<r>.txt, relative to dir
   ModelFlopsInfo model_flops;                // status.json's

@@ -61,7 +61,8 @@ std::optional<nlohmann::ordered_json> SampleRecorder::take(std::uint32_t round, 
   using Column = nlohmann::ordered_json;
   Column rank = Column::array(), step = Column::array(), step_ms = Column::array(), loss = Column::array(),
          tokens = Column::array(), data = Column::array(), compute = Column::array(), comm = Column::array(),
-         optimizer = Column::array(), rss = Column::array(), device = Column::array();
+         optimizer = Column::array(), bubble = Column::array(), rss = Column::array(), device = Column::array();
+  bool pipelined = false;
   for (auto& [r, window] : windows_) {
     if (window.steps() == 0) continue;
     const RankSample s = window.take();
@@ -74,14 +75,18 @@ std::optional<nlohmann::ordered_json> SampleRecorder::take(std::uint32_t round, 
     compute.push_back(hundredths(s.compute_ms));
     comm.push_back(hundredths(s.comm_exposed_ms));
     optimizer.push_back(hundredths(s.optimizer_ms));
+    bubble.push_back(hundredths(s.pipeline_bubble_ms));
+    pipelined = pipelined || s.pipeline_bubble_ms > 0;
     rss.push_back(mib(s.rss_bytes));
     device.push_back(mib(s.device_mem_used_bytes));
   }
   Column out{{"round", round}, {"window_ms", length}, {"rank", std::move(rank)}, {"step", std::move(step)},
              {"step_ms", std::move(step_ms)}, {"loss", std::move(loss)}, {"tokens_per_s", std::move(tokens)},
              {"data_wait_ms", std::move(data)}, {"compute_ms", std::move(compute)},
-             {"comm_exposed_ms", std::move(comm)}, {"optimizer_ms", std::move(optimizer)},
-             {"rss_mib", std::move(rss)}, {"device_mib", std::move(device)}};
+             {"comm_exposed_ms", std::move(comm)}, {"optimizer_ms", std::move(optimizer)}};
+  if (pipelined) out["pipeline_bubble_ms"] = std::move(bubble);
+  out["rss_mib"] = std::move(rss);
+  out["device_mib"] = std::move(device);
   if (!points.empty()) out["points"] = std::move(points);
   return out;
 }
@@ -165,6 +170,7 @@ SampleWindow read_samples(std::string_view line) {
   column("compute_ms", [](RankSample& s, double v) { s.compute_ms = v; });
   column("comm_exposed_ms", [](RankSample& s, double v) { s.comm_exposed_ms = v; });
   column("optimizer_ms", [](RankSample& s, double v) { s.optimizer_ms = v; });
+  column("pipeline_bubble_ms", [](RankSample& s, double v) { s.pipeline_bubble_ms = v; });
   column("rss_mib", [&](RankSample& s, double v) { s.rss_bytes = bytes(v); });
   column("device_mib", [&](RankSample& s, double v) { s.device_mem_used_bytes = bytes(v); });
   window.points = points_at(after_key(line, "points"));
@@ -182,6 +188,7 @@ RankSample merged(const RankSample& a, const RankSample& b) {
   out.compute_ms = mean(a.compute_ms, b.compute_ms);
   out.comm_exposed_ms = mean(a.comm_exposed_ms, b.comm_exposed_ms);
   out.optimizer_ms = mean(a.optimizer_ms, b.optimizer_ms);
+  out.pipeline_bubble_ms = mean(a.pipeline_bubble_ms, b.pipeline_bubble_ms);
   out.rss_bytes = std::max(a.rss_bytes, b.rss_bytes);
   out.device_mem_used_bytes = std::max(a.device_mem_used_bytes, b.device_mem_used_bytes);
   return out;

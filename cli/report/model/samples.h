@@ -5,14 +5,16 @@
 //
 //   {"ts": end of the window (Unix ms), "event": "samples", "round": R, "window_ms": its length,
 //    "rank": [...], "step": [...], "step_ms": [...], "loss": [...], "tokens_per_s": [...], "data_wait_ms": [...],
-//    "compute_ms": [...], "comm_exposed_ms": [...], "optimizer_ms": [...], "rss_mib": [...], "device_mib": [...],
-//    "points": [[rank, step, loss, step_ms, tokens_per_s], ...]}
+//    "compute_ms": [...], "comm_exposed_ms": [...], "optimizer_ms": [...], "pipeline_bubble_ms": [...],
+//    "rss_mib": [...], "device_mib": [...], "points": [[rank, step, loss, step_ms, tokens_per_s], ...]}
 //
 // Columns, not one object per rank: the keys are written once per window instead of once per rank. Entry i of every
 // array is rank[i]'s; only ranks with a new step in the window appear. The times are the means over the rank's new
 // steps of the window (0.01 ms), step, loss and tokens/s its latest, rss_mib and device_mib the peak (MiB; device
-// memory 0 when not reported). The window's length grows with the job's age (window_length): a window is written
-// once it is that long and some rank made a step in it, and when a round or the job ends.
+// memory 0 when not reported). "pipeline_bubble_ms" (a pipeline stage's waits for its neighbours, in none of the other
+// times) is only in a window where some rank had one: a job that is not pipelined pays no bytes for it. The window's
+// length grows with the job's age (window_length): a window is written once it is that long and some rank made a
+// step in it, and when a round or the job ends.
 //
 // "points" are the ranks' per-step points of the window (their reports' StepPoints, common/report/step_points.h),
 // rank by rank, each rank's oldest first: what lets a job of a few windows draw a curve of a point per step. They

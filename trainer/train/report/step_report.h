@@ -56,13 +56,14 @@ double model_flops_per_token(const GptConfig& config, int seq_len, std::uint64_t
 
 // The health report of a step on `to.rank` of `to.world`: tokens/s is this rank's share of the job's, the memory and
 // traffic are the metrics line's (0 where it has none), the times (the pipeline's bubble among them) are `times`, the
-// resident set is read now, the model, the device and the grid place are `to`'s. No points: the reporter keeps the step's point
-// ({step, loss, step_ms, tokens_per_s}) with those of the other steps since its last send (trainer/health/reporter.h).
+// resident set is read now, the model, the device and the grid place are `to`'s. No points: the reporter keeps the
+// step's point ({step, loss, step_ms, tokens_per_s}) with those of the other steps since its last send
+// (trainer/health/reporter.h).
 HealthReport health_report(const StepMetrics& m, const StepTimes& times, const StepReportTargets& to);
 
-// Writes the step's metrics line (with pp_bubble_ms, times.bubble_ms, when `to.pp` is above 1: a stage's bubble can
-// be 0, so the pipeline is told by its size), console line and health report; throws std::runtime_error when the loss is not
-// finite (the agent would refuse it in a report: the run has diverged).
+// Writes the step's metrics line (with pp_bubble_ms, times.bubble_ms, when `to.pp` is above 1: a stage's bubble can be
+// 0, so the pipeline is told by its size), console line and health report; throws std::runtime_error when the loss is
+// not finite (the agent would refuse it in a report: the run has diverged).
 void report_step(const StepMetrics& m, const StepTimes& times, const StepReportTargets& to);
 
 }  // namespace dtrain::trainer
