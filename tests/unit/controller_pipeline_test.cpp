@@ -110,6 +110,25 @@ TEST_CASE("a rank of a tensor- and pipeline-parallel grid is named with its plac
   CHECK(of_kind(d, DiagnosisKind::hang)[1].message == "rank 9 stopped reporting health");
 }
 
+TEST_CASE("a pipeline stage that does more work than another (the head's) is compared with its own stage's ranks") {
+  Diagnoser d(1.2);
+  // P = 2 x DP = 2: ranks 2 and 3 (stage 1, the output head) compute 100 ms, ranks 0 and 1 (stage 0) 60 ms.
+  for (unsigned r = 0; r < 4; ++r) d.place(r, RankPlace{r / 2, "host" + std::to_string(r / 2), 8});
+  std::uint64_t n = 1;
+  for (int window = 0; window < Diagnoser::kStragglerWindows + 1; ++window) {
+    for (std::size_t i = 0; i < Diagnoser::kMinWindowSteps; ++i, ++n) {
+      for (unsigned r = 0; r < 4; ++r) {
+        RankSample s = stage_step(r, n, 10);
+        s.compute_ms = r >= 2 ? 100 : 60;
+        s.grid = {0, 1, r / 2, 2};
+        d.add(r, s);
+      }
+    }
+    d.evaluate();
+  }
+  CHECK(of_kind(d, DiagnosisKind::straggler).empty());
+}
+
 WorkerHealth stage_report(unsigned rank, unsigned pp_size) {
   WorkerHealth h;
   h.rank = rank;

@@ -127,7 +127,19 @@ void Diagnoser::evaluate() {
   find_full_nodes();
 }
 
+// Stragglers among the ranks of each pipeline stage: stages do different work (the last one the output head, the first
+// the embedding), so a stage is only compared with the ranks that run the same layers.
 void Diagnoser::find_stragglers(const std::vector<unsigned>& fresh, const Latest& latest) {
+  std::map<unsigned, std::pair<std::vector<unsigned>, Latest>> stages;
+  for (const auto& [rank, m] : latest) stages[m->grid.pipelined() ? m->grid.pp_stage : 0].second.emplace_back(rank, m);
+  for (unsigned rank : fresh) {
+    const std::optional<RankSample>& m = series_.at(rank).closed;
+    stages[m && m->grid.pipelined() ? m->grid.pp_stage : 0].first.push_back(rank);
+  }
+  for (const auto& [stage, group] : stages) find_stragglers_among(group.first, group.second);
+}
+
+void Diagnoser::find_stragglers_among(const std::vector<unsigned>& fresh, const Latest& latest) {
   std::vector<const RankSample*> ranks;   // every rank with a breakdown: the peers
   std::vector<double> sorted;
   std::vector<double> steps;

@@ -135,6 +135,7 @@ class Diagnoser {
   // Each rank's latest closed window, by rank: pointers into series_, rebuilt by each evaluation (no copies).
   using Latest = std::vector<std::pair<unsigned, const report::RankSample*>>;
   void find_stragglers(const std::vector<unsigned>& fresh, const Latest& latest);
+  void find_stragglers_among(const std::vector<unsigned>& fresh, const Latest& latest);
   Diagnosis straggler(unsigned rank, const report::RankSample& own, const report::RankSample& peers,
                       double slower) const;
   void find_bottlenecks(const Latest& means);
