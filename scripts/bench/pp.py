@@ -61,7 +61,13 @@ def main():
     parser.add_argument("--dtrain", required=True)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--layouts", help="comma-separated labels of the layouts to run (default all), e.g. tp.sh's "
+                        "'DDP, 2 ranks;TP=2' separated by ';'")
     args = parser.parse_args()
+    global LAYOUTS
+    if args.layouts:
+        wanted = args.layouts.split(";")
+        LAYOUTS = tuple(layout for layout in LAYOUTS if layout[0] in wanted)
     with tempfile.TemporaryDirectory(prefix="dtrain-pp-") as work:
         make_shard(os.path.join(work, "data.bin"))
         results = {i: [] for i in range(len(LAYOUTS))}
@@ -71,7 +77,9 @@ def main():
         print("| layout | step (ms, median) | vs DDP on as many ranks | exposed comm (ms) | rank 0's bubble (ms) | "
               "bubble share of the step | ideal (P-1)/(m+P-1) | parameters on rank 0 |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-        ddp = {2: statistics.median(r["ms"] for r in results[0]), 4: statistics.median(r["ms"] for r in results[6])}
+        ddp = {}  # each rank count's DDP step, the first layout on that many ranks
+        for i, (label, ranks, _, _, _) in enumerate(LAYOUTS):
+            ddp.setdefault(ranks, statistics.median(r["ms"] for r in results[i]))
         for i, (label, ranks, stages, micro, _) in enumerate(LAYOUTS):
             ms = statistics.median(r["ms"] for r in results[i])
             comm = statistics.median(r["comm"] for r in results[i])

@@ -12,7 +12,6 @@ must have its losses and gradient norms within 1e-5 relative:
                                   then put together over the stages), resumed without either."""
 
 import os
-import shutil
 
 import trainer_harness as h
 
@@ -23,24 +22,11 @@ common = h.MODEL + ["--data", shard, "--seed", "3", "--threads", "1", "--save-ev
 
 
 def launch(ranks, label, flags):
-    """`dtrain run -n ranks` (or one process) of dtrain-trainer with flags; its metrics, or None when it failed."""
-    path = os.path.join(work, label + ".jsonl")
-    args = common + flags + ["--metrics", path]
-    run = h.launched(ranks, args, work) if ranks > 1 else h.trainer(args, work)
-    if not h.check(run.code == 0, f"{label}: exits 0"):
-        run.show()
-        return None
-    return h.metrics(path)
+    return h.trained(work, ranks, label, common + flags)
 
 
 def checkpoint_at_5(source, label):
-    """A copy of `source`'s checkpoint directory with the step-5 pair only."""
-    directory = os.path.join(work, "ckpt-" + label)
-    shutil.copytree(source, directory)
-    for name in os.listdir(directory):
-        if not name.endswith("_5.bin"):
-            os.remove(os.path.join(directory, name))
-    return directory
+    return h.checkpoint_at(work, source, 5, label)
 
 
 PIPE = ["--tp", "2", "--pp", "2", "--batch-size", "1", "--grad-accum", "4"]

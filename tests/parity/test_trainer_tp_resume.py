@@ -13,7 +13,6 @@ resumed run's steps 6-10 must have its losses and gradient norms within 1e-5 rel
   T=2 x DP=2, ZeRO-3 -> 1 rank   the same with the parameters sharded too (gathered for the write)."""
 
 import os
-import shutil
 
 import trainer_harness as h
 
@@ -24,24 +23,11 @@ common = h.MODEL + ["--data", shard, "--seed", "3", "--threads", "1", "--save-ev
 
 
 def launch(ranks, label, flags):
-    """`dtrain run -n ranks` (or one process) of dtrain-trainer with flags; its metrics, or None when it failed."""
-    path = os.path.join(work, label + ".jsonl")
-    args = common + flags + ["--metrics", path]
-    run = h.launched(ranks, args, work) if ranks > 1 else h.trainer(args, work)
-    if not h.check(run.code == 0, f"{label}: exits 0"):
-        run.show()
-        return None
-    return h.metrics(path)
+    return h.trained(work, ranks, label, common + flags)
 
 
 def checkpoint_at_5(source, label):
-    """A copy of `source`'s checkpoint directory with the step-5 pair only."""
-    directory = os.path.join(work, "ckpt-" + label)
-    shutil.copytree(source, directory)
-    for name in os.listdir(directory):
-        if not name.endswith("_5.bin"):
-            os.remove(os.path.join(directory, name))
-    return directory
+    return h.checkpoint_at(work, source, 5, label)
 
 
 tp_dir = os.path.join(work, "ckpt-tp2")

@@ -9,6 +9,7 @@ through /proc/*/environ.
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -136,6 +137,27 @@ def launched(nproc, args, cwd, launcher_args=(), **kw):
     argv = [DTRAIN, "run", "-n", str(nproc), "--grace-s", "2", "--logs-dir", os.path.join(cwd, "runs"),
             *launcher_args, "--", TRAINER] + list(args)
     return run(argv, cwd, **kw)
+
+
+def trained(work, ranks, label, args):
+    """`dtrain run -n ranks` (or one process) of dtrain-trainer with args and --metrics work/label.jsonl; its metrics,
+    or None (with a failed check and its output) when it did not exit 0."""
+    path = os.path.join(work, label + ".jsonl")
+    done = launched(ranks, args + ["--metrics", path], work) if ranks > 1 else trainer(args + ["--metrics", path], work)
+    if not check(done.code == 0, f"{label}: exits 0"):
+        done.show()
+        return None
+    return metrics(path)
+
+
+def checkpoint_at(work, source, step, label):
+    """A copy of `source`'s checkpoint directory (as work/ckpt-label) with the pair of `step` only."""
+    directory = os.path.join(work, "ckpt-" + label)
+    shutil.copytree(source, directory)
+    for name in os.listdir(directory):
+        if not name.endswith(f"_{step}.bin"):
+            os.remove(os.path.join(directory, name))
+    return directory
 
 
 def metrics(path):
