@@ -6,10 +6,13 @@
 // table each. Run it as the job's command, e.g.
 // `dtrain run -n 4 --nodes 2 -- dtrain bench allreduce -b 1M -e 256M`; every rank takes part, rank 0 prints
 // size, count, time, algbw, busbw and #wrong. Exit 1 when any element came back wrong or a collective failed.
+// --busy-ms MS computes for a random 0..MS ms before each run (trainer/comm/bench.h, busy_ms), so that a small
+// collective's time is the latency a training step's collectives see on CPUs that its ranks keep busy.
 
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
+#include <string>
 
 #include "cli/commands.h"
 #include "trainer/comm/bench.h"
@@ -31,6 +34,14 @@ std::size_t parse_size(const std::string& text) {
   return static_cast<std::size_t>(value * scale);
 }
 
+// The header's note of --busy-ms.
+std::string busy_note(double busy_ms) {
+  if (busy_ms <= 0) return "";
+  char note[96];
+  std::snprintf(note, sizeof(note), ", each after 0-%g ms of compute (left out of the time)", busy_ms);
+  return note;
+}
+
 // One table: the bench on `comm` with user or communicator buffers; rank 0 prints it. Returns the wrong elements.
 std::size_t run_table(trainer::Communicator& comm, trainer::CollectiveBenchOptions options, bool user_buffers) {
   options.user_buffers = user_buffers;
@@ -38,10 +49,10 @@ std::size_t run_table(trainer::Communicator& comm, trainer::CollectiveBenchOptio
   std::size_t wrong = 0;
   for (const auto& row : rows) wrong += row.wrong;
   if (comm.rank() == 0) {
-    std::printf("# dtrain bench %s: %d ranks, backend %s, %s buffers, %d timed runs per size (%d warm-up)\n",
+    std::printf("# dtrain bench %s: %d ranks, backend %s, %s buffers, %d timed runs per size (%d warm-up)%s\n",
                 options.collective.c_str(), comm.size(), comm.backend().c_str(),
                 user_buffers ? "user (host memory)" : "communicator-allocated", options.iterations,
-                options.warmup_iterations);
+                options.warmup_iterations, busy_note(options.busy_ms).c_str());
     const std::string table = trainer::format_collective_bench(options.collective, comm.size(), rows);
     std::fwrite(table.data(), 1, table.size(), stdout);
     std::fflush(stdout);
@@ -57,6 +68,7 @@ Action add_bench_command(CLI::App& app) {
     std::string min_size = "1M", max_size = "64M";
     double factor = 2;
     int iterations = 10, warmup = 2;
+    double busy_ms = 0;
     double timeout_s = 300;
     std::string backend = "gloo";
     std::string buffers = "communicator";
@@ -73,6 +85,12 @@ Action add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1.01, 1024.0));
   cmd->add_option("-n,--iters", args->iterations, "timed runs per size")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("-w,--warmup_iters", args->warmup, "untimed runs per size")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--busy-ms", args->busy_ms,
+                  "before each run compute for a random 0..MS ms, the same on every rank, left out of the time: the "
+                  "latency of collectives issued between computations, as a training step's are (on CPUs that the "
+                  "ranks keep busy, back-to-back runs wait a whole scheduler tick each)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 10000.0));
   cmd->add_option("--backend", args->backend,
                   "gloo (CPU, TCP), shm (CPU, the ranks of one node, shared memory), hier (shm within nodes, gloo "
                   "across), auto (dtrain-trainer's choice: shm, hier or gloo by where the ranks run) or nccl (GPU "
@@ -89,6 +107,7 @@ Action add_bench_command(CLI::App& app) {
     options.collective = args->collective;
     options.iterations = args->iterations;
     options.warmup_iterations = args->warmup;
+    options.busy_ms = args->busy_ms;
     options.sizes_bytes.clear();
     try {
       const std::size_t lo = parse_size(args->min_size), hi = parse_size(args->max_size);

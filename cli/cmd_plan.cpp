@@ -28,7 +28,7 @@ struct Given {
 };
 
 struct Flags {
-  Given<double> params, intra_bw, inter_bw, memory_bw, tflops, bucket_mb;
+  Given<double> params, intra_bw, inter_bw, memory_bw, tflops, bucket_mb, latency_us;
   Given<std::string> model, gpu;
   Given<int> gpus, gpus_per_node, layers, hidden, heads, kv_heads, ffn, seq_len, vocab, micro_batch, tp, pp, zero;
   Given<long long> global_batch;
@@ -94,6 +94,9 @@ void add_flags(CLI::App* cmd, Flags& f) {
   add(cmd, f.inter_bw, "--inter-node-bw", "GB/s per GPU across nodes (busbw of `dtrain bench allreduce`)");
   add(cmd, f.memory_bw, "--memory-bw", "GB/s of a GPU's own memory, for the optimizer step (default the --gpu's)");
   add(cmd, f.tflops, "--gpu-tflops", "achieved TFLOP/s per GPU, for compute time and scaling efficiency");
+  add(cmd, f.latency_us, "--collective-latency-us",
+      "microseconds each collective and each pipeline send waits, measured on the job's ranks: the small size's "
+      "time of `dtrain bench allreduce -b 4K -e 4K --busy-ms 10` (default NCCL's latency model)");
   add(cmd, f.bucket_mb, "--ddp-bucket-mb",
       "DDP's gradient buckets in MiB after the first 1 MiB, for scaling (default dtrain-trainer's rule, "
       "min(25, max(1, gradient MiB / 8)); PyTorch's bucket_cap_mb is 25)");
@@ -136,6 +139,7 @@ void collect(Flags& f) {
   a.inter_node_bw_gbs = f.inter_bw.get();
   a.memory_bw_gbs = f.memory_bw.get();
   a.gpu_tflops = f.tflops.get();
+  a.collective_latency_us = f.latency_us.get();
   a.ddp_bucket_mb = f.bucket_mb.get();
   a.tp = f.tp.get();
   a.pp = f.pp.get();

@@ -28,32 +28,47 @@ int data_parallel_nodes(const Cluster& c, const Layout& l, int dp) {
   return std::max(1, (dp + per_node - 1) / per_node);
 }
 
-// Each collective's latency (formulas.h, collective_latency_seconds), apart from its bytes' time.
+// Each collective's latency, apart from its bytes' time: the measured one (--collective-latency-us) when given, else
+// NCCL's model (formulas.h, collective_latency_seconds).
 struct Latency {
   double data_parallel = 0;
   double tensor_parallel = 0;
   double pipeline = 0;
 };
 
+double latency_of(const Cluster& c, Collective kind, int ranks, int nodes) {
+  if (ranks <= 1) return 0;
+  return c.collective_latency ? *c.collective_latency : collective_latency_seconds(kind, ranks, nodes);
+}
+
 Latency latencies(const PlanRequest& r, const Layout& l, int dp, int steps) {
   const Workload& w = r.workload;
+  const Cluster& c = r.cluster;
   const int layers = w.shape ? stage_layers(w.shape->layers, l.pp) : 1;
   const double bucket_params = w.bucket_bytes ? *w.bucket_bytes / value_bytes(w.precision) : 0;
   const double dp_count = data_parallel_collectives(l.stage, gpu_params(w, l), dp, steps, layers, bucket_params);
   const Collective dp_kind = l.stage == 0 ? Collective::allreduce : Collective::all_gather;
   Latency out;
-  out.data_parallel = dp_count * collective_latency_seconds(dp_kind, dp, data_parallel_nodes(r.cluster, l, dp));
+  out.data_parallel = dp_count * latency_of(c, dp_kind, dp, data_parallel_nodes(c, l, dp));
   if (l.tp > 1 && w.shape) {
     // Megatron: the allreduces of formulas.h's tensor_parallel_allreduces per micro-batch, or with sequence
-    // parallelism an all-gather and a reduce-scatter for each (Korthikanti Sec. 4.2.2).
-    const double each = l.sequence_parallel ? 2 * collective_latency_seconds(Collective::all_gather, l.tp, 1)
-                                            : collective_latency_seconds(Collective::allreduce, l.tp, 1);
-    out.tensor_parallel = each * tensor_parallel_allreduces(layers, l.pp, l.recompute) * steps;
+    // parallelism an all-gather and a reduce-scatter for each (Korthikanti Sec. 4.2.2); the cross-entropy's small
+    // collectives once each (tensor_parallel_collectives).
+    const double each = latency_of(c, Collective::allreduce, l.tp, 1);
+    const double split = tensor_parallel_allreduces(layers, l.pp, l.recompute);
+    const double all = tensor_parallel_collectives(w.shape->layers, l.pp, l.recompute);
+    const double sequence = l.sequence_parallel ? 2 * latency_of(c, Collective::all_gather, l.tp, 1) : each;
+    out.tensor_parallel = (sequence * split + each * std::max(0.0, all - split)) * steps;
   }
-  // The tied embedding's gradient sum between the first and the last stage, once a step (on two nodes when the
-  // pipeline leaves the node: stages are outermost, advisor.h).
+  // The tied embedding's gradient sum between the first and the last stage, once a step, and the stages' sends,
+  // each its latency (on two nodes when the pipeline leaves the node: stages are outermost, advisor.h).
+  const int pipeline_nodes = c.nodes() > 1 ? 2 : 1;
   if (w.shape && tied_embedding_bytes(*w.shape, l.tp, l.pp, w.precision) > 0)
-    out.pipeline = collective_latency_seconds(Collective::allreduce, 2, r.cluster.nodes() > 1 ? 2 : 1);
+    out.pipeline = latency_of(c, Collective::allreduce, 2, pipeline_nodes);
+  if (l.pp > 1) {
+    const double send = c.collective_latency ? *c.collective_latency : send_latency_seconds(pipeline_nodes);
+    out.pipeline += pipeline_sends(l.pp, steps, l.virtual_stages) * send;
+  }
   return out;
 }
 

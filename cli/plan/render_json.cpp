@@ -42,6 +42,7 @@ json request_json(const PlanRequest& r) {
           {"intra_node_bw_bytes_per_s", bandwidth(c.intra_node_bw)},
           {"inter_node_bw_bytes_per_s", bandwidth(c.inter_node_bw)},
           {"gpu_flops", bandwidth(c.gpu_flops)},
+          {"collective_latency_s", bandwidth(c.collective_latency)},
           {"memory_bw_bytes_per_s", bandwidth(c.memory_bw)},
           {"gpu", c.gpu.empty() ? json(nullptr) : json(c.gpu)},
           {"gpu_peak_flops", bandwidth(c.peak_flops)},

@@ -44,6 +44,9 @@ std::string header(const PlanRequest& r) {
                 rate == peak * kAchievedShareOfPeak ? " of peak, Megatron-LM's share; --gpu-tflops for yours" : "",
                 format_rate(c.intra_node_bw).c_str(), format_rate(c.inter_node_bw).c_str(), find_gpu(c.gpu)->system);
   }
+  if (c.collective_latency)
+    out += line("latency: %.4g us a collective or send, as measured (NCCL's model not used)",
+                *c.collective_latency * 1e6);
   if (w.shape) {
     const Shape& s = *w.shape;
     const std::string groups = s.kv_heads && s.kv_heads != s.heads

@@ -68,6 +68,10 @@ Status check_numbers(const PlanArgs& a) {
     return s;
   if (Status s = check_between(a.memory_bw_gbs, "--memory-bw", kMinRate, kMaxRate, "2039 (GB/s)"); !s.ok()) return s;
   if (Status s = check_between(a.ddp_bucket_mb, "--ddp-bucket-mb", kMinRate, kMaxRate, "25 (MiB)"); !s.ok()) return s;
+  // 1 ns to 1000 s: far outside any real latency on both sides.
+  if (Status s = check_between(a.collective_latency_us, "--collective-latency-us", kMinRate, 1e9, "2000 (us)");
+      !s.ok())
+    return s;
   return check_between(a.gpu_tflops, "--gpu-tflops", kMinRate, kMaxRate, "400");
 }
 
@@ -183,6 +187,7 @@ Result<Cluster> make_cluster(const PlanArgs& a) {
   if (a.intra_node_bw_gbs) c.intra_node_bw = *a.intra_node_bw_gbs * 1e9;
   if (a.inter_node_bw_gbs) c.inter_node_bw = *a.inter_node_bw_gbs * 1e9;
   if (a.gpu_tflops) c.gpu_flops = *a.gpu_tflops * 1e12;
+  if (a.collective_latency_us) c.collective_latency = *a.collective_latency_us * 1e-6;
   return {{}, c};
 }
 

@@ -36,6 +36,10 @@ struct Cluster {
   std::optional<double> inter_node_bw;  // bytes/s per GPU across nodes (the same, measured across nodes)
   std::optional<double> gpu_flops;      // achieved FLOP/s per GPU, for compute time and scaling
   std::optional<double> memory_bw;      // bytes/s of a GPU's own memory (--gpu's, or --memory-bw): the optimizer step
+  // Seconds every collective and every pipeline send waits before its bytes count, measured on the job's ranks
+  // (--collective-latency-us, `dtrain bench ... --busy-ms`); unset: NCCL's model (formulas.h,
+  // collective_latency_seconds and send_latency_seconds).
+  std::optional<double> collective_latency;
   int nodes() const { return (gpus + gpus_per_node - 1) / gpus_per_node; }
 };
 
@@ -80,6 +84,7 @@ struct PlanArgs {
   std::optional<long long> global_batch;
   std::optional<double> intra_node_bw_gbs, inter_node_bw_gbs, memory_bw_gbs;  // GB/s
   std::optional<double> gpu_tflops;
+  std::optional<double> collective_latency_us;  // --collective-latency-us: microseconds
   std::optional<double> ddp_bucket_mb;  // MiB
   std::optional<int> tp, pp;
   std::optional<int> zero;              // --zero 0..3

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <random>
 #include <stdexcept>
 #include <vector>
 
@@ -115,6 +116,15 @@ void prepare(const Case& c, Buffers& b, int rank, std::size_t count) {
   b.out.upload();
 }
 
+// Keeps this thread computing for `ms` milliseconds (CollectiveBenchOptions::busy_ms).
+void compute_for(double ms) {
+  const auto until = Clock::now() + std::chrono::duration<double, std::milli>(ms);
+  volatile double sum = 0;
+  while (Clock::now() < until) {
+    for (int i = 0; i < 1000; ++i) sum = sum + i * 1e-9;
+  }
+}
+
 // Elements of `out` that differ from the expected result of one run.
 std::size_t count_wrong(const Case& c, Buffers& b, std::size_t count) {
   b.out.download();
@@ -126,8 +136,8 @@ std::size_t count_wrong(const Case& c, Buffers& b, std::size_t count) {
 }  // namespace
 
 std::vector<CollectiveBenchRow> run_collective_bench(Communicator& comm, const CollectiveBenchOptions& options) {
-  if (options.iterations < 1 || options.warmup_iterations < 0) {
-    throw std::invalid_argument("collective bench: iterations must be at least 1 and warm-up at least 0");
+  if (options.iterations < 1 || options.warmup_iterations < 0 || !(options.busy_ms >= 0)) {
+    throw std::invalid_argument("collective bench: iterations must be at least 1, warm-up and busy time at least 0");
   }
   if (options.user_buffers && comm.device_buffers()) {
     throw std::invalid_argument("collective bench: the " + comm.backend() + " backend works on device memory, so it "
@@ -135,16 +145,24 @@ std::vector<CollectiveBenchRow> run_collective_bench(Communicator& comm, const C
   }
   const Case c = make_case(comm, options.collective);
   Buffers buffers(comm, !options.user_buffers);
+  std::mt19937 draws(20240520);  // the same gaps on every rank
+  std::uniform_real_distribution<double> gap(0.0, options.busy_ms);
+  // One run after its gap of compute; its own time.
+  auto timed_run = [&](std::size_t count) {
+    if (options.busy_ms > 0) compute_for(gap(draws));
+    const auto start = Clock::now();
+    c.run(buffers, count);
+    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  };
   std::vector<CollectiveBenchRow> rows;
   for (std::size_t bytes : options.sizes_bytes) {
     CollectiveBenchRow row;
     row.count = bytes / sizeof(float) / c.chunks;
     row.bytes = row.count * c.chunks * sizeof(float);
     prepare(c, buffers, comm.rank(), row.count);
-    for (int i = 0; i < options.warmup_iterations; ++i) c.run(buffers, row.count);
-    const auto start = Clock::now();
-    for (int i = 0; i < options.iterations; ++i) c.run(buffers, row.count);
-    const double total_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    for (int i = 0; i < options.warmup_iterations; ++i) timed_run(row.count);
+    double total_ms = 0;
+    for (int i = 0; i < options.iterations; ++i) total_ms += timed_run(row.count);
     row.time_ms = total_ms / options.iterations;
     row.algbw_gbps = row.time_ms > 0 ? static_cast<double>(row.bytes) / (row.time_ms * 1e6) : 0;
     row.busbw_gbps = row.algbw_gbps * c.bus_factor;

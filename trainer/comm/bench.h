@@ -26,6 +26,15 @@ struct CollectiveBenchOptions {
   std::vector<std::size_t> sizes_bytes = {std::size_t{1} << 20, std::size_t{25} << 20};
   int warmup_iterations = 2;  // untimed runs before the timed ones, per size
   int iterations = 10;        // timed runs per size; the time reported is their mean
+  // Before each run every rank computes for a random 0..busy_ms milliseconds, the same draw on every rank (a fixed
+  // seed), and the time leaves it out: a training step issues its collectives between computations that keep its
+  // CPUs busy. 0: the runs back to back, as nccl-tests times them. Why it matters on a CPU node whose cores all run
+  // ranks: a collective hands its work between threads (the caller, the communicator's thread, Gloo's event loop),
+  // and a thread woken onto a busy core waits for the scheduler's next tick. Back-to-back runs fall into step with
+  // the tick and wait a whole one each; runs issued after compute, as a step's are, land anywhere in it. Measured on
+  // 2 cores, 2 ranks, Gloo, 4 KiB: 4.0 ms back to back (a tick at CONFIG_HZ=250), 1.6-1.9 ms with busy_ms 10 or 20,
+  // where dtrain-trainer --tp 2 pays 1.9 ms for each collective (cli/plan/costs/formulas.h).
+  double busy_ms = 0;
   // Plain host vectors instead of Communicator::allocate; refused (std::invalid_argument) by a backend whose
   // buffers are device memory.
   bool user_buffers = false;

@@ -116,6 +116,13 @@ double tensor_parallel_allreduces(int layers_per_stage, int pp, Recompute recomp
   return per_layer * layers_per_stage + (pp > 1 ? 1 : 2);
 }
 
+double tensor_parallel_collectives(int layers, int pp, Recompute recompute) {
+  const double per_layer = recompute == Recompute::full ? 6 : 4;
+  if (pp <= 1) return per_layer * layers + 2 + kCrossEntropyCollectives;
+  const int first = stage_layers(layers, pp), last = std::max(1, layers - (pp - 1) * first);
+  return std::max(per_layer * first + 1, per_layer * last + 1 + kCrossEntropyCollectives);
+}
+
 double tensor_parallel_bytes(const Shape& shape, int tp, double allreduces_per_micro_batch, int micro_steps,
                              Precision precision) {
   const double activations = static_cast<double>(shape.seq_len) * shape.micro_batch * shape.hidden *
@@ -148,6 +155,12 @@ double pipeline_bytes(const Shape& shape, int pp, int micro_steps, Precision pre
                              value_bytes(precision) / sequence_shards;
   return 2.0 * micro_steps * activations * virtual_stages;
 }
+
+double pipeline_sends(int pp, int micro_steps, int virtual_stages) {
+  return pp <= 1 ? 0 : 2.0 * micro_steps * virtual_stages;
+}
+
+double send_latency_seconds(int nodes) { return collective_latency_seconds(Collective::all_gather, 2, nodes); }
 
 double collective_latency_seconds(Collective collective, int ranks, int nodes) {
   if (ranks <= 1) return 0;

@@ -147,6 +147,20 @@ double ring_allreduce_bytes(double bytes, int n);
 enum class Collective { all_gather, reduce_scatter, allreduce };
 double collective_latency_seconds(Collective collective, int ranks, int nodes);
 
+// A pipeline stage's send to its neighbour waits a latency of its own too. NCCL's tuning models collectives only;
+// a send is counted as one step of a ring of the two ranks, collective_latency_seconds(all_gather, 2, nodes): 11.8 us
+// within a node, 17.6 us across two (PAT's, the least).
+double send_latency_seconds(int nodes);
+
+// Off NCCL these models do not hold. Gloo over TCP between CPU ranks waits milliseconds where NCCL waits
+// microseconds: each message passes between threads (the caller, the communicator's thread, Gloo's event loop), and a
+// thread woken on a core that a rank keeps computing waits for the scheduler's next tick. Measured on 2 cores with 2
+// ranks of dtrain-trainer --tp 2 (scripts/bench/plan_vs_measured.py's model): the same bytes in 21, 81 and 161
+// collectives a step (1, 4 and 8 micro-batches) cost 1.9 ms of exposed time for each collective added, and
+// `dtrain bench allreduce -b 4K -e 4K --busy-ms 10` took 0.9-2.2 ms (back to back, without --busy-ms, 4 ms: a whole
+// tick at CONFIG_HZ=250 each). --collective-latency-us gives that measured time (a small message's time is its
+// latency, as nccl-tests' small sizes read), and every collective and every send then waits it instead.
+
 // How many data-parallel collectives one GPU starts in an optimizer step of k micro-steps, P its parameters, L its
 // layers: stages 0-2 reduce in buckets of Megatron-LM's size, max(40M, 1M * dp) parameters
 // (megatron/core/distributed/distributed_data_parallel.py, core_v0.12.0: "larger DP sizes need larger buckets"):
@@ -179,6 +193,13 @@ double data_parallel_bytes(int stage, double params, int dp, int micro_steps, Pr
 // cross-entropy's collectives of s*b values (the row maxima and sums) are 1/h of these and left out.
 // tensor_parallel_allreduces: the allreduces of s*b*h one GPU of the most loaded stage runs per micro-batch.
 double tensor_parallel_allreduces(int layers_per_stage, int pp, Recompute recompute = Recompute::none);
+// The collectives a GPU of the busiest stage starts per micro-batch, for their latencies: small ones count as much as
+// large ones there. Those of tensor_parallel_allreduces for the stage's layers, its embedding's (first stage) or its
+// head's (last stage), and on the last stage the vocabulary-parallel cross-entropy's kCrossEntropyCollectives; the
+// larger of the first and the last stage's. With one stage, all of them.
+inline constexpr int kCrossEntropyCollectives = 2;  // dtrain-trainer: the row maxima's all-gather and one allreduce
+                                                    // of the sums and the targets' logits (vocab_parallel.cpp)
+double tensor_parallel_collectives(int layers, int pp, Recompute recompute = Recompute::none);
 // Bytes one GPU sends for them in a step of micro_steps micro-batches: each a ring allreduce of s*b*h values.
 double tensor_parallel_bytes(const Shape& shape, int tp, double allreduces_per_micro_batch, int micro_steps,
                              Precision precision);
@@ -206,6 +227,9 @@ double stage_imbalance(double params, const Shape& shape, int pp, Recompute reco
 // core_v0.12.0; dtrain-trainer's Gpt::stage_floats).
 double pipeline_bytes(const Shape& shape, int pp, int micro_steps, Precision precision, int virtual_stages = 1,
                       int sequence_shards = 1);
+// The sends of pipeline_bytes: a middle stage's 2 per micro-batch (activations on, their gradient back), v times
+// with v interleaved stages; 0 for one stage. Each waits a send's latency (send_latency_seconds).
+double pipeline_sends(int pp, int micro_steps, int virtual_stages = 1);
 
 // Gradient accumulation: a step's global batch is micro-batch * dp * micro-steps; the fewest micro-steps that reach
 // the wanted global batch (the batch then reached, which is larger when dp * micro-batch does not divide it).
