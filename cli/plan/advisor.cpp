@@ -196,8 +196,6 @@ std::string trainer_refusal(const PlanRequest& r, const Layout& l) {
   if (!w.trainer)
     return "dtrain-trainer splits its own GPT-2 only: give the model as its shape, --layers --hidden --heads "
            "--seq-len with --vocab and no --params (or a GPT-2 preset), for its --tp/--pp flags";
-  if (l.virtual_stages > 1)
-    return "dtrain-trainer has no interleaved pipeline schedule (its --pp-schedule is gpipe or 1f1b)";
   TrainerLayout t;
   t.tp = l.tp;
   t.pp = l.pp;
@@ -205,7 +203,10 @@ std::string trainer_refusal(const PlanRequest& r, const Layout& l) {
   t.ranks_per_node = r.cluster.gpus_per_node;
   t.zero = l.stage;
   t.sequence_parallel = l.sequence_parallel;
+  t.virtual_stages = l.virtual_stages;
   t.micro_batch = l.micro_batch > 0 ? l.micro_batch : w.micro_batch;
+  t.micro_batches = static_cast<int>(std::min<long long>(
+      w.global_batch ? accumulation(*w.global_batch, t.micro_batch, t.dp).micro_steps : 1, 1 << 30));
   t.seq_len = w.shape ? w.shape->seq_len : w.trainer->max_seq_len;
   return trainer_layout_refusal(*w.trainer, t);
 }
@@ -219,7 +220,8 @@ TrainerLayout trainer_layout(const PlanRequest& r, const Evaluation& e) {
   t.zero = e.layout.stage;
   t.recompute = e.layout.recompute;
   t.sequence_parallel = e.layout.sequence_parallel;
-  t.schedule = trainer::PipeSchedule::one_f_one_b;
+  t.virtual_stages = e.layout.virtual_stages;
+  t.schedule = t.virtual_stages > 1 ? trainer::PipeSchedule::interleaved : trainer::PipeSchedule::one_f_one_b;
   t.micro_batches = static_cast<int>(std::min<long long>(e.accumulation.micro_steps, 1 << 30));
   t.micro_batch = e.layout.micro_batch;
   t.seq_len = r.workload.shape ? r.workload.shape->seq_len : r.workload.trainer->max_seq_len;

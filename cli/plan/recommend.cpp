@@ -154,7 +154,11 @@ std::vector<std::string> trainer_args(const PlanRequest& r, const Evaluation& c)
   if (l.tp * l.pp > 1) {
     // The pipeline's micro-batches are --grad-accum's: global batch / (micro-batch x DP), as the plan counts them.
     args.insert(args.end(), {"--tp", std::to_string(l.tp), "--pp", std::to_string(l.pp)});
-    if (l.pp > 1) args.insert(args.end(), {"--pp-schedule", "1f1b"});
+    if (l.virtual_stages > 1) {
+      args.insert(args.end(), {"--pp-virtual", std::to_string(l.virtual_stages)});
+    } else if (l.pp > 1) {
+      args.insert(args.end(), {"--pp-schedule", "1f1b"});
+    }
     if (l.sequence_parallel) args.push_back("--sequence-parallel");
   }
   args.insert(args.end(), {"--zero", std::to_string(l.stage), "--precision", precision_name(w.precision),

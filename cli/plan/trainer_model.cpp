@@ -14,7 +14,7 @@ constexpr std::size_t kAttentionBlockRows = 64;
 
 trainer::ParamLayout stage_layout(const trainer::GptConfig& config, const TrainerLayout& l, int stage) {
   return trainer::ParamLayout(config, l.zero > 0 ? l.dp : 1, trainer::TensorParallel{l.tp, 0},
-                              trainer::PipelineStage{l.pp, stage});
+                              trainer::PipelineStage{l.pp, stage, l.virtual_stages});
 }
 
 trainer::ZeroMemory stage_states(const trainer::ParamLayout& layout, const TrainerLayout& l, Precision precision) {
@@ -101,6 +101,12 @@ std::string trainer_layout_refusal(const trainer::GptConfig& config, const Train
     const trainer::GridShape grid{world, l.tp, l.pp, l.ranks_per_node > 0 ? l.ranks_per_node : world, false};
     static_cast<void>(trainer::RankGrid(grid));  // its constructor refuses a group across nodes
     trainer::check_model_split(config.num_heads, config.padded_vocab_size, config.num_layers, l.tp, l.pp, l.zero);
+    if (l.virtual_stages > 1) {
+      if (config.num_layers % (l.pp * l.virtual_stages) != 0)
+        throw std::invalid_argument(std::to_string(config.num_layers) + " layers do not divide into --pp x " +
+                                    "--pp-virtual = " + std::to_string(l.pp * l.virtual_stages) + " chunks");
+      trainer::check_pipeline_args(trainer::PipeSchedule::interleaved, l.pp, l.micro_batches, l.virtual_stages);
+    }
   } catch (const std::invalid_argument& e) {
     return std::string("dtrain-trainer refuses it: ") + e.what();
   }
@@ -114,16 +120,22 @@ std::string trainer_layout_refusal(const trainer::GptConfig& config, const Train
 std::vector<TrainerStageMemory> trainer_stage_memory(const trainer::GptConfig& config, const TrainerLayout& l,
                                                      Precision precision) {
   std::vector<TrainerStageMemory> out;
-  // 1F1B keeps at most pp sets whatever m (schedule.h), so its schedule need not list millions of micro-batches.
-  const int m = l.schedule == trainer::PipeSchedule::gpipe ? l.micro_batches : std::min(l.micro_batches, l.pp);
+  // 1F1B keeps at most pp sets whatever m (schedule.h), interleaved 1F1B at most its warm-up + 1 (under (V + 1) pp), so
+  // their schedules need not list millions of micro-batches (m stays a multiple of pp, as interleaving needs).
+  const int V = l.virtual_stages;
+  const int m = l.schedule == trainer::PipeSchedule::gpipe ? l.micro_batches
+                : V > 1 ? std::min(l.micro_batches, l.pp * (V + 2))
+                        : std::min(l.micro_batches, l.pp);
   for (int s = 0; s < l.pp; ++s) {
     const trainer::ParamLayout layout = stage_layout(config, l, s);
     TrainerStageMemory stage;
     stage.stage = s;
     stage.layers = layout.stage_layers();
-    stage.activation_sets = l.pp > 1 ? trainer::activation_sets(l.schedule, l.pp, s, m) : 1;
+    stage.activation_sets = l.pp > 1 ? trainer::activation_sets(l.schedule, l.pp, s, m, V) : 1;
     stage.states = stage_states(layout, l, precision);
-    stage.activations = stage.activation_sets * trainer_stage_activations(config, l.tp, stage.layers, l.micro_batch,
+    // A set holds one micro-batch's activations of one model chunk (all the stage's layers without interleaving).
+    stage.activations = stage.activation_sets * trainer_stage_activations(config, l.tp, layout.chunk_layers(),
+                                                                          l.micro_batch,
                                                                           l.seq_len, precision, l.recompute,
                                                                           l.sequence_parallel);
     if (s == l.pp - 1) {  // the logits, one buffer for every set (Gpt::activation_bytes)

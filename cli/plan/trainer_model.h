@@ -53,7 +53,8 @@ struct TrainerLayout {
   bool sequence_parallel = false;  // --sequence-parallel: the residual stream's tokens split over the tp ranks
   int ranks_per_node = 0;          // the job's workers per node (LOCAL_WORLD_SIZE); 0: all of them on one
   trainer::Recompute recompute = trainer::Recompute::none;
-  trainer::PipeSchedule schedule = trainer::PipeSchedule::one_f_one_b;
+  trainer::PipeSchedule schedule = trainer::PipeSchedule::one_f_one_b;  // interleaved with virtual_stages above 1
+  int virtual_stages = 1;  // --pp-virtual: model chunks per stage
   int micro_batches = 1;  // --grad-accum: the pipeline's micro-batches
   int micro_batch = 1;    // --batch-size
   int seq_len = 0;        // --seq-len
@@ -62,7 +63,8 @@ struct TrainerLayout {
 // Why dtrain-trainer refuses `layout` of `config` (the trainer's own RankGrid, check_model_split and
 // check_parallel_flags: a tensor-parallel group within a node, --tp dividing the heads and the padded vocabulary,
 // --pp the layers, --zero 2/3 with --pp above 1, sequence parallelism over tp > 1 ranks that divide the micro-batch's
-// batch x seq_len tokens), or "" when it runs it.
+// batch x seq_len tokens, --pp-virtual chunks that divide the layers and micro-batches that divide by --pp), or ""
+// when it runs it.
 std::string trainer_layout_refusal(const trainer::GptConfig& config, const TrainerLayout& layout);
 
 // What every rank of pipeline stage `stage` reports in its --metrics line (the ranks of a stage report the same:

@@ -179,12 +179,47 @@ TEST_CASE("trainer command: none for what dtrain-trainer does not run, and why, 
   REQUIRE(rec.trainer_notes.size() == 1);
   CHECK(contains(rec.trainer_notes[0], "splits its own GPT-2 only"));
   CHECK(contains(rec.spec_lines.back(), "--tensor-model-parallel-size 2"));
-  // The interleaved schedule.
+  // The interleaved schedule: the trainer's --pp-virtual, when its 4 layers divide into P x V chunks (2 micro-batches
+  // of 2 a data-parallel rank, a multiple of P = 2).
   const PlanRequest r = request(small_args(1, 2));
   Layout interleaved{0, 1, 2, Recompute::none, false, 2, 2};
-  CHECK(contains(trainer_refusal(r, interleaved), "no interleaved pipeline schedule"));
+  CHECK(trainer_refusal(r, interleaved).empty());
+  interleaved.virtual_stages = 4;
+  CHECK(contains(trainer_refusal(r, interleaved), "do not divide into --pp x --pp-virtual = 8 chunks"));
   interleaved.virtual_stages = 1;
   CHECK(trainer_refusal(r, interleaved).empty());
+}
+
+TEST_CASE("trainer accounting: interleaved stages keep sets of one chunk's layers") {
+  dtrain::trainer::GptConfig config;
+  config.num_layers = 4;
+  config.channels = 64;
+  config.num_heads = 4;
+  config.max_seq_len = 64;
+  config.vocab_size = 256;
+  config.padded_vocab_size = 256;
+  TrainerLayout plain;
+  plain.pp = 2;
+  plain.micro_batches = 4;
+  plain.micro_batch = 1;
+  plain.seq_len = 64;
+  TrainerLayout chunked = plain;
+  chunked.virtual_stages = 2;
+  chunked.schedule = dtrain::trainer::PipeSchedule::interleaved;
+  const auto one = trainer_stage_memory(config, plain, Precision::fp32);
+  const auto two = trainer_stage_memory(config, chunked, Precision::fp32);
+  REQUIRE(two.size() == 2);
+  // Stage 0 of P = 2, V = 2, m = 4: a warm-up of (2 - 0 - 1) x 2 + (2 - 1) x 2 = 4 forwards, so 5 sets (schedule.h).
+  CHECK(two[0].activation_sets == 5);
+  CHECK(one[0].activation_sets == 2);
+  CHECK(two[0].layers == one[0].layers);
+  CHECK(two[0].states.params == one[0].states.params);
+  // Each set holds one micro-batch of one chunk: a layer here, two without interleaving (stage 0 has no logits).
+  const auto layers = [&](int n) {
+    return trainer_stage_activations(config, 1, n, 1, 64, Precision::fp32, dtrain::trainer::Recompute::none, false);
+  };
+  CHECK(two[0].activations == 5 * layers(1));
+  CHECK(one[0].activations == 2 * layers(2));
 }
 
 TEST_CASE("step terms: tensor-parallel allreduces, the tied embedding's sum, the stages' imbalance, SP's sends") {
