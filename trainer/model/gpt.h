@@ -37,9 +37,12 @@
 // stage_output() and, before backward(), takes d output in stage_output_grad(); after backward() a stage after the
 // first has d input in stage_input_grad(). Only the last stage computes the loss; forward_batch() writes 0 to *loss
 // elsewhere. Several micro-batches in flight (the pipeline's schedule) each keep their own activations:
-// set_activation_sets(n) keeps n sets and use_activation_set(i) picks the one that the next forward_batch(), the
-// stage buffers and backward() use. The tied wte's two copies (first and last stage) each get their own stage's
-// gradient: the caller sums them (layout.h).
+// set_activation_sets(n) keeps n sets and use_activation_set(i, chunk) picks the one that the next forward_batch(),
+// the stage buffers and backward() use. With virtual stages (layout.h; interleaved 1F1B) the stage holds several model
+// chunks and each set runs one of them: "the first stage" above is then the first stage's first chunk, "the last" the
+// last stage's last, and a backward() hands over only its chunk's gradients (the first chunk's from 0, the last's to
+// the buffer's end). The tied wte's two copies (first and last stage) each get their own stage's gradient: the caller
+// sums them (layout.h).
 
 #include <cstddef>
 #include <cstdint>
@@ -63,7 +66,7 @@ class Gpt {
  public:
   // Called by backward() for each range of the gradient buffer as soon as it is final for this pass: in
   // decreasing offset order, together covering [0, buffer_size()) exactly once (wte, which also gets the output
-  // head's gradient, comes last).
+  // head's gradient, comes last); with virtual stages, the current chunk's part of it (top of this file).
   using GradsReady = std::function<void(std::size_t offset, std::size_t count)>;
 
   // ZeRO-3 (trainer/parallel/zero/gatherer.h): called around the use of a unit's parameters (ParamLayout's units),
