@@ -3,43 +3,11 @@
 #include <chrono>
 #include <utility>
 
+#include "trainer/comm/finishable_work.h"
+
 namespace dtrain::trainer {
 
-class WorkQueue::QueuedWork : public Work {
- public:
-  void wait() override {
-    std::unique_lock lock(mutex_);
-    finished_cv_.wait(lock, [&] { return finished_; });
-    if (!error_.empty()) throw CommError(error_);
-  }
-
-  bool done() const override {
-    std::lock_guard lock(mutex_);
-    return finished_;
-  }
-
-  double elapsed_ms() const override {
-    std::lock_guard lock(mutex_);
-    return elapsed_ms_;
-  }
-
-  void finish(std::string error, double elapsed_ms) {
-    {
-      std::lock_guard lock(mutex_);
-      error_ = std::move(error);
-      elapsed_ms_ = elapsed_ms;
-      finished_ = true;
-    }
-    finished_cv_.notify_all();
-  }
-
- private:
-  mutable std::mutex mutex_;
-  std::condition_variable finished_cv_;
-  bool finished_ = false;
-  std::string error_;
-  double elapsed_ms_ = 0;
-};
+class WorkQueue::QueuedWork : public FinishableWork {};
 
 WorkQueue::WorkQueue(CollectiveTrace* trace) : trace_(trace), thread_([this] { loop(); }) {}
 

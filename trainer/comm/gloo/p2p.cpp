@@ -6,7 +6,6 @@
 #include <gloo/types.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -16,6 +15,7 @@
 #include <utility>
 
 #include "trainer/comm/describe.h"
+#include "trainer/comm/finishable_work.h"
 #include "trainer/comm/gloo/communicator.h"
 #include "trainer/comm/gloo/impl.h"
 
@@ -46,7 +46,7 @@ class FailedWork final : public Work {
 // One posted send() or recv(). gloo can only block on an unbound buffer, and its one way to stop waiting, a timeout,
 // closes every connection of the context; so a thread of the Work's own waits (the communicator's timeout), and
 // done() reads what it found.
-class P2pWork final : public Work {
+class P2pWork final : public FinishableWork {
  public:
   // `failed_on`: "gloo send of ... to rank 1 failed on rank 0 of 2 (...)"; `advice`: what to check, after the error.
   P2pWork(std::unique_ptr<gloo::transport::UnboundBuffer> buffer, bool sending, std::string failed_on,
@@ -57,12 +57,7 @@ class P2pWork final : public Work {
   // A Work whose message was never waited for to the end gives it up: gloo would otherwise read the peer's message
   // into a buffer that is gone, or keep this one's for a receiver forever, and stall the connection for good.
   ~P2pWork() override {
-    bool finished;
-    {
-      std::lock_guard lock(mutex_);
-      finished = finished_;
-    }
-    if (!finished && waiter_.joinable()) {
+    if (!done() && waiter_.joinable()) {
       if (sending_) {
         buffer_->abortWaitSend();
       } else {
@@ -70,8 +65,7 @@ class P2pWork final : public Work {
       }
     }
     if (waiter_.joinable()) waiter_.join();
-    std::lock_guard lock(mutex_);
-    if (!finished_) give_up();
+    if (!done()) give_up();
   }
   P2pWork(const P2pWork&) = delete;
   P2pWork& operator=(const P2pWork&) = delete;
@@ -83,23 +77,7 @@ class P2pWork final : public Work {
   void fail(const std::exception& error) {
     const std::string why = failed_on_ + ": " + error.what() + ". " + advice_;
     failure_->record(why);
-    finish(why);
-  }
-
-  void wait() override {
-    std::unique_lock lock(mutex_);
-    finished_cv_.wait(lock, [&] { return finished_; });
-    if (!error_.empty()) throw CommError(error_);
-  }
-
-  bool done() const override {
-    std::lock_guard lock(mutex_);
-    return finished_;
-  }
-
-  double elapsed_ms() const override {
-    std::lock_guard lock(mutex_);
-    return elapsed_ms_;
+    end(why);
   }
 
  private:
@@ -108,22 +86,16 @@ class P2pWork final : public Work {
   void watch() {
     try {
       const bool completed = sending_ ? buffer_->waitSend(timeout_) : buffer_->waitRecv(timeout_);
-      if (completed) finish("");
+      if (completed) end("");
     } catch (const std::exception& error) {
       const std::string why = failed_on_ + ": " + error.what() + ". " + advice_;
       failure_->record(why);
-      finish(why);
+      end(why);
     }
   }
 
-  void finish(std::string error) {
-    {
-      std::lock_guard lock(mutex_);
-      error_ = std::move(error);
-      elapsed_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - posted_).count();
-      finished_ = true;
-    }
-    finished_cv_.notify_all();
+  void end(std::string error) {
+    finish(std::move(error), std::chrono::duration<double, std::milli>(Clock::now() - posted_).count());
   }
 
   // A message gloo still holds: it completes now, or the wait's timeout closes every connection of the context
@@ -148,11 +120,6 @@ class P2pWork final : public Work {
   const std::shared_ptr<GlooFailure> failure_;
   const std::chrono::milliseconds timeout_;
   const Clock::time_point posted_;
-  mutable std::mutex mutex_;
-  std::condition_variable finished_cv_;
-  bool finished_ = false;
-  std::string error_;
-  double elapsed_ms_ = 0;
   std::thread waiter_;  // last: started by start(), once every other member is in place
 };
 
