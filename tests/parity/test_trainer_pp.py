@@ -28,15 +28,7 @@ MODEL = ["--layers", "4", "--channels", "64", "--heads", "4", "--max-seq-len", "
 model = h.reference_init(work, MODEL)
 common = ["--init-from", model, "--data", shard, "--threads", "1"] + h.TEN_STEPS
 
-theirs = os.path.join(work, "torch.jsonl")
-ref = h.run([h.PYTHON, h.REFERENCE, "train", "-B", "4", "--metrics", theirs] + common, work, timeout=240)
-h.check(ref.code == 0, "the PyTorch reference exits 0")
-single = os.path.join(work, "single.jsonl")
-one = h.trainer(common + ["--batch-size", "4", "--metrics", single], work)
-h.check(one.code == 0, "1 rank of dtrain-trainer exits 0")
-if ref.code != 0 or one.code != 0:
-    h.finish()
-reference, one_rank = h.metrics(theirs), h.metrics(single)
+reference, one_rank = h.reference_and_one_rank(work, common)
 
 # label, ranks, tp, pp, batch, micro-batches, extra flags
 CASES = (("P=2, 1f1b", 2, 1, 2, 1, 4, []),

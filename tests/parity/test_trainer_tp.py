@@ -27,15 +27,7 @@ shard = h.make_text_shard(work)
 model = h.reference_init(work)
 common = ["--init-from", model, "--data", shard, "--threads", "1"] + h.TEN_STEPS
 
-theirs = os.path.join(work, "torch.jsonl")
-ref = h.run([h.PYTHON, h.REFERENCE, "train", "-B", "4", "--metrics", theirs] + common, work, timeout=240)
-h.check(ref.code == 0, "the PyTorch reference exits 0")
-single = os.path.join(work, "single.jsonl")
-one = h.trainer(common + ["--batch-size", "4", "--metrics", single], work)
-h.check(one.code == 0, "1 rank of dtrain-trainer exits 0")
-if ref.code != 0 or one.code != 0:
-    h.finish()
-reference, one_rank = h.metrics(theirs), h.metrics(single)
+reference, one_rank = h.reference_and_one_rank(work, common)
 
 CASES = (("T=2", 2, 2, 4, []),
          ("T=2 x DP=2", 4, 2, 2, []),

@@ -139,6 +139,20 @@ def launched(nproc, args, cwd, launcher_args=(), **kw):
     return run(argv, cwd, **kw)
 
 
+def reference_and_one_rank(work, common):
+    """10 steps of the PyTorch reference and of one dtrain-trainer rank, both with batch 4 and `common`'s flags: their
+    metrics (a list of dicts each); ends the test when either fails."""
+    theirs = os.path.join(work, "torch.jsonl")
+    ref = run([PYTHON, REFERENCE, "train", "-B", "4", "--metrics", theirs] + common, work, timeout=240)
+    check(ref.code == 0, "the PyTorch reference exits 0")
+    single = os.path.join(work, "single.jsonl")
+    one = trainer(common + ["--batch-size", "4", "--metrics", single], work)
+    check(one.code == 0, "1 rank of dtrain-trainer exits 0")
+    if ref.code != 0 or one.code != 0:
+        finish()
+    return metrics(theirs), metrics(single)
+
+
 def trained(work, ranks, label, args):
     """`dtrain run -n ranks` (or one process) of dtrain-trainer with args and --metrics work/label.jsonl; its metrics,
     or None (with a failed check and its output) when it did not exit 0."""

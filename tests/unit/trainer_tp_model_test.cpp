@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/unit/relative_l2.h"
 #include "tests/unit/gloo_ranks.h"
 #include "trainer/kernels/cpu/backend.h"
 #include "trainer/kernels/standin/backend.h"
@@ -71,15 +72,6 @@ Result whole_model(Recompute recompute) {
   r.params = ordered(model.layout(), model.params());
   r.grads = ordered(model.layout(), model.grads());
   return r;
-}
-
-double relative_l2(const float* a, const float* b, std::size_t n) {
-  double diff = 0, norm = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    norm += double(b[i]) * b[i];
-  }
-  return norm == 0 ? std::sqrt(diff) : std::sqrt(diff / norm);
 }
 
 void check_split(int size, Recompute recompute, bool sequence = false) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "trainer/model/gpt.h"
+#include "tests/unit/relative_l2.h"
 
 using namespace dtrain::trainer;
 
@@ -62,15 +63,6 @@ Result whole_model(Recompute recompute) {
   model.layout().to_checkpoint_order(model.params(), r.params.data());
   model.layout().to_checkpoint_order(model.grads(), r.grads.data());
   return r;
-}
-
-double relative_l2(const float* a, const float* b, std::size_t n) {
-  double diff = 0, norm = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    norm += double(b[i]) * b[i];
-  }
-  return norm == 0 ? std::sqrt(diff) : std::sqrt(diff / norm);
 }
 
 void check_pipeline(int P, Recompute recompute, int V = 1) {
