@@ -101,12 +101,8 @@ std::string trainer_layout_refusal(const trainer::GptConfig& config, const Train
     const trainer::GridShape grid{world, l.tp, l.pp, l.ranks_per_node > 0 ? l.ranks_per_node : world, false};
     static_cast<void>(trainer::RankGrid(grid));  // its constructor refuses a group across nodes
     trainer::check_model_split(config.num_heads, config.padded_vocab_size, config.num_layers, l.tp, l.pp, l.zero);
-    if (l.virtual_stages > 1) {
-      if (config.num_layers % (l.pp * l.virtual_stages) != 0)
-        throw std::invalid_argument(std::to_string(config.num_layers) + " layers do not divide into --pp x " +
-                                    "--pp-virtual = " + std::to_string(l.pp * l.virtual_stages) + " chunks");
-      trainer::check_pipeline_args(trainer::PipeSchedule::interleaved, l.pp, l.micro_batches, l.virtual_stages);
-    }
+    if (l.virtual_stages > 1)
+      trainer::check_interleaving(config.num_layers, l.pp, l.virtual_stages, l.micro_batches);
   } catch (const std::invalid_argument& e) {
     return std::string("dtrain-trainer refuses it: ") + e.what();
   }

@@ -31,15 +31,10 @@ void check_parallel_flags(const TrainOptions& o, const GptConfig& config) {
                                   std::to_string(grid.tp()) + "; choose --batch-size and --seq-len whose product does");
   }
   if (o.pp_virtual > 1) {
-    const std::string v = "--pp-virtual " + std::to_string(o.pp_virtual) + ": ";
-    if (grid.pp() == 1) throw std::invalid_argument(v + "virtual stages interleave a pipeline; it needs --pp above 1");
     if (o.pp_schedule == "gpipe")
-      throw std::invalid_argument(v + "chunks run the interleaved 1F1B schedule; drop --pp-schedule gpipe");
-    if (config.num_layers % (grid.pp() * o.pp_virtual) != 0)
-      throw std::invalid_argument(v + "the model's " + std::to_string(config.num_layers) +
-                                  " layers do not divide into --pp x --pp-virtual = " +
-                                  std::to_string(grid.pp() * o.pp_virtual) + " chunks of equal size");
-    check_pipeline_args(PipeSchedule::interleaved, grid.pp(), o.grad_accum, o.pp_virtual);
+      throw std::invalid_argument("--pp-virtual " + std::to_string(o.pp_virtual) +
+                                  ": chunks run the interleaved 1F1B schedule; drop --pp-schedule gpipe");
+    check_interleaving(config.num_layers, grid.pp(), o.pp_virtual, o.grad_accum);
   }
   if (grid.tp() == 1 && grid.pp() == 1) return;
   const std::string what = grid.tp() > 1 ? "--tp " + std::to_string(grid.tp()) + ": tensor parallelism"

@@ -207,6 +207,16 @@ const char* pipe_schedule_name(PipeSchedule schedule) {
   return "unknown";
 }
 
+void check_interleaving(int layers, int stages, int virtual_stages, int micro_batches) {
+  const std::string v = "--pp-virtual " + std::to_string(virtual_stages) + ": ";
+  if (stages <= 1) throw std::invalid_argument(v + "virtual stages interleave a pipeline; it needs --pp above 1");
+  if (layers % (stages * virtual_stages) != 0)
+    throw std::invalid_argument(v + "the model's " + std::to_string(layers) +
+                                " layers do not divide into --pp x --pp-virtual = " +
+                                std::to_string(stages * virtual_stages) + " chunks of equal size");
+  check_pipeline_args(PipeSchedule::interleaved, stages, micro_batches, virtual_stages);
+}
+
 void check_pipeline_args(PipeSchedule schedule, int stages, int micro_batches, int virtual_stages) {
   if (stages < 1 || micro_batches < 1 || virtual_stages < 1) {
     throw std::invalid_argument("pipeline of " + n(stages) + " stages, " + n(micro_batches) + " micro-batches, " +

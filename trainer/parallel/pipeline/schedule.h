@@ -49,6 +49,11 @@ inline bool operator==(const PipeOp& a, const PipeOp& b) {
 // interleaved schedule; interleaved with V < 2 or with micro_batches not a multiple of stages.
 void check_pipeline_args(PipeSchedule schedule, int stages, int micro_batches, int virtual_stages);
 
+// A model of `layers` layers interleaved over `stages` x `virtual_stages` chunks (dtrain-trainer's --pp-virtual): more
+// than one stage, layers that divide into the chunks, and check_pipeline_args' rules for the interleaved schedule;
+// std::invalid_argument with the numbers otherwise.
+void check_interleaving(int layers, int stages, int virtual_stages, int micro_batches);
+
 // The ops pipeline rank `stage` (0..P-1) runs for one optimizer step of m micro-batches, in order.
 std::vector<PipeOp> pipeline_schedule(PipeSchedule schedule, int stages, int stage, int micro_batches,
                                       int virtual_stages = 1);
