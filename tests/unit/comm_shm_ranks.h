@@ -48,6 +48,7 @@ struct RunOptions {
   std::chrono::milliseconds timeout{10'000};
   std::size_t chunk_bytes = 4096;                       // small, so that odd sizes take many pipelined chunks
   std::size_t arena_bytes = std::size_t{256} << 20;
+  std::size_t ring_bytes = std::size_t{1} << 20;       // of each point-to-point ring (shm/p2p.h)
   std::function<void(int rank)> before_join;            // in the child, before its communicator exists
   // In the parent once every child is forked: the pids, the shared reports and the segment's name.
   std::function<void(std::vector<pid_t>&, RankReport*, const std::string&)> during;
@@ -93,6 +94,7 @@ inline RankRun run_ranks(int world, const RankBody& body, const RunOptions& opti
         o.timeout = options.timeout;
         o.geometry.chunk_bytes = options.chunk_bytes;
         o.geometry.arena_bytes = options.arena_bytes;
+        o.geometry.ring_bytes = options.ring_bytes;
         ShmCommunicator comm(o);
         body(comm, report);
         report.code = 0;
@@ -160,6 +162,21 @@ void expect_same(const T* got, const T* want, std::size_t n, const std::string& 
                                std::to_string(static_cast<double>(want[i])));
     }
   }
+}
+
+// The CommError `call` throws, as text; a std::runtime_error (a code-3 report) when it throws none.
+inline std::string shm_error_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const CommError& error) {
+    return error.what();
+  }
+  throw std::runtime_error("no CommError");
+}
+
+// Throws (a code-3 report) unless `part` is in `text`.
+inline void expect_text(const std::string& text, const std::string& part) {
+  if (text.find(part) == std::string::npos) throw std::runtime_error("'" + part + "' is not in: " + text);
 }
 
 inline std::uint64_t fnv1a(const void* data, std::size_t bytes) {

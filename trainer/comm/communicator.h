@@ -202,9 +202,12 @@ std::unique_ptr<Communicator> make_communicator_from_env(const CommOptions& opti
 // A communicator over some of the job's ranks (a tensor- or data-parallel group; trainer/parallel/grid/rank_grid.h):
 // `members` are world ranks in increasing order, RANK among them, and `name` is the same on every member and
 // different for every group of the job (it names the group's rendezvous keys in the job's store). Every member must
-// call it, and every rank must make its groups in the same order. One member: the "local" communicator. Otherwise
-// gloo (CPU, TCP, whatever nodes the members are on); nccl groups are not built yet (CommError saying so). Throws
-// CommError for a RANK that is not among the members.
+// call it, and every rank must make its groups in the same order. One member: the "local" communicator. A group
+// whose members are all on one node, by the layout the ranks agreed on when they made the job's communicator
+// (make_communicator_from_env with backend auto, shm or hier, called first), gets the shm backend (collectives and
+// send()/recv() through shared memory; its segment reserves the staging slots of its members, as the job's does);
+// any other group, or any group when gloo was asked for, gets gloo (CPU, TCP, whatever nodes the members are on).
+// nccl groups are not built yet (CommError saying so). Throws CommError for a RANK that is not among the members.
 std::unique_ptr<Communicator> make_group_communicator_from_env(const std::vector<int>& members,
                                                                const std::string& name,
                                                                const CommOptions& options = {});

@@ -68,9 +68,10 @@ int Training::run(TrialRun& trial) {
     const std::string pipeline =
         grid_.pp() > 1 ? fmt::format(", {} schedule over {} micro-batches", o_.pp_schedule, K_) : std::string();
     spdlog::info("tensor parallel {} x pipeline parallel {} x data parallel {}: {} parameters on rank {} (stage {}, "
-                 "layers [{}, {}){})",
+                 "layers [{}, {}){}; groups over tp {}, dp {}, pp {})",
                  grid_.tp(), grid_.pp(), grid_.dp(), n_, rank_, place_.pp, model_.layout().first_layer(),
-                 model_.layout().first_layer() + model_.layout().stage_layers(), pipeline);
+                 model_.layout().first_layer() + model_.layout().stage_layers(), pipeline, groups_.tp->backend(),
+                 groups_.dp->backend(), groups_.pp->backend());
   }
   if (start.resumed && !o_.init_from.empty()) {
     spdlog::info("--init-from {} is not used: training resumes from {}", o_.init_from, start.point.checkpoint);

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +54,17 @@ int checked_rank(int world) {
   return rank;
 }
 
+// The layout the job's ranks agreed on when this process made its communicator over the whole job (auto, hier;
+// shm asked for by name: every rank on this node), for make_group_communicator_from_env. Unset before that, and
+// when gloo was asked for by name.
+std::mutex agreed_mutex;
+std::optional<NodeLayout> agreed_layout;
+
+void remember_layout(const NodeLayout& layout) {
+  std::lock_guard lock(agreed_mutex);
+  agreed_layout = layout;
+}
+
 // How many layout agreements this process made before: every rank makes them in the same order, so the n-th one of
 // every rank meets under the same store keys.
 std::atomic<int> layouts_agreed{0};
@@ -68,7 +81,9 @@ NodeLayout agree_from_env(int rank, int world, const CommOptions& options, bool 
   const std::string prefix = "dtrain/layout/" + std::to_string(layouts_agreed.fetch_add(1)) + "/";
   try {
     store::StoreClient store = job_store(options);
-    return agree_node_layout(store, prefix, place, options.timeout);
+    NodeLayout layout = agree_node_layout(store, prefix, place, options.timeout);
+    remember_layout(layout);
+    return layout;
   } catch (const store::StoreError& error) {
     throw CommError("rank " + std::to_string(rank) + " cannot reach the job's store to agree on its node layout: " +
                     error.what());
@@ -127,6 +142,15 @@ std::unique_ptr<Communicator> make_nccl(int world, const CommOptions& options) {
 #endif
 }
 
+// Whether every member is on `rank`'s node by the layout the job agreed on (with room for shm there); false when
+// none was agreed (gloo asked for by name, or no communicator over the job made yet).
+bool on_one_node(const std::vector<int>& members, int rank) {
+  std::lock_guard lock(agreed_mutex);
+  if (!agreed_layout || !agreed_layout->uniform || !agreed_layout->shm_room) return false;
+  const int per_node = agreed_layout->local_world;
+  return std::all_of(members.begin(), members.end(), [&](int member) { return member / per_node == rank / per_node; });
+}
+
 }  // namespace
 
 std::unique_ptr<Communicator> make_communicator_from_env(const CommOptions& options) {
@@ -146,6 +170,11 @@ std::unique_ptr<Communicator> make_communicator_from_env(const CommOptions& opti
                       std::to_string(local_world) + "; use DTRAIN_COMM_BACKEND=hier (shm within nodes, gloo "
                       "across) or DTRAIN_COMM_BACKEND=gloo for a job across nodes");
     }
+    NodeLayout one_node;
+    one_node.uniform = true;
+    one_node.local_world = world;
+    one_node.local_rank = rank;
+    remember_layout(one_node);
     return ShmCommunicator::from_env(rank, world, options);
   }
   const NodeLayout layout = agree_from_env(rank, world, options, false);
@@ -166,12 +195,17 @@ std::unique_ptr<Communicator> make_group_communicator_from_env(const std::vector
                     "join (" + std::to_string(members.size()) + " ranks)");
   }
   if (members.size() == 1) return std::make_unique<LocalCommunicator>();
-  if (chosen_backend(options) == "nccl") {
+  const std::string backend = chosen_backend(options);
+  if (backend == "nccl") {
     throw CommError("group '" + name + "': communicators over part of the job (tensor- or data-parallel groups) "
                     "are built for the CPU backends only so far; nccl groups are not");
   }
-  return GlooCommunicator::from_env(static_cast<int>(me - members.begin()), static_cast<int>(members.size()),
-                                    options, "group/" + name + "/");
+  const int group_rank = static_cast<int>(me - members.begin());
+  const auto group_size = static_cast<int>(members.size());
+  if (backend != "gloo" && on_one_node(members, rank)) {
+    return ShmCommunicator::from_env_group(group_rank, group_size, name, options);
+  }
+  return GlooCommunicator::from_env(group_rank, group_size, options, "group/" + name + "/");
 }
 
 }  // namespace dtrain::trainer

@@ -1,7 +1,9 @@
 #include "trainer/comm/shm/communicator.h"
 
 #include <atomic>
+#include <cctype>
 #include <cstdlib>
+#include <functional>
 #include <cstring>
 #include <random>
 #include <stdexcept>
@@ -12,6 +14,7 @@
 #include "trainer/comm/job_store.h"
 #include "trainer/comm/node_layout.h"
 #include "trainer/comm/shm/arena.h"
+#include "trainer/comm/shm/p2p.h"
 #include "trainer/comm/shm/pipeline.h"
 #include "worker/shm_segment_name.h"
 #include "trainer/comm/shm/sync.h"
@@ -45,12 +48,14 @@ struct ShmCommunicator::Impl {
       : options(o),
         segment(create_or_open(o, deadline)),
         sync(*segment, o.rank, o.timeout),
-        arena(segment->fd(), segment->base(), segment->arena_offset(o.rank), segment->geometry().arena_bytes) {}
+        arena(segment->fd(), segment->base(), segment->arena_offset(o.rank), segment->geometry().arena_bytes),
+        p2p(std::make_shared<ShmP2p>(*segment, sync, o.rank, o.timeout)) {}
 
   ShmCommOptions options;
   std::unique_ptr<Segment> segment;
   PeerSync sync;
   Arena arena;
+  std::shared_ptr<ShmP2p> p2p;  // shared with its Works, which may outlive the communicator
   // Last members: destroyed first, so the thread has finished before the segment goes.
   CollectiveTrace trace{"shm communicator"};
   WorkQueue queue{&trace};
@@ -77,9 +82,15 @@ ShmCommunicator::ShmCommunicator(ShmCommOptions options) {
   if (options.rank == 0) impl_->segment->unlink_name();
 }
 
-std::unique_ptr<ShmCommunicator> ShmCommunicator::from_env(int rank, int size, const CommOptions& options) {
-  const auto variable = [](const char* name, const char* alternative) -> std::string {
-    const char* value = std::getenv(name);
+namespace {
+
+// The segment's options under dtrain: its name from the job, the node, the round and `label` (what tells this
+// communicator from the process's others), with a nonce rank 0 publishes in the job's store under `key`.
+ShmCommOptions options_from_env(int rank, int size, const std::string& key, const CommOptions& options,
+                                const std::function<std::string(const std::string& job, std::uint32_t node,
+                                                                std::uint32_t round, const std::string& nonce)>& name) {
+  const auto variable = [](const char* first, const char* alternative) -> std::string {
+    const char* value = std::getenv(first);
     if (value == nullptr) value = std::getenv(alternative);
     return value != nullptr ? value : "";
   };
@@ -88,10 +99,6 @@ std::unique_ptr<ShmCommunicator> ShmCommunicator::from_env(int rank, int size, c
     throw CommError("shm communicator (rank " + std::to_string(rank) + "): DTRAIN_JOB_ID='" + job +
                     "' cannot name a segment; start workers with dtrain run/launch, which sets it");
   }
-  const int index = shm_communicators_created.fetch_add(1);
-  const int node = launcher_int("DTRAIN_NODE_RANK", 0);
-  // One key per node: every node's rank 0 publishes its own segment's nonce.
-  const std::string key = "dtrain/shm/" + std::to_string(index) + "/node" + std::to_string(node) + "/nonce";
   std::string nonce;
   try {
     store::StoreClient store = job_store(options);
@@ -112,13 +119,42 @@ std::unique_ptr<ShmCommunicator> ShmCommunicator::from_env(int rank, int size, c
   shm.rank = rank;
   shm.size = size;
   shm.timeout = options.timeout;
-  shm.name = worker::shm_segment_name(job, static_cast<std::uint32_t>(node),
-                              static_cast<std::uint32_t>(launcher_int("DTRAIN_RESTART_COUNT", 0)),
-                              static_cast<std::uint32_t>(index), nonce);
-  return std::make_unique<ShmCommunicator>(std::move(shm));
+  shm.name = name(job, static_cast<std::uint32_t>(launcher_int("DTRAIN_NODE_RANK", 0)),
+                  static_cast<std::uint32_t>(launcher_int("DTRAIN_RESTART_COUNT", 0)), nonce);
+  return shm;
+}
+
+}  // namespace
+
+std::unique_ptr<ShmCommunicator> ShmCommunicator::from_env(int rank, int size, const CommOptions& options) {
+  const int index = shm_communicators_created.fetch_add(1);
+  const int node = launcher_int("DTRAIN_NODE_RANK", 0);
+  // One key per node: every node's rank 0 publishes its own segment's nonce.
+  const std::string key = "dtrain/shm/" + std::to_string(index) + "/node" + std::to_string(node) + "/nonce";
+  return std::make_unique<ShmCommunicator>(options_from_env(
+      rank, size, key, options, [index](const std::string& job, std::uint32_t n, std::uint32_t round,
+                                        const std::string& nonce) {
+        return worker::shm_segment_name(job, n, round, static_cast<std::uint32_t>(index), nonce);
+      }));
+}
+
+std::unique_ptr<ShmCommunicator> ShmCommunicator::from_env_group(int rank, int size, const std::string& group,
+                                                                 const CommOptions& options) {
+  for (const char c : group) {
+    if (std::isalnum(static_cast<unsigned char>(c)) == 0 && c != '-' && c != '_') {
+      throw CommError("shm communicator: group name '" + group + "' may hold only letters, digits, '-' and '_'");
+    }
+  }
+  // Group names are unique in the job, so the key needs no node.
+  return std::make_unique<ShmCommunicator>(options_from_env(
+      rank, size, "dtrain/shm/group/" + group + "/nonce", options,
+      [&group](const std::string& job, std::uint32_t node, std::uint32_t round, const std::string& nonce) {
+        return worker::shm_group_segment_name(job, node, round, group, nonce);
+      }));
 }
 
 ShmCommunicator::~ShmCommunicator() {
+  impl_->p2p->close();
   impl_->queue.submit("leave", [this] { impl_->sync.leave(); });
 }
 
@@ -203,6 +239,16 @@ std::shared_ptr<Work> ShmCommunicator::reduce_scatter_half(const std::uint16_t* 
                   type, 2, in, out, count_per_rank, 0};
   refuse_fp32(type, c.what, "reduce_scatter");
   return issue(std::move(c), Collective::reduce_scatter, count_per_rank * size() * 2);
+}
+
+std::shared_ptr<Work> ShmCommunicator::send(const float* data, std::size_t count, int peer, int stream) {
+  auto work = impl_->p2p->send(data, count, peer, stream);
+  count_sent(count * sizeof(float));
+  return work;
+}
+
+std::shared_ptr<Work> ShmCommunicator::recv(float* data, std::size_t count, int peer, int stream) {
+  return impl_->p2p->recv(data, count, peer, stream);
 }
 
 }  // namespace dtrain::trainer

@@ -8,6 +8,10 @@
 // leaves mid-collective fails it on the others with a CommError within about 50 ms, and after the first failure
 // every later collective fails at once.
 //
+// Point-to-point send() and recv() go through a ring per (sender, receiver, stream) in the same segment
+// (shm/p2p.h): one copy in and one out, a message that fits the ring complete when send() returns, no thread per
+// message.
+//
 // Buffers: a collective works on any host memory, copying it through the segment chunk by chunk. A buffer from
 // allocate() lives in this rank's part of the segment, so its collectives skip those copies (about half the memory
 // traffic of an allreduce); release() gives it back. A buffer stays valid only while the communicator lives.
@@ -47,6 +51,11 @@ class ShmCommunicator : public Communicator {
   // are within this node (LOCAL_RANK, LOCAL_WORLD_SIZE); make_communicator_from_env checks that they are the job's
   // when the shm backend is asked for the whole job.
   static std::unique_ptr<ShmCommunicator> from_env(int rank, int size, const CommOptions& options);
+  // A group of ranks of this node (make_group_communicator_from_env): `rank` and `size` within the group, `group`
+  // the name every member passes ([A-Za-z0-9_-]), which names the segment (worker/shm_segment_name.h) and the
+  // store key of its nonce. The other variables as from_env.
+  static std::unique_ptr<ShmCommunicator> from_env_group(int rank, int size, const std::string& group,
+                                                         const CommOptions& options);
   // Runs the collectives already issued (each bounded by the timeout), then leaves. Buffers from allocate() die
   // with it.
   ~ShmCommunicator() override;
@@ -74,6 +83,10 @@ class ShmCommunicator : public Communicator {
                                         std::size_t count_per_rank) override;
   std::shared_ptr<Work> reduce_scatter_half(const std::uint16_t* in, std::uint16_t* out, std::size_t count_per_rank,
                                             kernels::Dtype type) override;
+
+  // Point-to-point through the segment's rings (shm/p2p.h).
+  std::shared_ptr<Work> send(const float* data, std::size_t count, int peer, int stream = 0) override;
+  std::shared_ptr<Work> recv(float* data, std::size_t count, int peer, int stream = 0) override;
 
  private:
   // Counts the bytes a ring would send for `kind` on `buffer_bytes` (Communicator::bytes_sent) and queues `c`.

@@ -32,6 +32,7 @@ struct Header {
   std::uint64_t ranks;
   std::uint64_t chunk_bytes;
   std::uint64_t arena_bytes;
+  std::uint64_t ring_bytes;
   std::atomic<std::uint32_t> ready;   // 1 once rank 0 has laid the segment out
   std::atomic<std::uint32_t> joined;  // ranks that have joined (shm/sync.h)
 };
@@ -42,11 +43,27 @@ std::size_t slots_offset() { return kPage; }
 std::size_t staging_offset(const SegmentGeometry& g) {
   return slots_offset() + round_up_to(sizeof(RankSlot) * static_cast<std::size_t>(g.ranks), kPage);
 }
-std::size_t arenas_offset(const SegmentGeometry& g) {
+std::size_t channels(const SegmentGeometry& g) {
+  return static_cast<std::size_t>(g.ranks) * static_cast<std::size_t>(g.ranks) * Communicator::kP2pStreams;
+}
+// The bells and the rings' counters come before the arenas: they are reserved with the header.
+std::size_t bells_offset(const SegmentGeometry& g) {
   return staging_offset(g) + round_up_to(2 * g.chunk_bytes * static_cast<std::size_t>(g.ranks), kPage);
 }
-std::size_t total_bytes(const SegmentGeometry& g) {
+std::size_t channels_offset(const SegmentGeometry& g) {
+  return bells_offset(g) + round_up_to(sizeof(P2pBell) * static_cast<std::size_t>(g.ranks), kPage);
+}
+std::size_t arenas_offset(const SegmentGeometry& g) {
+  return channels_offset(g) + round_up_to(sizeof(P2pChannel) * channels(g), kPage);
+}
+std::size_t rings_offset(const SegmentGeometry& g) {
   return arenas_offset(g) + round_up_to(g.arena_bytes, kPage) * static_cast<std::size_t>(g.ranks);
+}
+std::size_t total_bytes(const SegmentGeometry& g) { return rings_offset(g) + round_up_to(g.ring_bytes, kPage) * channels(g); }
+// Index of the (from, to, stream) ring among channels(g).
+std::size_t channel_index(const SegmentGeometry& g, int from, int to, int stream) {
+  return (static_cast<std::size_t>(from) * static_cast<std::size_t>(g.ranks) + static_cast<std::size_t>(to)) *
+             Communicator::kP2pStreams + static_cast<std::size_t>(stream);
 }
 
 std::string where(const std::string& name) { return shm_segment_dir() + "/" + name; }
@@ -130,7 +147,7 @@ std::unique_ptr<Segment> Segment::create(const std::string& name, const SegmentG
   }
   std::unique_ptr<Segment> segment(new Segment(name, geometry, fd, map(fd, bytes, name), bytes));
   auto* header = new (segment->base_) Header{kMagic, static_cast<std::uint64_t>(geometry.ranks), geometry.chunk_bytes,
-                                             geometry.arena_bytes, {0}, {0}};
+                                             geometry.arena_bytes, geometry.ring_bytes, {0}, {0}};
   for (int r = 0; r < geometry.ranks; ++r) {
     RankSlot& slot = *new (segment->base_ + slots_offset() + sizeof(RankSlot) * static_cast<std::size_t>(r)) RankSlot;
     pthread_mutexattr_t attr;
@@ -143,6 +160,16 @@ std::unique_ptr<Segment> Segment::create(const std::string& name, const SegmentG
     slot.progress.store(0);
     slot.waiters.store(0);
     slot.published.store(0);
+  }
+  for (int r = 0; r < geometry.ranks; ++r) {
+    P2pBell& bell = segment->bell(r);
+    bell.rings.store(0);
+    bell.sleepers.store(0);
+  }
+  for (std::size_t c = 0; c < channels(geometry); ++c) {
+    auto* channel = new (segment->base_ + channels_offset(geometry) + sizeof(P2pChannel) * c) P2pChannel;
+    channel->written.store(0);
+    channel->taken.store(0);
   }
   header->ready.store(1, std::memory_order_release);
   return segment;
@@ -162,10 +189,10 @@ std::unique_ptr<Segment> Segment::open(const std::string& name, const SegmentGeo
       }
       if (header.ready.load(std::memory_order_acquire) == 1) {
         if (header.magic != kMagic || header.ranks != static_cast<std::uint64_t>(geometry.ranks) ||
-            header.chunk_bytes != geometry.chunk_bytes || header.arena_bytes != geometry.arena_bytes) {
+            header.chunk_bytes != geometry.chunk_bytes || header.arena_bytes != geometry.arena_bytes || header.ring_bytes != geometry.ring_bytes) {
           throw CommError("shm communicator: " + where(name) + " was laid out for " + std::to_string(header.ranks) +
                           " ranks, not " + std::to_string(geometry.ranks) +
-                          " (or with other chunk or arena sizes); every rank must use the same options");
+                          " (or with other chunk, arena or ring sizes); every rank must use the same options");
         }
         return segment;
       }
@@ -201,6 +228,19 @@ std::size_t Segment::arena_offset_of(int rank, const void* data, std::size_t byt
     return SIZE_MAX;
   }
   return static_cast<std::size_t>(p - base_);
+}
+
+P2pBell& Segment::bell(int rank) const {
+  return *reinterpret_cast<P2pBell*>(base_ + bells_offset(geometry_) + sizeof(P2pBell) * static_cast<std::size_t>(rank));
+}
+
+P2pChannel& Segment::channel(int from, int to, int stream) const {
+  return *reinterpret_cast<P2pChannel*>(base_ + channels_offset(geometry_) +
+                                        sizeof(P2pChannel) * channel_index(geometry_, from, to, stream));
+}
+
+std::size_t Segment::ring_offset(int from, int to, int stream) const {
+  return rings_offset(geometry_) + round_up_to(geometry_.ring_bytes, kPage) * channel_index(geometry_, from, to, stream);
 }
 
 void Segment::unlink_name() {

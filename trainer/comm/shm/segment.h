@@ -9,6 +9,10 @@
 //   ranks x staging         per rank: 2 slots of chunk_bytes, where user buffers are copied in and out, chunk by chunk
 //   ranks x arena           per rank: arena_bytes of address space for Communicator::allocate (shm/arena.h); pages
 //                           are reserved only as buffers are allocated (the file is sparse until then)
+//   ranks x P2pBell         per rank: the doorbell its point-to-point waits sleep on (shm/p2p.h)
+//   ranks^2 x streams x P2pChannel   per ordered pair of ranks and stream: the ring's two counters
+//   ranks^2 x streams x ring         per ordered pair and stream: ring_bytes of address space, reserved by the sender
+//                                    on its first message there
 //
 // Every rank maps the whole segment, so a peer's staging slot or arena buffer is a plain pointer.
 
@@ -36,6 +40,24 @@ struct SegmentGeometry {
   std::size_t chunk_bytes = std::size_t{1} << 20;
   // Address space of each rank's arena; pages are reserved as buffers are allocated.
   std::size_t arena_bytes = std::size_t{16} << 30;
+  // Bytes of the ring of each (sender, receiver, stream) of send() and recv() (shm/p2p.h): messages up to about this
+  // size are copied in at once and send() completes at once; longer ones stream through it. Address space; a ring's
+  // pages are reserved when its sender first uses it (a pipeline uses 2 streams to each of 2 neighbours).
+  std::size_t ring_bytes = std::size_t{1} << 20;
+};
+
+// The two counters of one ring (shm/p2p.h), on cache lines of their own: bytes the sender has written and bytes the
+// receiver has taken, both modulo 2^32 (a ring holds less than 2^31).
+struct P2pChannel {
+  alignas(64) std::atomic<std::uint32_t> written;
+  alignas(64) std::atomic<std::uint32_t> taken;
+};
+
+// A rank's doorbell: a peer that wrote to one of its rings or took from one bumps `rings` and wakes it when
+// `sleepers` says someone of the rank sleeps on it (its training thread in a recv, its sender thread).
+struct P2pBell {
+  alignas(64) std::atomic<std::uint32_t> rings;
+  std::atomic<std::uint32_t> sleepers;
 };
 
 // A rank's part of the header. The progress word and its waiter count share a cache line of their own, so a rank
@@ -82,6 +104,11 @@ class Segment {
   std::size_t arena_offset(int rank) const;
   // Offset of [data, data + bytes) from base() when all of it lies in `rank`'s arena; else SIZE_MAX.
   std::size_t arena_offset_of(int rank, const void* data, std::size_t bytes) const;
+  // Point-to-point (shm/p2p.h): `rank`'s doorbell; the counters and the ring of messages from `from` to `to` on
+  // `stream` (0 .. Communicator::kP2pStreams - 1), and the ring's offset from base().
+  P2pBell& bell(int rank) const;
+  P2pChannel& channel(int from, int to, int stream) const;
+  std::size_t ring_offset(int from, int to, int stream) const;
 
   // Removes the name from /dev/shm; the mappings stay valid. Rank 0 does it once every rank has joined, so a job
   // killed later leaves nothing behind; the agent removes what a round killed before that left (worker/shm_segment_name.h).

@@ -29,15 +29,6 @@ long futex(std::atomic<std::uint32_t>& word, int op, std::uint32_t value, const 
   return ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), op, value, timeout, nullptr, 0);
 }
 
-void wake_all(std::atomic<std::uint32_t>& word) { futex(word, FUTEX_WAKE, INT_MAX, nullptr); }
-
-// Sleeps while `word` holds `seen`, at most `limit`.
-void sleep_on(std::atomic<std::uint32_t>& word, std::uint32_t seen, Clock::duration limit) {
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(limit).count();
-  const timespec timeout{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-  futex(word, FUTEX_WAIT, seen, &timeout);
-}
-
 // Sync point numbers wrap around; a word has reached `point` when it is no more than half the range behind.
 bool reached(std::uint32_t progress, std::uint32_t point) { return static_cast<std::int32_t>(progress - point) >= 0; }
 
@@ -48,6 +39,14 @@ void relax() {
 }
 
 }  // namespace
+
+void futex_wake_all(std::atomic<std::uint32_t>& word) { futex(word, FUTEX_WAKE, INT_MAX, nullptr); }
+
+void futex_sleep(std::atomic<std::uint32_t>& word, std::uint32_t seen, Clock::duration limit) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(limit).count();
+  const timespec timeout{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  futex(word, FUTEX_WAIT, seen, &timeout);
+}
 
 PeerSync::PeerSync(Segment& segment, int rank, std::chrono::milliseconds timeout)
     : segment_(segment), rank_(rank), timeout_(timeout) {}
@@ -64,7 +63,7 @@ void PeerSync::join(Clock::time_point deadline) {
   std::atomic<std::uint32_t>& joined = segment_.joined();
   const auto ranks = static_cast<std::uint32_t>(segment_.geometry().ranks);
   joined.fetch_add(1);
-  wake_all(joined);
+  futex_wake_all(joined);
   for (std::uint32_t seen = joined.load(); seen < ranks; seen = joined.load()) {
     const auto now = Clock::now();
     if (now >= deadline) {
@@ -77,7 +76,7 @@ void PeerSync::join(Clock::time_point deadline) {
                       "; missing: rank(s) " + missing + ". Check their logs, and that every rank of the job runs on "
                       "this node");
     }
-    sleep_on(joined, seen, std::min<Clock::duration>(kLivenessPoll, deadline - now));
+    futex_sleep(joined, seen, std::min<Clock::duration>(kLivenessPoll, deadline - now));
   }
 }
 
@@ -86,7 +85,7 @@ std::uint32_t PeerSync::arrive() {
   slot.progress.store(++passed_);
   // Both sides are sequentially consistent: either this load sees a waiter's increment, or that waiter's re-read
   // of the progress word sees the new value before it sleeps.
-  if (slot.waiters.load() != 0) wake_all(slot.progress);
+  if (slot.waiters.load() != 0) futex_wake_all(slot.progress);
   return passed_;
 }
 
@@ -109,7 +108,7 @@ void PeerSync::wait_one(int peer, std::uint32_t point, Clock::time_point deadlin
     slot.waiters.fetch_add(1);
     const std::uint32_t seen = slot.progress.load();
     const auto now = Clock::now();
-    if (!reached(seen, point) && now < deadline) sleep_on(slot.progress, seen, std::min<Clock::duration>(kLivenessPoll, deadline - now));
+    if (!reached(seen, point) && now < deadline) futex_sleep(slot.progress, seen, std::min<Clock::duration>(kLivenessPoll, deadline - now));
     slot.waiters.fetch_sub(1);
     if (reached(slot.progress.load(std::memory_order_acquire), point)) return;
     const std::string where = "shm " + what + " failed on rank " + std::to_string(rank_) + " of " +

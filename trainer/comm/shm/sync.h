@@ -9,6 +9,7 @@
 // the kernel hands that mutex on with EOWNERDEAD the moment the holder dies (SIGKILL included), so a dead peer is
 // seen within kLivenessPoll, and a stalled one at the deadline: a CommError either way, never a hang.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -16,6 +17,11 @@
 #include "trainer/comm/shm/segment.h"
 
 namespace dtrain::trainer {
+
+// The futex calls the waits are made of, on words shared between processes (shm/p2p.h uses them too): wakes every
+// sleeper on `word`; sleeps while `word` holds `seen`, at most `limit`.
+void futex_wake_all(std::atomic<std::uint32_t>& word);
+void futex_sleep(std::atomic<std::uint32_t>& word, std::uint32_t seen, std::chrono::steady_clock::duration limit);
 
 class PeerSync {
  public:
@@ -40,12 +46,13 @@ class PeerSync {
   void publish(std::uint64_t value);
   std::uint64_t published(int rank) const;
 
+  // "" while `peer` is in the communicator; else what happened to it ("(pid 123) is gone: ...").
+  std::string gone(int peer) const;
+
  private:
   // Waits on one rank's progress word until it reaches `point`; throws as wait_all.
   void wait_one(int peer, std::uint32_t point, std::chrono::steady_clock::time_point deadline,
                 const std::string& what);
-  // "" while `peer` is in the communicator; else what happened to it.
-  std::string gone(int peer) const;
 
   Segment& segment_;
   int rank_;
