@@ -1,4 +1,4 @@
-// `dtrain bench allreduce|all_gather|reduce_scatter|broadcast [-b MIN] [-e MAX] [-f FACTOR]`: collective bandwidth
+// `dtrain bench allreduce|all_gather|reduce_scatter|broadcast|sendrecv [-b MIN] [-e MAX] [-f FACTOR]`: bandwidth
 // inside a job, like nccl-tests, through the trainer's Communicator (--backend gloo on CPU, the default; --backend
 // shm on CPU among the ranks of one node; --backend hier, shm within nodes and gloo across; --backend auto, the
 // trainer's default choice; --backend nccl on GPU, one per rank, buffers in GPU memory). Buffers come
@@ -75,9 +75,11 @@ Action add_bench_command(CLI::App& app) {
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("bench", "Collective bandwidth inside a job (run on every rank), like nccl-tests");
-  cmd->add_option("collective", args->collective, "allreduce, all_gather, reduce_scatter or broadcast")
+  cmd->add_option("collective", args->collective,
+                  "allreduce, all_gather, reduce_scatter, broadcast, or sendrecv (each rank sends to the next and "
+                  "receives from the one before, a pipeline's exchange; gloo, shm)")
       ->required()
-      ->check(CLI::IsMember({"allreduce", "all_gather", "reduce_scatter", "broadcast"}));
+      ->check(CLI::IsMember({"allreduce", "all_gather", "reduce_scatter", "broadcast", "sendrecv"}));
   cmd->add_option("-b,--minbytes", args->min_size, "smallest size (64K, 1M, ...)")->capture_default_str();
   cmd->add_option("-e,--maxbytes", args->max_size, "largest size")->capture_default_str();
   cmd->add_option("-f,--stepfactor", args->factor, "multiply the size by this between rows")

@@ -1,5 +1,6 @@
 """The shared-memory communicator (DTRAIN_COMM_BACKEND=shm) under the real launcher: dtrain bench allreduce with
-communicator-allocated and user buffers comes back with #wrong 0; dtrain-comm-worker's collectives and DDP pass are
+communicator-allocated and user buffers comes back with #wrong 0, and so does dtrain bench sendrecv (point-to-point
+through the segment's rings, 3 ranks in a ring, messages from 1 KiB to 4 MiB, past the 1 MiB ring); dtrain-comm-worker's collectives and DDP pass are
 exact over shm; a job over two nodes is refused with a message that names the fix; and when a worker is SIGKILLed
 before every rank joined its segment (so nobody removed its name), the agent removes the job's segments from
 /dev/shm at the end of the round."""
@@ -47,6 +48,18 @@ check(any("backend shm, user (host memory) buffers" in t for t in titles), "a ta
 check(len(rows) == 8, "4 sizes x 2 tables, got %d rows" % len(rows))
 check(all(wrong == 0 for _, _, wrong in rows), "#wrong is 0 in every row")
 check(segments("shm-bench") == [], "nothing left in /dev/shm: %s" % segments("shm-bench"))
+run.assert_no_leaks()
+
+# 1b. Point-to-point: every rank sends to the next and receives from the one before, at once.
+run = Run(["run", "-n", "3", "--name", "shm-sendrecv", "--", DTRAIN, "bench", "sendrecv", "--backend", "shm",
+           "--buffers", "both", "-b", "1K", "-e", "4M", "-f", "64", "-n", "3", "-w", "1"], timeout=120)
+run.run()
+run.show()
+check(run.code == 0, "dtrain bench sendrecv --backend shm exits 0, got %s" % run.code)
+rows = bench_rows(run.out)
+check(len(rows) == 6, "3 sizes x 2 tables, got %d rows" % len(rows))
+check(all(wrong == 0 for _, _, wrong in rows), "#wrong is 0 in every sendrecv row")
+check(segments("shm-sendrecv") == [], "nothing left in /dev/shm: %s" % segments("shm-sendrecv"))
 run.assert_no_leaks()
 
 # 2. Every collective and a DDP pass, exact, through make_communicator_from_env with DTRAIN_COMM_BACKEND=shm.

@@ -99,8 +99,18 @@ Case make_case(Communicator& communicator, const std::string& collective) {
     return {1.0, 1, 0, 1, [=](Buffers& b, std::size_t count) { comm->broadcast(b.out.data(), count, 0)->wait(); },
             [](std::size_t i, std::size_t) { return element(0, i); }};
   }
+  if (collective == "sendrecv") {  // a pipeline's exchange: each rank sends to the next and receives from the one before
+    const int next = (me + 1) % n, before = (me + n - 1) % n;
+    return {1.0, 1, 1, 1,
+            [=](Buffers& b, std::size_t count) {
+              auto sent = comm->send(b.in.data(), count, next);
+              comm->recv(b.out.data(), count, before)->wait();
+              sent->wait();
+            },
+            [=](std::size_t i, std::size_t) { return element(before, i); }};
+  }
   throw std::invalid_argument("unknown collective '" + collective +
-                              "'; use allreduce, all_gather, reduce_scatter or broadcast");
+                              "'; use allreduce, all_gather, reduce_scatter, broadcast or sendrecv");
 }
 
 // Fills the buffers of `c` for `count` with this rank's known data (and zeros in `out` when it is not the input)

@@ -20,7 +20,9 @@
 namespace dtrain::trainer {
 
 struct CollectiveBenchOptions {
-  // "allreduce", "all_gather", "reduce_scatter" or "broadcast".
+  // "allreduce", "all_gather", "reduce_scatter", "broadcast" or "sendrecv": every rank send()s size bytes to the
+  // next rank and recv()s as many from the one before, at once (a pipeline's exchange between stages; the time is
+  // that of both; busbw = algbw; 2 ranks or more, on a backend with point-to-point).
   std::string collective = "allreduce";
   // Sizes in bytes, as described above.
   std::vector<std::size_t> sizes_bytes = {std::size_t{1} << 20, std::size_t{25} << 20};
