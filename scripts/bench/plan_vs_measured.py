@@ -2,7 +2,9 @@
 with the machine's own measured numbers given to the plan.
 
 Model: BENCHMARKS.md's bench model, GPT-2 with L=4, C=256, NH=4, T=256, V=256, fp32, global batch 8 sequences,
-1 thread a rank, every collective over Gloo (DTRAIN_COMM_BACKEND=gloo, what `dtrain bench` measures by default).
+1 thread a rank, every collective and send over --backend: shm (the default: what dtrain-trainer uses on one node,
+the job's and every group's communicator in shared memory) or gloo (DTRAIN_COMM_BACKEND=gloo, TCP on loopback), the
+bench below run with the same backend.
 Layouts: DDP on 2 ranks (b=4), TP=2 (b=8), PP=2 with 1F1B over m=4 (b=2) and m=8 (b=1), and T=2 x P=2 on 4 ranks
 (m=4, b=2).
 
@@ -49,9 +51,12 @@ LAYOUTS = (("DDP, 2 ranks", 2, 1, 1, 4, 1),
            ("T=2 x P=2, m=4, 4 ranks", 4, 2, 2, 2, 4))
 
 
+BACKEND = "shm"  # --backend
+
+
 def clean_env():
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
-    env.update(DTRAIN_COMM_BACKEND="gloo", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    env.update(DTRAIN_COMM_BACKEND=BACKEND, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     return env
 
 
@@ -103,7 +108,8 @@ def achieved_rate(args, work):
 def bench(args, work, size, iters, busy_ms=0):
     """(time in ms, busbw in GB/s) of `dtrain run -n 2 -- dtrain bench allreduce -b SIZE -e SIZE` (rank 0's row)."""
     cmd = [args.dtrain, "run", "-n", "2", "--logs-dir", os.path.join(work, "runs"), "--", args.dtrain, "bench",
-           "allreduce", "-b", size, "-e", size, "-n", str(iters), "-w", "3", "--busy-ms", str(busy_ms)]
+           "allreduce", "-b", size, "-e", size, "-n", str(iters), "-w", "3", "--busy-ms", str(busy_ms),
+           "--backend", BACKEND]
     done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=clean_env(), timeout=600)
     for line in done.stdout.splitlines():
         fields = line.split()
@@ -173,7 +179,10 @@ def main():
     parser.add_argument("--steps", type=int, default=7)
     parser.add_argument("--nccl-latency", action="store_true",
                         help="give the plan no measured latency (its NCCL model), to see what it changes")
+    parser.add_argument("--backend", choices=("shm", "gloo"), default="shm")
     args = parser.parse_args()
+    global BACKEND
+    BACKEND = args.backend
     args.cores = len(os.sched_getaffinity(0))
     args.params = 12 * L * C * C + 13 * L * C + V * C + T * C + 2 * C  # GPT-2 with biases, tied head, Vp = V
     with tempfile.TemporaryDirectory(prefix="dtrain-plan-vs-") as work:

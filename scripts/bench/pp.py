@@ -6,7 +6,9 @@ step against the ideal (P-1)/(m+P-1) of 1F1B and GPipe with equal stages, and th
 Model: BENCHMARKS.md's bench model, GPT-2 with L=4, C=256, NH=4, T=256, V=256; global batch 8 sequences, 1 thread a
 rank through `dtrain run`. On 2 ranks: DDP (B=4), TP=2 (B=8), PP=2 with m = 2, 4 and 8 micro-batches (B = 8/m), and
 PP=2 GPipe with m=8. On 4 ranks (two per core of a 2-core machine, every layout alike): DDP (B=2), T=2 x P=2 (m=8,
-B=1), P=2 x DP=2 (m=4, B=1). Rounds interleave the layouts so machine noise hits all alike; each cell is the median
+B=1), P=2 x DP=2 (m=4, B=1). Every layout runs as dtrain-trainer runs by default on one node, its groups' collectives
+and sends through shared memory; the layouts marked "gloo" run the same with DTRAIN_COMM_BACKEND=gloo, every group
+over TCP on loopback, as they did before groups within a node used shared memory. Rounds interleave the layouts so machine noise hits all alike; each cell is the median
 over rounds of the median step (or bubble) after the first 2 of --steps steps."""
 
 import argparse
@@ -23,28 +25,32 @@ from trainer_vs_pytorch import make_shard  # noqa: E402  the same llm.c shard of
 
 MODEL = ["--layers", "4", "--channels", "256", "--heads", "4", "--max-seq-len", "256", "--vocab", "256",
          "--seq-len", "256", "--threads", "1"]
-# label, ranks, pipeline stages, micro-batches, flags
+# label, ranks, pipeline stages, micro-batches, flags[, environment]
+GLOO = {"DTRAIN_COMM_BACKEND": "gloo"}
 LAYOUTS = (("DDP, 2 ranks", 2, 1, 1, ["--batch-size", "4"]),
            ("TP=2", 2, 1, 1, ["--batch-size", "8", "--tp", "2"]),
            ("PP=2, 1f1b, m=2", 2, 2, 2, ["--batch-size", "4", "--grad-accum", "2", "--pp", "2"]),
            ("PP=2, 1f1b, m=4", 2, 2, 4, ["--batch-size", "2", "--grad-accum", "4", "--pp", "2"]),
            ("PP=2, 1f1b, m=8", 2, 2, 8, ["--batch-size", "1", "--grad-accum", "8", "--pp", "2"]),
+           ("PP=2, 1f1b, m=8, gloo", 2, 2, 8, ["--batch-size", "1", "--grad-accum", "8", "--pp", "2"], GLOO),
            ("PP=2, gpipe, m=8", 2, 2, 8, ["--batch-size", "1", "--grad-accum", "8", "--pp", "2",
                                           "--pp-schedule", "gpipe"]),
            ("DDP, 4 ranks", 4, 1, 1, ["--batch-size", "2"]),
            ("T=2 x P=2, m=8", 4, 2, 8, ["--batch-size", "1", "--grad-accum", "8", "--tp", "2", "--pp", "2"]),
+           ("T=2 x P=2, m=8, gloo", 4, 2, 8, ["--batch-size", "1", "--grad-accum", "8", "--tp", "2", "--pp", "2"],
+            GLOO),
            ("P=2 x DP=2, m=4", 4, 2, 4, ["--batch-size", "1", "--grad-accum", "4", "--pp", "2"]))
 
-
 def run(args, work, index, layout):
-    label, ranks, _, _, flags = layout
+    label, ranks, _, _, flags = layout[:5]
     metrics = os.path.join(work, f"layout{index}.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
     trainer = [args.trainer, *MODEL, *flags, "--steps", str(args.steps), "--data", os.path.join(work, "data.bin"),
                "--metrics", metrics]
     cmd = [args.dtrain, "run", "-n", str(ranks), "--logs-dir", os.path.join(work, "runs"), "--", *trainer]
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "DTRAIN_COMM_BACKEND")}
+    env.update(layout[5] if len(layout) > 5 else {})
     done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env, timeout=600)
     with open(metrics) as f:
         lines = [json.loads(line) for line in f][2:]
@@ -78,9 +84,9 @@ def main():
               "bubble share of the step | ideal (P-1)/(m+P-1) | parameters on rank 0 |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- |")
         ddp = {}  # each rank count's DDP step, the first layout on that many ranks
-        for i, (label, ranks, _, _, _) in enumerate(LAYOUTS):
+        for i, (label, ranks, *_) in enumerate(LAYOUTS):
             ddp.setdefault(ranks, statistics.median(r["ms"] for r in results[i]))
-        for i, (label, ranks, stages, micro, _) in enumerate(LAYOUTS):
+        for i, (label, ranks, stages, micro, *_) in enumerate(LAYOUTS):
             ms = statistics.median(r["ms"] for r in results[i])
             comm = statistics.median(r["comm"] for r in results[i])
             bubble = statistics.median(r["bubble"] for r in results[i])
