@@ -1,11 +1,13 @@
 """A pipeline stage that stops in the middle of training, through the real launcher, agents and signals
-(dtrain-trainer --pp 2 on two simulated nodes, one stage each):
+(dtrain-trainer --pp 2 on two simulated nodes, one stage each, the stages' sends over gloo):
   dies    stage 1 is killed (SIGKILL) while the job trains: stage 0, waiting for it inside the pipeline, is stopped by
           the teardown at once; the job exits 137 (128 + SIGKILL) within seconds, naming rank 1 as the root cause, and
           leaves nothing running;
   hangs   stage 1 stalls before step 3 (--debug-stall-rank 1): stage 0 waits for its gradient; the hang check fails the
           job after health.hang_timeout_s (exit 124), and the evidence shows stage 0 waiting for stage 1 in the
-          pipeline ("pp-recv" or "pp-send"), naming both stages."""
+          pipeline ("pp-recv" or "pp-send"), naming both stages;
+  hangs on one node   the same with both stages on one node, where the pipeline group is an shm communicator and
+          stage 0 waits on its ring's doorbell: the same hang check, the same phases."""
 
 import glob
 import os
@@ -19,8 +21,8 @@ TRAINER = os.path.join(BUILD_DIR, "bin", "dtrain-trainer")
 
 SPEC = """
 name: %s
-nodes: {provider: local, count: 2}
-workers_per_node: 1
+nodes: {provider: local, count: %d}
+workers_per_node: %d
 command: %s
 shell: true
 restart: {max_restarts: 0}
@@ -33,13 +35,13 @@ MODEL = ("--layers 4 --channels 64 --heads 4 --max-seq-len 64 --vocab 256 --seq-
          "--grad-accum 4 --threads 1 --pp 2")
 
 
-def launch(name, command, health):
+def launch(name, command, health, nodes=2):
     run = Run([], timeout=120)
     text = write(os.path.join(run.dir, "data.txt"), " ".join(["the stages pass activations on"] * 4000))
     shard = os.path.join(run.dir, "data.bin")
     prepared = subprocess.run([TRAINER, "prepare-text", text, shard], capture_output=True, text=True, timeout=60)
     check(prepared.returncode == 0, "prepare-text makes the shard: " + prepared.stdout + prepared.stderr)
-    spec = write(os.path.join(run.dir, "job.yaml"), SPEC % (name, command % (TRAINER, MODEL, shard), health))
+    spec = write(os.path.join(run.dir, "job.yaml"), SPEC % (name, nodes, 2 // nodes, command % (TRAINER, MODEL, shard), health))
     run.args += ["launch", spec]
     began = time.monotonic()
     run.run()
@@ -60,18 +62,20 @@ check(re.search(r"step \d+/100000", run.out + run.err), "the pipeline trained be
 check(run.took < 15, "the job ended %.1f s after it started (the surviving stage did not hang)" % run.took)
 run.assert_no_leaks()
 
-# ---- hangs: stage 1 stalls; stage 0 waits for it in the pipeline.
+# ---- hangs: stage 1 stalls; stage 0 waits for it in the pipeline (over gloo across nodes, then shm on one node).
 hangs = '"exec %s %s --data %s --steps 50 --debug-stall-step 3 --debug-stall-rank 1"'
-run = launch("pp-hangs", hangs, "hang_timeout_s: 3")
-check(run.code == 124, "a stalled stage -> exit 124, got %s" % run.code)
-check(re.search(r"rank \d \(pipeline stage \d of 2\) made no step progress", run.err),
-      "the hang check names the rank and its stage")
-dumps = sorted(glob.glob(os.path.join(run.dir, "runs", "*", "attempt_0", "stacks", "rank_*.dump.txt")))
-text = "".join(open(p).read() for p in dumps)
-check(len(dumps) == 2, "both ranks dumped their phase (%s)" % dumps)
-# Stage 0 waits for stage 1's gradient (pp-recv), or at the end of a step for stage 1 to take its sends (pp-send).
-check(re.search(r"pp-(recv|send) \(stage 0 of 2, tensor-parallel rank 0 waits for stage 1", text + run.err),
-      "stage 0's phase says it waits for stage 1 in the pipeline")
-check('phase "stalled (--debug-stall-step)"' in text, "stage 1's phase says it stalled")
-run.assert_no_leaks()
+for nodes, backend in ((2, "gloo"), (1, "shm")):
+    run = launch("pp-hangs-%d" % nodes, hangs, "hang_timeout_s: 3", nodes)
+    check(run.code == 124, "%s: a stalled stage -> exit 124, got %s" % (backend, run.code))
+    check("pp %s)" % backend in run.out + run.err, "%s: rank 0's layout line says 'pp %s'" % (backend, backend))
+    check(re.search(r"rank \d \(pipeline stage \d of 2\) made no step progress", run.err),
+          "%s: the hang check names the rank and its stage" % backend)
+    dumps = sorted(glob.glob(os.path.join(run.dir, "runs", "*", "attempt_0", "stacks", "rank_*.dump.txt")))
+    text = "".join(open(p).read() for p in dumps)
+    check(len(dumps) == 2, "%s: both ranks dumped their phase (%s)" % (backend, dumps))
+    # Stage 0 waits for stage 1's gradient (pp-recv), or at the end of a step for stage 1 to take its sends (pp-send).
+    check(re.search(r"pp-(recv|send) \(stage 0 of 2, tensor-parallel rank 0 waits for stage 1", text + run.err),
+          "%s: stage 0's phase says it waits for stage 1 in the pipeline" % backend)
+    check('phase "stalled (--debug-stall-step)"' in text, "%s: stage 1's phase says it stalled" % backend)
+    run.assert_no_leaks()
 finish()

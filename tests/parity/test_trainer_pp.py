@@ -15,9 +15,11 @@ the tied wte counted once) within 1e-5 of the 1-rank dtrain-trainer run's. Layou
   T=2 x P=2, sequence parallel   the stages' activations sent as each TP rank's half of the tokens;
   T=2 x P=2 x DP=2, ZeRO-1   8 ranks, AdamW's state sharded over each data-parallel group;
   T=2 x P=2, bf16    within 0.05 absolute of the reference's fp32 losses;
-  P=2, 1f1b, gloo    DTRAIN_COMM_BACKEND=gloo: the stages' sends over TCP, where the others go through shared memory.
-Every run's rank 0 names its layout and its groups' backends: shm for every group (all ranks are on this node), gloo
-when asked for. The refusals are in test_trainer_cli.py."""
+  P=2, 1f1b, gloo    DTRAIN_COMM_BACKEND=gloo: the stages' sends over TCP, where the others go through shared memory;
+  T=2 x P=2, 2 nodes two simulated nodes of 2 ranks, one stage each: the TP groups in shared memory, the stages'
+                     sends over gloo between the nodes.
+Every run's rank 0 names its layout and its groups' backends: shm for every group on one node (all ranks are on this
+node but in the 2-node case), gloo across nodes and when asked for. The refusals are in test_trainer_cli.py."""
 
 import os
 
@@ -45,21 +47,26 @@ CASES = (("P=2, 1f1b", 2, 1, 2, 1, 4, []),
          ("T=2 x P=2, sequence parallel", 4, 2, 2, 1, 4, ["--sequence-parallel"]),
          ("T=2 x P=2 x DP=2, ZeRO-1", 8, 2, 2, 1, 2, ["--zero", "1"]),
          ("T=2 x P=2, bf16", 4, 2, 2, 1, 4, ["--precision", "bf16"]),
-         ("P=2, 1f1b, gloo", 2, 1, 2, 1, 4, []))
+         ("P=2, 1f1b, gloo", 2, 1, 2, 1, 4, []),
+         ("T=2 x P=2, 2 nodes", 4, 2, 2, 1, 4, []))
 for label, ranks, tp, pp, batch, micro, extra in CASES:
     backend = "gloo" if label.endswith("gloo") else "shm"
+    nodes = 2 if label.endswith("2 nodes") else 1
     path = os.path.join(work, "".join(c for c in label if c.isalnum()) + ".jsonl")
     args = ["--tp", str(tp), "--pp", str(pp), "--batch-size", str(batch), "--grad-accum", str(micro)]
-    run = h.launched(ranks, common + args + ["--metrics", path] + extra, work, timeout=240,
+    run = h.launched(ranks // nodes, common + args + ["--metrics", path] + extra, work, timeout=240,
+                     launcher_args=["--nodes", str(nodes)],
                      env={"DTRAIN_COMM_BACKEND": backend} if backend == "gloo" else None)
-    h.check(run.code == 0, f"{label}: `dtrain run -n {ranks}` exits 0")
+    h.check(run.code == 0, f"{label}: `dtrain run -n {ranks // nodes} --nodes {nodes}` exits 0")
     if run.code != 0:
         print((run.out + run.err)[-3000:])
         continue
     ours = h.metrics(path)
     said = f"tensor parallel {tp} x pipeline parallel {pp}"
     h.check(said in run.out + run.err, f"{label}: rank 0 says '{said}'")
-    groups = f"groups over tp {'local' if tp == 1 else backend}, dp {'local' if ranks == tp * pp else backend}, pp {backend}"
+    pp_backend = "gloo" if nodes > 1 else backend
+    groups = (f"groups over tp {'local' if tp == 1 else backend}, dp {'local' if ranks == tp * pp else backend}, "
+              f"pp {pp_backend}")
     h.check(groups in run.out + run.err, f"{label}: rank 0 says '{groups}'")
     if "bf16" in extra:
         worst = max(abs(a["loss"] - b["loss"]) for a, b in zip(ours, reference))
