@@ -56,8 +56,10 @@ class ShmP2pWork final : public FinishableWork {
  public:
   ShmP2pWork(std::shared_ptr<ShmP2p> p2p, bool sending, int lane, std::string what)
       : p2p_(std::move(p2p)), sending_(sending), lane_(lane), what_(std::move(what)), posted_(Clock::now()) {}
+  // Always through the lock under which every Work is finished: a Work seen done may still be inside finish() on the
+  // sender thread, which must return before the Work goes.
   ~ShmP2pWork() override {
-    if (p2p_ && !FinishableWork::done()) p2p_->abandon(*this);
+    if (p2p_) p2p_->abandon(*this);
   }
   ShmP2pWork(const ShmP2pWork&) = delete;
   ShmP2pWork& operator=(const ShmP2pWork&) = delete;
@@ -281,6 +283,7 @@ void ShmP2p::poll(ShmP2pWork& work) {
 
 void ShmP2p::abandon(ShmP2pWork& work) {
   std::lock_guard lock(mutex_);
+  if (work.finished()) return;
   Lane& lane = (work.sending() ? out_ : in_)[static_cast<std::size_t>(work.lane())];
   const auto it = std::find_if(lane.queue.begin(), lane.queue.end(),
                                [&](const Message& m) { return m.work == &work; });

@@ -56,7 +56,8 @@ class ShmP2p : public std::enable_shared_from_this<ShmP2p> {
   void close();
 
   // For ShmP2pWork: waits until `work` (a recv) has its message or has failed; takes what has arrived without
-  // waiting; forgets a Work destroyed before its message completed.
+  // waiting; forgets a Work that is being destroyed (failing point-to-point when its message had not completed).
+  // Every Work is finished under mutex_, so abandon() also waits out a finish() in progress on the sender thread.
   void receive_until(ShmP2pWork& work);
   void poll(ShmP2pWork& work);
   void abandon(ShmP2pWork& work);
