@@ -8,8 +8,9 @@ rank through `dtrain run`. On 2 ranks: DDP (B=4), TP=2 (B=8), PP=2 with m = 2, 4
 PP=2 GPipe with m=8. On 4 ranks (two per core of a 2-core machine, every layout alike): DDP (B=2), T=2 x P=2 (m=8,
 B=1), P=2 x DP=2 (m=4, B=1). Every layout runs as dtrain-trainer runs by default on one node, its groups' collectives
 and sends through shared memory; the layouts marked "gloo" run the same with DTRAIN_COMM_BACKEND=gloo, every group
-over TCP on loopback, as they did before groups within a node used shared memory. Rounds interleave the layouts so machine noise hits all alike; each cell is the median
-over rounds of the median step (or bubble) after the first 2 of --steps steps."""
+over TCP on loopback, as they did before groups within a node used shared memory. Rounds interleave the layouts so
+machine noise hits all alike; each cell is the median over rounds of the median step (or bubble) after the first 2
+of --steps steps."""
 
 import argparse
 import json

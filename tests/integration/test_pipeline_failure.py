@@ -41,7 +41,8 @@ def launch(name, command, health, nodes=2):
     shard = os.path.join(run.dir, "data.bin")
     prepared = subprocess.run([TRAINER, "prepare-text", text, shard], capture_output=True, text=True, timeout=60)
     check(prepared.returncode == 0, "prepare-text makes the shard: " + prepared.stdout + prepared.stderr)
-    spec = write(os.path.join(run.dir, "job.yaml"), SPEC % (name, nodes, 2 // nodes, command % (TRAINER, MODEL, shard), health))
+    job = SPEC % (name, nodes, 2 // nodes, command % (TRAINER, MODEL, shard), health)
+    spec = write(os.path.join(run.dir, "job.yaml"), job)
     run.args += ["launch", spec]
     began = time.monotonic()
     run.run()

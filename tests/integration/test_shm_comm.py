@@ -1,7 +1,7 @@
 """The shared-memory communicator (DTRAIN_COMM_BACKEND=shm) under the real launcher: dtrain bench allreduce with
 communicator-allocated and user buffers comes back with #wrong 0, and so does dtrain bench sendrecv (point-to-point
-through the segment's rings, 3 ranks in a ring, messages from 1 KiB to 4 MiB, past the 1 MiB ring); dtrain-comm-worker's collectives and DDP pass are
-exact over shm; a job over two nodes is refused with a message that names the fix; and when a worker is SIGKILLed
+through the segment's rings, 3 ranks in a ring, messages from 1 KiB to 4 MiB, past the 1 MiB ring);
+dtrain-comm-worker's collectives and DDP pass are exact over shm; a job over two nodes is refused with a message that names the fix; and when a worker is SIGKILLed
 before every rank joined its segment (so nobody removed its name), the agent removes the job's segments from
 /dev/shm at the end of the round."""
 

@@ -99,7 +99,7 @@ Case make_case(Communicator& communicator, const std::string& collective) {
     return {1.0, 1, 0, 1, [=](Buffers& b, std::size_t count) { comm->broadcast(b.out.data(), count, 0)->wait(); },
             [](std::size_t i, std::size_t) { return element(0, i); }};
   }
-  if (collective == "sendrecv") {  // a pipeline's exchange: each rank sends to the next and receives from the one before
+  if (collective == "sendrecv") {  // a pipeline's exchange: send to the next rank, receive from the one before
     const int next = (me + 1) % n, before = (me + n - 1) % n;
     return {1.0, 1, 1, 1,
             [=](Buffers& b, std::size_t count) {

@@ -140,9 +140,8 @@ std::shared_ptr<Work> ShmP2p::post(bool sending, float* data, std::size_t count,
   Lane& lane = sending ? out_[static_cast<std::size_t>(index)] : in_[static_cast<std::size_t>(index)];
   if (sending && !lane.reserved) {
     const std::size_t bytes = segment_.geometry().ring_bytes;
-    if (const int error = ::posix_fallocate(segment_.fd(), static_cast<off_t>(segment_.ring_offset(rank_, peer, stream)),
-                                            static_cast<off_t>(bytes));
-        error != 0) {
+    const auto offset = static_cast<off_t>(segment_.ring_offset(rank_, peer, stream));
+    if (const int error = ::posix_fallocate(segment_.fd(), offset, static_cast<off_t>(bytes)); error != 0) {
       work->end("shm " + what + " failed on " + where() + ": cannot reserve its ring of " + describe_bytes(bytes) +
                 " in " + shm_segment_dir() + ": " + std::strerror(error) + ". Give " + shm_segment_dir() +
                 " more room, or use DTRAIN_COMM_BACKEND=gloo");

@@ -59,7 +59,9 @@ std::size_t arenas_offset(const SegmentGeometry& g) {
 std::size_t rings_offset(const SegmentGeometry& g) {
   return arenas_offset(g) + round_up_to(g.arena_bytes, kPage) * static_cast<std::size_t>(g.ranks);
 }
-std::size_t total_bytes(const SegmentGeometry& g) { return rings_offset(g) + round_up_to(g.ring_bytes, kPage) * channels(g); }
+std::size_t total_bytes(const SegmentGeometry& g) {
+  return rings_offset(g) + round_up_to(g.ring_bytes, kPage) * channels(g);
+}
 // Index of the (from, to, stream) ring among channels(g).
 std::size_t channel_index(const SegmentGeometry& g, int from, int to, int stream) {
   return (static_cast<std::size_t>(from) * static_cast<std::size_t>(g.ranks) + static_cast<std::size_t>(to)) *
@@ -189,7 +191,8 @@ std::unique_ptr<Segment> Segment::open(const std::string& name, const SegmentGeo
       }
       if (header.ready.load(std::memory_order_acquire) == 1) {
         if (header.magic != kMagic || header.ranks != static_cast<std::uint64_t>(geometry.ranks) ||
-            header.chunk_bytes != geometry.chunk_bytes || header.arena_bytes != geometry.arena_bytes || header.ring_bytes != geometry.ring_bytes) {
+            header.chunk_bytes != geometry.chunk_bytes || header.arena_bytes != geometry.arena_bytes ||
+            header.ring_bytes != geometry.ring_bytes) {
           throw CommError("shm communicator: " + where(name) + " was laid out for " + std::to_string(header.ranks) +
                           " ranks, not " + std::to_string(geometry.ranks) +
                           " (or with other chunk, arena or ring sizes); every rank must use the same options");
@@ -231,7 +234,8 @@ std::size_t Segment::arena_offset_of(int rank, const void* data, std::size_t byt
 }
 
 P2pBell& Segment::bell(int rank) const {
-  return *reinterpret_cast<P2pBell*>(base_ + bells_offset(geometry_) + sizeof(P2pBell) * static_cast<std::size_t>(rank));
+  return *reinterpret_cast<P2pBell*>(base_ + bells_offset(geometry_) +
+                                     sizeof(P2pBell) * static_cast<std::size_t>(rank));
 }
 
 P2pChannel& Segment::channel(int from, int to, int stream) const {
@@ -240,7 +244,8 @@ P2pChannel& Segment::channel(int from, int to, int stream) const {
 }
 
 std::size_t Segment::ring_offset(int from, int to, int stream) const {
-  return rings_offset(geometry_) + round_up_to(geometry_.ring_bytes, kPage) * channel_index(geometry_, from, to, stream);
+  return rings_offset(geometry_) +
+         round_up_to(geometry_.ring_bytes, kPage) * channel_index(geometry_, from, to, stream);
 }
 
 void Segment::unlink_name() {

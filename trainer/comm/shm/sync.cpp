@@ -108,7 +108,9 @@ void PeerSync::wait_one(int peer, std::uint32_t point, Clock::time_point deadlin
     slot.waiters.fetch_add(1);
     const std::uint32_t seen = slot.progress.load();
     const auto now = Clock::now();
-    if (!reached(seen, point) && now < deadline) futex_sleep(slot.progress, seen, std::min<Clock::duration>(kLivenessPoll, deadline - now));
+    if (!reached(seen, point) && now < deadline) {
+      futex_sleep(slot.progress, seen, std::min<Clock::duration>(kLivenessPoll, deadline - now));
+    }
     slot.waiters.fetch_sub(1);
     if (reached(slot.progress.load(std::memory_order_acquire), point)) return;
     const std::string where = "shm " + what + " failed on rank " + std::to_string(rank_) + " of " +
