@@ -37,6 +37,11 @@ std::unique_ptr<Segment> create_or_open(const ShmCommOptions& options, Clock::ti
   }
   SegmentGeometry geometry = options.geometry;
   geometry.ranks = options.size;
+  // The rings' counters count bytes modulo 2^32 (shm/p2p.h); a message header is 8 bytes.
+  if (geometry.ring_bytes < 8 || geometry.ring_bytes >= (std::size_t{1} << 31)) {
+    throw CommError("shm communicator: ring_bytes " + std::to_string(geometry.ring_bytes) +
+                    " is outside [8 B, 2 GiB)");
+  }
   if (options.rank == 0) return Segment::create(options.name, geometry);
   return Segment::open(options.name, geometry, deadline);
 }
@@ -84,8 +89,8 @@ ShmCommunicator::ShmCommunicator(ShmCommOptions options) {
 
 namespace {
 
-// The segment's options under dtrain: its name from the job, the node, the round and `label` (what tells this
-// communicator from the process's others), with a nonce rank 0 publishes in the job's store under `key`.
+// The segment's options under dtrain: `name` makes its name from the job, the node, the round and a nonce that rank 0
+// publishes in the job's store under `key` (what tells this communicator from the process's others is in both).
 ShmCommOptions options_from_env(int rank, int size, const std::string& key, const CommOptions& options,
                                 const std::function<std::string(const std::string& job, std::uint32_t node,
                                                                 std::uint32_t round, const std::string& nonce)>& name) {
