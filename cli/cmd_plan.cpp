@@ -30,7 +30,8 @@ struct Given {
 struct Flags {
   Given<double> params, intra_bw, inter_bw, memory_bw, tflops, bucket_mb, latency_us;
   Given<std::string> model, gpu;
-  Given<int> gpus, gpus_per_node, layers, hidden, heads, kv_heads, ffn, seq_len, vocab, micro_batch, tp, pp, zero;
+  Given<int> gpus, gpus_per_node, layers, hidden, heads, kv_heads, ffn, seq_len, vocab, micro_batch, tp, pp, zero,
+      pp_virtual;
   Given<long long> global_batch;
   plan::PlanArgs args;
   bool json = false;
@@ -102,6 +103,9 @@ void add_flags(CLI::App* cmd, Flags& f) {
       "min(25, max(1, gradient MiB / 8)); PyTorch's bucket_cap_mb is 25)");
   add(cmd, f.tp, "--tp", "tensor-parallel size (within a node); default: searched when nothing else fits");
   add(cmd, f.pp, "--pp", "pipeline stages; default: searched when nothing else fits");
+  add(cmd, f.pp_virtual, "--pp-virtual",
+      "model chunks per pipeline stage, Megatron's interleaved 1F1B (with --pp; P x V must divide the layers and P "
+      "the micro-batches); default 1 with --pp, searched (1, 2, 4) without");
   add(cmd, f.zero, "--zero", "the ZeRO stage, 0 (DDP) to 3; default: searched");
   cmd->add_option("--recompute", f.args.recompute, "none | selective | full activation recomputation; default: searched");
   cmd->add_option("--sequence-parallel", f.args.sequence_parallel,
@@ -143,6 +147,7 @@ void collect(Flags& f) {
   a.ddp_bucket_mb = f.bucket_mb.get();
   a.tp = f.tp.get();
   a.pp = f.pp.get();
+  a.pp_virtual = f.pp_virtual.get();
 }
 
 // `dtrain plan --from RUN_DIR`: the job's own world is the question, so no other flag but --json goes with it.

@@ -285,7 +285,8 @@ std::vector<Evaluation> data_parallel_strategies(const PlanRequest& r) {
   const int tp = r.tp.value_or(1), pp = r.pp.value_or(1);
   std::vector<Evaluation> out;
   for (int stage = 0; stage <= max_stage(pp); ++stage) {
-    const Layout layout{stage, tp, pp, r.recompute.value_or(Recompute::none), tp > 1 && r.sequence_parallel};
+    const Layout layout{stage, tp, pp, r.recompute.value_or(Recompute::none), tp > 1 && r.sequence_parallel,
+                        r.pp_virtual.value_or(1)};
     if (runs_on(r, layout)) out.push_back(evaluate(r, layout));
   }
   return out;

@@ -1,13 +1,16 @@
 #include "cli/plan/request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
 
+#include "cli/plan/costs/formulas.h"
 #include "cli/plan/costs/gpus.h"
 #include "cli/plan/presets.h"
 #include "cli/plan/trainer_model.h"
 #include "cli/plan/costs/units.h"
+#include "trainer/parallel/pipeline/schedule.h"
 
 namespace dtrain::plan {
 namespace {
@@ -54,7 +57,8 @@ Status check_between(const std::optional<double>& value, const char* flag, doubl
 Status check_numbers(const PlanArgs& a) {
   for (const auto& [value, flag] : {std::pair{a.layers, "--layers"}, {a.hidden, "--hidden"}, {a.heads, "--heads"},
                                     {a.seq_len, "--seq-len"}, {a.vocab, "--vocab"}, {a.micro_batch, "--micro-batch"},
-                                    {a.tp, "--tp"}, {a.pp, "--pp"}, {a.kv_heads, "--kv-heads"},
+                                    {a.tp, "--tp"}, {a.pp, "--pp"}, {a.pp_virtual, "--pp-virtual"},
+                                    {a.kv_heads, "--kv-heads"},
                                     {a.ffn, "--ffn"}}) {
     if (Status s = check_range(value, flag, kMaxDimension); !s.ok()) return s;
   }
@@ -191,6 +195,27 @@ Result<Cluster> make_cluster(const PlanArgs& a) {
   return {{}, c};
 }
 
+// --pp-virtual V: with --pp above 1 and the layer shape, and dtrain-trainer's (and Megatron's) rules for the
+// interleaved schedule: P x V dividing the layers, the micro-batches a multiple of P (trainer::check_interleaving).
+Status check_interleaved(const PlanArgs& a, const Workload& w, const Cluster& c) {
+  if (!a.pp_virtual) return {};
+  const int pp = a.pp.value_or(1), v = *a.pp_virtual;
+  if (pp < 2)
+    return refuse("--pp-virtual " + std::to_string(v) + " interleaves the chunks of a pipeline: give --pp 2 or more");
+  if (a.framework == "deepspeed" && v > 1)
+    return refuse("--pp-virtual with --framework deepspeed: DeepSpeed's pipeline has no interleaved schedule; drop "
+                  "--pp-virtual, or use --framework megatron or any");
+  if (v == 1 || !w.shape) return {};
+  const int dp = c.gpus / (a.tp.value_or(1) * pp);
+  const long long steps = w.global_batch ? accumulation(*w.global_batch, w.micro_batch, dp).micro_steps : 1;
+  try {
+    trainer::check_interleaving(w.shape->layers, pp, v, static_cast<int>(std::min<long long>(steps, 1 << 30)));
+  } catch (const std::invalid_argument& error) {
+    return refuse(std::string(error.what()) + (w.global_batch ? "" : " (without --global-batch, 1 micro-batch)"));
+  }
+  return {};
+}
+
 Status check_parallel(const PlanArgs& a, const Workload& w, const Cluster& c) {
   const int tp = a.tp.value_or(1), pp = a.pp.value_or(1);
   if (a.tp && tp > c.gpus_per_node)
@@ -213,6 +238,7 @@ Status check_parallel(const PlanArgs& a, const Workload& w, const Cluster& c) {
                   " does not divide --gpus " + std::to_string(c.gpus) + "; the rest of the GPUs are data-parallel");
   if ((a.tp || a.pp) && !w.shape && (tp > 1 || pp > 1))
     return refuse("--tp and --pp need the layer shape (--model, or --layers --hidden --heads --seq-len)");
+  if (Status s = check_interleaved(a, w, c); !s.ok()) return s;
   if (a.trainer_accounting && !w.trainer)
     return refuse("--trainer-accounting needs dtrain-trainer's model, a GPT-2: --model tiny, gpt2-124m, gpt2-355m, "
                   "gpt2-774m or gpt2-1.5b, or --layers --hidden --heads --seq-len with --vocab");
@@ -282,6 +308,7 @@ Result<PlanRequest> make_request(const PlanArgs& args) {
   r.cluster = cluster.value;
   r.tp = args.tp;
   r.pp = args.pp;
+  r.pp_virtual = args.pp_virtual;
   r.trainer_accounting = args.trainer_accounting;
   if (Status s = set_search_options(args, r); !s.ok()) return {s};
   if (args.bottleneck == "speed") r.bottleneck = Bottleneck::speed;

@@ -62,6 +62,7 @@ struct PlanRequest {
   Cluster cluster;
   std::optional<int> tp;  // fixed by --tp, else searched
   std::optional<int> pp;  // fixed by --pp, else searched
+  std::optional<int> pp_virtual;  // fixed by --pp-virtual (with --pp), else 1 with --pp and searched without
   std::optional<int> zero;              // the ZeRO stage, fixed by --zero, else searched
   std::optional<Recompute> recompute;   // fixed by --recompute, else searched
   bool sequence_parallel = true;        // --sequence-parallel off: TP layouts without it
@@ -87,6 +88,7 @@ struct PlanArgs {
   std::optional<double> collective_latency_us;  // --collective-latency-us: microseconds
   std::optional<double> ddp_bucket_mb;  // MiB
   std::optional<int> tp, pp;
+  std::optional<int> pp_virtual;        // --pp-virtual V: interleaved 1F1B with V model chunks a stage (needs --pp)
   std::optional<int> zero;              // --zero 0..3
   std::optional<int> kv_heads;          // --kv-heads (grouped-query attention)
   std::optional<int> ffn;               // --ffn: the MLP's inner size (default 4 x --hidden)

@@ -20,6 +20,9 @@ h.require_binaries(h.DTRAIN, h.TRAINER)
 work = h.workdir()
 
 
+SHAPE4 = ("--layers", "4", "--hidden", "64", "--heads", "4", "--seq-len", "64", "--vocab", "256", "--gpus", "2")
+
+
 def plan(*args, expect=0):
     proc = subprocess.run([h.DTRAIN, "plan", *args], capture_output=True, text=True, timeout=60)
     h.check(proc.returncode == expect,
@@ -179,7 +182,22 @@ BAD = [
     (["--params", "1e9", "--gpus", "8", "--gpu-memory", "1e10GB"], "--gpu-memory '1e10GB' is more than"),
     (["--params", "1e9", "--gpus", "8", "--gpu-memory", "1e308GiB"], "--gpu-memory '1e308GiB' is more than"),
     (["--params", "1e9", "--gpus", "8", "--gpu-tflops", "1e-300"], "--gpu-tflops 1e-300"),
+    (["--model", "tiny", "--gpus", "2", "--pp-virtual", "2"], "--pp-virtual 2 interleaves the chunks of a pipeline"),
+    (["--model", "tiny", "--gpus", "2", "--pp", "2", "--pp-virtual", "0"], "--pp-virtual 0"),
+    (["--model", "tiny", "--gpus", "2", "--pp", "2", "--pp-virtual", "2", "--framework", "deepspeed"],
+     "DeepSpeed's pipeline has no interleaved schedule"),
+    ([*SHAPE4, "--pp", "2", "--pp-virtual", "4", "--global-batch", "4"], "--pp x --pp-virtual = 8 chunks"),
+    ([*SHAPE4, "--pp", "2", "--pp-virtual", "2", "--global-batch", "3"], "a multiple of the pipeline stages (2)"),
 ]
+# --pp-virtual: the interleaved layout itself, with its bubble over v*m and the trainer's flag.
+report = plan_json(*SHAPE4, "--pp", "2", "--pp-virtual", "2", "--global-batch", "4")
+best = report["strategies"][0]
+h.check(best["pp"] == 2 and best["virtual_stages"] == 2 and "2 x 2 interleaved" in best["name"],
+        f"--pp 2 --pp-virtual 2 plans the interleaved layout: {best['name']}")
+text = plan(*SHAPE4, "--pp", "2", "--pp-virtual", "2", "--global-batch", "4").stdout
+h.check("--pp 2 --pp-virtual 2" in text and "(p - 1)/(v*m + p - 1), v = 2" in text,
+        "the text names the trainer's --pp-virtual 2 and the interleaved bubble")
+
 for argv, needle in BAD:
     proc = plan(*argv, expect=2)
     h.check(needle in proc.stderr and proc.stdout == "",

@@ -18,6 +18,8 @@ to reach it; a run of 3 is not). Layouts (the pipeline's micro-batches are --gra
   T=2 x P=2, SP             4 ranks, sequence parallelism: the residual stream on half the tokens
   T=2 x DP=2, ZeRO-3        4 ranks, parameters, gradients and optimizer state sharded (one stage: the trainer runs
                             ZeRO-2/3 with --tp, not with --pp)
+  P=2, V=2                  2 ranks, interleaved 1F1B with 2 chunks a stage (`--pp-virtual 2` to both): stage 0
+                            keeps 5 chunk-sets of one layer, stage 1 three
 The worst difference of each layout is printed."""
 
 import json
@@ -35,26 +37,27 @@ FIELDS = ("params", "grads", "optim", "activations")
 STEPS = 10
 TOLERANCE = 0.05
 
-# label, tp, pp, dp, zero, recompute, precision, batch, micro-batches, sequence parallelism
-CASES = (("T=2", 2, 1, 1, 0, "none", "fp32", 2, 2, False),
-         ("P=2, selective", 1, 2, 1, 0, "selective", "fp32", 2, 4, False),
-         ("T=2 x P=2, full", 2, 2, 1, 0, "full", "fp32", 2, 4, False),
-         ("P=4", 1, 4, 1, 0, "none", "fp32", 1, 6, False),
-         ("P=2 x DP=2, ZeRO-1", 1, 2, 2, 1, "none", "fp32", 2, 2, False),
-         ("T=2 x DP=2, ZeRO-1, bf16", 2, 1, 2, 1, "selective", "bf16", 2, 2, False),
-         ("T=2 x P=2, bf16", 2, 2, 1, 0, "none", "bf16", 1, 4, False),
-         ("T=2 x P=2, SP", 2, 2, 1, 0, "none", "fp32", 2, 4, True),
-         ("T=2 x DP=2, ZeRO-3", 2, 1, 2, 3, "none", "fp32", 2, 2, False))
+# label, tp, pp, dp, zero, recompute, precision, batch, micro-batches, sequence parallelism, chunks a stage
+CASES = (("T=2", 2, 1, 1, 0, "none", "fp32", 2, 2, False, 1),
+         ("P=2, selective", 1, 2, 1, 0, "selective", "fp32", 2, 4, False, 1),
+         ("T=2 x P=2, full", 2, 2, 1, 0, "full", "fp32", 2, 4, False, 1),
+         ("P=4", 1, 4, 1, 0, "none", "fp32", 1, 6, False, 1),
+         ("P=2 x DP=2, ZeRO-1", 1, 2, 2, 1, "none", "fp32", 2, 2, False, 1),
+         ("T=2 x DP=2, ZeRO-1, bf16", 2, 1, 2, 1, "selective", "bf16", 2, 2, False, 1),
+         ("T=2 x P=2, bf16", 2, 2, 1, 0, "none", "bf16", 1, 4, False, 1),
+         ("T=2 x P=2, SP", 2, 2, 1, 0, "none", "fp32", 2, 4, True, 1),
+         ("T=2 x DP=2, ZeRO-3", 2, 1, 2, 3, "none", "fp32", 2, 2, False, 1),
+         ("P=2, V=2", 1, 2, 1, 0, "none", "fp32", 1, 4, False, 2))
 
 
-def plan_stages(tp, pp, dp, zero, recompute, precision, batch, micro, sp):
+def plan_stages(tp, pp, dp, zero, recompute, precision, batch, micro, sp, virtual):
     """The plan's per-stage accounting of the layout, or None (the check says why)."""
     ranks = tp * pp * dp
     args = [h.DTRAIN, "plan", *SHAPE, "--gpus", str(ranks), "--gpus-per-node", str(ranks), "--tp", str(tp),
             "--pp", str(pp), "--sequence-parallel", "on" if sp else "off", "--zero", str(zero),
             "--recompute", recompute,
             "--precision", precision, "--micro-batch", str(batch), "--global-batch", str(batch * dp * micro),
-            "--trainer-accounting", "--json"]
+            "--trainer-accounting", "--json"] + (["--pp-virtual", str(virtual)] if virtual > 1 else [])
     proc = subprocess.run(args, capture_output=True, text=True, timeout=60)
     if not h.check(proc.returncode == 0, f"dtrain plan {' '.join(args[2:])} exits 0: {proc.stderr.strip()}"):
         return None
@@ -77,7 +80,7 @@ def last_health(run_dir):
     return last
 
 
-def measure(label, tp, pp, dp, zero, recompute, precision, batch, micro, sp):
+def measure(label, tp, pp, dp, zero, recompute, precision, batch, micro, sp, virtual):
     """Every rank's reported memory ({rank: [dict per report]}), or None when the run failed."""
     ranks = tp * pp * dp
     tag = "".join(c for c in label if c.isalnum())
@@ -88,6 +91,8 @@ def measure(label, tp, pp, dp, zero, recompute, precision, batch, micro, sp):
                     "--batch-size", str(batch), "--grad-accum", str(micro), "--metrics", metrics]
     if sp:
         args.append("--sequence-parallel")
+    if virtual > 1:
+        args += ["--pp-virtual", str(virtual)]
     run = h.run([h.DTRAIN, "run", "-n", str(ranks), "--grace-s", "2", "--logs-dir", logs, "--", h.TRAINER, *args],
                 work, timeout=120)
     if not h.check(run.code == 0, f"{label}: `dtrain run -n {ranks}` exits 0"):
