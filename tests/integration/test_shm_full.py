@@ -5,7 +5,10 @@ through DTRAIN_SHM_DIR (trainer/comm/shm/segment.h). Mounting it needs root; wit
 1. The default backend, auto, falls back to gloo on every rank together and dtrain-trainer trains; rank 0 says so
    once, naming the directory's free space and the size a segment reserves.
 2. DTRAIN_COMM_BACKEND=shm, asked for by name, fails with posix_fallocate's own error ("No space left on device", not
-   a stale errno), where, and the fix."""
+   a stale errno), where, and the fix.
+3. A 6 MiB tmpfs, room for the job's segment of 2 ranks (4 MiB of staging slots) but not for a pipeline group's
+   besides: dtrain-trainer --pp 2 makes its job's communicator in shared memory, its pipeline group over gloo (rank 0
+   says so once, naming the group and what was short), and trains."""
 
 import os
 import subprocess
@@ -20,27 +23,29 @@ import trainer_harness  # noqa: E402
 TRAINER = os.path.join(BUILD_DIR, "bin", "dtrain-trainer")
 
 
-def mount_small_tmpfs():
-    """A fresh directory with a 1 MiB tmpfs on it, or exits 77 saying why that is not possible here."""
+def mount_small_tmpfs(size="1m"):
+    """A fresh directory with a tmpfs of `size` on it, or exits 77 saying why that is not possible here."""
     if os.geteuid() != 0:
         print("SKIPPED: mounting a 1 MiB tmpfs as a full /dev/shm needs root")
         raise SystemExit(77)
     path = tempfile.mkdtemp(prefix="dtrain-shm-full-")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", path], capture_output=True, text=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=" + size, "tmpfs", path], capture_output=True,
+                          text=True)
     if done.returncode != 0:
         os.rmdir(path)
-        print("SKIPPED: mount -t tmpfs -o size=1m failed: %s" % done.stderr.strip())
+        print("SKIPPED: mount -t tmpfs -o size=%s failed: %s" % (size, done.stderr.strip()))
         raise SystemExit(77)
     return path
 
 
-def train(name, shm_dir, shard, work, backend=None):
+def train(name, shm_dir, shard, work, backend=None, extra=()):
     env = {"DTRAIN_SHM_DIR": shm_dir, "OMP_NUM_THREADS": "1", "DTRAIN_COMM_TIMEOUT_MS": "20000"}
     if backend:
         env["DTRAIN_COMM_BACKEND"] = backend
     run = Run(["run", "-n", "2", "--console", "all", "--grace-s", "2", "--name", name, "--", TRAINER] +
               trainer_harness.MODEL + ["--data", shard, "--seq-len", "64", "--batch-size", "2", "--steps", "3",
-                                       "--threads", "1", "--metrics", os.path.join(work, name + ".jsonl")],
+                                       "--threads", "1", "--metrics", os.path.join(work, name + ".jsonl"),
+                                       *extra],
               cwd=work, env=env, timeout=120)
     run.run()
     run.show()
@@ -80,7 +85,30 @@ def main():
     finally:
         subprocess.run(["umount", "-l", shm_dir])
         os.rmdir(shm_dir)
+    group_without_room()
     finish()
+
+
+def group_without_room():
+    shm_dir = mount_small_tmpfs("6m")
+    try:
+        work = trainer_harness.workdir()
+        shard = trainer_harness.make_text_shard(work)
+        run = train("shm-full-group", shm_dir, shard, work, extra=["--pp", "2", "--grad-accum", "2"])
+        check(run.code == 0, "--pp 2 with room for the job's segment only trains to the end, exit %s" % run.code)
+        text = run.out + run.err
+        check("comm shm" in text, "the job's communicator is in shared memory")
+        check("groups over tp local, dp local, pp gloo" in text, "the pipeline group is over gloo")
+        notice = "dtrain: group 'pp-tp0-dp0' uses gloo, without shared memory"
+        check(text.count(notice) == 1, "rank 0 of the group says so once")
+        check("as its segment could not be made: shm communicator: cannot reserve 4.0 MiB" in text and
+              "No space left on device" in text and "--shm-size" in text, "it names what was short and the fix")
+        check(len(trainer_harness.metrics(os.path.join(work, "shm-full-group.jsonl"))) == 3, "3 steps were trained")
+        check(os.listdir(shm_dir) == [], "no segment is left in the directory: %s" % os.listdir(shm_dir))
+        run.assert_no_leaks()
+    finally:
+        subprocess.run(["umount", "-l", shm_dir])
+        os.rmdir(shm_dir)
 
 
 main()

@@ -205,7 +205,8 @@ std::unique_ptr<Communicator> make_communicator_from_env(const CommOptions& opti
 // call it, and every rank must make its groups in the same order. One member: the "local" communicator. A group
 // whose members are all on one node, by the layout the ranks agreed on when they made the job's communicator
 // (make_communicator_from_env with backend auto, shm or hier, called first), gets the shm backend (collectives and
-// send()/recv() through shared memory; its segment reserves the staging slots of its members, as the job's does);
+// send()/recv() through shared memory; its segment reserves the staging slots of its members, as the job's does;
+// when the group's rank 0 cannot make it, every member falls back to gloo together and rank 0 says why on stderr);
 // any other group, or any group when gloo was asked for, gets gloo (CPU, TCP, whatever nodes the members are on).
 // nccl groups are not built yet (CommError saying so). Throws CommError for a RANK that is not among the members.
 std::unique_ptr<Communicator> make_group_communicator_from_env(const std::vector<int>& members,

@@ -203,7 +203,13 @@ std::unique_ptr<Communicator> make_group_communicator_from_env(const std::vector
   const int group_rank = static_cast<int>(me - members.begin());
   const auto group_size = static_cast<int>(members.size());
   if (backend != "gloo" && on_one_node(members, rank)) {
-    return ShmCommunicator::from_env_group(group_rank, group_size, name, options);
+    std::string shortfall;
+    if (auto shm = ShmCommunicator::from_env_group(group_rank, group_size, name, options, shortfall)) return shm;
+    if (group_rank == 0) {
+      std::fprintf(stderr,
+                   "dtrain: group '%s' uses gloo, without shared memory, as its segment could not be made: %s\n",
+                   name.c_str(), shortfall.c_str());
+    }
   }
   return GlooCommunicator::from_env(group_rank, group_size, options, "group/" + name + "/");
 }

@@ -1,22 +1,15 @@
 #include "trainer/comm/shm/communicator.h"
 
 #include <atomic>
-#include <cctype>
 #include <cstdlib>
-#include <functional>
 #include <cstring>
-#include <random>
 #include <stdexcept>
 #include <utility>
 
-#include "worker/store/client.h"
 #include "trainer/comm/describe.h"
-#include "trainer/comm/job_store.h"
-#include "trainer/comm/node_layout.h"
 #include "trainer/comm/shm/arena.h"
 #include "trainer/comm/shm/p2p.h"
 #include "trainer/comm/shm/pipeline.h"
-#include "worker/shm_segment_name.h"
 #include "trainer/comm/shm/sync.h"
 #include "trainer/comm/work_queue.h"
 
@@ -24,8 +17,6 @@ namespace dtrain::trainer {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::atomic<int> shm_communicators_created{0};
 
 std::unique_ptr<Segment> create_or_open(const ShmCommOptions& options, Clock::time_point deadline) {
   if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
@@ -76,6 +67,7 @@ struct ShmCommunicator::Impl {
 ShmCommunicator::ShmCommunicator(ShmCommOptions options) {
   const auto deadline = Clock::now() + options.timeout;
   impl_ = std::make_unique<Impl>(options, deadline);
+  if (options.rank == 0 && options.created) options.created();
   // The liveness mutex belongs to the thread that runs the collectives: it is held for as long as that thread is.
   impl_->queue.submit("join", [this] { impl_->sync.enter(); })->wait();
   try {
@@ -85,77 +77,6 @@ ShmCommunicator::ShmCommunicator(ShmCommOptions options) {
     throw;
   }
   if (options.rank == 0) impl_->segment->unlink_name();
-}
-
-namespace {
-
-// The segment's options under dtrain: `name` makes its name from the job, the node, the round and a nonce that rank 0
-// publishes in the job's store under `key` (what tells this communicator from the process's others is in both).
-ShmCommOptions options_from_env(int rank, int size, const std::string& key, const CommOptions& options,
-                                const std::function<std::string(const std::string& job, std::uint32_t node,
-                                                                std::uint32_t round, const std::string& nonce)>& name) {
-  const auto variable = [](const char* first, const char* alternative) -> std::string {
-    const char* value = std::getenv(first);
-    if (value == nullptr) value = std::getenv(alternative);
-    return value != nullptr ? value : "";
-  };
-  const std::string job = variable("DTRAIN_JOB_ID", "TORCHELASTIC_RUN_ID");
-  if (job.empty() || job.find('/') != std::string::npos || job.find('@') != std::string::npos) {
-    throw CommError("shm communicator (rank " + std::to_string(rank) + "): DTRAIN_JOB_ID='" + job +
-                    "' cannot name a segment; start workers with dtrain run/launch, which sets it");
-  }
-  std::string nonce;
-  try {
-    store::StoreClient store = job_store(options);
-    if (rank == 0) {
-      std::random_device random;
-      char text[17];
-      std::snprintf(text, sizeof(text), "%08x%08x", random(), random());
-      nonce = text;
-      store.set(key, nonce);
-    } else {
-      nonce = store.get(key, options.timeout);
-    }
-  } catch (const store::StoreError& error) {
-    throw CommError("shm communicator (rank " + std::to_string(rank) + ") cannot exchange its segment's name through "
-                    "the job's store (key '" + key + "'): " + error.what());
-  }
-  ShmCommOptions shm;
-  shm.rank = rank;
-  shm.size = size;
-  shm.timeout = options.timeout;
-  shm.name = name(job, static_cast<std::uint32_t>(launcher_int("DTRAIN_NODE_RANK", 0)),
-                  static_cast<std::uint32_t>(launcher_int("DTRAIN_RESTART_COUNT", 0)), nonce);
-  return shm;
-}
-
-}  // namespace
-
-std::unique_ptr<ShmCommunicator> ShmCommunicator::from_env(int rank, int size, const CommOptions& options) {
-  const int index = shm_communicators_created.fetch_add(1);
-  const int node = launcher_int("DTRAIN_NODE_RANK", 0);
-  // One key per node: every node's rank 0 publishes its own segment's nonce.
-  const std::string key = "dtrain/shm/" + std::to_string(index) + "/node" + std::to_string(node) + "/nonce";
-  return std::make_unique<ShmCommunicator>(options_from_env(
-      rank, size, key, options, [index](const std::string& job, std::uint32_t n, std::uint32_t round,
-                                        const std::string& nonce) {
-        return worker::shm_segment_name(job, n, round, static_cast<std::uint32_t>(index), nonce);
-      }));
-}
-
-std::unique_ptr<ShmCommunicator> ShmCommunicator::from_env_group(int rank, int size, const std::string& group,
-                                                                 const CommOptions& options) {
-  for (const char c : group) {
-    if (std::isalnum(static_cast<unsigned char>(c)) == 0 && c != '-' && c != '_') {
-      throw CommError("shm communicator: group name '" + group + "' may hold only letters, digits, '-' and '_'");
-    }
-  }
-  // Group names are unique in the job, so the key needs no node.
-  return std::make_unique<ShmCommunicator>(options_from_env(
-      rank, size, "dtrain/shm/group/" + group + "/nonce", options,
-      [&group](const std::string& job, std::uint32_t node, std::uint32_t round, const std::string& nonce) {
-        return worker::shm_group_segment_name(job, node, round, group, nonce);
-      }));
 }
 
 ShmCommunicator::~ShmCommunicator() {

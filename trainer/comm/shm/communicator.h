@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -37,6 +38,9 @@ struct ShmCommOptions {
   std::chrono::milliseconds timeout{300'000};
   // Staging slot and arena sizes (segment.h); every rank must pass the same. geometry.ranks is taken from size.
   SegmentGeometry geometry;
+  // Rank 0: called once the segment exists, before it waits for the others to join (from_env_group publishes the
+  // segment's name then, so that a segment rank 0 could not create is never waited for).
+  std::function<void()> created;
 };
 
 class ShmCommunicator : public Communicator {
@@ -53,9 +57,11 @@ class ShmCommunicator : public Communicator {
   static std::unique_ptr<ShmCommunicator> from_env(int rank, int size, const CommOptions& options);
   // A group of ranks of this node (make_group_communicator_from_env): `rank` and `size` within the group, `group`
   // the name every member passes ([A-Za-z0-9_-]), which names the segment (worker/shm_segment_name.h) and the
-  // store key of its nonce. The other variables as from_env.
+  // store key of its nonce. The other variables as from_env. Rank 0 creates the segment before it publishes the
+  // nonce; when it cannot (a /dev/shm without room for the group's staging slots), it publishes why instead, and
+  // every member returns nullptr with `shortfall` set to it, so that they can fall back to another backend together.
   static std::unique_ptr<ShmCommunicator> from_env_group(int rank, int size, const std::string& group,
-                                                         const CommOptions& options);
+                                                         const CommOptions& options, std::string& shortfall);
   // Runs the collectives already issued (each bounded by the timeout), then leaves. Buffers from allocate() die
   // with it.
   ~ShmCommunicator() override;
