@@ -67,7 +67,14 @@ struct ShmCommunicator::Impl {
 ShmCommunicator::ShmCommunicator(ShmCommOptions options) {
   const auto deadline = Clock::now() + options.timeout;
   impl_ = std::make_unique<Impl>(options, deadline);
-  if (options.rank == 0 && options.created) options.created();
+  if (options.rank == 0 && options.created) {
+    try {
+      options.created();
+    } catch (...) {
+      impl_->segment->unlink_name();
+      throw;
+    }
+  }
   // The liveness mutex belongs to the thread that runs the collectives: it is held for as long as that thread is.
   impl_->queue.submit("join", [this] { impl_->sync.enter(); })->wait();
   try {
