@@ -153,6 +153,19 @@ def reference_and_one_rank(work, common):
     return metrics(theirs), metrics(single)
 
 
+def check_layout_run(label, ours, reference, one_rank, bf16):
+    """A model-parallel layout's 10 steps (metrics dicts) against the PyTorch reference's and the 1-rank run's: in
+    bf16, every loss within 0.05 absolute of the fp32 reference; in fp32, every loss within 1e-5 relative of the
+    reference and every gradient norm within 1e-5 relative of 1 rank's."""
+    if bf16:
+        worst = max(abs(a["loss"] - b["loss"]) for a, b in zip(ours, reference))
+        check(len(ours) == 10 and worst <= 0.05, f"{label}: every step within 0.05 of fp32 PyTorch (worst {worst:.4f})")
+        return
+    compare_losses(f"{label} vs PyTorch", [m["loss"] for m in ours], [m["loss"] for m in reference], 1e-5)
+    worst = max(abs(a["grad_norm"] - b["grad_norm"]) / b["grad_norm"] for a, b in zip(ours, one_rank))
+    check(worst <= 1e-5, f"{label}: gradient norms within 1e-5 of 1 rank's (worst {worst:.2e})")
+
+
 def trained(work, ranks, label, args):
     """`dtrain run -n ranks` (or one process) of dtrain-trainer with args and --metrics work/label.jsonl; its metrics,
     or None (with a failed check and its output) when it did not exit 0."""
